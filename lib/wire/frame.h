@@ -1,0 +1,153 @@
+// Parsing and building whole RoCEv2 frames: Ethernet (optionally 802.1Q
+// tagged), IPv4 or IPv6, UDP/4791, BTH, the extension headers the opcode
+// table names, payload, pad and ICRC.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+
+#include "wire/crc32.h"
+#include "wire/headers.h"
+#include "wire/opcode.h"
+#include "wire/parse_status.h"
+
+namespace uroce::wire {
+
+// The largest payload one packet may carry: the largest IB path MTU (IBTA 9.7.5).
+inline constexpr std::uint32_t kMaxPayload = 4096;
+
+// CRC-32 that parse/build use unless told otherwise: ISA-L, dispatched by CPU.
+std::uint32_t crc32_default(std::uint32_t crc, const std::uint8_t* data, std::size_t len);
+
+struct ParseOptions {
+  bool verify_icrc = true;
+  Crc32Fn crc32 = crc32_default;
+};
+
+// Offsets into a frame that parse_frame() accepted (or got as far as).
+// Header accessors return copies: the structs are small, and a copy is
+// well-defined at any alignment.
+struct ParsedFrame {
+  std::span<const std::uint8_t> frame;
+  bool has_vlan = false;
+  std::uint16_t vlan_tci = 0;
+  std::uint8_t ip_version = 0;  // 4 or 6; 0 if not IP
+  std::uint16_t l3_offset = 0;
+  std::uint16_t l3_end = 0;  // end of the IP packet (Ethernet padding follows)
+  std::uint16_t udp_offset = 0;
+  std::uint16_t bth_offset = 0;
+  std::uint16_t payload_offset = 0;
+  std::uint16_t payload_length = 0;  // without pad
+  std::uint8_t pad = 0;
+  std::uint16_t icrc_offset = 0;
+  std::uint8_t opcode = 0;
+  const OpcodeInfo* info = nullptr;  // set once the BTH has been read
+
+  template <typename H>
+  H at(std::size_t offset) const {
+    H h;
+    std::memcpy(&h, frame.data() + offset, sizeof h);
+    return h;
+  }
+  EthHdr eth() const { return at<EthHdr>(0); }
+  Ipv4Hdr ipv4() const { return at<Ipv4Hdr>(l3_offset); }
+  Ipv6Hdr ipv6() const { return at<Ipv6Hdr>(l3_offset); }
+  UdpHdr udp() const { return at<UdpHdr>(udp_offset); }
+  Bth bth() const { return at<Bth>(bth_offset); }
+  bool has(ExtHdr h) const { return info != nullptr && info->offset_of(h) != 0; }
+  // The extension header `h`; call only when has(h).
+  template <typename H>
+  H ext(ExtHdr h) const { return at<H>(bth_offset + info->offset_of(h)); }
+  Reth reth() const { return ext<Reth>(ExtHdr::kReth); }
+  Aeth aeth() const { return ext<Aeth>(ExtHdr::kAeth); }
+  AtomicEth atomic_eth() const { return ext<AtomicEth>(ExtHdr::kAtomicEth); }
+  AtomicAckEth atomic_ack_eth() const { return ext<AtomicAckEth>(ExtHdr::kAtomicAckEth); }
+  ImmDt immdt() const { return ext<ImmDt>(ExtHdr::kImmDt); }
+  Ieth ieth() const { return ext<Ieth>(ExtHdr::kIeth); }
+  Deth deth() const { return ext<Deth>(ExtHdr::kDeth); }
+  Feth feth() const { return ext<Feth>(ExtHdr::kFeth); }
+
+  std::uint8_t ecn() const { return ip_version == 6 ? ipv6().ecn() : ipv4().ecn(); }
+  std::span<const std::uint8_t> payload() const {
+    return frame.subspan(payload_offset, payload_length);
+  }
+  // From the IP header to the byte before the ICRC: what the ICRC covers.
+  std::span<const std::uint8_t> icrc_covered() const {
+    return frame.subspan(l3_offset, icrc_offset - l3_offset);
+  }
+  std::uint32_t icrc() const;  // as carried in the frame
+};
+
+// Parses `frame`. Returns kOk, one of the not-RoCE statuses (kNotIp, kNotUdp,
+// kNotRoce) for other traffic, or the reason the frame is malformed. On
+// kIcrcMismatch every header field of `out` is valid; on other errors, the
+// fields read up to the failing check are.
+ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
+                        const ParseOptions& options = {});
+
+// The fields of a frame: what build_frame() writes. Lengths, checksums, the
+// pad count and the ICRC are derived; everything else is given.
+struct FrameSpec {
+  MacAddr eth_dst{};
+  MacAddr eth_src{};
+  std::optional<std::uint16_t> vlan_tci;
+  std::uint8_t ip_version = 4;
+  // IPv4
+  std::uint8_t tos = 0;
+  std::uint16_t ip_id = 0;
+  std::uint16_t ip_frag = 0x4000;  // DF
+  std::uint8_t ttl = 64;
+  Ipv4Addr src4{};
+  Ipv4Addr dst4{};
+  // IPv6
+  std::uint8_t traffic_class = 0;
+  std::uint32_t flow_label = 0;
+  std::uint8_t hop_limit = 64;
+  Ipv6Addr src6{};
+  Ipv6Addr dst6{};
+  // UDP
+  std::uint16_t udp_src_port = 0xc000;
+  std::uint16_t udp_dst_port = kRoceV2Port;
+  std::uint16_t udp_checksum = 0;  // RoCEv2 senders send 0 (A17.4.2)
+  // Transport: the BTH (its pad count is derived) and whichever extension
+  // headers the opcode table says the opcode carries.
+  Bth bth{};
+  Deth deth{};
+  Feth feth{};
+  Reth reth{};
+  AtomicEth atomic_eth{};
+  Aeth aeth{};
+  AtomicAckEth atomic_ack_eth{};
+  ImmDt immdt{};
+  Ieth ieth{};
+};
+
+struct HeaderLayout {
+  std::size_t header_bytes = 0;  // Ethernet through the last extension header
+  std::size_t l3_offset = 0;
+  std::uint8_t pad = 0;
+  std::size_t frame_bytes = 0;  // headers + payload + pad + ICRC
+};
+
+// Writes the headers of a frame carrying `payload_length` bytes into `out`.
+// Returns the layout, or header_bytes == 0 if the opcode is unknown or `out`
+// is too small. The ICRC is not written: see build_frame() or icrc_compute().
+HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
+                           std::span<std::uint8_t> out);
+
+// Writes a complete frame (headers, payload, zero pad, ICRC) into `out`.
+// Returns its length, or 0 if the opcode is unknown or `out` is too small.
+std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,
+                        std::span<std::uint8_t> out, Crc32Fn crc32 = crc32_default);
+
+// The fields of a parsed RoCEv2 frame, so that build_frame() reproduces it.
+FrameSpec spec_from_parsed(const ParsedFrame& parsed);
+
+// RFC 1071 checksum of an IPv4 header (returns the value to store, or 0 when
+// verifying a header that already carries a correct checksum).
+std::uint16_t ipv4_header_checksum(const std::uint8_t* header, std::size_t len);
+
+}  // namespace uroce::wire
