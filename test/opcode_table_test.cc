@@ -1,0 +1,97 @@
+// The opcode table against an independent listing of IBTA table 38 and the
+// header layouts of chapter 9.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "wire/opcode.h"
+
+namespace uroce::test {
+namespace {
+
+using namespace uroce::wire;
+
+// opcode -> bytes from the start of the BTH to the payload.
+const std::map<int, int> kHeaderBytes = {
+    {0x00, 12}, {0x01, 12}, {0x02, 12}, {0x03, 16}, {0x04, 12}, {0x05, 16}, {0x06, 28},
+    {0x07, 12}, {0x08, 12}, {0x09, 16}, {0x0a, 28}, {0x0b, 32}, {0x0c, 28}, {0x0d, 16},
+    {0x0e, 12}, {0x0f, 16}, {0x10, 16}, {0x11, 16}, {0x12, 24}, {0x13, 40}, {0x14, 40},
+    {0x16, 16}, {0x17, 16}, {0x1c, 32}, {0x1d, 28},
+    {0x20, 12}, {0x21, 12}, {0x22, 12}, {0x23, 16}, {0x24, 12}, {0x25, 16}, {0x26, 28},
+    {0x27, 12}, {0x28, 12}, {0x29, 16}, {0x2a, 28}, {0x2b, 32},
+    {0x64, 20}, {0x65, 24}, {0x81, 12},
+};
+
+TEST(OpcodeTable, KnowsExactlyTheListedOpcodes) {
+  for (int op = 0; op < 256; ++op) {
+    const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
+    const auto it = kHeaderBytes.find(op);
+    if (it == kHeaderBytes.end()) {
+      EXPECT_FALSE(info.known()) << "opcode 0x" << std::hex << op << " is reserved";
+      EXPECT_STREQ(opcode_name(static_cast<std::uint8_t>(op)), "UNKNOWN");
+      continue;
+    }
+    ASSERT_TRUE(info.known()) << std::hex << op;
+    EXPECT_EQ(info.header_bytes, it->second) << info.name;
+  }
+}
+
+TEST(OpcodeTable, TransportFollowsTheHighBits) {
+  for (const auto& [op, bytes] : kHeaderBytes) {
+    const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
+    const std::string name = info.name;
+    const std::string transport = op < 0x20 ? "RC" : op < 0x40 ? "UC" : op < 0x80 ? "UD" : "CNP";
+    EXPECT_EQ(name.rfind(transport, 0), 0u) << name;
+    EXPECT_EQ(transport_name(info.transport), transport) << name;
+  }
+}
+
+TEST(OpcodeTable, HeaderOffsetsFollowIbtaOrder) {
+  const auto& w = opcode_info(Opcode::kRcWriteOnlyImm);
+  EXPECT_EQ(w.offset_of(ExtHdr::kReth), 12);
+  EXPECT_EQ(w.offset_of(ExtHdr::kImmDt), 28);
+  const auto& aa = opcode_info(Opcode::kRcAtomicAcknowledge);
+  EXPECT_EQ(aa.offset_of(ExtHdr::kAeth), 12);
+  EXPECT_EQ(aa.offset_of(ExtHdr::kAtomicAckEth), 16);
+  const auto& ud = opcode_info(Opcode::kUdSendOnlyImm);
+  EXPECT_EQ(ud.offset_of(ExtHdr::kDeth), 12);
+  EXPECT_EQ(ud.offset_of(ExtHdr::kImmDt), 20);
+  const auto& inv = opcode_info(Opcode::kRcSendOnlyInv);
+  EXPECT_EQ(inv.offset_of(ExtHdr::kIeth), 12);
+  EXPECT_EQ(inv.offset_of(ExtHdr::kImmDt), 0);
+  const auto& fl = opcode_info(Opcode::kRcFlush);
+  EXPECT_EQ(fl.offset_of(ExtHdr::kFeth), 12);
+  EXPECT_EQ(fl.offset_of(ExtHdr::kReth), 16);
+  const auto& rr = opcode_info(Opcode::kRcReadResponseMiddle);
+  EXPECT_EQ(rr.offset_of(ExtHdr::kAeth), 0) << "READ response Middle carries no AETH";
+}
+
+TEST(OpcodeTable, MeaningFlags) {
+  int with_payload = 0;
+  for (const auto& [op, bytes] : kHeaderBytes) {
+    const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
+    with_payload += info.has(kHasPayload);
+    if (info.transport == Transport::kCnp) continue;
+    EXPECT_NE(info.has(kRequest), info.has(kResponse)) << info.name;
+    EXPECT_TRUE(info.has_any(kFirst | kMiddle | kLast)) << info.name;
+  }
+  EXPECT_EQ(with_payload, 34);  // not: READ request, ACK, atomic ACK, CmpSwap, FetchAdd, FLUSH
+  EXPECT_FALSE(opcode_info(Opcode::kRcReadRequest).has(kHasPayload));
+  EXPECT_TRUE(opcode_info(Opcode::kRcReadResponseOnly).has(kOnly));
+  EXPECT_TRUE(opcode_info(Opcode::kRcSendLastImm).has(kLast | kHasImmDt | kSend));
+  EXPECT_TRUE(opcode_info(Opcode::kRcCompareSwap).has(kAtomic | kRequest));
+  EXPECT_TRUE(opcode_info(Opcode::kCnp).has(kCnpOp | kFixedPayload16));
+}
+
+TEST(OpcodeTable, FlushAndAtomicWriteAreKnownButUnsupported) {
+  EXPECT_TRUE(opcode_info(Opcode::kRcFlush).known());
+  EXPECT_FALSE(opcode_info(Opcode::kRcFlush).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).known());
+  EXPECT_FALSE(opcode_info(Opcode::kRcAtomicWrite).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kRcSendOnly).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kRcCompareSwap).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).has(kFixedPayload8));
+}
+
+}  // namespace
+}  // namespace uroce::test
