@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""Counts individual GoogleTest cases from the XML reports of one run.
+
+usage: gtest_summary.py RESULTS_DIR MESON_TESTLOG_JSON
+
+A test binary that failed without writing its report (a crash, a timeout)
+counts as one failed case under its own name. Prints the failed cases, then
+"N passed, N failed" (", N skipped" when some were skipped) as the last line.
+Exit status 0 only when nothing failed and at least one case ran.
+"""
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def main():
+    results_dir, testlog = sys.argv[1], sys.argv[2]
+    passed, failed, skipped = 0, [], []
+    reported = {}  # binary -> failed cases in its report
+    for name in sorted(os.listdir(results_dir)):
+        if not name.endswith(".xml"):
+            continue
+        reported[name[:-4]] = 0
+        try:
+            root = ET.parse(os.path.join(results_dir, name)).getroot()
+        except ET.ParseError as e:
+            failed.append("%s (unreadable report: %s)" % (name, e))
+            continue
+        for case in root.iter("testcase"):
+            full = "%s.%s" % (case.get("classname"), case.get("name"))
+            if case.find("failure") is not None:
+                failed.append(full)
+                reported[name[:-4]] += 1
+            elif case.get("result") == "skipped" or case.get("status") == "notrun" or case.find("skipped") is not None:
+                skipped.append(full)
+            else:
+                passed += 1
+    # Binaries that did not finish cleanly.
+    if os.path.exists(testlog):
+        with open(testlog) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                t = json.loads(line)
+                exe = os.path.basename(t["cmd"][0]) if t.get("cmd") else t["name"]
+                if t.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP"):
+                    if exe not in reported:
+                        failed.append("%s (%s, no report: crashed or timed out)" % (t["name"], t.get("result")))
+                    elif reported[exe] == 0:
+                        # Every case passed, yet the binary failed (a crash
+                        # at exit, a leak checker): count it.
+                        failed.append("%s (%s after all its cases passed)" % (t["name"], t.get("result")))
+    else:
+        failed.append("meson test log missing: %s" % testlog)
+    for f in failed:
+        print("FAILED:", f)
+    for s in skipped:
+        print("SKIPPED:", s)
+    line = "%d passed, %d failed" % (passed, len(failed))
+    if skipped:
+        line += ", %d skipped" % len(skipped)
+    print(line)
+    return 0 if not failed and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages uroce needs to build, test and run (only the
+# ones missing), then configures and builds in ./build (or $UROCE_BUILD_DIR).
+# Idempotent: with everything installed and built it takes about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  g++ meson ninja-build pkg-config python3
+  libdpdk-dev dpdk              # DPDK 22.11: ethdev, EAL, testpmd, dpdk-hugepages.py, dpdk-telemetry.py
+  libisal-dev                   # ISA-L: the CRC-32 behind the ICRC
+  libibverbs-dev                # rdma-core's <infiniband/verbs.h> (header only; no kernel device needed)
+  libspdlog-dev libfmt-dev      # control-path logging
+  libgtest-dev                  # GoogleTest
+  libpcap-dev                   # pcap files
+  libhugetlbfs-bin              # hugeadm, for reserving hugepages
+  iproute2                      # network namespaces and veth pairs for the integration tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "uroce setup: missing packages: ${missing[*]}; run this as root, or: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "uroce setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build=${UROCE_BUILD_DIR:-build}
+if [[ ! -f $build/build.ninja ]]; then
+  meson setup "$build" >/dev/null || { echo "uroce setup: meson setup failed; see $build/meson-logs/meson-log.txt" >&2; exit 1; }
+fi
+ninja -C "$build" >/dev/null || { ninja -C "$build" | tail -40 >&2; exit 1; }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the full test suite. The last
+# line is "N passed, N failed", counting individual GoogleTest cases.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if ! tools/setup.sh; then
+  echo "uroce: setup or build failed (see above)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+build=${UROCE_BUILD_DIR:-build}
+results=$(mktemp -d /tmp/uroce-gtest.XXXXXX)
+trap 'rm -rf "$results"' EXIT
+GTEST_OUTPUT="xml:$results/" GTEST_COLOR=no \
+  meson test -C "$build" --no-rebuild --print-errorlogs --num-processes "$(nproc)" "$@"
+python3 tools/gtest_summary.py "$results" "$build/meson-logs/testlog.json"
