@@ -1,0 +1,33 @@
+// Starting DPDK's Environment Abstraction Layer from an app's command line,
+// "prog [EAL args] -- [app args]" as DPDK's own apps take it, with errors a
+// user can act on.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace uroce::dpdk {
+
+struct SplitArgs {
+  std::vector<std::string> eal;  // program name first, then the EAL arguments
+  std::vector<std::string> app;  // program name first, then what follows "--"
+};
+
+// Splits at the first "--". Without one, everything is the app's and EAL gets
+// only the program name.
+SplitArgs split_args(int argc, const char* const* argv);
+
+// Whether EAL will find the memory it asks for: "" if so, else a one-line
+// message saying how to fix it. `meminfo` is /proc/meminfo's text.
+std::string check_hugepages(const std::vector<std::string>& eal_args, std::string_view meminfo);
+
+// Starts EAL (once per process). Returns "" on success, else a one-line
+// message: no hugepages (with the command that reserves them, or --no-huge),
+// no permission, EAL already started, or DPDK's own reason.
+std::string eal_init(const std::vector<std::string>& eal_args);
+
+// Releases EAL's resources at exit. Safe to call when eal_init failed.
+void eal_cleanup();
+
+}  // namespace uroce::dpdk

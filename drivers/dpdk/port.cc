@@ -1,0 +1,111 @@
+#include "dpdk/port.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dpdk/rte.h"
+
+namespace uroce::dpdk {
+namespace {
+
+rte_mempool* as_pool(void* p) { return static_cast<rte_mempool*>(p); }
+
+std::string errno_text(int rc) { return rte_strerror(rc < 0 ? -rc : rc); }
+
+}  // namespace
+
+std::uint16_t port_count() { return rte_eth_dev_count_avail(); }
+
+std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
+  std::uint16_t port = config.port_id;
+  if (!config.name.empty() && rte_eth_dev_get_port_by_name(config.name.c_str(), &port) != 0) {
+    error = "no DPDK port named '" + config.name + "' (add it with --vdev or bind the NIC to a DPDK driver)";
+    return nullptr;
+  }
+  if (!rte_eth_dev_is_valid_port(port)) {
+    error = "no DPDK port " + std::to_string(port) + " (EAL found " + std::to_string(port_count()) + ")";
+    return nullptr;
+  }
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) {
+    error = "cannot query port " + std::to_string(port) + ": " + errno_text(rc);
+    return nullptr;
+  }
+  if (config.queues > info.max_rx_queues || config.queues > info.max_tx_queues) {
+    error = "port " + std::to_string(port) + " has at most " +
+            std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) + " queue pairs, " +
+            std::to_string(config.queues) + " asked";
+    return nullptr;
+  }
+
+  const std::string pool_name = "uroce_rx_" + std::to_string(port);
+  const auto data_room = static_cast<std::uint16_t>(config.max_frame + RTE_PKTMBUF_HEADROOM);
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), config.mbufs, 256, 0, data_room,
+                                              static_cast<int>(rte_eth_dev_socket_id(port) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(port)));
+  if (pool == nullptr) {
+    error = "cannot create the mbuf pool for port " + std::to_string(port) + ": " +
+            rte_strerror(rte_errno) + " (more hugepages, or a larger -m with --no-huge)";
+    return nullptr;
+  }
+
+  rte_eth_conf conf{};
+  if (config.max_frame > RTE_ETHER_MAX_LEN) {
+    conf.rxmode.mtu = static_cast<std::uint32_t>(config.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
+  }
+  int rc = rte_eth_dev_configure(port, config.queues, config.queues, &conf);
+  for (std::uint16_t q = 0; rc == 0 && q < config.queues; ++q) {
+    rc = rte_eth_rx_queue_setup(port, q, config.rx_desc, rte_eth_dev_socket_id(port), nullptr, pool);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(port, q, config.tx_desc, rte_eth_dev_socket_id(port), nullptr);
+  }
+  if (rc == 0) rc = rte_eth_dev_start(port);
+  if (rc != 0) {
+    error = "cannot start port " + std::to_string(port) + ": " + errno_text(rc);
+    rte_mempool_free(pool);
+    return nullptr;
+  }
+  return std::unique_ptr<Port>(new Port(port, pool));
+}
+
+Port::~Port() {
+  rte_eth_dev_stop(port_id_);
+  rte_eth_dev_close(port_id_);
+  rte_mempool_free(as_pool(pool_));
+}
+
+std::uint16_t Port::send_copies(std::uint16_t queue, std::span<const std::vector<std::uint8_t>> frames) {
+  std::vector<rte_mbuf*> burst;
+  burst.reserve(frames.size());
+  for (const auto& f : frames) {
+    rte_mbuf* m = rte_pktmbuf_alloc(as_pool(pool_));
+    if (m == nullptr) break;
+    char* dst = rte_pktmbuf_append(m, static_cast<std::uint16_t>(f.size()));
+    if (dst == nullptr) {
+      rte_pktmbuf_free(m);
+      break;
+    }
+    std::memcpy(dst, f.data(), f.size());
+    burst.push_back(m);
+  }
+  const std::uint16_t sent = rte_eth_tx_burst(port_id_, queue, burst.data(), static_cast<std::uint16_t>(burst.size()));
+  for (std::size_t i = sent; i < burst.size(); ++i) rte_pktmbuf_free(burst[i]);
+  return sent;
+}
+
+std::uint16_t Port::receive_copies(std::uint16_t queue, std::vector<std::vector<std::uint8_t>>& out,
+                                   std::uint16_t max) {
+  std::vector<rte_mbuf*> burst(max);
+  const std::uint16_t n = rte_eth_rx_burst(port_id_, queue, burst.data(), max);
+  for (std::uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = burst[i];
+    std::vector<std::uint8_t> copy(rte_pktmbuf_pkt_len(m));
+    // rte_pktmbuf_read gathers segments into `copy`, but for a contiguous
+    // mbuf it returns a pointer to the data and copies nothing.
+    const void* data = rte_pktmbuf_read(m, 0, static_cast<std::uint32_t>(copy.size()), copy.data());
+    if (data != nullptr && data != copy.data()) std::memcpy(copy.data(), data, copy.size());
+    out.push_back(std::move(copy));
+    rte_pktmbuf_free(m);
+  }
+  return n;
+}
+
+}  // namespace uroce::dpdk

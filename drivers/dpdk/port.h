@@ -1,0 +1,53 @@
+// An ethdev port, any kind (physical, net_ring, net_memif, net_af_packet,
+// net_tap): set up with one RX/TX queue pair per worker and an mbuf pool
+// sized to the frame. The copying send/receive calls here serve tools and
+// tests; the zero-copy datapath builds on the same set-up.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace uroce::dpdk {
+
+struct PortConfig {
+  std::string name{};          // device name ("net_ring0", "0000:3b:00.0"); empty: port_id
+  std::uint16_t port_id = 0;
+  std::uint16_t queues = 1;    // RX/TX queue pairs, one per worker core
+  std::uint16_t rx_desc = 1024;
+  std::uint16_t tx_desc = 1024;
+  std::uint32_t mbufs = 8191;
+  std::uint16_t max_frame = 1518;  // largest frame to receive (Ethernet header included)
+};
+
+class Port {
+ public:
+  // Configures and starts the port. nullptr and a one-line `error` on failure
+  // (no such port, not enough memory for the pool, the device refused).
+  static std::unique_ptr<Port> open(const PortConfig& config, std::string& error);
+  ~Port();
+  Port(const Port&) = delete;
+  Port& operator=(const Port&) = delete;
+
+  std::uint16_t id() const { return port_id_; }
+
+  // Copies each frame into an mbuf and sends the burst on `queue`. Returns
+  // how many the device took; the rest are freed, not retried.
+  std::uint16_t send_copies(std::uint16_t queue, std::span<const std::vector<std::uint8_t>> frames);
+
+  // Receives up to `max` frames from `queue`, appending a copy of each to `out`.
+  std::uint16_t receive_copies(std::uint16_t queue, std::vector<std::vector<std::uint8_t>>& out,
+                               std::uint16_t max = 32);
+
+ private:
+  Port(std::uint16_t port_id, void* pool) : port_id_(port_id), pool_(pool) {}
+  std::uint16_t port_id_;
+  void* pool_;  // rte_mempool
+};
+
+// Ports EAL found (physical and virtual).
+std::uint16_t port_count();
+
+}  // namespace uroce::dpdk
