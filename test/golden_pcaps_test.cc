@@ -65,6 +65,11 @@ TEST_P(GoldenCapture, EveryRoceFrameParsesAndVerifies) {
     }
     ASSERT_EQ(s, ParseStatus::kOk) << "frame " << index << ": " << wire::parse_status_name(s);
     EXPECT_EQ(p.l3_end, frame.data.size()) << "frame " << index << ": no trailer expected";
+    // The in-place path (received mbufs) agrees and leaves the frame as it was.
+    std::vector<std::uint8_t> copy = frame.data;
+    wire::ParsedFrame q;
+    EXPECT_EQ(wire::parse_frame_in_place(copy, q), ParseStatus::kOk) << "frame " << index;
+    EXPECT_EQ(copy, frame.data) << "frame " << index;
     // The ICRC must not depend on which CRC implementation computes it.
     for (const auto& impl : wire::crc32_impls()) {
       if (!impl.available()) continue;

@@ -90,5 +90,34 @@ TEST(Icrc, PiecesGiveTheSameResultAsContiguous) {
   }
 }
 
+TEST(Icrc, InPlaceEqualsCopyingAndRestoresTheBuffer) {
+  const std::uint64_t seed = test_seed() + 3;
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 500; ++round) {
+    std::vector<std::uint8_t> payload(rng() % 4097);
+    for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+    auto spec = make_spec(0x04, round % 2 ? 6 : 4);
+    spec.tos = static_cast<std::uint8_t>(rng());
+    spec.traffic_class = static_cast<std::uint8_t>(rng());
+    spec.flow_label = static_cast<std::uint32_t>(rng()) & 0xfffff;
+    spec.bth.fecn_becn = static_cast<std::uint8_t>(rng());
+    spec.udp_checksum = static_cast<std::uint16_t>(rng());
+    auto frame = build(spec, payload);
+    const auto before = frame;
+    ParsedFrame p;
+    ASSERT_EQ(wire::parse_frame(frame, p), wire::ParseStatus::kOk);
+    const std::uint32_t copying = wire::icrc_compute(wire::crc32_default, p.icrc_covered());
+    ParsedFrame q;
+    ASSERT_EQ(wire::parse_frame_in_place(frame, q), wire::ParseStatus::kOk) << round;
+    EXPECT_EQ(frame, before) << "the buffer must be restored, round " << round;
+    const auto covered = std::span<std::uint8_t>(frame).subspan(p.l3_offset, p.icrc_offset - p.l3_offset);
+    EXPECT_EQ(wire::icrc_compute_in_place(wire::crc32_default, covered), copying);
+    EXPECT_EQ(frame, before);
+    frame[frame.size() - 5] ^= 0x10;  // the last payload/pad byte
+    EXPECT_EQ(wire::parse_frame_in_place(frame, q), wire::ParseStatus::kIcrcMismatch);
+  }
+}
+
 }  // namespace
 }  // namespace uroce::test

@@ -49,8 +49,10 @@ std::uint16_t ipv4_header_checksum(const std::uint8_t* header, std::size_t len) 
 
 std::uint32_t ParsedFrame::icrc() const { return icrc_load(frame.data() + icrc_offset); }
 
-ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
-                        const ParseOptions& options) {
+namespace {
+
+// Everything parse_frame() checks but the ICRC.
+ParseStatus parse_headers(std::span<const std::uint8_t> frame, ParsedFrame& out) {
   out = ParsedFrame{};
   out.frame = frame;
   const std::size_t size = frame.size();
@@ -133,16 +135,26 @@ ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
   out.icrc_offset = static_cast<std::uint16_t>(icrc);
   out.pad = pad;
   out.payload_length = static_cast<std::uint16_t>(area >= pad ? area - pad : 0);
-  if (const ParseStatus s = check_payload(info, area, pad, out.payload_length);
-      s != ParseStatus::kOk) {
-    return s;
-  }
+  return check_payload(info, area, pad, out.payload_length);
+}
 
-  if (options.verify_icrc &&
-      icrc_compute(options.crc32, out.icrc_covered()) != out.icrc()) {
-    return ParseStatus::kIcrcMismatch;
-  }
-  return ParseStatus::kOk;
+}  // namespace
+
+ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
+                        const ParseOptions& options) {
+  const ParseStatus s = parse_headers(frame, out);
+  if (s != ParseStatus::kOk || !options.verify_icrc) return s;
+  return icrc_compute(options.crc32, out.icrc_covered()) == out.icrc() ? ParseStatus::kOk
+                                                                       : ParseStatus::kIcrcMismatch;
+}
+
+ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
+                                 const ParseOptions& options) {
+  const ParseStatus s = parse_headers(frame, out);
+  if (s != ParseStatus::kOk || !options.verify_icrc) return s;
+  const std::uint32_t icrc = icrc_compute_in_place(
+      options.crc32, frame.subspan(out.l3_offset, out.icrc_offset - out.l3_offset));
+  return icrc == out.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
 }
 
 HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
@@ -238,7 +250,8 @@ std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> pay
   if (!payload.empty()) std::memcpy(p + layout.header_bytes, payload.data(), payload.size());
   std::memset(p + layout.header_bytes + payload.size(), 0, layout.pad);
   const std::size_t icrc_at = layout.frame_bytes - kIcrcBytes;
-  icrc_store(p + icrc_at, icrc_compute(crc32, out.subspan(layout.l3_offset, icrc_at - layout.l3_offset)));
+  icrc_store(p + icrc_at,
+             icrc_compute_in_place(crc32, out.subspan(layout.l3_offset, icrc_at - layout.l3_offset)));
   return layout.frame_bytes;
 }
 

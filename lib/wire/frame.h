@@ -143,6 +143,12 @@ HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
 std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,
                         std::span<std::uint8_t> out, Crc32Fn crc32 = crc32_default);
 
+// The same for a frame in a buffer the caller owns (a received mbuf): the
+// ICRC runs in place in one CRC pass (icrc_compute_in_place()), cheaper than
+// parse_frame(). The buffer is unchanged on return; `out` refers to it.
+ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
+                                 const ParseOptions& options = {});
+
 // The fields of a parsed RoCEv2 frame, so that build_frame() reproduces it.
 FrameSpec spec_from_parsed(const ParsedFrame& parsed);
 

@@ -37,6 +37,14 @@ inline std::uint32_t icrc_compute_contiguous(Crc32Fn crc32, std::span<const std:
   return icrc_compute(crc32, packet);
 }
 
+// ICRC of a contiguous packet in a buffer the caller owns (a received
+// frame): the variant fields are set to ones in place, the packet runs
+// through the CRC in a single call, and the fields are restored before
+// returning. One CRC call instead of two saves the CRC's fixed cost per call
+// (~15-25 ns with ISA-L under 256 bytes). `packet` runs from the IP header
+// to the byte before the ICRC and holds at least IP + UDP + BTH.
+std::uint32_t icrc_compute_in_place(Crc32Fn crc32, std::span<std::uint8_t> packet);
+
 inline void icrc_store(std::uint8_t* dst, std::uint32_t icrc) {
   for (int i = 0; i < 4; ++i) dst[i] = static_cast<std::uint8_t>(icrc >> (8 * i));
 }
