@@ -96,13 +96,7 @@ TEST_P(Corruption, MaskedFieldChangesStillVerify) {
           << "offset " << off;
       // ...and so does the whole parse once a router has refreshed the IPv4
       // header checksum, as it must when it rewrites TTL or ECN.
-      if (p.ip_version == 4) {
-        f[p.l3_offset + 10] = 0;
-        f[p.l3_offset + 11] = 0;
-        const std::uint16_t sum = wire::ipv4_header_checksum(f.data() + p.l3_offset, 20);
-        f[p.l3_offset + 10] = static_cast<std::uint8_t>(sum >> 8);
-        f[p.l3_offset + 11] = static_cast<std::uint8_t>(sum);
-      }
+      if (p.ip_version == 4) wire::ipv4_refresh_checksum(f.data() + p.l3_offset);
       ParsedFrame q;
       EXPECT_EQ(wire::parse_frame(f, q), ParseStatus::kOk) << "offset " << off;
     }
@@ -110,10 +104,7 @@ TEST_P(Corruption, MaskedFieldChangesStillVerify) {
     std::vector<std::uint8_t> ce = rf.bytes;
     if (p.ip_version == 4) {
       ce[p.l3_offset + 1] |= 0x03;
-      ce[p.l3_offset + 10] = ce[p.l3_offset + 11] = 0;
-      const std::uint16_t sum = wire::ipv4_header_checksum(ce.data() + p.l3_offset, 20);
-      ce[p.l3_offset + 10] = static_cast<std::uint8_t>(sum >> 8);
-      ce[p.l3_offset + 11] = static_cast<std::uint8_t>(sum);
+      wire::ipv4_refresh_checksum(ce.data() + p.l3_offset);
     } else {
       ce[p.l3_offset + 1] |= 0x30;
     }
@@ -138,11 +129,7 @@ TEST_P(Corruption, TruncationAtEveryLengthIsReported) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RxePcaps, Corruption, ::testing::ValuesIn(golden_files()),
-                         [](const auto& param_info) {
-                           std::string name = param_info.param.substr(0, param_info.param.size() - 5);
-                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& param_info) { return capture_test_name(param_info.param); });
 
 }  // namespace
 }  // namespace uroce::test

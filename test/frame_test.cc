@@ -34,10 +34,8 @@ std::uint16_t get16(const std::vector<std::uint8_t>& f, std::size_t at) {
 // After editing an IPv4 header: fix its checksum (and the ICRC, so that only
 // the edit itself can be the reason for a rejection).
 void reseal(std::vector<std::uint8_t>& f) {
-  const std::size_t ihl = (f[kL3] & 0x0f) * 4u;
-  put16(f, kL3 + 10, 0);
-  put16(f, kL3 + 10, wire::ipv4_header_checksum(f.data() + kL3, ihl));
-  if (ihl == 20 && f.size() >= kBth + 16) {
+  wire::ipv4_refresh_checksum(f.data() + kL3);
+  if ((f[kL3] & 0x0f) == 5 && f.size() >= kBth + 16) {
     const std::size_t icrc_at = f.size() - 4;
     wire::icrc_store(f.data() + icrc_at,
                      wire::icrc_compute(wire::crc32_default,

@@ -29,6 +29,14 @@ std::vector<pcap::Frame> load_golden(const std::string& file) {
   return frames;
 }
 
+std::string capture_test_name(const std::string& file) {
+  std::string name = file.substr(0, file.rfind('.'));
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
+
 namespace {
 
 std::size_t to_size(const std::string& s) { return static_cast<std::size_t>(std::stoull(s)); }

@@ -35,6 +35,9 @@ struct GoldenExpectation {
   std::vector<std::string> unknown_rows;              // table rows this reader does not know
 };
 
+// GoogleTest parameter name for a capture file: "ib_write_bw.pcap" -> "ib_write_bw".
+std::string capture_test_name(const std::string& file);
+
 // Parses the README's per-file sections. Empty on a missing README.
 std::map<std::string, GoldenExpectation> golden_expectations();
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <tuple>
 
@@ -28,6 +30,26 @@ TEST(GoldenData, EveryCaptureHasAReadmeSection) {
         << f << ": README row not understood: " << expectations.at(f).unknown_rows.front();
     EXPECT_GT(expectations.at(f).roce_frames, 0u) << f;
   }
+}
+
+TEST(GoldenData, BundledCopiesEqualTheSharedCaptures) {
+  // The captures are copied byte for byte into test/data so the suite runs
+  // without ../shared; where ../shared is present (CI has it), they must not drift.
+  const std::filesystem::path shared =
+      std::filesystem::path(UROCE_SOURCE_ROOT) / ".." / "shared" / "testdata" / "rxe-pcaps";
+  if (!std::filesystem::exists(shared)) GTEST_SKIP() << shared << " not present";
+  std::size_t compared = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(shared)) {
+    const auto ours = std::filesystem::path(golden_dir()) / entry.path().filename();
+    ASSERT_TRUE(std::filesystem::exists(ours)) << ours << " missing from test/data";
+    std::ifstream a(entry.path(), std::ios::binary);
+    std::ifstream b(ours, std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), {});
+    const std::string sb((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_TRUE(sa == sb) << ours << " differs from " << entry.path();
+    ++compared;
+  }
+  EXPECT_GE(compared, 14u);
 }
 
 TEST(GoldenData, TotalsMatchTheReadme) {
@@ -174,11 +196,7 @@ TEST_P(GoldenCapture, RebuildFromParsedFieldsIsByteIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RxePcaps, GoldenCapture, ::testing::ValuesIn(golden_files()),
-                         [](const auto& param_info) {
-                           std::string name = param_info.param.substr(0, param_info.param.size() - 5);
-                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& param_info) { return capture_test_name(param_info.param); });
 
 }  // namespace
 }  // namespace uroce::test

@@ -47,6 +47,14 @@ std::uint16_t ipv4_header_checksum(const std::uint8_t* header, std::size_t len) 
   return static_cast<std::uint16_t>(~sum);
 }
 
+void ipv4_refresh_checksum(std::uint8_t* header) {
+  header[10] = 0;
+  header[11] = 0;
+  const std::uint16_t sum = ipv4_header_checksum(header, (header[0] & 0x0fu) * 4u);
+  header[10] = static_cast<std::uint8_t>(sum >> 8);
+  header[11] = static_cast<std::uint8_t>(sum);
+}
+
 std::uint32_t ParsedFrame::icrc() const { return icrc_load(frame.data() + icrc_offset); }
 
 namespace {
@@ -208,9 +216,7 @@ HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
     ip.src = spec.src4;
     ip.dst = spec.dst4;
     std::memcpy(p + l3, &ip, sizeof ip);
-    const std::uint16_t sum = ipv4_header_checksum(p + l3, sizeof ip);
-    p[l3 + 10] = static_cast<std::uint8_t>(sum >> 8);
-    p[l3 + 11] = static_cast<std::uint8_t>(sum);
+    ipv4_refresh_checksum(p + l3);
   }
 
   UdpHdr udp;

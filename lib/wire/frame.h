@@ -156,4 +156,8 @@ FrameSpec spec_from_parsed(const ParsedFrame& parsed);
 // verifying a header that already carries a correct checksum).
 std::uint16_t ipv4_header_checksum(const std::uint8_t* header, std::size_t len);
 
+// Recomputes and stores the checksum of the IPv4 header at `header` (its
+// length taken from the IHL field), as after rewriting TTL or ECN.
+void ipv4_refresh_checksum(std::uint8_t* header);
+
 }  // namespace uroce::wire
