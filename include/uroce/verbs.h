@@ -1,0 +1,194 @@
+// uroce's verbs-like API: the object model every RDMA programmer knows
+// (device context, protection domain, memory region, completion queue,
+// queue pair), with rdma-core's <infiniband/verbs.h> types for work requests,
+// completions, QP attributes and their masks. Only that header is used: no
+// libibverbs library and no kernel device are needed.
+//
+// Objects are created by and owned by their Context; destroy them through
+// the Context (as with ibv_dealloc_pd and friends) or let the Context's
+// destructor release everything. Calls return 0 or an errno value like the
+// verbs they mirror; errors also leave a one-line message in
+// Context::last_error().
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace uroce {
+
+namespace engine {
+class Engine;
+class PacketIo;
+class Clock;
+}  // namespace engine
+
+// ibv_wc_status_str without the libibverbs library: "success",
+// "transport retry counter exceeded", ...
+const char* wc_status_str(ibv_wc_status status);
+
+class Context;
+class ProtectionDomain;
+class MemoryRegion;
+class CompletionQueue;
+class QueuePair;
+
+// Device limits, as ibv_query_device reports them.
+struct DeviceLimits {
+  std::uint32_t max_qp = 1024;
+  std::uint32_t max_qp_wr = 16384;
+  std::uint32_t max_sge = 16;
+  std::uint32_t max_inline_data = 256;
+  std::uint32_t max_cqe = 1u << 20;
+  std::uint32_t max_mr = 65536;
+  std::uint32_t max_qp_rd_atom = 16;      // max_rd_atomic
+  std::uint32_t max_qp_init_rd_atom = 16; // max_dest_rd_atomic
+};
+
+// ibv_qp_init_attr with this API's CQ objects.
+struct QpInitAttr {
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  ibv_qp_cap cap{};                  // max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data
+  ibv_qp_type qp_type = IBV_QPT_RC;  // RC only, so far
+  bool sq_sig_all = false;
+};
+
+// Where a Context sends and receives frames, and its addresses.
+struct PortConfig {
+  engine::PacketIo* io = nullptr;    // the port (simulated link, DPDK port, ...); not owned
+  engine::Clock* clock = nullptr;    // time source (virtual in the simulator); not owned
+  std::uint8_t mac[6] = {};
+  ibv_gid gid = {};                  // our RoCEv2 GID (IPv4-mapped ::ffff:a.b.c.d, or IPv6)
+  ibv_mtu active_mtu = IBV_MTU_4096; // largest path MTU the port carries
+  std::uint64_t seed = 1;            // for the transport's randomness (initial PSNs)
+};
+
+class Context {
+ public:
+  // A device on `port`. Never returns nullptr for a valid config; `error` says
+  // what is wrong otherwise ("no packet I/O given: ...").
+  static std::unique_ptr<Context> open(const PortConfig& port, std::string& error);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const DeviceLimits& limits() const;
+  const ibv_gid& gid() const;
+  const std::string& last_error() const;
+
+  ProtectionDomain* alloc_pd();
+  int dealloc_pd(ProtectionDomain* pd);  // EBUSY while MRs or QPs use it
+
+  // cqe: capacity. Overflow is an error: the CQ stops accepting completions,
+  // poll() returns -EOVERFLOW, and QPs that post to it move to ERR.
+  CompletionQueue* create_cq(int cqe);
+  int destroy_cq(CompletionQueue* cq);  // EBUSY while QPs use it
+
+  // Memory for regions: hugepage-backed when hugepages are reserved, normal
+  // pages otherwise. Aligned to 4 KiB at least. nullptr when out of memory.
+  void* alloc_buffer(std::size_t bytes);
+  void free_buffer(void* buffer);
+
+  // One run of the engine's loop: receive, timers, transmit. The simulator
+  // and single-threaded embedders call this; worker cores call it in a loop.
+  // Returns the number of frames received plus sent.
+  std::size_t progress();
+
+  engine::Engine& engine();
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  Context() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+class ProtectionDomain {
+ public:
+  // Registers [addr, addr + length) with ibv_access_flags. The region's iova
+  // (the address remote peers use) is addr. nullptr on error (see
+  // Context::last_error(): bad flags, zero length, out of keys).
+  MemoryRegion* reg_mr(void* addr, std::size_t length, int access);
+  // The same with a remote address `iova` that differs from addr (ibv_reg_mr_iova).
+  MemoryRegion* reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access);
+  int dereg_mr(MemoryRegion* mr);
+
+  // Creates an RC QP in RESET. nullptr on error (unsupported type, caps over
+  // the device limits, CQ missing).
+  QueuePair* create_qp(const QpInitAttr& attr);
+  int destroy_qp(QueuePair* qp);
+
+  Context& context() { return *ctx_; }
+  std::uint32_t handle() const { return handle_; }
+
+  ProtectionDomain(Context* ctx, std::uint32_t handle) : ctx_(ctx), handle_(handle) {}
+
+ private:
+  Context* ctx_;
+  std::uint32_t handle_;
+};
+
+class MemoryRegion {
+ public:
+  void* addr = nullptr;
+  std::size_t length = 0;
+  std::uint64_t iova = 0;
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+  int access = 0;
+  ProtectionDomain* pd = nullptr;
+};
+
+class CompletionQueue {
+ public:
+  // Up to n completions into wc. Returns how many, or -EOVERFLOW once the
+  // queue has overflowed.
+  int poll(int n, ibv_wc* wc);
+  int capacity() const;
+
+  struct Impl;
+  explicit CompletionQueue(std::unique_ptr<Impl> impl);
+  ~CompletionQueue();
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class QueuePair {
+ public:
+  std::uint32_t qp_num() const;
+
+  // ibv_modify_qp: attr_mask is IBV_QP_* bits. Checks the transition and the
+  // required and allowed attributes of IBTA table 91 (RC); EINVAL otherwise,
+  // with the reason in Context::last_error().
+  int modify(const ibv_qp_attr& attr, int attr_mask);
+  int query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr = nullptr) const;
+  ibv_qp_state state() const;
+
+  // ibv_post_send / ibv_post_recv. Returns 0, or ENOMEM (queue full), EINVAL
+  // (bad opcode, too many SGEs, inline too long, QP state), and sets *bad_wr
+  // to the first work request not posted.
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+  // A per-QP counter by name (lib/transport/counters.h lists them); 0 for
+  // an unknown name.
+  std::uint64_t counter(const char* name) const;
+
+  struct Impl;
+  QueuePair(Context* ctx, std::unique_ptr<Impl> impl);
+  ~QueuePair();
+  Impl& impl() { return *impl_; }
+
+ private:
+  Context* ctx_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uroce

@@ -1,0 +1,124 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "wire/frame.h"
+
+namespace uroce::engine {
+namespace {
+
+constexpr const char* kCounterNames[] = {
+#define UROCE_X(name, description) #name,
+    UROCE_ENGINE_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+};
+
+}  // namespace
+
+const char* engine_counter_name(EngineCounter c) {
+  return c < EngineCounter::kCount ? kCounterNames[static_cast<std::size_t>(c)] : "invalid";
+}
+
+Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs) : io_(io), clock_(clock) { env_.mrs = &mrs; }
+
+void Engine::add_qp(transport::Qp* qp) {
+  qps_[qp->qpn] = qp;
+  qp_list_.push_back(qp);
+}
+
+void Engine::remove_qp(transport::Qp* qp) {
+  qps_.erase(qp->qpn);
+  qp_list_.erase(std::remove(qp_list_.begin(), qp_list_.end(), qp), qp_list_.end());
+  tx_cursor_ = 0;
+}
+
+transport::Qp* Engine::find_qp(std::uint32_t qpn) const {
+  const auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second;
+}
+
+std::size_t Engine::poll() {
+  env_.now = clock_.now_ns();
+  const std::size_t before = counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
+                             counters_[static_cast<std::size_t>(EngineCounter::tx_frames)];
+  receive();
+  for (transport::Qp* qp : qp_list_) transport::completer_on_timer(*qp, env_);
+  transmit();
+  return counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
+         counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] - before;
+}
+
+std::uint64_t Engine::next_timer_ns() const {
+  std::uint64_t t = 0;
+  for (const transport::Qp* qp : qp_list_) {
+    if (qp->comp.deadline != 0 && (t == 0 || qp->comp.deadline < t)) t = qp->comp.deadline;
+    if (qp->req.rnr_wait && (t == 0 || qp->req.rnr_until < t)) t = qp->req.rnr_until;
+  }
+  return t;
+}
+
+bool Engine::has_tx_work() const {
+  if (tx_pending_ > 0) return true;
+  for (const transport::Qp* qp : qp_list_) {
+    if (qp->resp.out_head != qp->resp.out_tail) return true;
+    if (qp->active() && !qp->req.rnr_wait && qp->req_next != qp->sq_posted) return true;
+  }
+  return false;
+}
+
+void Engine::receive() {
+  const std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
+  counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] += n;
+  for (std::uint16_t i = 0; i < n; ++i) {
+    wire::ParsedFrame p;
+    const wire::ParseStatus s = wire::parse_frame_in_place(std::span(rx_[i].data, rx_[i].len), p);
+    if (s != wire::ParseStatus::kOk) [[unlikely]] {
+      if (wire::is_not_roce(s)) ++counters_[static_cast<std::size_t>(EngineCounter::rx_not_roce)];
+      else ++parse_drops_[static_cast<std::size_t>(s)];
+      continue;
+    }
+    const wire::Bth bth = p.bth();
+    if (p.info->transport != wire::Transport::kRc) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(p.info->has(wire::kCnpOp) ? EngineCounter::rx_cnp
+                                                                      : EngineCounter::rx_unsupported_transport)];
+      continue;
+    }
+    // One P_Key, the default (0xffff; the membership bit aside).
+    if ((bth.pkey.get() & 0x7fff) != 0x7fff) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(EngineCounter::rx_bad_pkey)];
+      continue;
+    }
+    transport::Qp* qp = find_qp(bth.dest_qp.get());
+    if (qp == nullptr) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(EngineCounter::rx_unknown_qp)];
+      continue;
+    }
+    if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
+    else transport::completer_on_response(*qp, env_, p);
+  }
+  if (n > 0) io_.rx_release(rx_.data(), n);
+}
+
+void Engine::transmit() {
+  std::uint16_t count = tx_pending_;
+  const std::size_t nq = qp_list_.size();
+  // Responder answers first (they free the peer's window), then requests;
+  // QPs take turns from a rotating start so none starves.
+  for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
+    transport::Qp* qp = qp_list_[(tx_cursor_ + k) % nq];
+    count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, kBurst - count));
+  }
+  for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
+    transport::Qp* qp = qp_list_[(tx_cursor_ + k) % nq];
+    count = static_cast<std::uint16_t>(count + transport::requester_fill(*qp, env_, tx_.data() + count, kBurst - count));
+  }
+  if (nq > 0) tx_cursor_ = (tx_cursor_ + 1) % nq;
+  if (count == 0) return;
+  const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
+  counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] += sent;
+  // Whatever the port did not take goes first next time.
+  std::copy(tx_.begin() + sent, tx_.begin() + count, tx_.begin());
+  tx_pending_ = static_cast<std::uint16_t>(count - sent);
+}
+
+}  // namespace uroce::engine

@@ -1,0 +1,43 @@
+// What an engine runs on: a port that moves frames in bursts, and a clock.
+// Both are injected, so the transport runs on a simulated link and virtual
+// time in tests and on DPDK and the TSC in production. One virtual call per
+// burst, never per packet.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "wire/tx_frame.h"
+
+namespace uroce::engine {
+
+// A received frame in a buffer the port owns until rx_release().
+struct RxFrame {
+  std::uint8_t* data = nullptr;
+  std::uint16_t len = 0;
+  void* cookie = nullptr;  // the port's handle (an mbuf)
+};
+
+class PacketIo {
+ public:
+  virtual ~PacketIo() = default;
+  // Up to `max` received frames.
+  virtual std::uint16_t rx_burst(RxFrame* frames, std::uint16_t max) = 0;
+  // The engine is done with these frames.
+  virtual void rx_release(RxFrame* frames, std::uint16_t n) = 0;
+  // Sends frames; returns how many were taken (the rest stay with the engine,
+  // which offers them again). A taken frame's payload pieces may be read
+  // until the port has sent it; the region they point into outlives that.
+  virtual std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) = 0;
+  // Control path: the Ethernet address for a peer's GID (ARP/ND, or static).
+  virtual bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
+};
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::uint64_t now_ns() = 0;
+};
+
+}  // namespace uroce::engine

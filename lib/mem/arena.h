@@ -1,0 +1,23 @@
+// Buffers for memory regions: hugepage-backed when the system has hugepages
+// reserved (fewer TLB misses, and DMA-able once registered with DPDK),
+// normal pages otherwise.
+#pragma once
+
+#include <cstddef>
+
+namespace uroce::mem {
+
+enum class PageKind { kHuge, kNormal };
+
+struct Buffer {
+  void* addr = nullptr;
+  std::size_t bytes = 0;  // mapped size (rounded up to the page size)
+  PageKind kind = PageKind::kNormal;
+};
+
+// Maps `bytes` of zeroed memory. With `allow_huge`, tries 2 MiB hugepages
+// first. addr == nullptr when out of memory.
+Buffer map_buffer(std::size_t bytes, bool allow_huge);
+void unmap_buffer(const Buffer& b);
+
+}  // namespace uroce::mem

@@ -1,0 +1,65 @@
+// Memory regions: registration, lkey/rkey lookup, and the bounds, access and
+// protection-domain checks every placement passes before a byte moves
+// (IBTA 10.6 and C9-88: R_Key, bounds, access rights, PD).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace uroce::mem {
+
+enum class AccessResult : std::uint8_t {
+  kOk,
+  kBadKey,       // no such key, or a stale or invalidated one
+  kBadPd,        // the region belongs to another protection domain
+  kOutOfBounds,  // the range leaves the region (or wraps)
+  kNoAccess,     // the region does not grant the access asked
+};
+
+const char* access_result_name(AccessResult r);
+
+struct Region {
+  std::uint8_t* base = nullptr;  // host address of iova
+  std::uint64_t iova = 0;        // the address peers and SGEs use
+  std::uint64_t length = 0;
+  int access = 0;                // ibv_access_flags
+  std::uint32_t pd = 0;
+  std::uint32_t key = 0;         // lkey == rkey
+  bool valid = false;
+  bool rkey_valid = false;       // cleared by SEND with Invalidate
+};
+
+class MrTable {
+ public:
+  explicit MrTable(std::uint32_t capacity);
+
+  // Registers a region. Returns 0 and the key, or EINVAL (zero length, bad
+  // flags: remote write or atomic without local write) or ENOMEM (table full).
+  int add(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
+          std::uint32_t& key);
+  // A caller-chosen key (tests that replay captured traffic need the peer's
+  // rkey); EEXIST if its slot is taken.
+  int add_with_key(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length,
+                   int access, std::uint32_t key);
+  int remove(std::uint32_t key);
+  std::uint32_t regions_in_pd(std::uint32_t pd) const;
+
+  // Resolves [iova, iova + len) under `key` for a peer (`remote`: rkey) or a
+  // local SGE (lkey) asking for `need` (ibv_access_flags bits; 0 for a local
+  // read). On kOk sets `host` to the first byte.
+  AccessResult check(std::uint32_t key, bool remote, std::uint32_t pd, std::uint64_t iova,
+                     std::uint64_t len, int need, std::uint8_t*& host) const;
+
+  // SEND with Invalidate: the rkey stops working for peers (IBTA 10.6.6.1).
+  // kBadKey if unknown, kBadPd if in another PD.
+  AccessResult invalidate(std::uint32_t rkey, std::uint32_t pd);
+
+  const Region* find(std::uint32_t key) const;
+
+ private:
+  std::vector<Region> slots_;
+  std::vector<std::uint8_t> generation_;  // low byte of the next key per slot
+};
+
+}  // namespace uroce::mem

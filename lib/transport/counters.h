@@ -1,0 +1,66 @@
+// Transport counters, declared once (name, description). Per QP and summed
+// per engine; exposed by name to the API, telemetry and the tools.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace uroce::transport {
+
+#define UROCE_QP_COUNTER_LIST(X)                                                         \
+  X(tx_packets, "packets sent")                                                        \
+  X(tx_bytes, "payload bytes sent")                                                    \
+  X(rx_packets, "packets received and accepted")                                       \
+  X(rx_bytes, "payload bytes received and placed")                                     \
+  X(retransmitted_packets, "request packets sent again (go-back-N)")                   \
+  X(timeouts, "local ACK timeouts")                                                    \
+  X(retry_exceeded, "requests ended by retry_cnt exhaustion")                          \
+  X(rnr_naks_received, "RNR NAKs received (requester)")                                \
+  X(rnr_naks_sent, "RNR NAKs sent: a SEND found no receive posted (responder)")        \
+  X(rnr_retry_exceeded, "requests ended by rnr_retry exhaustion")                      \
+  X(duplicate_requests, "duplicate request packets received (responder)")              \
+  X(duplicate_responses, "duplicate or stale responses received (requester)")          \
+  X(out_of_sequence, "request packets ahead of the expected PSN (responder)")          \
+  X(out_of_sequence_responses, "responses ahead of the expected PSN (requester)")      \
+  X(nak_seq_sent, "NAK PSN sequence error sent")                                       \
+  X(nak_inv_req_sent, "NAK invalid request sent")                                      \
+  X(nak_rem_access_sent, "NAK remote access error sent")                               \
+  X(nak_rem_op_sent, "NAK remote operational error sent")                              \
+  X(nak_seq_received, "NAK PSN sequence error received")                               \
+  X(nak_inv_req_received, "NAK invalid request received")                              \
+  X(nak_rem_access_received, "NAK remote access error received")                       \
+  X(nak_rem_op_received, "NAK remote operational error received")                      \
+  X(acks_sent, "ACK packets sent")                                                     \
+  X(acks_received, "ACK packets received")                                             \
+  X(implicit_naks, "READ/atomic responses found missing behind a later ACK")           \
+  X(read_responses_sent, "RDMA READ response packets sent")                            \
+  X(atomics_executed, "atomic operations executed")                                    \
+  X(atomics_replayed, "duplicate atomics answered from the response cache")            \
+  X(drop_bad_state, "packets dropped: QP not in a state that receives them")           \
+  X(drop_bad_opcode_sequence, "packets dropped or NAKed: opcode out of message order") \
+  X(completions, "work completions generated")                                         \
+  X(completion_errors, "work completions with an error status")                        \
+  X(flushed, "work requests flushed by the QP entering ERR")
+
+enum class QpCounter : std::uint8_t {
+#define UROCE_X(name, description) name,
+  UROCE_QP_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+      kCount
+};
+
+inline constexpr std::size_t kQpCounterCount = static_cast<std::size_t>(QpCounter::kCount);
+
+struct QpCounters {
+  std::array<std::uint64_t, kQpCounterCount> value{};
+  void add(QpCounter c, std::uint64_t n = 1) { value[static_cast<std::size_t>(c)] += n; }
+  std::uint64_t get(QpCounter c) const { return value[static_cast<std::size_t>(c)]; }
+};
+
+const char* qp_counter_name(QpCounter c);
+const char* qp_counter_description(QpCounter c);
+// The counter called `name`, or kCount.
+QpCounter qp_counter_by_name(std::string_view name);
+
+}  // namespace uroce::transport

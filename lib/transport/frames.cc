@@ -1,0 +1,29 @@
+#include "transport/qp.h"
+#include "wire/icrc.h"
+
+namespace uroce::transport {
+
+void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
+  const wire::HeaderLayout layout = wire::build_headers(qp.tx_template, payload_bytes, f.hdr);
+  f.hdr_len = static_cast<std::uint16_t>(layout.header_bytes);
+  f.l3_offset = static_cast<std::uint16_t>(layout.l3_offset);
+  for (int i = 0; i < layout.pad; ++i) f.trailer[i] = 0;
+
+  std::array<std::span<const std::uint8_t>, wire::TxFrame::kMaxPieces + 1> pieces;
+  for (int i = 0; i < f.npieces; ++i) pieces[i] = f.pieces[i];
+  pieces[f.npieces] = std::span<const std::uint8_t>(f.trailer.data(), layout.pad);
+  const auto headers = std::span<const std::uint8_t>(f.hdr).subspan(f.l3_offset, f.hdr_len - f.l3_offset);
+  const std::uint32_t icrc =
+      wire::icrc_compute(env.crc32, headers, std::span(pieces.data(), f.npieces + 1u));
+  wire::icrc_store(f.trailer.data() + layout.pad, icrc);
+  f.trailer_len = static_cast<std::uint8_t>(layout.pad + 4);
+  qp.counters.add(QpCounter::tx_packets);
+  qp.counters.add(QpCounter::tx_bytes, payload_bytes);
+}
+
+std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now) {
+  const std::uint64_t t = qp.attr.timeout == 0 ? 0 : (4096ull << qp.attr.timeout);
+  return t == 0 ? 0 : now + t;
+}
+
+}  // namespace uroce::transport

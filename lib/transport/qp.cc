@@ -1,0 +1,280 @@
+// QP control path: creation, attribute changes, the error state and flushes,
+// posting work requests; and the completion ring.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/psn.h"
+#include "transport/qp.h"
+
+namespace uroce::transport {
+
+bool CompletionRing::push(const ibv_wc& wc) {
+  const std::uint64_t head = head_.load(std::memory_order_relaxed);
+  if (head - tail_.load(std::memory_order_acquire) >= capacity_) {
+    overflow_.store(true, std::memory_order_release);
+    return false;
+  }
+  ring_[head % capacity_] = wc;
+  head_.store(head + 1, std::memory_order_release);
+  return true;
+}
+
+int CompletionRing::poll(int n, ibv_wc* out) {
+  if (overflow_.load(std::memory_order_acquire)) return -EOVERFLOW;
+  const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+  const std::uint64_t avail = head_.load(std::memory_order_acquire) - tail;
+  const auto k = static_cast<int>(std::min<std::uint64_t>(avail, n < 0 ? 0 : static_cast<std::uint64_t>(n)));
+  for (int i = 0; i < k; ++i) out[i] = ring_[(tail + i) % capacity_];
+  tail_.store(tail + k, std::memory_order_release);
+  return k;
+}
+
+void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
+             CompletionRing* recv_cq) {
+  qp.qpn = qpn;
+  qp.pd = pd;
+  qp.caps = caps;
+  qp.send_cq = send_cq;
+  qp.recv_cq = recv_cq;
+  qp.sq.init(std::max<std::uint32_t>(caps.max_send_wr, 1));
+  qp.rq.init(std::max<std::uint32_t>(caps.max_recv_wr, 1));
+  qp.inline_buf.assign(static_cast<std::size_t>(qp.sq.capacity()) * std::max<std::uint32_t>(caps.max_inline_data, 1), 0);
+  qp.state = IBV_QPS_RESET;
+  qp.attr = ibv_qp_attr{};
+  qp.attr.qp_state = IBV_QPS_RESET;
+  qp.attr.path_mtu = IBV_MTU_1024;
+}
+
+namespace {
+
+void reset_queues(Qp& qp) {
+  qp.sq_posted = qp.req_next = qp.comp_next = 0;
+  qp.rq_posted = qp.rq_next = 0;
+  qp.req = Qp::Requester{};
+  qp.comp = Qp::Completer{};
+  std::vector<ResponderResource> resources = std::move(qp.resp.resources);
+  FixedRing<Response> out = std::move(qp.resp.out);
+  qp.resp = Qp::Responder{};
+  qp.resp.resources = std::move(resources);
+  qp.resp.out = std::move(out);
+  for (auto& r : qp.resp.resources) r = ResponderResource{};
+}
+
+void push_flush(CompletionRing* cq, std::uint64_t wr_id, std::uint32_t qpn, ibv_wc_opcode opcode) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = opcode;
+  wc.qp_num = qpn;
+  if (cq != nullptr) cq->push(wc);
+}
+
+ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    default: return IBV_WC_SEND;
+  }
+}
+
+}  // namespace
+
+void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid) {
+  if (mask & IBV_QP_ACCESS_FLAGS) qp.attr.qp_access_flags = attr.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) qp.attr.pkey_index = attr.pkey_index;
+  if (mask & IBV_QP_PORT) qp.attr.port_num = attr.port_num;
+  if (mask & IBV_QP_PATH_MTU) {
+    qp.attr.path_mtu = attr.path_mtu;
+    qp.mtu = 128u << attr.path_mtu;
+  }
+  if (mask & IBV_QP_DEST_QPN) qp.attr.dest_qp_num = attr.dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) {
+    qp.attr.rq_psn = attr.rq_psn;
+    qp.resp.psn = attr.rq_psn & kPsnMask;
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    qp.attr.sq_psn = attr.sq_psn;
+    qp.req.psn = qp.req.high_psn = qp.comp.psn = attr.sq_psn & kPsnMask;
+  }
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+    qp.attr.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+    const std::uint32_t n = std::max<std::uint32_t>(attr.max_dest_rd_atomic, 1);
+    qp.resp.resources.assign(n, ResponderResource{});
+    qp.resp.next_resource = 0;
+    // Responses queue in PSN order; ACKs between READs coalesce, so twice the
+    // resources plus a few ACK/NAK slots always suffice.
+    qp.resp.out.init(2 * n + 8);
+    qp.resp.out_head = qp.resp.out_tail = 0;
+  }
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp.attr.max_rd_atomic = attr.max_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) qp.attr.min_rnr_timer = attr.min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) qp.attr.timeout = attr.timeout;
+  if (mask & IBV_QP_RETRY_CNT) {
+    qp.attr.retry_cnt = attr.retry_cnt;
+    qp.comp.retry_left = attr.retry_cnt;
+  }
+  if (mask & IBV_QP_RNR_RETRY) {
+    qp.attr.rnr_retry = attr.rnr_retry;
+    qp.comp.rnr_left = attr.rnr_retry;
+  }
+  if (mask & IBV_QP_AV) {
+    qp.attr.ah_attr = attr.ah_attr;
+    wire::FrameSpec& t = qp.tx_template;
+    std::memcpy(t.eth_dst.data(), peer_mac, 6);
+    std::memcpy(t.eth_src.data(), local_mac, 6);
+    const std::uint8_t* dgid = attr.ah_attr.grh.dgid.raw;
+    static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(dgid, kV4Mapped, 12) == 0) {
+      t.ip_version = 4;
+      std::memcpy(t.dst4.data(), dgid + 12, 4);
+      std::memcpy(t.src4.data(), local_gid.raw + 12, 4);
+      t.tos = attr.ah_attr.grh.traffic_class;
+      t.ttl = attr.ah_attr.grh.hop_limit ? attr.ah_attr.grh.hop_limit : 64;
+    } else {
+      t.ip_version = 6;
+      std::memcpy(t.dst6.data(), dgid, 16);
+      std::memcpy(t.src6.data(), local_gid.raw, 16);
+      t.traffic_class = attr.ah_attr.grh.traffic_class;
+      t.flow_label = attr.ah_attr.grh.flow_label;
+      t.hop_limit = attr.ah_attr.grh.hop_limit ? attr.ah_attr.grh.hop_limit : 64;
+    }
+    // The source port spreads QPs over the fabric's ECMP paths and the
+    // peer's receive queues (A17.5.1 leaves the choice to the sender).
+    t.udp_src_port = static_cast<std::uint16_t>(0xc000 | (qp.qpn & 0x3fff));
+    t.udp_dst_port = wire::kRoceV2Port;
+    t.bth.pkey.set(0xffff);
+  }
+  if (mask & IBV_QP_DEST_QPN) qp.tx_template.bth.dest_qp.set(attr.dest_qp_num);
+
+  const ibv_qp_state prev = qp.state;
+  qp.state = next;
+  qp.attr.qp_state = next;
+  qp.attr.cur_qp_state = next;
+  if (next == IBV_QPS_RESET && prev != IBV_QPS_RESET) reset_queues(qp);
+  if (next == IBV_QPS_ERR && prev != IBV_QPS_ERR) {
+    qp.state = prev;  // qp_enter_error flushes from the state it leaves
+    qp_enter_error(qp);
+  }
+}
+
+void qp_enter_error(Qp& qp) {
+  qp.state = IBV_QPS_ERR;
+  qp.attr.qp_state = IBV_QPS_ERR;
+  qp.comp.deadline = 0;
+  qp.req.rnr_wait = false;
+  for (; qp.comp_next != qp.sq_posted; ++qp.comp_next) {
+    const SendWqe& w = qp.sq[qp.comp_next];
+    push_flush(qp.send_cq, w.wr_id, qp.qpn, wc_opcode_of(w.opcode));
+    qp.counters.add(QpCounter::flushed);
+  }
+  qp.req_next = qp.comp_next;
+  qp.req.pkt_index = 0;
+  for (; qp.rq_next != qp.rq_posted; ++qp.rq_next) {
+    push_flush(qp.recv_cq, qp.rq[qp.rq_next].wr_id, qp.qpn, IBV_WC_RECV);
+    qp.counters.add(QpCounter::flushed);
+  }
+  // Only a fatal NAK may still leave; everything else owed is dropped.
+  std::uint32_t keep = qp.resp.out_head;
+  for (std::uint32_t i = qp.resp.out_head; i != qp.resp.out_tail; ++i) {
+    if (qp.resp.out[i].fatal) qp.resp.out[keep++] = qp.resp.out[i];
+  }
+  qp.resp.out_tail = keep;
+}
+
+int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
+  if (qp.state == IBV_QPS_RESET || qp.state == IBV_QPS_INIT || qp.state == IBV_QPS_RTR) return EINVAL;
+  if (qp.sq_posted - qp.comp_next >= qp.sq.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_send_sge) return EINVAL;
+
+  SendWqe& w = qp.sq[qp.sq_posted];
+  w = SendWqe{};
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags | (qp.caps.sq_sig_all ? IBV_SEND_SIGNALED : 0);
+  switch (wr.opcode) {
+    case IBV_WR_SEND: w.kind = WqeKind::kSend; break;
+    case IBV_WR_SEND_WITH_IMM: w.kind = WqeKind::kSend; w.imm_data = wr.imm_data; break;
+    case IBV_WR_SEND_WITH_INV: w.kind = WqeKind::kSend; w.invalidate_rkey = wr.invalidate_rkey; break;
+    case IBV_WR_RDMA_WRITE: w.kind = WqeKind::kWrite; break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: w.kind = WqeKind::kWrite; w.imm_data = wr.imm_data; break;
+    case IBV_WR_RDMA_READ: w.kind = WqeKind::kRead; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: w.kind = WqeKind::kAtomic; break;
+    default: return EINVAL;
+  }
+  if (w.kind == WqeKind::kAtomic) {
+    w.remote_addr = wr.wr.atomic.remote_addr;
+    w.rkey = wr.wr.atomic.rkey;
+    w.compare_add = wr.wr.atomic.compare_add;
+    w.swap = wr.wr.atomic.swap;
+  } else if (w.kind != WqeKind::kSend) {
+    w.remote_addr = wr.wr.rdma.remote_addr;
+    w.rkey = wr.wr.rdma.rkey;
+  }
+
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    // Inline data is copied now; the buffers may be reused on return.
+    if (w.kind != WqeKind::kSend && w.kind != WqeKind::kWrite) return EINVAL;
+    if (total > qp.caps.max_inline_data) return EINVAL;
+    std::uint8_t* dst =
+        qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.slot(qp.sq_posted)) * qp.caps.max_inline_data;
+    std::uint32_t at = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+    w.num_sge = total ? 1 : 0;
+    w.sge[0] = Sge{reinterpret_cast<std::uint64_t>(dst), at, kInlineLkey, dst};
+  } else {
+    w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; ++i) {
+      w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
+    }
+  }
+  if (total > (1ull << 31)) return EINVAL;  // IBTA: messages up to 2^31 bytes
+  w.length = static_cast<std::uint32_t>(total);
+  if (w.kind == WqeKind::kAtomic && (w.num_sge != 1 || w.length != 8)) return EINVAL;
+
+  if (qp.state == IBV_QPS_ERR) {
+    // Posting to a QP in ERR is allowed; the WR completes at once, flushed.
+    push_flush(qp.send_cq, w.wr_id, qp.qpn, wc_opcode_of(w.opcode));
+    qp.counters.add(QpCounter::flushed);
+    ++qp.sq_posted;
+    qp.comp_next = qp.req_next = qp.sq_posted;
+    return 0;
+  }
+  ++qp.sq_posted;
+  return 0;
+}
+
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
+  if (qp.state == IBV_QPS_RESET) return EINVAL;
+  if (qp.rq_posted - qp.rq_next >= qp.rq.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
+  RecvWqe& w = qp.rq[qp.rq_posted];
+  w = RecvWqe{};
+  w.wr_id = wr.wr_id;
+  w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
+    total += wr.sg_list[i].length;
+  }
+  w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
+  ++qp.rq_posted;
+  if (qp.state == IBV_QPS_ERR) {
+    push_flush(qp.recv_cq, w.wr_id, qp.qpn, IBV_WC_RECV);
+    qp.counters.add(QpCounter::flushed);
+    qp.rq_next = qp.rq_posted;
+  }
+  return 0;
+}
+
+}  // namespace uroce::transport

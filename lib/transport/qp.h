@@ -1,0 +1,265 @@
+// An RC queue pair: its attributes and state, its send and receive queues,
+// and the state of its three protocol roles (IBTA chapter 9.7):
+//   requester (requester.cc): turns send WQEs into request packets;
+//   completer (completer.cc): takes ACKs, NAKs and responses, completes WQEs,
+//     runs the retransmit and RNR timers and go-back-N;
+//   responder (responder.cc): executes requests, answers them in PSN order.
+// Everything here is sized at creation; the data path allocates nothing.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "mem/mr_table.h"
+#include "transport/counters.h"
+#include "wire/crc32.h"
+#include "wire/frame.h"
+#include "wire/tx_frame.h"
+
+namespace uroce::transport {
+
+inline constexpr std::uint32_t kMaxSge = wire::TxFrame::kMaxPieces;
+inline constexpr std::uint32_t kInlineLkey = 0;  // marks an SGE holding inline data (0 is never an MR key)
+inline constexpr std::uint32_t kMaxInline = 256;
+// Request packets in flight (sent, not yet acknowledged) per QP.
+inline constexpr std::uint32_t kWindowPackets = 1024;
+// A request packet carries AckReq at a message's end and at least this often.
+inline constexpr std::uint32_t kAckReqEvery = 32;
+
+// A completion queue's ring: the engine produces, the application polls.
+// Single producer, single consumer, lock-free.
+class CompletionRing {
+ public:
+  explicit CompletionRing(std::uint32_t capacity) : ring_(capacity), capacity_(capacity) {}
+  // False (and the ring is marked overflowed) when full.
+  bool push(const ibv_wc& wc);
+  int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
+  std::uint32_t capacity() const { return capacity_; }
+  bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
+  std::uint32_t users = 0;  // QPs attached (control path)
+
+ private:
+  std::vector<ibv_wc> ring_;
+  std::uint32_t capacity_;
+  std::atomic<std::uint64_t> head_{0};  // next to write
+  std::atomic<std::uint64_t> tail_{0};  // next to read
+  std::atomic<bool> overflow_{false};
+};
+
+struct Sge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+  std::uint8_t* host = nullptr;  // resolved when the WQE is first processed
+};
+
+enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic };
+
+struct SendWqe {
+  std::uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  WqeKind kind = WqeKind::kSend;
+  std::uint32_t send_flags = 0;
+  std::uint32_t imm_data = 0;         // as in ibv_send_wr: already big-endian
+  std::uint32_t invalidate_rkey = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  std::uint32_t length = 0;
+  std::uint8_t num_sge = 0;
+  bool resolved = false;
+  std::array<Sge, kMaxSge> sge{};
+  // Requester: the PSNs this WQE occupies, fixed when it is first sent.
+  bool started = false;
+  std::uint32_t first_psn = 0;
+  std::uint32_t npackets = 0;
+};
+
+struct RecvWqe {
+  std::uint64_t wr_id = 0;
+  std::uint32_t length = 0;
+  std::uint8_t num_sge = 0;
+  bool resolved = false;
+  std::array<Sge, kMaxSge> sge{};
+};
+
+// A READ or atomic the responder has executed, kept for duplicates
+// (IBTA 9.7.5.1.2-3: max_dest_rd_atomic responder resources).
+struct ResponderResource {
+  bool valid = false;
+  bool atomic = false;
+  std::uint32_t first_psn = 0;
+  std::uint32_t last_psn = 0;
+  std::uint64_t orig = 0;  // atomic: the value returned
+  std::uint32_t msn = 0;
+};
+
+// What the responder owes the requester, sent strictly in PSN order.
+struct Response {
+  enum class Kind : std::uint8_t { kAck, kRead, kAtomicAck };
+  Kind kind = Kind::kAck;
+  std::uint32_t psn = 0;       // ACK/NAK, atomic ACK: the BTH PSN; READ: next to send
+  std::uint8_t syndrome = 0;
+  std::uint32_t msn = 0;
+  // READ
+  const std::uint8_t* src = nullptr;
+  std::uint32_t remaining = 0;
+  std::uint32_t first_psn = 0;  // of the resource: decides First vs Middle
+  std::uint32_t last_psn = 0;
+  // atomic ACK
+  std::uint64_t orig = 0;
+  bool fatal = false;  // a NAK after which the QP is in ERR
+};
+
+template <typename T>
+class FixedRing {
+ public:
+  void init(std::uint32_t capacity) {
+    std::uint32_t c = 1;
+    while (c < capacity) c <<= 1;
+    slots_.assign(c, T{});
+    mask_ = c - 1;
+    limit_ = capacity;
+  }
+  T& operator[](std::uint32_t i) { return slots_[i & mask_]; }
+  const T& operator[](std::uint32_t i) const { return slots_[i & mask_]; }
+  std::uint32_t limit() const { return limit_; }
+  std::uint32_t capacity() const { return mask_ + 1; }
+  std::uint32_t slot(std::uint32_t i) const { return i & mask_; }
+
+ private:
+  std::vector<T> slots_;
+  std::uint32_t mask_ = 0;
+  std::uint32_t limit_ = 0;
+};
+
+struct QpCaps {
+  std::uint32_t max_send_wr = 0;
+  std::uint32_t max_recv_wr = 0;
+  std::uint32_t max_send_sge = 0;
+  std::uint32_t max_recv_sge = 0;
+  std::uint32_t max_inline_data = 0;
+  bool sq_sig_all = false;
+};
+
+struct Qp {
+  // Identity and configuration (control path).
+  std::uint32_t qpn = 0;
+  std::uint32_t pd = 0;
+  QpCaps caps;
+  ibv_qp_state state = IBV_QPS_RESET;
+  ibv_qp_attr attr{};  // the attributes as last set
+  CompletionRing* send_cq = nullptr;
+  CompletionRing* recv_cq = nullptr;
+  wire::FrameSpec tx_template;  // addresses and ports, set at RTR
+  std::uint32_t mtu = 1024;     // path MTU in bytes
+  QpCounters counters;
+
+  // Send queue. Cursors run free; a slot is sq[i].
+  FixedRing<SendWqe> sq;
+  std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
+  std::uint32_t sq_posted = 0;  // next slot the application fills
+  std::uint32_t req_next = 0;   // the WQE the requester is sending
+  std::uint32_t comp_next = 0;  // the oldest WQE not completed
+
+  struct Requester {
+    std::uint32_t psn = 0;        // next PSN to send
+    std::uint32_t high_psn = 0;   // one past the highest PSN ever sent
+    std::uint32_t pkt_index = 0;  // packets of sq[req_next] already sent
+    std::uint32_t reads_outstanding = 0;  // READ/atomic WQEs sent, not completed
+    std::uint32_t since_ack_req = 0;
+    bool rnr_wait = false;
+    std::uint64_t rnr_until = 0;
+    std::uint32_t rnr_psn = 0;
+  } req;
+
+  struct Completer {
+    std::uint32_t psn = 0;         // oldest PSN not yet acknowledged / answered
+    std::uint8_t retry_left = 0;
+    std::uint8_t rnr_left = 0;
+    std::uint64_t deadline = 0;    // retransmit timer; 0 = disarmed
+    bool rewound = false;          // rewound since the last progress
+    std::uint32_t rewound_psn = 0;
+  } comp;
+
+  // Receive queue.
+  FixedRing<RecvWqe> rq;
+  std::uint32_t rq_posted = 0;
+  std::uint32_t rq_next = 0;  // the WQE the next SEND consumes
+
+  struct Responder {
+    std::uint32_t psn = 0;  // expected PSN
+    std::uint32_t msn = 0;  // messages completed (24 bits on the wire)
+    bool nak_sent = false;  // a sequence NAK was sent and the expected PSN has not come
+    enum class Msg : std::uint8_t { kNone, kSend, kWrite } in_msg = Msg::kNone;
+    std::uint32_t offset = 0;             // bytes of the current message placed
+    std::uint8_t* write_dst = nullptr;    // WRITE in progress
+    std::uint32_t write_len = 0;          // its DMA length
+    bool write_imm_needs_wqe = false;
+    std::vector<ResponderResource> resources;
+    std::uint32_t next_resource = 0;
+    FixedRing<Response> out;
+    std::uint32_t out_head = 0;
+    std::uint32_t out_tail = 0;
+  } resp;
+
+  bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
+  bool receives() const {
+    return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
+  }
+};
+
+// Everything the roles need from outside the QP, per engine.
+struct Env {
+  mem::MrTable* mrs = nullptr;
+  wire::Crc32Fn crc32 = wire::crc32_default;
+  std::uint64_t now = 0;
+};
+
+// --- qp.cc: control path -----------------------------------------------------
+
+// Sizes the queues; the QP starts in RESET.
+void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
+             CompletionRing* recv_cq);
+// Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
+// `local` fill the frame template when the mask has IBV_QP_AV.
+void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid);
+// The QP enters ERR: every outstanding and later WR completes with WR_FLUSH_ERR.
+void qp_enter_error(Qp& qp);
+// ibv_post_send / ibv_post_recv for one WR: 0, ENOMEM or EINVAL.
+int qp_post_send(Qp& qp, const ibv_send_wr& wr);
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
+
+// --- data path ---------------------------------------------------------------
+
+// requester.cc: up to `room` request packets into `out`.
+std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
+// Go back to `psn` (go-back-N): the next packet sent is the one with that PSN.
+void requester_rewind(Qp& qp, std::uint32_t psn);
+
+// completer.cc
+void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
+void completer_on_timer(Qp& qp, Env& env);
+// Completes sq[comp_next] with `status` (and, if it is an error, moves the QP
+// to ERR and flushes the rest).
+void complete_send(Qp& qp, ibv_wc_status status);
+
+// responder.cc
+void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
+std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
+
+// frames.cc: writes the headers of qp.tx_template (whose BTH and extension
+// headers the caller has just set) into `f`, whose payload pieces are set,
+// then the pad and the ICRC.
+void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
+
+// Deadline of the retransmit timer from now (0: the QP's timeout is infinite).
+std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now);
+
+}  // namespace uroce::transport

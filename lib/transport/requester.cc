@@ -1,0 +1,178 @@
+// Requester (IBTA 9.7.2-9.7.4): turns send WQEs into request packets in
+// order, one path MTU at a time, assigns PSNs, keeps within the window and
+// max_rd_atomic, honours fences, and restarts from any PSN (go-back-N).
+#include "transport/psn.h"
+#include "transport/sgl.h"
+#include "wire/opcode.h"
+
+namespace uroce::transport {
+namespace {
+
+using wire::Opcode;
+
+std::uint32_t packets_for(const SendWqe& w, std::uint32_t mtu) {
+  if (w.kind == WqeKind::kAtomic) return 1;
+  // A zero-length message is one packet; a READ occupies one PSN per response.
+  return w.length == 0 ? 1 : (w.length + mtu - 1) / mtu;
+}
+
+Opcode send_opcode(const SendWqe& w, bool first, bool last) {
+  const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  const bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
+  if (first && last) return imm ? Opcode::kRcSendOnlyImm : inv ? Opcode::kRcSendOnlyInv : Opcode::kRcSendOnly;
+  if (first) return Opcode::kRcSendFirst;
+  if (!last) return Opcode::kRcSendMiddle;
+  return imm ? Opcode::kRcSendLastImm : inv ? Opcode::kRcSendLastInv : Opcode::kRcSendLast;
+}
+
+Opcode write_opcode(const SendWqe& w, bool first, bool last) {
+  const bool imm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (first && last) return imm ? Opcode::kRcWriteOnlyImm : Opcode::kRcWriteOnly;
+  if (first) return Opcode::kRcWriteFirst;
+  if (!last) return Opcode::kRcWriteMiddle;
+  return imm ? Opcode::kRcWriteLastImm : Opcode::kRcWriteLast;
+}
+
+void set_bth(Qp& qp, Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
+  wire::Bth& b = qp.tx_template.bth;
+  b.opcode = static_cast<std::uint8_t>(op);
+  b.set_flags(solicited, false, 0);
+  b.fecn_becn = 0;
+  b.set_ack_req(ack_req);
+  b.psn.set(psn);
+}
+
+}  // namespace
+
+void requester_rewind(Qp& qp, std::uint32_t psn) {
+  std::uint32_t i = qp.comp_next;
+  std::uint32_t reads = 0;
+  for (; i != qp.sq_posted && qp.sq[i].started; ++i) {
+    const SendWqe& w = qp.sq[i];
+    const std::int32_t d = psn_diff(psn, w.first_psn);
+    if (d >= 0 && static_cast<std::uint32_t>(d) < w.npackets) {
+      qp.req_next = i;
+      qp.req.pkt_index = static_cast<std::uint32_t>(d);
+      qp.req.psn = psn;
+      qp.req.reads_outstanding = reads;
+      qp.req.since_ack_req = 0;
+      return;
+    }
+    reads += is_read_or_atomic(w);
+  }
+  // `psn` is just past every WQE begun: continue with the first not begun.
+  if (i == qp.comp_next || psn == psn_add(qp.sq[i - 1].first_psn, qp.sq[i - 1].npackets)) {
+    qp.req_next = i;
+    qp.req.pkt_index = 0;
+    qp.req.psn = psn;
+    qp.req.reads_outstanding = reads;
+  }
+}
+
+std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
+  if (!qp.active()) return 0;
+  if (qp.req.rnr_wait) {
+    if (env.now < qp.req.rnr_until) return 0;
+    qp.req.rnr_wait = false;  // C9-152: retry from the NAKed PSN after the RNR timer
+    requester_rewind(qp, qp.req.rnr_psn);
+  }
+  std::uint16_t n = 0;
+  while (n < room && qp.req_next != qp.sq_posted) {
+    if (psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;
+    SendWqe& w = qp.sq[qp.req_next];
+    if (!w.started) {
+      if (qp.state == IBV_QPS_SQD) break;  // SQD: finish what has begun, begin nothing
+      if ((w.send_flags & IBV_SEND_FENCE) && qp.req.reads_outstanding > 0) break;
+      if (is_read_or_atomic(w) && qp.attr.max_rd_atomic == 0) {
+        // No initiator depth: the QP may not issue READs or atomics at all.
+        if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_QP_OP_ERR);
+        break;
+      }
+    }
+    if (is_read_or_atomic(w) && qp.req.reads_outstanding >= qp.attr.max_rd_atomic) break;
+    if (!w.resolved) {
+      const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+      if (sgl_resolve(w.sge.data(), w.num_sge, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) {
+        // C10-... a bad local key ends the WR with a local protection error.
+        if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_PROT_ERR);
+        break;
+      }
+      w.resolved = true;
+    }
+    if (!w.started) {
+      w.started = true;
+      w.first_psn = qp.req.psn;
+      w.npackets = packets_for(w, qp.mtu);
+    }
+
+    wire::TxFrame& f = out[n];
+    f.npieces = 0;
+    const std::uint32_t psn = qp.req.psn;
+    std::uint32_t payload = 0;
+    const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+    switch (w.kind) {
+      case WqeKind::kSend:
+      case WqeKind::kWrite: {
+        const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
+        payload = std::min(qp.mtu, w.length - offset);
+        const bool first = qp.req.pkt_index == 0;
+        const bool last = qp.req.pkt_index + 1 == w.npackets;
+        const bool ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery;
+        if (ack_req) qp.req.since_ack_req = 0;
+        if (w.kind == WqeKind::kSend) {
+          set_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
+          if (last) qp.tx_template.ieth.rkey.set(w.invalidate_rkey);
+        } else {
+          set_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
+          if (first) {
+            qp.tx_template.reth.va.set(w.remote_addr);
+            qp.tx_template.reth.rkey.set(w.rkey);
+            qp.tx_template.reth.dma_length.set(w.length);
+          }
+        }
+        if (last) std::memcpy(qp.tx_template.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
+        f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, payload, f.pieces.data());
+        qp.req.psn = psn_add(psn, 1);
+        ++qp.req.pkt_index;
+        break;
+      }
+      case WqeKind::kRead: {
+        // One request for the rest of the READ: a restart at a later PSN asks
+        // only for the bytes from there on (IBTA 9.7.5.1.2; rxe does the same).
+        const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
+        set_bth(qp, Opcode::kRcReadRequest, psn, true, false);
+        qp.tx_template.reth.va.set(w.remote_addr + offset);
+        qp.tx_template.reth.rkey.set(w.rkey);
+        qp.tx_template.reth.dma_length.set(w.length - std::min(offset, w.length));
+        qp.req.psn = psn_add(psn, w.npackets - qp.req.pkt_index);
+        qp.req.pkt_index = w.npackets;
+        ++qp.req.reads_outstanding;
+        break;
+      }
+      case WqeKind::kAtomic: {
+        const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+        set_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
+        qp.tx_template.atomic_eth.va.set(w.remote_addr);
+        qp.tx_template.atomic_eth.rkey.set(w.rkey);
+        qp.tx_template.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
+        qp.tx_template.atomic_eth.compare.set(cas ? w.compare_add : 0);
+        qp.req.psn = psn_add(psn, 1);
+        qp.req.pkt_index = 1;
+        ++qp.req.reads_outstanding;
+        break;
+      }
+    }
+    if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
+    if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
+    emit(qp, env, f, payload);
+    ++n;
+    if (qp.comp.deadline == 0) qp.comp.deadline = retransmit_deadline(qp, env.now);
+    if (qp.req.pkt_index >= w.npackets) {
+      ++qp.req_next;
+      qp.req.pkt_index = 0;
+    }
+  }
+  return n;
+}
+
+}  // namespace uroce::transport

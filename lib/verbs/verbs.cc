@@ -1,0 +1,296 @@
+// The verbs-like API on top of the engine and the transport.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/qp_state.h"
+#include "verbs/verbs_impl.h"
+
+namespace uroce {
+namespace {
+
+template <typename T>
+bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  const auto it = std::find_if(v.begin(), v.end(), [p](const auto& u) { return u.get() == p; });
+  if (it == v.end()) return false;
+  v.erase(it);
+  return true;
+}
+
+}  // namespace
+
+const char* wc_status_str(ibv_wc_status status) {
+  switch (status) {
+    case IBV_WC_SUCCESS: return "success";
+    case IBV_WC_LOC_LEN_ERR: return "local length error";
+    case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
+    case IBV_WC_LOC_EEC_OP_ERR: return "local EE context operation error";
+    case IBV_WC_LOC_PROT_ERR: return "local protection error";
+    case IBV_WC_WR_FLUSH_ERR: return "Work Request Flushed Error";
+    case IBV_WC_MW_BIND_ERR: return "memory management operation error";
+    case IBV_WC_BAD_RESP_ERR: return "bad response error";
+    case IBV_WC_LOC_ACCESS_ERR: return "local access error";
+    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request error";
+    case IBV_WC_REM_ACCESS_ERR: return "remote access error";
+    case IBV_WC_REM_OP_ERR: return "remote operation error";
+    case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
+    case IBV_WC_RNR_RETRY_EXC_ERR: return "RNR retry counter exceeded";
+    case IBV_WC_LOC_RDD_VIOL_ERR: return "local RDD violation error";
+    case IBV_WC_REM_INV_RD_REQ_ERR: return "remote invalid RD request";
+    case IBV_WC_REM_ABORT_ERR: return "aborted error";
+    case IBV_WC_INV_EECN_ERR: return "invalid EE context number";
+    case IBV_WC_INV_EEC_STATE_ERR: return "invalid EE context state";
+    case IBV_WC_FATAL_ERR: return "fatal error";
+    case IBV_WC_RESP_TIMEOUT_ERR: return "response timeout error";
+    case IBV_WC_GENERAL_ERR: return "general error";
+    default: break;
+  }
+  return "unknown";
+}
+
+// --- Context -------------------------------------------------------------------
+
+std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& error) {
+  if (port.io == nullptr || port.clock == nullptr) {
+    error = "no packet I/O or clock given: open a DPDK port or a simulated link first";
+    return nullptr;
+  }
+  auto ctx = std::unique_ptr<Context>(new Context());
+  ctx->impl_ = std::make_unique<Impl>(port);
+  return ctx;
+}
+
+Context::~Context() {
+  if (!impl_) return;
+  for (auto& qp : impl_->qps) impl_->engine.remove_qp(&qp->impl().qp);
+  impl_->qps.clear();
+  for (auto& [addr, buffer] : impl_->buffers) mem::unmap_buffer(buffer);
+}
+
+const DeviceLimits& Context::limits() const { return impl_->limits; }
+const ibv_gid& Context::gid() const { return impl_->port.gid; }
+const std::string& Context::last_error() const { return impl_->last_error; }
+engine::Engine& Context::engine() { return impl_->engine; }
+std::size_t Context::progress() { return impl_->engine.poll(); }
+
+ProtectionDomain* Context::alloc_pd() {
+  impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, impl_->next_pd++));
+  return impl_->pds.back().get();
+}
+
+int Context::dealloc_pd(ProtectionDomain* pd) {
+  if (impl_->mrs.regions_in_pd(pd->handle()) != 0) {
+    return impl_->fail(EBUSY, "the PD still has memory regions; deregister them first");
+  }
+  for (const auto& qp : impl_->qps) {
+    if (qp->impl().pd == pd) return impl_->fail(EBUSY, "the PD still has QPs; destroy them first");
+  }
+  return erase_owned(impl_->pds, pd) ? 0 : impl_->fail(EINVAL, "not a PD of this context");
+}
+
+CompletionQueue* Context::create_cq(int cqe) {
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > impl_->limits.max_cqe) {
+    impl_->fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
+    return nullptr;
+  }
+  impl_->cqs.push_back(std::make_unique<CompletionQueue>(
+      std::make_unique<CompletionQueue::Impl>(static_cast<std::uint32_t>(cqe))));
+  return impl_->cqs.back().get();
+}
+
+int Context::destroy_cq(CompletionQueue* cq) {
+  if (cq->impl().ring.users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
+  return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
+}
+
+void* Context::alloc_buffer(std::size_t bytes) {
+  const mem::Buffer b = mem::map_buffer(bytes, true);
+  if (b.addr == nullptr) {
+    impl_->fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte buffer");
+    return nullptr;
+  }
+  impl_->buffers[b.addr] = b;
+  return b.addr;
+}
+
+void Context::free_buffer(void* buffer) {
+  const auto it = impl_->buffers.find(buffer);
+  if (it == impl_->buffers.end()) return;
+  mem::unmap_buffer(it->second);
+  impl_->buffers.erase(it);
+}
+
+// --- ProtectionDomain -------------------------------------------------------------
+
+MemoryRegion* ProtectionDomain::reg_mr(void* addr, std::size_t length, int access) {
+  return reg_mr_iova(addr, length, reinterpret_cast<std::uint64_t>(addr), access);
+}
+
+MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
+  Context::Impl& c = ctx_->impl();
+  std::uint32_t key = 0;
+  const int rc = c.mrs.add(handle_, addr, iova, length, access, key);
+  if (rc != 0) {
+    c.fail(rc, rc == ENOMEM ? "too many memory regions (the device's max_mr)"
+                            : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
+    return nullptr;
+  }
+  auto mr = std::make_unique<MemoryRegion>();
+  mr->addr = addr;
+  mr->length = length;
+  mr->iova = iova;
+  mr->lkey = mr->rkey = key;
+  mr->access = access;
+  mr->pd = this;
+  c.mrs_owned.push_back(std::move(mr));
+  return c.mrs_owned.back().get();
+}
+
+int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
+  Context::Impl& c = ctx_->impl();
+  if (c.mrs.remove(mr->lkey) != 0) return c.fail(EINVAL, "not a registered memory region");
+  erase_owned(c.mrs_owned, mr);
+  return 0;
+}
+
+namespace testing {
+
+QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn) {
+  Context::Impl& c = pd->context().impl();
+  if (attr.qp_type != IBV_QPT_RC) {
+    c.fail(EOPNOTSUPP, "only RC QPs are supported so far (qp_type IBV_QPT_RC)");
+    return nullptr;
+  }
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+    c.fail(EINVAL, "send_cq and recv_cq are required");
+    return nullptr;
+  }
+  const DeviceLimits& l = c.limits;
+  const ibv_qp_cap& cap = attr.cap;
+  if (cap.max_send_wr > l.max_qp_wr || cap.max_recv_wr > l.max_qp_wr || cap.max_send_sge > l.max_sge ||
+      cap.max_recv_sge > l.max_sge || cap.max_inline_data > l.max_inline_data) {
+    c.fail(EINVAL, "QP capabilities exceed the device limits (max_qp_wr, max_sge, max_inline_data)");
+    return nullptr;
+  }
+  if (qpn > 0xffffff || c.engine.find_qp(qpn) != nullptr || c.qps.size() >= l.max_qp) {
+    c.fail(ENOMEM, "no QP number available");
+    return nullptr;
+  }
+  auto impl = std::make_unique<QueuePair::Impl>();
+  impl->pd = pd;
+  impl->init = attr;
+  transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
+                         cap.max_inline_data, attr.sq_sig_all};
+  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &attr.send_cq->impl().ring, &attr.recv_cq->impl().ring);
+  ++attr.send_cq->impl().ring.users;
+  ++attr.recv_cq->impl().ring.users;
+  c.qps.push_back(std::make_unique<QueuePair>(&pd->context(), std::move(impl)));
+  QueuePair* qp = c.qps.back().get();
+  c.engine.add_qp(&qp->impl().qp);
+  return qp;
+}
+
+MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                              int access, std::uint32_t key) {
+  Context::Impl& c = pd->context().impl();
+  if (c.mrs.add_with_key(pd->handle(), addr, iova, length, access, key) != 0) return nullptr;
+  auto mr = std::make_unique<MemoryRegion>();
+  *mr = MemoryRegion{addr, length, iova, key, key, access, pd};
+  c.mrs_owned.push_back(std::move(mr));
+  return c.mrs_owned.back().get();
+}
+
+transport::Qp& transport_qp(QueuePair* qp) { return qp->impl().qp; }
+
+}  // namespace testing
+
+QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
+  Context::Impl& c = ctx_->impl();
+  while (c.engine.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+  return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
+}
+
+int ProtectionDomain::destroy_qp(QueuePair* qp) {
+  Context::Impl& c = ctx_->impl();
+  QueuePair::Impl& q = qp->impl();
+  c.engine.remove_qp(&q.qp);
+  --q.init.send_cq->impl().ring.users;
+  --q.init.recv_cq->impl().ring.users;
+  return erase_owned(c.qps, qp) ? 0 : c.fail(EINVAL, "not a QP of this context");
+}
+
+// --- CompletionQueue ----------------------------------------------------------------
+
+CompletionQueue::CompletionQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompletionQueue::~CompletionQueue() = default;
+int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->ring.poll(n, wc); }
+int CompletionQueue::capacity() const { return static_cast<int>(impl_->ring.capacity()); }
+
+// --- QueuePair ------------------------------------------------------------------------
+
+QueuePair::QueuePair(Context* ctx, std::unique_ptr<Impl> impl) : ctx_(ctx), impl_(std::move(impl)) {}
+QueuePair::~QueuePair() = default;
+
+std::uint32_t QueuePair::qp_num() const { return impl_->qp.qpn; }
+ibv_qp_state QueuePair::state() const { return impl_->qp.state; }
+
+int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
+  Context::Impl& c = ctx_->impl();
+  transport::Qp& qp = impl_->qp;
+  const transport::ModifyLimits limits{c.limits.max_qp_rd_atom, c.limits.max_qp_init_rd_atom, c.port.active_mtu};
+  const transport::ModifyCheck check = transport::check_modify(qp.state, attr, attr_mask, limits);
+  if (check.error != 0) {
+    return c.fail(check.error, std::string("modify QP ") + transport::qp_state_name(qp.state) + "->" +
+                                   transport::qp_state_name(check.next) + ": " + check.why);
+  }
+  std::uint8_t peer_mac[6] = {};
+  if ((attr_mask & IBV_QP_AV) && !c.port.io->resolve(attr.ah_attr.grh.dgid, peer_mac)) {
+    return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
+  }
+  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, c.port.gid);
+  return 0;
+}
+
+int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
+  (void)attr_mask;  // everything is returned, as providers commonly do
+  const transport::Qp& qp = impl_->qp;
+  attr = qp.attr;
+  attr.qp_state = qp.state;
+  attr.cur_qp_state = qp.state;
+  attr.cap.max_send_wr = qp.caps.max_send_wr;
+  attr.cap.max_recv_wr = qp.caps.max_recv_wr;
+  attr.cap.max_send_sge = qp.caps.max_send_sge;
+  attr.cap.max_recv_sge = qp.caps.max_recv_sge;
+  attr.cap.max_inline_data = qp.caps.max_inline_data;
+  if (init_attr != nullptr) *init_attr = impl_->init;
+  return 0;
+}
+
+int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = transport::qp_post_send(impl_->qp, *wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return ctx_->impl().fail(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
+                                                : "bad send WR: opcode, SGE count, inline size or QP state");
+    }
+  }
+  return 0;
+}
+
+int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return ctx_->impl().fail(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
+                                                : "bad receive WR: SGE count or QP state (RESET)");
+    }
+  }
+  return 0;
+}
+
+std::uint64_t QueuePair::counter(const char* name) const {
+  const transport::QpCounter c = transport::qp_counter_by_name(name);
+  return c == transport::QpCounter::kCount ? 0 : impl_->qp.counters.get(c);
+}
+
+}  // namespace uroce

@@ -1,0 +1,58 @@
+// The objects behind include/uroce/verbs.h, and the small testing interface
+// (tests that replay captured traffic need a given QPN and rkey).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "mem/arena.h"
+#include "mem/mr_table.h"
+#include "transport/qp.h"
+#include "uroce/verbs.h"
+
+namespace uroce {
+
+struct CompletionQueue::Impl {
+  explicit Impl(std::uint32_t capacity) : ring(capacity) {}
+  transport::CompletionRing ring;
+};
+
+struct QueuePair::Impl {
+  transport::Qp qp;
+  ProtectionDomain* pd = nullptr;
+  QpInitAttr init;
+};
+
+struct Context::Impl {
+  Impl(const PortConfig& p) : port(p), mrs(limits.max_mr), engine(*p.io, *p.clock, mrs) {}
+  PortConfig port;
+  DeviceLimits limits;
+  mem::MrTable mrs;
+  engine::Engine engine;
+  std::string last_error;
+  std::uint32_t next_pd = 1;
+  std::uint32_t next_qpn = 0x11;  // QP0 and QP1 are the management QPs
+  std::vector<std::unique_ptr<ProtectionDomain>> pds;
+  std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
+  std::vector<std::unique_ptr<CompletionQueue>> cqs;
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  std::map<void*, mem::Buffer> buffers;
+
+  int fail(int err, std::string message) {
+    last_error = std::move(message);
+    return err;
+  }
+};
+
+namespace testing {
+
+QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn);
+MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                              int access, std::uint32_t key);
+transport::Qp& transport_qp(QueuePair* qp);
+
+}  // namespace testing
+}  // namespace uroce

@@ -1,0 +1,98 @@
+// Each RC verb alone on a clean simulated link: completions, statuses,
+// opcodes and the bytes that arrive.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "rc_fixture.h"
+
+namespace uroce::test {
+namespace {
+
+TEST(RcVerbs, ConnectReachesRts) {
+  RcPair p(1, 1 << 16);
+  ASSERT_EQ(p.connect_rc, 0) << p.net.a->last_error() << p.net.b->last_error();
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+}
+
+TEST(RcVerbs, SendLandsInThePostedReceive) {
+  RcPair p(1, 1 << 16);
+  ASSERT_EQ(p.connect_rc, 0);
+  fill_pattern(p.bufa, 5000, 3);
+  ASSERT_EQ(p.post_recv_b(8192, 8000, 77), 0);
+  ASSERT_EQ(p.post_send(IBV_WR_SEND, 0, 5000, 0, 11), 0);
+  const auto a = p.wait(p.cqa, 1);
+  const auto b = p.wait(p.cqb, 1);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_SUCCESS) << wc_status_str(a[0].status);
+  EXPECT_EQ(a[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(a[0].wr_id, 11u);
+  EXPECT_EQ(b[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(b[0].wr_id, 77u);
+  EXPECT_EQ(b[0].byte_len, 5000u);
+  EXPECT_EQ(b[0].src_qp, p.qa->qp_num());
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb + 8192, 5000), 0);
+}
+
+TEST(RcVerbs, WriteReadAndAtomics) {
+  RcPair p(2, 1 << 20);
+  ASSERT_EQ(p.connect_rc, 0);
+  fill_pattern(p.bufa, 100000, 5);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 100000, 4096, 1), 0);
+  auto a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a[0].opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb + 4096, 100000), 0);
+
+  fill_pattern(p.bufb + 300000, 70000, 9);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_READ, 500000, 70000, 300000, 2), 0);
+  a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(a[0].byte_len, 70000u);
+  EXPECT_EQ(std::memcmp(p.bufa + 500000, p.bufb + 300000, 70000), 0);
+
+  std::uint64_t target = 40;
+  std::memcpy(p.bufb + 800, &target, 8);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(p.bufa + 900), 8, p.mra->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 3;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = reinterpret_cast<std::uint64_t>(p.bufb + 800);
+  wr.wr.atomic.rkey = p.mrb->rkey;
+  wr.wr.atomic.compare_add = 2;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(p.qa->post_send(&wr, &bad), 0);
+  a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a[0].opcode, IBV_WC_FETCH_ADD);
+  std::uint64_t orig = 0;
+  std::memcpy(&orig, p.bufa + 900, 8);
+  EXPECT_EQ(orig, 40u);
+  std::memcpy(&target, p.bufb + 800, 8);
+  EXPECT_EQ(target, 42u);
+
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 42;
+  wr.wr.atomic.swap = 1000;
+  ASSERT_EQ(p.qa->post_send(&wr, &bad), 0);
+  a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].opcode, IBV_WC_COMP_SWAP);
+  std::memcpy(&orig, p.bufa + 900, 8);
+  EXPECT_EQ(orig, 42u);
+  std::memcpy(&target, p.bufb + 800, 8);
+  EXPECT_EQ(target, 1000u);
+}
+
+}  // namespace
+}  // namespace uroce::test
