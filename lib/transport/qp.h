@@ -26,7 +26,7 @@ inline constexpr std::uint32_t kMaxSge = wire::TxFrame::kMaxPieces;
 inline constexpr std::uint32_t kInlineLkey = 0;  // marks an SGE holding inline data (0 is never an MR key)
 inline constexpr std::uint32_t kMaxInline = 256;
 // Request packets in flight (sent, not yet acknowledged) per QP.
-inline constexpr std::uint32_t kWindowPackets = 1024;
+inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far above any BDP here
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
 
