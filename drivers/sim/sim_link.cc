@@ -104,6 +104,7 @@ void SimLink::send(int from, const wire::TxFrame& f) {
   ++st.sent;
   st.bytes += buf->size();
   if (tap_) tap_->write(*buf, static_cast<std::int64_t>(now));
+  if (observer_) observer_(from, *buf);
 
   // Serialization: frames leave one after another at the link's rate.
   std::uint64_t leave = std::max(now, link_free_[from]);

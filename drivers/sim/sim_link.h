@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <queue>
 #include <random>
@@ -54,6 +55,9 @@ class SimLink {
   void set_impairments(int from_side, const Impairments& imp);
   // Records every frame as it is sent, both directions, into `path`.
   bool tap(const std::string& path, std::string& error);
+  // Calls `observer(from_side, frame)` for every frame sent (tests look at
+  // what went on the wire).
+  void observe(std::function<void(int, std::span<const std::uint8_t>)> observer) { observer_ = std::move(observer); }
 
   // Earliest delivery time of a frame in flight; 0 if none.
   std::uint64_t next_delivery_ns() const;
@@ -83,6 +87,7 @@ class SimLink {
   std::vector<std::unique_ptr<std::vector<std::uint8_t>>> buffers_;
   std::vector<std::vector<std::uint8_t>*> free_;
   std::unique_ptr<pcap::Writer> tap_;
+  std::function<void(int, std::span<const std::uint8_t>)> observer_;
 };
 
 }  // namespace uroce::sim
