@@ -2,9 +2,11 @@
 // opcodes and the bytes that arrive.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "rc_fixture.h"
+#include "wire/frame.h"
 
 namespace uroce::test {
 namespace {
@@ -92,6 +94,69 @@ TEST(RcVerbs, WriteReadAndAtomics) {
   EXPECT_EQ(orig, 42u);
   std::memcpy(&target, p.bufb + 800, 8);
   EXPECT_EQ(target, 1000u);
+}
+
+TEST(RcVerbs, SendWithInvalidateRevokesTheRkey) {
+  RcPair p(4, 1 << 16);
+  ASSERT_EQ(p.connect_rc, 0);
+  MemoryRegion* target = p.pdb->reg_mr(p.bufb + 32768, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(target, nullptr);
+  ASSERT_EQ(p.post_recv_b(0, 64, 5), 0);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(p.bufa), 16, p.mra->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_INV;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.invalidate_rkey = target->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(p.qa->post_send(&wr, &bad), 0);
+  const auto b = p.wait(p.cqb, 1);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(b[0].wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(b[0].invalidated_rkey, target->rkey);
+  ASSERT_EQ(p.wait(p.cqa, 1).size(), 1u);
+  // The rkey no longer works for the peer.
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 8, 32768, 2), 0);
+  wr = ibv_send_wr{};
+  sge = ibv_sge{reinterpret_cast<std::uint64_t>(p.bufa), 8, p.mra->lkey};
+  wr.wr_id = 3;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(p.bufb + 32768);
+  wr.wr.rdma.rkey = target->rkey;
+  ASSERT_EQ(p.qa->post_send(&wr, &bad), 0);
+  const auto a = p.wait(p.cqa, 2);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].status, IBV_WC_SUCCESS);  // the WRITE with the PD-wide region's rkey
+  EXPECT_EQ(a[1].status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST(RcVerbs, FencedRequestWaitsForEarlierReads) {
+  RcPair p(5, 1 << 20);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::vector<std::pair<int, std::uint8_t>> order;  // (side, opcode) as sent
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    wire::ParsedFrame parsed;
+    if (wire::parse_frame(f, parsed) == wire::ParseStatus::kOk) order.emplace_back(from, parsed.opcode);
+  });
+  fill_pattern(p.bufb, 8192, 3);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_READ, 0, 8192, 0, 1), 0);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 100000, 64, 200000, 2, IBV_SEND_SIGNALED | IBV_SEND_FENCE), 0);
+  const auto a = p.wait(p.cqa, 2);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].wr_id, 1u);
+  EXPECT_EQ(a[1].wr_id, 2u);
+  // The WRITE (0x0a) leaves A only after the last READ response (0x0f) left B.
+  const auto last_response = std::find(order.begin(), order.end(), std::make_pair(1, std::uint8_t{0x0f}));
+  const auto write = std::find(order.begin(), order.end(), std::make_pair(0, std::uint8_t{0x0a}));
+  ASSERT_NE(last_response, order.end());
+  ASSERT_NE(write, order.end());
+  EXPECT_LT(last_response - order.begin(), write - order.begin());
 }
 
 }  // namespace
