@@ -15,6 +15,7 @@ PACKAGES=(
   libpcap-dev                   # pcap files
   libhugetlbfs-bin              # hugeadm, for reserving hugepages
   iproute2                      # network namespaces and veth pairs for the integration tests
+  tshark                        # the tests check that our frames dissect as InfiniBand
 )
 
 missing=()

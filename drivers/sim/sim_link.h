@@ -55,6 +55,7 @@ class SimLink {
   void set_impairments(int from_side, const Impairments& imp);
   // Records every frame as it is sent, both directions, into `path`.
   bool tap(const std::string& path, std::string& error);
+  void close_tap() { tap_.reset(); }
   // Calls `observer(from_side, frame)` for every frame sent (tests look at
   // what went on the wire).
   void observe(std::function<void(int, std::span<const std::uint8_t>)> observer) { observer_ = std::move(observer); }
