@@ -35,6 +35,10 @@ constexpr std::uint32_t crc32_bitwise(std::uint32_t crc, const std::uint8_t* dat
   return ~crc;
 }
 
+// ISA-L's CRC, its kernel chosen by CPU at run time: what parse and build use
+// unless told otherwise.
+std::uint32_t crc32_default(std::uint32_t crc, const std::uint8_t* data, std::size_t len);
+
 // Portable table-driven slicing-by-8 (no SIMD): the fallback.
 std::uint32_t crc32_slice8(std::uint32_t crc, const std::uint8_t* data, std::size_t len);
 

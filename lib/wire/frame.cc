@@ -2,8 +2,6 @@
 
 #include <array>
 
-#include <isa-l/crc.h>
-
 #include "wire/icrc.h"
 
 namespace uroce::wire {
@@ -35,10 +33,6 @@ ParseStatus check_payload(const OpcodeInfo& info, std::uint32_t area, std::uint8
 }
 
 }  // namespace
-
-std::uint32_t crc32_default(std::uint32_t crc, const std::uint8_t* data, std::size_t len) {
-  return crc32_gzip_refl(crc, data, len);
-}
 
 std::uint16_t ipv4_header_checksum(const std::uint8_t* header, std::size_t len) {
   std::uint32_t sum = 0;

@@ -19,9 +19,6 @@ namespace uroce::wire {
 // The largest payload one packet may carry: the largest IB path MTU (IBTA 9.7.5).
 inline constexpr std::uint32_t kMaxPayload = 4096;
 
-// CRC-32 that parse/build use unless told otherwise: ISA-L, dispatched by CPU.
-std::uint32_t crc32_default(std::uint32_t crc, const std::uint8_t* data, std::size_t len);
-
 struct ParseOptions {
   bool verify_icrc = true;
   Crc32Fn crc32 = crc32_default;
