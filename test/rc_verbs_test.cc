@@ -96,6 +96,44 @@ TEST(RcVerbs, WriteReadAndAtomics) {
   EXPECT_EQ(target, 1000u);
 }
 
+TEST(RcVerbs, CompletionQueueOverflowIsAnError) {
+  sim::SimPair net(8);
+  ProtectionDomain* pda = net.a->alloc_pd();
+  ProtectionDomain* pdb = net.b->alloc_pd();
+  CompletionQueue* small = net.a->create_cq(2);
+  CompletionQueue* cqb = net.b->create_cq(16);
+  QpInitAttr init;
+  init.cap = ibv_qp_cap{8, 8, 1, 1, 0};
+  init.send_cq = init.recv_cq = small;
+  QueuePair* qa = pda->create_qp(init);
+  init.send_cq = init.recv_cq = cqb;
+  QueuePair* qb = pdb->create_qp(init);
+  auto* a = static_cast<std::uint8_t*>(net.a->alloc_buffer(4096));
+  auto* b = static_cast<std::uint8_t*>(net.b->alloc_buffer(4096));
+  MemoryRegion* mra = pda->reg_mr(a, 4096, IBV_ACCESS_LOCAL_WRITE);
+  MemoryRegion* mrb = pdb->reg_mr(b, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(net.connect(qa, qb), 0);
+  for (int i = 0; i < 4; ++i) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(a), 8, mra->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = static_cast<std::uint64_t>(i);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(b);
+    wr.wr.rdma.rkey = mrb->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(qa->post_send(&wr, &bad), 0);
+  }
+  net.run_until([] { return false; }, 1'000'000);
+  ibv_wc wc[4];
+  EXPECT_EQ(small->poll(4, wc), -EOVERFLOW);
+  EXPECT_EQ(qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(net.a->destroy_cq(small), EBUSY) << "a CQ in use cannot go";
+  EXPECT_NE(net.a->last_error().find("QPs still use this CQ"), std::string::npos);
+}
+
 TEST(RcVerbs, SendWithInvalidateRevokesTheRkey) {
   RcPair p(4, 1 << 16);
   ASSERT_EQ(p.connect_rc, 0);
