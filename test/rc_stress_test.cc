@@ -312,6 +312,25 @@ std::string run_stress(const StressConfig& cfg) {
     if (v != atomic_model[i]) fail << "atomic slot " << i << " holds " << v << " not " << atomic_model[i] << " (executed twice?); ";
   }
   if (p.qa->counter("retry_exceeded") + p.qa->counter("rnr_retry_exceeded") != 0) fail << "retries exhausted; ";
+  // Corrupted frames are dropped and counted under a reason: the ICRC, or a
+  // check that comes first (the IPv4 header checksum, lengths). A few
+  // corruptions hit bytes nothing checks (MAC addresses, the UDP checksum,
+  // BTH byte 4), so: no more drops than corruptions, and most of them.
+  std::uint64_t corrupted = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t icrc_drops = 0;
+  for (int side = 0; side < 2; ++side) {
+    corrupted += p.net.link.stats(side).corrupted;
+    engine::Engine& e = side == 0 ? p.net.b->engine() : p.net.a->engine();
+    for (int r = 0; r < wire::kParseStatusCount; ++r) dropped += e.parse_drops(static_cast<wire::ParseStatus>(r));
+    dropped += e.counter(engine::EngineCounter::rx_not_roce) + e.counter(engine::EngineCounter::rx_unknown_qp) +
+               e.counter(engine::EngineCounter::rx_bad_pkey) + e.counter(engine::EngineCounter::rx_unsupported_transport);
+    icrc_drops += e.parse_drops(wire::ParseStatus::kIcrcMismatch);
+  }
+  if (dropped > corrupted) fail << dropped << " frames dropped but only " << corrupted << " corrupted; ";
+  if (corrupted > 20 && (dropped * 2 < corrupted || icrc_drops == 0)) {
+    fail << "only " << dropped << " drops (" << icrc_drops << " by the ICRC) for " << corrupted << " corrupted frames; ";
+  }
   const auto& s = p.net.link.stats(0);
   std::printf("  %s seed=%llu loss=%.3f ops=%d: %llu frames A->B (%llu lost), retransmitted %llu, timeouts %llu, "
               "NAK seq %llu, dup requests %llu, virtual %.3f s\n",
@@ -352,7 +371,7 @@ TEST_P(RcStress, EveryRequestOnceInOrderAndEveryByteRight) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   // Each verb alone, then mixed.
-  for (Mix m : {Mix::kSend, Mix::kWrite, Mix::kRead, Mix::kAtomic}) v.push_back({m, 0.01, 11, 3000, 0x100});
+  for (Mix m : {Mix::kSend, Mix::kWrite, Mix::kRead, Mix::kAtomic}) v.push_back({m, 0.01, 11, 10000, 0x100});
   // Mixed, at each loss level, over several seeds.
   for (double loss : {0.0, 0.001, 0.01, 0.05}) {
     for (std::uint64_t seed : {1, 2, 3}) v.push_back({Mix::kAll, loss, seed, 10000, 0x100});
