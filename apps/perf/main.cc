@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/eal.h"
+#include "dpdk/ring_pair.h"
 #include "sim/sim_pair.h"
 #include "uroce/version.h"
 #include "wire/frame.h"
@@ -24,6 +26,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: uroce-perf --sim OP [options]\n"
+    "       uroce-perf [EAL args] -- --ring OP [options]\n"
+    "  --sim   both devices in this process over the simulated link (virtual time)\n"
+    "  --ring  both devices in this process on two DPDK ports joined by net_ring;\n"
+    "          without EAL args: --no-huge --no-shconf --no-pci -l 0 -m 512\n"
     "  OP: write | read | send | atomic (fetch-and-add)\n"
     "  -s, --size BYTES      message size (default 65536; atomics are 8)\n"
     "  -n, --iters N         messages (default 10000)\n"
@@ -35,10 +41,11 @@ constexpr const char* kUsage =
     "      --verify          check every byte and every atomic result\n"
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
-    "Without --sim there is no port yet: DPDK ports come with the datapath.\n"
+    "A server/client mode over a physical port comes with the datapath's next steps.\n"
     "Exit status: 0 ok; 1 a transfer or verification failed; 2 bad usage.\n";
 
 struct Options {
+  std::string fabric;  // "sim" or "ring"
   std::string op;
   std::uint32_t size = 65536;
   std::uint64_t iters = 10000;
@@ -56,9 +63,8 @@ struct Options {
   throw std::invalid_argument(message);
 }
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, const char* const* argv) {
   Options o;
-  bool sim = false;
   auto number = [&](int& i, const char* flag) -> std::string {
     if (i + 1 >= argc) usage_error(std::string(flag) + " needs a value");
     return argv[++i];
@@ -71,7 +77,8 @@ Options parse(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sim") sim = true;
+    if (a == "--sim") o.fabric = "sim";
+    else if (a == "--ring") o.fabric = "ring";
     else if (a == "-s" || a == "--size") o.size = static_cast<std::uint32_t>(to_u64(number(i, "-s"), "-s"));
     else if (a == "-n" || a == "--iters") o.iters = to_u64(number(i, "-n"), "-n");
     else if (a == "-t" || a == "--tx-depth") o.depth = static_cast<std::uint32_t>(to_u64(number(i, "-t"), "-t"));
@@ -89,7 +96,9 @@ Options parse(int argc, char** argv) {
     } else if (!a.empty() && a[0] != '-' && o.op.empty()) o.op = a;
     else usage_error("unknown argument '" + a + "'");
   }
-  if (!sim) usage_error("no port given: pass --sim (DPDK ports come with the datapath)");
+  if (o.fabric.empty()) usage_error("no fabric given: pass --sim, or -- --ring after EAL arguments");
+  if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
+  if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
   if (o.op != "write" && o.op != "read" && o.op != "send" && o.op != "atomic") {
     usage_error("OP must be write, read, send or atomic");
   }
@@ -116,15 +125,26 @@ ibv_mtu mtu_enum(std::uint32_t b) {
   return b == 256 ? IBV_MTU_256 : b == 512 ? IBV_MTU_512 : b == 1024 ? IBV_MTU_1024 : b == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
 }
 
-void fill(std::uint8_t* p, std::uint32_t n, std::uint64_t tag) {
-  std::uint64_t x = tag * 0x9e3779b97f4a7c15ull + 1;
-  for (std::uint32_t i = 0; i < n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, std::min<std::uint32_t>(8, n - i));
+// Message payloads for --verify: each message copies a different window of
+// a pool of random bytes, so no two consecutive messages in a slot match and
+// a byte not moved shows.
+class Pattern {
+ public:
+  explicit Pattern(std::uint32_t size) : size_(size), pool_(static_cast<std::size_t>(size) + (1u << 20)) {
+    std::mt19937_64 rng(42);
+    for (std::size_t i = 0; i + 8 <= pool_.size(); i += 8) {
+      const std::uint64_t v = rng();
+      std::memcpy(pool_.data() + i, &v, 8);
+    }
   }
-}
+  void fill(std::uint8_t* p, std::uint64_t msg) const {
+    std::memcpy(p, pool_.data() + (msg * 4099 + 7) % (1u << 20), size_);
+  }
+
+ private:
+  std::uint32_t size_;
+  std::vector<std::uint8_t> pool_;
+};
 
 // The work no RoCE stack can skip, per 4 KiB packet of payload: the ICRC
 // when sending and when receiving, and the copy into the target; plus the
@@ -174,18 +194,12 @@ struct Result {
   std::uint64_t timeouts = 0;
 };
 
-Result run(const Options& o) {
+template <typename Fabric>
+Result run(const Options& o, Fabric& net) {
   using namespace uroce;
   Result r;
-  sim::Impairments imp;
-  imp.loss = o.loss;
-  sim::ConnectParams params;
+  ConnectParams params;
   params.mtu = mtu_enum(o.mtu);
-  sim::SimPair net(o.seed, imp, imp);
-  if (!o.pcap.empty() && !net.link.tap(o.pcap, r.error)) {
-    r.ok = false;
-    return r;
-  }
   const std::size_t slot = (o.size + 63) & ~std::size_t{63};
   const std::size_t bytes = slot * o.depth + 4096;
   ProtectionDomain* pda = net.a->alloc_pd();
@@ -219,6 +233,7 @@ Result run(const Options& o) {
   const bool atomic = o.op == "atomic";
   std::uint64_t counter_model = 0;
   std::vector<Clock::time_point> posted_at(o.depth);
+  const Pattern pattern(o.size);
   std::vector<std::uint64_t> slot_msg(o.depth);
 
   auto post_recv = [&](std::uint32_t s) {
@@ -239,8 +254,8 @@ Result run(const Options& o) {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.send_flags = IBV_SEND_SIGNALED;
-    if (o.verify && !read && !atomic) fill(bufa + s * slot, o.size, msg);
-    if (o.verify && read) fill(bufb + s * slot, o.size, msg);
+    if (o.verify && !read && !atomic) pattern.fill(bufa + s * slot, msg);
+    if (o.verify && read) pattern.fill(bufb + s * slot, msg);
     if (atomic) {
       wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
       wr.wr.atomic.remote_addr = reinterpret_cast<std::uint64_t>(bufb + bytes - 64);
@@ -265,15 +280,17 @@ Result run(const Options& o) {
       ++counter_model;
       return;
     }
-    std::vector<std::uint8_t> want(o.size);
-    fill(want.data(), o.size, msg);
-    const std::uint8_t* got = read ? bufa + s * slot : bufb + s * slot;
-    if (std::memcmp(got, want.data(), o.size) != 0) r.verified = false;
+    // The source slot still holds the message: it is reused only after this
+    // completion.
+    (void)msg;
+    if (std::memcmp(bufa + s * slot, bufb + s * slot, o.size) != 0) r.verified = false;
   };
 
   const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
   const std::uint64_t v0 = net.clock.now_ns();
+  auto last_progress = Clock::now();
+  std::uint64_t last_done = 0;
   std::uint64_t next = 0;
   std::uint64_t done = 0;
   std::uint64_t recv_done = 0;
@@ -289,6 +306,14 @@ Result run(const Options& o) {
     if (!net.step()) {
       r.ok = false;
       r.error = "the link went idle with work outstanding";
+      break;
+    }
+    if (done + recv_done != last_done) {
+      last_done = done + recv_done;
+      last_progress = Clock::now();
+    } else if (Clock::now() - last_progress > std::chrono::seconds(20)) {
+      r.ok = false;
+      r.error = "no completion for 20 s: the transfer is stuck (see the QP counters)";
       break;
     }
     for (int k; (k = cqa->poll(64, wc)) > 0;) {
@@ -328,7 +353,7 @@ Result run(const Options& o) {
   r.virtual_seconds = static_cast<double>(net.clock.now_ns() - v0) / 1e9;
   r.messages = done;
   r.bytes = done * o.size;
-  r.packets = net.link.stats(0).sent + net.link.stats(1).sent;
+  r.packets = net.frames_sent();
   r.data_packets = qa->counter("tx_packets") + qb->counter("read_responses_sent");
   r.retransmitted = qa->counter("retransmitted_packets");
   r.timeouts = qa->counter("timeouts");
@@ -350,17 +375,53 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   Options o;
+  const uroce::dpdk::SplitArgs args = uroce::dpdk::split_args(argc, argv);
+  std::vector<const char*> app;
+  for (const auto& a : args.app) app.push_back(a.c_str());
   try {
-    o = parse(argc, argv);
+    o = parse(static_cast<int>(app.size()), app.data());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uroce-perf: %s (see uroce-perf --help)\n", e.what());
     return 2;
   }
-  std::printf("uroce-perf %s --sim %s: %u B messages, %llu iterations, MTU %u, %s, tx depth %u, loss %g, seed %llu\n",
-              uroce::kVersion, o.op.c_str(), o.size, static_cast<unsigned long long>(o.iters), o.mtu,
+  std::unique_ptr<uroce::dpdk::RingPair> ring;
+  if (o.fabric == "ring") {
+    std::vector<std::string> eal = args.eal;
+    if (eal.size() == 1) {
+      for (const char* a : {"--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "512", "--log-level=lib.*:error"}) {
+        eal.emplace_back(a);
+      }
+    }
+    if (const std::string err = uroce::dpdk::eal_init(eal); !err.empty()) {
+      std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
+      return 2;
+    }
+    std::string err;
+    ring = uroce::dpdk::RingPair::create("uroce_perf", err);
+    if (!ring) {
+      std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
+      return 1;
+    }
+  }
+  std::printf("uroce-perf %s --%s %s: %u B messages, %llu iterations, MTU %u, %s, tx depth %u, loss %g, seed %llu\n",
+              uroce::kVersion, o.fabric.c_str(), o.op.c_str(), o.size, static_cast<unsigned long long>(o.iters), o.mtu,
               o.lat ? "latency" : "bandwidth", o.depth, o.loss, static_cast<unsigned long long>(o.seed));
-  std::puts("Both ends run in this process on one core over the simulated link: CPU figures are the stack's.");
-  const Result r = run(o);
+  std::puts(o.fabric == "sim"
+                ? "Both ends run in this process on one core over the simulated link: CPU figures are the stack's."
+                : "Both ends run in this process on one core, on two DPDK ports joined by net_ring.");
+  Result r;
+  if (ring) {
+    r = run(o, *ring);
+  } else {
+    uroce::sim::Impairments imp;
+    imp.loss = o.loss;
+    uroce::sim::SimPair net(o.seed, imp, imp);
+    if (!o.pcap.empty() && !net.link.tap(o.pcap, r.error)) {
+      std::fprintf(stderr, "uroce-perf: %s\n", r.error.c_str());
+      return 1;
+    }
+    r = run(o, net);
+  }
   if (!r.ok) {
     std::fprintf(stderr, "uroce-perf: %s\n", r.error.c_str());
     return 1;
@@ -395,7 +456,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "uroce-perf: cannot write %s\n", o.json.c_str());
       return 1;
     }
-    out << "{\"tool\":\"uroce-perf\",\"mode\":\"sim\",\"op\":\"" << o.op << "\",\"test\":\"" << (o.lat ? "lat" : "bw")
+    out << "{\"tool\":\"uroce-perf\",\"mode\":\"" << o.fabric << "\",\"op\":\"" << o.op << "\",\"test\":\"" << (o.lat ? "lat" : "bw")
         << "\",\"size\":" << o.size << ",\"iterations\":" << r.messages << ",\"mtu\":" << o.mtu
         << ",\"tx_depth\":" << o.depth << ",\"loss\":" << o.loss << ",\"seed\":" << o.seed << ",\"bw_gbps\":" << gbps
         << ",\"msg_rate_mpps\":" << mpps << ",\"cpu_ns_per_packet\":" << ns_per_packet

@@ -32,6 +32,7 @@ class Port {
   Port& operator=(const Port&) = delete;
 
   std::uint16_t id() const { return port_id_; }
+  void* pool() const { return pool_; }  // rte_mempool of this port's mbufs
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.

@@ -7,26 +7,11 @@
 
 #include "sim/sim_link.h"
 #include "uroce/verbs.h"
+#include "verbs/connect.h"
 
 namespace uroce::sim {
 
-struct ConnectParams {
-  ibv_mtu mtu = IBV_MTU_1024;
-  std::uint32_t psn_a = 0x100;  // a's send PSN (b's receive PSN)
-  std::uint32_t psn_b = 0x200;
-  std::uint8_t timeout = 14;        // 4.096 us * 2^14 = 67 ms, as rxe and perftest default
-  std::uint8_t retry_cnt = 7;
-  std::uint8_t rnr_retry = 7;
-  std::uint8_t min_rnr_timer = 12;  // 0.64 ms
-  std::uint8_t max_rd_atomic = 16;
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-               IBV_ACCESS_REMOTE_ATOMIC;
-};
-
-// Moves `qp` (on `ctx`) to RTS connected to `remote_qpn` at `remote_gid`.
-// Returns 0 or the first failing modify's errno.
-int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qpn, std::uint32_t send_psn,
-               std::uint32_t recv_psn, const ConnectParams& p);
+using uroce::ConnectParams;
 
 class SimPair {
  public:
@@ -50,6 +35,8 @@ class SimPair {
     }
     return true;
   }
+
+  std::uint64_t frames_sent() const { return link.stats(0).sent + link.stats(1).sent; }
 
   VirtualClock clock;
   SimLink link;

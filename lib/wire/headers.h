@@ -186,6 +186,22 @@ static_assert(sizeof(Deth) == 8);
 static_assert(sizeof(Feth) == 4);
 static_assert(sizeof(CnpPayload) == 16);
 
+// ARP for IPv4 over Ethernet (RFC 826).
+struct ArpHdr {
+  Be16 htype;  // 1: Ethernet
+  Be16 ptype;  // 0x0800: IPv4
+  std::uint8_t hlen;
+  std::uint8_t plen;
+  Be16 oper;   // 1 request, 2 reply
+  MacAddr sha;
+  Ipv4Addr spa;
+  MacAddr tha;
+  Ipv4Addr tpa;
+};
+static_assert(sizeof(ArpHdr) == 28);
+inline constexpr std::uint16_t kArpRequest = 1;
+inline constexpr std::uint16_t kArpReply = 2;
+
 // AETH syndrome decoding (IBTA 9.3.5, table 44).
 enum class AethKind : std::uint8_t { kAck = 0, kRnrNak = 1, kReserved = 2, kNak = 3 };
 

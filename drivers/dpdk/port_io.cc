@@ -1,0 +1,203 @@
+#include "dpdk/port_io.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <rte_cycles.h>
+#include <rte_eth_ring.h>
+#include <rte_ring.h>
+
+#include "dpdk/rte.h"
+#include "wire/headers.h"
+
+namespace uroce::dpdk {
+namespace {
+
+rte_mbuf* as_mbuf(void* p) { return static_cast<rte_mbuf*>(p); }
+
+}  // namespace
+
+TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())) {}
+
+std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
+
+PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4)
+    : port_(port), queue_(queue), ip_(ipv4), scratch_(16384) {
+  rte_ether_addr a{};
+  rte_eth_macaddr_get(port.id(), &a);
+  std::memcpy(mac_.data(), a.addr_bytes, 6);
+}
+
+PortIo::~PortIo() = default;
+
+ibv_gid PortIo::gid() const {
+  ibv_gid g{};
+  g.raw[10] = g.raw[11] = 0xff;
+  std::memcpy(g.raw + 12, ip_.data(), 4);
+  return g;
+}
+
+void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac) {
+  neighbors_[ip] = mac;
+}
+
+std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
+  auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
+  const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
+  std::uint16_t n = 0;
+  std::size_t scratch_used = 0;
+  for (std::uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = mbufs[i];
+    auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
+    const auto len = static_cast<std::uint16_t>(rte_pktmbuf_pkt_len(m));
+    if (m->nb_segs > 1) [[unlikely]] {
+      // Gather the segments once; the engine parses contiguous frames.
+      if (scratch_used + len > scratch_.size()) {
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      data = scratch_.data() + scratch_used;
+      const void* p = rte_pktmbuf_read(m, 0, len, data);
+      if (p != data) std::memcpy(data, p, len);
+      scratch_used += len;
+      ++counters_.rx_linearized;
+    }
+    if (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
+        (data[12] != 0x81 || data[13] != 0x00)) [[unlikely]] {
+      handle_control(data, len);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    frames[n++] = engine::RxFrame{data, len, m};
+  }
+  return n;
+}
+
+void PortIo::rx_release(engine::RxFrame* frames, std::uint16_t n) {
+  for (std::uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(as_mbuf(frames[i].cookie));
+}
+
+std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
+  // Each frame is gathered into one mbuf: headers, payload pieces, trailer.
+  // (Zero-copy external-buffer chains come with the DMA-mapped regions.)
+  std::array<rte_mbuf*, 64> burst;
+  std::uint16_t built = 0;
+  for (std::uint16_t i = 0; i < n && built < burst.size(); ++i) {
+    const wire::TxFrame& f = frames[i];
+    rte_mbuf* m = rte_pktmbuf_alloc(static_cast<rte_mempool*>(port_.pool()));
+    if (m == nullptr) {
+      ++counters_.tx_dropped_no_mbuf;
+      break;
+    }
+    char* p = rte_pktmbuf_append(m, static_cast<std::uint16_t>(f.frame_bytes()));
+    if (p == nullptr) {
+      rte_pktmbuf_free(m);
+      ++counters_.tx_dropped_no_mbuf;
+      break;
+    }
+    std::memcpy(p, f.hdr.data(), f.hdr_len);
+    p += f.hdr_len;
+    for (int k = 0; k < f.npieces; ++k) {
+      std::memcpy(p, f.pieces[k].data(), f.pieces[k].size());
+      p += f.pieces[k].size();
+    }
+    std::memcpy(p, f.trailer.data(), f.trailer_len);
+    counters_.tx_copied_bytes += f.payload_bytes();
+    burst[built++] = m;
+  }
+  const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
+  for (std::uint16_t i = sent; i < built; ++i) rte_pktmbuf_free(burst[i]);
+  return sent;
+}
+
+bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {
+  if (len < 14 + sizeof(wire::ArpHdr) || frame[12] != 0x08 || frame[13] != 0x06) {
+    ++counters_.rx_other;
+    return false;
+  }
+  wire::ArpHdr arp;
+  std::memcpy(&arp, frame + 14, sizeof arp);
+  if (arp.htype.get() != 1 || arp.ptype.get() != wire::kEtherTypeIpv4 || arp.hlen != 6 || arp.plen != 4) return false;
+  // Learn the sender either way (RFC 826's merge step), then answer if asked.
+  if (arp.tpa == ip_ || neighbors_.count(arp.spa)) {
+    neighbors_[arp.spa] = arp.sha;
+    if (arp.oper.get() == wire::kArpReply) ++counters_.arp_replies_learned;
+  }
+  if (arp.oper.get() == wire::kArpRequest && arp.tpa == ip_) {
+    send_arp(wire::kArpReply, arp.sha, arp.spa);
+    ++counters_.arp_requests_answered;
+  }
+  return true;
+}
+
+void PortIo::send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
+                      const std::array<std::uint8_t, 4>& dst_ip) {
+  rte_mbuf* m = rte_pktmbuf_alloc(static_cast<rte_mempool*>(port_.pool()));
+  if (m == nullptr) return;
+  auto* p = reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(m, 60));
+  std::memset(p, 0, 60);
+  wire::EthHdr eth;
+  eth.dst = oper == wire::kArpRequest ? wire::MacAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} : dst_mac;
+  eth.src = mac_;
+  eth.ether_type.set(wire::kEtherTypeArp);
+  std::memcpy(p, &eth, sizeof eth);
+  wire::ArpHdr arp;
+  arp.htype.set(1);
+  arp.ptype.set(wire::kEtherTypeIpv4);
+  arp.hlen = 6;
+  arp.plen = 4;
+  arp.oper.set(oper);
+  arp.sha = mac_;
+  arp.spa = ip_;
+  arp.tha = oper == wire::kArpRequest ? wire::MacAddr{} : dst_mac;
+  arp.tpa = dst_ip;
+  std::memcpy(p + 14, &arp, sizeof arp);
+  if (rte_eth_tx_burst(port_.id(), queue_, &m, 1) != 1) rte_pktmbuf_free(m);
+}
+
+bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
+  static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(gid.raw, kV4Mapped, 12) != 0) return false;  // IPv6 neighbour discovery: not yet
+  std::array<std::uint8_t, 4> ip;
+  std::memcpy(ip.data(), gid.raw + 12, 4);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  auto next_request = std::chrono::steady_clock::now();
+  while (!neighbors_.count(ip)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) return false;
+    if (now >= next_request) {
+      send_arp(wire::kArpRequest, {}, ip);
+      next_request = now + std::chrono::milliseconds(200);
+    }
+    // Only control frames are expected before the QP exists; RoCE frames
+    // seen now have no QP to go to and are dropped.
+    std::array<engine::RxFrame, 32> frames;
+    const std::uint16_t n = rx_burst(frames.data(), 32);
+    rx_release(frames.data(), n);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  std::memcpy(mac, neighbors_[ip].data(), 6);
+  return true;
+}
+
+bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error) {
+  const std::string base = name;
+  rte_ring* ab = rte_ring_create((base + "_ab").c_str(), 4096, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* ba = rte_ring_create((base + "_ba").c_str(), 4096, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  if (ab == nullptr || ba == nullptr) {
+    error = std::string("cannot create rings: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  const int a = rte_eth_from_rings((base + "_a").c_str(), &ba, 1, &ab, 1, static_cast<unsigned>(rte_socket_id()));
+  const int b = rte_eth_from_rings((base + "_b").c_str(), &ab, 1, &ba, 1, static_cast<unsigned>(rte_socket_id()));
+  if (a < 0 || b < 0) {
+    error = std::string("cannot create net_ring ports: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  port_a = static_cast<std::uint16_t>(a);
+  port_b = static_cast<std::uint16_t>(b);
+  return true;
+}
+
+}  // namespace uroce::dpdk

@@ -1,0 +1,74 @@
+// The engine's packet I/O on a DPDK port: bursts on one queue pair, a TSC
+// clock, and the port's own addresses (it answers ARP for its IPv4 address
+// and resolves its peers, so a peer is reached by IP alone).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "dpdk/port.h"
+#include "engine/packet_io.h"
+
+namespace uroce::dpdk {
+
+class TscClock : public engine::Clock {
+ public:
+  TscClock();
+  std::uint64_t now_ns() override;
+
+ private:
+  double ns_per_cycle_;
+};
+
+struct PortIoCounters {
+  std::uint64_t arp_requests_answered = 0;
+  std::uint64_t arp_replies_learned = 0;
+  std::uint64_t tx_copied_bytes = 0;
+  std::uint64_t tx_dropped_no_mbuf = 0;
+  std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one buffer
+  std::uint64_t rx_other = 0;       // non-RoCE, non-ARP frames (dropped)
+};
+
+class PortIo : public engine::PacketIo {
+ public:
+  // Queue `queue` of `port`, which owns the address `ipv4` (network order bytes).
+  PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4);
+  ~PortIo() override;
+
+  std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override;
+  void rx_release(engine::RxFrame* frames, std::uint16_t n) override;
+  std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override;
+  // IPv4-mapped GIDs: the neighbour table, else an ARP request answered
+  // within a second (this port's receive queue is polled meanwhile).
+  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
+
+  void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
+  const std::array<std::uint8_t, 6>& mac() const { return mac_; }
+  ibv_gid gid() const;  // ::ffff:a.b.c.d
+  const PortIoCounters& counters() const { return counters_; }
+
+ private:
+  // ARP and other non-RoCE frames: answered or learned here, never passed on.
+  bool handle_control(const std::uint8_t* frame, std::uint16_t len);
+  void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
+                const std::array<std::uint8_t, 4>& dst_ip);
+
+  Port& port_;
+  std::uint16_t queue_;
+  std::array<std::uint8_t, 4> ip_;
+  std::array<std::uint8_t, 6> mac_{};
+  std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> neighbors_;
+  std::array<void*, 64> rx_mbufs_{};
+  std::vector<std::uint8_t> scratch_;  // for multi-segment frames
+  PortIoCounters counters_;
+};
+
+// Two ports joined back to back by a pair of rte_rings (net_ring), in one
+// process: what the in-process benchmark and the integration tests run on.
+// Returns the two port ids, or false with `error`.
+bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error);
+
+}  // namespace uroce::dpdk

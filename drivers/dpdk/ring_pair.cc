@@ -1,0 +1,62 @@
+#include "dpdk/ring_pair.h"
+
+#include "engine/engine.h"
+
+namespace uroce::dpdk {
+
+std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error) {
+  std::uint16_t ida = 0;
+  std::uint16_t idb = 0;
+  if (!create_ring_pair(name.c_str(), ida, idb, error)) return nullptr;
+  auto pair = std::unique_ptr<RingPair>(new RingPair());
+  // Frames up to a 9000-byte MTU; RoCE uses up to 4096 bytes of payload.
+  PortConfig cfg;
+  cfg.mbufs = 4095;
+  cfg.max_frame = 9018;
+  cfg.port_id = ida;
+  pair->port_a = Port::open(cfg, error);
+  if (!pair->port_a) return nullptr;
+  cfg.port_id = idb;
+  pair->port_b = Port::open(cfg, error);
+  if (!pair->port_b) return nullptr;
+  pair->io_a = std::make_unique<PortIo>(*pair->port_a, 0, std::array<std::uint8_t, 4>{10, 98, 0, 1});
+  pair->io_b = std::make_unique<PortIo>(*pair->port_b, 0, std::array<std::uint8_t, 4>{10, 98, 0, 2});
+  // Both ends are in this thread: neither could answer the other's ARP while
+  // the other waits, so they know each other from the start.
+  pair->io_a->add_neighbor({10, 98, 0, 2}, pair->io_b->mac());
+  pair->io_b->add_neighbor({10, 98, 0, 1}, pair->io_a->mac());
+  auto open = [&](PortIo& io) {
+    uroce::PortConfig port;
+    port.io = &io;
+    port.clock = &pair->clock;
+    std::copy(io.mac().begin(), io.mac().end(), port.mac);
+    port.gid = io.gid();
+    return Context::open(port, error);
+  };
+  pair->a = open(*pair->io_a);
+  pair->b = open(*pair->io_b);
+  if (!pair->a || !pair->b) return nullptr;
+  return pair;
+}
+
+RingPair::~RingPair() {
+  a.reset();  // contexts before the ports they use
+  b.reset();
+}
+
+int RingPair::connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p) {
+  if (int rc = connect_rc(qa, b->gid(), qb->qp_num(), p.psn_a, p.psn_b, p)) return rc;
+  return connect_rc(qb, a->gid(), qa->qp_num(), p.psn_b, p.psn_a, p);
+}
+
+bool RingPair::step() {
+  a->progress();
+  b->progress();
+  return true;
+}
+
+std::uint64_t RingPair::frames_sent() const {
+  return a->engine().counter(engine::EngineCounter::tx_frames) + b->engine().counter(engine::EngineCounter::tx_frames);
+}
+
+}  // namespace uroce::dpdk

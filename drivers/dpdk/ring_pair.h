@@ -1,0 +1,52 @@
+// Two devices on two DPDK ports joined back to back by net_ring, in one
+// process, stepped from one thread: real ethdev bursts and mbufs, no NIC, no
+// hugepages. EAL must be running.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dpdk/port_io.h"
+#include "uroce/verbs.h"
+#include "verbs/connect.h"
+
+namespace uroce::dpdk {
+
+class RingPair {
+ public:
+  // nullptr and `error` if the ports or devices cannot be set up.
+  static std::unique_ptr<RingPair> create(const std::string& name, std::string& error);
+  ~RingPair();
+
+  int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});
+  // Both engines poll once. True (real time always moves on).
+  bool step();
+  template <typename Done>
+  bool run_until(Done done, std::uint64_t limit_ns = 10'000'000'000ull) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!done()) {
+      if (static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::steady_clock::now() - start).count()) > limit_ns) {
+        return false;
+      }
+      step();
+    }
+    return true;
+  }
+  std::uint64_t frames_sent() const;
+
+  std::unique_ptr<Port> port_a;
+  std::unique_ptr<Port> port_b;
+  std::unique_ptr<PortIo> io_a;
+  std::unique_ptr<PortIo> io_b;
+  TscClock clock;
+  std::unique_ptr<Context> a;
+  std::unique_ptr<Context> b;
+
+ private:
+  RingPair() = default;
+};
+
+}  // namespace uroce::dpdk

@@ -1,0 +1,31 @@
+// Connecting an RC QP to a peer whose QPN, PSN and GID are known (from an
+// out-of-band exchange, or because both ends live in this process): the
+// RESET -> INIT -> RTR -> RTS sequence with the attributes IBTA table 91 asks.
+#pragma once
+
+#include <cstdint>
+
+#include "uroce/verbs.h"
+
+namespace uroce {
+
+struct ConnectParams {
+  ibv_mtu mtu = IBV_MTU_1024;
+  std::uint32_t psn_a = 0x100;  // a's send PSN (b's receive PSN)
+  std::uint32_t psn_b = 0x200;
+  std::uint8_t timeout = 14;        // 4.096 us * 2^14 = 67 ms, as rxe and perftest default
+  std::uint8_t retry_cnt = 7;
+  std::uint8_t rnr_retry = 7;
+  std::uint8_t min_rnr_timer = 12;  // 0.64 ms
+  std::uint8_t max_rd_atomic = 16;
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+               IBV_ACCESS_REMOTE_ATOMIC;
+};
+
+// Moves `qp` (on `ctx`) to RTS connected to `remote_qpn` at `remote_gid`.
+// Returns 0 or the first failing modify's errno.
+int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qpn, std::uint32_t send_psn,
+               std::uint32_t recv_psn, const ConnectParams& p);
+
+
+}  // namespace uroce
