@@ -49,7 +49,9 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   }
 
   rte_eth_conf conf{};
-  if (config.max_frame > RTE_ETHER_MAX_LEN) {
+  // Ask for jumbo frames only where the device says it takes them: DPDK
+  // 22.11's af_packet reports 1518 yet carries frames up to its framesz.
+  if (config.max_frame > RTE_ETHER_MAX_LEN && info.max_rx_pktlen >= config.max_frame) {
     conf.rxmode.mtu = static_cast<std::uint32_t>(config.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
   }
   int rc = rte_eth_dev_configure(port, config.queues, config.queues, &conf);
