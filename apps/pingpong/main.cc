@@ -427,6 +427,7 @@ int run(const Options& o) {
       if (Clock::now() - last_progress > std::chrono::seconds(30)) {
         std::fprintf(stderr, "uroce-pingpong: no completion for 30 s (sent %u, received %u); is the peer there?\n",
                      scnt, rcnt);
+        if (o.counters) print_counters(*ctx, *qp, io);
         return 1;
       }
       continue;
@@ -436,6 +437,7 @@ int run(const Options& o) {
       if (wc[i].status != IBV_WC_SUCCESS) {
         std::fprintf(stderr, "Failed status %s (%d) for wr_id %d\n", wc_status_str(wc[i].status), wc[i].status,
                      static_cast<int>(wc[i].wr_id));
+        if (o.counters) print_counters(*ctx, *qp, io);
         return 1;
       }
       if (wc[i].wr_id == kSendWrid) {

@@ -16,6 +16,9 @@ namespace {
 
 rte_mbuf* as_mbuf(void* p) { return static_cast<rte_mbuf*>(p); }
 
+// The largest frame taken: a 9000-byte MTU and its Ethernet and VLAN headers.
+constexpr std::size_t kMaxFrame = 9022;
+
 }  // namespace
 
 TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())) {}
@@ -23,7 +26,7 @@ TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())
 std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
 
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4)
-    : port_(port), queue_(queue), ip_(ipv4), scratch_(16384) {
+    : port_(port), queue_(queue), ip_(ipv4), scratch_(64 * kMaxFrame) {
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
@@ -52,8 +55,11 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
     const auto len = static_cast<std::uint16_t>(rte_pktmbuf_pkt_len(m));
     if (m->nb_segs > 1) [[unlikely]] {
-      // Gather the segments once; the engine parses contiguous frames.
-      if (scratch_used + len > scratch_.size()) {
+      // Gather the segments once; the engine parses contiguous frames. The
+      // area holds a whole burst of the largest frames, so only a frame
+      // longer than those can miss it.
+      if (len > kMaxFrame) {
+        ++counters_.rx_dropped_too_long;
         rte_pktmbuf_free(m);
         continue;
       }

@@ -29,6 +29,7 @@ struct PortIoCounters {
   std::uint64_t tx_copied_bytes = 0;
   std::uint64_t tx_dropped_no_mbuf = 0;
   std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one buffer
+  std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
   std::uint64_t rx_other = 0;       // non-RoCE, non-ARP frames (dropped)
 };
 
@@ -62,7 +63,7 @@ class PortIo : public engine::PacketIo {
   std::array<std::uint8_t, 6> mac_{};
   std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
-  std::vector<std::uint8_t> scratch_;  // for multi-segment frames
+  std::vector<std::uint8_t> scratch_;  // for multi-segment frames: a whole burst of the largest frames
   PortIoCounters counters_;
 };
 
