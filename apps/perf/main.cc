@@ -1,6 +1,7 @@
 // uroce-perf: a perftest-like benchmark. With --sim, both ends run in this
 // process on one core, joined by the simulated link on virtual time: the
 // figures are the stack's own CPU cost, not a network's.
+#include <arpa/inet.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "dpdk/eal.h"
+#include "perf/pattern.h"
+#include "perf/remote.h"
 #include "dpdk/ring_pair.h"
 #include "sim/sim_pair.h"
 #include "uroce/version.h"
@@ -30,6 +33,10 @@ constexpr const char* kUsage =
     "  --sim   both devices in this process over the simulated link (virtual time)\n"
     "  --ring  both devices in this process on two DPDK ports joined by net_ring;\n"
     "          without EAL args: --no-huge --no-shconf --no-pci -l 0 -m 512\n"
+    "       uroce-perf [EAL args] -- --ip ADDR/PREFIX [--port-id N] [-p TCP] OP [options] [server]\n"
+    "  two processes, perftest style: without a server name, wait for a client on\n"
+    "  TCP port 18515; with one, run the test against it. Both sides take the same\n"
+    "  OP and options; with --verify each checks what it can see.\n"
     "  OP: write | read | send | atomic (fetch-and-add)\n"
     "  -s, --size BYTES      message size (default 65536; atomics are 8)\n"
     "  -n, --iters N         messages (default 10000)\n"
@@ -41,7 +48,7 @@ constexpr const char* kUsage =
     "      --verify          check every byte and every atomic result\n"
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
-    "A server/client mode over a physical port comes with the datapath's next steps.\n"
+
     "Exit status: 0 ok; 1 a transfer or verification failed; 2 bad usage.\n";
 
 struct Options {
@@ -57,6 +64,11 @@ struct Options {
   bool verify = false;
   std::string json;
   std::string pcap;
+  std::array<std::uint8_t, 4> ip{};
+  bool have_ip = false;
+  std::uint16_t port_id = 0;
+  std::uint16_t tcp_port = 18515;
+  std::string server;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -90,13 +102,23 @@ Options parse(int argc, const char* const* argv) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--json") o.json = number(i, "--json");
     else if (a == "--pcap") o.pcap = number(i, "--pcap");
+    else if (a == "--ip") {
+      std::string v = number(i, "--ip");
+      v = v.substr(0, v.find('/'));
+      if (inet_pton(AF_INET, v.c_str(), o.ip.data()) != 1) usage_error("--ip: '" + v + "' is not an IPv4 address");
+      o.have_ip = true;
+      o.fabric = o.fabric.empty() ? "port" : o.fabric;
+    } else if (a == "--port-id") o.port_id = static_cast<std::uint16_t>(to_u64(number(i, "--port-id"), "--port-id"));
+    else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(to_u64(number(i, "-p"), "-p"));
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (!a.empty() && a[0] != '-' && o.op.empty()) o.op = a;
+    else if (!a.empty() && a[0] != '-' && o.server.empty()) o.server = a;
     else usage_error("unknown argument '" + a + "'");
   }
-  if (o.fabric.empty()) usage_error("no fabric given: pass --sim, or -- --ring after EAL arguments");
+  if (o.fabric.empty()) usage_error("no fabric given: pass --sim, -- --ring, or -- --ip ADDR/PREFIX after EAL arguments");
+  if (!o.server.empty() && o.fabric != "port") usage_error("a server name goes with --ip (two processes)");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
   if (o.op != "write" && o.op != "read" && o.op != "send" && o.op != "atomic") {
@@ -124,27 +146,6 @@ double cpu_seconds() {
 ibv_mtu mtu_enum(std::uint32_t b) {
   return b == 256 ? IBV_MTU_256 : b == 512 ? IBV_MTU_512 : b == 1024 ? IBV_MTU_1024 : b == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
 }
-
-// Message payloads for --verify: each message copies a different window of
-// a pool of random bytes, so no two consecutive messages in a slot match and
-// a byte not moved shows.
-class Pattern {
- public:
-  explicit Pattern(std::uint32_t size) : size_(size), pool_(static_cast<std::size_t>(size) + (1u << 20)) {
-    std::mt19937_64 rng(42);
-    for (std::size_t i = 0; i + 8 <= pool_.size(); i += 8) {
-      const std::uint64_t v = rng();
-      std::memcpy(pool_.data() + i, &v, 8);
-    }
-  }
-  void fill(std::uint8_t* p, std::uint64_t msg) const {
-    std::memcpy(p, pool_.data() + (msg * 4099 + 7) % (1u << 20), size_);
-  }
-
- private:
-  std::uint32_t size_;
-  std::vector<std::uint8_t> pool_;
-};
 
 // The work no RoCE stack can skip, per 4 KiB packet of payload: the ICRC
 // when sending and when receiving, and the copy into the target; plus the
@@ -233,7 +234,7 @@ Result run(const Options& o, Fabric& net) {
   const bool atomic = o.op == "atomic";
   std::uint64_t counter_model = 0;
   std::vector<Clock::time_point> posted_at(o.depth);
-  const Pattern pattern(o.size);
+  const perf::Pattern pattern(o.size);
   std::vector<std::uint64_t> slot_msg(o.depth);
 
   auto post_recv = [&](std::uint32_t s) {
@@ -385,6 +386,36 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<uroce::dpdk::RingPair> ring;
+  if (o.fabric == "port") {
+    if (args.eal.size() == 1) {
+      std::fprintf(stderr, "uroce-perf: no EAL arguments: name the port before '--' (see --help)\n");
+      return 2;
+    }
+    if (const std::string err = uroce::dpdk::eal_init(args.eal); !err.empty()) {
+      std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
+      return 2;
+    }
+    uroce::perf::RemoteOptions ro;
+    ro.op = o.op;
+    ro.size = o.size;
+    ro.iters = o.iters;
+    ro.depth = o.depth;
+    ro.mtu = o.mtu;
+    ro.lat = o.lat;
+    ro.verify = o.verify;
+    ro.json = o.json;
+    ro.ip = o.ip;
+    ro.port_id = o.port_id;
+    ro.tcp_port = o.tcp_port;
+    ro.server = o.server;
+    std::printf("uroce-perf %s %s %s: %u B messages, %llu iterations, MTU %u, %s\n", uroce::kVersion,
+                o.server.empty() ? "server" : "client", o.op.c_str(), o.size, static_cast<unsigned long long>(o.iters),
+                o.mtu, o.lat ? "latency" : "bandwidth");
+    std::fflush(stdout);
+    const int rc = uroce::perf::run_remote(ro);
+    uroce::dpdk::eal_cleanup();
+    return rc;
+  }
   if (o.fabric == "ring") {
     std::vector<std::string> eal = args.eal;
     if (eal.size() == 1) {

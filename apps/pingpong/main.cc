@@ -4,19 +4,18 @@
 // digits, then "done" from the client) over an ordinary kernel socket; RoCE
 // goes to the GID in the message, through the DPDK port this process owns.
 #include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/oob.h"
 #include "dpdk/eal.h"
 #include "dpdk/port_io.h"
 #include "engine/engine.h"
@@ -157,73 +156,6 @@ std::string gid_text(const ibv_gid& g) {
   return buf;
 }
 
-// While we wait on the exchange socket, the port keeps being polled: the
-// peer may ARP for our address meanwhile (a uroce server resolves its client
-// before it answers), and only our poll loop answers ARP.
-template <typename Idle>
-bool wait_readable(int fd, Idle idle) {
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, 1);
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return false;
-    idle();
-  }
-}
-
-template <typename Idle>
-bool read_full(int fd, char* buf, std::size_t n, Idle idle) {
-  std::size_t got = 0;
-  while (got < n) {
-    if (!wait_readable(fd, idle)) return false;
-    const ssize_t r = read(fd, buf + got, n - got);
-    if (r <= 0) return false;
-    got += static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-int tcp_connect(const std::string& host, std::uint16_t port, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
-    error = "cannot resolve " + host + ": " + gai_strerror(rc);
-    return -1;
-  }
-  int fd = -1;
-  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
-  if (fd < 0) error = "couldn't connect to " + host + ":" + std::to_string(port) + " (is the server running?)";
-  return fd;
-}
-
-template <typename Idle>
-int tcp_accept(std::uint16_t port, std::string& error, Idle idle) {
-  const int ls = socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(ls, 1) != 0) {
-    error = "couldn't listen on port " + std::to_string(port) + ": " + std::strerror(errno);
-    close(ls);
-    return -1;
-  }
-  const int fd = wait_readable(ls, idle) ? accept(ls, nullptr, nullptr) : -1;
-  close(ls);
-  if (fd < 0) error = std::string("accept failed: ") + std::strerror(errno);
-  return fd;
-}
-
 void print_counters(uroce::Context& ctx, uroce::QueuePair& qp, const uroce::dpdk::PortIo& io) {
   using namespace uroce;
   std::printf("counters (non-zero):\n");
@@ -345,14 +277,14 @@ int run(const Options& o) {
   };
   const std::string msg = to_message(mine);
   char in[64] = {};
-  auto idle = [&] { ctx->progress(); };
+  const std::function<void()> idle = [&] { ctx->progress(); };
   if (!o.server.empty()) {
-    const int fd = tcp_connect(o.server, o.tcp_port, error);
+    const int fd = oob::connect_to(o.server, o.tcp_port, error);
     if (fd < 0) {
       std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
       return 1;
     }
-    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !read_full(fd, in, msg.size(), idle) ||
+    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, in, msg.size(), idle) ||
         !from_message(in, peer)) {
       std::fprintf(stderr, "uroce-pingpong: couldn't read/write remote address\n");
       close(fd);
@@ -361,12 +293,12 @@ int run(const Options& o) {
     if (write(fd, "done", 5) != 5) std::fprintf(stderr, "uroce-pingpong: couldn't send \"done\"\n");
     close(fd);
   } else {
-    const int fd = tcp_accept(o.tcp_port, error, idle);
+    const int fd = oob::accept_one(o.tcp_port, error, idle);
     if (fd < 0) {
       std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
       return 1;
     }
-    if (!read_full(fd, in, msg.size(), idle) || !from_message(in, peer)) {
+    if (!oob::read_full(fd, in, msg.size(), idle) || !from_message(in, peer)) {
       std::fprintf(stderr, "uroce-pingpong: couldn't read remote address\n");
       close(fd);
       return 1;
@@ -377,7 +309,7 @@ int run(const Options& o) {
       return 1;
     }
     char done[5];
-    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !read_full(fd, done, sizeof done, idle)) {
+    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, done, sizeof done, idle)) {
       std::fprintf(stderr, "uroce-pingpong: couldn't exchange addresses with the client\n");
       close(fd);
       return 1;

@@ -1,0 +1,21 @@
+// The out-of-band exchange the RDMA tools run over an ordinary TCP socket
+// (rdma-core's pingpong and perftest style), with the port kept polled while
+// a side waits: a peer may ARP for our address meanwhile.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace uroce::oob {
+
+// Connects to host:port; -1 and `error` on failure.
+int connect_to(const std::string& host, std::uint16_t port, std::string& error);
+// Listens on port and accepts one connection, calling `idle` while waiting.
+int accept_one(std::uint16_t port, std::string& error, const std::function<void()>& idle);
+// Reads exactly n bytes, calling `idle` while none are there. False on EOF or error.
+bool read_full(int fd, char* buf, std::size_t n, const std::function<void()>& idle);
+bool write_full(int fd, const char* buf, std::size_t n);
+
+}  // namespace uroce::oob

@@ -1,0 +1,332 @@
+#include "perf/remote.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "common/oob.h"
+#include "dpdk/port_io.h"
+#include "perf/pattern.h"
+#include "uroce/verbs.h"
+#include "verbs/connect.h"
+
+namespace uroce::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What each side tells the other: the test, so both run the same one, and
+// where its QP and buffer are.
+struct Hello {
+  char op[8] = {};
+  std::uint32_t size = 0;
+  std::uint64_t iters = 0;
+  std::uint32_t depth = 0;
+  std::uint32_t mtu = 0;
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t vaddr = 0;
+  ibv_gid gid{};
+};
+
+constexpr std::size_t kHelloBytes = 160;
+
+std::string encode(const Hello& h) {
+  char gid[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", h.gid.raw[i]);
+  char buf[kHelloBytes] = {};
+  std::snprintf(buf, sizeof buf, "uroce-perf1:%s:%u:%llu:%u:%u:%06x:%06x:%08x:%016llx:%s", h.op, h.size,
+                static_cast<unsigned long long>(h.iters), h.depth, h.mtu, h.qpn, h.psn, h.rkey,
+                static_cast<unsigned long long>(h.vaddr), gid);
+  return std::string(buf, sizeof buf);
+}
+
+bool decode(const char* buf, Hello& h) {
+  char gid[33] = {};
+  unsigned long long iters = 0;
+  unsigned long long vaddr = 0;
+  if (std::sscanf(buf, "uroce-perf1:%7[a-z]:%u:%llu:%u:%u:%x:%x:%x:%llx:%32s", h.op, &h.size, &iters, &h.depth,
+                  &h.mtu, &h.qpn, &h.psn, &h.rkey, &vaddr, gid) != 10) {
+    return false;
+  }
+  h.iters = iters;
+  h.vaddr = vaddr;
+  for (int i = 0; i < 16; ++i) {
+    unsigned b = 0;
+    if (std::sscanf(gid + 2 * i, "%2x", &b) != 1) return false;
+    h.gid.raw[i] = static_cast<std::uint8_t>(b);
+  }
+  return true;
+}
+
+ibv_mtu mtu_enum(std::uint32_t b) {
+  return b == 256 ? IBV_MTU_256 : b == 512 ? IBV_MTU_512 : b == 1024 ? IBV_MTU_1024 : b == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
+}
+
+}  // namespace
+
+int run_remote(const RemoteOptions& o) {
+  std::string error;
+  dpdk::PortConfig pc;
+  pc.port_id = o.port_id;
+  pc.mbufs = 8191;
+  pc.max_frame = 9018;
+  auto port = dpdk::Port::open(pc, error);
+  if (!port) {
+    std::fprintf(stderr, "uroce-perf: %s\n", error.c_str());
+    return 1;
+  }
+  dpdk::PortIo io(*port, 0, o.ip);
+  dpdk::TscClock clock;
+  PortConfig dev;
+  dev.io = &io;
+  dev.clock = &clock;
+  std::copy(io.mac().begin(), io.mac().end(), dev.mac);
+  dev.gid = io.gid();
+  auto ctx = Context::open(dev, error);
+  ProtectionDomain* pd = ctx->alloc_pd();
+  const bool server = o.server.empty();
+  const bool send = o.op == "send";
+  const bool read = o.op == "read";
+  const bool atomic = o.op == "atomic";
+  const std::size_t slot = (o.size + 63) & ~std::size_t{63};
+  const std::size_t bytes = slot * o.depth + 4096;
+  auto* buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(bytes));
+  const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  MemoryRegion* mr = buf ? pd->reg_mr(buf, bytes, all) : nullptr;
+  CompletionQueue* cq = ctx->create_cq(static_cast<int>(2 * o.depth + 16));
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = cq;
+  init.cap = ibv_qp_cap{o.depth + 1, o.depth + 1, 1, 1, 0};
+  QueuePair* qp = pd->create_qp(init);
+  if (mr == nullptr || cq == nullptr || qp == nullptr) {
+    std::fprintf(stderr, "uroce-perf: set-up failed: %s\n", ctx->last_error().c_str());
+    return 1;
+  }
+  const Pattern pattern(o.size);
+  // READ sources are known to both sides: slot s holds pattern s.
+  if (server && read) {
+    for (std::uint32_t s = 0; s < o.depth; ++s) pattern.fill(buf + s * slot, s);
+  }
+  std::uint64_t atomic_start = 0;
+  std::memcpy(buf + bytes - 64, &atomic_start, 8);
+
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = all;
+  qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+
+  std::uint64_t recv_posted = 0;
+  auto post_recv = [&]() {
+    const std::uint32_t s = static_cast<std::uint32_t>(recv_posted % o.depth);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + s * slot), o.size, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = recv_posted++;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return qp->post_recv(&wr, &bad) == 0;
+  };
+  if (server && send) {
+    for (std::uint32_t i = 0; i < o.depth; ++i) post_recv();
+  }
+
+  Hello mine;
+  std::snprintf(mine.op, sizeof mine.op, "%s", o.op.c_str());
+  mine.size = o.size;
+  mine.iters = o.iters;
+  mine.depth = o.depth;
+  mine.mtu = o.mtu;
+  mine.qpn = qp->qp_num();
+  mine.psn = static_cast<std::uint32_t>(std::random_device{}()) & 0xffffff;
+  mine.rkey = mr->rkey;
+  mine.vaddr = reinterpret_cast<std::uint64_t>(buf);
+  mine.gid = ctx->gid();
+  const std::function<void()> idle = [&] { ctx->progress(); };
+  Hello peer;
+  char in[kHelloBytes];
+  const std::string out = encode(mine);
+  int fd = server ? oob::accept_one(o.tcp_port, error, idle) : oob::connect_to(o.server, o.tcp_port, error);
+  if (fd < 0) {
+    std::fprintf(stderr, "uroce-perf: %s\n", error.c_str());
+    return 1;
+  }
+  ConnectParams cp;
+  cp.mtu = mtu_enum(o.mtu);
+  auto connect_qp = [&] { return connect_rc(qp, peer.gid, peer.qpn, mine.psn, peer.psn, cp); };
+  bool ok = true;
+  if (server) {
+    ok = oob::read_full(fd, in, sizeof in, idle) && decode(in, peer);
+    if (ok && (std::string(peer.op) != o.op || peer.size != o.size || peer.iters != o.iters || peer.depth != o.depth ||
+               peer.mtu != o.mtu)) {
+      std::fprintf(stderr, "uroce-perf: the client runs %s -s %u -n %llu -t %u -m %u; start both sides with the same test\n",
+                   peer.op, peer.size, static_cast<unsigned long long>(peer.iters), peer.depth, peer.mtu);
+      close(fd);
+      return 2;
+    }
+    ok = ok && connect_qp() == 0 && oob::write_full(fd, out.data(), out.size());
+  } else {
+    ok = oob::write_full(fd, out.data(), out.size()) && oob::read_full(fd, in, sizeof in, idle) && decode(in, peer) &&
+         connect_qp() == 0;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "uroce-perf: the exchange with the peer failed: %s\n", ctx->last_error().c_str());
+    close(fd);
+    return 1;
+  }
+
+  bool verified = true;
+  if (server) {
+    // The server serves: it keeps its engine running until the client says
+    // it is done, receiving SENDs and checking them.
+    std::uint64_t received = 0;
+    char done[8];
+    std::function<void()> serve = [&] {
+      ctx->progress();
+      ibv_wc wc[32];
+      for (int k; (k = cq->poll(32, wc)) > 0;) {
+        for (int i = 0; i < k; ++i) {
+          if (wc[i].status != IBV_WC_SUCCESS) {
+            std::fprintf(stderr, "uroce-perf: receive failed: %s\n", wc_status_str(wc[i].status));
+            verified = false;
+            continue;
+          }
+          const auto s = static_cast<std::uint32_t>(wc[i].wr_id % o.depth);
+          if (o.verify && !pattern.matches(buf + s * slot, wc[i].wr_id)) verified = false;
+          ++received;
+          post_recv();
+        }
+      }
+    };
+    ok = oob::read_full(fd, done, sizeof done, serve);
+    if (o.verify && o.op == "write") {
+      // Each slot holds the last message written into it.
+      for (std::uint32_t s = 0; s < o.depth && s < o.iters; ++s) {
+        const std::uint64_t last = (o.iters - 1 - s) / o.depth * o.depth + s;
+        if (!pattern.matches(buf + s * slot, last)) verified = false;
+      }
+    }
+    if (o.verify && atomic) {
+      std::uint64_t final_value;
+      std::memcpy(&final_value, buf + bytes - 64, 8);
+      if (final_value != o.iters) verified = false;
+    }
+    if (send && received != o.iters) verified = false;
+    const char verdict = verified ? 'y' : 'n';
+    oob::write_full(fd, &verdict, 1);
+    close(fd);
+    std::printf("uroce-perf server: %s test done%s%s\n", o.op.c_str(), send ? (", " + std::to_string(received) + " messages received").c_str() : "",
+                o.verify ? (verified ? "; verification: PASSED" : "; verification: FAILED") : "");
+    return ok && verified ? 0 : 1;
+  }
+
+  // Client: the test itself.
+  std::vector<Clock::time_point> posted_at(o.depth);
+  std::vector<std::uint64_t> slot_msg(o.depth);
+  std::vector<double> lat;
+  auto post = [&](std::uint64_t msg) {
+    const auto s = static_cast<std::uint32_t>(msg % o.depth);
+    slot_msg[s] = msg;
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + s * slot), o.size, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = s;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (o.verify && !read && !atomic) pattern.fill(buf + s * slot, msg);
+    if (atomic) {
+      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+      wr.wr.atomic.remote_addr = peer.vaddr + bytes - 64;
+      wr.wr.atomic.rkey = peer.rkey;
+      wr.wr.atomic.compare_add = 1;
+    } else {
+      wr.opcode = send ? IBV_WR_SEND : read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+      wr.wr.rdma.remote_addr = peer.vaddr + s * slot;
+      wr.wr.rdma.rkey = peer.rkey;
+    }
+    if (o.lat || msg % 16 == 0) posted_at[s] = Clock::now();
+    ibv_send_wr* bad = nullptr;
+    return qp->post_send(&wr, &bad) == 0;
+  };
+  const auto t0 = Clock::now();
+  auto last_progress = t0;
+  std::uint64_t next = 0;
+  std::uint64_t done_count = 0;
+  const std::uint32_t depth = o.lat ? 1 : o.depth;
+  std::string failure;
+  while (done_count < o.iters && failure.empty()) {
+    while (next < o.iters && next - done_count < depth) {
+      if (!post(next++)) failure = "post failed: " + ctx->last_error();
+    }
+    ctx->progress();
+    ibv_wc wc[32];
+    const int k = cq->poll(32, wc);
+    if (k == 0 && Clock::now() - last_progress > std::chrono::seconds(20)) failure = "no completion for 20 s";
+    for (int i = 0; i < k; ++i) {
+      last_progress = Clock::now();
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        failure = std::string("completion error: ") + wc_status_str(wc[i].status);
+        break;
+      }
+      const auto s = static_cast<std::uint32_t>(wc[i].wr_id);
+      const std::uint64_t msg = slot_msg[s];
+      if (o.lat || msg % 16 == 0) lat.push_back(std::chrono::duration<double, std::micro>(last_progress - posted_at[s]).count());
+      if (o.verify && read && !pattern.matches(buf + s * slot, s)) verified = false;
+      if (o.verify && atomic) {
+        std::uint64_t orig;
+        std::memcpy(&orig, buf + s * slot, 8);
+        if (orig != msg) verified = false;
+      }
+      ++done_count;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Tell the server, and hear its verdict on what it received.
+  char verdict = 'n';
+  const bool told = oob::write_full(fd, "done\0\0\0", 8) && oob::read_full(fd, &verdict, 1, idle);
+  close(fd);
+  if (!failure.empty()) {
+    std::fprintf(stderr, "uroce-perf: %s\n", failure.c_str());
+    return 1;
+  }
+  if (!told) verdict = 'n';
+  if (o.verify && verdict != 'y') verified = false;
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<std::size_t>(p / 100.0 * static_cast<double>(lat.size())))];
+  };
+  const double gbps = static_cast<double>(done_count * o.size) * 8 / seconds / 1e9;
+  const double mpps = static_cast<double>(done_count) / seconds / 1e6;
+  std::printf("%10s %12s %14s %14s\n", "#bytes", "#iterations", "BW [Gb/s]", "MsgRate [Mpps]");
+  std::printf("%10u %12llu %14.2f %14.3f\n", o.size, static_cast<unsigned long long>(done_count), gbps, mpps);
+  std::printf("latency [us, post to completion%s]: min %.2f p50 %.2f p99 %.2f p99.9 %.2f max %.2f\n",
+              o.lat ? "" : ", every 16th message, queueing included", pct(0), pct(50), pct(99), pct(99.9), pct(100));
+  std::printf("retransmitted %llu packets, %llu timeouts, %llu sequence NAKs, %llu RNR NAKs\n",
+              static_cast<unsigned long long>(qp->counter("retransmitted_packets")),
+              static_cast<unsigned long long>(qp->counter("timeouts")),
+              static_cast<unsigned long long>(qp->counter("nak_seq_received")),
+              static_cast<unsigned long long>(qp->counter("rnr_naks_received")));
+  if (o.verify) std::printf("verification: %s\n", verified ? "PASSED (both sides)" : "FAILED");
+  if (!o.json.empty()) {
+    std::ofstream j(o.json);
+    j << "{\"tool\":\"uroce-perf\",\"mode\":\"port\",\"op\":\"" << o.op << "\",\"test\":\"" << (o.lat ? "lat" : "bw")
+      << "\",\"size\":" << o.size << ",\"iterations\":" << done_count << ",\"mtu\":" << o.mtu << ",\"tx_depth\":" << depth
+      << ",\"bw_gbps\":" << gbps << ",\"msg_rate_mpps\":" << mpps << ",\"lat_us\":{\"min\":" << pct(0)
+      << ",\"p50\":" << pct(50) << ",\"p99\":" << pct(99) << ",\"p999\":" << pct(99.9) << ",\"max\":" << pct(100) << "}";
+    if (o.verify) j << ",\"verified\":" << (verified ? "true" : "false");
+    j << "}\n";
+  }
+  return o.verify && !verified ? 1 : 0;
+}
+
+}  // namespace uroce::perf
