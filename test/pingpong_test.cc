@@ -131,6 +131,54 @@ TEST_F(PingpongVeth, ServerAndClientOverAfPacketWithMtu4096) {
   }
 }
 
+// uroce-perf in two processes: every operation with its data verified on
+// both sides, over memif and over the namespaced veth pair.
+const std::string kPerf = UROCE_PERF_BIN;
+
+std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
+                          const std::string& server_port, const std::string& client_port, const std::string& server_ip,
+                          const std::string& client_ip, const std::string& connect_to, const std::string& op) {
+  const std::string opts = " " + op + (op == "atomic" ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify";
+  Proc server;
+  server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  Proc client;
+  client.start(client_prefix + kPerf + " " + client_port + " -- --ip " + client_ip + opts + " " + connect_to);
+  client.finish();
+  server.finish();
+  std::string why;
+  if (server.status != 0) why += "server exited " + std::to_string(server.status) + "; ";
+  if (client.status != 0) why += "client exited " + std::to_string(client.status) + "; ";
+  if (client.out.find("verification: PASSED (both sides)") == std::string::npos) why += "client: no PASSED; ";
+  if (server.out.find("verification: PASSED") == std::string::npos) why += "server: no PASSED; ";
+  if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
+  return why;
+}
+
+class PerfMemif : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PerfMemif, EveryOperationVerifiedOnBothSides) {
+  const std::string sock = "/tmp/uroce-perf-" + std::to_string(getpid()) + "-" + GetParam() + ".sock";
+  const std::string vdev = ",bsize=8192,socket=" + sock;
+  const std::string why = run_perf_pair(
+      "", "", kEal + " -l 0 --file-prefix=pfs --vdev=net_memif0,role=server" + vdev,
+      kEal + " -l 1 --file-prefix=pfc --vdev=net_memif0,role=client" + vdev, "10.93.0.1/24", "10.93.0.2/24",
+      "127.0.0.1", GetParam());
+  std::remove(sock.c_str());
+  EXPECT_EQ(why, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, PerfMemif, ::testing::Values("write", "read", "send", "atomic"));
+
+TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {
+  for (const std::string op : {"write", "read", "send", "atomic"}) {
+    const std::string why = run_perf_pair("ip netns exec " + ns_a_ + " ", "ip netns exec " + ns_b_ + " ",
+                                          port("ppveth0", 0, "pvs"), port("ppveth1", 1, "pvc"), "10.95.0.11/24",
+                                          "10.95.0.12/24", "10.95.0.1", op);
+    EXPECT_EQ(why, "") << op;
+  }
+}
+
 TEST(PingpongUsage, BadArgumentsGiveAOneLineHint) {
   Proc p;
   p.start(kPingpong + " " + kEal + " -- -s 64");
