@@ -8,6 +8,12 @@
 #include <random>
 #include <thread>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+
 #include "dpdk/eal.h"
 #include "dpdk/ring_pair.h"
 #include "engine/engine.h"
@@ -167,6 +173,63 @@ INSTANTIATE_TEST_SUITE_P(Verbs, DpdkRc,
                              default: return std::string("cmp_swap");
                            }
                          });
+
+// A client of DPDK's telemetry socket, as dpdk-telemetry.py is.
+std::string telemetry(const std::string& command) {
+  const std::string path = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return "cannot connect to " + path;
+  }
+  char buf[16384];
+  const ssize_t hello = read(fd, buf, sizeof buf);  // the server's greeting
+  (void)hello;
+  if (write(fd, command.data(), command.size()) < 0) {
+    close(fd);
+    return "write failed";
+  }
+  const ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "no answer";
+}
+
+TEST(DpdkTelemetry, CountersAreReadableAtRunTime) {
+  ASSERT_EQ(EalEnvironment::error(), "");
+  Devices d("tel");
+  ASSERT_NE(d.pair, nullptr);
+  std::memset(d.bufa, 7, 4096);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(d.bufa), 4096, d.mra->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb);
+  wr.wr.rdma.rkey = d.mrb->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(d.qa->post_send(&wr, &bad), 0);
+  ASSERT_EQ(d.wait(d.cqa, 1).size(), 1u);
+  const std::string devices = telemetry("/uroce/devices");
+  EXPECT_NE(devices.find("\"tel-a\""), std::string::npos) << devices;
+  // Our devices are the last two exposed.
+  const auto a_index = devices.find("tel-a");
+  ASSERT_NE(a_index, std::string::npos);
+  const std::string index = devices.substr(devices.rfind('"', devices.rfind('"', a_index - 2) - 1) + 1);
+  const std::string dev = index.substr(0, index.find('"'));
+  const std::string qps = telemetry("/uroce/qps," + dev);
+  EXPECT_NE(qps.find(std::to_string(d.qa->qp_num())), std::string::npos) << qps;
+  const std::string qp = telemetry("/uroce/qp," + dev + "," + std::to_string(d.qa->qp_num()));
+  EXPECT_NE(qp.find("\"state\":\"RTS\""), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"tx_packets\":1,"), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"tx_bytes\":4096"), std::string::npos) << qp;
+  const std::string engine = telemetry("/uroce/engine," + dev);
+  EXPECT_NE(engine.find("\"drop_icrc_mismatch\":0"), std::string::npos) << engine;
+  EXPECT_NE(telemetry("/uroce/qp," + dev + ",999999").find("null"), std::string::npos) << "an unknown QP";
+}
 
 TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {
   ASSERT_EQ(EalEnvironment::error(), "");

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   g++ meson ninja-build pkg-config python3
-  libdpdk-dev dpdk              # DPDK 22.11: ethdev, EAL, testpmd, dpdk-hugepages.py, dpdk-telemetry.py
+  libdpdk-dev dpdk dpdk-dev     # DPDK 22.11: ethdev, EAL; dpdk-hugepages.py, dpdk-testpmd, dpdk-telemetry.py
   libisal-dev                   # ISA-L: the CRC-32 behind the ICRC
   libibverbs-dev                # rdma-core's <infiniband/verbs.h> (header only; no kernel device needed)
   libspdlog-dev libfmt-dev      # control-path logging

@@ -48,6 +48,7 @@ constexpr const char* kUsage =
     "      --verify          check every byte and every atomic result\n"
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
+    "      --counters        print the QP, engine and port counters on exit\n"
 
     "Exit status: 0 ok; 1 a transfer or verification failed; 2 bad usage.\n";
 
@@ -64,6 +65,7 @@ struct Options {
   bool verify = false;
   std::string json;
   std::string pcap;
+  bool counters = false;
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
   std::uint16_t port_id = 0;
@@ -102,6 +104,7 @@ Options parse(int argc, const char* const* argv) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--json") o.json = number(i, "--json");
     else if (a == "--pcap") o.pcap = number(i, "--pcap");
+    else if (a == "--counters") o.counters = true;
     else if (a == "--ip") {
       std::string v = number(i, "--ip");
       v = v.substr(0, v.find('/'));
@@ -404,6 +407,7 @@ int main(int argc, char** argv) {
     ro.lat = o.lat;
     ro.verify = o.verify;
     ro.json = o.json;
+    ro.counters = o.counters;
     ro.ip = o.ip;
     ro.port_id = o.port_id;
     ro.tcp_port = o.tcp_port;

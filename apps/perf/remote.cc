@@ -12,8 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "common/counters.h"
 #include "common/oob.h"
 #include "dpdk/port_io.h"
+#include "dpdk/telemetry.h"
 #include "perf/pattern.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -93,6 +95,7 @@ int run_remote(const RemoteOptions& o) {
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
   auto ctx = Context::open(dev, error);
+  dpdk::telemetry_expose(ctx.get(), "uroce-perf");
   ProtectionDomain* pd = ctx->alloc_pd();
   const bool server = o.server.empty();
   const bool send = o.op == "send";
@@ -225,6 +228,7 @@ int run_remote(const RemoteOptions& o) {
     const char verdict = verified ? 'y' : 'n';
     oob::write_full(fd, &verdict, 1);
     close(fd);
+    if (o.counters) print_counters(*ctx, qp, &io.counters());
     std::printf("uroce-perf server: %s test done%s%s\n", o.op.c_str(), send ? (", " + std::to_string(received) + " messages received").c_str() : "",
                 o.verify ? (verified ? "; verification: PASSED" : "; verification: FAILED") : "");
     return ok && verified ? 0 : 1;
@@ -297,6 +301,7 @@ int run_remote(const RemoteOptions& o) {
   close(fd);
   if (!failure.empty()) {
     std::fprintf(stderr, "uroce-perf: %s\n", failure.c_str());
+    if (o.counters) print_counters(*ctx, qp, &io.counters());
     return 1;
   }
   if (!told) verdict = 'n';
@@ -317,6 +322,7 @@ int run_remote(const RemoteOptions& o) {
               static_cast<unsigned long long>(qp->counter("nak_seq_received")),
               static_cast<unsigned long long>(qp->counter("rnr_naks_received")));
   if (o.verify) std::printf("verification: %s\n", verified ? "PASSED (both sides)" : "FAILED");
+  if (o.counters) print_counters(*ctx, qp, &io.counters());
   if (!o.json.empty()) {
     std::ofstream j(o.json);
     j << "{\"tool\":\"uroce-perf\",\"mode\":\"port\",\"op\":\"" << o.op << "\",\"test\":\"" << (o.lat ? "lat" : "bw")

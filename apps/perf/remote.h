@@ -18,6 +18,7 @@ struct RemoteOptions {
   bool lat = false;
   bool verify = false;
   std::string json;
+  bool counters = false;
   std::array<std::uint8_t, 4> ip{};
   std::uint16_t port_id = 0;
   std::uint16_t tcp_port = 18515;

@@ -18,9 +18,8 @@
 #include "common/oob.h"
 #include "dpdk/eal.h"
 #include "dpdk/port_io.h"
-#include "engine/engine.h"
-#include "transport/counters.h"
-#include "wire/parse_status.h"
+#include "dpdk/telemetry.h"
+#include "common/counters.h"
 #include "uroce/verbs.h"
 #include "uroce/version.h"
 #include "verbs/connect.h"
@@ -156,36 +155,6 @@ std::string gid_text(const ibv_gid& g) {
   return buf;
 }
 
-void print_counters(uroce::Context& ctx, uroce::QueuePair& qp, const uroce::dpdk::PortIo& io) {
-  using namespace uroce;
-  std::printf("counters (non-zero):\n");
-  for (std::size_t i = 0; i < transport::kQpCounterCount; ++i) {
-    const auto c = static_cast<transport::QpCounter>(i);
-    if (const std::uint64_t v = qp.counter(transport::qp_counter_name(c))) {
-      std::printf("  qp.%-28s %12llu  %s\n", transport::qp_counter_name(c), static_cast<unsigned long long>(v),
-                  transport::qp_counter_description(c));
-    }
-  }
-  for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
-    const auto c = static_cast<engine::EngineCounter>(i);
-    if (const std::uint64_t v = ctx.engine().counter(c)) {
-      std::printf("  engine.%-24s %12llu\n", engine::engine_counter_name(c), static_cast<unsigned long long>(v));
-    }
-  }
-  for (int i = 0; i < wire::kParseStatusCount; ++i) {
-    const auto s = static_cast<wire::ParseStatus>(i);
-    if (const std::uint64_t v = ctx.engine().parse_drops(s)) {
-      std::printf("  engine.drop_%-19s %12llu  %s\n", wire::parse_status_name(s), static_cast<unsigned long long>(v),
-                  wire::parse_status_description(s));
-    }
-  }
-  const dpdk::PortIoCounters& pc = io.counters();
-  std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
-              static_cast<unsigned long long>(pc.arp_requests_answered),
-              static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),
-              static_cast<unsigned long long>(pc.rx_linearized));
-}
-
 int run(const Options& o) {
   using namespace uroce;
   std::string error;
@@ -212,6 +181,7 @@ int run(const Options& o) {
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
   auto ctx = Context::open(dev, error);
+  dpdk::telemetry_expose(ctx.get(), "uroce-pingpong");
   ProtectionDomain* pd = ctx->alloc_pd();
   auto* buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(o.size));
   if (buf == nullptr) {
@@ -359,7 +329,7 @@ int run(const Options& o) {
       if (Clock::now() - last_progress > std::chrono::seconds(30)) {
         std::fprintf(stderr, "uroce-pingpong: no completion for 30 s (sent %u, received %u); is the peer there?\n",
                      scnt, rcnt);
-        if (o.counters) print_counters(*ctx, *qp, io);
+        if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
         return 1;
       }
       continue;
@@ -369,7 +339,7 @@ int run(const Options& o) {
       if (wc[i].status != IBV_WC_SUCCESS) {
         std::fprintf(stderr, "Failed status %s (%d) for wr_id %d\n", wc_status_str(wc[i].status), wc[i].status,
                      static_cast<int>(wc[i].wr_id));
-        if (o.counters) print_counters(*ctx, *qp, io);
+        if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
         return 1;
       }
       if (wc[i].wr_id == kSendWrid) {
@@ -404,7 +374,7 @@ int run(const Options& o) {
   // Let the last ACKs leave before the port closes.
   const auto linger = Clock::now() + std::chrono::milliseconds(100);
   while (Clock::now() < linger) ctx->progress();
-  if (o.counters) print_counters(*ctx, *qp, io);
+  if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
   return rc;
 }
 

@@ -1,5 +1,6 @@
 #include "dpdk/ring_pair.h"
 
+#include "dpdk/telemetry.h"
 #include "engine/engine.h"
 
 namespace uroce::dpdk {
@@ -36,10 +37,14 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   pair->a = open(*pair->io_a);
   pair->b = open(*pair->io_b);
   if (!pair->a || !pair->b) return nullptr;
+  telemetry_expose(pair->a.get(), name + "-a");
+  telemetry_expose(pair->b.get(), name + "-b");
   return pair;
 }
 
 RingPair::~RingPair() {
+  telemetry_hide(a.get());
+  telemetry_hide(b.get());
   a.reset();  // contexts before the ports they use
   b.reset();
 }

@@ -54,6 +54,7 @@ class Engine {
   std::uint64_t counter(EngineCounter c) const { return counters_[static_cast<std::size_t>(c)]; }
   // Drops by parse reason (index: wire::ParseStatus).
   std::uint64_t parse_drops(wire::ParseStatus s) const { return parse_drops_[static_cast<std::size_t>(s)]; }
+  const std::vector<transport::Qp*>& qps() const { return qp_list_; }
   PacketIo& io() { return io_; }
   Clock& clock() { return clock_; }
   transport::Env& env() { return env_; }

@@ -1,0 +1,43 @@
+#include "common/counters.h"
+
+#include <cstdio>
+
+#include "dpdk/port_io.h"
+#include "engine/engine.h"
+#include "transport/counters.h"
+#include "uroce/verbs.h"
+#include "wire/parse_status.h"
+
+namespace uroce {
+
+void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* port) {
+  std::printf("counters (non-zero):\n");
+  for (std::size_t i = 0; qp != nullptr && i < transport::kQpCounterCount; ++i) {
+    const auto c = static_cast<transport::QpCounter>(i);
+    if (const std::uint64_t v = qp->counter(transport::qp_counter_name(c))) {
+      std::printf("  qp.%-28s %12llu  %s\n", transport::qp_counter_name(c), static_cast<unsigned long long>(v),
+                  transport::qp_counter_description(c));
+    }
+  }
+  for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
+    const auto c = static_cast<engine::EngineCounter>(i);
+    if (const std::uint64_t v = ctx.engine().counter(c)) {
+      std::printf("  engine.%-24s %12llu\n", engine::engine_counter_name(c), static_cast<unsigned long long>(v));
+    }
+  }
+  for (int i = 0; i < wire::kParseStatusCount; ++i) {
+    const auto s = static_cast<wire::ParseStatus>(i);
+    if (const std::uint64_t v = ctx.engine().parse_drops(s)) {
+      std::printf("  engine.drop_%-19s %12llu  %s\n", wire::parse_status_name(s), static_cast<unsigned long long>(v),
+                  wire::parse_status_description(s));
+    }
+  }
+  if (port == nullptr) return;
+  const dpdk::PortIoCounters& pc = *port;
+  std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
+              static_cast<unsigned long long>(pc.arp_requests_answered),
+              static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),
+              static_cast<unsigned long long>(pc.rx_linearized));
+}
+
+}  // namespace uroce
