@@ -138,7 +138,7 @@ const std::string kPerf = UROCE_PERF_BIN;
 std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
                           const std::string& server_port, const std::string& client_port, const std::string& server_ip,
                           const std::string& client_ip, const std::string& connect_to, const std::string& op) {
-  const std::string opts = " " + op + (op == "atomic" ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify";
+  const std::string opts = " " + op + (op == "atomic" ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
   Proc server;
   server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -151,6 +151,13 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
   if (client.status != 0) why += "client exited " + std::to_string(client.status) + "; ";
   if (client.out.find("verification: PASSED (both sides)") == std::string::npos) why += "client: no PASSED; ";
   if (server.out.find("verification: PASSED") == std::string::npos) why += "server: no PASSED; ";
+  // memif and af_packet take multi-segment frames: the side that sends the
+  // data (client for WRITE/SEND, server for READ) sends it zero-copy.
+  if (op != "atomic") {
+    const std::string& sender = op == "read" ? server.out : client.out;
+    const auto at = sender.find("port.tx_zero_copy_frames ");
+    if (at == std::string::npos || sender.compare(at + 26, 2, "0 ") == 0) why += "no zero-copy frames; ";
+  }
   if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
   return why;
 }

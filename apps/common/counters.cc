@@ -34,6 +34,9 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
   }
   if (port == nullptr) return;
   const dpdk::PortIoCounters& pc = *port;
+  std::printf("  port.tx_zero_copy_frames %llu (%llu bytes), tx_copied_bytes %llu, tx_dropped_no_mbuf %llu\n",
+              static_cast<unsigned long long>(pc.tx_zero_copy_frames), static_cast<unsigned long long>(pc.tx_zero_copy_bytes),
+              static_cast<unsigned long long>(pc.tx_copied_bytes), static_cast<unsigned long long>(pc.tx_dropped_no_mbuf));
   std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
               static_cast<unsigned long long>(pc.arp_requests_answered),
               static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),

@@ -54,6 +54,8 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   if (config.max_frame > RTE_ETHER_MAX_LEN && info.max_rx_pktlen >= config.max_frame) {
     conf.rxmode.mtu = static_cast<std::uint32_t>(config.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
   }
+  const bool multi_seg = config.zero_copy_tx && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  if (multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   int rc = rte_eth_dev_configure(port, config.queues, config.queues, &conf);
   for (std::uint16_t q = 0; rc == 0 && q < config.queues; ++q) {
     rc = rte_eth_rx_queue_setup(port, q, config.rx_desc, rte_eth_dev_socket_id(port), nullptr, pool);
@@ -65,7 +67,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
     rte_mempool_free(pool);
     return nullptr;
   }
-  return std::unique_ptr<Port>(new Port(port, pool));
+  return std::unique_ptr<Port>(new Port(port, pool, multi_seg));
 }
 
 Port::~Port() {

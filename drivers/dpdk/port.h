@@ -20,6 +20,7 @@ struct PortConfig {
   std::uint16_t tx_desc = 1024;
   std::uint32_t mbufs = 8191;
   std::uint16_t max_frame = 1518;  // largest frame to receive (Ethernet header included)
+  bool zero_copy_tx = true;        // chain region memory into TX frames where the port takes chains
 };
 
 class Port {
@@ -33,6 +34,8 @@ class Port {
 
   std::uint16_t id() const { return port_id_; }
   void* pool() const { return pool_; }  // rte_mempool of this port's mbufs
+  // The port sends multi-segment mbufs (and zero-copy TX is asked for).
+  bool multi_seg_tx() const { return multi_seg_tx_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -43,9 +46,10 @@ class Port {
                                std::uint16_t max = 32);
 
  private:
-  Port(std::uint16_t port_id, void* pool) : port_id_(port_id), pool_(pool) {}
+  Port(std::uint16_t port_id, void* pool, bool multi_seg) : port_id_(port_id), pool_(pool), multi_seg_tx_(multi_seg) {}
   std::uint16_t port_id_;
   void* pool_;  // rte_mempool
+  bool multi_seg_tx_;
 };
 
 // Ports EAL found (physical and virtual).

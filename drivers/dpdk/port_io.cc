@@ -19,6 +19,15 @@ rte_mbuf* as_mbuf(void* p) { return static_cast<rte_mbuf*>(p); }
 // The largest frame taken: a 9000-byte MTU and its Ethernet and VLAN headers.
 constexpr std::size_t kMaxFrame = 9022;
 
+// Below this payload size, copying beats attaching external buffers.
+constexpr std::uint32_t kZeroCopyFrom = 512;
+
+void no_free(void*, void*) {}
+
+rte_iova_t iova_of(const void* p) {
+  return rte_eal_iova_mode() == RTE_IOVA_VA ? reinterpret_cast<rte_iova_t>(p) : rte_mem_virt2iova(p);
+}
+
 }  // namespace
 
 TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())) {}
@@ -30,6 +39,11 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
+  static_assert(sizeof(rte_mbuf_ext_shared_info) <= sizeof(ext_shinfo_));
+  auto* shinfo = reinterpret_cast<rte_mbuf_ext_shared_info*>(ext_shinfo_.data());
+  shinfo->free_cb = no_free;
+  shinfo->fcb_opaque = nullptr;
+  rte_mbuf_ext_refcnt_set(shinfo, 1);  // ours: it never reaches zero
 }
 
 PortIo::~PortIo() = default;
@@ -85,32 +99,70 @@ void PortIo::rx_release(engine::RxFrame* frames, std::uint16_t n) {
 }
 
 std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
-  // Each frame is gathered into one mbuf: headers, payload pieces, trailer.
-  // (Zero-copy external-buffer chains come with the DMA-mapped regions.)
+  auto* pool = static_cast<rte_mempool*>(port_.pool());
+  auto* shinfo = reinterpret_cast<rte_mbuf_ext_shared_info*>(ext_shinfo_.data());
   std::array<rte_mbuf*, 64> burst;
   std::uint16_t built = 0;
   for (std::uint16_t i = 0; i < n && built < burst.size(); ++i) {
     const wire::TxFrame& f = frames[i];
-    rte_mbuf* m = rte_pktmbuf_alloc(static_cast<rte_mempool*>(port_.pool()));
-    if (m == nullptr) {
+    rte_mbuf* head = rte_pktmbuf_alloc(pool);
+    if (head == nullptr) {
       ++counters_.tx_dropped_no_mbuf;
       break;
     }
-    char* p = rte_pktmbuf_append(m, static_cast<std::uint16_t>(f.frame_bytes()));
-    if (p == nullptr) {
-      rte_pktmbuf_free(m);
+    const std::uint32_t payload = f.payload_bytes();
+    if (!port_.multi_seg_tx() || payload < kZeroCopyFrom) {
+      // One mbuf: headers, payload pieces, trailer, copied.
+      auto* p = reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(head, static_cast<std::uint16_t>(f.frame_bytes())));
+      if (p == nullptr) {
+        rte_pktmbuf_free(head);
+        ++counters_.tx_dropped_no_mbuf;
+        break;
+      }
+      std::memcpy(p, f.hdr.data(), f.hdr_len);
+      p += f.hdr_len;
+      for (int k = 0; k < f.npieces; ++k) {
+        std::memcpy(p, f.pieces[k].data(), f.pieces[k].size());
+        p += f.pieces[k].size();
+      }
+      std::memcpy(p, f.trailer.data(), f.trailer_len);
+      counters_.tx_copied_bytes += payload;
+      burst[built++] = head;
+      continue;
+    }
+    // Zero copy: the headers in `head`, each payload piece as an external
+    // buffer pointing into the region, then the pad and ICRC in a tail mbuf.
+    std::memcpy(rte_pktmbuf_append(head, f.hdr_len), f.hdr.data(), f.hdr_len);
+    bool ok = true;
+    for (int k = 0; k < f.npieces && ok; ++k) {
+      rte_mbuf* seg = rte_pktmbuf_alloc(pool);
+      if (seg == nullptr) {
+        ok = false;
+        break;
+      }
+      auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
+      const auto len = static_cast<std::uint16_t>(f.pieces[k].size());
+      rte_mbuf_ext_refcnt_update(shinfo, 1);
+      rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
+      seg->data_len = len;
+      seg->pkt_len = len;
+      ok = rte_pktmbuf_chain(head, seg) == 0;
+      if (!ok) rte_pktmbuf_free(seg);
+    }
+    rte_mbuf* tail = ok ? rte_pktmbuf_alloc(pool) : nullptr;
+    if (tail != nullptr) {
+      std::memcpy(rte_pktmbuf_append(tail, f.trailer_len), f.trailer.data(), f.trailer_len);
+      ok = rte_pktmbuf_chain(head, tail) == 0;
+      if (!ok) rte_pktmbuf_free(tail);
+    }
+    if (!ok || tail == nullptr) {
+      rte_pktmbuf_free(head);  // the chain, external buffers released
       ++counters_.tx_dropped_no_mbuf;
       break;
     }
-    std::memcpy(p, f.hdr.data(), f.hdr_len);
-    p += f.hdr_len;
-    for (int k = 0; k < f.npieces; ++k) {
-      std::memcpy(p, f.pieces[k].data(), f.pieces[k].size());
-      p += f.pieces[k].size();
-    }
-    std::memcpy(p, f.trailer.data(), f.trailer_len);
-    counters_.tx_copied_bytes += f.payload_bytes();
-    burst[built++] = m;
+    ++counters_.tx_zero_copy_frames;
+    counters_.tx_zero_copy_bytes += payload;
+    burst[built++] = head;
   }
   const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
   for (std::uint16_t i = sent; i < built; ++i) rte_pktmbuf_free(burst[i]);

@@ -26,7 +26,9 @@ class TscClock : public engine::Clock {
 struct PortIoCounters {
   std::uint64_t arp_requests_answered = 0;
   std::uint64_t arp_replies_learned = 0;
-  std::uint64_t tx_copied_bytes = 0;
+  std::uint64_t tx_copied_bytes = 0;   // payload bytes gathered into one mbuf
+  std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
+  std::uint64_t tx_zero_copy_bytes = 0;
   std::uint64_t tx_dropped_no_mbuf = 0;
   std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one buffer
   std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
@@ -63,6 +65,11 @@ class PortIo : public engine::PacketIo {
   std::array<std::uint8_t, 6> mac_{};
   std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
+  // Shared info of the region memory chained into TX frames: its free
+  // callback does nothing, as regions outlive the frames that carry them (a
+  // WR's buffers are the application's again only after its completion,
+  // which follows the peer's ACK of frames long sent).
+  alignas(16) std::array<std::uint8_t, 32> ext_shinfo_{};
   std::vector<std::uint8_t> scratch_;  // for multi-segment frames: a whole burst of the largest frames
   PortIoCounters counters_;
 };
