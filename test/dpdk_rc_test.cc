@@ -156,6 +156,9 @@ TEST_P(DpdkRc, EveryMessageArrivesWhole) {
   if (atomic) {
     EXPECT_EQ(final_value, model);
   }
+  // The regions were registered with DPDK (net_ring needs no DMA mapping).
+  EXPECT_EQ(d.pair->io_a->counters().regions_registered, 1u);
+  EXPECT_EQ(d.pair->io_a->counters().regions_register_failed, 0u);
   // The frames went through the ports; large payloads leave the region
   // itself (zero copy) wherever the port takes multi-segment frames.
   EXPECT_GT(d.pair->frames_sent(), 200u);

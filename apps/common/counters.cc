@@ -37,6 +37,10 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
   std::printf("  port.tx_zero_copy_frames %llu (%llu bytes), tx_copied_bytes %llu, tx_dropped_no_mbuf %llu\n",
               static_cast<unsigned long long>(pc.tx_zero_copy_frames), static_cast<unsigned long long>(pc.tx_zero_copy_bytes),
               static_cast<unsigned long long>(pc.tx_copied_bytes), static_cast<unsigned long long>(pc.tx_dropped_no_mbuf));
+  std::printf("  port.regions_registered %llu, regions_dma_mapped %llu, regions_dma_unneeded %llu, regions_register_failed %llu\n",
+              static_cast<unsigned long long>(pc.regions_registered), static_cast<unsigned long long>(pc.regions_dma_mapped),
+              static_cast<unsigned long long>(pc.regions_dma_unneeded),
+              static_cast<unsigned long long>(pc.regions_register_failed));
   std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
               static_cast<unsigned long long>(pc.arp_requests_answered),
               static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),

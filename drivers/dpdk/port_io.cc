@@ -4,7 +4,11 @@
 #include <cstring>
 #include <thread>
 
+#include <unistd.h>
+
 #include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_memory.h>
 #include <rte_eth_ring.h>
 #include <rte_ring.h>
 
@@ -167,6 +171,41 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
   const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
   for (std::uint16_t i = sent; i < built; ++i) rte_pktmbuf_free(burst[i]);
   return sent;
+}
+
+namespace {
+
+// The page-aligned span covering [addr, addr + len).
+std::pair<std::uint8_t*, std::size_t> page_span(void* addr, std::size_t len) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(addr) + len + page - 1) & ~(page - 1);
+  return {reinterpret_cast<std::uint8_t*>(begin), end - begin};
+}
+
+}  // namespace
+
+void PortIo::register_memory(void* addr, std::size_t len) {
+  const auto [base, bytes] = page_span(addr, len);
+  const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  if (rc != 0 && rte_errno != EEXIST) {
+    ++counters_.regions_register_failed;
+    return;
+  }
+  ++counters_.regions_registered;
+  rte_eth_dev_info info{};
+  if (rte_eth_dev_info_get(port_.id(), &info) != 0 || info.device == nullptr) return;
+  if (rte_dev_dma_map(info.device, base, iova_of(base), bytes) == 0) ++counters_.regions_dma_mapped;
+  else ++counters_.regions_dma_unneeded;  // ENOTSUP: a virtual device reads host memory itself
+}
+
+void PortIo::unregister_memory(void* addr, std::size_t len) {
+  const auto [base, bytes] = page_span(addr, len);
+  rte_eth_dev_info info{};
+  if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
+    rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
+  }
+  rte_extmem_unregister(base, bytes);
 }
 
 bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {

@@ -33,6 +33,10 @@ struct PortIoCounters {
   std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one buffer
   std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
   std::uint64_t rx_other = 0;       // non-RoCE, non-ARP frames (dropped)
+  std::uint64_t regions_registered = 0;   // registered with DPDK as external memory
+  std::uint64_t regions_dma_mapped = 0;   // DMA-mapped for the device
+  std::uint64_t regions_dma_unneeded = 0; // the device needs no mapping (virtual devices)
+  std::uint64_t regions_register_failed = 0;
 };
 
 class PortIo : public engine::PacketIo {
@@ -47,6 +51,11 @@ class PortIo : public engine::PacketIo {
   // IPv4-mapped GIDs: the neighbour table, else an ARP request answered
   // within a second (this port's receive queue is polled meanwhile).
   bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
+  // Registers the pages of [addr, addr + len) as DPDK external memory and
+  // DMA-maps them for the port's device (a physical NIC then reads frames'
+  // payloads straight from the region). Virtual devices need no mapping.
+  void register_memory(void* addr, std::size_t len) override;
+  void unregister_memory(void* addr, std::size_t len) override;
 
   void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
   const std::array<std::uint8_t, 6>& mac() const { return mac_; }

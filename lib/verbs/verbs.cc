@@ -135,6 +135,7 @@ MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std:
                             : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
     return nullptr;
   }
+  c.port.io->register_memory(addr, length);
   auto mr = std::make_unique<MemoryRegion>();
   mr->addr = addr;
   mr->length = length;
@@ -149,6 +150,7 @@ MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std:
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
   Context::Impl& c = ctx_->impl();
   if (c.mrs.remove(mr->lkey) != 0) return c.fail(EINVAL, "not a registered memory region");
+  c.port.io->unregister_memory(mr->addr, mr->length);
   erase_owned(c.mrs_owned, mr);
   return 0;
 }
