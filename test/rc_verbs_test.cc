@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "rc_fixture.h"
 #include "wire/frame.h"
@@ -132,6 +133,45 @@ TEST(RcVerbs, CompletionQueueOverflowIsAnError) {
   EXPECT_EQ(qa->state(), IBV_QPS_ERR);
   EXPECT_EQ(net.a->destroy_cq(small), EBUSY) << "a CQ in use cannot go";
   EXPECT_NE(net.a->last_error().find("QPs still use this CQ"), std::string::npos);
+}
+
+TEST(RcVerbs, GidTableAsRdmaCoreListsIt) {
+  sim::SimPair net(9);
+  ibv_gid g{};
+  ASSERT_EQ(net.a->query_gid(1, g), 0);
+  EXPECT_EQ(g.raw[10], 0xff);
+  EXPECT_EQ(g.raw[11], 0xff);
+  EXPECT_EQ(g.raw[12], 10);  // ::ffff:10.99.0.1
+  ASSERT_EQ(net.a->query_gid(0, g), 0);
+  // MAC 02:00:00:00:00:0a -> fe80::0000:00ff:fe00:000a (the U/L bit flipped)
+  const std::uint8_t want[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0xff, 0xfe, 0x00, 0x00, 0x0a};
+  EXPECT_EQ(std::memcmp(g.raw, want, 16), 0);
+  EXPECT_EQ(net.a->query_gid(2, g), EINVAL);
+}
+
+TEST(RcVerbs, BuffersOnHugepagesOrAClearError) {
+  std::ifstream nr("/proc/sys/vm/nr_hugepages");
+  long reserved = 0;
+  nr >> reserved;
+  sim::VirtualClock clock;
+  const std::uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
+  sim::SimLink link(clock, 1, mac, mac);
+  PortConfig port;
+  port.io = &link.port(0);
+  port.clock = &clock;
+  port.buffer_pages = PortConfig::Pages::kHuge;
+  std::string error;
+  auto ctx = Context::open(port, error);
+  void* b = ctx->alloc_buffer(1 << 20);
+  if (reserved == 0) {
+    EXPECT_EQ(b, nullptr);
+    EXPECT_NE(ctx->last_error().find("dpdk-hugepages.py --setup"), std::string::npos) << ctx->last_error();
+  } else {
+    EXPECT_NE(b, nullptr) << ctx->last_error();
+  }
+  port.buffer_pages = PortConfig::Pages::kNormal;
+  auto normal = Context::open(port, error);
+  EXPECT_NE(normal->alloc_buffer(1 << 20), nullptr);
 }
 
 TEST(RcVerbs, SendWithInvalidateRevokesTheRkey) {

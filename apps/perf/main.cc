@@ -431,6 +431,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
       return 2;
     }
+    if (const std::string w = uroce::dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
     std::string err;
     ring = uroce::dpdk::RingPair::create("uroce_perf", err);
     if (!ring) {

@@ -14,6 +14,7 @@
 
 #include "common/counters.h"
 #include "common/oob.h"
+#include "dpdk/eal.h"
 #include "dpdk/port_io.h"
 #include "dpdk/telemetry.h"
 #include "perf/pattern.h"
@@ -94,6 +95,8 @@ int run_remote(const RemoteOptions& o) {
   dev.clock = &clock;
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
+  dev.buffer_pages = dpdk::eal_uses_hugepages() ? PortConfig::Pages::kHuge : PortConfig::Pages::kNormal;
+  if (const std::string w = dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   auto ctx = Context::open(dev, error);
   dpdk::telemetry_expose(ctx.get(), "uroce-perf");
   ProtectionDomain* pd = ctx->alloc_pd();

@@ -180,6 +180,8 @@ int run(const Options& o) {
   dev.clock = &clock;
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
+  dev.buffer_pages = dpdk::eal_uses_hugepages() ? PortConfig::Pages::kHuge : PortConfig::Pages::kNormal;
+  if (const std::string w = dpdk::no_huge_warning("uroce-pingpong"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   auto ctx = Context::open(dev, error);
   dpdk::telemetry_expose(ctx.get(), "uroce-pingpong");
   ProtectionDomain* pd = ctx->alloc_pd();
@@ -230,7 +232,7 @@ int run(const Options& o) {
   Dest mine;
   mine.qpn = qp->qp_num();
   mine.psn = static_cast<std::uint32_t>(std::random_device{}()) & 0xffffff;
-  mine.gid = ctx->gid();
+  ctx->query_gid(o.gid_index, mine.gid);
   std::printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", mine.lid, mine.qpn, mine.psn,
               gid_text(mine.gid).c_str());
   std::fflush(stdout);

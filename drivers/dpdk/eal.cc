@@ -86,6 +86,15 @@ std::string eal_init(const std::vector<std::string>& eal_args) {
   return "";
 }
 
+bool eal_uses_hugepages() { return eal_started && rte_eal_has_hugepages() != 0; }
+
+std::string no_huge_warning(const char* tool) {
+  if (eal_uses_hugepages()) return "";
+  return std::string(tool) +
+         ": warning: --no-huge: memory regions use normal 4 KiB pages (more TLB misses; a physical NIC "
+         "cannot DMA them)";
+}
+
 void eal_cleanup() {
   if (eal_started) rte_eal_cleanup();
   eal_started = false;

@@ -30,4 +30,11 @@ std::string eal_init(const std::vector<std::string>& eal_args);
 // Releases EAL's resources at exit. Safe to call when eal_init failed.
 void eal_cleanup();
 
+// Whether EAL runs on hugepages (not --no-huge). The tools then take their
+// memory regions from hugepages too, or fail with the command that reserves
+// them; with --no-huge they use normal pages and say so once.
+bool eal_uses_hugepages();
+// The one-line warning for --no-huge ("" on hugepages), for `tool`.
+std::string no_huge_warning(const char* tool);
+
 }  // namespace uroce::dpdk

@@ -1,5 +1,6 @@
 #include "dpdk/ring_pair.h"
 
+#include "dpdk/eal.h"
 #include "dpdk/telemetry.h"
 #include "engine/engine.h"
 
@@ -32,6 +33,7 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
     port.clock = &pair->clock;
     std::copy(io.mac().begin(), io.mac().end(), port.mac);
     port.gid = io.gid();
+    port.buffer_pages = eal_uses_hugepages() ? uroce::PortConfig::Pages::kHuge : uroce::PortConfig::Pages::kNormal;
     return Context::open(port, error);
   };
   pair->a = open(*pair->io_a);

@@ -65,6 +65,9 @@ struct PortConfig {
   ibv_gid gid = {};                  // our RoCEv2 GID (IPv4-mapped ::ffff:a.b.c.d, or IPv6)
   ibv_mtu active_mtu = IBV_MTU_4096; // largest path MTU the port carries
   std::uint64_t seed = 1;            // for the transport's randomness (initial PSNs)
+  // Pages for alloc_buffer(): hugepages when reserved, else normal (kAuto);
+  // hugepages or an error (kHuge); normal pages (kNormal).
+  enum class Pages { kAuto, kHuge, kNormal } buffer_pages = Pages::kAuto;
 };
 
 class Context {
@@ -88,9 +91,15 @@ class Context {
   CompletionQueue* create_cq(int cqe);
   int destroy_cq(CompletionQueue* cq);  // EBUSY while QPs use it
 
-  // Memory for regions: hugepage-backed when hugepages are reserved, normal
-  // pages otherwise. Aligned to 4 KiB at least. nullptr when out of memory.
+  // Memory for regions, as PortConfig::buffer_pages says. Aligned to 4 KiB
+  // at least. nullptr when out of memory, or when hugepages were required
+  // and none are free (last_error() names the command that reserves them).
   void* alloc_buffer(std::size_t bytes);
+
+  // The port's GID table as rdma-core lists a RoCEv2 port's: index 0 the
+  // IPv6 link-local address (fe80::, from the MAC), index 1 the IPv4-mapped
+  // ::ffff:a.b.c.d. EINVAL for other indexes.
+  int query_gid(int index, ibv_gid& gid) const;
   void free_buffer(void* buffer);
 
   // One run of the engine's loop: receive, timers, transmit. The simulator

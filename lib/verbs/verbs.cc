@@ -104,13 +104,38 @@ int Context::destroy_cq(CompletionQueue* cq) {
 }
 
 void* Context::alloc_buffer(std::size_t bytes) {
-  const mem::Buffer b = mem::map_buffer(bytes, true);
+  const PortConfig::Pages pages = impl_->port.buffer_pages;
+  mem::Buffer b = mem::map_buffer(bytes, pages != PortConfig::Pages::kNormal);
+  if (b.addr != nullptr && pages == PortConfig::Pages::kHuge && b.kind != mem::PageKind::kHuge) {
+    mem::unmap_buffer(b);
+    impl_->fail(ENOMEM, "no free hugepages for a " + std::to_string(bytes) +
+                            "-byte region: reserve more with 'dpdk-hugepages.py --setup 2G', or run with --no-huge");
+    return nullptr;
+  }
   if (b.addr == nullptr) {
     impl_->fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte buffer");
     return nullptr;
   }
   impl_->buffers[b.addr] = b;
   return b.addr;
+}
+
+int Context::query_gid(int index, ibv_gid& gid) const {
+  if (index == 1) {
+    gid = impl_->port.gid;
+    return 0;
+  }
+  if (index == 0) {
+    // fe80::/64 with the modified EUI-64 of the MAC (RFC 4291 appendix A).
+    gid = ibv_gid{};
+    gid.raw[0] = 0xfe;
+    gid.raw[1] = 0x80;
+    const std::uint8_t* m = impl_->port.mac;
+    const std::uint8_t eui[8] = {static_cast<std::uint8_t>(m[0] ^ 0x02), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+    std::memcpy(gid.raw + 8, eui, 8);
+    return 0;
+  }
+  return impl_->fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
 }
 
 void Context::free_buffer(void* buffer) {
