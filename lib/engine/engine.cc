@@ -41,9 +41,11 @@ std::size_t Engine::poll() {
   env_.now = clock_.now_ns();
   const std::size_t before = counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
                              counters_[static_cast<std::size_t>(EngineCounter::tx_frames)];
+  for (transport::Qp* qp : qp_list_) transport::sync_from_app(*qp);
   receive();
   for (transport::Qp* qp : qp_list_) transport::completer_on_timer(*qp, env_);
   transmit();
+  for (transport::Qp* qp : qp_list_) transport::publish_to_app(*qp);
   return counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
          counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] - before;
 }
@@ -61,7 +63,8 @@ bool Engine::has_tx_work() const {
   if (tx_pending_ > 0) return true;
   for (const transport::Qp* qp : qp_list_) {
     if (qp->resp.out_head != qp->resp.out_tail) return true;
-    if (qp->active() && !qp->req.rnr_wait && qp->req_next != qp->sq_posted) return true;
+    const std::uint32_t posted = qp->sq_published.load(std::memory_order_acquire);
+    if (qp->active() && !qp->req.rnr_wait && qp->req_next != posted) return true;
   }
   return false;
 }

@@ -41,6 +41,7 @@ void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, Co
   qp.rq.init(std::max<std::uint32_t>(caps.max_recv_wr, 1));
   qp.inline_buf.assign(static_cast<std::size_t>(qp.sq.capacity()) * std::max<std::uint32_t>(caps.max_inline_data, 1), 0);
   qp.state = IBV_QPS_RESET;
+  qp.app_state.store(IBV_QPS_RESET, std::memory_order_release);
   qp.attr = ibv_qp_attr{};
   qp.attr.qp_state = IBV_QPS_RESET;
   qp.attr.path_mtu = IBV_MTU_1024;
@@ -51,6 +52,10 @@ namespace {
 void reset_queues(Qp& qp) {
   qp.sq_posted = qp.req_next = qp.comp_next = 0;
   qp.rq_posted = qp.rq_next = 0;
+  qp.sq_published.store(0, std::memory_order_release);
+  qp.sq_retired.store(0, std::memory_order_release);
+  qp.rq_published.store(0, std::memory_order_release);
+  qp.rq_retired.store(0, std::memory_order_release);
   qp.req = Qp::Requester{};
   qp.comp = Qp::Completer{};
   std::vector<ResponderResource> resources = std::move(qp.resp.resources);
@@ -153,6 +158,7 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
 
   const ibv_qp_state prev = qp.state;
   qp.state = next;
+  qp.app_state.store(next, std::memory_order_release);
   qp.attr.qp_state = next;
   qp.attr.cur_qp_state = next;
   if (next == IBV_QPS_RESET && prev != IBV_QPS_RESET) reset_queues(qp);
@@ -164,6 +170,7 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
 
 void qp_enter_error(Qp& qp) {
   qp.state = IBV_QPS_ERR;
+  qp.app_state.store(IBV_QPS_ERR, std::memory_order_release);
   qp.attr.qp_state = IBV_QPS_ERR;
   qp.comp.deadline = 0;
   qp.req.rnr_wait = false;
@@ -187,11 +194,13 @@ void qp_enter_error(Qp& qp) {
 }
 
 int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
-  if (qp.state == IBV_QPS_RESET || qp.state == IBV_QPS_INIT || qp.state == IBV_QPS_RTR) return EINVAL;
-  if (qp.sq_posted - qp.comp_next >= qp.sq.limit()) return ENOMEM;
+  const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  const std::uint32_t slot = qp.sq_published.load(std::memory_order_relaxed);
+  if (slot - qp.sq_retired.load(std::memory_order_acquire) >= qp.sq.limit()) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_send_sge) return EINVAL;
 
-  SendWqe& w = qp.sq[qp.sq_posted];
+  SendWqe& w = qp.sq[slot];
   w = SendWqe{};
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
@@ -223,8 +232,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
     // Inline data is copied now; the buffers may be reused on return.
     if (w.kind != WqeKind::kSend && w.kind != WqeKind::kWrite) return EINVAL;
     if (total > qp.caps.max_inline_data) return EINVAL;
-    std::uint8_t* dst =
-        qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.slot(qp.sq_posted)) * qp.caps.max_inline_data;
+    std::uint8_t* dst = qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.slot(slot)) * qp.caps.max_inline_data;
     std::uint32_t at = 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
@@ -241,24 +249,18 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
   if (total > (1ull << 31)) return EINVAL;  // IBTA: messages up to 2^31 bytes
   w.length = static_cast<std::uint32_t>(total);
   if (w.kind == WqeKind::kAtomic && (w.num_sge != 1 || w.length != 8)) return EINVAL;
-
-  if (qp.state == IBV_QPS_ERR) {
-    // Posting to a QP in ERR is allowed; the WR completes at once, flushed.
-    push_flush(qp.send_cq, w.wr_id, qp.qpn, wc_opcode_of(w.opcode));
-    qp.counters.add(QpCounter::flushed);
-    ++qp.sq_posted;
-    qp.comp_next = qp.req_next = qp.sq_posted;
-    return 0;
-  }
-  ++qp.sq_posted;
+  // Posting to a QP in ERR is allowed: the engine flushes the WR at its
+  // next poll (sync_from_app).
+  qp.sq_published.store(slot + 1, std::memory_order_release);
   return 0;
 }
 
 int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
-  if (qp.state == IBV_QPS_RESET) return EINVAL;
-  if (qp.rq_posted - qp.rq_next >= qp.rq.limit()) return ENOMEM;
+  if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
+  const std::uint32_t slot = qp.rq_published.load(std::memory_order_relaxed);
+  if (slot - qp.rq_retired.load(std::memory_order_acquire) >= qp.rq.limit()) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
-  RecvWqe& w = qp.rq[qp.rq_posted];
+  RecvWqe& w = qp.rq[slot];
   w = RecvWqe{};
   w.wr_id = wr.wr_id;
   w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
@@ -268,13 +270,20 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
     total += wr.sg_list[i].length;
   }
   w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
-  ++qp.rq_posted;
-  if (qp.state == IBV_QPS_ERR) {
-    push_flush(qp.recv_cq, w.wr_id, qp.qpn, IBV_WC_RECV);
-    qp.counters.add(QpCounter::flushed);
-    qp.rq_next = qp.rq_posted;
-  }
+  qp.rq_published.store(slot + 1, std::memory_order_release);
   return 0;
+}
+
+void sync_from_app(Qp& qp) {
+  qp.sq_posted = qp.sq_published.load(std::memory_order_acquire);
+  qp.rq_posted = qp.rq_published.load(std::memory_order_acquire);
+  // In ERR, work posted since is flushed at once.
+  if (qp.state == IBV_QPS_ERR && (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted)) qp_enter_error(qp);
+}
+
+void publish_to_app(Qp& qp) {
+  qp.sq_retired.store(qp.comp_next, std::memory_order_release);
+  qp.rq_retired.store(qp.rq_next, std::memory_order_release);
 }
 
 }  // namespace uroce::transport

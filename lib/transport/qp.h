@@ -160,6 +160,17 @@ struct Qp {
   std::uint32_t mtu = 1024;     // path MTU in bytes
   QpCounters counters;
 
+  // The application thread and the engine exchange work through the queues
+  // as single-producer single-consumer rings: the application fills slots
+  // and publishes its producer cursor; the engine takes it in at each poll
+  // (sync_from_app) and publishes what it has retired. Nothing else of the
+  // QP is touched by both (control operations run between bursts).
+  std::atomic<std::uint32_t> sq_published{0};  // application -> engine: next free SQ slot
+  std::atomic<std::uint32_t> sq_retired{0};    // engine -> application: comp_next
+  std::atomic<std::uint32_t> rq_published{0};
+  std::atomic<std::uint32_t> rq_retired{0};
+  std::atomic<ibv_qp_state> app_state{IBV_QPS_RESET};  // `state`, for post_send/post_recv
+
   // Send queue. Cursors run free; a slot is sq[i].
   FixedRing<SendWqe> sq;
   std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
@@ -232,9 +243,14 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
               const std::uint8_t local_mac[6], const ibv_gid& local_gid);
 // The QP enters ERR: every outstanding and later WR completes with WR_FLUSH_ERR.
 void qp_enter_error(Qp& qp);
-// ibv_post_send / ibv_post_recv for one WR: 0, ENOMEM or EINVAL.
+// ibv_post_send / ibv_post_recv for one WR, on the application's side of
+// the queues: 0, ENOMEM or EINVAL. The engine sees the WR at its next poll.
 int qp_post_send(Qp& qp, const ibv_send_wr& wr);
 int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
+// The engine's side, once per poll: take in what the application posted
+// (flushing it at once in ERR), and publish what has been retired.
+void sync_from_app(Qp& qp);
+void publish_to_app(Qp& qp);
 
 // --- data path ---------------------------------------------------------------
 
