@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -36,11 +37,19 @@ class EalEnvironment : public ::testing::Environment {
 };
 
 struct Devices {
-  explicit Devices(const std::string& name) {
+  // With `workers`, each device's engine runs on a thread of its own (CPUs 0
+  // and 1) before anything is set up: every control call below goes through
+  // the worker, and this thread only posts and polls.
+  explicit Devices(const std::string& name, bool workers = false) {
     std::string error;
     pair = dpdk::RingPair::create(name, error);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
+    if (workers) {
+      EXPECT_EQ(pair->a->start_worker(0), 0);
+      EXPECT_EQ(pair->b->start_worker(1), 0);
+      EXPECT_EQ(pair->a->start_worker(0), EBUSY);
+    }
     pda = pair->a->alloc_pd();
     pdb = pair->b->alloc_pd();
     cqa = pair->a->create_cq(4096);
@@ -87,12 +96,13 @@ struct Devices {
   MemoryRegion* mrb = nullptr;
 };
 
-class DpdkRc : public ::testing::TestWithParam<ibv_wr_opcode> {};
+class DpdkRc : public ::testing::TestWithParam<std::tuple<ibv_wr_opcode, bool>> {};
 
 TEST_P(DpdkRc, EveryMessageArrivesWhole) {
   ASSERT_EQ(EalEnvironment::error(), "");
-  const ibv_wr_opcode op = GetParam();
-  Devices d("rc" + std::to_string(static_cast<int>(op)));
+  const ibv_wr_opcode op = std::get<0>(GetParam());
+  const bool workers = std::get<1>(GetParam());
+  Devices d("rc" + std::to_string(static_cast<int>(op)) + (workers ? "w" : ""), workers);
   ASSERT_NE(d.pair, nullptr);
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
@@ -172,16 +182,19 @@ TEST_P(DpdkRc, EveryMessageArrivesWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Verbs, DpdkRc,
-                         ::testing::Values(IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ,
-                                           IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP),
+                         ::testing::Combine(::testing::Values(IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ,
+                                                              IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP),
+                                            ::testing::Bool()),
                          [](const auto& param_info) {
-                           switch (param_info.param) {
-                             case IBV_WR_SEND: return std::string("send");
-                             case IBV_WR_RDMA_WRITE: return std::string("write");
-                             case IBV_WR_RDMA_READ: return std::string("read");
-                             case IBV_WR_ATOMIC_FETCH_AND_ADD: return std::string("fetch_add");
-                             default: return std::string("cmp_swap");
+                           std::string name;
+                           switch (std::get<0>(param_info.param)) {
+                             case IBV_WR_SEND: name = "send"; break;
+                             case IBV_WR_RDMA_WRITE: name = "write"; break;
+                             case IBV_WR_RDMA_READ: name = "read"; break;
+                             case IBV_WR_ATOMIC_FETCH_AND_ADD: name = "fetch_add"; break;
+                             default: name = "cmp_swap"; break;
                            }
+                           return name + (std::get<1>(param_info.param) ? "_on_worker_cores" : "_one_thread");
                          });
 
 // A client of DPDK's telemetry socket, as dpdk-telemetry.py is.

@@ -103,9 +103,17 @@ class Context {
   void free_buffer(void* buffer);
 
   // One run of the engine's loop: receive, timers, transmit. The simulator
-  // and single-threaded embedders call this; worker cores call it in a loop.
-  // Returns the number of frames received plus sent.
+  // and single-threaded embedders call this. Returns the number of frames
+  // received plus sent; 0 (and nothing done) while a worker runs.
   std::size_t progress();
+
+  // Runs the engine on a thread of its own, pinned to `cpu` (-1: not
+  // pinned), until stop_worker() or the Context goes. Application threads
+  // then post and poll through lock-free rings, and every control call
+  // (PD, CQ, MR, QP create/modify/query/destroy) is run by the worker
+  // between bursts. EBUSY if one already runs.
+  int start_worker(int cpu);
+  void stop_worker();
 
   engine::Engine& engine();
 
@@ -114,6 +122,8 @@ class Context {
 
  private:
   Context() = default;
+  int dealloc_pd_now(ProtectionDomain* pd);
+  CompletionQueue* create_cq_now(int cqe);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -138,6 +148,9 @@ class ProtectionDomain {
   ProtectionDomain(Context* ctx, std::uint32_t handle) : ctx_(ctx), handle_(handle) {}
 
  private:
+  MemoryRegion* reg_mr_now(void* addr, std::size_t length, std::uint64_t iova, int access);
+  int dereg_mr_now(MemoryRegion* mr);
+  int destroy_qp_now(QueuePair* qp);
   Context* ctx_;
   std::uint32_t handle_;
 };
@@ -196,6 +209,8 @@ class QueuePair {
   Impl& impl() { return *impl_; }
 
  private:
+  int modify_now(const ibv_qp_attr& attr, int attr_mask);
+  int query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const;
   Context* ctx_;
   std::unique_ptr<Impl> impl_;
 };

@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "transport/qp_state.h"
 #include "verbs/verbs_impl.h"
 
@@ -62,6 +65,7 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
 
 Context::~Context() {
   if (!impl_) return;
+  stop_worker();
   for (auto& qp : impl_->qps) impl_->engine.remove_qp(&qp->impl().qp);
   impl_->qps.clear();
   for (auto& [addr, buffer] : impl_->buffers) mem::unmap_buffer(buffer);
@@ -71,14 +75,54 @@ const DeviceLimits& Context::limits() const { return impl_->limits; }
 const ibv_gid& Context::gid() const { return impl_->port.gid; }
 const std::string& Context::last_error() const { return impl_->last_error; }
 engine::Engine& Context::engine() { return impl_->engine; }
-std::size_t Context::progress() { return impl_->engine.poll(); }
+std::size_t Context::progress() {
+  if (impl_->worker_running.load(std::memory_order_acquire)) return 0;
+  return impl_->engine.poll();
+}
+
+int Context::start_worker(int cpu) {
+  Impl& c = *impl_;
+  if (c.worker_running.load()) return c.fail(EBUSY, "a worker already runs this context's engine");
+  c.worker_stop.store(false);
+  c.worker_running.store(true, std::memory_order_release);
+  c.worker = std::thread([&c, cpu] {
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    while (!c.worker_stop.load(std::memory_order_relaxed)) {
+      if (c.control_state.load(std::memory_order_acquire) == 1) [[unlikely]] {
+        c.control_job();
+        c.control_state.store(2, std::memory_order_release);
+      }
+      c.engine.poll();
+    }
+  });
+  return 0;
+}
+
+void Context::stop_worker() {
+  Impl& c = *impl_;
+  if (!c.worker_running.load()) return;
+  c.worker_stop.store(true);
+  c.worker.join();
+  c.worker_running.store(false, std::memory_order_release);
+}
 
 ProtectionDomain* Context::alloc_pd() {
-  impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, impl_->next_pd++));
-  return impl_->pds.back().get();
+  return impl_->control([&] {
+    impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, impl_->next_pd++));
+    return impl_->pds.back().get();
+  });
 }
 
 int Context::dealloc_pd(ProtectionDomain* pd) {
+  return impl_->control([&] { return dealloc_pd_now(pd); });
+}
+
+int Context::dealloc_pd_now(ProtectionDomain* pd) {
   if (impl_->mrs.regions_in_pd(pd->handle()) != 0) {
     return impl_->fail(EBUSY, "the PD still has memory regions; deregister them first");
   }
@@ -89,6 +133,10 @@ int Context::dealloc_pd(ProtectionDomain* pd) {
 }
 
 CompletionQueue* Context::create_cq(int cqe) {
+  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(cqe); });
+}
+
+CompletionQueue* Context::create_cq_now(int cqe) {
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > impl_->limits.max_cqe) {
     impl_->fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
     return nullptr;
@@ -99,8 +147,10 @@ CompletionQueue* Context::create_cq(int cqe) {
 }
 
 int Context::destroy_cq(CompletionQueue* cq) {
+  return impl_->control([&] {
   if (cq->impl().ring.users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
   return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
+  });
 }
 
 void* Context::alloc_buffer(std::size_t bytes) {
@@ -152,6 +202,10 @@ MemoryRegion* ProtectionDomain::reg_mr(void* addr, std::size_t length, int acces
 }
 
 MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
+  return ctx_->impl().control([&]() -> MemoryRegion* { return reg_mr_now(addr, length, iova, access); });
+}
+
+MemoryRegion* ProtectionDomain::reg_mr_now(void* addr, std::size_t length, std::uint64_t iova, int access) {
   Context::Impl& c = ctx_->impl();
   std::uint32_t key = 0;
   const int rc = c.mrs.add(handle_, addr, iova, length, access, key);
@@ -173,6 +227,10 @@ MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std:
 }
 
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
+  return ctx_->impl().control([&] { return dereg_mr_now(mr); });
+}
+
+int ProtectionDomain::dereg_mr_now(MemoryRegion* mr) {
   Context::Impl& c = ctx_->impl();
   if (c.mrs.remove(mr->lkey) != 0) return c.fail(EINVAL, "not a registered memory region");
   c.port.io->unregister_memory(mr->addr, mr->length);
@@ -233,11 +291,17 @@ transport::Qp& transport_qp(QueuePair* qp) { return qp->impl().qp; }
 
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   Context::Impl& c = ctx_->impl();
-  while (c.engine.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
-  return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
+  return c.control([&] {
+    while (c.engine.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+    return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
+  });
 }
 
 int ProtectionDomain::destroy_qp(QueuePair* qp) {
+  return ctx_->impl().control([&] { return destroy_qp_now(qp); });
+}
+
+int ProtectionDomain::destroy_qp_now(QueuePair* qp) {
   Context::Impl& c = ctx_->impl();
   QueuePair::Impl& q = qp->impl();
   c.engine.remove_qp(&q.qp);
@@ -262,6 +326,10 @@ std::uint32_t QueuePair::qp_num() const { return impl_->qp.qpn; }
 ibv_qp_state QueuePair::state() const { return impl_->qp.state; }
 
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
+  return ctx_->impl().control([&] { return modify_now(attr, attr_mask); });
+}
+
+int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
   Context::Impl& c = ctx_->impl();
   transport::Qp& qp = impl_->qp;
   const transport::ModifyLimits limits{c.limits.max_qp_rd_atom, c.limits.max_qp_init_rd_atom, c.port.active_mtu};
@@ -279,6 +347,10 @@ int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
+  return ctx_->impl().control([&] { return query_now(attr, attr_mask, init_attr); });
+}
+
+int QueuePair::query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
   (void)attr_mask;  // everything is returned, as providers commonly do
   const transport::Qp& qp = impl_->qp;
   attr = qp.attr;

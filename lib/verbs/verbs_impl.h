@@ -2,7 +2,13 @@
 // (tests that replay captured traffic need a given QPN and rkey).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <type_traits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +50,38 @@ struct Context::Impl {
   int fail(int err, std::string message) {
     last_error = std::move(message);
     return err;
+  }
+
+  // The engine's own thread, and the one-slot queue through which control
+  // calls reach it: a caller posts a job and waits; the worker runs it
+  // between two polls. Without a worker the job runs in the caller.
+  std::thread worker;
+  std::atomic<bool> worker_running{false};
+  std::atomic<bool> worker_stop{false};
+  std::mutex control_mutex;  // one control call at a time, from any thread
+  std::function<void()> control_job;
+  std::atomic<int> control_state{0};  // 0 idle, 1 posted, 2 done
+
+  template <typename F>
+  auto control(F&& f) -> decltype(f()) {
+    if (!worker_running.load(std::memory_order_acquire)) return f();
+    std::lock_guard<std::mutex> lock(control_mutex);
+    using R = decltype(f());
+    if constexpr (std::is_void_v<R>) {
+      control_job = [&] { f(); };
+      run_control_job();
+    } else {
+      std::optional<R> result;
+      control_job = [&] { result.emplace(f()); };
+      run_control_job();
+      return std::move(*result);
+    }
+  }
+
+  void run_control_job() {
+    control_state.store(1, std::memory_order_release);
+    while (control_state.load(std::memory_order_acquire) != 2) std::this_thread::yield();
+    control_state.store(0, std::memory_order_relaxed);
   }
 };
 
