@@ -14,9 +14,8 @@
 
 #include "common/counters.h"
 #include "common/oob.h"
+#include "dpdk/device.h"
 #include "dpdk/eal.h"
-#include "dpdk/port_io.h"
-#include "dpdk/telemetry.h"
 #include "perf/pattern.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -79,26 +78,14 @@ ibv_mtu mtu_enum(std::uint32_t b) {
 
 int run_remote(const RemoteOptions& o) {
   std::string error;
-  dpdk::PortConfig pc;
-  pc.port_id = o.port_id;
-  pc.mbufs = 8191;
-  pc.max_frame = 9018;
-  auto port = dpdk::Port::open(pc, error);
-  if (!port) {
+  auto device = dpdk::Device::open(o.port_id, o.ip, "uroce-perf", error);
+  if (!device) {
     std::fprintf(stderr, "uroce-perf: %s\n", error.c_str());
     return 1;
   }
-  dpdk::PortIo io(*port, 0, o.ip);
-  dpdk::TscClock clock;
-  PortConfig dev;
-  dev.io = &io;
-  dev.clock = &clock;
-  std::copy(io.mac().begin(), io.mac().end(), dev.mac);
-  dev.gid = io.gid();
-  dev.buffer_pages = dpdk::eal_uses_hugepages() ? PortConfig::Pages::kHuge : PortConfig::Pages::kNormal;
   if (const std::string w = dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
-  auto ctx = Context::open(dev, error);
-  dpdk::telemetry_expose(ctx.get(), "uroce-perf");
+  auto& ctx = device->ctx;
+  dpdk::PortIo& io = *device->io;
   ProtectionDomain* pd = ctx->alloc_pd();
   const bool server = o.server.empty();
   const bool send = o.op == "send";

@@ -16,9 +16,8 @@
 #include <vector>
 
 #include "common/oob.h"
+#include "dpdk/device.h"
 #include "dpdk/eal.h"
-#include "dpdk/port_io.h"
-#include "dpdk/telemetry.h"
 #include "common/counters.h"
 #include "uroce/verbs.h"
 #include "uroce/version.h"
@@ -158,32 +157,14 @@ std::string gid_text(const ibv_gid& g) {
 int run(const Options& o) {
   using namespace uroce;
   std::string error;
-  if (dpdk::port_count() == 0) {
-    std::fprintf(stderr, "uroce-pingpong: no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1\n");
-    return 1;
-  }
-  dpdk::PortConfig pc;
-  pc.port_id = o.port_id;
-  pc.mbufs = 4095;
-  // Room for a 4096-byte path MTU frame (af_packet needs framesz=8192 and
-  // mbufs that hold a whole frame).
-  pc.max_frame = 9018;
-  auto port = dpdk::Port::open(pc, error);
-  if (!port) {
+  auto device = dpdk::Device::open(o.port_id, o.ip, "uroce-pingpong", error);
+  if (!device) {
     std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
     return 1;
   }
-  dpdk::PortIo io(*port, 0, o.ip);
-  dpdk::TscClock clock;
-  PortConfig dev;
-  dev.io = &io;
-  dev.clock = &clock;
-  std::copy(io.mac().begin(), io.mac().end(), dev.mac);
-  dev.gid = io.gid();
-  dev.buffer_pages = dpdk::eal_uses_hugepages() ? PortConfig::Pages::kHuge : PortConfig::Pages::kNormal;
   if (const std::string w = dpdk::no_huge_warning("uroce-pingpong"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
-  auto ctx = Context::open(dev, error);
-  dpdk::telemetry_expose(ctx.get(), "uroce-pingpong");
+  auto& ctx = device->ctx;
+  dpdk::PortIo& io = *device->io;
   ProtectionDomain* pd = ctx->alloc_pd();
   auto* buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(o.size));
   if (buf == nullptr) {

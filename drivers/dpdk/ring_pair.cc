@@ -1,6 +1,6 @@
 #include "dpdk/ring_pair.h"
 
-#include "dpdk/eal.h"
+#include "dpdk/device.h"
 #include "dpdk/telemetry.h"
 #include "engine/engine.h"
 
@@ -27,17 +27,8 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   // the other waits, so they know each other from the start.
   pair->io_a->add_neighbor({10, 98, 0, 2}, pair->io_b->mac());
   pair->io_b->add_neighbor({10, 98, 0, 1}, pair->io_a->mac());
-  auto open = [&](PortIo& io) {
-    uroce::PortConfig port;
-    port.io = &io;
-    port.clock = &pair->clock;
-    std::copy(io.mac().begin(), io.mac().end(), port.mac);
-    port.gid = io.gid();
-    port.buffer_pages = eal_uses_hugepages() ? uroce::PortConfig::Pages::kHuge : uroce::PortConfig::Pages::kNormal;
-    return Context::open(port, error);
-  };
-  pair->a = open(*pair->io_a);
-  pair->b = open(*pair->io_b);
+  pair->a = Context::open(device_config(*pair->io_a, pair->clock), error);
+  pair->b = Context::open(device_config(*pair->io_b, pair->clock), error);
   if (!pair->a || !pair->b) return nullptr;
   telemetry_expose(pair->a.get(), name + "-a");
   telemetry_expose(pair->b.get(), name + "-b");
