@@ -37,7 +37,7 @@ const std::string kPingpong = UROCE_PINGPONG_BIN;
 const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.*:error";
 
 // Runs a server and a client; returns "" or what went wrong.
-std::string run_pair(const std::string& server_cmd, const std::string& client_cmd) {
+std::string run_pair(const std::string& server_cmd, const std::string& client_cmd, std::string* outputs = nullptr) {
   Proc server;
   server.start(server_cmd);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -56,6 +56,7 @@ std::string run_pair(const std::string& server_cmd, const std::string& client_cm
     if (p->out.find("remote address: LID 0x0000, QPN 0x") == std::string::npos) why += std::string(who) + " no remote address; ";
   }
   if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
+  if (outputs != nullptr) *outputs = server.out + client.out;
   return why;
 }
 
@@ -82,6 +83,26 @@ TEST_P(PingpongMemif, TwoProcessesValidateEachOthersBuffers) {
           " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.0.2/24" + opts + " 127.0.0.1");
   std::remove(sock.c_str());
   EXPECT_EQ(why, "");
+}
+
+// RoCEv2 over IPv6: GID index 0 (link-local from each port's MAC), the
+// peer's Ethernet address found by neighbour discovery.
+TEST(PingpongIpv6, GidIndexZeroOverMemif) {
+  const std::string sock = "/tmp/uroce-pp6-" + std::to_string(getpid()) + ".sock";
+  const std::string opts = " -g 0 -s 4096 -m 1024 -n 300 -c --counters";
+  std::string out;
+  const std::string why = run_pair(
+      kPingpong + " " + kEal + " -l 0 --file-prefix=p6s --vdev=net_memif0,role=server,bsize=8192,socket=" + sock +
+          " -- --ip 10.96.1.1/24" + opts,
+      kPingpong + " " + kEal + " -l 1 --file-prefix=p6c --vdev=net_memif0,role=client,bsize=8192,socket=" + sock +
+          " -- --ip 10.96.1.2/24" + opts + " 127.0.0.1",
+      &out);
+  std::remove(sock.c_str());
+  EXPECT_EQ(why, "");
+  EXPECT_NE(out.find("remote address: LID 0x0000, QPN 0x000011, PSN 0x"), std::string::npos);
+  EXPECT_NE(out.find(", GID fe80::"), std::string::npos) << out;
+  EXPECT_NE(out.find("nd_advertisements_learned 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("nd_solicitations_answered 1"), std::string::npos) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, PingpongMemif,

@@ -2,7 +2,9 @@
 # Live interop with Linux Soft-RoCE: rdma-core's stock ibv_rc_pingpong in a
 # qemu guest (../shared/tools/rxe-peer) against uroce-pingpong on a DPDK
 # af_packet port, both directions, sizes 1, 4096 and 65536, MTUs 1024 and
-# 4096, buffers validated (-c). Prints PASS/FAIL per case and writes JSON.
+# 4096 over IPv4 (GID index 1), and 4096 B at MTU 1024 over IPv6 link-local
+# (GID index 0), buffers validated (-c). Prints PASS/FAIL per case and
+# writes JSON.
 # Needs root. Usage: tools/interop-rxe.sh [OUT.json]   (builds the guest
 # image if missing: a few minutes the first time).
 set -uo pipefail
@@ -22,24 +24,28 @@ pp="$build/apps/pingpong/uroce-pingpong"
 results=()
 pass=0
 fail=0
+cases=()
+for size in 1 4096 65536; do for mtu in 1024 4096; do cases+=("1 $size $mtu"); done; done
+cases+=("0 4096 1024")
 for dir in uroce-server uroce-client; do
-  for size in 1 4096 65536; do
-    for mtu in 1024 4096; do
+  for c in "${cases[@]}"; do
+    read -r gid size mtu <<<"$c"
+    {
       log=$(mktemp)
       glog=$(mktemp)
       if [[ $dir == uroce-server ]]; then
-        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -s "$size" -m "$mtu" -n "$iters" -c >"$log" 2>&1 &
+        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c >"$log" 2>&1 &
         upid=$!
         sleep 2
-        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g 1 -s $size -m $mtu -n $iters -c 10.99.0.254" >"$glog" 2>&1
+        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g $gid -s $size -m $mtu -n $iters -c 10.99.0.254" >"$glog" 2>&1
         grc=$?
         wait $upid
         urc=$?
       else
-        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g 1 -s $size -m $mtu -n $iters -c" >"$glog" 2>&1 &
+        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g $gid -s $size -m $mtu -n $iters -c" >"$glog" 2>&1 &
         gpid=$!
         sleep 3
-        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -s "$size" -m "$mtu" -n "$iters" -c 10.99.0.2 >"$log" 2>&1
+        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c 10.99.0.2 >"$log" 2>&1
         urc=$?
         wait $gpid
         grc=$?
@@ -49,11 +55,11 @@ for dir in uroce-server uroce-client; do
         ok=FAIL
       fi
       usec=$(grep -o "[0-9.]* usec/iter" "$log" | head -1 | cut -d' ' -f1)
-      printf '%-13s -s %-6s -m %-5s %s  (uroce rc %s, rxe rc %s, %s usec/iter)\n' "$dir" "$size" "$mtu" "$ok" "$urc" "$grc" "${usec:-?}"
+      printf '%-13s -g %s -s %-6s -m %-5s %s  (uroce rc %s, rxe rc %s, %s usec/iter)\n' "$dir" "$gid" "$size" "$mtu" "$ok" "$urc" "$grc" "${usec:-?}"
       [[ $ok == PASS ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); tail -5 "$log" "$glog" | sed 's/^/    /'; }
-      results+=("{\"direction\":\"$dir\",\"size\":$size,\"mtu\":$mtu,\"result\":\"$ok\",\"usec_per_iter\":${usec:-null}}")
+      results+=("{\"direction\":\"$dir\",\"gid_index\":$gid,\"size\":$size,\"mtu\":$mtu,\"result\":\"$ok\",\"usec_per_iter\":${usec:-null}}")
       rm -f "$log" "$glog"
-    done
+    }
   done
 done
 (IFS=,; echo "{\"test\":\"interop-rxe\",\"iters\":$iters,\"cases\":[${results[*]}]}") >"$out"

@@ -41,6 +41,9 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
               static_cast<unsigned long long>(pc.regions_registered), static_cast<unsigned long long>(pc.regions_dma_mapped),
               static_cast<unsigned long long>(pc.regions_dma_unneeded),
               static_cast<unsigned long long>(pc.regions_register_failed));
+  std::printf("  port.nd_solicitations_answered %llu, nd_advertisements_learned %llu\n",
+              static_cast<unsigned long long>(pc.nd_solicitations_answered),
+              static_cast<unsigned long long>(pc.nd_advertisements_learned));
   std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
               static_cast<unsigned long long>(pc.arp_requests_answered),
               static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),

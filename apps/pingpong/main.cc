@@ -33,7 +33,7 @@ constexpr const char* kUsage =
     "  --ip ADDR/PREFIX     the IPv4 address this stack owns on the DPDK port\n"
     "  --port-id N          DPDK port to use (default 0)\n"
     "  -p, --port PORT      TCP port of the exchange (default 18515)\n"
-    "  -g, --gid-idx N      local GID index: 1 = ::ffff:ADDR (default 1); 0 = IPv6 link-local (not yet)\n"
+    "  -g, --gid-idx N      local GID index: 1 = ::ffff:ADDR (default), 0 = IPv6 link-local fe80::\n"
     "  -s, --size BYTES     message size (default 4096)\n"
     "  -m, --mtu BYTES      path MTU (default 1024)\n"
     "  -r, --rx-depth N     receives posted at a time (default 500)\n"
@@ -107,8 +107,7 @@ Options parse(const std::vector<std::string>& args) {
     else bad("unknown argument '" + a + "'");
   }
   if (!o.have_ip) bad("--ip ADDR/PREFIX is required: the address this stack owns on the port");
-  if (o.gid_index == 0) bad("GID index 0 (IPv6 link-local) is not supported yet; use -g 1");
-  if (o.gid_index != 1) bad("-g must be 1 (::ffff:ADDR)");
+  if (o.gid_index != 0 && o.gid_index != 1) bad("-g must be 0 (IPv6 link-local) or 1 (::ffff:ADDR)");
   if (o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 && o.mtu != 4096) {
     bad("-m must be 256, 512, 1024, 2048 or 4096");
   }
@@ -222,6 +221,7 @@ int run(const Options& o) {
   cp.mtu = o.mtu == 256 ? IBV_MTU_256 : o.mtu == 512 ? IBV_MTU_512 : o.mtu == 1024 ? IBV_MTU_1024 : o.mtu == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
   cp.max_rd_atomic = 1;
   cp.access = 0;
+  cp.sgid_index = static_cast<std::uint8_t>(o.gid_index);
   Dest peer;
   auto connect_qp = [&]() {
     // The attributes ibv_rc_pingpong uses: min_rnr_timer 12, timeout 14,

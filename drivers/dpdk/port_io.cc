@@ -59,6 +59,13 @@ ibv_gid PortIo::gid() const {
   return g;
 }
 
+ibv_gid PortIo::link_local() const {
+  ibv_gid g{};
+  const wire::Ipv6Addr a = wire::ipv6_link_local(mac_.data());
+  std::memcpy(g.raw, a.data(), 16);
+  return g;
+}
+
 void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac) {
   neighbors_[ip] = mac;
 }
@@ -87,8 +94,9 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
       scratch_used += len;
       ++counters_.rx_linearized;
     }
-    if (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
-        (data[12] != 0x81 || data[13] != 0x00)) [[unlikely]] {
+    const bool icmp6 = len >= 54 && data[12] == 0x86 && data[13] == 0xdd && data[20] == 58;
+    if (icmp6 || (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
+                  (data[12] != 0x81 || data[13] != 0x00))) [[unlikely]] {
       handle_control(data, len);
       rte_pktmbuf_free(m);
       continue;
@@ -209,6 +217,7 @@ void PortIo::unregister_memory(void* addr, std::size_t len) {
 }
 
 bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {
+  if (len >= 54 && frame[12] == 0x86 && frame[13] == 0xdd) return handle_icmp6(frame, len);
   if (len < 14 + sizeof(wire::ArpHdr) || frame[12] != 0x08 || frame[13] != 0x06) {
     ++counters_.rx_other;
     return false;
@@ -253,9 +262,147 @@ void PortIo::send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst
   if (rte_eth_tx_burst(port_.id(), queue_, &m, 1) != 1) rte_pktmbuf_free(m);
 }
 
+namespace {
+
+// ICMPv6 checksum over the IPv6 pseudo-header and the message (RFC 4443 2.3).
+std::uint16_t icmp6_checksum(const std::uint8_t* src, const std::uint8_t* dst, const std::uint8_t* msg,
+                             std::size_t len) {
+  std::uint32_t sum = 0;
+  auto add = [&sum](const std::uint8_t* p, std::size_t n) {
+    for (std::size_t i = 0; i + 1 < n; i += 2) sum += static_cast<std::uint32_t>(p[i] << 8 | p[i + 1]);
+    if (n & 1) sum += static_cast<std::uint32_t>(p[n - 1] << 8);
+  };
+  add(src, 16);
+  add(dst, 16);
+  sum += static_cast<std::uint32_t>(len);
+  sum += 58;
+  add(msg, len);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<std::uint16_t>(~sum);
+}
+
+constexpr std::uint8_t kNs = 135;
+constexpr std::uint8_t kNa = 136;
+
+}  // namespace
+
+bool PortIo::handle_icmp6(const std::uint8_t* frame, std::uint16_t len) {
+  // Neighbour solicitation or advertisement (RFC 4861 4.3, 4.4): hop limit
+  // 255, at least 24 bytes of message.
+  const std::uint8_t* ip = frame + 14;
+  const std::uint8_t* icmp = ip + 40;
+  const std::size_t mlen = static_cast<std::size_t>(ip[4] << 8 | ip[5]);
+  if (ip[6] != 58 || ip[7] != 255 || mlen < 24 || 54 + mlen > len) {
+    ++counters_.rx_other;
+    return false;
+  }
+  if (icmp6_checksum(ip + 8, ip + 24, icmp, mlen) != 0) {
+    ++counters_.rx_other;
+    return false;
+  }
+  ibv_gid target{};
+  std::memcpy(target.raw, icmp + 8, 16);
+  const ibv_gid mine = link_local();
+  // The link-layer address option (source for NS, target for NA).
+  std::array<std::uint8_t, 6> lla{};
+  bool have_lla = false;
+  for (std::size_t off = 24; off + 8 <= mlen; off += static_cast<std::size_t>(icmp[off + 1]) * 8) {
+    if (icmp[off + 1] == 0) break;
+    if ((icmp[off] == 1 || icmp[off] == 2) && icmp[off + 1] == 1) {
+      std::memcpy(lla.data(), icmp + off + 2, 6);
+      have_lla = true;
+    }
+  }
+  if (icmp[0] == kNs && std::memcmp(target.raw, mine.raw, 16) == 0) {
+    ibv_gid from{};
+    std::memcpy(from.raw, ip + 8, 16);
+    std::array<std::uint8_t, 6> from_mac;
+    std::memcpy(from_mac.data(), frame + 6, 6);
+    if (have_lla) {
+      std::array<std::uint8_t, 16> key;
+      std::memcpy(key.data(), from.raw, 16);
+      neighbors6_[key] = lla;
+    }
+    send_nd(false, mine, from, have_lla ? lla : from_mac);
+    ++counters_.nd_solicitations_answered;
+    return true;
+  }
+  if (icmp[0] == kNa && have_lla) {
+    std::array<std::uint8_t, 16> key;
+    std::memcpy(key.data(), target.raw, 16);
+    neighbors6_[key] = lla;
+    ++counters_.nd_advertisements_learned;
+    return true;
+  }
+  ++counters_.rx_other;
+  return false;
+}
+
+void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, const std::array<std::uint8_t, 6>& to_mac) {
+  rte_mbuf* m = rte_pktmbuf_alloc(static_cast<rte_mempool*>(port_.pool()));
+  if (m == nullptr) return;
+  constexpr std::size_t kMsg = 32;  // type, code, checksum, flags, target, one 8-byte option
+  auto* p = reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(m, 14 + 40 + kMsg));
+  std::memset(p, 0, 14 + 40 + kMsg);
+  const ibv_gid src = link_local();
+  ibv_gid dst = to;
+  std::array<std::uint8_t, 6> dst_mac = to_mac;
+  if (solicit) {
+    // The solicited-node group ff02::1:ffXX:XXXX and its Ethernet address.
+    dst = ibv_gid{};
+    dst.raw[0] = 0xff;
+    dst.raw[1] = 0x02;
+    dst.raw[11] = 0x01;
+    dst.raw[12] = 0xff;
+    std::memcpy(dst.raw + 13, target.raw + 13, 3);
+    dst_mac = {0x33, 0x33, 0xff, target.raw[13], target.raw[14], target.raw[15]};
+  }
+  std::memcpy(p, dst_mac.data(), 6);
+  std::memcpy(p + 6, mac_.data(), 6);
+  p[12] = 0x86;
+  p[13] = 0xdd;
+  std::uint8_t* ip = p + 14;
+  ip[0] = 0x60;
+  ip[5] = kMsg;
+  ip[6] = 58;
+  ip[7] = 255;
+  std::memcpy(ip + 8, src.raw, 16);
+  std::memcpy(ip + 24, dst.raw, 16);
+  std::uint8_t* icmp = ip + 40;
+  icmp[0] = solicit ? kNs : kNa;
+  if (!solicit) icmp[4] = 0x60;  // Solicited, Override
+  std::memcpy(icmp + 8, target.raw, 16);
+  icmp[24] = solicit ? 1 : 2;  // source / target link-layer address
+  icmp[25] = 1;
+  std::memcpy(icmp + 26, mac_.data(), 6);
+  const std::uint16_t sum = icmp6_checksum(ip + 8, ip + 24, icmp, kMsg);
+  icmp[2] = static_cast<std::uint8_t>(sum >> 8);
+  icmp[3] = static_cast<std::uint8_t>(sum);
+  if (rte_eth_tx_burst(port_.id(), queue_, &m, 1) != 1) rte_pktmbuf_free(m);
+}
+
 bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
   static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid.raw, kV4Mapped, 12) != 0) return false;  // IPv6 neighbour discovery: not yet
+  if (std::memcmp(gid.raw, kV4Mapped, 12) != 0) {
+    std::array<std::uint8_t, 16> key;
+    std::memcpy(key.data(), gid.raw, 16);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    auto next_request = std::chrono::steady_clock::now();
+    while (!neighbors6_.count(key)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now > deadline) return false;
+      if (now >= next_request) {
+        send_nd(true, gid, gid, {});
+        next_request = now + std::chrono::milliseconds(200);
+      }
+      std::array<engine::RxFrame, 32> frames;
+      const std::uint16_t n = rx_burst(frames.data(), 32);
+      rx_release(frames.data(), n);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    std::memcpy(mac, neighbors6_[key].data(), 6);
+    return true;
+  }
   std::array<std::uint8_t, 4> ip;
   std::memcpy(ip.data(), gid.raw + 12, 4);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);

@@ -26,6 +26,8 @@ class TscClock : public engine::Clock {
 struct PortIoCounters {
   std::uint64_t arp_requests_answered = 0;
   std::uint64_t arp_replies_learned = 0;
+  std::uint64_t nd_solicitations_answered = 0;
+  std::uint64_t nd_advertisements_learned = 0;
   std::uint64_t tx_copied_bytes = 0;   // payload bytes gathered into one mbuf
   std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
   std::uint64_t tx_zero_copy_bytes = 0;
@@ -48,8 +50,9 @@ class PortIo : public engine::PacketIo {
   std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override;
   void rx_release(engine::RxFrame* frames, std::uint16_t n) override;
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override;
-  // IPv4-mapped GIDs: the neighbour table, else an ARP request answered
-  // within a second (this port's receive queue is polled meanwhile).
+  // IPv4-mapped GIDs by ARP, IPv6 GIDs by neighbour discovery (RFC 4861):
+  // the neighbour table, else a request answered within a second (this
+  // port's receive queue is polled meanwhile).
   bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
   // Registers the pages of [addr, addr + len) as DPDK external memory and
   // DMA-maps them for the port's device (a physical NIC then reads frames'
@@ -60,6 +63,7 @@ class PortIo : public engine::PacketIo {
   void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
   const std::array<std::uint8_t, 6>& mac() const { return mac_; }
   ibv_gid gid() const;  // ::ffff:a.b.c.d
+  ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
   const PortIoCounters& counters() const { return counters_; }
 
  private:
@@ -67,12 +71,17 @@ class PortIo : public engine::PacketIo {
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
   void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
                 const std::array<std::uint8_t, 4>& dst_ip);
+  bool handle_icmp6(const std::uint8_t* frame, std::uint16_t len);
+  // A neighbour solicitation for `target` (to its solicited-node group), or
+  // an advertisement of ours in answer to `to`.
+  void send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, const std::array<std::uint8_t, 6>& to_mac);
 
   Port& port_;
   std::uint16_t queue_;
   std::array<std::uint8_t, 4> ip_;
   std::array<std::uint8_t, 6> mac_{};
   std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> neighbors_;
+  std::map<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 6>> neighbors6_;
   std::array<void*, 64> rx_mbufs_{};
   // Shared info of the region memory chained into TX frames: its free
   // callback does nothing, as regions outlive the frames that carry them (a

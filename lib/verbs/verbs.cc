@@ -8,6 +8,7 @@
 
 #include "transport/qp_state.h"
 #include "verbs/verbs_impl.h"
+#include "wire/headers.h"
 
 namespace uroce {
 namespace {
@@ -170,22 +171,19 @@ void* Context::alloc_buffer(std::size_t bytes) {
   return b.addr;
 }
 
-int Context::query_gid(int index, ibv_gid& gid) const {
+int Context::query_gid(int index, ibv_gid& gid) const { return impl_->query_gid(index, gid); }
+
+int Context::Impl::query_gid(int index, ibv_gid& gid) {
   if (index == 1) {
-    gid = impl_->port.gid;
+    gid = port.gid;
     return 0;
   }
   if (index == 0) {
-    // fe80::/64 with the modified EUI-64 of the MAC (RFC 4291 appendix A).
-    gid = ibv_gid{};
-    gid.raw[0] = 0xfe;
-    gid.raw[1] = 0x80;
-    const std::uint8_t* m = impl_->port.mac;
-    const std::uint8_t eui[8] = {static_cast<std::uint8_t>(m[0] ^ 0x02), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
-    std::memcpy(gid.raw + 8, eui, 8);
+    const wire::Ipv6Addr a = wire::ipv6_link_local(port.mac);
+    std::memcpy(gid.raw, a.data(), 16);
     return 0;
   }
-  return impl_->fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
+  return fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
 }
 
 void Context::free_buffer(void* buffer) {
@@ -342,7 +340,11 @@ int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
   if ((attr_mask & IBV_QP_AV) && !c.port.io->resolve(attr.ah_attr.grh.dgid, peer_mac)) {
     return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
   }
-  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, c.port.gid);
+  // The source address is the GID the address vector names (index 0 IPv6
+  // link-local, 1 IPv4-mapped).
+  ibv_gid local = c.port.gid;
+  if ((attr_mask & IBV_QP_AV) && c.query_gid(attr.ah_attr.grh.sgid_index, local) != 0) return EINVAL;
+  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, local);
   return 0;
 }
 

@@ -47,6 +47,9 @@ struct Context::Impl {
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::map<void*, mem::Buffer> buffers;
 
+  // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
+  int query_gid(int index, ibv_gid& gid);
+
   int fail(int err, std::string message) {
     last_error = std::move(message);
     return err;

@@ -186,6 +186,13 @@ static_assert(sizeof(Deth) == 8);
 static_assert(sizeof(Feth) == 4);
 static_assert(sizeof(CnpPayload) == 16);
 
+// The IPv6 link-local address of an interface: fe80::/64 and the MAC's
+// modified EUI-64 (RFC 4291 appendix A). A RoCEv2 port's GID index 0.
+inline Ipv6Addr ipv6_link_local(const std::uint8_t mac[6]) {
+  return {0xfe, 0x80, 0, 0, 0, 0, 0, 0, static_cast<std::uint8_t>(mac[0] ^ 0x02), mac[1], mac[2], 0xff, 0xfe,
+          mac[3], mac[4], mac[5]};
+}
+
 // ARP for IPv4 over Ethernet (RFC 826).
 struct ArpHdr {
   Be16 htype;  // 1: Ethernet
