@@ -49,6 +49,9 @@ constexpr const char* kUsage =
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
+    "      --workers         with --ring: each device's engine on its own thread (CPUs 0, 1);\n"
+    "                        this thread only posts and polls (wants a third core: with two,\n"
+    "                        the three busy threads time-slice)\n"
 
     "Exit status: 0 ok; 1 a transfer or verification failed; 2 bad usage.\n";
 
@@ -66,6 +69,7 @@ struct Options {
   std::string json;
   std::string pcap;
   bool counters = false;
+  bool workers = false;
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
   std::uint16_t port_id = 0;
@@ -105,6 +109,7 @@ Options parse(int argc, const char* const* argv) {
     else if (a == "--json") o.json = number(i, "--json");
     else if (a == "--pcap") o.pcap = number(i, "--pcap");
     else if (a == "--counters") o.counters = true;
+    else if (a == "--workers") o.workers = true;
     else if (a == "--ip") {
       std::string v = number(i, "--ip");
       v = v.substr(0, v.find('/'));
@@ -122,6 +127,7 @@ Options parse(int argc, const char* const* argv) {
   }
   if (o.fabric.empty()) usage_error("no fabric given: pass --sim, -- --ring, or -- --ip ADDR/PREFIX after EAL arguments");
   if (!o.server.empty() && o.fabric != "port") usage_error("a server name goes with --ip (two processes)");
+  if (o.workers && o.fabric != "ring") usage_error("--workers goes with --ring");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
   if (o.op != "write" && o.op != "read" && o.op != "send" && o.op != "atomic") {
@@ -438,13 +444,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
       return 1;
     }
+    if (o.workers && (ring->a->start_worker(0) != 0 || ring->b->start_worker(1) != 0)) {
+      std::fprintf(stderr, "uroce-perf: %s\n", ring->a->last_error().c_str());
+      return 1;
+    }
   }
   std::printf("uroce-perf %s --%s %s: %u B messages, %llu iterations, MTU %u, %s, tx depth %u, loss %g, seed %llu\n",
               uroce::kVersion, o.fabric.c_str(), o.op.c_str(), o.size, static_cast<unsigned long long>(o.iters), o.mtu,
               o.lat ? "latency" : "bandwidth", o.depth, o.loss, static_cast<unsigned long long>(o.seed));
   std::puts(o.fabric == "sim"
                 ? "Both ends run in this process on one core over the simulated link: CPU figures are the stack's."
-                : "Both ends run in this process on one core, on two DPDK ports joined by net_ring.");
+                : o.workers ? "Two DPDK ports joined by net_ring; each device's engine on its own core, this thread posts and polls."
+                            : "Both ends run in this process on one core, on two DPDK ports joined by net_ring.");
   Result r;
   if (ring) {
     r = run(o, *ring);
