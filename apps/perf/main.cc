@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dpdk/eal.h"
+#include "perf/message.h"
 #include "perf/pattern.h"
 #include "perf/remote.h"
 #include "dpdk/ring_pair.h"
@@ -259,23 +260,10 @@ Result run(const Options& o, Fabric& net) {
     const auto s = static_cast<std::uint32_t>(msg % o.depth);
     slot_msg[s] = msg;
     ibv_sge sge{reinterpret_cast<std::uint64_t>(bufa + s * slot), o.size, mra->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = s;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = perf::message_wr(o.op, s, sge, reinterpret_cast<std::uint64_t>(bufb + s * slot),
+                                      reinterpret_cast<std::uint64_t>(bufb + bytes - 64), mrb->rkey);
     if (o.verify && !read && !atomic) pattern.fill(bufa + s * slot, msg);
     if (o.verify && read) pattern.fill(bufb + s * slot, msg);
-    if (atomic) {
-      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-      wr.wr.atomic.remote_addr = reinterpret_cast<std::uint64_t>(bufb + bytes - 64);
-      wr.wr.atomic.rkey = mrb->rkey;
-      wr.wr.atomic.compare_add = 1;
-    } else {
-      wr.opcode = send ? IBV_WR_SEND : read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-      wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(bufb + s * slot);
-      wr.wr.rdma.rkey = mrb->rkey;
-    }
     if (send && post_recv(s) != 0) return false;
     if (o.lat || msg % 16 == 0) posted_at[s] = Clock::now();
     ibv_send_wr* bad = nullptr;

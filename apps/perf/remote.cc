@@ -16,6 +16,7 @@
 #include "common/oob.h"
 #include "dpdk/device.h"
 #include "dpdk/eal.h"
+#include "perf/message.h"
 #include "perf/pattern.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -232,22 +233,8 @@ int run_remote(const RemoteOptions& o) {
     const auto s = static_cast<std::uint32_t>(msg % o.depth);
     slot_msg[s] = msg;
     ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + s * slot), o.size, mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = s;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = message_wr(o.op, s, sge, peer.vaddr + s * slot, peer.vaddr + bytes - 64, peer.rkey);
     if (o.verify && !read && !atomic) pattern.fill(buf + s * slot, msg);
-    if (atomic) {
-      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-      wr.wr.atomic.remote_addr = peer.vaddr + bytes - 64;
-      wr.wr.atomic.rkey = peer.rkey;
-      wr.wr.atomic.compare_add = 1;
-    } else {
-      wr.opcode = send ? IBV_WR_SEND : read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-      wr.wr.rdma.remote_addr = peer.vaddr + s * slot;
-      wr.wr.rdma.rkey = peer.rkey;
-    }
     if (o.lat || msg % 16 == 0) posted_at[s] = Clock::now();
     ibv_send_wr* bad = nullptr;
     return qp->post_send(&wr, &bad) == 0;
