@@ -1,6 +1,6 @@
 // Memory regions: registration, lkey/rkey lookup, and the bounds, access and
 // protection-domain checks every placement passes before a byte moves
-// (IBTA 10.6 and C9-88: R_Key, bounds, access rights, PD).
+// (IBTA 10.6 memory protection: R_Key, bounds, access rights, PD).
 #pragma once
 
 #include <cstddef>

@@ -26,7 +26,7 @@ std::uint32_t last_psn(const SendWqe& w) { return psn_add(w.first_psn, static_ca
 
 bool outstanding(const Qp& qp) { return qp.comp_next != qp.req_next || qp.req.pkt_index != 0; }
 
-// Forward progress (C9-...): the retry counters start over and the timer
+// Forward progress (IBTA 9.7.6): the retry counters start over and the timer
 // restarts from now.
 void progress(Qp& qp, Env& env) {
   qp.comp.retry_left = qp.attr.retry_cnt;
@@ -113,7 +113,7 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
       return;
     case AethKind::kRnrNak: {
       qp.counters.add(QpCounter::rnr_naks_received);
-      // An RNR NAK acknowledges every PSN before its own (C9-... implicit ACK).
+      // An RNR NAK acknowledges every PSN before its own (an implicit ACK, IBTA 9.7.5).
       if (ack_through(qp, env, psn_add(psn, -1), false) == AckResult::kReadMissing) {
         read_missing(qp, env);
         return;
@@ -290,7 +290,7 @@ void completer_on_timer(Qp& qp, Env& env) {
     return;
   }
   qp.counters.add(QpCounter::timeouts);
-  // C9-140: a local ACK timeout spends a retry and resends from the oldest
+  // IBTA 9.7.6: a local ACK timeout spends a retry and resends from the oldest
   // PSN not acknowledged. retry_cnt 7 means seven, not infinite (unlike rnr_retry).
   if (spend_retry(qp)) go_back(qp, env, qp.comp.psn);
 }

@@ -73,7 +73,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
   if (!qp.active()) return 0;
   if (qp.req.rnr_wait) {
     if (env.now < qp.req.rnr_until) return 0;
-    qp.req.rnr_wait = false;  // C9-152: retry from the NAKed PSN after the RNR timer
+    qp.req.rnr_wait = false;  // IBTA 9.7.5.2: retry from the NAKed PSN after the RNR timer
     requester_rewind(qp, qp.req.rnr_psn);
   }
   std::uint16_t n = 0;
@@ -93,7 +93,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (!w.resolved) {
       const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
       if (sgl_resolve(w.sge.data(), w.num_sge, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) {
-        // C10-... a bad local key ends the WR with a local protection error.
+        // A bad local key ends the WR with a local protection error (IBTA 10.6, 11.6.2).
         if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_PROT_ERR);
         break;
       }

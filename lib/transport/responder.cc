@@ -25,7 +25,7 @@ Response* push(Qp& qp) {
   return &r;
 }
 
-// ACKs coalesce (C9-... one ACK may acknowledge many packets): a queued ACK
+// ACKs coalesce (IBTA 9.7.5: one ACK may acknowledge many packets): a queued ACK
 // not yet sent is moved forward rather than followed by another.
 void queue_ack(Qp& qp, std::uint32_t psn) {
   if (qp.resp.out_tail != qp.resp.out_head) {
@@ -94,15 +94,16 @@ void fail(Qp& qp, std::uint32_t psn, NakCode code, ibv_wc_status recv_status = I
   qp_enter_error(qp);
 }
 
-// The RETH's range under its rkey, for `need`. Zero-length transfers check no
-// key (IBTA C9-88: "a zero-length RDMA ... R_Key is not validated").
+// The RETH's range under its rkey, for `need`. A zero-length transfer checks
+// no key: it moves no byte, and the IBTA lets the responder skip the R_Key
+// check for it (rxe skips it too).
 mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need, std::uint8_t*& host) {
   host = nullptr;
   if (reth.dma_length.get() == 0) return mem::AccessResult::kOk;
   return env.mrs->check(reth.rkey.get(), true, qp.pd, reth.va.get(), reth.dma_length.get(), need, host);
 }
 
-// Does the opcode fit where the current message is (C9-34/35: Middle and
+// Does the opcode fit where the current message is (IBTA 9.7.4: Middle and
 // Last only inside a message of the same kind, First/Only only outside one)?
 bool in_order(const Qp& qp, const wire::OpcodeInfo& info) {
   const bool continues = info.has_any(wire::kMiddle) || (info.has(wire::kLast) && !info.has(wire::kFirst));
@@ -126,7 +127,7 @@ bool qp_allows(const Qp& qp, const wire::OpcodeInfo& info) {
 // A receive WQE for a SEND or WRITE with immediate; false after an RNR NAK.
 bool take_recv(Qp& qp, Env& env, std::uint32_t psn) {
   if (qp.rq_next == qp.rq_posted) {
-    // C9-142..: no receive WQE: RNR NAK with our min_rnr_timer; the expected
+    // IBTA 9.7.5.2: no receive WQE: RNR NAK with our min_rnr_timer; the expected
     // PSN stays, so the retry after the timer is this packet again.
     qp.counters.add(QpCounter::rnr_naks_sent);
     queue_nak(qp, psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false);
@@ -151,7 +152,7 @@ void execute_send(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
   }
   RecvWqe& w = qp.rq[qp.rq_next];
   if (qp.resp.offset + p.payload_length > w.length) {
-    // C9-... message longer than the receive buffers: Invalid Request, and the
+    // IBTA 9.7.5.2: a message longer than the receive buffers is an Invalid Request; the
     // receive ends with a local length error.
     fail(qp, psn, NakCode::kInvalidRequest, IBV_WC_LOC_LEN_ERR);
     return;
@@ -241,7 +242,7 @@ void execute_read(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
   const std::uint32_t last = psn_add(psn, npackets - 1);
   ++qp.resp.msn;
   if (!queue_read(qp, psn, psn, last, host, len, qp.resp.msn)) {
-    // More READs/atomics outstanding than max_dest_rd_atomic (C9-...).
+    // More READs/atomics outstanding than max_dest_rd_atomic (IBTA 9.7.5.2: Invalid Request).
     fail(qp, psn, NakCode::kInvalidRequest);
     return;
   }
@@ -309,7 +310,7 @@ void on_duplicate(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
   qp.counters.add(QpCounter::duplicate_requests);
   const wire::OpcodeInfo& info = *p.info;
   if (info.has(wire::kReadRequest)) {
-    // C9-... a duplicate READ is executed again from its PSN, within the
+    // IBTA 9.7.5.1: a duplicate READ is executed again from its PSN, within the
     // resource of the original; it answers from that PSN (Middle if it is not
     // the first, as rxe does), with the data the duplicate's RETH names.
     for (const ResponderResource& res : qp.resp.resources) {
@@ -324,10 +325,10 @@ void on_duplicate(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
       queue_read(qp, psn, res.first_psn, res.last_psn, host, reth.dma_length.get(), res.msn);
       return;
     }
-    return;  // no resource holds it: too old to answer (C9-...), dropped
+    return;  // no resource holds it: too old to answer, dropped
   }
   if (info.has(wire::kAtomic)) {
-    // C9-...: a duplicate atomic is never executed again; the saved result
+    // IBTA 9.7.5.1: a duplicate atomic is never executed again; the saved result
     // is sent back.
     for (const ResponderResource& res : qp.resp.resources) {
       if (!res.valid || !res.atomic || res.first_psn != psn) continue;
@@ -343,7 +344,7 @@ void on_duplicate(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
     }
     return;
   }
-  // C9-104/105: a duplicate SEND or WRITE is not executed; it is answered
+  // IBTA 9.7.5.1: a duplicate SEND or WRITE is not executed; it is answered
   // with an ACK for the latest PSN received in order (as rxe does, for every
   // duplicate packet).
   queue_ack(qp, psn_add(qp.resp.psn, -1));
@@ -359,7 +360,7 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   const std::uint32_t psn = p.bth().psn.get();
   const std::int32_t d = psn_diff(psn, qp.resp.psn);
   if (d > 0) {
-    // C9-98: ahead of the expected PSN: one sequence NAK until it arrives.
+    // IBTA 9.7.5.1: ahead of the expected PSN: one sequence NAK until it arrives.
     qp.counters.add(QpCounter::out_of_sequence);
     if (!qp.resp.nak_sent) {
       qp.resp.nak_sent = true;

@@ -11,7 +11,7 @@ constexpr std::size_t kEthBytes = sizeof(EthHdr);
 constexpr std::size_t kVlanBytes = sizeof(VlanTag);
 
 // First and Middle packets carry exactly one path MTU of payload (IBTA
-// C9-88, C9-90), and a path MTU is one of these.
+// 9.7.2), and a path MTU is one of these.
 constexpr bool is_path_mtu(std::uint32_t n) {
   return n == 256 || n == 512 || n == 1024 || n == 2048 || n == 4096;
 }
@@ -124,7 +124,7 @@ ParseStatus parse_headers(std::span<const std::uint8_t> frame, ParsedFrame& out)
   if (l3_end < bth + sizeof(Bth) + kIcrcBytes) return ParseStatus::kTruncatedBth;
   const Bth b = out.bth();
   out.opcode = b.opcode;
-  if (b.tver() != 0) return ParseStatus::kBadTver;  // C9-29: TVer 0 only
+  if (b.tver() != 0) return ParseStatus::kBadTver;  // IBTA 9.2: TVer 0 only
   const OpcodeInfo& info = opcode_info(b.opcode);
   if (!info.known()) return ParseStatus::kUnknownOpcode;
   out.info = &info;
