@@ -19,22 +19,45 @@ const char* engine_counter_name(EngineCounter c) {
   return c < EngineCounter::kCount ? kCounterNames[static_cast<std::size_t>(c)] : "invalid";
 }
 
-Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs) : io_(io), clock_(clock) { env_.mrs = &mrs; }
+namespace {
+
+std::uint32_t slot_of(std::uint32_t qpn, std::uint32_t mask) { return (qpn * 0x9e3779b1u) >> 8 & mask; }
+
+}  // namespace
+
+Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs) : io_(io), clock_(clock) {
+  env_.mrs = &mrs;
+  rebuild_index();
+}
 
 void Engine::add_qp(transport::Qp* qp) {
-  qps_[qp->qpn] = qp;
   qp_list_.push_back(qp);
+  rebuild_index();
 }
 
 void Engine::remove_qp(transport::Qp* qp) {
-  qps_.erase(qp->qpn);
   qp_list_.erase(std::remove(qp_list_.begin(), qp_list_.end(), qp), qp_list_.end());
   tx_cursor_ = 0;
+  rebuild_index();
+}
+
+void Engine::rebuild_index() {
+  std::size_t capacity = 64;
+  while (capacity < 2 * (qp_list_.size() + 1)) capacity *= 2;
+  index_.assign(capacity, nullptr);
+  index_mask_ = static_cast<std::uint32_t>(capacity - 1);
+  for (transport::Qp* qp : qp_list_) {
+    std::uint32_t i = slot_of(qp->qpn, index_mask_);
+    while (index_[i] != nullptr) i = (i + 1) & index_mask_;
+    index_[i] = qp;
+  }
 }
 
 transport::Qp* Engine::find_qp(std::uint32_t qpn) const {
-  const auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second;
+  for (std::uint32_t i = slot_of(qpn, index_mask_);; i = (i + 1) & index_mask_) {
+    transport::Qp* qp = index_[i];
+    if (qp == nullptr || qp->qpn == qpn) return qp;
+  }
 }
 
 std::size_t Engine::poll() {

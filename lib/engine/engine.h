@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/packet_io.h"
@@ -66,7 +65,12 @@ class Engine {
   PacketIo& io_;
   Clock& clock_;
   transport::Env env_;
-  std::unordered_map<std::uint32_t, transport::Qp*> qps_;
+  // QPN -> QP: open addressing with linear probing, at most half full,
+  // rebuilt on the control path when QPs come and go; one probe or two per
+  // packet, no allocation.
+  void rebuild_index();
+  std::vector<transport::Qp*> index_;
+  std::uint32_t index_mask_ = 0;
   std::vector<transport::Qp*> qp_list_;
   std::size_t tx_cursor_ = 0;  // round-robin start among QPs
   std::array<RxFrame, kBurst> rx_;
