@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/engine.h"
+#include "scripted_port.h"
 #include "test_seed.h"
 #include "verbs/connect.h"
 #include "verbs/verbs_impl.h"
@@ -20,31 +21,6 @@
 
 namespace uroce::test {
 namespace {
-
-class InjectPort : public engine::PacketIo {
- public:
-  std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
-    std::uint16_t n = 0;
-    while (n < max && !inbox.empty()) {
-      held.push_back(std::move(inbox.front()));
-      inbox.pop_front();
-      frames[n++] = engine::RxFrame{held.back().data(), static_cast<std::uint16_t>(held.back().size()), nullptr};
-    }
-    return n;
-  }
-  void rx_release(engine::RxFrame*, std::uint16_t) override { held.clear(); }
-  std::uint16_t tx_burst(const wire::TxFrame*, std::uint16_t n) override {
-    sent += n;
-    return n;
-  }
-  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
-    std::memset(mac, 0x52, 6);
-    return true;
-  }
-  std::deque<std::vector<std::uint8_t>> inbox;
-  std::deque<std::vector<std::uint8_t>> held;
-  std::uint64_t sent = 0;
-};
 
 class StepClock : public engine::Clock {
  public:
@@ -56,7 +32,8 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
-  InjectPort port;
+  ScriptedPort port;
+  port.keep_sent = false;
   StepClock clock;
   PortConfig cfg;
   cfg.io = &port;

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "golden_data.h"
+#include "scripted_port.h"
 #include "verbs/verbs_impl.h"
 #include "wire/frame.h"
 
@@ -92,37 +93,6 @@ std::vector<Session> sessions_of(const std::vector<pcap::Frame>& frames) {
 }
 
 // A port that delivers injected frames and keeps what the engine sends.
-class ReplayPort : public engine::PacketIo {
- public:
-  std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
-    std::uint16_t n = 0;
-    while (n < max && !inbox.empty()) {
-      in_use.push_back(inbox.front());
-      inbox.pop_front();
-      frames[n++] = engine::RxFrame{in_use.back().data(), static_cast<std::uint16_t>(in_use.back().size()), nullptr};
-    }
-    return n;
-  }
-  void rx_release(engine::RxFrame*, std::uint16_t) override { in_use.clear(); }
-  std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
-    for (std::uint16_t i = 0; i < n; ++i) {
-      const wire::TxFrame& f = frames[i];
-      std::vector<std::uint8_t> bytes(f.hdr.begin(), f.hdr.begin() + f.hdr_len);
-      for (int k = 0; k < f.npieces; ++k) bytes.insert(bytes.end(), f.pieces[k].begin(), f.pieces[k].end());
-      bytes.insert(bytes.end(), f.trailer.begin(), f.trailer.begin() + f.trailer_len);
-      sent.push_back(std::move(bytes));
-    }
-    return n;
-  }
-  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
-    std::memset(mac, 0x52, 6);
-    return true;
-  }
-  std::deque<std::vector<std::uint8_t>> inbox;
-  std::deque<std::vector<std::uint8_t>> in_use;
-  std::vector<std::vector<std::uint8_t>> sent;
-};
-
 class FixedClock : public engine::Clock {
  public:
   std::uint64_t now_ns() override { return now; }
@@ -210,7 +180,7 @@ ibv_mtu mtu_enum(std::uint32_t bytes) {
 
 // Runs `d.requests` through our responder; returns our answers.
 std::vector<Answer> replay(const Direction& d, std::string& error) {
-  ReplayPort port;
+  ScriptedPort port;
   FixedClock clock;
   PortConfig cfg;
   cfg.io = &port;

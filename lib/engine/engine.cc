@@ -82,16 +82,6 @@ std::uint64_t Engine::next_timer_ns() const {
   return t;
 }
 
-bool Engine::has_tx_work() const {
-  if (tx_pending_ > 0) return true;
-  for (const transport::Qp* qp : qp_list_) {
-    if (qp->resp.out_head != qp->resp.out_tail) return true;
-    const std::uint32_t posted = qp->sq_published.load(std::memory_order_acquire);
-    if (qp->active() && !qp->req.rnr_wait && qp->req_next != posted) return true;
-  }
-  return false;
-}
-
 void Engine::receive() {
   const std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
   counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] += n;

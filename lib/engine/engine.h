@@ -47,8 +47,6 @@ class Engine {
   // The earliest time a QP timer (retransmit, RNR wait) falls due; 0 if none
   // is armed. Lets a simulator on virtual time skip idle stretches.
   std::uint64_t next_timer_ns() const;
-  // Whether any QP has something to send now (or frames are waiting).
-  bool has_tx_work() const;
 
   std::uint64_t counter(EngineCounter c) const { return counters_[static_cast<std::size_t>(c)]; }
   // Drops by parse reason (index: wire::ParseStatus).

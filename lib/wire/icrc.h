@@ -31,12 +31,6 @@ inline constexpr std::size_t kIcrcMaskedBytesV6 = 40 + 8 + 12;
 std::uint32_t icrc_compute(Crc32Fn crc32, std::span<const std::uint8_t> headers,
                            std::span<const std::span<const std::uint8_t>> payload = {});
 
-// ICRC of a contiguous packet: `packet` runs from the IP header to the byte
-// before the ICRC.
-inline std::uint32_t icrc_compute_contiguous(Crc32Fn crc32, std::span<const std::uint8_t> packet) {
-  return icrc_compute(crc32, packet);
-}
-
 // ICRC of a contiguous packet in a buffer the caller owns (a received
 // frame): the variant fields are set to ones in place, the packet runs
 // through the CRC in a single call, and the fields are restored before

@@ -1,0 +1,53 @@
+// A PacketIo for tests that feed the engine prepared frames: frames pushed
+// into `inbox` are received in order, frames the engine sends are counted
+// and, unless `keep_sent` is false, kept flattened in `sent`. Every peer MAC
+// resolves to 52:52:52:52:52:52.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "engine/engine.h"
+#include "wire/frame.h"
+
+namespace uroce::test {
+
+class ScriptedPort : public engine::PacketIo {
+ public:
+  std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
+    std::uint16_t n = 0;
+    while (n < max && !inbox.empty()) {
+      in_use.push_back(std::move(inbox.front()));
+      inbox.pop_front();
+      frames[n++] = engine::RxFrame{in_use.back().data(), static_cast<std::uint16_t>(in_use.back().size()), nullptr};
+    }
+    return n;
+  }
+  void rx_release(engine::RxFrame*, std::uint16_t) override { in_use.clear(); }
+  std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
+    tx_count += n;
+    if (!keep_sent) return n;
+    for (std::uint16_t i = 0; i < n; ++i) {
+      const wire::TxFrame& f = frames[i];
+      std::vector<std::uint8_t> bytes(f.hdr.begin(), f.hdr.begin() + f.hdr_len);
+      for (int k = 0; k < f.npieces; ++k) bytes.insert(bytes.end(), f.pieces[k].begin(), f.pieces[k].end());
+      bytes.insert(bytes.end(), f.trailer.begin(), f.trailer.begin() + f.trailer_len);
+      sent.push_back(std::move(bytes));
+    }
+    return n;
+  }
+  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
+    std::memset(mac, 0x52, 6);
+    return true;
+  }
+
+  std::deque<std::vector<std::uint8_t>> inbox;
+  std::deque<std::vector<std::uint8_t>> in_use;
+  bool keep_sent = true;
+  std::uint64_t tx_count = 0;
+  std::vector<std::vector<std::uint8_t>> sent;
+};
+
+}  // namespace uroce::test
