@@ -3,6 +3,7 @@
 // data verified; and ARP: a port answers for its address and learns peers.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -196,6 +197,232 @@ INSTANTIATE_TEST_SUITE_P(Verbs, DpdkRc,
                            }
                            return name + (std::get<1>(param_info.param) ? "_on_worker_cores" : "_one_thread");
                          });
+
+// Several engines per device: ports with two queue pairs joined by net_ring
+// (queue i of one port sends to queue i of the other), one engine per queue.
+struct Queued {
+  static constexpr std::size_t kQps = 4;
+  static constexpr std::size_t kBytes = 4u << 20;  // per QP: source half, target half
+
+  // A's QPs are placed by the context (the least loaded engine); B's QP i
+  // is pinned to the engine that A's QP i is not on, so that every packet
+  // arrives on the queue of the engine that does not serve its QP.
+  explicit Queued(const std::string& name) {
+    std::string error;
+    pair = dpdk::RingPair::create(name, error, 2);
+    EXPECT_NE(pair, nullptr) << error;
+    if (!pair) return;
+    pda = pair->a->alloc_pd();
+    pdb = pair->b->alloc_pd();
+    cqa = pair->a->create_cq(8192);
+    cqb = pair->b->create_cq(8192);
+    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kQps * kBytes));
+    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kQps * kBytes));
+    mra = pda->reg_mr(bufa, kQps * kBytes, all);
+    mrb = pdb->reg_mr(bufb, kQps * kBytes, all);
+    for (std::size_t i = 0; i < kQps; ++i) {
+      QpInitAttr init;
+      init.cap = ibv_qp_cap{512, 512, 1, 1, 0};
+      init.send_cq = init.recv_cq = cqa;
+      qa[i] = pda->create_qp(init);
+      init.send_cq = init.recv_cq = cqb;
+      init.worker = static_cast<int>(engine_of(*pair->a, qa[i]) ^ 1);
+      qb[i] = pdb->create_qp(init);
+      ConnectParams params;
+      params.mtu = IBV_MTU_4096;
+      EXPECT_EQ(pair->connect(qa[i], qb[i], params), 0) << pair->a->last_error() << pair->b->last_error();
+    }
+  }
+
+  static std::size_t engine_of(Context& ctx, QueuePair* qp) {
+    for (std::size_t e = 0; e < ctx.engine_count(); ++e) {
+      if (ctx.engine(e).find_qp(qp->qp_num()) != nullptr) return e;
+    }
+    return ~std::size_t{0};
+  }
+
+  std::uint64_t total(Context& ctx, engine::EngineCounter c) {
+    std::uint64_t n = 0;
+    for (std::size_t e = 0; e < ctx.engine_count(); ++e) n += ctx.engine(e).counter(c);
+    return n;
+  }
+
+  // Posts `per_qp` messages of `op` on every QP at once (SENDs with their
+  // receives), waits for every completion and checks each QP's come in
+  // order and whole, then the data.
+  void transfer(ibv_wr_opcode op, int per_qp, std::mt19937_64& rng) {
+    const std::uint32_t len = static_cast<std::uint32_t>(kBytes / 2 / static_cast<std::size_t>(per_qp));
+    for (std::size_t q = 0; q < kQps; ++q) {
+      std::uint8_t* src = (op == IBV_WR_RDMA_READ ? bufb : bufa) + q * kBytes;
+      for (std::size_t k = 0; k < kBytes / 2; ++k) src[k] = static_cast<std::uint8_t>(rng());
+    }
+    for (std::size_t q = 0; q < kQps; ++q) {
+      for (int m = 0; m < per_qp; ++m) {
+        const std::size_t off = q * kBytes + static_cast<std::size_t>(m) * len;
+        if (op == IBV_WR_SEND) {
+          ibv_sge rs{reinterpret_cast<std::uint64_t>(bufb + off + kBytes / 2), len, mrb->lkey};
+          ibv_recv_wr rw{};
+          rw.wr_id = static_cast<std::uint64_t>(m);
+          rw.sg_list = &rs;
+          rw.num_sge = 1;
+          ibv_recv_wr* bad = nullptr;
+          ASSERT_EQ(qb[q]->post_recv(&rw, &bad), 0);
+        }
+        // WRITE/SEND: A's source half to B's target half; READ: B's source
+        // half into A's target half.
+        std::uint8_t* local = bufa + off + (op == IBV_WR_RDMA_READ ? kBytes / 2 : 0);
+        std::uint8_t* remote = bufb + off + (op == IBV_WR_RDMA_READ ? 0 : kBytes / 2);
+        ibv_sge sge{reinterpret_cast<std::uint64_t>(local), len, mra->lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = q << 32 | static_cast<std::uint64_t>(m);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = op;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(remote);
+        wr.wr.rdma.rkey = mrb->rkey;
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(qa[q]->post_send(&wr, &bad), 0);
+      }
+    }
+    const std::size_t expected = kQps * static_cast<std::size_t>(per_qp);
+    std::vector<ibv_wc> got;
+    std::vector<ibv_wc> received;
+    ibv_wc wc[64];
+    pair->run_until(
+        [&] {
+          for (int k; (k = cqa->poll(64, wc)) > 0;) got.insert(got.end(), wc, wc + k);
+          for (int k; op == IBV_WR_SEND && (k = cqb->poll(64, wc)) > 0;) received.insert(received.end(), wc, wc + k);
+          return got.size() >= expected && (op != IBV_WR_SEND || received.size() >= expected);
+        },
+        60'000'000'000ull);
+    ASSERT_EQ(got.size(), expected);
+    std::vector<std::uint64_t> next(kQps, 0);
+    for (const ibv_wc& c : got) {
+      ASSERT_EQ(c.status, IBV_WC_SUCCESS) << wc_status_str(c.status);
+      const std::size_t q = c.wr_id >> 32;
+      ASSERT_LT(q, kQps);
+      EXPECT_EQ(c.qp_num, qa[q]->qp_num());
+      EXPECT_EQ(c.wr_id & 0xffffffff, next[q]++) << "QP " << q << ": completions out of order";
+    }
+    if (op == IBV_WR_SEND) {
+      ASSERT_EQ(received.size(), expected);
+      for (const ibv_wc& c : received) EXPECT_EQ(c.byte_len, len);
+    }
+    for (std::size_t q = 0; q < kQps; ++q) {
+      const std::uint8_t* a = bufa + q * kBytes;
+      const std::uint8_t* b = bufb + q * kBytes;
+      if (op == IBV_WR_RDMA_READ) {
+        EXPECT_EQ(std::memcmp(a + kBytes / 2, b, kBytes / 2), 0) << "QP " << q;
+      } else {
+        EXPECT_EQ(std::memcmp(a, b + kBytes / 2, kBytes / 2), 0) << "QP " << q;
+      }
+    }
+  }
+
+  std::unique_ptr<dpdk::RingPair> pair;
+  ProtectionDomain* pda = nullptr;
+  ProtectionDomain* pdb = nullptr;
+  CompletionQueue* cqa = nullptr;
+  CompletionQueue* cqb = nullptr;
+  std::array<QueuePair*, kQps> qa{};
+  std::array<QueuePair*, kQps> qb{};
+  std::uint8_t* bufa = nullptr;
+  std::uint8_t* bufb = nullptr;
+  MemoryRegion* mra = nullptr;
+  MemoryRegion* mrb = nullptr;
+};
+
+TEST(DpdkQueues, QpsSpreadOverEnginesAndPacketsReachTheirEngine) {
+  ASSERT_EQ(EalEnvironment::error(), "");
+  Queued d("mq");
+  ASSERT_NE(d.pair, nullptr);
+  ASSERT_EQ(d.pair->a->engine_count(), 2u);
+  // Placed on the least loaded engine: two QPs each.
+  EXPECT_EQ(d.pair->a->engine(0).qps().size(), 2u);
+  EXPECT_EQ(d.pair->a->engine(1).qps().size(), 2u);
+  for (std::size_t q = 0; q < Queued::kQps; ++q) {
+    EXPECT_NE(Queued::engine_of(*d.pair->a, d.qa[q]), Queued::engine_of(*d.pair->b, d.qb[q]));
+  }
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  for (const ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_SEND, IBV_WR_RDMA_READ}) {
+    SCOPED_TRACE(op);
+    d.transfer(op, 64, rng);
+  }
+  // Every RoCE packet arrived on the queue of the engine that does not serve
+  // its QP: each was handed over once, and nothing was lost or unknown.
+  for (Context* ctx : {d.pair->a.get(), d.pair->b.get()}) {
+    const std::uint64_t rx = d.total(*ctx, engine::EngineCounter::rx_frames);
+    EXPECT_GT(rx, 1000u);
+    EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_handed_over), rx);
+    EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_handed_in), rx);
+    EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_unknown_qp), 0u);
+    EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_handover_full), 0u);
+    // Each engine sent on its own queue.
+    EXPECT_GT(ctx->engine(0).counter(engine::EngineCounter::tx_frames), 0u);
+    EXPECT_GT(ctx->engine(1).counter(engine::EngineCounter::tx_frames), 0u);
+  }
+}
+
+TEST(DpdkQueues, WorkerThreadsServeTheirQueuesWhileControlCallsHoldThem) {
+  ASSERT_EQ(EalEnvironment::error(), "");
+  Queued d("mqw");
+  ASSERT_NE(d.pair, nullptr);
+  EXPECT_EQ(d.pair->a->start_workers({0}), EINVAL) << "one CPU for two engines";
+  EXPECT_NE(d.pair->a->last_error().find("one CPU per engine"), std::string::npos);
+  ASSERT_EQ(d.pair->a->start_workers({0, 1}), 0);
+  EXPECT_EQ(d.pair->a->start_workers({0, 1}), EBUSY);
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  d.transfer(IBV_WR_RDMA_WRITE, 16, rng);
+  // Control calls while the workers run: a region registered now is usable
+  // by every engine at once, a QP on a named engine, one on an engine that
+  // does not exist.
+  std::vector<std::uint8_t> extra(65536, 0x5a);
+  MemoryRegion* mr = d.pda->reg_mr(extra.data(), extra.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << d.pair->a->last_error();
+  QpInitAttr init;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  init.send_cq = init.recv_cq = d.cqa;
+  init.worker = 2;
+  EXPECT_EQ(d.pda->create_qp(init), nullptr);
+  EXPECT_NE(d.pair->a->last_error().find("worker 2 does not exist"), std::string::npos) << d.pair->a->last_error();
+  for (std::size_t q = 0; q < Queued::kQps; ++q) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(extra.data()), 65536, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = q << 32;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb + q * Queued::kBytes);
+    wr.wr.rdma.rkey = d.mrb->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(d.qa[q]->post_send(&wr, &bad), 0);
+  }
+  std::size_t done = 0;
+  ibv_wc wc[8];
+  d.pair->run_until([&] {
+    for (int k; (k = d.cqa->poll(8, wc)) > 0;) {
+      for (int i = 0; i < k; ++i) EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS) << wc_status_str(wc[i].status);
+      done += static_cast<std::size_t>(k);
+    }
+    return done >= Queued::kQps;
+  });
+  ASSERT_EQ(done, Queued::kQps);
+  for (std::size_t q = 0; q < Queued::kQps; ++q) {
+    EXPECT_EQ(std::memcmp(d.bufb + q * Queued::kBytes, extra.data(), extra.size()), 0) << "QP " << q;
+  }
+  d.transfer(IBV_WR_RDMA_READ, 16, rng);
+  d.pair->a->stop_workers();
+  EXPECT_EQ(d.pda->dereg_mr(mr), 0);
+  EXPECT_EQ(d.total(*d.pair->b, engine::EngineCounter::rx_unknown_qp), 0u);
+  EXPECT_GT(d.total(*d.pair->a, engine::EngineCounter::rx_handed_in), 0u);
+}
 
 // A client of DPDK's telemetry socket, as dpdk-telemetry.py is.
 std::string telemetry(const std::string& command) {

@@ -19,15 +19,20 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
                   transport::qp_counter_description(c));
     }
   }
+  // Engine counters summed over the device's engines.
   for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
     const auto c = static_cast<engine::EngineCounter>(i);
-    if (const std::uint64_t v = ctx.engine().counter(c)) {
+    std::uint64_t v = 0;
+    for (std::size_t k = 0; k < ctx.engine_count(); ++k) v += ctx.engine(k).counter(c);
+    if (v != 0) {
       std::printf("  engine.%-24s %12llu\n", engine::engine_counter_name(c), static_cast<unsigned long long>(v));
     }
   }
   for (int i = 0; i < wire::kParseStatusCount; ++i) {
     const auto s = static_cast<wire::ParseStatus>(i);
-    if (const std::uint64_t v = ctx.engine().parse_drops(s)) {
+    std::uint64_t v = 0;
+    for (std::size_t k = 0; k < ctx.engine_count(); ++k) v += ctx.engine(k).parse_drops(s);
+    if (v != 0) {
       std::printf("  engine.drop_%-19s %12llu  %s\n", wire::parse_status_name(s), static_cast<unsigned long long>(v),
                   wire::parse_status_description(s));
     }

@@ -7,9 +7,10 @@
 
 namespace uroce::dpdk {
 
-uroce::PortConfig device_config(PortIo& io, engine::Clock& clock) {
+uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queues, engine::Clock& clock) {
   uroce::PortConfig dev;
-  dev.io = &io;
+  for (const auto& q : queues) dev.queues.push_back(q.get());
+  const PortIo& io = *queues.at(0);
   dev.clock = &clock;
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
@@ -17,8 +18,15 @@ uroce::PortConfig device_config(PortIo& io, engine::Clock& clock) {
   return dev;
 }
 
+std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, const std::array<std::uint8_t, 4>& ip) {
+  std::vector<std::unique_ptr<PortIo>> queues;
+  queues.push_back(std::make_unique<PortIo>(port, 0, ip));
+  for (std::uint16_t q = 1; q < n; ++q) queues.push_back(std::make_unique<PortIo>(*queues[0], q));
+  return queues;
+}
+
 std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                     const std::string& name, std::string& error) {
+                                     const std::string& name, std::string& error, std::uint16_t queues) {
   if (port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
     return nullptr;
@@ -26,14 +34,16 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   auto d = std::make_unique<Device>();
   PortConfig pc;
   pc.port_id = port_id;
-  pc.mbufs = 8191;
+  pc.queues = queues;
+  pc.mbufs = 8191u * queues;
   // Room for a 4096-byte path MTU frame (af_packet needs framesz=8192 and
   // mbufs that hold a whole frame).
   pc.max_frame = 9018;
   d->port = Port::open(pc, error);
   if (!d->port) return nullptr;
-  d->io = std::make_unique<PortIo>(*d->port, 0, ip);
-  d->ctx = Context::open(device_config(*d->io, d->clock), error);
+  d->queues = open_queues(*d->port, queues, ip);
+  d->io = d->queues[0].get();
+  d->ctx = Context::open(device_config(d->queues, d->clock), error);
   if (!d->ctx) return nullptr;
   telemetry_expose(d->ctx.get(), name);
   return d;

@@ -1,13 +1,14 @@
-// A device (uroce::Context) on a DPDK port: the port, its packet I/O on
-// queue 0 owning an IPv4 address, the TSC clock, regions on hugepages when
-// EAL runs on them, and the counters exposed to telemetry. What the tools
-// open; EAL must be running.
+// A device (uroce::Context) on a DPDK port: the port, its packet I/O on one
+// queue per engine owning an IPv4 address, the TSC clock, regions on
+// hugepages when EAL runs on them, and the counters exposed to telemetry.
+// What the tools open; EAL must be running.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dpdk/port_io.h"
 #include "uroce/verbs.h"
@@ -16,18 +17,24 @@ namespace uroce::dpdk {
 
 struct Device {
   // nullptr and a one-line `error` if there is no such port or it cannot
-  // start. `name` is the device's name in telemetry.
+  // start (or has fewer than `queues` queue pairs). `name` is the device's
+  // name in telemetry. One engine per queue.
   static std::unique_ptr<Device> open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                      const std::string& name, std::string& error);
+                                      const std::string& name, std::string& error, std::uint16_t queues = 1);
   ~Device();
 
   std::unique_ptr<Port> port;
-  std::unique_ptr<PortIo> io;
+  std::vector<std::unique_ptr<PortIo>> queues;
+  PortIo* io = nullptr;  // queue 0: ARP, neighbour discovery, memory registration
   TscClock clock;
   std::unique_ptr<Context> ctx;
 };
 
-// The uroce::PortConfig of a device on `io`: its MAC, GID, and region pages.
-uroce::PortConfig device_config(PortIo& io, engine::Clock& clock);
+// The uroce::PortConfig of a device on these queues of one port: its MAC,
+// GID, and region pages.
+uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queues, engine::Clock& clock);
+
+// Queues 0..n-1 of `port`, owning `ip`, sharing one neighbour table.
+std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, const std::array<std::uint8_t, 4>& ip);
 
 }  // namespace uroce::dpdk

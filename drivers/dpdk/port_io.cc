@@ -38,8 +38,12 @@ TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())
 
 std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
 
+PortIo::PortIo(PortIo& first, std::uint16_t queue) : PortIo(first.port_, queue, first.ip_) {
+  neighbors_ = first.neighbors_;
+}
+
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4)
-    : port_(port), queue_(queue), ip_(ipv4), scratch_(64 * kMaxFrame) {
+    : port_(port), queue_(queue), ip_(ipv4), neighbors_(std::make_shared<Neighbors>()) {
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
@@ -67,33 +71,56 @@ ibv_gid PortIo::link_local() const {
 }
 
 void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac) {
-  neighbors_[ip] = mac;
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  neighbors_->v4[ip] = mac;
+}
+
+bool PortIo::lookup(const std::array<std::uint8_t, 4>& ip, std::uint8_t mac[6]) {
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  const auto it = neighbors_->v4.find(ip);
+  if (it == neighbors_->v4.end()) return false;
+  std::memcpy(mac, it->second.data(), 6);
+  return true;
+}
+
+bool PortIo::lookup6(const std::array<std::uint8_t, 16>& ip, std::uint8_t mac[6]) {
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  const auto it = neighbors_->v6.find(ip);
+  if (it == neighbors_->v6.end()) return false;
+  std::memcpy(mac, it->second.data(), 6);
+  return true;
 }
 
 std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
   auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
   const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
   std::uint16_t n = 0;
-  std::size_t scratch_used = 0;
+  auto* pool = static_cast<rte_mempool*>(port_.pool());
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
-    auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
-    const auto len = static_cast<std::uint16_t>(rte_pktmbuf_pkt_len(m));
+    const std::uint32_t pkt_len = rte_pktmbuf_pkt_len(m);
     if (m->nb_segs > 1) [[unlikely]] {
-      // Gather the segments once; the engine parses contiguous frames. The
-      // area holds a whole burst of the largest frames, so only a frame
-      // longer than those can miss it.
-      if (len > kMaxFrame) {
-        ++counters_.rx_dropped_too_long;
+      // Gather the segments into one mbuf of the pool (sized to the largest
+      // frame): the engine parses contiguous frames, and a frame stays a
+      // single mbuf that any worker can release.
+      rte_mbuf* flat = pkt_len <= kMaxFrame ? rte_pktmbuf_alloc(pool) : nullptr;
+      auto* dst = flat != nullptr && rte_pktmbuf_tailroom(flat) >= pkt_len
+                      ? reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(flat, static_cast<std::uint16_t>(pkt_len)))
+                      : nullptr;
+      if (dst == nullptr) {
+        ++(flat == nullptr && pkt_len <= kMaxFrame ? counters_.rx_dropped_no_mbuf : counters_.rx_dropped_too_long);
+        if (flat != nullptr) rte_pktmbuf_free(flat);
         rte_pktmbuf_free(m);
         continue;
       }
-      data = scratch_.data() + scratch_used;
-      const void* p = rte_pktmbuf_read(m, 0, len, data);
-      if (p != data) std::memcpy(data, p, len);
-      scratch_used += len;
+      const void* p = rte_pktmbuf_read(m, 0, pkt_len, dst);
+      if (p != dst) std::memcpy(dst, p, pkt_len);
+      rte_pktmbuf_free(m);
+      m = flat;
       ++counters_.rx_linearized;
     }
+    auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
+    const auto len = static_cast<std::uint16_t>(pkt_len);
     const bool icmp6 = len >= 54 && data[12] == 0x86 && data[13] == 0xdd && data[20] == 58;
     if (icmp6 || (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
                   (data[12] != 0x81 || data[13] != 0x00))) [[unlikely]] {
@@ -226,9 +253,12 @@ bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {
   std::memcpy(&arp, frame + 14, sizeof arp);
   if (arp.htype.get() != 1 || arp.ptype.get() != wire::kEtherTypeIpv4 || arp.hlen != 6 || arp.plen != 4) return false;
   // Learn the sender either way (RFC 826's merge step), then answer if asked.
-  if (arp.tpa == ip_ || neighbors_.count(arp.spa)) {
-    neighbors_[arp.spa] = arp.sha;
-    if (arp.oper.get() == wire::kArpReply) ++counters_.arp_replies_learned;
+  {
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    if (arp.tpa == ip_ || neighbors_->v4.count(arp.spa)) {
+      neighbors_->v4[arp.spa] = arp.sha;
+      if (arp.oper.get() == wire::kArpReply) ++counters_.arp_replies_learned;
+    }
   }
   if (arp.oper.get() == wire::kArpRequest && arp.tpa == ip_) {
     send_arp(wire::kArpReply, arp.sha, arp.spa);
@@ -321,7 +351,8 @@ bool PortIo::handle_icmp6(const std::uint8_t* frame, std::uint16_t len) {
     if (have_lla) {
       std::array<std::uint8_t, 16> key;
       std::memcpy(key.data(), from.raw, 16);
-      neighbors6_[key] = lla;
+      std::lock_guard<std::mutex> lock(neighbors_->mutex);
+      neighbors_->v6[key] = lla;
     }
     send_nd(false, mine, from, have_lla ? lla : from_mac);
     ++counters_.nd_solicitations_answered;
@@ -330,7 +361,8 @@ bool PortIo::handle_icmp6(const std::uint8_t* frame, std::uint16_t len) {
   if (icmp[0] == kNa && have_lla) {
     std::array<std::uint8_t, 16> key;
     std::memcpy(key.data(), target.raw, 16);
-    neighbors6_[key] = lla;
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    neighbors_->v6[key] = lla;
     ++counters_.nd_advertisements_learned;
     return true;
   }
@@ -388,7 +420,7 @@ bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
     std::memcpy(key.data(), gid.raw, 16);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     auto next_request = std::chrono::steady_clock::now();
-    while (!neighbors6_.count(key)) {
+    while (!lookup6(key, mac)) {
       const auto now = std::chrono::steady_clock::now();
       if (now > deadline) return false;
       if (now >= next_request) {
@@ -400,14 +432,13 @@ bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
       rx_release(frames.data(), n);
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    std::memcpy(mac, neighbors6_[key].data(), 6);
     return true;
   }
   std::array<std::uint8_t, 4> ip;
   std::memcpy(ip.data(), gid.raw + 12, 4);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   auto next_request = std::chrono::steady_clock::now();
-  while (!neighbors_.count(ip)) {
+  while (!lookup(ip, mac)) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) return false;
     if (now >= next_request) {
@@ -421,20 +452,27 @@ bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
     rx_release(frames.data(), n);
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  std::memcpy(mac, neighbors_[ip].data(), 6);
   return true;
 }
 
-bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error) {
+bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error,
+                      std::uint16_t queues) {
   const std::string base = name;
-  rte_ring* ab = rte_ring_create((base + "_ab").c_str(), 4096, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring* ba = rte_ring_create((base + "_ba").c_str(), 4096, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-  if (ab == nullptr || ba == nullptr) {
-    error = std::string("cannot create rings: ") + rte_strerror(rte_errno);
-    return false;
+  std::vector<rte_ring*> ab(queues);
+  std::vector<rte_ring*> ba(queues);
+  for (std::uint16_t q = 0; q < queues; ++q) {
+    const std::string suffix = queues == 1 ? "" : std::to_string(q);
+    const int socket = static_cast<int>(rte_socket_id());
+    ab[q] = rte_ring_create((base + "_ab" + suffix).c_str(), 4096, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    ba[q] = rte_ring_create((base + "_ba" + suffix).c_str(), 4096, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (ab[q] == nullptr || ba[q] == nullptr) {
+      error = std::string("cannot create rings: ") + rte_strerror(rte_errno);
+      return false;
+    }
   }
-  const int a = rte_eth_from_rings((base + "_a").c_str(), &ba, 1, &ab, 1, static_cast<unsigned>(rte_socket_id()));
-  const int b = rte_eth_from_rings((base + "_b").c_str(), &ab, 1, &ba, 1, static_cast<unsigned>(rte_socket_id()));
+  const auto socket = static_cast<unsigned>(rte_socket_id());
+  const int a = rte_eth_from_rings((base + "_a").c_str(), ba.data(), queues, ab.data(), queues, socket);
+  const int b = rte_eth_from_rings((base + "_b").c_str(), ab.data(), queues, ba.data(), queues, socket);
   if (a < 0 || b < 0) {
     error = std::string("cannot create net_ring ports: ") + rte_strerror(rte_errno);
     return false;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "dpdk/port.h"
@@ -32,8 +34,9 @@ struct PortIoCounters {
   std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
   std::uint64_t tx_zero_copy_bytes = 0;
   std::uint64_t tx_dropped_no_mbuf = 0;
-  std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one buffer
+  std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one mbuf
   std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
+  std::uint64_t rx_dropped_no_mbuf = 0;   // multi-segment frames not linearized: pool empty
   std::uint64_t rx_other = 0;       // non-RoCE, non-ARP frames (dropped)
   std::uint64_t regions_registered = 0;   // registered with DPDK as external memory
   std::uint64_t regions_dma_mapped = 0;   // DMA-mapped for the device
@@ -45,6 +48,9 @@ class PortIo : public engine::PacketIo {
  public:
   // Queue `queue` of `port`, which owns the address `ipv4` (network order bytes).
   PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4);
+  // Another queue of the same port and address, sharing `first`'s neighbour
+  // table (an ARP reply may arrive on any queue).
+  PortIo(PortIo& first, std::uint16_t queue);
   ~PortIo() override;
 
   std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override;
@@ -65,8 +71,19 @@ class PortIo : public engine::PacketIo {
   ibv_gid gid() const;  // ::ffff:a.b.c.d
   ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
   const PortIoCounters& counters() const { return counters_; }
+  std::uint16_t queue() const { return queue_; }
 
  private:
+  // Learned and configured neighbours, shared by the queues of a port. Only
+  // control frames (ARP, ND) and resolve() take the lock, never RoCE frames.
+  struct Neighbors {
+    std::mutex mutex;
+    std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> v4;
+    std::map<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 6>> v6;
+  };
+  bool lookup(const std::array<std::uint8_t, 4>& ip, std::uint8_t mac[6]);
+  bool lookup6(const std::array<std::uint8_t, 16>& ip, std::uint8_t mac[6]);
+
   // ARP and other non-RoCE frames: answered or learned here, never passed on.
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
   void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
@@ -80,21 +97,21 @@ class PortIo : public engine::PacketIo {
   std::uint16_t queue_;
   std::array<std::uint8_t, 4> ip_;
   std::array<std::uint8_t, 6> mac_{};
-  std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> neighbors_;
-  std::map<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 6>> neighbors6_;
+  std::shared_ptr<Neighbors> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
   // Shared info of the region memory chained into TX frames: its free
   // callback does nothing, as regions outlive the frames that carry them (a
   // WR's buffers are the application's again only after its completion,
   // which follows the peer's ACK of frames long sent).
   alignas(16) std::array<std::uint8_t, 32> ext_shinfo_{};
-  std::vector<std::uint8_t> scratch_;  // for multi-segment frames: a whole burst of the largest frames
   PortIoCounters counters_;
 };
 
-// Two ports joined back to back by a pair of rte_rings (net_ring), in one
-// process: what the in-process benchmark and the integration tests run on.
-// Returns the two port ids, or false with `error`.
-bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error);
+// Two ports joined back to back by rte_rings (net_ring), in one process:
+// what the in-process benchmark and the integration tests run on. With
+// `queues` queue pairs, frames sent on queue i of one port arrive on queue i
+// of the other. Returns the two port ids, or false with `error`.
+bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error,
+                      std::uint16_t queues = 1);
 
 }  // namespace uroce::dpdk

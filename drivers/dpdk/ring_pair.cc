@@ -6,14 +6,15 @@
 
 namespace uroce::dpdk {
 
-std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error) {
+std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
-  if (!create_ring_pair(name.c_str(), ida, idb, error)) return nullptr;
+  if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) return nullptr;
   auto pair = std::unique_ptr<RingPair>(new RingPair());
   // Frames up to a 9000-byte MTU; RoCE uses up to 4096 bytes of payload.
   PortConfig cfg;
-  cfg.mbufs = 4095;
+  cfg.mbufs = 4095u * queues;
+  cfg.queues = queues;
   cfg.max_frame = 9018;
   cfg.port_id = ida;
   pair->port_a = Port::open(cfg, error);
@@ -21,14 +22,16 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   cfg.port_id = idb;
   pair->port_b = Port::open(cfg, error);
   if (!pair->port_b) return nullptr;
-  pair->io_a = std::make_unique<PortIo>(*pair->port_a, 0, std::array<std::uint8_t, 4>{10, 98, 0, 1});
-  pair->io_b = std::make_unique<PortIo>(*pair->port_b, 0, std::array<std::uint8_t, 4>{10, 98, 0, 2});
+  pair->queues_a = open_queues(*pair->port_a, queues, {10, 98, 0, 1});
+  pair->queues_b = open_queues(*pair->port_b, queues, {10, 98, 0, 2});
+  pair->io_a = pair->queues_a[0].get();
+  pair->io_b = pair->queues_b[0].get();
   // Both ends are in this thread: neither could answer the other's ARP while
   // the other waits, so they know each other from the start.
   pair->io_a->add_neighbor({10, 98, 0, 2}, pair->io_b->mac());
   pair->io_b->add_neighbor({10, 98, 0, 1}, pair->io_a->mac());
-  pair->a = Context::open(device_config(*pair->io_a, pair->clock), error);
-  pair->b = Context::open(device_config(*pair->io_b, pair->clock), error);
+  pair->a = Context::open(device_config(pair->queues_a, pair->clock), error);
+  pair->b = Context::open(device_config(pair->queues_b, pair->clock), error);
   if (!pair->a || !pair->b) return nullptr;
   telemetry_expose(pair->a.get(), name + "-a");
   telemetry_expose(pair->b.get(), name + "-b");
@@ -54,7 +57,11 @@ bool RingPair::step() {
 }
 
 std::uint64_t RingPair::frames_sent() const {
-  return a->engine().counter(engine::EngineCounter::tx_frames) + b->engine().counter(engine::EngineCounter::tx_frames);
+  std::uint64_t n = 0;
+  for (Context* ctx : {a.get(), b.get()}) {
+    for (std::size_t i = 0; i < ctx->engine_count(); ++i) n += ctx->engine(i).counter(engine::EngineCounter::tx_frames);
+  }
+  return n;
 }
 
 }  // namespace uroce::dpdk

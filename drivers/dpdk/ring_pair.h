@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dpdk/port_io.h"
 #include "uroce/verbs.h"
@@ -16,8 +17,10 @@ namespace uroce::dpdk {
 
 class RingPair {
  public:
-  // nullptr and `error` if the ports or devices cannot be set up.
-  static std::unique_ptr<RingPair> create(const std::string& name, std::string& error);
+  // nullptr and `error` if the ports or devices cannot be set up. With
+  // `queues` queue pairs per port (one engine each), queue i of one port
+  // sends to queue i of the other.
+  static std::unique_ptr<RingPair> create(const std::string& name, std::string& error, std::uint16_t queues = 1);
   ~RingPair();
 
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});
@@ -39,8 +42,10 @@ class RingPair {
 
   std::unique_ptr<Port> port_a;
   std::unique_ptr<Port> port_b;
-  std::unique_ptr<PortIo> io_a;
-  std::unique_ptr<PortIo> io_b;
+  std::vector<std::unique_ptr<PortIo>> queues_a;
+  std::vector<std::unique_ptr<PortIo>> queues_b;
+  PortIo* io_a = nullptr;  // queue 0 of each
+  PortIo* io_b = nullptr;
   TscClock clock;
   std::unique_ptr<Context> a;
   std::unique_ptr<Context> b;

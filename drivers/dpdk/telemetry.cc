@@ -47,16 +47,22 @@ int engine_counters(const char*, const char* params, rte_tel_data* d) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Context* ctx = device(params, nullptr);
   if (ctx == nullptr) return -EINVAL;
-  const engine::Engine& e = ctx->engine();
+  // Summed over the device's engines (one per port queue).
+  const std::size_t engines = ctx->engine_count();
   rte_tel_data_start_dict(d);
+  rte_tel_data_add_dict_u64(d, "engines", engines);
   for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
     const auto c = static_cast<engine::EngineCounter>(i);
-    rte_tel_data_add_dict_u64(d, engine::engine_counter_name(c), e.counter(c));
+    std::uint64_t v = 0;
+    for (std::size_t k = 0; k < engines; ++k) v += ctx->engine(k).counter(c);
+    rte_tel_data_add_dict_u64(d, engine::engine_counter_name(c), v);
   }
   for (int i = 0; i < wire::kParseStatusCount; ++i) {
     const auto s = static_cast<wire::ParseStatus>(i);
     if (s == wire::ParseStatus::kOk || wire::is_not_roce(s)) continue;
-    rte_tel_data_add_dict_u64(d, ("drop_" + std::string(wire::parse_status_name(s))).c_str(), e.parse_drops(s));
+    std::uint64_t v = 0;
+    for (std::size_t k = 0; k < engines; ++k) v += ctx->engine(k).parse_drops(s);
+    rte_tel_data_add_dict_u64(d, ("drop_" + std::string(wire::parse_status_name(s))).c_str(), v);
   }
   return 0;
 }
@@ -66,7 +72,9 @@ int list_qps(const char*, const char* params, rte_tel_data* d) {
   Context* ctx = device(params, nullptr);
   if (ctx == nullptr) return -EINVAL;
   rte_tel_data_start_array(d, RTE_TEL_INT_VAL);
-  for (const transport::Qp* qp : ctx->engine().qps()) rte_tel_data_add_array_int(d, static_cast<int>(qp->qpn));
+  for (std::size_t k = 0; k < ctx->engine_count(); ++k) {
+    for (const transport::Qp* qp : ctx->engine(k).qps()) rte_tel_data_add_array_int(d, static_cast<int>(qp->qpn));
+  }
   return 0;
 }
 
@@ -76,9 +84,12 @@ int qp_counters(const char*, const char* params, rte_tel_data* d) {
   Context* ctx = device(params, &rest);
   if (ctx == nullptr || rest == nullptr || *rest == '\0') return -EINVAL;
   const auto qpn = static_cast<std::uint32_t>(std::strtoul(rest, nullptr, 0));
-  const transport::Qp* qp = ctx->engine().find_qp(qpn);
+  const transport::Qp* qp = nullptr;
+  std::size_t engine = 0;
+  for (; qp == nullptr && engine < ctx->engine_count(); ++engine) qp = ctx->engine(engine).find_qp(qpn);
   if (qp == nullptr) return -EINVAL;
   rte_tel_data_start_dict(d);
+  rte_tel_data_add_dict_u64(d, "engine", engine - 1);
   rte_tel_data_add_dict_string(d, "state", transport::qp_state_name(qp->state));
   rte_tel_data_add_dict_u64(d, "dest_qp_num", qp->attr.dest_qp_num);
   for (std::size_t i = 0; i < transport::kQpCounterCount; ++i) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace uroce {
 
@@ -55,11 +56,20 @@ struct QpInitAttr {
   ibv_qp_cap cap{};                  // max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data
   ibv_qp_type qp_type = IBV_QPT_RC;  // RC only, so far
   bool sq_sig_all = false;
+  // The engine (port queue, worker) that serves the QP; -1: the one serving
+  // the fewest QPs. EINVAL past PortConfig's queues.
+  int worker = -1;
 };
 
 // Where a Context sends and receives frames, and its addresses.
 struct PortConfig {
   engine::PacketIo* io = nullptr;    // the port (simulated link, DPDK port, ...); not owned
+  // Several queues of one port, one engine each (queue i: engine i, worker
+  // i); `io` is then queues[0] or nullptr. A QP is served by one engine;
+  // packets for it that arrive on another queue are passed to that engine.
+  // The queues must release each other's frames (queues of one DPDK port
+  // do). Not owned.
+  std::vector<engine::PacketIo*> queues;
   engine::Clock* clock = nullptr;    // time source (virtual in the simulator); not owned
   std::uint8_t mac[6] = {};
   ibv_gid gid = {};                  // our RoCEv2 GID (IPv4-mapped ::ffff:a.b.c.d, or IPv6)
@@ -102,20 +112,24 @@ class Context {
   int query_gid(int index, ibv_gid& gid) const;
   void free_buffer(void* buffer);
 
-  // One run of the engine's loop: receive, timers, transmit. The simulator
-  // and single-threaded embedders call this. Returns the number of frames
-  // received plus sent; 0 (and nothing done) while a worker runs.
+  // One run of every engine's loop: receive, timers, transmit. The
+  // simulator and single-threaded embedders call this. Returns the number
+  // of frames received plus sent; 0 (and nothing done) while workers run.
   std::size_t progress();
 
-  // Runs the engine on a thread of its own, pinned to `cpu` (-1: not
-  // pinned), until stop_worker() or the Context goes. Application threads
-  // then post and poll through lock-free rings, and every control call
-  // (PD, CQ, MR, QP create/modify/query/destroy) is run by the worker
-  // between bursts. EBUSY if one already runs.
-  int start_worker(int cpu);
-  void stop_worker();
+  // Runs each engine on a thread of its own, engine i pinned to cpus[i]
+  // (-1: not pinned), until stop_workers() or the Context goes. Application
+  // threads then post and poll through lock-free rings. Every control call
+  // (PD, CQ, MR, QP create/modify/query/destroy) holds all workers between
+  // two bursts while it runs. Returns 0; EBUSY if workers already run;
+  // EINVAL unless there is one CPU per engine (PortConfig::queues).
+  int start_workers(const std::vector<int>& cpus);
+  int start_worker(int cpu) { return start_workers({cpu}); }
+  void stop_workers();
 
-  engine::Engine& engine();
+  // The engines, one per port queue.
+  engine::Engine& engine(std::size_t i = 0);
+  std::size_t engine_count() const;
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -19,12 +19,6 @@ const char* engine_counter_name(EngineCounter c) {
   return c < EngineCounter::kCount ? kCounterNames[static_cast<std::size_t>(c)] : "invalid";
 }
 
-namespace {
-
-std::uint32_t slot_of(std::uint32_t qpn, std::uint32_t mask) { return (qpn * 0x9e3779b1u) >> 8 & mask; }
-
-}  // namespace
-
 Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs) : io_(io), clock_(clock) {
   env_.mrs = &mrs;
   rebuild_index();
@@ -41,23 +35,26 @@ void Engine::remove_qp(transport::Qp* qp) {
   rebuild_index();
 }
 
+void Engine::attach(Handover* handover, std::uint32_t self) {
+  handover_ = handover;
+  self_ = self;
+}
+
+void Engine::release_handed_in() {
+  if (handover_ == nullptr) return;
+  for (std::uint16_t n; (n = handover_->pop(self_, rx_.data(), kBurst)) > 0;) io_.rx_release(rx_.data(), n);
+}
+
 void Engine::rebuild_index() {
-  std::size_t capacity = 64;
-  while (capacity < 2 * (qp_list_.size() + 1)) capacity *= 2;
-  index_.assign(capacity, nullptr);
-  index_mask_ = static_cast<std::uint32_t>(capacity - 1);
-  for (transport::Qp* qp : qp_list_) {
-    std::uint32_t i = slot_of(qp->qpn, index_mask_);
-    while (index_[i] != nullptr) i = (i + 1) & index_mask_;
-    index_[i] = qp;
-  }
+  std::vector<std::pair<std::uint32_t, transport::Qp*>> entries;
+  entries.reserve(qp_list_.size());
+  for (transport::Qp* qp : qp_list_) entries.emplace_back(qp->qpn, qp);
+  index_.rebuild(entries);
 }
 
 transport::Qp* Engine::find_qp(std::uint32_t qpn) const {
-  for (std::uint32_t i = slot_of(qpn, index_mask_);; i = (i + 1) & index_mask_) {
-    transport::Qp* qp = index_[i];
-    if (qp == nullptr || qp->qpn == qpn) return qp;
-  }
+  transport::Qp* const* qp = index_.find(qpn);
+  return qp != nullptr ? *qp : nullptr;
 }
 
 std::size_t Engine::poll() {
@@ -83,11 +80,32 @@ std::uint64_t Engine::next_timer_ns() const {
 }
 
 void Engine::receive() {
-  const std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
+  std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
   counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] += n;
+  if (n > 0) {
+    const std::uint16_t keep = process(rx_.data(), n, false);
+    if (keep > 0) io_.rx_release(rx_.data(), keep);
+  }
+  if (handover_ == nullptr) return;
+  n = handover_->pop(self_, rx_.data(), kBurst);
+  if (n == 0) return;
+  counters_[static_cast<std::size_t>(EngineCounter::rx_handed_in)] += n;
+  process(rx_.data(), n, true);
+  io_.rx_release(rx_.data(), n);
+}
+
+std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
+  // Handed-in frames passed every check on the worker that received them;
+  // their ICRC is not computed twice.
+  wire::ParseOptions options;
+  options.verify_icrc = !handed_in;
+  Handover* const handover = handed_in ? nullptr : handover_;
+  std::uint16_t keep = 0;
   for (std::uint16_t i = 0; i < n; ++i) {
+    const RxFrame frame = frames[i];
+    frames[keep++] = frame;
     wire::ParsedFrame p;
-    const wire::ParseStatus s = wire::parse_frame_in_place(std::span(rx_[i].data, rx_[i].len), p);
+    const wire::ParseStatus s = wire::parse_frame_in_place(std::span(frame.data, frame.len), p, options);
     if (s != wire::ParseStatus::kOk) [[unlikely]] {
       if (wire::is_not_roce(s)) ++counters_[static_cast<std::size_t>(EngineCounter::rx_not_roce)];
       else ++parse_drops_[static_cast<std::size_t>(s)];
@@ -105,14 +123,24 @@ void Engine::receive() {
       continue;
     }
     transport::Qp* qp = find_qp(bth.dest_qp.get());
-    if (qp == nullptr) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(EngineCounter::rx_unknown_qp)];
+    if (qp == nullptr) {
+      // A QP of another worker's (one destroyed meanwhile is unknown on
+      // the worker it was passed to, never passed on again).
+      const std::uint32_t* owner = handover != nullptr ? handover->owner(bth.dest_qp.get()) : nullptr;
+      if (owner == nullptr || *owner == self_) {
+        ++counters_[static_cast<std::size_t>(EngineCounter::rx_unknown_qp)];
+      } else if (handover->push(self_, *owner, frame)) {
+        ++counters_[static_cast<std::size_t>(EngineCounter::rx_handed_over)];
+        --keep;  // the owner releases it
+      } else {
+        ++counters_[static_cast<std::size_t>(EngineCounter::rx_handover_full)];
+      }
       continue;
     }
     if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
     else transport::completer_on_response(*qp, env_, p);
   }
-  if (n > 0) io_.rx_release(rx_.data(), n);
+  return keep;
 }
 
 void Engine::transmit() {

@@ -1,13 +1,17 @@
 // The per-core engine: one loop of receive -> classify -> per-QP receive
 // processing -> timers -> transmit (responder answers first, then requests)
-// -> one tx_burst. It owns a set of QPs; the port and the clock are injected.
+// -> one tx_burst. It owns a set of QPs and one queue of the port; the port
+// and the clock are injected. With several engines on one port, packets for
+// a QP another engine serves are passed to it (engine/handover.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "engine/handover.h"
 #include "engine/packet_io.h"
+#include "engine/qpn_map.h"
 #include "transport/qp.h"
 #include "wire/parse_status.h"
 
@@ -22,7 +26,10 @@ inline constexpr std::uint16_t kBurst = 32;
   X(rx_unknown_qp, "RoCEv2 packets for a QP this engine does not own") \
   X(rx_bad_pkey, "packets with a P_Key other than the default")        \
   X(rx_cnp, "congestion notification packets received")               \
-  X(rx_unsupported_transport, "UC/UD/other packets (RC only so far)")
+  X(rx_unsupported_transport, "UC/UD/other packets (RC only so far)") \
+  X(rx_handed_over, "packets passed to the worker that serves their QP") \
+  X(rx_handed_in, "packets another worker passed to this one")         \
+  X(rx_handover_full, "packets dropped: the ring to the serving worker was full")
 
 enum class EngineCounter : std::uint8_t {
 #define UROCE_X(name, description) name,
@@ -36,6 +43,15 @@ const char* engine_counter_name(EngineCounter c);
 class Engine {
  public:
   Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs);
+
+  // Several engines on queues of one port: this one is worker `self` of
+  // `handover`, which says who serves the QPs it does not. Frames released
+  // by one engine may have been received by another: the queues must share
+  // how frames are released (queues of one DPDK port do).
+  void attach(Handover* handover, std::uint32_t self);
+  // Frames passed to this engine and not yet taken are released (the
+  // workers are stopped).
+  void release_handed_in();
 
   void add_qp(transport::Qp* qp);
   void remove_qp(transport::Qp* qp);
@@ -58,17 +74,18 @@ class Engine {
 
  private:
   void receive();
+  // Classifies and processes frames; those passed to another worker are
+  // taken out of `frames`. Returns how many remain for the caller to release.
+  std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
   void transmit();
 
   PacketIo& io_;
   Clock& clock_;
   transport::Env env_;
-  // QPN -> QP: open addressing with linear probing, at most half full,
-  // rebuilt on the control path when QPs come and go; one probe or two per
-  // packet, no allocation.
   void rebuild_index();
-  std::vector<transport::Qp*> index_;
-  std::uint32_t index_mask_ = 0;
+  QpnMap<transport::Qp*> index_;
+  Handover* handover_ = nullptr;
+  std::uint32_t self_ = 0;
   std::vector<transport::Qp*> qp_list_;
   std::size_t tx_cursor_ = 0;  // round-robin start among QPs
   std::array<RxFrame, kBurst> rx_;

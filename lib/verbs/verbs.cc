@@ -55,8 +55,14 @@ const char* wc_status_str(ibv_wc_status status) {
 // --- Context -------------------------------------------------------------------
 
 std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& error) {
-  if (port.io == nullptr || port.clock == nullptr) {
+  if ((port.io == nullptr && port.queues.empty()) || port.clock == nullptr) {
     error = "no packet I/O or clock given: open a DPDK port or a simulated link first";
+    return nullptr;
+  }
+  if (!port.queues.empty() &&
+      (std::count(port.queues.begin(), port.queues.end(), nullptr) != 0 ||
+       (port.io != nullptr && port.io != port.queues[0]))) {
+    error = "PortConfig::queues must all be set, and io be nullptr or queues[0]";
     return nullptr;
   }
   auto ctx = std::unique_ptr<Context>(new Context());
@@ -64,52 +70,97 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
   return ctx;
 }
 
+Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
+  if (port.queues.empty()) port.queues.push_back(port.io);
+  port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
+  for (engine::PacketIo* io : port.queues) engines.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs));
+  if (engines.size() > 1) {
+    handover = std::make_unique<engine::Handover>(static_cast<std::uint32_t>(engines.size()));
+    for (std::size_t i = 0; i < engines.size(); ++i) engines[i]->attach(handover.get(), static_cast<std::uint32_t>(i));
+  }
+  parked = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
+}
+
+transport::Qp* Context::Impl::find_qp(std::uint32_t qpn) const {
+  for (const auto& e : engines) {
+    if (transport::Qp* qp = e->find_qp(qpn)) return qp;
+  }
+  return nullptr;
+}
+
+void Context::Impl::publish_owners() {
+  if (!handover) return;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> owners;
+  owners.reserve(qps.size());
+  for (const auto& qp : qps) owners.emplace_back(qp->qp_num(), qp->impl().engine);
+  handover->set_owners(owners);
+}
+
 Context::~Context() {
   if (!impl_) return;
-  stop_worker();
-  for (auto& qp : impl_->qps) impl_->engine.remove_qp(&qp->impl().qp);
+  stop_workers();
+  for (auto& qp : impl_->qps) impl_->engines[qp->impl().engine]->remove_qp(&qp->impl().qp);
   impl_->qps.clear();
+  for (auto& e : impl_->engines) e->release_handed_in();
   for (auto& [addr, buffer] : impl_->buffers) mem::unmap_buffer(buffer);
 }
 
 const DeviceLimits& Context::limits() const { return impl_->limits; }
 const ibv_gid& Context::gid() const { return impl_->port.gid; }
 const std::string& Context::last_error() const { return impl_->last_error; }
-engine::Engine& Context::engine() { return impl_->engine; }
+engine::Engine& Context::engine(std::size_t i) { return *impl_->engines.at(i); }
+std::size_t Context::engine_count() const { return impl_->engines.size(); }
+
 std::size_t Context::progress() {
-  if (impl_->worker_running.load(std::memory_order_acquire)) return 0;
-  return impl_->engine.poll();
+  if (impl_->workers_running.load(std::memory_order_acquire)) return 0;
+  std::size_t n = 0;
+  for (auto& e : impl_->engines) n += e->poll();
+  return n;
 }
 
-int Context::start_worker(int cpu) {
+int Context::start_workers(const std::vector<int>& cpus) {
   Impl& c = *impl_;
-  if (c.worker_running.load()) return c.fail(EBUSY, "a worker already runs this context's engine");
-  c.worker_stop.store(false);
-  c.worker_running.store(true, std::memory_order_release);
-  c.worker = std::thread([&c, cpu] {
-    if (cpu >= 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpu, &set);
-      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
-    while (!c.worker_stop.load(std::memory_order_relaxed)) {
-      if (c.control_state.load(std::memory_order_acquire) == 1) [[unlikely]] {
-        c.control_job();
-        c.control_state.store(2, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (c.workers_running.load()) return c.fail(EBUSY, "workers already run this context's engines");
+  if (cpus.size() != c.engines.size()) {
+    return c.fail(EINVAL, "give one CPU per engine: this context has " + std::to_string(c.engines.size()) +
+                              " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
+  }
+  c.workers_stop.store(false);
+  c.workers_running.store(true, std::memory_order_release);
+  for (std::size_t i = 0; i < cpus.size(); ++i) {
+    c.parked[i].store(0, std::memory_order_relaxed);
+    c.workers.emplace_back([&c, i, cpu = cpus[i]] {
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
       }
-      c.engine.poll();
-    }
-  });
+      engine::Engine& e = *c.engines[i];
+      while (!c.workers_stop.load(std::memory_order_relaxed)) {
+        const std::uint64_t seq = c.control_seq.load(std::memory_order_acquire);
+        if (seq & 1) [[unlikely]] {
+          // A control call holds the workers: park between two polls.
+          c.parked[i].store(seq, std::memory_order_release);
+          while (c.control_seq.load(std::memory_order_acquire) == seq) std::this_thread::yield();
+          continue;
+        }
+        e.poll();
+      }
+    });
+  }
   return 0;
 }
 
-void Context::stop_worker() {
+void Context::stop_workers() {
   Impl& c = *impl_;
-  if (!c.worker_running.load()) return;
-  c.worker_stop.store(true);
-  c.worker.join();
-  c.worker_running.store(false, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (!c.workers_running.load()) return;
+  c.workers_stop.store(true);
+  for (std::thread& t : c.workers) t.join();
+  c.workers.clear();
+  c.workers_running.store(false, std::memory_order_release);
 }
 
 ProtectionDomain* Context::alloc_pd() {
@@ -143,14 +194,14 @@ CompletionQueue* Context::create_cq_now(int cqe) {
     return nullptr;
   }
   impl_->cqs.push_back(std::make_unique<CompletionQueue>(
-      std::make_unique<CompletionQueue::Impl>(static_cast<std::uint32_t>(cqe))));
+      std::make_unique<CompletionQueue::Impl>(static_cast<std::uint32_t>(cqe), impl_->engines.size())));
   return impl_->cqs.back().get();
 }
 
 int Context::destroy_cq(CompletionQueue* cq) {
   return impl_->control([&] {
-  if (cq->impl().ring.users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
-  return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
+    if (cq->impl().users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
+    return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
   });
 }
 
@@ -255,21 +306,38 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
     c.fail(EINVAL, "QP capabilities exceed the device limits (max_qp_wr, max_sge, max_inline_data)");
     return nullptr;
   }
-  if (qpn > 0xffffff || c.engine.find_qp(qpn) != nullptr || c.qps.size() >= l.max_qp) {
+  if (attr.worker < -1 || attr.worker >= static_cast<int>(c.engines.size())) {
+    c.fail(EINVAL, "worker " + std::to_string(attr.worker) + " does not exist: this context has " +
+                       std::to_string(c.engines.size()) + " engine(s); -1 picks one");
+    return nullptr;
+  }
+  if (qpn > 0xffffff || c.find_qp(qpn) != nullptr || c.qps.size() >= l.max_qp) {
     c.fail(ENOMEM, "no QP number available");
     return nullptr;
+  }
+  // The engine serving the fewest QPs, unless one is named.
+  std::size_t engine = 0;
+  if (attr.worker >= 0) {
+    engine = static_cast<std::size_t>(attr.worker);
+  } else {
+    for (std::size_t i = 1; i < c.engines.size(); ++i) {
+      if (c.engines[i]->qps().size() < c.engines[engine]->qps().size()) engine = i;
+    }
   }
   auto impl = std::make_unique<QueuePair::Impl>();
   impl->pd = pd;
   impl->init = attr;
+  impl->engine = static_cast<std::uint32_t>(engine);
   transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                          cap.max_inline_data, attr.sq_sig_all};
-  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &attr.send_cq->impl().ring, &attr.recv_cq->impl().ring);
-  ++attr.send_cq->impl().ring.users;
-  ++attr.recv_cq->impl().ring.users;
+  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &attr.send_cq->impl().ring_for(engine),
+                     &attr.recv_cq->impl().ring_for(engine));
+  ++attr.send_cq->impl().users;
+  ++attr.recv_cq->impl().users;
   c.qps.push_back(std::make_unique<QueuePair>(&pd->context(), std::move(impl)));
   QueuePair* qp = c.qps.back().get();
-  c.engine.add_qp(&qp->impl().qp);
+  c.engines[engine]->add_qp(&qp->impl().qp);
+  c.publish_owners();
   return qp;
 }
 
@@ -290,7 +358,7 @@ transport::Qp& transport_qp(QueuePair* qp) { return qp->impl().qp; }
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   Context::Impl& c = ctx_->impl();
   return c.control([&] {
-    while (c.engine.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+    while (c.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
     return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
   });
 }
@@ -302,18 +370,47 @@ int ProtectionDomain::destroy_qp(QueuePair* qp) {
 int ProtectionDomain::destroy_qp_now(QueuePair* qp) {
   Context::Impl& c = ctx_->impl();
   QueuePair::Impl& q = qp->impl();
-  c.engine.remove_qp(&q.qp);
-  --q.init.send_cq->impl().ring.users;
-  --q.init.recv_cq->impl().ring.users;
-  return erase_owned(c.qps, qp) ? 0 : c.fail(EINVAL, "not a QP of this context");
+  if (std::find_if(c.qps.begin(), c.qps.end(), [qp](const auto& u) { return u.get() == qp; }) == c.qps.end()) {
+    return c.fail(EINVAL, "not a QP of this context");
+  }
+  c.engines[q.engine]->remove_qp(&q.qp);
+  --q.init.send_cq->impl().users;
+  --q.init.recv_cq->impl().users;
+  erase_owned(c.qps, qp);
+  c.publish_owners();
+  return 0;
 }
 
 // --- CompletionQueue ----------------------------------------------------------------
 
 CompletionQueue::CompletionQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompletionQueue::~CompletionQueue() = default;
-int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->ring.poll(n, wc); }
-int CompletionQueue::capacity() const { return static_cast<int>(impl_->ring.capacity()); }
+int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(n, wc); }
+int CompletionQueue::capacity() const { return static_cast<int>(impl_->capacity); }
+
+transport::CompletionRing& CompletionQueue::Impl::ring_for(std::size_t engine) {
+  if (!rings[engine]) {
+    rings[engine] = std::make_unique<transport::CompletionRing>(capacity);
+    published[engine].store(rings[engine].get(), std::memory_order_release);
+  }
+  return *rings[engine];
+}
+
+int CompletionQueue::Impl::poll(int n, ibv_wc* wc) {
+  // Rings in turn from a rotating start, so no engine's completions wait
+  // behind another's.
+  const std::size_t count = rings.size();
+  int got = 0;
+  for (std::size_t k = 0; k < count && got < n; ++k) {
+    transport::CompletionRing* ring = published[(next + k) % count].load(std::memory_order_acquire);
+    if (ring == nullptr) continue;
+    const int r = ring->poll(n - got, wc + got);
+    if (r < 0) return r;
+    got += r;
+  }
+  if (count > 1) next = (next + 1) % count;
+  return got;
+}
 
 // --- QueuePair ------------------------------------------------------------------------
 

@@ -3,17 +3,15 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <thread>
-#include <type_traits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/handover.h"
 #include "mem/arena.h"
 #include "mem/mr_table.h"
 #include "transport/qp.h"
@@ -21,23 +19,36 @@
 
 namespace uroce {
 
+// Each engine that serves a QP of this CQ produces into a ring of its own
+// (each ring has one producer), made on the control path when the first such
+// QP appears; poll() drains them in turn. Each holds `capacity` entries.
 struct CompletionQueue::Impl {
-  explicit Impl(std::uint32_t capacity) : ring(capacity) {}
-  transport::CompletionRing ring;
+  Impl(std::uint32_t cqe, std::size_t engines)
+      : capacity(cqe), rings(engines), published(std::make_unique<std::atomic<transport::CompletionRing*>[]>(engines)) {}
+  transport::CompletionRing& ring_for(std::size_t engine);  // control path
+  int poll(int n, ibv_wc* wc);
+
+  std::uint32_t capacity;
+  std::uint32_t users = 0;  // QPs attached (control path)
+  std::vector<std::unique_ptr<transport::CompletionRing>> rings;
+  std::unique_ptr<std::atomic<transport::CompletionRing*>[]> published;  // what poll() reads
+  std::size_t next = 0;  // the ring poll() starts with (the polling thread's)
 };
 
 struct QueuePair::Impl {
   transport::Qp qp;
   ProtectionDomain* pd = nullptr;
   QpInitAttr init;
+  std::uint32_t engine = 0;  // which engine serves it
 };
 
 struct Context::Impl {
-  Impl(const PortConfig& p) : port(p), mrs(limits.max_mr), engine(*p.io, *p.clock, mrs) {}
+  explicit Impl(const PortConfig& p);
   PortConfig port;
   DeviceLimits limits;
   mem::MrTable mrs;
-  engine::Engine engine;
+  std::vector<std::unique_ptr<engine::Engine>> engines;
+  std::unique_ptr<engine::Handover> handover;  // with more than one engine
   std::string last_error;
   std::uint32_t next_pd = 1;
   std::uint32_t next_qpn = 0x11;  // QP0 and QP1 are the management QPs
@@ -55,36 +66,34 @@ struct Context::Impl {
     return err;
   }
 
-  // The engine's own thread, and the one-slot queue through which control
-  // calls reach it: a caller posts a job and waits; the worker runs it
-  // between two polls. Without a worker the job runs in the caller.
-  std::thread worker;
-  std::atomic<bool> worker_running{false};
-  std::atomic<bool> worker_stop{false};
-  std::mutex control_mutex;  // one control call at a time, from any thread
-  std::function<void()> control_job;
-  std::atomic<int> control_state{0};  // 0 idle, 1 posted, 2 done
+  transport::Qp* find_qp(std::uint32_t qpn) const;  // on any engine
+  void publish_owners();  // the handover's QPN -> engine table (control path)
+
+  // The engines' threads. A control call holds them all: it makes
+  // control_seq odd, waits until every worker has parked on that value
+  // between two polls, runs in the caller's thread, and makes it even again.
+  // Without workers the call simply runs. One control call at a time.
+  std::vector<std::thread> workers;
+  std::atomic<bool> workers_running{false};
+  std::atomic<bool> workers_stop{false};
+  std::mutex control_mutex;
+  std::atomic<std::uint64_t> control_seq{0};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> parked;  // per worker: the odd control_seq it holds for
 
   template <typename F>
   auto control(F&& f) -> decltype(f()) {
-    if (!worker_running.load(std::memory_order_acquire)) return f();
     std::lock_guard<std::mutex> lock(control_mutex);
-    using R = decltype(f());
-    if constexpr (std::is_void_v<R>) {
-      control_job = [&] { f(); };
-      run_control_job();
-    } else {
-      std::optional<R> result;
-      control_job = [&] { result.emplace(f()); };
-      run_control_job();
-      return std::move(*result);
+    if (!workers_running.load(std::memory_order_acquire)) return f();
+    const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
+    control_seq.store(seq, std::memory_order_seq_cst);
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      while (parked[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
     }
-  }
-
-  void run_control_job() {
-    control_state.store(1, std::memory_order_release);
-    while (control_state.load(std::memory_order_acquire) != 2) std::this_thread::yield();
-    control_state.store(0, std::memory_order_relaxed);
+    struct Release {
+      std::atomic<std::uint64_t>& seq;
+      ~Release() { seq.fetch_add(1, std::memory_order_release); }
+    } release{control_seq};
+    return f();
   }
 };
 
