@@ -50,6 +50,22 @@ perf_pair memif_lat "" "$eal -l 0 --file-prefix=bs --vdev=net_memif0,role=server
   write -s 8 -n 20000 --lat
 rm -f "$sock"
 
+# testpmd over the same kind of link: memif, txonly -> rxonly, frames of a
+# 4 KiB-MTU RoCE WRITE (4170 bytes). Each side's forwarding lcore on a CPU of
+# its own (the other lcore is testpmd's idle main lcore). stdbuf keeps the
+# periodic statistics when timeout ends the runs.
+tp="stdbuf -oL dpdk-testpmd --no-huge --no-shconf --no-pci -m 1024 --log-level=lib.*:error"
+tpopts="--mbuf-size=9216 --total-num-mbufs=16384 --nb-cores=1 --auto-start --stats-period=1"
+timeout -s INT 16 $tp -l 0,1 --main-lcore 1 --file-prefix=tms --vdev=net_memif0,role=server,bsize=8192,socket=$sock \
+  -- --forward-mode=rxonly $tpopts >"$tmp/tpm_rx" 2>&1 &
+rxpid=$!
+sleep 2
+timeout -s INT 12 $tp -l 0,1 --main-lcore 0 --file-prefix=tmc --vdev=net_memif0,role=client,bsize=8192,socket=$sock \
+  -- $tpopts --txpkts=4170 --forward-mode=txonly >"$tmp/tpm_tx" 2>&1
+wait $rxpid 2>/dev/null  # testpmd on memif may crash at its exit; its figures are written by then
+rm -f "$sock"
+tpm_pps=$(grep -E "Rx-pps" "$tmp/tpm_rx" | awk '{print $2}' | sort -n | tail -1)
+
 echo "veth: two namespaces"
 ip netns add $nsa && ip netns add $nsb
 ip -n $nsa link add bveth0 mtu 9000 type veth peer name bveth1 mtu 9000 netns $nsb
@@ -61,16 +77,14 @@ perf_pair veth_bw "ip netns exec $nsa" "$(afp 0 vs bveth0)" 10.91.0.11/24 "ip ne
 perf_pair veth_lat "ip netns exec $nsa" "$(afp 0 vs bveth0)" 10.91.0.11/24 "ip netns exec $nsb" "$(afp 1 vc bveth1)" 10.91.0.12/24 10.91.0.1 \
   write -s 8 -n 10000 --lat
 
-# testpmd: a forwarding lcore on each CPU, main lcores beside them.
-tp="dpdk-testpmd --no-huge --no-shconf --no-pci -m 2048 --log-level=lib.*:error"
-tpopts="--mbuf-size=9216 --total-num-mbufs=16384 --nb-cores=1 --auto-start --stats-period=2"
-ip netns exec $nsb timeout 14 $tp --lcores=0@0,1@1 --file-prefix=tr \
+# testpmd over the veth pair, as over memif above.
+ip netns exec $nsb timeout -s INT 16 $tp -l 0,1 --main-lcore 1 --file-prefix=tr \
   --vdev=net_af_packet0,iface=bveth1,blocksz=16384,framesz=8192,framecnt=512 -- --forward-mode=rxonly $tpopts >"$tmp/tp_rx" 2>&1 &
 rxpid=$!
-sleep 3
-ip netns exec $nsa timeout 8 $tp --lcores=0@1,1@0 --file-prefix=tt \
-  --vdev=net_af_packet0,iface=bveth0,blocksz=16384,framesz=8192,framecnt=512 -- --forward-mode=txonly --txpkts=4170 $tpopts >"$tmp/tp_tx" 2>&1
-wait $rxpid
+sleep 2
+ip netns exec $nsa timeout -s INT 12 $tp -l 0,1 --main-lcore 0 --file-prefix=tt \
+  --vdev=net_af_packet0,iface=bveth0,blocksz=16384,framesz=8192,framecnt=512 -- $tpopts --txpkts=4170 --forward-mode=txonly >"$tmp/tp_tx" 2>&1
+wait $rxpid 2>/dev/null
 tp_pps=$(grep -E "Rx-pps" "$tmp/tp_rx" | awk '{print $2}' | sort -n | tail -1)
 
 ip netns exec $nsa iperf3 -s -1 -D --logfile "$tmp/iperf_s" >/dev/null 2>&1
@@ -82,9 +96,9 @@ sleep 1
 ip netns exec $nsb sockperf ping-pong -i 10.91.0.1 --tcp -m 16 -t 5 >"$tmp/sockperf" 2>&1
 kill $spid 2>/dev/null
 
-python3 - "$tmp" "$out" "${tp_pps:-0}" <<'PY'
+python3 - "$tmp" "$out" "${tp_pps:-0}" "${tpm_pps:-0}" <<'PY'
 import json, re, sys
-d, out, tp_pps = sys.argv[1], sys.argv[2], float(sys.argv[3] or 0)
+d, out, tp_pps, tpm_pps = sys.argv[1], sys.argv[2], float(sys.argv[3] or 0), float(sys.argv[4] or 0)
 def perf(name):
     try:
         return json.load(open(f"{d}/{name}.json"))
@@ -101,6 +115,7 @@ m = re.search(r"avg-latency=([0-9.]+)", open(f"{d}/sockperf").read())
 if m:
     sock = float(m.group(1))  # us, round trip / 2
 tp_gbps = tp_pps * 4170 * 8 / 1e9
+tpm_gbps = tpm_pps * 4170 * 8 / 1e9
 def g(x, k):
     return x[k] if x else None
 rows = [
@@ -108,6 +123,8 @@ rows = [
     ("uroce WRITE 8 B p50 latency, memif", r["memif_lat"]["lat_us"]["p50"] if r["memif_lat"] else None, "us"),
     ("uroce WRITE 64 KiB, veth af_packet", g(r["veth_bw"], "bw_gbps"), "Gb/s"),
     ("uroce WRITE 8 B p50 latency, veth", r["veth_lat"]["lat_us"]["p50"] if r["veth_lat"] else None, "us"),
+    ("testpmd raw 4170 B frames, memif", tpm_gbps or None, "Gb/s"),
+    ("testpmd raw 4170 B frames, memif", tpm_pps / 1e6 if tpm_pps else None, "Mpps"),
     ("testpmd raw 4170 B frames, veth af_packet", tp_gbps or None, "Gb/s"),
     ("kernel TCP iperf3, veth", iperf, "Gb/s"),
     ("kernel TCP sockperf 16 B latency, veth (min size 14)", sock, "us"),
@@ -115,6 +132,11 @@ rows = [
 for name, v, unit in rows:
     print(f"{name:<44}{'n/a' if v is None else f'{v:10.2f}'} {unit}")
 ratios = {}
+if r["memif_bw"] and tpm_pps:
+    # Payload bits over testpmd's frame bits (the stricter figure), and
+    # RoCE data frames (4096 bytes of payload each) over testpmd's frames.
+    ratios["uroce_bw_over_testpmd_raw_memif"] = r["memif_bw"]["bw_gbps"] / tpm_gbps
+    ratios["uroce_frames_over_testpmd_frames_memif"] = r["memif_bw"]["bw_gbps"] * 1e9 / 8 / 4096 / tpm_pps
 if r["veth_bw"] and tp_gbps:
     ratios["uroce_bw_over_testpmd_raw_veth"] = r["veth_bw"]["bw_gbps"] / tp_gbps
 if r["veth_lat"] and sock:
@@ -122,9 +144,12 @@ if r["veth_lat"] and sock:
 for k, v in ratios.items():
     print(f"{k}: {v:.3f}")
 if not tp_gbps:
-    print("testpmd baseline: n/a. In DPDK 22.11 here, testpmd txonly stalls after its first burst on")
-    print("af_packet, and its memif client cannot connect; see the logs with KEEP_TMP=1.")
-json.dump({"uroce": r, "testpmd_raw_gbps_veth": tp_gbps, "iperf3_gbps_veth": iperf,
+    print("testpmd over af_packet: n/a. In DPDK 22.11 here, testpmd txonly stalls after its first")
+    print("burst on af_packet; see the logs with KEEP_TMP=1.")
+if not tpm_pps:
+    print("testpmd over memif: n/a (no Rx-pps in its log; see the logs with KEEP_TMP=1).")
+json.dump({"uroce": r, "testpmd_raw_gbps_memif": tpm_gbps, "testpmd_raw_mpps_memif": tpm_pps / 1e6,
+           "testpmd_raw_gbps_veth": tp_gbps, "iperf3_gbps_veth": iperf,
            "sockperf_lat_us_veth": sock, "ratios": ratios}, open(out, "w"), indent=1)
 print(f"JSON: {out}")
 PY
