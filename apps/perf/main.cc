@@ -50,6 +50,8 @@ constexpr const char* kUsage =
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
+    "      --idle-qps N      with --sim or --ring: N more connected QP pairs that carry\n"
+    "                        nothing (what the engine pays per poll for QPs it serves)\n"
     "      --workers         with --ring: each device's engine on its own thread (CPUs 0, 1);\n"
     "                        this thread only posts and polls (wants a third core: with two,\n"
     "                        the three busy threads time-slice)\n"
@@ -71,6 +73,7 @@ struct Options {
   std::string pcap;
   bool counters = false;
   bool workers = false;
+  std::uint32_t idle_qps = 0;
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
   std::uint16_t port_id = 0;
@@ -111,6 +114,7 @@ Options parse(int argc, const char* const* argv) {
     else if (a == "--pcap") o.pcap = number(i, "--pcap");
     else if (a == "--counters") o.counters = true;
     else if (a == "--workers") o.workers = true;
+    else if (a == "--idle-qps") o.idle_qps = static_cast<std::uint32_t>(to_u64(number(i, "--idle-qps"), "--idle-qps"));
     else if (a == "--ip") {
       std::string v = number(i, "--ip");
       v = v.substr(0, v.find('/'));
@@ -129,6 +133,8 @@ Options parse(int argc, const char* const* argv) {
   if (o.fabric.empty()) usage_error("no fabric given: pass --sim, -- --ring, or -- --ip ADDR/PREFIX after EAL arguments");
   if (!o.server.empty() && o.fabric != "port") usage_error("a server name goes with --ip (two processes)");
   if (o.workers && o.fabric != "ring") usage_error("--workers goes with --ring");
+  if (o.idle_qps > 0 && o.fabric != "sim" && o.fabric != "ring") usage_error("--idle-qps goes with --sim or --ring");
+  if (o.idle_qps > 1000) usage_error("--idle-qps: at most 1000 (the device's max_qp is 1024)");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
   if (o.op != "write" && o.op != "read" && o.op != "send" && o.op != "atomic") {
@@ -237,6 +243,19 @@ Result run(const Options& o, Fabric& net) {
     r.ok = false;
     r.error = "connect failed: " + net.a->last_error() + net.b->last_error();
     return r;
+  }
+  for (std::uint32_t i = 0; i < o.idle_qps; ++i) {
+    QpInitAttr idle;
+    idle.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+    idle.send_cq = idle.recv_cq = cqa;
+    QueuePair* ia = pda->create_qp(idle);
+    idle.send_cq = idle.recv_cq = cqb;
+    QueuePair* ib = pdb->create_qp(idle);
+    if (ia == nullptr || ib == nullptr || net.connect(ia, ib, params) != 0) {
+      r.ok = false;
+      r.error = "idle QP set-up failed: " + net.a->last_error() + net.b->last_error();
+      return r;
+    }
   }
 
   const bool send = o.op == "send";

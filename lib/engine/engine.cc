@@ -19,20 +19,50 @@ const char* engine_counter_name(EngineCounter c) {
   return c < EngineCounter::kCount ? kCounterNames[static_cast<std::size_t>(c)] : "invalid";
 }
 
-Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs) : io_(io), clock_(clock) {
+Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
+    : io_(io), clock_(clock), doorbells_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64)) {
   env_.mrs = &mrs;
   rebuild_index();
 }
 
-void Engine::add_qp(transport::Qp* qp) {
+bool Engine::add_qp(transport::Qp* qp) {
+  std::uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else if (slots_.size() < kMaxQpsPerEngine) {
+    slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.push_back(nullptr);
+    doorbell_words_ = static_cast<std::uint32_t>(slots_.size() + 63) / 64;
+  } else {
+    return false;
+  }
+  slots_[slot] = qp;
+  qp->sched = transport::Qp::Sched{slot, false, 0};
+  qp->doorbell = &doorbells_[slot / 64];
+  qp->doorbell_bit = std::uint64_t{1} << (slot % 64);
   qp_list_.push_back(qp);
   rebuild_index();
+  touch(qp);
+  return true;
 }
 
 void Engine::remove_qp(transport::Qp* qp) {
+  if (std::find(qp_list_.begin(), qp_list_.end(), qp) == qp_list_.end()) return;
   qp_list_.erase(std::remove(qp_list_.begin(), qp_list_.end(), qp), qp_list_.end());
+  active_.erase(std::remove(active_.begin(), active_.end(), qp), active_.end());
+  slots_[qp->sched.slot] = nullptr;
+  free_slots_.push_back(qp->sched.slot);
+  qp->doorbell = nullptr;
   tx_cursor_ = 0;
   rebuild_index();
+}
+
+void Engine::wake_all() {
+  for (transport::Qp* qp : qp_list_) {
+    transport::sync_from_app(*qp);
+    touch(qp);
+  }
 }
 
 void Engine::attach(Handover* handover, std::uint32_t self) {
@@ -61,23 +91,59 @@ std::size_t Engine::poll() {
   env_.now = clock_.now_ns();
   const std::size_t before = counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
                              counters_[static_cast<std::size_t>(EngineCounter::tx_frames)];
-  for (transport::Qp* qp : qp_list_) transport::sync_from_app(*qp);
+  ring_in();
   receive();
-  for (transport::Qp* qp : qp_list_) transport::completer_on_timer(*qp, env_);
+  run_timers();
   transmit();
-  for (transport::Qp* qp : qp_list_) transport::publish_to_app(*qp);
+  finish();
   return counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
          counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] - before;
 }
 
-std::uint64_t Engine::next_timer_ns() const {
-  std::uint64_t t = 0;
-  for (const transport::Qp* qp : qp_list_) {
-    if (qp->comp.deadline != 0 && (t == 0 || qp->comp.deadline < t)) t = qp->comp.deadline;
-    if (qp->req.rnr_wait && (t == 0 || qp->req.rnr_until < t)) t = qp->req.rnr_until;
+void Engine::ring_in() {
+  for (std::uint32_t w = 0; w < doorbell_words_; ++w) {
+    if (doorbells_[w].load(std::memory_order_relaxed) == 0) continue;
+    for (std::uint64_t bits = doorbells_[w].exchange(0, std::memory_order_acq_rel); bits != 0; bits &= bits - 1) {
+      transport::Qp* qp = slots_[w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits))];
+      if (qp == nullptr) continue;  // a slot freed since
+      transport::sync_from_app(*qp);
+      touch(qp);
+    }
   }
-  return t;
 }
+
+void Engine::run_timers() {
+  timers_.expire(env_.now, [this](const TimerWheel::Entry& e) {
+    transport::Qp* qp = find_qp(e.qpn);
+    // Gone, or its deadline moved (a newer entry stands for it).
+    if (qp == nullptr || qp->sched.timer_at != e.at) return;
+    qp->sched.timer_at = 0;
+    transport::completer_on_timer(*qp, env_);
+    touch(qp);
+  });
+}
+
+void Engine::finish() {
+  // QPs that were served: completions and retired slots go to the
+  // application, deadlines to the wheel. While bursts fill, they stay on the
+  // list (some may have more to send); otherwise each has sent all it could
+  // and comes back with its next doorbell, packet or timer.
+  for (transport::Qp* qp : active_) {
+    transport::publish_to_app(*qp);
+    std::uint64_t want = qp->comp.deadline;
+    if (qp->req.rnr_wait && (want == 0 || qp->req.rnr_until < want)) want = qp->req.rnr_until;
+    if (want != 0 && (qp->sched.timer_at == 0 || want < qp->sched.timer_at)) {
+      timers_.insert(qp->qpn, want);
+      qp->sched.timer_at = want;
+    }
+  }
+  if (burst_full_) return;
+  for (transport::Qp* qp : active_) qp->sched.active = false;
+  active_.clear();
+  tx_cursor_ = 0;
+}
+
+std::uint64_t Engine::next_timer_ns() { return timers_.earliest(); }
 
 void Engine::receive() {
   std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
@@ -139,24 +205,29 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     }
     if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
     else transport::completer_on_response(*qp, env_, p);
+    touch(qp);
   }
   return keep;
 }
 
 void Engine::transmit() {
   std::uint16_t count = tx_pending_;
-  const std::size_t nq = qp_list_.size();
+  const std::size_t nq = active_.size();
+  if (tx_cursor_ >= nq) tx_cursor_ = 0;
   // Responder answers first (they free the peer's window), then requests;
   // QPs take turns from a rotating start so none starves.
+  std::size_t last = tx_cursor_;
   for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
-    transport::Qp* qp = qp_list_[(tx_cursor_ + k) % nq];
+    transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
     count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, kBurst - count));
   }
   for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
-    transport::Qp* qp = qp_list_[(tx_cursor_ + k) % nq];
-    count = static_cast<std::uint16_t>(count + transport::requester_fill(*qp, env_, tx_.data() + count, kBurst - count));
+    last = (tx_cursor_ + k) % nq;
+    count = static_cast<std::uint16_t>(count + transport::requester_fill(*active_[last], env_, tx_.data() + count, kBurst - count));
   }
-  if (nq > 0) tx_cursor_ = (tx_cursor_ + 1) % nq;
+  burst_full_ = count == kBurst;
+  // The next burst starts after the last QP that had its turn.
+  if (nq > 0) tx_cursor_ = (last + 1) % nq;
   if (count == 0) return;
   const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
   counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] += sent;

@@ -6,18 +6,22 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/handover.h"
 #include "engine/packet_io.h"
 #include "engine/qpn_map.h"
+#include "engine/timer_wheel.h"
 #include "transport/qp.h"
 #include "wire/parse_status.h"
 
 namespace uroce::engine {
 
 inline constexpr std::uint16_t kBurst = 32;
+inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
 
 #define UROCE_ENGINE_COUNTER_LIST(X)                                   \
   X(rx_frames, "frames received from the port")                       \
@@ -53,16 +57,24 @@ class Engine {
   // workers are stopped).
   void release_handed_in();
 
-  void add_qp(transport::Qp* qp);
+  // Control path (the engine not polling). add_qp returns false when the
+  // engine serves kMaxQpsPerEngine QPs already.
+  bool add_qp(transport::Qp* qp);
   void remove_qp(transport::Qp* qp);
   transport::Qp* find_qp(std::uint32_t qpn) const;
+  // After a control call changed QPs (state, attributes): every QP is
+  // looked at in the next poll.
+  void wake_all();
 
-  // One iteration of the loop. Returns frames received + sent.
+  // One iteration of the loop. Returns frames received + sent. It looks only
+  // at the QPs with something to do: those whose doorbell rang (new work
+  // posted), that received a packet, whose timer fell due, or that still
+  // had frames to send when the last burst filled.
   std::size_t poll();
 
-  // The earliest time a QP timer (retransmit, RNR wait) falls due; 0 if none
-  // is armed. Lets a simulator on virtual time skip idle stretches.
-  std::uint64_t next_timer_ns() const;
+  // The earliest time a QP timer (retransmit, RNR wait) may fall due; 0 if
+  // none is armed. Lets a simulator on virtual time skip idle stretches.
+  std::uint64_t next_timer_ns();
 
   std::uint64_t counter(EngineCounter c) const { return counters_[static_cast<std::size_t>(c)]; }
   // Drops by parse reason (index: wire::ParseStatus).
@@ -73,7 +85,16 @@ class Engine {
   transport::Env& env() { return env_; }
 
  private:
+  void ring_in();
   void receive();
+  void run_timers();
+  void finish();
+  void touch(transport::Qp* qp) {
+    if (!qp->sched.active) {
+      qp->sched.active = true;
+      active_.push_back(qp);
+    }
+  }
   // Classifies and processes frames; those passed to another worker are
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
@@ -87,7 +108,16 @@ class Engine {
   Handover* handover_ = nullptr;
   std::uint32_t self_ = 0;
   std::vector<transport::Qp*> qp_list_;
-  std::size_t tx_cursor_ = 0;  // round-robin start among QPs
+  // Doorbells: one bit per slot, rung by application threads; slots_ maps
+  // a slot back to its QP (nullptr: free).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> doorbells_;
+  std::uint32_t doorbell_words_ = 0;  // words in use (the highest slot's + 1)
+  std::vector<transport::Qp*> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<transport::Qp*> active_;  // QPs to serve in this poll
+  bool burst_full_ = false;             // the last transmit filled its burst
+  TimerWheel timers_;
+  std::size_t tx_cursor_ = 0;  // round-robin start among active QPs
   std::array<RxFrame, kBurst> rx_;
   std::array<wire::TxFrame, kBurst> tx_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time

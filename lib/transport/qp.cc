@@ -193,6 +193,16 @@ void qp_enter_error(Qp& qp) {
   qp.resp.out_tail = keep;
 }
 
+namespace {
+
+// After publishing: an atomic read-modify-write, so the engine, which clears
+// the word and then reads the cursors, never misses a post.
+void ring_doorbell(Qp& qp) {
+  if (qp.doorbell != nullptr) qp.doorbell->fetch_or(qp.doorbell_bit, std::memory_order_acq_rel);
+}
+
+}  // namespace
+
 int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
   const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
@@ -252,6 +262,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
   // Posting to a QP in ERR is allowed: the engine flushes the WR at its
   // next poll (sync_from_app).
   qp.sq_published.store(slot + 1, std::memory_order_release);
+  ring_doorbell(qp);
   return 0;
 }
 
@@ -271,6 +282,7 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
   }
   w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
   qp.rq_published.store(slot + 1, std::memory_order_release);
+  ring_doorbell(qp);
   return 0;
 }
 

@@ -170,6 +170,20 @@ struct Qp {
   std::atomic<std::uint32_t> rq_published{0};
   std::atomic<std::uint32_t> rq_retired{0};
   std::atomic<ibv_qp_state> app_state{IBV_QPS_RESET};  // `state`, for post_send/post_recv
+  // Rung after each post: the bit of this QP in its engine's doorbell
+  // words, so the engine finds the QPs with new work without looking at
+  // every QP. Set by the engine before the application can post.
+  std::atomic<std::uint64_t>* doorbell = nullptr;
+  std::uint64_t doorbell_bit = 0;
+
+  // The engine's bookkeeping (lib/engine): the QP's doorbell slot, whether
+  // it is on the engine's list of QPs to serve this poll, and the deadline
+  // its timer-wheel entry was made for (0: none).
+  struct Sched {
+    std::uint32_t slot = 0;
+    bool active = false;
+    std::uint64_t timer_at = 0;
+  } sched;
 
   // Send queue. Cursors run free; a slot is sq[i].
   FixedRing<SendWqe> sq;

@@ -332,13 +332,16 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
                          cap.max_inline_data, attr.sq_sig_all};
   transport::qp_init(impl->qp, qpn, pd->handle(), caps, &attr.send_cq->impl().ring_for(engine),
                      &attr.recv_cq->impl().ring_for(engine));
+  auto qp = std::make_unique<QueuePair>(&pd->context(), std::move(impl));
+  if (!c.engines[engine]->add_qp(&qp->impl().qp)) {
+    c.fail(ENOMEM, "engine " + std::to_string(engine) + " serves as many QPs as it can; pick another worker");
+    return nullptr;
+  }
   ++attr.send_cq->impl().users;
   ++attr.recv_cq->impl().users;
-  c.qps.push_back(std::make_unique<QueuePair>(&pd->context(), std::move(impl)));
-  QueuePair* qp = c.qps.back().get();
-  c.engines[engine]->add_qp(&qp->impl().qp);
+  c.qps.push_back(std::move(qp));
   c.publish_owners();
-  return qp;
+  return c.qps.back().get();
 }
 
 MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,

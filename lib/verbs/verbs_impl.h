@@ -80,19 +80,26 @@ struct Context::Impl {
   std::atomic<std::uint64_t> control_seq{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> parked;  // per worker: the odd control_seq it holds for
 
+  // Runs f as a control call; afterwards every engine looks at all its QPs
+  // once (f may have changed their state or attributes).
   template <typename F>
   auto control(F&& f) -> decltype(f()) {
     std::lock_guard<std::mutex> lock(control_mutex);
-    if (!workers_running.load(std::memory_order_acquire)) return f();
-    const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
-    control_seq.store(seq, std::memory_order_seq_cst);
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      while (parked[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
-    }
     struct Release {
-      std::atomic<std::uint64_t>& seq;
-      ~Release() { seq.fetch_add(1, std::memory_order_release); }
-    } release{control_seq};
+      Impl& c;
+      bool held;
+      ~Release() {
+        for (auto& e : c.engines) e->wake_all();
+        if (held) c.control_seq.fetch_add(1, std::memory_order_release);
+      }
+    } release{*this, workers_running.load(std::memory_order_acquire)};
+    if (release.held) {
+      const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
+      control_seq.store(seq, std::memory_order_seq_cst);
+      for (std::size_t i = 0; i < workers.size(); ++i) {
+        while (parked[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
+      }
+    }
     return f();
   }
 };
