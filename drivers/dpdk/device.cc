@@ -14,6 +14,16 @@ uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queu
   dev.clock = &clock;
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
+  // The largest path MTU whose frames the port carries: payload plus
+  // Ethernet, VLAN, IPv6, UDP, BTH, RETH and ICRC (98 bytes).
+  dev.active_mtu = IBV_MTU_256;
+  for (const auto& [mtu, bytes] : {std::pair{IBV_MTU_4096, 4096}, std::pair{IBV_MTU_2048, 2048},
+                                  std::pair{IBV_MTU_1024, 1024}, std::pair{IBV_MTU_512, 512}}) {
+    if (bytes + 98 <= io.port().max_frame()) {
+      dev.active_mtu = mtu;
+      break;
+    }
+  }
   dev.buffer_pages = eal_uses_hugepages() ? uroce::PortConfig::Pages::kHuge : uroce::PortConfig::Pages::kNormal;
   return dev;
 }

@@ -49,13 +49,18 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   }
 
   rte_eth_conf conf{};
-  // Ask for jumbo frames only where the device says it takes them: DPDK
-  // 22.11's af_packet reports 1518 yet carries frames up to its framesz.
+  // Ask for jumbo frames only where the device says it takes them. The
+  // reported maximum is no guide otherwise: DPDK 22.11's af_packet and memif
+  // report 1518 yet carry frames up to their framesz/bsize chains, while
+  // net_tap (1522) refuses longer frames. config.max_frame is the caller's
+  // word for what the link carries.
   if (config.max_frame > RTE_ETHER_MAX_LEN && info.max_rx_pktlen >= config.max_frame) {
     conf.rxmode.mtu = static_cast<std::uint32_t>(config.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
   }
   const bool multi_seg = config.zero_copy_tx && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
   if (multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  const bool ipv4_cksum = config.ipv4_checksum_offload && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM);
+  if (ipv4_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
   int rc = rte_eth_dev_configure(port, config.queues, config.queues, &conf);
   for (std::uint16_t q = 0; rc == 0 && q < config.queues; ++q) {
     rc = rte_eth_rx_queue_setup(port, q, config.rx_desc, rte_eth_dev_socket_id(port), nullptr, pool);
@@ -67,7 +72,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
     rte_mempool_free(pool);
     return nullptr;
   }
-  return std::unique_ptr<Port>(new Port(port, pool, multi_seg));
+  return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame));
 }
 
 Port::~Port() {

@@ -21,6 +21,7 @@ struct PortConfig {
   std::uint32_t mbufs = 8191;
   std::uint16_t max_frame = 1518;  // largest frame to receive (Ethernet header included)
   bool zero_copy_tx = true;        // chain region memory into TX frames where the port takes chains
+  bool ipv4_checksum_offload = true;  // let the port fill IPv4 header checksums where it can
 };
 
 class Port {
@@ -36,6 +37,10 @@ class Port {
   void* pool() const { return pool_; }  // rte_mempool of this port's mbufs
   // The port sends multi-segment mbufs (and zero-copy TX is asked for).
   bool multi_seg_tx() const { return multi_seg_tx_; }
+  // The port fills IPv4 header checksums (and it was asked to).
+  bool ipv4_checksum_offload() const { return ipv4_cksum_; }
+  // The largest frame sent or received (PortConfig::max_frame).
+  std::uint16_t max_frame() const { return max_frame_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -46,10 +51,13 @@ class Port {
                                std::uint16_t max = 32);
 
  private:
-  Port(std::uint16_t port_id, void* pool, bool multi_seg) : port_id_(port_id), pool_(pool), multi_seg_tx_(multi_seg) {}
+  Port(std::uint16_t port_id, void* pool, bool multi_seg, bool ipv4_cksum, std::uint16_t max_frame)
+      : port_id_(port_id), pool_(pool), multi_seg_tx_(multi_seg), ipv4_cksum_(ipv4_cksum), max_frame_(max_frame) {}
   std::uint16_t port_id_;
   void* pool_;  // rte_mempool
   bool multi_seg_tx_;
+  bool ipv4_cksum_;
+  std::uint16_t max_frame_;
 };
 
 // Ports EAL found (physical and virtual).

@@ -137,13 +137,30 @@ void PortIo::rx_release(engine::RxFrame* frames, std::uint16_t n) {
   for (std::uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(as_mbuf(frames[i].cookie));
 }
 
+void PortIo::mark_offloads(void* mbuf, const wire::TxFrame& f) {
+  // IPv4 frames whose header checksum the engine left to the port.
+  if (!port_.ipv4_checksum_offload() || (f.hdr[f.l3_offset] >> 4) != 4) return;
+  rte_mbuf* m = as_mbuf(mbuf);
+  m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+  m->tx_offload = rte_mbuf_tx_offload(f.l3_offset, (f.hdr[f.l3_offset] & 0x0fu) * 4u, 0, 0, 0, 0, 0);
+  ++counters_.tx_ipv4_checksum_offloaded;
+}
+
 std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
   auto* pool = static_cast<rte_mempool*>(port_.pool());
   auto* shinfo = reinterpret_cast<rte_mbuf_ext_shared_info*>(ext_shinfo_.data());
   std::array<rte_mbuf*, 64> burst;
+  std::array<std::uint16_t, 64> origin;  // burst[k] carries frames[origin[k]]
   std::uint16_t built = 0;
-  for (std::uint16_t i = 0; i < n && built < burst.size(); ++i) {
+  std::uint16_t i = 0;
+  for (; i < n && built < burst.size(); ++i) {
     const wire::TxFrame& f = frames[i];
+    if (f.frame_bytes() > port_.max_frame()) [[unlikely]] {
+      // Larger than the port carries (a path MTU above the port's): dropped
+      // and counted, never offered again, so it cannot block the queue.
+      ++counters_.tx_dropped_too_long;
+      continue;
+    }
     rte_mbuf* head = rte_pktmbuf_alloc(pool);
     if (head == nullptr) {
       ++counters_.tx_dropped_no_mbuf;
@@ -166,6 +183,8 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       }
       std::memcpy(p, f.trailer.data(), f.trailer_len);
       counters_.tx_copied_bytes += payload;
+      mark_offloads(head, f);
+      origin[built] = i;
       burst[built++] = head;
       continue;
     }
@@ -201,11 +220,15 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     }
     ++counters_.tx_zero_copy_frames;
     counters_.tx_zero_copy_bytes += payload;
+    mark_offloads(head, f);
+    origin[built] = i;
     burst[built++] = head;
   }
   const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
-  for (std::uint16_t i = sent; i < built; ++i) rte_pktmbuf_free(burst[i]);
-  return sent;
+  for (std::uint16_t k = sent; k < built; ++k) rte_pktmbuf_free(burst[k]);
+  // Taken: every frame before the first one the device refused (dropped
+  // ones included); all that were looked at when it took everything.
+  return sent < built ? origin[sent] : i;
 }
 
 namespace {

@@ -33,7 +33,9 @@ struct PortIoCounters {
   std::uint64_t tx_copied_bytes = 0;   // payload bytes gathered into one mbuf
   std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
   std::uint64_t tx_zero_copy_bytes = 0;
-  std::uint64_t tx_dropped_no_mbuf = 0;
+  std::uint64_t tx_dropped_no_mbuf = 0;  // frames held back (offered again) for want of mbufs
+  std::uint64_t tx_dropped_too_long = 0;  // frames longer than the port's max_frame
+  std::uint64_t tx_ipv4_checksum_offloaded = 0;  // frames whose IPv4 checksum the port fills
   std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one mbuf
   std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
   std::uint64_t rx_dropped_no_mbuf = 0;   // multi-segment frames not linearized: pool empty
@@ -63,6 +65,7 @@ class PortIo : public engine::PacketIo {
   // Registers the pages of [addr, addr + len) as DPDK external memory and
   // DMA-maps them for the port's device (a physical NIC then reads frames'
   // payloads straight from the region). Virtual devices need no mapping.
+  bool ipv4_checksum_offload() const override { return port_.ipv4_checksum_offload(); }
   void register_memory(void* addr, std::size_t len) override;
   void unregister_memory(void* addr, std::size_t len) override;
 
@@ -71,6 +74,7 @@ class PortIo : public engine::PacketIo {
   ibv_gid gid() const;  // ::ffff:a.b.c.d
   ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
   const PortIoCounters& counters() const { return counters_; }
+  const Port& port() const { return port_; }
   std::uint16_t queue() const { return queue_; }
 
  private:
@@ -89,6 +93,7 @@ class PortIo : public engine::PacketIo {
   void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
                 const std::array<std::uint8_t, 4>& dst_ip);
   bool handle_icmp6(const std::uint8_t* frame, std::uint16_t len);
+  void mark_offloads(void* mbuf, const wire::TxFrame& f);
   // A neighbour solicitation for `target` (to its solicited-node group), or
   // an advertisement of ours in answer to `to`.
   void send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, const std::array<std::uint8_t, 6>& to_mac);

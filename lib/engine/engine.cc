@@ -22,6 +22,7 @@ const char* engine_counter_name(EngineCounter c) {
 Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
     : io_(io), clock_(clock), doorbells_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64)) {
   env_.mrs = &mrs;
+  env_.ipv4_checksum_offload = io.ipv4_checksum_offload();
   rebuild_index();
 }
 

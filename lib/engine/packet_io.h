@@ -33,6 +33,9 @@ class PacketIo {
   virtual std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) = 0;
   // Control path: the Ethernet address for a peer's GID (ARP/ND, or static).
   virtual bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
+  // The port fills the IPv4 header checksum of the frames it sends (TX
+  // offload); the engine then leaves it 0.
+  virtual bool ipv4_checksum_offload() const { return false; }
   // Control path: memory that frames may point into (zero-copy TX) is made
   // known to the port, so a NIC can DMA from it. No-ops by default.
   virtual void register_memory(void* /*addr*/, std::size_t /*len*/) {}

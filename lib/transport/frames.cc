@@ -4,7 +4,8 @@
 namespace uroce::transport {
 
 void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
-  const wire::HeaderLayout layout = wire::build_headers(qp.tx_template, payload_bytes, f.hdr);
+  const wire::HeaderLayout layout =
+      wire::build_headers(qp.tx_template, payload_bytes, f.hdr, !env.ipv4_checksum_offload);
   f.hdr_len = static_cast<std::uint16_t>(layout.header_bytes);
   f.l3_offset = static_cast<std::uint16_t>(layout.l3_offset);
   for (int i = 0; i < layout.pad; ++i) f.trailer[i] = 0;

@@ -244,6 +244,7 @@ struct Env {
   mem::MrTable* mrs = nullptr;
   wire::Crc32Fn crc32 = wire::crc32_default;
   std::uint64_t now = 0;
+  bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
 };
 
 // --- qp.cc: control path -----------------------------------------------------

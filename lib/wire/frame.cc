@@ -160,7 +160,7 @@ ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out
 }
 
 HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
-                           std::span<std::uint8_t> out) {
+                           std::span<std::uint8_t> out, bool ipv4_checksum) {
   HeaderLayout layout;
   const OpcodeInfo& info = opcode_info(spec.bth.opcode);
   if (!info.known()) return layout;
@@ -210,7 +210,7 @@ HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
     ip.src = spec.src4;
     ip.dst = spec.dst4;
     std::memcpy(p + l3, &ip, sizeof ip);
-    ipv4_refresh_checksum(p + l3);
+    if (ipv4_checksum) ipv4_refresh_checksum(p + l3);
   }
 
   UdpHdr udp;

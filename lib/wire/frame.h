@@ -132,8 +132,10 @@ struct HeaderLayout {
 // Writes the headers of a frame carrying `payload_length` bytes into `out`.
 // Returns the layout, or header_bytes == 0 if the opcode is unknown or `out`
 // is too small. The ICRC is not written: see build_frame() or icrc_compute().
+// With ipv4_checksum false the IPv4 header checksum is left 0 for the port
+// to fill (TX offload); the ICRC covers it as all ones either way.
 HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
-                           std::span<std::uint8_t> out);
+                           std::span<std::uint8_t> out, bool ipv4_checksum = true);
 
 // Writes a complete frame (headers, payload, zero pad, ICRC) into `out`.
 // Returns its length, or 0 if the opcode is unknown or `out` is too small.
