@@ -75,18 +75,12 @@ void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::arra
   neighbors_->v4[ip] = mac;
 }
 
-bool PortIo::lookup(const std::array<std::uint8_t, 4>& ip, std::uint8_t mac[6]) {
+template <std::size_t N>
+bool PortIo::lookup(const std::array<std::uint8_t, N>& ip, std::uint8_t mac[6]) {
   std::lock_guard<std::mutex> lock(neighbors_->mutex);
-  const auto it = neighbors_->v4.find(ip);
-  if (it == neighbors_->v4.end()) return false;
-  std::memcpy(mac, it->second.data(), 6);
-  return true;
-}
-
-bool PortIo::lookup6(const std::array<std::uint8_t, 16>& ip, std::uint8_t mac[6]) {
-  std::lock_guard<std::mutex> lock(neighbors_->mutex);
-  const auto it = neighbors_->v6.find(ip);
-  if (it == neighbors_->v6.end()) return false;
+  const auto& table = neighbors_->table(ip);
+  const auto it = table.find(ip);
+  if (it == table.end()) return false;
   std::memcpy(mac, it->second.data(), 6);
   return true;
 }
@@ -443,7 +437,7 @@ bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
     std::memcpy(key.data(), gid.raw, 16);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     auto next_request = std::chrono::steady_clock::now();
-    while (!lookup6(key, mac)) {
+    while (!lookup(key, mac)) {
       const auto now = std::chrono::steady_clock::now();
       if (now > deadline) return false;
       if (now >= next_request) {

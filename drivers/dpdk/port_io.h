@@ -84,9 +84,12 @@ class PortIo : public engine::PacketIo {
     std::mutex mutex;
     std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> v4;
     std::map<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 6>> v6;
+    auto& table(const std::array<std::uint8_t, 4>&) { return v4; }
+    auto& table(const std::array<std::uint8_t, 16>&) { return v6; }
   };
-  bool lookup(const std::array<std::uint8_t, 4>& ip, std::uint8_t mac[6]);
-  bool lookup6(const std::array<std::uint8_t, 16>& ip, std::uint8_t mac[6]);
+  // The MAC learned for an IPv4 or IPv6 address.
+  template <std::size_t N>
+  bool lookup(const std::array<std::uint8_t, N>& ip, std::uint8_t mac[6]);
 
   // ARP and other non-RoCE frames: answered or learned here, never passed on.
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
