@@ -1,0 +1,125 @@
+#include "cc/dcqcn.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace uroce::cc {
+
+void DcqcnRate::reset(const DcqcnParams* params, std::uint64_t now_ns) {
+  p_ = params;
+  rc_ = rt_ = p_->line_rate_bps;
+  alpha_ = p_->initial_alpha;
+  t_ = bc_ = 0;
+  bytes_ = 0;
+  alpha_due_ = now_ns + p_->alpha_period_ns;
+  rate_due_ = now_ns + p_->rate_period_ns;
+  cnps_ = 0;
+}
+
+void DcqcnRate::clamp() {
+  rt_ = std::clamp(rt_, p_->min_rate_bps, p_->line_rate_bps);
+  rc_ = std::clamp(rc_, p_->min_rate_bps, p_->line_rate_bps);
+}
+
+void DcqcnRate::on_cnp(std::uint64_t now_ns) {
+  advance(now_ns);
+  ++cnps_;
+  rt_ = rc_;
+  rc_ = rc_ * (1 - alpha_ / 2);
+  alpha_ = (1 - p_->g) * alpha_ + p_->g;
+  clamp();
+  // The increase starts over; alpha decays only after a whole period
+  // without a CNP.
+  t_ = bc_ = 0;
+  bytes_ = 0;
+  alpha_due_ = now_ns + p_->alpha_period_ns;
+  rate_due_ = now_ns + p_->rate_period_ns;
+}
+
+void DcqcnRate::increase() {
+  const std::uint32_t f = p_->fast_recovery_steps;
+  if (std::max(t_, bc_) <= f) {
+    // Fast recovery: halfway back to the rate before the last cut.
+  } else if (std::min(t_, bc_) > f) {
+    rt_ += static_cast<double>(std::min(t_, bc_) - f) * p_->hai_rate_bps;
+  } else {
+    rt_ += p_->ai_rate_bps;
+  }
+  rc_ = (rt_ + rc_) / 2;
+  clamp();
+}
+
+void DcqcnRate::on_sent(std::uint64_t bytes) {
+  bytes_ += bytes;
+  while (p_->byte_counter > 0 && bytes_ >= p_->byte_counter) {
+    bytes_ -= p_->byte_counter;
+    ++bc_;
+    increase();
+  }
+}
+
+void DcqcnRate::advance(std::uint64_t now_ns) {
+  // Both timers, earliest first, each period that has passed.
+  for (;;) {
+    const bool alpha_first = alpha_due_ <= rate_due_;
+    const std::uint64_t due = alpha_first ? alpha_due_ : rate_due_;
+    if (due > now_ns) return;
+    if (alpha_first) {
+      alpha_ = (1 - p_->g) * alpha_;
+      alpha_due_ += p_->alpha_period_ns;
+    } else {
+      ++t_;
+      increase();
+      rate_due_ += p_->rate_period_ns;
+    }
+  }
+}
+
+std::uint64_t DcqcnRate::next_event_ns() const { return std::min(alpha_due_, rate_due_); }
+
+std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p) {
+  std::istringstream in(text);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    line = line.substr(0, line.find('#'));
+    const auto eq = line.find('=');
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r");
+      const auto e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    if (trim(line).empty()) continue;
+    const std::string where = "line " + std::to_string(n) + ": ";
+    if (eq == std::string::npos) return where + "expected 'name = value', got '" + trim(line) + "'";
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || v < 0) return where + key + " takes a non-negative number, not '" + value + "'";
+    const auto u64 = static_cast<std::uint64_t>(v);
+    const auto u8 = static_cast<std::uint8_t>(std::min(v, 255.0));
+    if (key == "enabled") p.enabled = v != 0;
+    else if (key == "rp_line_rate_gbps") p.line_rate_bps = v * 1e9;
+    else if (key == "rp_min_rate_mbps") p.min_rate_bps = v * 1e6;
+    else if (key == "rp_g") p.g = v;
+    else if (key == "rp_initial_alpha") p.initial_alpha = v;
+    else if (key == "rp_alpha_period_us") p.alpha_period_ns = u64 * 1000;
+    else if (key == "rp_rate_period_us") p.rate_period_ns = u64 * 1000;
+    else if (key == "rp_byte_counter") p.byte_counter = u64;
+    else if (key == "rp_fast_recovery_steps") p.fast_recovery_steps = static_cast<std::uint32_t>(u64);
+    else if (key == "rp_ai_rate_mbps") p.ai_rate_bps = v * 1e6;
+    else if (key == "rp_hai_rate_mbps") p.hai_rate_bps = v * 1e6;
+    else if (key == "np_cnp_interval_us") p.cnp_interval_ns = u64 * 1000;
+    else if (key == "np_cnp_dscp" && v <= 63) p.cnp_dscp = u8;
+    else if (key == "np_cnp_priority" && v <= 7) p.cnp_priority = u8;
+    else if (key == "data_ecn" && (v == 1 || v == 2)) p.data_ecn = u8;
+    else return where + "unknown name or value out of range: " + key + " = " + value;
+    if (p.g > 1 || p.initial_alpha > 1) return where + "rp_g and rp_initial_alpha are fractions between 0 and 1";
+  }
+  if (p.min_rate_bps > p.line_rate_bps) return "rp_min_rate_mbps is above rp_line_rate_gbps";
+  return "";
+}
+
+}  // namespace uroce::cc

@@ -1,0 +1,89 @@
+// DCQCN (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
+// SIGCOMM 2015): the reaction point's rate machine, one per QP, and the
+// parameters of both ends. Pure arithmetic on an injected clock: no I/O, no
+// allocation; the engine feeds it CNPs, bytes sent and the time.
+//
+// Reaction point, per QP: current rate Rc, target rate Rt, and alpha.
+//   CNP:          Rt = Rc; Rc = Rc * (1 - alpha/2); alpha = (1 - g) * alpha + g;
+//                 the increase counters and timers restart.
+//   alpha timer:  every alpha_period without a CNP, alpha = (1 - g) * alpha.
+//   increase:     each time the rate timer (rate_period) or the byte counter
+//                 (byte_counter bytes sent) expires, its counter T or BC goes
+//                 up by one, then
+//                   max(T, BC) <= F:  fast recovery    Rc = (Rt + Rc) / 2
+//                   min(T, BC) >  F:  hyper increase   Rt += i * R_HAI, i = min(T, BC) - F;
+//                                                      Rc = (Rt + Rc) / 2
+//                   otherwise:        additive increase Rt += R_AI; Rc = (Rt + Rc) / 2
+//   Rates stay within [min_rate, line_rate].
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace uroce::cc {
+
+struct DcqcnParams {
+  bool enabled = true;
+  // Reaction point (ConnectX: rp_*).
+  double line_rate_bps = 100e9;     // the cap (ConnectX: rp_max_rate, 0 = port speed)
+  double min_rate_bps = 10e6;       // the floor (rp_min_rate)
+  double g = 1.0 / 256;             // alpha gain (rp_dce_tcp_g as a fraction)
+  double initial_alpha = 1.0;       // (rp_initial_alpha_value / 1023)
+  std::uint64_t alpha_period_ns = 55'000;  // (rp_dce_tcp_rtt)
+  std::uint64_t rate_period_ns = 55'000;   // rate-increase timer T (rp_time_reset)
+  std::uint64_t byte_counter = 10'000'000; // bytes per byte-counter expiry B (rp_byte_reset)
+  std::uint32_t fast_recovery_steps = 5;   // F (rp_threshold)
+  double ai_rate_bps = 40e6;        // R_AI (rp_ai_rate)
+  double hai_rate_bps = 400e6;      // R_HAI (rp_hai_rate)
+  // Notification point (ConnectX: np_*).
+  std::uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval (np_min_time_between_cnps)
+  std::uint8_t cnp_dscp = 48;       // (np_cnp_dscp)
+  std::uint8_t cnp_priority = 6;    // 802.1p priority of CNPs when VLAN-tagged (np_cnp_prio)
+  std::uint8_t data_ecn = 2;        // ECN codepoint on our data packets: 2 = ECT(0), 1 = ECT(1)
+};
+
+// Reads `key = value` lines (# comments) into `p`, names as in
+// conf/dcqcn.conf. Returns "" or a one-line error naming the line.
+std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p);
+
+class DcqcnRate {
+ public:
+  DcqcnRate() = default;
+  DcqcnRate(const DcqcnParams* params, std::uint64_t now_ns) { reset(params, now_ns); }
+  // Line rate, alpha at its initial value, timers starting at `now_ns`.
+  void reset(const DcqcnParams* params, std::uint64_t now_ns);
+
+  // A CNP arrived for this QP.
+  void on_cnp(std::uint64_t now_ns);
+  // `bytes` left this QP (payload and headers on the wire).
+  void on_sent(std::uint64_t bytes);
+  // Runs the alpha and rate timers up to `now_ns` (every period that has
+  // passed, in order). Call it whenever the time moves.
+  void advance(std::uint64_t now_ns);
+  // The earliest time a timer falls due.
+  std::uint64_t next_event_ns() const;
+
+  double rate_bps() const { return rc_; }
+  double target_bps() const { return rt_; }
+  double alpha() const { return alpha_; }
+  std::uint32_t timer_count() const { return t_; }
+  std::uint32_t byte_count() const { return bc_; }
+  std::uint64_t cnps() const { return cnps_; }
+
+ private:
+  void increase();
+  void clamp();
+
+  const DcqcnParams* p_ = nullptr;
+  double rc_ = 0;
+  double rt_ = 0;
+  double alpha_ = 1;
+  std::uint32_t t_ = 0;   // rate-timer expiries since the last CNP
+  std::uint32_t bc_ = 0;  // byte-counter expiries since the last CNP
+  std::uint64_t bytes_ = 0;  // sent since the byte counter last expired
+  std::uint64_t alpha_due_ = 0;
+  std::uint64_t rate_due_ = 0;
+  std::uint64_t cnps_ = 0;
+};
+
+}  // namespace uroce::cc
