@@ -13,8 +13,9 @@ namespace uroce::test {
 
 struct RcPair {
   RcPair(std::uint64_t seed, std::size_t bytes, const sim::ConnectParams& params = {},
-         sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {}, std::uint32_t depth = 1024)
-      : net(seed, a_to_b, b_to_a), size(bytes) {
+         sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {}, std::uint32_t depth = 1024,
+         const cc::DcqcnParams* dcqcn = nullptr)
+      : net(seed, a_to_b, b_to_a, dcqcn), size(bytes) {
     pda = net.a->alloc_pd();
     pdb = net.b->alloc_pd();
     cqa = net.a->create_cq(65536);

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "wire/frame.h"
+
 namespace uroce::sim {
 
 class SimLink::Port : public engine::PacketIo {
@@ -118,6 +120,8 @@ void SimLink::send(int from, const wire::TxFrame& f) {
     free_.push_back(buf);
     return;
   }
+  // Drawn only when asked for, so runs without marking keep their sequences.
+  if (imp.ce_mark > 0 && u(rng_) < imp.ce_mark && mark_ce(*buf)) ++st.ce_marked;
   if (u(rng_) < imp.corrupt) {
     ++st.corrupted;
     (*buf)[rng_() % buf->size()] ^= static_cast<std::uint8_t>(1 + rng_() % 255);
@@ -134,6 +138,20 @@ void SimLink::send(int from, const wire::TxFrame& f) {
     *copy = *buf;
     queue_[1 - from].push(InFlight{at + 1000, seq_++, copy});
   }
+}
+
+bool mark_ce(std::vector<std::uint8_t>& frame) {
+  wire::ParsedFrame p;
+  const wire::ParseStatus s = wire::parse_frame(frame, p, wire::ParseOptions{false});
+  if (s != wire::ParseStatus::kOk || p.ecn() == 0) return false;  // not RoCE, or not ECN-capable
+  std::uint8_t* ip = frame.data() + p.l3_offset;
+  if (p.ip_version == 4) {
+    ip[1] |= 3;
+    wire::ipv4_refresh_checksum(ip);
+  } else {
+    ip[1] |= 0x30;  // the low two bits of the traffic class
+  }
+  return true;
 }
 
 }  // namespace uroce::sim

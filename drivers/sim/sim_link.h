@@ -36,10 +36,11 @@ struct Impairments {
   std::uint64_t delay_ns = 2000;     // propagation delay
   std::uint64_t reorder_ns = 20000;  // extra delay of a reordered frame
   double gbps = 0;        // serialization rate; 0 = unlimited
+  double ce_mark = 0;     // ... is marked CE, if it is ECN-capable (as a congested switch would)
 };
 
 struct DirectionStats {
-  std::uint64_t sent = 0, lost = 0, duplicated = 0, corrupted = 0, reordered = 0, delivered = 0;
+  std::uint64_t sent = 0, lost = 0, duplicated = 0, corrupted = 0, reordered = 0, delivered = 0, ce_marked = 0;
   std::uint64_t bytes = 0;
 };
 
@@ -90,5 +91,10 @@ class SimLink {
   std::unique_ptr<pcap::Writer> tap_;
   std::function<void(int, std::span<const std::uint8_t>)> observer_;
 };
+
+// Sets ECN to CE (11) on a RoCEv2 frame that is ECN-capable, as a switch
+// does under congestion (the ICRC masks the IP class, so it stays valid).
+// False for other frames.
+bool mark_ce(std::vector<std::uint8_t>& frame);
 
 }  // namespace uroce::sim

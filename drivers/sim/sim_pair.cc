@@ -19,8 +19,9 @@ ibv_gid v4_gid(std::uint8_t last) {
 }
 
 std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const std::uint8_t mac[6], std::uint8_t ip,
-                              std::uint64_t seed) {
+                              std::uint64_t seed, const cc::DcqcnParams* dcqcn) {
   PortConfig port;
+  port.dcqcn = dcqcn;
   port.io = &io;
   port.clock = &clock;
   std::copy(mac, mac + 6, port.mac);
@@ -32,10 +33,10 @@ std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const 
 
 }  // namespace
 
-SimPair::SimPair(std::uint64_t seed, Impairments a_to_b, Impairments b_to_a)
+SimPair::SimPair(std::uint64_t seed, Impairments a_to_b, Impairments b_to_a, const cc::DcqcnParams* dcqcn)
     : link(clock, seed, kMacA, kMacB, a_to_b, b_to_a),
-      a(make(link.port(0), clock, kMacA, 1, seed)),
-      b(make(link.port(1), clock, kMacB, 2, seed + 1)) {}
+      a(make(link.port(0), clock, kMacA, 1, seed, dcqcn)),
+      b(make(link.port(1), clock, kMacB, 2, seed + 1, dcqcn)) {}
 
 int SimPair::connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p) {
   if (int rc = connect_rc(qa, b->gid(), qb->qp_num(), p.psn_a, p.psn_b, p)) return rc;

@@ -15,7 +15,9 @@ using uroce::ConnectParams;
 
 class SimPair {
  public:
-  explicit SimPair(std::uint64_t seed, Impairments a_to_b = {}, Impairments b_to_a = {});
+  // `dcqcn`: congestion control on both devices (nullptr: off).
+  explicit SimPair(std::uint64_t seed, Impairments a_to_b = {}, Impairments b_to_a = {},
+                   const cc::DcqcnParams* dcqcn = nullptr);
 
   // Connects qa (on a) and qb (on b) to each other.
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

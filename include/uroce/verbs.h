@@ -21,6 +21,10 @@
 
 namespace uroce {
 
+namespace cc {
+struct DcqcnParams;
+}  // namespace cc
+
 namespace engine {
 class Engine;
 class PacketIo;
@@ -78,6 +82,10 @@ struct PortConfig {
   // Pages for alloc_buffer(): hugepages when reserved, else normal (kAuto);
   // hugepages or an error (kHuge); normal pages (kNormal).
   enum class Pages { kAuto, kHuge, kNormal } buffer_pages = Pages::kAuto;
+  // DCQCN congestion control (conf/dcqcn.conf): ECN-capable marking on what
+  // is sent, CNPs for CE-marked packets received, a rate per QP cut by the
+  // CNPs it receives. nullptr: off. Not owned; must outlive the Context.
+  const cc::DcqcnParams* dcqcn = nullptr;
 };
 
 class Context {

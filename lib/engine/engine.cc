@@ -179,9 +179,11 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       continue;
     }
     const wire::Bth bth = p.bth();
-    if (p.info->transport != wire::Transport::kRc) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(p.info->has(wire::kCnpOp) ? EngineCounter::rx_cnp
-                                                                      : EngineCounter::rx_unsupported_transport)];
+    const bool cnp = p.info->has(wire::kCnpOp);
+    if (cnp) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(EngineCounter::rx_cnp)];
+    } else if (p.info->transport != wire::Transport::kRc) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(EngineCounter::rx_unsupported_transport)];
       continue;
     }
     // One P_Key, the default (0xffff; the membership bit aside).
@@ -204,8 +206,14 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       }
       continue;
     }
-    if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
-    else transport::completer_on_response(*qp, env_, p);
+    if (cnp) [[unlikely]] {
+      transport::rp_on_cnp(*qp, env_);
+    } else {
+      // CE: congestion on the way here; the sender hears of it by CNP.
+      if (p.ecn() == 3 && env_.dcqcn != nullptr) [[unlikely]] transport::np_on_ce(*qp, env_);
+      if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
+      else transport::completer_on_response(*qp, env_, p);
+    }
     touch(qp);
   }
   return keep;
@@ -215,9 +223,14 @@ void Engine::transmit() {
   std::uint16_t count = tx_pending_;
   const std::size_t nq = active_.size();
   if (tx_cursor_ >= nq) tx_cursor_ = 0;
-  // Responder answers first (they free the peer's window), then requests;
-  // QPs take turns from a rotating start so none starves.
+  // CNPs first (the sender should slow down soonest), then responder
+  // answers (they free the peer's window), then requests; QPs take turns
+  // from a rotating start so none starves.
   std::size_t last = tx_cursor_;
+  for (std::size_t k = 0; env_.dcqcn != nullptr && k < nq && count < kBurst; ++k) {
+    transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
+    count = static_cast<std::uint16_t>(count + transport::cnp_fill(*qp, env_, tx_.data() + count, kBurst - count));
+  }
   for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
     transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
     count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, kBurst - count));

@@ -29,7 +29,7 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_not_roce, "frames that are not RoCEv2 (ARP, other traffic)")   \
   X(rx_unknown_qp, "RoCEv2 packets for a QP this engine does not own") \
   X(rx_bad_pkey, "packets with a P_Key other than the default")        \
-  X(rx_cnp, "congestion notification packets received")               \
+  X(rx_cnp, "congestion notification packets received (any QP)")       \
   X(rx_unsupported_transport, "UC/UD/other packets (RC only so far)") \
   X(rx_handed_over, "packets passed to the worker that serves their QP") \
   X(rx_handed_in, "packets another worker passed to this one")         \
@@ -62,6 +62,8 @@ class Engine {
   bool add_qp(transport::Qp* qp);
   void remove_qp(transport::Qp* qp);
   transport::Qp* find_qp(std::uint32_t qpn) const;
+  // DCQCN for this engine's QPs (nullptr: off). Control path.
+  void set_congestion_control(const cc::DcqcnParams* params) { env_.dcqcn = params; }
   // After a control call changed QPs (state, attributes): every QP is
   // looked at in the next poll.
   void wake_all();

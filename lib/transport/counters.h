@@ -41,7 +41,10 @@ namespace uroce::transport {
   X(drop_bad_opcode_sequence, "packets dropped or NAKed: opcode out of message order") \
   X(completions, "work completions generated")                                         \
   X(completion_errors, "work completions with an error status")                        \
-  X(flushed, "work requests flushed by the QP entering ERR")
+  X(flushed, "work requests flushed by the QP entering ERR")                            \
+  X(ce_marked_received, "packets received with ECN CE (congestion experienced)")       \
+  X(cnps_sent, "congestion notification packets sent (notification point)")            \
+  X(cnps_received, "congestion notification packets received (reaction point)")
 
 enum class QpCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

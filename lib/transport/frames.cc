@@ -3,7 +3,14 @@
 
 namespace uroce::transport {
 
-void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
+void emit_frame(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
+  if (env.dcqcn != nullptr && env.dcqcn->enabled) {
+    // ECN-capable transport on everything we send, so congested switches
+    // mark it instead of dropping it (RFC 3168).
+    wire::FrameSpec& t = qp.tx_template;
+    t.tos = static_cast<std::uint8_t>((t.tos & 0xfc) | env.dcqcn->data_ecn);
+    t.traffic_class = static_cast<std::uint8_t>((t.traffic_class & 0xfc) | env.dcqcn->data_ecn);
+  }
   const wire::HeaderLayout layout =
       wire::build_headers(qp.tx_template, payload_bytes, f.hdr, !env.ipv4_checksum_offload);
   f.hdr_len = static_cast<std::uint16_t>(layout.header_bytes);
@@ -18,6 +25,10 @@ void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
       wire::icrc_compute(env.crc32, headers, std::span(pieces.data(), f.npieces + 1u));
   wire::icrc_store(f.trailer.data() + layout.pad, icrc);
   f.trailer_len = static_cast<std::uint8_t>(layout.pad + 4);
+}
+
+void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
+  emit_frame(qp, env, f, payload_bytes);
   qp.counters.add(QpCounter::tx_packets);
   qp.counters.add(QpCounter::tx_bytes, payload_bytes);
 }

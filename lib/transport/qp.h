@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cc/dcqcn.h"
 #include "mem/mr_table.h"
 #include "transport/counters.h"
 #include "wire/crc32.h"
@@ -176,6 +177,17 @@ struct Qp {
   std::atomic<std::uint64_t>* doorbell = nullptr;
   std::uint64_t doorbell_bit = 0;
 
+  // Congestion control (congestion.cc): DCQCN's reaction point (the rate
+  // of what this QP sends) and its notification point (CNPs for marked
+  // packets it receives).
+  struct Congestion {
+    cc::DcqcnRate rate;
+    bool started = false;           // rate reset at the first packet sent or CNP
+    bool cnp_due = false;           // a CNP waits to go out
+    bool cnp_sent = false;          // one has gone (last_cnp_ns is meaningful)
+    std::uint64_t last_cnp_ns = 0;
+  } congestion;
+
   // The engine's bookkeeping (lib/engine): the QP's doorbell slot, whether
   // it is on the engine's list of QPs to serve this poll, and the deadline
   // its timer-wheel entry was made for (0: none).
@@ -245,6 +257,7 @@ struct Env {
   wire::Crc32Fn crc32 = wire::crc32_default;
   std::uint64_t now = 0;
   bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
+  const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
 };
 
 // --- qp.cc: control path -----------------------------------------------------
@@ -285,10 +298,21 @@ void complete_send(Qp& qp, ibv_wc_status status);
 void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 
+// congestion.cc: DCQCN. A RoCE packet for this QP arrived marked CE (the
+// notification point owes the sender a CNP, at most one per interval).
+void np_on_ce(Qp& qp, Env& env);
+// Up to `room` CNPs (0 or 1) into `out`: BTH opcode 0x81 with BECN to the
+// peer QP, 16 reserved bytes, the ICRC (Annex A17.9.3).
+std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
+// A CNP for this QP arrived (reaction point).
+void rp_on_cnp(Qp& qp, Env& env);
+
 // frames.cc: writes the headers of qp.tx_template (whose BTH and extension
 // headers the caller has just set) into `f`, whose payload pieces are set,
 // then the pad and the ICRC.
 void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
+// The same without counting it as a packet of the QP's traffic (CNPs).
+void emit_frame(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
 
 // Deadline of the retransmit timer from now (0: the QP's timeout is infinite).
 std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now);

@@ -73,7 +73,10 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
 Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
   if (port.queues.empty()) port.queues.push_back(port.io);
   port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
-  for (engine::PacketIo* io : port.queues) engines.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs));
+  for (engine::PacketIo* io : port.queues) {
+    engines.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs));
+    engines.back()->set_congestion_control(port.dcqcn);
+  }
   if (engines.size() > 1) {
     handover = std::make_unique<engine::Handover>(static_cast<std::uint32_t>(engines.size()));
     for (std::size_t i = 0; i < engines.size(); ++i) engines[i]->attach(handover.get(), static_cast<std::uint32_t>(i));

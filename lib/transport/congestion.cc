@@ -1,0 +1,73 @@
+// DCQCN at the transport: the notification point (CNPs for CE-marked
+// packets) and the reaction point's inputs (CNPs received). The rate
+// machine itself is lib/cc/dcqcn.h.
+#include <array>
+
+#include "transport/qp.h"
+#include "wire/opcode.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr std::array<std::uint8_t, 16> kCnpReserved{};  // Annex A17.9.3: 16 reserved bytes, zero
+
+void start_rate(Qp& qp, const Env& env) {
+  if (!qp.congestion.started) {
+    qp.congestion.rate.reset(env.dcqcn, env.now);
+    qp.congestion.started = true;
+  }
+}
+
+}  // namespace
+
+void np_on_ce(Qp& qp, Env& env) {
+  qp.counters.add(QpCounter::ce_marked_received);
+  if (env.dcqcn == nullptr || !env.dcqcn->enabled || !qp.receives()) return;
+  Qp::Congestion& c = qp.congestion;
+  // At most one CNP per QP per interval, counted from the mark that asked
+  // for the last one.
+  if (c.cnp_due || (c.cnp_sent && env.now - c.last_cnp_ns < env.dcqcn->cnp_interval_ns)) return;
+  c.cnp_due = true;
+  c.cnp_sent = true;
+  c.last_cnp_ns = env.now;
+}
+
+std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
+  if (!qp.congestion.cnp_due || room == 0) return 0;
+  qp.congestion.cnp_due = false;
+  if (!qp.receives()) return 0;
+  // The template is the QP's: addresses, P_Key and the peer's QPN as dest
+  // QP. A CNP sets the rest; the next request or response sets them again,
+  // and the IP class is put back here.
+  wire::FrameSpec& t = qp.tx_template;
+  const std::uint8_t tos = t.tos;
+  const std::uint8_t traffic_class = t.traffic_class;
+  const auto cnp_class = static_cast<std::uint8_t>(env.dcqcn->cnp_dscp << 2);
+  t.tos = cnp_class;
+  t.traffic_class = cnp_class;
+  wire::Bth& b = t.bth;
+  b.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  b.set_flags(false, false, 0);
+  b.fecn_becn = 0;
+  b.set_becn(true);
+  b.set_ack_req(false);
+  b.psn.set(0);
+  wire::TxFrame& f = out[0];
+  f.npieces = 1;
+  f.pieces[0] = std::span<const std::uint8_t>(kCnpReserved);
+  emit_frame(qp, env, f, static_cast<std::uint32_t>(kCnpReserved.size()));
+  b.set_becn(false);
+  t.tos = tos;
+  t.traffic_class = traffic_class;
+  qp.counters.add(QpCounter::cnps_sent);
+  return 1;
+}
+
+void rp_on_cnp(Qp& qp, Env& env) {
+  qp.counters.add(QpCounter::cnps_received);
+  if (env.dcqcn == nullptr || !env.dcqcn->enabled) return;
+  start_rate(qp, env);
+  qp.congestion.rate.on_cnp(env.now);
+}
+
+}  // namespace uroce::transport

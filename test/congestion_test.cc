@@ -1,0 +1,183 @@
+// DCQCN on the wire, over the simulated link: ECN-capable marking on what
+// is sent, CNPs for CE-marked packets (at most one per QP per interval, with
+// the configured DSCP, BECN, the peer's QPN and a good ICRC, dissected by
+// tshark as CNP), the sender's rate cut by the CNPs it receives, and a CNP
+// for an unknown QP counted and dropped.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cc/dcqcn.h"
+#include "pcap/pcap_file.h"
+#include "rc_fixture.h"
+#include "scripted_port.h"
+#include "wire/frame.h"
+
+namespace uroce::test {
+namespace {
+
+struct Seen {
+  std::uint64_t at_ns;
+  int from;
+  std::vector<std::uint8_t> frame;
+};
+
+cc::DcqcnParams params() {
+  cc::DcqcnParams p;
+  p.line_rate_bps = 10e9;
+  p.cnp_interval_ns = 50'000;
+  p.cnp_dscp = 46;
+  p.data_ecn = 2;
+  return p;
+}
+
+TEST(Congestion, MarkedTrafficBringsCnpsAtMostOnePerIntervalAndCutsTheSendersRate) {
+  const cc::DcqcnParams cp = params();
+  sim::Impairments to_b;
+  to_b.gbps = 10;
+  to_b.ce_mark = 0.5;  // a congested switch between A and B
+  sim::Impairments to_a;
+  to_a.gbps = 10;
+  constexpr std::size_t kBytes = 4u << 20;
+  RcPair p(3, kBytes, {}, to_b, to_a, 1024, &cp);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::vector<Seen> seen;
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    seen.push_back(Seen{p.net.clock.now_ns(), from, std::vector<std::uint8_t>(f.begin(), f.end())});
+  });
+  fill_pattern(p.bufa, kBytes / 2, 5);
+  constexpr int kMessages = 32;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, static_cast<std::uint64_t>(i) * 65536, 65536,
+                          kBytes / 2 + static_cast<std::uint64_t>(i) * 65536, static_cast<std::uint64_t>(i)),
+              0);
+  }
+  const auto done = p.wait(p.cqa, kMessages);
+  ASSERT_EQ(done.size(), static_cast<std::size_t>(kMessages));
+  for (const auto& wc : done) ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb + kBytes / 2, kBytes / 2), 0);
+
+  std::size_t data = 0;
+  std::vector<std::uint64_t> cnp_times;
+  for (const Seen& s : seen) {
+    wire::ParsedFrame f;
+    ASSERT_EQ(wire::parse_frame(s.frame, f), wire::ParseStatus::kOk) << "every frame keeps a good ICRC";
+    if (f.opcode == static_cast<std::uint8_t>(wire::Opcode::kCnp)) {
+      // From B (the notification point) to A's QP.
+      EXPECT_EQ(s.from, 1);
+      EXPECT_EQ(f.bth().dest_qp.get(), p.qa->qp_num());
+      EXPECT_TRUE(f.bth().becn());
+      EXPECT_EQ(f.ipv4().tos >> 2, 46) << "the configured DSCP";
+      EXPECT_EQ(f.payload_length, 16u);
+      for (std::uint8_t b : f.payload()) EXPECT_EQ(b, 0);
+      cnp_times.push_back(s.at_ns);
+    } else if (s.from == 0) {
+      ++data;
+      EXPECT_EQ(f.ecn(), 2) << "A's packets leave ECT(0)";
+    }
+  }
+  ASSERT_GT(data, 1000u);
+  ASSERT_GE(cnp_times.size(), 2u);
+  for (std::size_t i = 1; i < cnp_times.size(); ++i) {
+    EXPECT_GE(cnp_times[i] - cnp_times[i - 1], cp.cnp_interval_ns) << "CNP " << i;
+  }
+  // Half the data packets were marked; each 50 us saw at most one CNP.
+  const std::uint64_t marked = p.net.link.stats(0).ce_marked;
+  EXPECT_GT(marked, data / 4);
+  EXPECT_EQ(p.qb->counter("ce_marked_received"), marked);
+  EXPECT_EQ(p.qb->counter("cnps_sent"), cnp_times.size());
+  EXPECT_EQ(p.qa->counter("cnps_received"), cnp_times.size());
+  EXPECT_EQ(p.qa->counter("cnps_sent"), 0u) << "nothing marked towards A";
+  const transport::Qp& qa = testing::transport_qp(p.qa);
+  EXPECT_EQ(qa.congestion.rate.cnps(), cnp_times.size());
+  EXPECT_LT(qa.congestion.rate.rate_bps(), cp.line_rate_bps);
+  EXPECT_GT(qa.congestion.rate.alpha(), 0.0);
+
+  // tshark reads the CNPs as CNPs.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("uroce-cnp-" + std::to_string(getpid()) + ".pcap")).string();
+  {
+    std::string error;
+    auto w = pcap::Writer::create(path, error);
+    ASSERT_NE(w, nullptr) << error;
+    for (const Seen& s : seen) w->write(s.frame, static_cast<std::int64_t>(s.at_ns));
+  }
+  const std::string cmd = "tshark -n --disable-protocol rpcordma --disable-protocol smb_direct -r " + path +
+                          " -Y 'infiniband.bth.opcode == 129' -T fields -e infiniband.bth.opcode -e _ws.malformed 2>/dev/null";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  std::filesystem::remove(path);
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "tshark failed (tools/setup.sh installs it)";
+  EXPECT_EQ(static_cast<std::size_t>(std::count(out.begin(), out.end(), '\n')), cnp_times.size()) << out.substr(0, 300);
+  EXPECT_EQ(out.find("malformed"), std::string::npos) << out.substr(0, 300);
+}
+
+TEST(Congestion, WithoutDcqcnNothingIsMarkedEctAndNoCnpGoesOut) {
+  sim::Impairments to_b;
+  to_b.ce_mark = 1.0;
+  RcPair p(4, 1 << 20, {}, to_b, {}, 1024, nullptr);
+  ASSERT_EQ(p.connect_rc, 0);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 65536, 65536), 0);
+  ASSERT_EQ(p.wait(p.cqa, 1).size(), 1u);
+  EXPECT_EQ(p.net.link.stats(0).ce_marked, 0u) << "Not-ECT packets are never marked";
+  EXPECT_EQ(p.qb->counter("cnps_sent"), 0u);
+}
+
+// A CNP built by hand for `dest_qp`, as a peer would send it.
+std::vector<std::uint8_t> cnp_frame(std::uint32_t dest_qp) {
+  wire::FrameSpec s;
+  s.eth_dst = {0x02, 0, 0, 0, 0, 0x0b};
+  s.eth_src = {0x02, 0, 0, 0, 0, 0x0a};
+  s.src4 = {10, 0, 0, 1};
+  s.dst4 = {10, 0, 0, 2};
+  s.tos = 48 << 2;
+  s.udp_src_port = 0xc000;
+  s.udp_dst_port = 4791;
+  s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  s.bth.pkey.set(0xffff);
+  s.bth.set_becn(true);
+  s.bth.dest_qp.set(dest_qp);
+  const std::array<std::uint8_t, 16> reserved{};
+  std::vector<std::uint8_t> out(256);
+  out.resize(wire::build_frame(s, reserved, out));
+  return out;
+}
+
+TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
+  const cc::DcqcnParams cp = params();
+  ScriptedPort port;
+  sim::VirtualClock clock;
+  PortConfig cfg;
+  cfg.io = &port;
+  cfg.clock = &clock;
+  cfg.dcqcn = &cp;
+  std::string error;
+  auto ctx = Context::open(cfg, error);
+  ASSERT_NE(ctx, nullptr) << error;
+  ProtectionDomain* pd = ctx->alloc_pd();
+  CompletionQueue* cq = ctx->create_cq(16);
+  QpInitAttr init;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  init.send_cq = init.recv_cq = cq;
+  QueuePair* qp = pd->create_qp(init);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_FALSE(cnp_frame(0x777).empty());
+  port.inbox.push_back(cnp_frame(0x777));
+  port.inbox.push_back(cnp_frame(qp->qp_num()));
+  ctx->progress();
+  const engine::Engine& e = ctx->engine();
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_cnp), 2u);
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_unknown_qp), 1u);
+  EXPECT_EQ(qp->counter("cnps_received"), 1u);
+  EXPECT_TRUE(port.inbox.empty());
+}
+
+}  // namespace
+}  // namespace uroce::test
