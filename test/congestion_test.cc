@@ -130,6 +130,59 @@ TEST(Congestion, WithoutDcqcnNothingIsMarkedEctAndNoCnpGoesOut) {
   EXPECT_EQ(p.qb->counter("cnps_sent"), 0u);
 }
 
+// Virtual time to WRITE `bytes` from A to B over an unlimited link, with A's
+// QP paced at `line_gbps` (DCQCN on, nothing marked), and the frames seen.
+std::uint64_t paced_transfer_ns(double line_gbps, std::size_t bytes, std::vector<Seen>* seen = nullptr) {
+  cc::DcqcnParams cp = params();
+  cp.line_rate_bps = line_gbps * 1e9;
+  ConnectParams mtu4k;
+  mtu4k.mtu = IBV_MTU_4096;
+  RcPair p(6, 2 * bytes, mtu4k, {}, {}, 1024, &cp);
+  EXPECT_EQ(p.connect_rc, 0);
+  if (seen != nullptr) {
+    p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+      if (from == 0) seen->push_back(Seen{p.net.clock.now_ns(), from, std::vector<std::uint8_t>(f.begin(), f.end())});
+    });
+  }
+  fill_pattern(p.bufa, bytes, 8);
+  const std::uint64_t t0 = p.net.clock.now_ns();
+  const int messages = static_cast<int>(bytes / 65536);
+  for (int i = 0; i < messages; ++i) {
+    EXPECT_EQ(p.post_send(IBV_WR_RDMA_WRITE, static_cast<std::uint64_t>(i) * 65536, 65536,
+                          bytes + static_cast<std::uint64_t>(i) * 65536, static_cast<std::uint64_t>(i)),
+              0);
+  }
+  const auto done = p.wait(p.cqa, static_cast<std::size_t>(messages));
+  EXPECT_EQ(done.size(), static_cast<std::size_t>(messages));
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb + bytes, bytes), 0);
+  return p.net.clock.now_ns() - t0;
+}
+
+TEST(Congestion, AQpSendsAtItsRate) {
+  constexpr std::size_t kBytes = 4u << 20;
+  // Frames of 4096 bytes of payload, 58 of headers and ICRC (Ethernet, IPv4,
+  // UDP, BTH; the first of a message 16 more), 24 of preamble, IFG and FCS.
+  const double wire = static_cast<double>(kBytes) * (4096 + 58 + 24) / 4096 * 8;
+  for (const double gbps : {10.0, 2.5}) {
+    SCOPED_TRACE(gbps);
+    const double ns = static_cast<double>(paced_transfer_ns(gbps, kBytes));
+    const double expect = wire / gbps;
+    EXPECT_GT(ns, expect * 0.97) << "faster than the rate allows";
+    EXPECT_LT(ns, expect * 1.10) << "much slower than the rate";
+  }
+  // Beyond the first burst, departures are a frame time apart at 10 Gb/s.
+  std::vector<Seen> seen;
+  paced_transfer_ns(10.0, 1u << 20, &seen);
+  std::size_t checked = 0;
+  for (std::size_t i = 16; i < seen.size(); ++i) {
+    if (seen[i].frame.size() < 4096 || seen[i - 1].frame.size() < 4096) continue;
+    const double gap = static_cast<double>(seen[i].at_ns - seen[i - 1].at_ns);
+    EXPECT_GE(gap, static_cast<double>(seen[i - 1].frame.size() + 24) * 8 / 10.0 - 1) << "frame " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100u);
+}
+
 // A CNP built by hand for `dest_qp`, as a peer would send it.
 std::vector<std::uint8_t> cnp_frame(std::uint32_t dest_qp) {
   wire::FrameSpec s;

@@ -1,6 +1,7 @@
 // DCQCN at the transport: the notification point (CNPs for CE-marked
 // packets) and the reaction point's inputs (CNPs received). The rate
 // machine itself is lib/cc/dcqcn.h.
+#include <algorithm>
 #include <array>
 
 #include "transport/qp.h"
@@ -10,6 +11,13 @@ namespace uroce::transport {
 namespace {
 
 constexpr std::array<std::uint8_t, 16> kCnpReserved{};  // Annex A17.9.3: 16 reserved bytes, zero
+
+// Pacing lets a QP that has been quiet send this much time's worth of
+// packets at once, so that bursts of a poll loop keep line rate; beyond it,
+// departures follow the rate.
+constexpr std::uint64_t kPacingBurstNs = 8'000;
+
+bool paced(const Env& env) { return env.dcqcn != nullptr && env.dcqcn->enabled; }
 
 void start_rate(Qp& qp, const Env& env) {
   if (!qp.congestion.started) {
@@ -61,6 +69,30 @@ std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room)
   t.traffic_class = traffic_class;
   qp.counters.add(QpCounter::cnps_sent);
   return 1;
+}
+
+bool pace_allows(Qp& qp, Env& env) {
+  if (!paced(env)) return true;
+  start_rate(qp, env);
+  qp.congestion.rate.advance(env.now);
+  return qp.congestion.next_send_ns <= env.now;
+}
+
+void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes) {
+  if (!paced(env)) return;
+  Qp::Congestion& c = qp.congestion;
+  c.rate.on_sent(frame_bytes);
+  // Wire time at the current rate (preamble, IFG and FCS included).
+  const auto ns = static_cast<std::uint64_t>(static_cast<double>(frame_bytes + 24) * 8e9 / c.rate.rate_bps());
+  const std::uint64_t floor = env.now > kPacingBurstNs ? env.now - kPacingBurstNs : 0;
+  c.next_send_ns = std::max(c.next_send_ns, floor) + ns;
+}
+
+std::uint64_t paced_until(const Qp& qp, const Env& env) {
+  if (!paced(env) || qp.congestion.next_send_ns <= env.now) return 0;
+  const bool requests = qp.req_next != qp.sq_posted;
+  const bool responses = qp.resp.out_head != qp.resp.out_tail;
+  return requests || responses ? qp.congestion.next_send_ns : 0;
 }
 
 void rp_on_cnp(Qp& qp, Env& env) {

@@ -186,6 +186,7 @@ struct Qp {
     bool cnp_due = false;           // a CNP waits to go out
     bool cnp_sent = false;          // one has gone (last_cnp_ns is meaningful)
     std::uint64_t last_cnp_ns = 0;
+    std::uint64_t next_send_ns = 0;  // pacing: the earliest departure of the next data packet
   } congestion;
 
   // The engine's bookkeeping (lib/engine): the QP's doorbell slot, whether
@@ -306,6 +307,14 @@ void np_on_ce(Qp& qp, Env& env);
 std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 // A CNP for this QP arrived (reaction point).
 void rp_on_cnp(Qp& qp, Env& env);
+// Pacing at the QP's DCQCN rate: whether a data packet (request, READ
+// response) may leave now, and the accounting once one of `frame_bytes`
+// has. Always true with congestion control off.
+bool pace_allows(Qp& qp, Env& env);
+void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes);
+// When the QP, held back by pacing with packets to send, may send again; 0
+// if it is not held back.
+std::uint64_t paced_until(const Qp& qp, const Env& env);
 
 // frames.cc: writes the headers of qp.tx_template (whose BTH and extension
 // headers the caller has just set) into `f`, whose payload pieces are set,

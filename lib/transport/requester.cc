@@ -79,6 +79,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
   std::uint16_t n = 0;
   while (n < room && qp.req_next != qp.sq_posted) {
     if (psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;
+    if (!pace_allows(qp, env)) break;
     SendWqe& w = qp.sq[qp.req_next];
     if (!w.started) {
       if (qp.state == IBV_QPS_SQD) break;  // SQD: finish what has begun, begin nothing
@@ -165,6 +166,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
     emit(qp, env, f, payload);
+    paced_sent(qp, env, f.frame_bytes());
     ++n;
     if (qp.comp.deadline == 0) qp.comp.deadline = retransmit_deadline(qp, env.now);
     if (qp.req.pkt_index >= w.npackets) {

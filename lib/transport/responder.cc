@@ -400,6 +400,9 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       ++qp.resp.out_head;
       continue;
     }
+    // READ response data is this QP's traffic: paced like requests; ACKs
+    // are not held back.
+    if (r.kind == Response::Kind::kRead && !pace_allows(qp, env)) break;
     wire::Bth& b = qp.tx_template.bth;
     b.set_flags(false, false, 0);
     b.fecn_becn = 0;
@@ -442,6 +445,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       }
     }
     emit(qp, env, f, payload);
+    if (r.kind == Response::Kind::kRead) paced_sent(qp, env, f.frame_bytes());
   }
   return n;
 }
