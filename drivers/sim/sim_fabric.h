@@ -1,0 +1,44 @@
+// Hosts (one device each) on one simulated switch, on one virtual clock,
+// stepped together: the bed for congestion scenarios (N senders into one
+// receiver's port). Host i has MAC 02:00:00:00:01:i and GID ::ffff:10.98.1.i.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/sim_switch.h"
+#include "uroce/verbs.h"
+
+namespace uroce::sim {
+
+class SimFabric {
+ public:
+  // `dcqcn`: congestion control on every host (nullptr: off); not owned.
+  SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn);
+
+  // A host on a new switch port whose egress (towards the host) is `egress`.
+  Context& add_host(const EgressConfig& egress);
+
+  // Every host polls once; if none moved a frame, virtual time jumps to the
+  // next delivery or timer. False once nothing can happen.
+  bool step();
+  template <typename Done>
+  bool run_until(Done done, std::uint64_t limit_ns) {
+    const std::uint64_t start = clock.now_ns();
+    while (!done()) {
+      if (clock.now_ns() - start > limit_ns) return false;
+      if (!step()) return done();
+    }
+    return true;
+  }
+
+  VirtualClock clock;
+  SimSwitch sw;
+  std::vector<std::unique_ptr<Context>> hosts;
+
+ private:
+  const cc::DcqcnParams* dcqcn_;
+};
+
+}  // namespace uroce::sim

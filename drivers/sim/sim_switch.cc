@@ -1,0 +1,131 @@
+#include "sim/sim_switch.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace uroce::sim {
+
+class SimSwitch::Port : public engine::PacketIo {
+ public:
+  Port(SimSwitch& sw, int index, const std::uint8_t mac[6], const ibv_gid& gid, const EgressConfig& egress)
+      : sw_(sw), index_(index), gid_(gid), egress_(egress) {
+    std::memcpy(mac_, mac, 6);
+  }
+
+  std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
+    const std::uint64_t now = sw_.clock_.now_ns();
+    std::uint16_t n = 0;
+    while (n < max && !arriving_.empty() && arriving_.front().at <= now) {
+      in_use_.push_back(std::move(arriving_.front().frame));
+      arriving_.pop_front();
+      std::vector<std::uint8_t>& f = in_use_.back();
+      frames[n++] = engine::RxFrame{f.data(), static_cast<std::uint16_t>(f.size()), nullptr};
+      ++stats_.delivered;
+      stats_.bytes_delivered += f.size();
+    }
+    return n;
+  }
+  void rx_release(engine::RxFrame*, std::uint16_t) override { in_use_.clear(); }
+
+  std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
+    for (std::uint16_t i = 0; i < n; ++i) {
+      const wire::TxFrame& f = frames[i];
+      std::vector<std::uint8_t> bytes(f.hdr.begin(), f.hdr.begin() + f.hdr_len);
+      for (int k = 0; k < f.npieces; ++k) bytes.insert(bytes.end(), f.pieces[k].begin(), f.pieces[k].end());
+      bytes.insert(bytes.end(), f.trailer.begin(), f.trailer.begin() + f.trailer_len);
+      sw_.forward(index_, std::move(bytes));
+    }
+    return n;
+  }
+
+  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override {
+    for (const auto& p : sw_.ports_) {
+      if (std::memcmp(p->gid_.raw, gid.raw, 16) == 0) {
+        std::memcpy(mac, p->mac_, 6);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Egress: the backlog is what the port has yet to serialize (FIFO, so the
+  // time it is busy for, at its rate).
+  std::uint64_t backlog(std::uint64_t now) const {
+    if (busy_until_ <= now) return 0;
+    return static_cast<std::uint64_t>(static_cast<double>(busy_until_ - now) * egress_.gbps / 8);
+  }
+
+  void enqueue(std::vector<std::uint8_t> frame, std::mt19937_64& rng) {
+    const std::uint64_t now = sw_.clock_.now_ns();
+    const std::uint64_t q = backlog(now);
+    if (q + frame.size() > egress_.buffer_bytes) {
+      ++stats_.dropped;
+      return;
+    }
+    ++stats_.enqueued;
+    // RED on the backlog this frame finds.
+    double p = 0;
+    if (q >= egress_.kmax_bytes) {
+      p = 1;
+    } else if (q > egress_.kmin_bytes) {
+      p = egress_.pmax * static_cast<double>(q - egress_.kmin_bytes) /
+          static_cast<double>(egress_.kmax_bytes - egress_.kmin_bytes);
+    }
+    if (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p && mark_ce(frame)) ++stats_.marked;
+    // Serialization: preamble, IFG and FCS on the wire too.
+    const auto wire_ns = static_cast<std::uint64_t>(static_cast<double>(frame.size() + 24) * 8 / egress_.gbps);
+    busy_until_ = std::max(busy_until_, now) + wire_ns;
+    stats_.max_queue_bytes = std::max(stats_.max_queue_bytes, backlog(now));
+    arriving_.push_back(Arrival{busy_until_ + egress_.delay_ns, std::move(frame)});
+  }
+
+  std::uint64_t next_arrival() const { return arriving_.empty() ? 0 : arriving_.front().at; }
+
+  SimSwitch& sw_;
+  int index_;
+  std::uint8_t mac_[6];
+  ibv_gid gid_;
+  EgressConfig egress_;
+  EgressStats stats_;
+  std::uint64_t busy_until_ = 0;
+  struct Arrival {
+    std::uint64_t at;
+    std::vector<std::uint8_t> frame;
+  };
+  std::deque<Arrival> arriving_;  // in departure order: FIFO and one delay
+  std::vector<std::vector<std::uint8_t>> in_use_;
+};
+
+SimSwitch::SimSwitch(VirtualClock& clock, std::uint64_t seed) : clock_(clock), rng_(seed) {}
+SimSwitch::~SimSwitch() = default;
+
+engine::PacketIo& SimSwitch::add_port(const std::uint8_t mac[6], const ibv_gid& gid, const EgressConfig& egress) {
+  ports_.push_back(std::make_unique<Port>(*this, static_cast<int>(ports_.size()), mac, gid, egress));
+  return *ports_.back();
+}
+
+void SimSwitch::forward(int from, std::vector<std::uint8_t> frame) {
+  (void)from;
+  if (frame.size() < 14) return;
+  for (auto& p : ports_) {
+    if (std::memcmp(p->mac_, frame.data(), 6) == 0) {
+      p->enqueue(std::move(frame), rng_);
+      return;
+    }
+  }
+  // No such host: dropped, as a switch drops unknown unicast here.
+}
+
+std::uint64_t SimSwitch::queue_bytes(int port) const { return ports_[static_cast<std::size_t>(port)]->backlog(clock_.now_ns()); }
+const EgressStats& SimSwitch::stats(int port) const { return ports_[static_cast<std::size_t>(port)]->stats_; }
+
+std::uint64_t SimSwitch::next_delivery_ns() const {
+  std::uint64_t t = 0;
+  for (const auto& p : ports_) {
+    const std::uint64_t a = p->next_arrival();
+    if (a != 0 && (t == 0 || a < t)) t = a;
+  }
+  return t;
+}
+
+}  // namespace uroce::sim
