@@ -16,6 +16,7 @@
 
 #include <rte_eal.h>
 
+#include "cc/dcqcn.h"
 #include "dpdk/eal.h"
 #include "dpdk/ring_pair.h"
 #include "engine/engine.h"
@@ -41,9 +42,9 @@ struct Devices {
   // With `workers`, each device's engine runs on a thread of its own (CPUs 0
   // and 1) before anything is set up: every control call below goes through
   // the worker, and this thread only posts and polls.
-  explicit Devices(const std::string& name, bool workers = false) {
+  explicit Devices(const std::string& name, bool workers = false, const cc::DcqcnParams* dcqcn = nullptr) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error);
+    pair = dpdk::RingPair::create(name, error, 1, dcqcn);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     if (workers) {
@@ -479,6 +480,42 @@ TEST(DpdkTelemetry, CountersAreReadableAtRunTime) {
   const std::string engine = telemetry("/uroce/engine," + dev);
   EXPECT_NE(engine.find("\"drop_icrc_mismatch\":0"), std::string::npos) << engine;
   EXPECT_NE(telemetry("/uroce/qp," + dev + ",999999").find("null"), std::string::npos) << "an unknown QP";
+}
+
+// Over net_ring with DCQCN on: each QP's rate state is in telemetry and in
+// the API (net_ring marks nothing, so the rate stays at line rate, and the
+// packets leave ECN-capable).
+TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
+  ASSERT_EQ(EalEnvironment::error(), "");
+  cc::DcqcnParams params;
+  params.line_rate_bps = 25e9;
+  Devices d("dcq", false, &params);
+  ASSERT_NE(d.pair, nullptr);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(d.bufa), 65536, d.mra->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb);
+  wr.wr.rdma.rkey = d.mrb->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(d.qa->post_send(&wr, &bad), 0);
+  ASSERT_EQ(d.wait(d.cqa, 1).size(), 1u);
+  const QueuePair::CongestionState cs = d.qa->congestion();
+  EXPECT_TRUE(cs.enabled);
+  EXPECT_EQ(cs.rate_bps, 25e9);
+  EXPECT_EQ(cs.cnps, 0u);
+  EXPECT_EQ(d.qb->counter("ce_marked_received"), 0u);
+  const std::string devices = telemetry("/uroce/devices");
+  const auto a_index = devices.find("dcq-a");
+  ASSERT_NE(a_index, std::string::npos) << devices;
+  const std::string index = devices.substr(devices.rfind('"', devices.rfind('"', a_index - 2) - 1) + 1);
+  const std::string dev = index.substr(0, index.find('"'));
+  const std::string qp = telemetry("/uroce/qp," + dev + "," + std::to_string(d.qa->qp_num()));
+  EXPECT_NE(qp.find("\"dcqcn_active\":1"), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"dcqcn_rate_mbps\":25000"), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"dcqcn_alpha_ppm\":"), std::string::npos) << qp;
 }
 
 TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {

@@ -19,6 +19,12 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
                   transport::qp_counter_description(c));
     }
   }
+  if (qp != nullptr) {
+    if (const QueuePair::CongestionState cs = qp->congestion(); cs.enabled) {
+      std::printf("  qp.dcqcn rate %.3f Gb/s, target %.3f Gb/s, alpha %.4f, %llu CNPs\n", cs.rate_bps / 1e9,
+                  cs.target_bps / 1e9, cs.alpha, static_cast<unsigned long long>(cs.cnps));
+    }
+  }
   // Engine counters summed over the device's engines.
   for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
     const auto c = static_cast<engine::EngineCounter>(i);

@@ -9,11 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cc/dcqcn.h"
 #include "dpdk/eal.h"
 #include "perf/message.h"
 #include "perf/pattern.h"
@@ -50,6 +53,8 @@ constexpr const char* kUsage =
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
+    "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
+    "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
     "      --idle-qps N      with --sim or --ring: N more connected QP pairs that carry\n"
     "                        nothing (what the engine pays per poll for QPs it serves)\n"
     "      --workers         with --ring: each device's engine on its own thread (CPUs 0, 1);\n"
@@ -73,6 +78,7 @@ struct Options {
   std::string pcap;
   bool counters = false;
   bool workers = false;
+  std::optional<uroce::cc::DcqcnParams> dcqcn;
   std::uint32_t idle_qps = 0;
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
@@ -113,6 +119,21 @@ Options parse(int argc, const char* const* argv) {
     else if (a == "--json") o.json = number(i, "--json");
     else if (a == "--pcap") o.pcap = number(i, "--pcap");
     else if (a == "--counters") o.counters = true;
+    else if (a == "--dcqcn") {
+      const std::string v = number(i, "--dcqcn");
+      if (v == "on") {
+        o.dcqcn.emplace();
+      } else if (v != "off") {
+        std::ifstream in(v);
+        if (!in) usage_error("--dcqcn: cannot read '" + v + "' (give on, off, or a file like conf/dcqcn.conf)");
+        std::stringstream text;
+        text << in.rdbuf();
+        o.dcqcn.emplace();
+        if (const std::string err = uroce::cc::parse_dcqcn_params(text.str(), *o.dcqcn); !err.empty()) {
+          usage_error("--dcqcn " + v + ": " + err);
+        }
+      }
+    }
     else if (a == "--workers") o.workers = true;
     else if (a == "--idle-qps") o.idle_qps = static_cast<std::uint32_t>(to_u64(number(i, "--idle-qps"), "--idle-qps"));
     else if (a == "--ip") {
@@ -425,6 +446,7 @@ int main(int argc, char** argv) {
     ro.port_id = o.port_id;
     ro.tcp_port = o.tcp_port;
     ro.server = o.server;
+    ro.dcqcn = o.dcqcn ? &*o.dcqcn : nullptr;
     std::printf("uroce-perf %s %s %s: %u B messages, %llu iterations, MTU %u, %s\n", uroce::kVersion,
                 o.server.empty() ? "server" : "client", o.op.c_str(), o.size, static_cast<unsigned long long>(o.iters),
                 o.mtu, o.lat ? "latency" : "bandwidth");
@@ -446,7 +468,7 @@ int main(int argc, char** argv) {
     }
     if (const std::string w = uroce::dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
     std::string err;
-    ring = uroce::dpdk::RingPair::create("uroce_perf", err);
+    ring = uroce::dpdk::RingPair::create("uroce_perf", err, 1, o.dcqcn ? &*o.dcqcn : nullptr);
     if (!ring) {
       std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
       return 1;
@@ -469,7 +491,7 @@ int main(int argc, char** argv) {
   } else {
     uroce::sim::Impairments imp;
     imp.loss = o.loss;
-    uroce::sim::SimPair net(o.seed, imp, imp);
+    uroce::sim::SimPair net(o.seed, imp, imp, o.dcqcn ? &*o.dcqcn : nullptr);
     if (!o.pcap.empty() && !net.link.tap(o.pcap, r.error)) {
       std::fprintf(stderr, "uroce-perf: %s\n", r.error.c_str());
       return 1;

@@ -79,7 +79,7 @@ ibv_mtu mtu_enum(std::uint32_t b) {
 
 int run_remote(const RemoteOptions& o) {
   std::string error;
-  auto device = dpdk::Device::open(o.port_id, o.ip, "uroce-perf", error);
+  auto device = dpdk::Device::open(o.port_id, o.ip, "uroce-perf", error, 1, o.dcqcn);
   if (!device) {
     std::fprintf(stderr, "uroce-perf: %s\n", error.c_str());
     return 1;

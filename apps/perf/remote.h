@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <string>
 
+namespace uroce::cc {
+struct DcqcnParams;
+}  // namespace uroce::cc
+
 namespace uroce::perf {
 
 struct RemoteOptions {
@@ -23,6 +27,7 @@ struct RemoteOptions {
   std::uint16_t port_id = 0;
   std::uint16_t tcp_port = 18515;
   std::string server;    // empty: be the server
+  const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
 };
 
 // Runs one side. Returns the process exit status (0 ok, 1 failure).

@@ -36,7 +36,8 @@ std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, co
 }
 
 std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                     const std::string& name, std::string& error, std::uint16_t queues) {
+                                     const std::string& name, std::string& error, std::uint16_t queues,
+                                     const cc::DcqcnParams* dcqcn) {
   if (port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
     return nullptr;
@@ -53,7 +54,9 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   if (!d->port) return nullptr;
   d->queues = open_queues(*d->port, queues, ip);
   d->io = d->queues[0].get();
-  d->ctx = Context::open(device_config(d->queues, d->clock), error);
+  uroce::PortConfig config = device_config(d->queues, d->clock);
+  config.dcqcn = dcqcn;
+  d->ctx = Context::open(config, error);
   if (!d->ctx) return nullptr;
   telemetry_expose(d->ctx.get(), name);
   return d;

@@ -19,8 +19,10 @@ struct Device {
   // nullptr and a one-line `error` if there is no such port or it cannot
   // start (or has fewer than `queues` queue pairs). `name` is the device's
   // name in telemetry. One engine per queue.
+  // `dcqcn`: congestion control (nullptr: off); not owned.
   static std::unique_ptr<Device> open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                      const std::string& name, std::string& error, std::uint16_t queues = 1);
+                                      const std::string& name, std::string& error, std::uint16_t queues = 1,
+                                      const cc::DcqcnParams* dcqcn = nullptr);
   ~Device();
 
   std::unique_ptr<Port> port;

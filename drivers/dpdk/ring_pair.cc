@@ -6,7 +6,8 @@
 
 namespace uroce::dpdk {
 
-std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues) {
+std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues,
+                                           const cc::DcqcnParams* dcqcn) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
   if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) return nullptr;
@@ -30,8 +31,11 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   // the other waits, so they know each other from the start.
   pair->io_a->add_neighbor({10, 98, 0, 2}, pair->io_b->mac());
   pair->io_b->add_neighbor({10, 98, 0, 1}, pair->io_a->mac());
-  pair->a = Context::open(device_config(pair->queues_a, pair->clock), error);
-  pair->b = Context::open(device_config(pair->queues_b, pair->clock), error);
+  uroce::PortConfig ca = device_config(pair->queues_a, pair->clock);
+  uroce::PortConfig cb = device_config(pair->queues_b, pair->clock);
+  ca.dcqcn = cb.dcqcn = dcqcn;
+  pair->a = Context::open(ca, error);
+  pair->b = Context::open(cb, error);
   if (!pair->a || !pair->b) return nullptr;
   telemetry_expose(pair->a.get(), name + "-a");
   telemetry_expose(pair->b.get(), name + "-b");

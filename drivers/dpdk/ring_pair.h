@@ -20,7 +20,9 @@ class RingPair {
   // nullptr and `error` if the ports or devices cannot be set up. With
   // `queues` queue pairs per port (one engine each), queue i of one port
   // sends to queue i of the other.
-  static std::unique_ptr<RingPair> create(const std::string& name, std::string& error, std::uint16_t queues = 1);
+  // `dcqcn`: congestion control on both devices (nullptr: off); not owned.
+  static std::unique_ptr<RingPair> create(const std::string& name, std::string& error, std::uint16_t queues = 1,
+                                          const cc::DcqcnParams* dcqcn = nullptr);
   ~RingPair();
 
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

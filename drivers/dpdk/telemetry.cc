@@ -96,6 +96,13 @@ int qp_counters(const char*, const char* params, rte_tel_data* d) {
     const auto c = static_cast<transport::QpCounter>(i);
     rte_tel_data_add_dict_u64(d, transport::qp_counter_name(c), qp->counters.get(c));
   }
+  // DCQCN (reaction point): rates in Mb/s, alpha in millionths (22.11's
+  // telemetry has no floating-point values).
+  const transport::Qp::Congestion& cg = qp->congestion;
+  rte_tel_data_add_dict_u64(d, "dcqcn_active", cg.started ? 1 : 0);
+  rte_tel_data_add_dict_u64(d, "dcqcn_rate_mbps", cg.started ? static_cast<std::uint64_t>(cg.rate.rate_bps() / 1e6) : 0);
+  rte_tel_data_add_dict_u64(d, "dcqcn_target_mbps", cg.started ? static_cast<std::uint64_t>(cg.rate.target_bps() / 1e6) : 0);
+  rte_tel_data_add_dict_u64(d, "dcqcn_alpha_ppm", cg.started ? static_cast<std::uint64_t>(cg.rate.alpha() * 1e6) : 0);
   return 0;
 }
 

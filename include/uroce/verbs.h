@@ -225,6 +225,17 @@ class QueuePair {
   // an unknown name.
   std::uint64_t counter(const char* name) const;
 
+  // The QP's DCQCN state (reaction point). `enabled` false when the device
+  // runs without congestion control or the QP has sent nothing yet.
+  struct CongestionState {
+    bool enabled = false;
+    double rate_bps = 0;    // current rate Rc
+    double target_bps = 0;  // target rate Rt
+    double alpha = 0;
+    std::uint64_t cnps = 0; // CNPs that cut the rate
+  };
+  CongestionState congestion() const;
+
   struct Impl;
   QueuePair(Context* ctx, std::unique_ptr<Impl> impl);
   ~QueuePair();

@@ -492,6 +492,20 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
+QueuePair::CongestionState QueuePair::congestion() const {
+  return ctx_->impl().control([&] {
+    const transport::Qp::Congestion& c = impl_->qp.congestion;
+    CongestionState s;
+    if (!c.started) return s;
+    s.enabled = true;
+    s.rate_bps = c.rate.rate_bps();
+    s.target_bps = c.rate.target_bps();
+    s.alpha = c.rate.alpha();
+    s.cnps = c.rate.cnps();
+    return s;
+  });
+}
+
 std::uint64_t QueuePair::counter(const char* name) const {
   const transport::QpCounter c = transport::qp_counter_by_name(name);
   return c == transport::QpCounter::kCount ? 0 : impl_->qp.counters.get(c);
