@@ -44,6 +44,7 @@ TEST(SimSwitch, MarksOnTheBacklogByRedAndDropsPastTheBuffer) {
   e.kmax_bytes = 120'000;
   e.pmax = 0.5;
   e.buffer_bytes = 200'000;
+  e.mark_on_dequeue = false;  // each frame judged by the backlog it found
   const std::uint8_t mac[6] = {0x02, 0, 0, 0, 0, 1};
   engine::PacketIo& port = sw.add_port(mac, ibv_gid{}, e);
   // 300 frames at one instant: the backlog grows by one frame each.

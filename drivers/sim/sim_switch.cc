@@ -17,8 +17,10 @@ class SimSwitch::Port : public engine::PacketIo {
     std::uint16_t n = 0;
     while (n < max && !arriving_.empty() && arriving_.front().at <= now) {
       in_use_.push_back(std::move(arriving_.front().frame));
+      const std::uint64_t departed = arriving_.front().at - egress_.delay_ns;
       arriving_.pop_front();
       std::vector<std::uint8_t>& f = in_use_.back();
+      if (egress_.mark_on_dequeue) red(f, backlog(departed), sw_.rng_);
       frames[n++] = engine::RxFrame{f.data(), static_cast<std::uint16_t>(f.size()), nullptr};
       ++stats_.delivered;
       stats_.bytes_delivered += f.size();
@@ -63,15 +65,7 @@ class SimSwitch::Port : public engine::PacketIo {
       return;
     }
     ++stats_.enqueued;
-    // RED on the backlog this frame finds.
-    double p = 0;
-    if (q >= egress_.kmax_bytes) {
-      p = 1;
-    } else if (q > egress_.kmin_bytes) {
-      p = egress_.pmax * static_cast<double>(q - egress_.kmin_bytes) /
-          static_cast<double>(egress_.kmax_bytes - egress_.kmin_bytes);
-    }
-    if (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p && mark_ce(frame)) ++stats_.marked;
+    if (!egress_.mark_on_dequeue) red(frame, q, rng);
     // Serialization: preamble, IFG and FCS on the wire too.
     const auto wire_ns = static_cast<std::uint64_t>(static_cast<double>(frame.size() + 24) * 8 / egress_.gbps);
     busy_until_ = std::max(busy_until_, now) + wire_ns;
@@ -80,6 +74,18 @@ class SimSwitch::Port : public engine::PacketIo {
   }
 
   std::uint64_t next_arrival() const { return arriving_.empty() ? 0 : arriving_.front().at; }
+
+  // RED marking on backlog `q`.
+  void red(std::vector<std::uint8_t>& frame, std::uint64_t q, std::mt19937_64& rng) {
+    double p = 0;
+    if (q >= egress_.kmax_bytes) {
+      p = 1;
+    } else if (q > egress_.kmin_bytes) {
+      p = egress_.pmax * static_cast<double>(q - egress_.kmin_bytes) /
+          static_cast<double>(egress_.kmax_bytes - egress_.kmin_bytes);
+    }
+    if (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p && mark_ce(frame)) ++stats_.marked;
+  }
 
   SimSwitch& sw_;
   int index_;

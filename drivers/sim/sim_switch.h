@@ -1,7 +1,8 @@
 // A simulated Ethernet switch on the virtual clock: hosts attach to ports;
 // a frame goes to the port of its destination MAC and waits in that port's
 // egress queue, which drains at the port's rate. The queue marks ECN RED
-// style, on the backlog a frame finds: never below Kmin, with a probability
+// style, on the backlog a frame leaves behind as it departs (or the one it
+// finds on arrival, EgressConfig::mark_on_dequeue): never below Kmin, with a probability
 // rising linearly to Pmax at Kmax, always above Kmax (ECN-capable frames
 // only); and a frame that does not fit in the buffer is dropped (tail drop).
 // N senders into one receiver's port make its egress the bottleneck.
@@ -24,6 +25,9 @@ struct EgressConfig {
   std::uint64_t kmax_bytes = 200'000;
   double pmax = 0.01;
   std::uint64_t delay_ns = 1'000;         // propagation to the host
+  // RED on the backlog a frame leaves behind when it departs (feedback
+  // without the queueing delay), or on the backlog it finds on arrival.
+  bool mark_on_dequeue = true;
 };
 
 struct EgressStats {

@@ -1,0 +1,31 @@
+// A small RGB canvas written as PNG (stored deflate blocks, no compression
+// library): enough for the scenario plots of uroce-sim.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace uroce::simapp {
+
+struct Rgb {
+  std::uint8_t r, g, b;
+};
+
+class Canvas {
+ public:
+  Canvas(int width, int height, Rgb background);
+  void pixel(int x, int y, Rgb c);
+  void line(int x0, int y0, int x1, int y1, Rgb c);
+  void rect(int x0, int y0, int x1, int y1, Rgb c);  // outline
+  // False with `error` if the file cannot be written.
+  bool write_png(const std::string& path, std::string& error) const;
+  int width() const { return w_; }
+  int height() const { return h_; }
+
+ private:
+  int w_, h_;
+  std::vector<std::uint8_t> px_;
+};
+
+}  // namespace uroce::simapp

@@ -1,0 +1,97 @@
+// uroce-sim's scenarios, run as a user runs them: the files it writes and
+// what DCQCN achieves against what happens without it.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "test_seed.h"
+
+namespace uroce::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SimRun {
+  int status = -1;
+  std::string output;
+  std::string summary;
+  std::string csv_header;
+  std::string png_magic;
+};
+
+SimRun run_sim(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / ("uroce-sim-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  SimRun r;
+  FILE* p = popen((std::string(UROCE_SIM_BIN) + " " + args + " --out " + dir.string() + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  r.status = WEXITSTATUS(pclose(p));
+  std::ifstream s(dir / "summary.json");
+  std::stringstream ss;
+  ss << s.rdbuf();
+  r.summary = ss.str();
+  std::ifstream csv(dir / "timeseries.csv");
+  std::getline(csv, r.csv_header);
+  std::ifstream png(dir / "plot.png", std::ios::binary);
+  r.png_magic.resize(8);
+  png.read(r.png_magic.data(), 8);
+  fs::remove_all(dir);
+  return r;
+}
+
+double field(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\": ([0-9.e+-]+|true|false)"))) return -1;
+  if (m[1] == "true") return 1;
+  if (m[1] == "false") return 0;
+  return std::stod(m[1]);
+}
+
+TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  const SimRun on = run_sim("fairness --seed " + std::to_string(seed));
+  ASSERT_EQ(on.status, 0) << on.output;
+  EXPECT_EQ(on.csv_header, "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops");
+  EXPECT_EQ(on.png_magic, std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(field(on.summary, "data_intact"), 1) << on.summary;
+  EXPECT_EQ(field(on.summary, "drops"), 0) << "buffer = Kmax + one BDP";
+  EXPECT_GE(field(on.summary, "jain_last_half"), 0.95) << on.summary;
+  EXPECT_GE(field(on.summary, "utilisation"), 0.9) << on.summary;
+  EXPECT_GT(field(on.summary, "marks"), 0) << on.summary;
+
+  const SimRun off = run_sim("fairness --dcqcn off --seed " + std::to_string(seed));
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_EQ(field(off.summary, "data_intact"), 1) << "go-back-N still delivers what completes";
+  EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
+  EXPECT_LT(field(off.summary, "utilisation"), 0.5) << "the go-back-N collapse DCQCN prevents: " << off.summary;
+}
+
+TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
+  const SimRun r = run_sim("incast --flows 8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(field(r.summary, "flows"), 8);
+  EXPECT_EQ(field(r.summary, "drops"), 0) << r.summary;
+  EXPECT_EQ(field(r.summary, "data_intact"), 1);
+  EXPECT_LT(field(r.summary, "max_queue_bytes"), field(r.summary, "buffer_bytes"));
+}
+
+TEST(UroceSim, BadArgumentsSayHowToFixThem) {
+  const SimRun r = run_sim("nonsense");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unknown scenario 'nonsense'"), std::string::npos) << r.output;
+  const SimRun f = run_sim("fairness --flows 99");
+  EXPECT_EQ(f.status, 2);
+  EXPECT_NE(f.output.find("--flows takes 1 to 64"), std::string::npos) << f.output;
+}
+
+}  // namespace
+}  // namespace uroce::test
