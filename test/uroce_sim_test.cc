@@ -82,6 +82,7 @@ TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
   EXPECT_EQ(field(r.summary, "drops"), 0) << r.summary;
   EXPECT_EQ(field(r.summary, "data_intact"), 1);
   EXPECT_LT(field(r.summary, "max_queue_bytes"), field(r.summary, "buffer_bytes"));
+  EXPECT_GE(field(r.summary, "utilisation"), 0.9) << "over the last half: " << r.summary;
 }
 
 TEST(UroceSim, BadArgumentsSayHowToFixThem) {

@@ -65,8 +65,9 @@ Scenario builtin(const std::string& name, int flows) {
     s.bottleneck.buffer_bytes = 4'000'000;
   } else if (name == "join-leave") {
     s.flows = flows > 0 ? flows : 3;
-    s.duration_us = 40'000;
-    s.bottleneck.buffer_bytes = 200'000 + 12'500;
+    s.duration_us = 60'000;
+    // A flow joins at line rate: room for that burst above Kmax.
+    s.bottleneck.buffer_bytes = 1'000'000;
   } else {
     usage_error("unknown scenario '" + name + "' (fairness, incast, join-leave, or a file)");
   }
@@ -293,7 +294,8 @@ int main(int argc, char** argv) {
       }
       bool any_on = false;
       for (std::size_t f = 0; f < fl.size(); ++f) any_on = any_on || (t_us > sc.active[f].first && t_us <= sc.active[f].second);
-      if (any_on && t_us > 1000) {
+      // Utilisation over the last half (as Jain's index), while a flow sends.
+      if (any_on && t_us > sc.duration_us / 2) {
         busy_delivered_bytes += sample_bytes;
         ++busy_samples;
       }
@@ -327,7 +329,7 @@ int main(int argc, char** argv) {
   }
   if (!intact && failure.empty()) failure = "received data differs from what was sent";
 
-  // Summary: throughput over the last half, Jain's index, utilisation.
+  // Summary over the last half: throughputs, Jain's index, utilisation.
   const sim::EgressStats& st = fabric.sw.stats(0);
   const double half_s = static_cast<double>(sc.duration_us) / 2 * 1e-6;
   std::vector<double> tput;
@@ -344,6 +346,35 @@ int main(int argc, char** argv) {
   const double utilisation = busy_samples > 0 ? static_cast<double>(busy_delivered_bytes) * 8 /
                                                     (static_cast<double>(busy_samples * sc.sample_us) * 1e-6) / (sc.gbps * 1e9)
                                               : 0;
+  // Convergence after every change: between two consecutive joins or
+  // leaves, the flows that send over the last 40% of that phase, each
+  // against the fair share (link rate / flows sending); the worst deviation.
+  std::vector<std::uint64_t> events = {0, sc.duration_us};
+  for (const auto& [start, stop] : sc.active) {
+    events.push_back(start);
+    events.push_back(stop);
+  }
+  std::sort(events.begin(), events.end());
+  events.erase(std::unique(events.begin(), events.end()), events.end());
+  std::vector<double> phase_deviation;
+  for (std::size_t e = 0; e + 1 < events.size(); ++e) {
+    const std::uint64_t from = events[e] + (events[e + 1] - events[e]) * 6 / 10, to = events[e + 1];
+    std::vector<std::size_t> sending;
+    for (std::size_t f = 0; f < fl.size(); ++f) {
+      if (sc.active[f].first <= events[e] && sc.active[f].second >= to) sending.push_back(f);
+    }
+    if (sending.empty() || to - from < 2 * sc.sample_us) continue;
+    const double fair = sc.gbps * 1e9 / static_cast<double>(sending.size());
+    double worst = 0;
+    for (std::size_t f : sending) {
+      double sum_rate = 0;
+      std::size_t n = 0;
+      for (std::size_t i = from / sc.sample_us; i < to / sc.sample_us && i < fl[f].rate.size(); ++i, ++n) sum_rate += fl[f].rate[i];
+      if (n > 0) worst = std::max(worst, std::abs(sum_rate / static_cast<double>(n) - fair) / fair);
+    }
+    phase_deviation.push_back(worst);
+  }
+
   std::ofstream js(out + "/summary.json");
   js << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"flows\": " << sc.flows << ",\n  \"seed\": " << seed
      << ",\n  \"dcqcn\": " << (dcqcn ? "true" : "false") << ",\n  \"duration_us\": " << sc.duration_us
@@ -352,7 +383,9 @@ int main(int argc, char** argv) {
   for (std::size_t f = 0; f < tput.size(); ++f) js << (f ? ", " : "") << static_cast<std::uint64_t>(tput[f]);
   js << "],\n  \"jain_last_half\": " << jain << ",\n  \"utilisation\": " << utilisation
      << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"marks\": " << st.marked
-     << ",\n  \"drops\": " << st.dropped << ",\n  \"data_intact\": " << (intact ? "true" : "false") << "\n}\n";
+     << ",\n  \"drops\": " << st.dropped << ",\n  \"phase_fair_share_deviation\": [";
+  for (std::size_t i = 0; i < phase_deviation.size(); ++i) js << (i ? ", " : "") << phase_deviation[i];
+  js << "],\n  \"data_intact\": " << (intact ? "true" : "false") << "\n}\n";
 
   // Plot: rates on top (0 to the link rate), the queue below.
   simapp::Canvas cv(1000, 600, {255, 255, 255});
@@ -388,7 +421,9 @@ int main(int argc, char** argv) {
   std::printf("uroce-sim %s: %d flows, DCQCN %s, %llu us\n", sc.name.c_str(), sc.flows, dcqcn ? "on" : "off",
               static_cast<unsigned long long>(sc.duration_us));
   for (std::size_t f = 0; f < tput.size(); ++f) std::printf("  flow %zu: %.2f Gb/s over the last half\n", f, tput[f] / 1e9);
-  std::printf("  Jain %.3f, utilisation %.2f, max queue %llu B, marks %llu, drops %llu, data %s\n", jain, utilisation,
+  std::printf("  worst deviation from the fair share per phase:");
+  for (double d : phase_deviation) std::printf(" %.0f%%", d * 100);
+  std::printf("\n  Jain %.3f, utilisation %.2f, max queue %llu B, marks %llu, drops %llu, data %s\n", jain, utilisation,
               static_cast<unsigned long long>(st.max_queue_bytes), static_cast<unsigned long long>(st.marked),
               static_cast<unsigned long long>(st.dropped), intact ? "intact" : "NOT intact");
   if (!ok || !intact) {
