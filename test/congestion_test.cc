@@ -183,6 +183,71 @@ TEST(Congestion, AQpSendsAtItsRate) {
   EXPECT_GT(checked, 100u);
 }
 
+// 1,000 QPs on one engine, each paced at 25 Mb/s: together they keep the
+// 25 Gb/s the rates add up to (on virtual time: the pacing schedule, not the
+// CPU, is what is measured here).
+TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 25e6;
+  cp.min_rate_bps = 1e6;
+  sim::SimPair net(11, {}, {}, &cp);
+  ProtectionDomain* pda = net.a->alloc_pd();
+  ProtectionDomain* pdb = net.b->alloc_pd();
+  CompletionQueue* cqa = net.a->create_cq(16384);
+  CompletionQueue* cqb = net.b->create_cq(16384);
+  constexpr int kQps = 1000, kMsgs = 8;
+  std::vector<std::uint8_t> src(4096, 0x42);
+  std::vector<std::uint8_t> dst(4096);
+  MemoryRegion* mra = pda->reg_mr(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+  MemoryRegion* mrb = pdb->reg_mr(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ConnectParams params;
+  params.mtu = IBV_MTU_4096;
+  std::vector<QueuePair*> qps;
+  for (int i = 0; i < kQps; ++i) {
+    QpInitAttr init;
+    init.cap = ibv_qp_cap{kMsgs + 1, 1, 1, 1, 0};
+    init.send_cq = init.recv_cq = cqa;
+    QueuePair* qa = pda->create_qp(init);
+    init.send_cq = init.recv_cq = cqb;
+    QueuePair* qb = pdb->create_qp(init);
+    ASSERT_TRUE(qa && qb) << net.a->last_error();
+    ASSERT_EQ(net.connect(qa, qb, params), 0);
+    qps.push_back(qa);
+  }
+  const std::uint64_t t0 = net.clock.now_ns();
+  for (QueuePair* qa : qps) {
+    for (int m = 0; m < kMsgs; ++m) {
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(src.data()), 4096, mra->lkey};
+      ibv_send_wr wr{};
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(dst.data());
+      wr.wr.rdma.rkey = mrb->rkey;
+      ibv_send_wr* bad = nullptr;
+      ASSERT_EQ(qa->post_send(&wr, &bad), 0);
+    }
+  }
+  std::size_t done = 0, failed = 0;
+  ibv_wc wc[64];
+  ASSERT_TRUE(net.run_until([&] {
+    for (int k; (k = cqa->poll(64, wc)) > 0;) {
+      for (int i = 0; i < k; ++i) failed += wc[i].status != IBV_WC_SUCCESS;
+      done += static_cast<std::size_t>(k);
+    }
+    return done == static_cast<std::size_t>(kQps * kMsgs);
+  }));
+  EXPECT_EQ(failed, 0u);
+  // Each QP's first frame leaves at once; the other 7 follow at 25 Mb/s.
+  const double frame_bits = (4096 + 74 + 24) * 8.0;
+  const double expect_ns = (kMsgs - 1) * frame_bits / 25e6 * 1e9;
+  const double ns = static_cast<double>(net.clock.now_ns() - t0);
+  EXPECT_GT(ns, expect_ns * 0.98) << "faster than the rates allow";
+  EXPECT_LT(ns, expect_ns * 1.05) << "the pacing schedule lost time";
+  EXPECT_EQ(dst[4095], 0x42);
+}
+
 // A CNP built by hand for `dest_qp`, as a peer would send it.
 std::vector<std::uint8_t> cnp_frame(std::uint32_t dest_qp) {
   wire::FrameSpec s;

@@ -1,6 +1,7 @@
 #include "cc/dcqcn.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -60,19 +61,24 @@ void DcqcnRate::on_sent(std::uint64_t bytes) {
 }
 
 void DcqcnRate::advance(std::uint64_t now_ns) {
-  // Both timers, earliest first, each period that has passed.
-  for (;;) {
-    const bool alpha_first = alpha_due_ <= rate_due_;
-    const std::uint64_t due = alpha_first ? alpha_due_ : rate_due_;
-    if (due > now_ns) return;
-    if (alpha_first) {
-      alpha_ = (1 - p_->g) * alpha_;
-      alpha_due_ += p_->alpha_period_ns;
-    } else {
-      ++t_;
-      increase();
-      rate_due_ += p_->rate_period_ns;
+  // The two timers do not depend on each other: each runs every period that
+  // has passed. A QP that was quiet for a while catches up at once.
+  if (alpha_due_ <= now_ns) {
+    const std::uint64_t k = (now_ns - alpha_due_) / p_->alpha_period_ns + 1;
+    alpha_ *= k == 1 ? 1 - p_->g : std::pow(1 - p_->g, static_cast<double>(k));
+    alpha_due_ += k * p_->alpha_period_ns;
+  }
+  while (rate_due_ <= now_ns) {
+    if (rc_ >= p_->line_rate_bps && rt_ >= p_->line_rate_bps) {
+      // At line rate nothing can rise: only the step count moves on.
+      const std::uint64_t k = (now_ns - rate_due_) / p_->rate_period_ns + 1;
+      t_ += static_cast<std::uint32_t>(std::min<std::uint64_t>(k, 1u << 30));
+      rate_due_ += k * p_->rate_period_ns;
+      return;
     }
+    ++t_;
+    increase();
+    rate_due_ += p_->rate_period_ns;
   }
 }
 

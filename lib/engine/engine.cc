@@ -212,7 +212,9 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       transport::rp_on_cnp(*qp, env_);
     } else {
       // CE: congestion on the way here; the sender hears of it by CNP.
-      if (p.ecn() == 3 && env_.dcqcn != nullptr) [[unlikely]] transport::np_on_ce(*qp, env_);
+      if (p.ecn() == 3 && env_.dcqcn != nullptr && transport::np_on_ce(*qp, env_)) [[unlikely]] {
+        cnp_due_.push_back(qp->qpn);
+      }
       if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
       else transport::completer_on_response(*qp, env_, p);
     }
@@ -229,10 +231,14 @@ void Engine::transmit() {
   // answers (they free the peer's window), then requests; QPs take turns
   // from a rotating start so none starves.
   std::size_t last = tx_cursor_;
-  for (std::size_t k = 0; env_.dcqcn != nullptr && k < nq && count < kBurst; ++k) {
-    transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
-    count = static_cast<std::uint16_t>(count + transport::cnp_fill(*qp, env_, tx_.data() + count, kBurst - count));
+  std::size_t cnps = 0;
+  for (; cnps < cnp_due_.size() && count < kBurst; ++cnps) {
+    // By QPN: a QP destroyed since owes nothing.
+    if (transport::Qp* qp = find_qp(cnp_due_[cnps])) {
+      count = static_cast<std::uint16_t>(count + transport::cnp_fill(*qp, env_, tx_.data() + count, kBurst - count));
+    }
   }
+  cnp_due_.erase(cnp_due_.begin(), cnp_due_.begin() + static_cast<std::ptrdiff_t>(cnps));
   for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
     transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
     count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, kBurst - count));

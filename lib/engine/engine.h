@@ -117,6 +117,7 @@ class Engine {
   std::vector<transport::Qp*> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<transport::Qp*> active_;  // QPs to serve in this poll
+  std::vector<std::uint32_t> cnp_due_;  // QPNs that owe their peer a CNP
   bool burst_full_ = false;             // the last transmit filled its burst
   TimerWheel timers_;
   std::size_t tx_cursor_ = 0;  // round-robin start among active QPs

@@ -28,16 +28,17 @@ void start_rate(Qp& qp, const Env& env) {
 
 }  // namespace
 
-void np_on_ce(Qp& qp, Env& env) {
+bool np_on_ce(Qp& qp, Env& env) {
   qp.counters.add(QpCounter::ce_marked_received);
-  if (env.dcqcn == nullptr || !env.dcqcn->enabled || !qp.receives()) return;
+  if (env.dcqcn == nullptr || !env.dcqcn->enabled || !qp.receives()) return false;
   Qp::Congestion& c = qp.congestion;
   // At most one CNP per QP per interval, counted from the mark that asked
   // for the last one.
-  if (c.cnp_due || (c.cnp_sent && env.now - c.last_cnp_ns < env.dcqcn->cnp_interval_ns)) return;
+  if (c.cnp_due || (c.cnp_sent && env.now - c.last_cnp_ns < env.dcqcn->cnp_interval_ns)) return false;
   c.cnp_due = true;
   c.cnp_sent = true;
   c.last_cnp_ns = env.now;
+  return true;
 }
 
 std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {

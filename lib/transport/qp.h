@@ -301,7 +301,8 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
 
 // congestion.cc: DCQCN. A RoCE packet for this QP arrived marked CE (the
 // notification point owes the sender a CNP, at most one per interval).
-void np_on_ce(Qp& qp, Env& env);
+// True when a CNP has just become due (cnp_fill sends it).
+bool np_on_ce(Qp& qp, Env& env);
 // Up to `room` CNPs (0 or 1) into `out`: BTH opcode 0x81 with BECN to the
 // peer QP, 16 reserved bytes, the ICRC (Annex A17.9.3).
 std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
