@@ -65,6 +65,11 @@ TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   EXPECT_EQ(field(on.summary, "data_intact"), 1) << on.summary;
   EXPECT_EQ(field(on.summary, "drops"), 0) << "buffer = Kmax + one BDP";
   EXPECT_GE(field(on.summary, "jain_last_half"), 0.95) << on.summary;
+  // Both flows within 10% of the fair share (10 Gb/s / 2).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(on.summary, m, std::regex(R"("throughput_last_half_bps": \[([0-9]+), ([0-9]+)\])")))
+      << on.summary;
+  for (int i = 1; i <= 2; ++i) EXPECT_NEAR(std::stod(m[i]), 5e9, 0.5e9) << "flow " << i - 1 << ": " << on.summary;
   EXPECT_GE(field(on.summary, "utilisation"), 0.9) << on.summary;
   EXPECT_GT(field(on.summary, "marks"), 0) << on.summary;
 

@@ -57,6 +57,8 @@ Scenario builtin(const std::string& name, int flows) {
   s.bottleneck.pmax = 0.01;
   if (name == "fairness") {
     s.flows = flows > 0 ? flows : 2;
+    // DCQCN converges slowly (tens of ms at 10 Gb/s): the last half of 60 ms.
+    s.duration_us = 60'000;
     // Kmax plus one bandwidth-delay product (10 Gb/s x ~10 us).
     s.bottleneck.buffer_bytes = 200'000 + 12'500;
   } else if (name == "incast") {

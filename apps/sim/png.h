@@ -1,5 +1,5 @@
-// A small RGB canvas written as PNG (stored deflate blocks, no compression
-// library): enough for the scenario plots of uroce-sim.
+// A small RGB canvas written as PNG (deflate by ISA-L, our CRC-32): enough
+// for the scenario plots of uroce-sim.
 #pragma once
 
 #include <cstdint>
