@@ -297,5 +297,68 @@ TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
   EXPECT_TRUE(port.inbox.empty());
 }
 
+// On a VLAN-tagged path, a CNP carries the configured 802.1p priority (and
+// the QP's own traffic keeps its tag).
+TEST(Congestion, CnpsOnATaggedPathCarryTheConfiguredPriority) {
+  cc::DcqcnParams cp = params();
+  cp.cnp_priority = 6;
+  ScriptedPort port;
+  sim::VirtualClock clock;
+  PortConfig cfg;
+  cfg.io = &port;
+  cfg.clock = &clock;
+  cfg.dcqcn = &cp;
+  ibv_gid gid{};
+  gid.raw[10] = gid.raw[11] = 0xff;
+  gid.raw[12] = 10;
+  gid.raw[15] = 1;
+  cfg.gid = gid;
+  std::string error;
+  auto ctx = Context::open(cfg, error);
+  ASSERT_NE(ctx, nullptr) << error;
+  ProtectionDomain* pd = ctx->alloc_pd();
+  CompletionQueue* cq = ctx->create_cq(16);
+  QpInitAttr init;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  init.send_cq = init.recv_cq = cq;
+  QueuePair* qp = pd->create_qp(init);
+  ibv_gid peer = gid;
+  peer.raw[15] = 2;
+  ASSERT_EQ(connect_rc(qp, peer, 0x99, 0x100, 0x200, ConnectParams{}), 0) << ctx->last_error();
+  transport::Qp& t = testing::transport_qp(qp);
+  t.tx_template.vlan_tci = 0x0064;  // VLAN 100, priority 0
+  // A CE-marked SEND from the peer (no receive posted: an RNR NAK too).
+  wire::FrameSpec s = t.tx_template;
+  std::swap(s.eth_src, s.eth_dst);
+  std::swap(s.src4, s.dst4);
+  s.tos = 3;
+  s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+  s.bth.dest_qp.set(qp->qp_num());
+  s.bth.psn.set(0x200);
+  const std::array<std::uint8_t, 8> payload{};
+  std::vector<std::uint8_t> f(256);
+  f.resize(wire::build_frame(s, payload, f));
+  ASSERT_FALSE(f.empty());
+  port.inbox.push_back(f);
+  ctx->progress();
+  ASSERT_EQ(qp->counter("ce_marked_received"), 1u);
+  ASSERT_EQ(qp->counter("cnps_sent"), 1u);
+  bool seen = false;
+  for (const auto& sent : port.sent) {
+    wire::ParsedFrame p;
+    ASSERT_EQ(wire::parse_frame(sent, p), wire::ParseStatus::kOk);
+    ASSERT_TRUE(p.has_vlan);
+    if (p.opcode == static_cast<std::uint8_t>(wire::Opcode::kCnp)) {
+      seen = true;
+      EXPECT_EQ(p.vlan_tci >> 13, 6) << "CNP priority";
+      EXPECT_EQ(p.vlan_tci & 0xfff, 100);
+      EXPECT_EQ(p.bth().dest_qp.get(), 0x99u);
+    } else {
+      EXPECT_EQ(p.vlan_tci, 0x0064) << "the QP's own frames keep their tag";
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
 }  // namespace
 }  // namespace uroce::test

@@ -3,6 +3,7 @@
 // machine itself is lib/cc/dcqcn.h.
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "transport/qp.h"
 #include "wire/opcode.h"
@@ -51,9 +52,12 @@ std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room)
   wire::FrameSpec& t = qp.tx_template;
   const std::uint8_t tos = t.tos;
   const std::uint8_t traffic_class = t.traffic_class;
+  const std::optional<std::uint16_t> vlan = t.vlan_tci;
   const auto cnp_class = static_cast<std::uint8_t>(env.dcqcn->cnp_dscp << 2);
   t.tos = cnp_class;
   t.traffic_class = cnp_class;
+  // On a VLAN-tagged path the CNP's 802.1p priority too (PCP, the top 3 bits).
+  if (vlan) t.vlan_tci = static_cast<std::uint16_t>((*vlan & 0x1fff) | (env.dcqcn->cnp_priority & 7) << 13);
   wire::Bth& b = t.bth;
   b.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
   b.set_flags(false, false, 0);
@@ -68,6 +72,7 @@ std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room)
   b.set_becn(false);
   t.tos = tos;
   t.traffic_class = traffic_class;
+  t.vlan_tci = vlan;
   qp.counters.add(QpCounter::cnps_sent);
   return 1;
 }
