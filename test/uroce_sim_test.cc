@@ -88,6 +88,24 @@ TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
   EXPECT_EQ(field(r.summary, "data_intact"), 1);
   EXPECT_LT(field(r.summary, "max_queue_bytes"), field(r.summary, "buffer_bytes"));
   EXPECT_GE(field(r.summary, "utilisation"), 0.9) << "over the last half: " << r.summary;
+  // Without DCQCN the same incast overflows the 4 MB buffer and goes back N.
+  const SimRun off = run_sim("incast --flows 8 --dcqcn off");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
+  EXPECT_LT(field(off.summary, "utilisation"), 0.8) << off.summary;
+  EXPECT_EQ(field(off.summary, "data_intact"), 1);
+}
+
+TEST(UroceSim, JoinLeaveStaysLosslessAndBusyWithDcqcnNotWithout) {
+  const SimRun on = run_sim("join-leave");
+  ASSERT_EQ(on.status, 0) << on.output;
+  EXPECT_EQ(field(on.summary, "drops"), 0) << on.summary;
+  EXPECT_GE(field(on.summary, "utilisation"), 0.9) << on.summary;
+  EXPECT_NE(on.summary.find("\"phase_fair_share_deviation\": ["), std::string::npos);
+  const SimRun off = run_sim("join-leave --dcqcn off");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
+  EXPECT_LT(field(off.summary, "utilisation"), 0.8) << off.summary;
 }
 
 TEST(UroceSim, BadArgumentsSayHowToFixThem) {
