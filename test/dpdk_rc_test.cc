@@ -84,6 +84,21 @@ struct Devices {
     return got;
   }
 
+  // One signaled WRITE of `len` bytes from bufa to bufb, waited for.
+  std::size_t write(std::uint32_t len) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufa), len, mra->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(bufb);
+    wr.wr.rdma.rkey = mrb->rkey;
+    ibv_send_wr* bad = nullptr;
+    if (qa->post_send(&wr, &bad) != 0) return 0;
+    return wait(cqa, 1).size();
+  }
+
   static constexpr std::size_t kBytes = 8u << 20;
   std::unique_ptr<dpdk::RingPair> pair;
   ProtectionDomain* pda = nullptr;
@@ -453,17 +468,7 @@ TEST(DpdkTelemetry, CountersAreReadableAtRunTime) {
   Devices d("tel");
   ASSERT_NE(d.pair, nullptr);
   std::memset(d.bufa, 7, 4096);
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(d.bufa), 4096, d.mra->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb);
-  wr.wr.rdma.rkey = d.mrb->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(d.qa->post_send(&wr, &bad), 0);
-  ASSERT_EQ(d.wait(d.cqa, 1).size(), 1u);
+  ASSERT_EQ(d.write(4096), 1u);
   const std::string devices = telemetry("/uroce/devices");
   EXPECT_NE(devices.find("\"tel-a\""), std::string::npos) << devices;
   // Our devices are the last two exposed.
@@ -491,17 +496,7 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   params.line_rate_bps = 25e9;
   Devices d("dcq", false, &params);
   ASSERT_NE(d.pair, nullptr);
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(d.bufa), 65536, d.mra->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb);
-  wr.wr.rdma.rkey = d.mrb->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(d.qa->post_send(&wr, &bad), 0);
-  ASSERT_EQ(d.wait(d.cqa, 1).size(), 1u);
+  ASSERT_EQ(d.write(65536), 1u);
   const QueuePair::CongestionState cs = d.qa->congestion();
   EXPECT_TRUE(cs.enabled);
   EXPECT_EQ(cs.rate_bps, 25e9);

@@ -1,6 +1,6 @@
 #include "sim/sim_fabric.h"
 
-#include "engine/engine.h"
+#include "sim/step.h"
 
 namespace uroce::sim {
 
@@ -28,18 +28,10 @@ Context& SimFabric::add_host(const EgressConfig& egress) {
 }
 
 bool SimFabric::step() {
-  std::size_t moved = 0;
-  for (auto& h : hosts) moved += h->progress();
-  if (moved > 0) return true;
-  std::uint64_t next = sw.next_delivery_ns();
-  for (auto& h : hosts) {
-    const std::uint64_t t = h->engine().next_timer_ns();
-    if (t != 0 && (next == 0 || t < next)) next = t;
-  }
-  if (next == 0) return false;
-  if (next <= clock.now_ns()) clock.advance(1);
-  else clock.advance_to(next);
-  return true;
+  std::vector<Context*> devices;
+  devices.reserve(hosts.size());
+  for (auto& h : hosts) devices.push_back(h.get());
+  return step_devices(clock, devices, sw.next_delivery_ns());
 }
 
 }  // namespace uroce::sim

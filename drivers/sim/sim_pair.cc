@@ -1,6 +1,6 @@
 #include "sim/sim_pair.h"
 
-#include "engine/engine.h"
+#include "sim/step.h"
 
 namespace uroce::sim {
 namespace {
@@ -44,15 +44,8 @@ int SimPair::connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p) {
 }
 
 bool SimPair::step() {
-  if (a->progress() + b->progress() > 0) return true;
-  std::uint64_t next = 0;
-  for (std::uint64_t t : {link.next_delivery_ns(), a->engine().next_timer_ns(), b->engine().next_timer_ns()}) {
-    if (t != 0 && (next == 0 || t < next)) next = t;
-  }
-  if (next == 0) return false;
-  if (next <= clock.now_ns()) clock.advance(1);
-  else clock.advance_to(next);
-  return true;
+  Context* const devices[] = {a.get(), b.get()};
+  return step_devices(clock, devices, link.next_delivery_ns());
 }
 
 }  // namespace uroce::sim
