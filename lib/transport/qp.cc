@@ -56,6 +56,7 @@ void reset_queues(Qp& qp) {
   qp.sq_retired.store(0, std::memory_order_release);
   qp.rq_published.store(0, std::memory_order_release);
   qp.rq_retired.store(0, std::memory_order_release);
+  qp.sched.sq_retired = qp.sched.rq_retired = 0;
   qp.req = Qp::Requester{};
   qp.comp = Qp::Completer{};
   std::vector<ResponderResource> resources = std::move(qp.resp.resources);
@@ -294,8 +295,14 @@ void sync_from_app(Qp& qp) {
 }
 
 void publish_to_app(Qp& qp) {
-  qp.sq_retired.store(qp.comp_next, std::memory_order_release);
-  qp.rq_retired.store(qp.rq_next, std::memory_order_release);
+  if (qp.sched.sq_retired != qp.comp_next) {
+    qp.sched.sq_retired = qp.comp_next;
+    qp.sq_retired.store(qp.comp_next, std::memory_order_release);
+  }
+  if (qp.sched.rq_retired != qp.rq_next) {
+    qp.sched.rq_retired = qp.rq_next;
+    qp.rq_retired.store(qp.rq_next, std::memory_order_release);
+  }
 }
 
 }  // namespace uroce::transport

@@ -196,6 +196,11 @@ struct Qp {
     std::uint32_t slot = 0;
     bool active = false;
     std::uint64_t timer_at = 0;
+    // What publish_to_app last stored in sq_retired / rq_retired: a cursor
+    // that has not moved is not stored again (the application thread's
+    // cache line stays put).
+    std::uint32_t sq_retired = 0;
+    std::uint32_t rq_retired = 0;
   } sched;
 
   // Send queue. Cursors run free; a slot is sq[i].
