@@ -52,9 +52,14 @@ Scenario builtin(const std::string& name, int flows) {
   Scenario s;
   s.name = name;
   s.bottleneck.gbps = 10;
+  // RED: Kmin 5 KB, Kmax 200 KB as in the DCQCN paper's evaluation; Pmax
+  // 20%: with 1% the queue rode at Kmax, where every packet is marked and
+  // each flow gets one CNP per interval whatever its rate, so unequal flows
+  // kept their ratio (fairness: 11 of 12 seeds within 10% of the fair
+  // share; with 20%: 12 of 12, and the queue peaks at ~140 KB, not ~210).
   s.bottleneck.kmin_bytes = 5'000;
   s.bottleneck.kmax_bytes = 200'000;
-  s.bottleneck.pmax = 0.01;
+  s.bottleneck.pmax = 0.2;
   if (name == "fairness") {
     s.flows = flows > 0 ? flows : 2;
     // DCQCN converges slowly (tens of ms at 10 Gb/s): the last half of 60 ms.

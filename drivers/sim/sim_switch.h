@@ -21,9 +21,9 @@ namespace uroce::sim {
 struct EgressConfig {
   double gbps = 10;                       // drain rate
   std::uint64_t buffer_bytes = 1u << 20;  // tail drop beyond this backlog
-  std::uint64_t kmin_bytes = 5'000;       // RED marking thresholds (DCQCN paper's switch settings)
+  std::uint64_t kmin_bytes = 5'000;       // RED marking thresholds
   std::uint64_t kmax_bytes = 200'000;
-  double pmax = 0.01;
+  double pmax = 0.2;
   std::uint64_t delay_ns = 1'000;         // propagation to the host
   // RED on the backlog a frame leaves behind when it departs (feedback
   // without the queueing delay), or on the backlog it finds on arrival.
