@@ -308,10 +308,7 @@ TEST(Congestion, CnpsOnATaggedPathCarryTheConfiguredPriority) {
   cfg.io = &port;
   cfg.clock = &clock;
   cfg.dcqcn = &cp;
-  ibv_gid gid{};
-  gid.raw[10] = gid.raw[11] = 0xff;
-  gid.raw[12] = 10;
-  gid.raw[15] = 1;
+  const ibv_gid gid = ipv4_gid({10, 0, 0, 1});
   cfg.gid = gid;
   std::string error;
   auto ctx = Context::open(cfg, error);

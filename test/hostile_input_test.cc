@@ -38,8 +38,7 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   PortConfig cfg;
   cfg.io = &port;
   cfg.clock = &clock;
-  cfg.gid.raw[10] = cfg.gid.raw[11] = 0xff;
-  cfg.gid.raw[12] = 10;
+  cfg.gid = ipv4_gid({10, 0, 0, 0});
   std::string error;
   auto ctx = Context::open(cfg, error);
   ProtectionDomain* pd = ctx->alloc_pd();

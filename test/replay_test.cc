@@ -185,7 +185,7 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   PortConfig cfg;
   cfg.io = &port;
   cfg.clock = &clock;
-  cfg.gid.raw[10] = cfg.gid.raw[11] = 0xff;
+  cfg.gid = ipv4_gid({0, 0, 0, 0});
   auto ctx = Context::open(cfg, error);
   ProtectionDomain* pd = ctx->alloc_pd();
   CompletionQueue* cq = ctx->create_cq(65536);
@@ -266,7 +266,7 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+  a.ah_attr.grh.dgid = ipv4_gid({0, 0, 0, 0});
   if (qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
     error = ctx->last_error();

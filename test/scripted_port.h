@@ -30,10 +30,8 @@ class ScriptedPort : public engine::PacketIo {
     tx_count += n;
     if (!keep_sent) return n;
     for (std::uint16_t i = 0; i < n; ++i) {
-      const wire::TxFrame& f = frames[i];
-      std::vector<std::uint8_t> bytes(f.hdr.begin(), f.hdr.begin() + f.hdr_len);
-      for (int k = 0; k < f.npieces; ++k) bytes.insert(bytes.end(), f.pieces[k].begin(), f.pieces[k].end());
-      bytes.insert(bytes.end(), f.trailer.begin(), f.trailer.begin() + f.trailer_len);
+      std::vector<std::uint8_t> bytes(frames[i].frame_bytes());
+      frames[i].copy_to(bytes.data());
       sent.push_back(std::move(bytes));
     }
     return n;

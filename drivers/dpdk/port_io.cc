@@ -13,6 +13,7 @@
 #include <rte_ring.h>
 
 #include "dpdk/rte.h"
+#include "uroce/verbs.h"
 #include "wire/headers.h"
 
 namespace uroce::dpdk {
@@ -56,12 +57,7 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
 
 PortIo::~PortIo() = default;
 
-ibv_gid PortIo::gid() const {
-  ibv_gid g{};
-  g.raw[10] = g.raw[11] = 0xff;
-  std::memcpy(g.raw + 12, ip_.data(), 4);
-  return g;
-}
+ibv_gid PortIo::gid() const { return uroce::ipv4_gid(ip_); }
 
 ibv_gid PortIo::link_local() const {
   ibv_gid g{};
@@ -169,13 +165,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
         ++counters_.tx_dropped_no_mbuf;
         break;
       }
-      std::memcpy(p, f.hdr.data(), f.hdr_len);
-      p += f.hdr_len;
-      for (int k = 0; k < f.npieces; ++k) {
-        std::memcpy(p, f.pieces[k].data(), f.pieces[k].size());
-        p += f.pieces[k].size();
-      }
-      std::memcpy(p, f.trailer.data(), f.trailer_len);
+      f.copy_to(p);
       counters_.tx_copied_bytes += payload;
       mark_offloads(head, f);
       origin[built] = i;
@@ -432,38 +422,24 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
 
 bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
   static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid.raw, kV4Mapped, 12) != 0) {
-    std::array<std::uint8_t, 16> key;
-    std::memcpy(key.data(), gid.raw, 16);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    auto next_request = std::chrono::steady_clock::now();
-    while (!lookup(key, mac)) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now > deadline) return false;
-      if (now >= next_request) {
-        send_nd(true, gid, gid, {});
-        next_request = now + std::chrono::milliseconds(200);
-      }
-      std::array<engine::RxFrame, 32> frames;
-      const std::uint16_t n = rx_burst(frames.data(), 32);
-      rx_release(frames.data(), n);
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    return true;
-  }
+  const bool v4 = std::memcmp(gid.raw, kV4Mapped, 12) == 0;
   std::array<std::uint8_t, 4> ip;
+  std::array<std::uint8_t, 16> ip6;
   std::memcpy(ip.data(), gid.raw + 12, 4);
+  std::memcpy(ip6.data(), gid.raw, 16);
+  // Ask every 200 ms (ARP, or a neighbour solicitation) and poll this
+  // queue for the answer, for a second at most. RoCE frames that arrive on
+  // it meanwhile are dropped; their QPs get them again by retransmission.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   auto next_request = std::chrono::steady_clock::now();
-  while (!lookup(ip, mac)) {
+  while (!(v4 ? lookup(ip, mac) : lookup(ip6, mac))) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) return false;
     if (now >= next_request) {
-      send_arp(wire::kArpRequest, {}, ip);
+      if (v4) send_arp(wire::kArpRequest, {}, ip);
+      else send_nd(true, gid, gid, {});
       next_request = now + std::chrono::milliseconds(200);
     }
-    // Only control frames are expected before the QP exists; RoCE frames
-    // seen now have no QP to go to and are dropped.
     std::array<engine::RxFrame, 32> frames;
     const std::uint16_t n = rx_burst(frames.data(), 32);
     rx_release(frames.data(), n);

@@ -9,12 +9,7 @@ SimFabric::SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn) : sw(cloc
 Context& SimFabric::add_host(const EgressConfig& egress) {
   const auto i = static_cast<std::uint8_t>(hosts.size() + 1);
   const std::uint8_t mac[6] = {0x02, 0, 0, 0, 0x01, i};
-  ibv_gid gid{};
-  gid.raw[10] = gid.raw[11] = 0xff;
-  gid.raw[12] = 10;
-  gid.raw[13] = 98;
-  gid.raw[14] = 1;
-  gid.raw[15] = i;
+  const ibv_gid gid = ipv4_gid({10, 98, 1, i});
   PortConfig port;
   port.io = &sw.add_port(mac, gid, egress);
   port.clock = &clock;

@@ -91,14 +91,7 @@ std::vector<std::uint8_t>* SimLink::take_buffer() {
 void SimLink::send(int from, const wire::TxFrame& f) {
   std::vector<std::uint8_t>* buf = take_buffer();
   buf->resize(f.frame_bytes());
-  std::uint8_t* p = buf->data();
-  std::memcpy(p, f.hdr.data(), f.hdr_len);
-  p += f.hdr_len;
-  for (int i = 0; i < f.npieces; ++i) {
-    std::memcpy(p, f.pieces[i].data(), f.pieces[i].size());
-    p += f.pieces[i].size();
-  }
-  std::memcpy(p, f.trailer.data(), f.trailer_len);
+  f.copy_to(buf->data());
 
   const std::uint64_t now = clock_.now_ns();
   DirectionStats& st = stats_[from];

@@ -8,16 +8,6 @@ namespace {
 constexpr std::uint8_t kMacA[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0a};
 constexpr std::uint8_t kMacB[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0b};
 
-ibv_gid v4_gid(std::uint8_t last) {
-  ibv_gid g{};
-  g.raw[10] = g.raw[11] = 0xff;
-  g.raw[12] = 10;
-  g.raw[13] = 99;
-  g.raw[14] = 0;
-  g.raw[15] = last;
-  return g;
-}
-
 std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const std::uint8_t mac[6], std::uint8_t ip,
                               std::uint64_t seed, const cc::DcqcnParams* dcqcn) {
   PortConfig port;
@@ -25,7 +15,7 @@ std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const 
   port.io = &io;
   port.clock = &clock;
   std::copy(mac, mac + 6, port.mac);
-  port.gid = v4_gid(ip);
+  port.gid = ipv4_gid({10, 99, 0, ip});
   port.seed = seed;
   std::string error;
   return Context::open(port, error);

@@ -31,10 +31,8 @@ class SimSwitch::Port : public engine::PacketIo {
 
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
     for (std::uint16_t i = 0; i < n; ++i) {
-      const wire::TxFrame& f = frames[i];
-      std::vector<std::uint8_t> bytes(f.hdr.begin(), f.hdr.begin() + f.hdr_len);
-      for (int k = 0; k < f.npieces; ++k) bytes.insert(bytes.end(), f.pieces[k].begin(), f.pieces[k].end());
-      bytes.insert(bytes.end(), f.trailer.begin(), f.trailer.begin() + f.trailer_len);
+      std::vector<std::uint8_t> bytes(frames[i].frame_bytes());
+      frames[i].copy_to(bytes.data());
       sw_.forward(index_, std::move(bytes));
     }
     return n;

@@ -13,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,14 @@ class Engine;
 class PacketIo;
 class Clock;
 }  // namespace engine
+
+// The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d (GID index 1).
+inline ibv_gid ipv4_gid(const std::array<std::uint8_t, 4>& ip) {
+  ibv_gid g{};
+  g.raw[10] = g.raw[11] = 0xff;
+  for (int i = 0; i < 4; ++i) g.raw[12 + i] = ip[static_cast<std::size_t>(i)];
+  return g;
+}
 
 // ibv_wc_status_str without the libibverbs library: "success",
 // "transport retry counter exceeded", ...

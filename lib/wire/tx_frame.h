@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace uroce::wire {
@@ -28,6 +29,18 @@ struct TxFrame {
     return n;
   }
   std::uint32_t frame_bytes() const { return hdr_len + payload_bytes() + trailer_len; }
+
+  // Writes the whole frame (frame_bytes()) to `out`; returns the end.
+  std::uint8_t* copy_to(std::uint8_t* out) const {
+    std::memcpy(out, hdr.data(), hdr_len);
+    out += hdr_len;
+    for (int i = 0; i < npieces; ++i) {
+      std::memcpy(out, pieces[i].data(), pieces[i].size());
+      out += pieces[i].size();
+    }
+    std::memcpy(out, trailer.data(), trailer_len);
+    return out + trailer_len;
+  }
 };
 
 }  // namespace uroce::wire
