@@ -19,14 +19,12 @@ Context& SimFabric::add_host(const EgressConfig& egress) {
   port.dcqcn = dcqcn_;
   std::string error;
   hosts.push_back(Context::open(port, error));
+  devices_.push_back(hosts.back().get());
   return *hosts.back();
 }
 
 bool SimFabric::step() {
-  std::vector<Context*> devices;
-  devices.reserve(hosts.size());
-  for (auto& h : hosts) devices.push_back(h.get());
-  return step_devices(clock, devices, sw.next_delivery_ns());
+  return step_devices(clock, devices_, sw.next_delivery_ns());
 }
 
 }  // namespace uroce::sim

@@ -39,6 +39,7 @@ class SimFabric {
 
  private:
   const cc::DcqcnParams* dcqcn_;
+  std::vector<Context*> devices_;  // hosts, as step_devices takes them
 };
 
 }  // namespace uroce::sim

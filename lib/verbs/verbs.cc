@@ -452,7 +452,8 @@ int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
-  return ctx_->impl().control([&] { return query_now(attr, attr_mask, init_attr); });
+  return ctx_->impl().control([&] { return query_now(attr, attr_mask, init_attr); },
+                              Context::Impl::Access::kReadsOnly);
 }
 
 int QueuePair::query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
@@ -503,7 +504,7 @@ QueuePair::CongestionState QueuePair::congestion() const {
     s.alpha = c.rate.alpha();
     s.cnps = c.rate.cnps();
     return s;
-  });
+  }, Context::Impl::Access::kReadsOnly);
 }
 
 std::uint64_t QueuePair::counter(const char* name) const {

@@ -80,19 +80,23 @@ struct Context::Impl {
   std::atomic<std::uint64_t> control_seq{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> parked;  // per worker: the odd control_seq it holds for
 
-  // Runs f as a control call; afterwards every engine looks at all its QPs
-  // once (f may have changed their state or attributes).
+  // Runs f as a control call. Unless it only reads, every engine then looks
+  // at all its QPs once (f may have changed their state or attributes).
+  enum class Access { kChanges, kReadsOnly };
   template <typename F>
-  auto control(F&& f) -> decltype(f()) {
+  auto control(F&& f, Access access = Access::kChanges) -> decltype(f()) {
     std::lock_guard<std::mutex> lock(control_mutex);
     struct Release {
       Impl& c;
       bool held;
+      bool wake;
       ~Release() {
-        for (auto& e : c.engines) e->wake_all();
+        for (auto& e : c.engines) {
+          if (wake) e->wake_all();
+        }
         if (held) c.control_seq.fetch_add(1, std::memory_order_release);
       }
-    } release{*this, workers_running.load(std::memory_order_acquire)};
+    } release{*this, workers_running.load(std::memory_order_acquire), access == Access::kChanges};
     if (release.held) {
       const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
       control_seq.store(seq, std::memory_order_seq_cst);
