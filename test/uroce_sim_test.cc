@@ -4,11 +4,13 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "test_seed.h"
 
@@ -79,11 +81,13 @@ TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   EXPECT_GE(field(on.summary, "utilisation"), 0.9) << on.summary;
   EXPECT_GT(field(on.summary, "marks"), 0) << on.summary;
 
+  // Without DCQCN both senders meet at line rate in a full buffer: one loses
+  // its tail, waits out the retransmit timeout (67 ms) and gets nothing.
   const SimRun off = run_sim("fairness --dcqcn off --seed " + std::to_string(seed));
   ASSERT_EQ(off.status, 0) << off.output;
   EXPECT_EQ(field(off.summary, "data_intact"), 1) << "go-back-N still delivers what completes";
   EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
-  EXPECT_LT(field(off.summary, "utilisation"), 0.5) << "the go-back-N collapse DCQCN prevents: " << off.summary;
+  EXPECT_LT(field(off.summary, "jain_last_half"), 0.8) << "the starvation DCQCN prevents: " << off.summary;
 }
 
 TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
@@ -102,16 +106,57 @@ TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
   EXPECT_EQ(field(off.summary, "data_intact"), 1);
 }
 
-TEST(UroceSim, JoinLeaveStaysLosslessAndBusyWithDcqcnNotWithout) {
-  const SimRun on = run_sim("join-leave");
-  ASSERT_EQ(on.status, 0) << on.output;
-  EXPECT_EQ(field(on.summary, "drops"), 0) << on.summary;
-  EXPECT_GE(field(on.summary, "utilisation"), 0.9) << on.summary;
-  EXPECT_NE(on.summary.find("\"phase_fair_share_deviation\": ["), std::string::npos);
-  const SimRun off = run_sim("join-leave --dcqcn off");
+struct Phase {
+  double flows, jain, utilisation, worst_deviation;
+};
+
+std::vector<Phase> phases(const std::string& summary) {
+  std::vector<Phase> out;
+  const std::regex re(R"(\{"from_us": [0-9]+, "to_us": [0-9]+, "flows": ([0-9]+), "jain": ([0-9.e+-]+), "utilisation": ([0-9.e+-]+), "worst_deviation": ([0-9.e+-]+)\})");
+  for (auto it = std::sregex_iterator(summary.begin(), summary.end(), re); it != std::sregex_iterator(); ++it) {
+    out.push_back(Phase{std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])});
+  }
+  return out;
+}
+
+// Flows join one by one and leave one by one (phases of 50 ms). After every
+// change the flows sending share the link again: over the last half of each
+// phase Jain >= 0.95 (the fairness bar), the link >= 90% busy, and every
+// flow within 20% of the fair share. (Measured over seeds 1-20: at most 17%,
+// Jain >= 0.973; the 2-flow phase after a join is the slowest, since the
+// newcomer starts at line rate with alpha = 1.)
+TEST(UroceSim, JoinLeaveReconvergesAfterEveryChangeWithDcqcnNotWithout) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  for (std::uint64_t k = 0; k < 4; ++k) {
+    SCOPED_TRACE("scenario seed " + std::to_string(seed + k));
+    const SimRun on = run_sim("join-leave --seed " + std::to_string(seed + k));
+    ASSERT_EQ(on.status, 0) << on.output;
+    EXPECT_EQ(field(on.summary, "drops"), 0) << on.summary;
+    EXPECT_EQ(field(on.summary, "data_intact"), 1);
+    const std::vector<Phase> ph = phases(on.summary);
+    ASSERT_EQ(ph.size(), 5u) << "1, 2, 3, 2, 1 flows: " << on.summary;
+    const double flows[] = {1, 2, 3, 2, 1};
+    for (std::size_t i = 0; i < ph.size(); ++i) {
+      SCOPED_TRACE("phase " + std::to_string(i));
+      EXPECT_EQ(ph[i].flows, flows[i]);
+      EXPECT_GE(ph[i].jain, 0.95) << on.summary;
+      EXPECT_GE(ph[i].utilisation, 0.9) << on.summary;
+      EXPECT_LE(ph[i].worst_deviation, 0.2) << on.summary;
+    }
+  }
+  // Without DCQCN a joining flow meets a full buffer: drops, a flow starved
+  // by the retransmit timeout, and a phase where the link idles.
+  const SimRun off = run_sim("join-leave --dcqcn off --seed " + std::to_string(seed));
   ASSERT_EQ(off.status, 0) << off.output;
   EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
-  EXPECT_LT(field(off.summary, "utilisation"), 0.8) << off.summary;
+  double worst = 0, idlest = 1;
+  for (const Phase& p : phases(off.summary)) {
+    worst = std::max(worst, p.worst_deviation);
+    idlest = std::min(idlest, p.utilisation);
+  }
+  EXPECT_GE(worst, 0.5) << off.summary;
+  EXPECT_LT(idlest, 0.5) << off.summary;
 }
 
 TEST(UroceSim, BadArgumentsSayHowToFixThem) {

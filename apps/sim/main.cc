@@ -72,7 +72,9 @@ Scenario builtin(const std::string& name, int flows) {
     s.bottleneck.buffer_bytes = 4'000'000;
   } else if (name == "join-leave") {
     s.flows = flows > 0 ? flows : 3;
-    s.duration_us = 60'000;
+    // Phases of 50 ms (3 flows): a flow that joins at line rate with
+    // alpha = 1 takes ~20 ms to reach its share at 10 Gb/s.
+    s.duration_us = 300'000;
     // A flow joins at line rate: room for that burst above Kmax.
     s.bottleneck.buffer_bytes = 1'000'000;
   } else {
@@ -354,8 +356,16 @@ int main(int argc, char** argv) {
                                                     (static_cast<double>(busy_samples * sc.sample_us) * 1e-6) / (sc.gbps * 1e9)
                                               : 0;
   // Convergence after every change: between two consecutive joins or
-  // leaves, the flows that send over the last 40% of that phase, each
-  // against the fair share (link rate / flows sending); the worst deviation.
+  // leaves, over the last half of that phase (as the fairness run's last
+  // half), the flows that send the whole phase: Jain's index, the share of
+  // the link they fill, and the worst deviation of a flow's mean rate from
+  // the fair share of what they delivered together (utilisation says how
+  // full the link was; this says how evenly it was shared).
+  struct Phase {
+    std::uint64_t from_us = 0, to_us = 0;
+    std::size_t flows = 0;
+    double jain = 0, utilisation = 0, worst_deviation = 0;
+  };
   std::vector<std::uint64_t> events = {0, sc.duration_us};
   for (const auto& [start, stop] : sc.active) {
     events.push_back(start);
@@ -363,23 +373,32 @@ int main(int argc, char** argv) {
   }
   std::sort(events.begin(), events.end());
   events.erase(std::unique(events.begin(), events.end()), events.end());
-  std::vector<double> phase_deviation;
+  std::vector<Phase> phases;
   for (std::size_t e = 0; e + 1 < events.size(); ++e) {
-    const std::uint64_t from = events[e] + (events[e + 1] - events[e]) * 6 / 10, to = events[e + 1];
-    std::vector<std::size_t> sending;
+    Phase ph;
+    ph.from_us = events[e] + (events[e + 1] - events[e]) / 2;
+    ph.to_us = events[e + 1];
+    std::vector<double> mean;
     for (std::size_t f = 0; f < fl.size(); ++f) {
-      if (sc.active[f].first <= events[e] && sc.active[f].second >= to) sending.push_back(f);
-    }
-    if (sending.empty() || to - from < 2 * sc.sample_us) continue;
-    const double fair = sc.gbps * 1e9 / static_cast<double>(sending.size());
-    double worst = 0;
-    for (std::size_t f : sending) {
+      if (sc.active[f].first > events[e] || sc.active[f].second < ph.to_us) continue;
       double sum_rate = 0;
       std::size_t n = 0;
-      for (std::size_t i = from / sc.sample_us; i < to / sc.sample_us && i < fl[f].rate.size(); ++i, ++n) sum_rate += fl[f].rate[i];
-      if (n > 0) worst = std::max(worst, std::abs(sum_rate / static_cast<double>(n) - fair) / fair);
+      // Sample i covers ((i) * sample_us, (i + 1) * sample_us].
+      for (std::size_t i = ph.from_us / sc.sample_us; i < ph.to_us / sc.sample_us && i < fl[f].rate.size(); ++i, ++n) sum_rate += fl[f].rate[i];
+      if (n > 0) mean.push_back(sum_rate / static_cast<double>(n));
     }
-    phase_deviation.push_back(worst);
+    if (mean.empty() || ph.to_us - ph.from_us < 2 * sc.sample_us) continue;
+    ph.flows = mean.size();
+    double total = 0, squares = 0;
+    for (double m : mean) {
+      total += m;
+      squares += m * m;
+    }
+    const double fair = total / static_cast<double>(mean.size());
+    for (double m : mean) ph.worst_deviation = std::max(ph.worst_deviation, fair > 0 ? std::abs(m - fair) / fair : 1.0);
+    ph.jain = squares > 0 ? total * total / (static_cast<double>(mean.size()) * squares) : 0;
+    ph.utilisation = total / (sc.gbps * 1e9);
+    phases.push_back(ph);
   }
 
   std::ofstream js(out + "/summary.json");
@@ -390,9 +409,13 @@ int main(int argc, char** argv) {
   for (std::size_t f = 0; f < tput.size(); ++f) js << (f ? ", " : "") << static_cast<std::uint64_t>(tput[f]);
   js << "],\n  \"jain_last_half\": " << jain << ",\n  \"utilisation\": " << utilisation
      << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"marks\": " << st.marked
-     << ",\n  \"drops\": " << st.dropped << ",\n  \"phase_fair_share_deviation\": [";
-  for (std::size_t i = 0; i < phase_deviation.size(); ++i) js << (i ? ", " : "") << phase_deviation[i];
-  js << "],\n  \"data_intact\": " << (intact ? "true" : "false") << "\n}\n";
+     << ",\n  \"drops\": " << st.dropped << ",\n  \"phases\": [";
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const Phase& ph = phases[i];
+    js << (i ? "," : "") << "\n    {\"from_us\": " << ph.from_us << ", \"to_us\": " << ph.to_us << ", \"flows\": " << ph.flows
+       << ", \"jain\": " << ph.jain << ", \"utilisation\": " << ph.utilisation << ", \"worst_deviation\": " << ph.worst_deviation << "}";
+  }
+  js << "\n  ],\n  \"data_intact\": " << (intact ? "true" : "false") << "\n}\n";
 
   // Plot: rates on top (0 to the link rate), the queue below.
   simapp::Canvas cv(1000, 600, {255, 255, 255});
@@ -428,8 +451,8 @@ int main(int argc, char** argv) {
   std::printf("uroce-sim %s: %d flows, DCQCN %s, %llu us\n", sc.name.c_str(), sc.flows, dcqcn ? "on" : "off",
               static_cast<unsigned long long>(sc.duration_us));
   for (std::size_t f = 0; f < tput.size(); ++f) std::printf("  flow %zu: %.2f Gb/s over the last half\n", f, tput[f] / 1e9);
-  std::printf("  worst deviation from the fair share per phase:");
-  for (double d : phase_deviation) std::printf(" %.0f%%", d * 100);
+  std::printf("  per phase (last half): flows, worst deviation from the fair share, Jain, utilisation:");
+  for (const Phase& ph : phases) std::printf(" [%zu %.0f%% %.3f %.2f]", ph.flows, ph.worst_deviation * 100, ph.jain, ph.utilisation);
   std::printf("\n  Jain %.3f, utilisation %.2f, max queue %llu B, marks %llu, drops %llu, data %s\n", jain, utilisation,
               static_cast<unsigned long long>(st.max_queue_bytes), static_cast<unsigned long long>(st.marked),
               static_cast<unsigned long long>(st.dropped), intact ? "intact" : "NOT intact");

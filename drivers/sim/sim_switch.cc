@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace uroce::sim {
 
@@ -14,6 +15,7 @@ class SimSwitch::Port : public engine::PacketIo {
 
   std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
     const std::uint64_t now = sw_.clock_.now_ns();
+    sw_.arrive_until(now);
     std::uint16_t n = 0;
     while (n < max && !arriving_.empty() && arriving_.front().at <= now) {
       in_use_.push_back(std::move(arriving_.front().frame));
@@ -29,11 +31,16 @@ class SimSwitch::Port : public engine::PacketIo {
   }
   void rx_release(engine::RxFrame*, std::uint16_t) override { in_use_.clear(); }
 
+  // The host's NIC: frames leave one after another at the link's rate
+  // (the link is symmetric) and reach the switch one delay later, whole.
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
+    const std::uint64_t now = sw_.clock_.now_ns();
     for (std::uint16_t i = 0; i < n; ++i) {
       std::vector<std::uint8_t> bytes(frames[i].frame_bytes());
       frames[i].copy_to(bytes.data());
-      sw_.forward(index_, std::move(bytes));
+      uplink_busy_until_ = std::max(uplink_busy_until_, now) + wire_ns(bytes.size());
+      sw_.in_flight_.push_back(InFlight{uplink_busy_until_ + egress_.delay_ns, sw_.in_flight_seq_++, index_, std::move(bytes)});
+      std::push_heap(sw_.in_flight_.begin(), sw_.in_flight_.end(), std::greater<>());
     }
     return n;
   }
@@ -55,8 +62,13 @@ class SimSwitch::Port : public engine::PacketIo {
     return static_cast<std::uint64_t>(static_cast<double>(busy_until_ - now) * egress_.gbps / 8);
   }
 
-  void enqueue(std::vector<std::uint8_t> frame, std::mt19937_64& rng) {
-    const std::uint64_t now = sw_.clock_.now_ns();
+  std::uint64_t wire_ns(std::size_t frame_bytes) const {
+    // Preamble, IFG and FCS on the wire too.
+    return static_cast<std::uint64_t>(static_cast<double>(frame_bytes + 24) * 8 / egress_.gbps);
+  }
+
+  // `frame` reaches the switch for this port at `now`.
+  void enqueue(std::vector<std::uint8_t> frame, std::uint64_t now, std::mt19937_64& rng) {
     const std::uint64_t q = backlog(now);
     if (q + frame.size() > egress_.buffer_bytes) {
       ++stats_.dropped;
@@ -64,9 +76,7 @@ class SimSwitch::Port : public engine::PacketIo {
     }
     ++stats_.enqueued;
     if (!egress_.mark_on_dequeue) red(frame, q, rng);
-    // Serialization: preamble, IFG and FCS on the wire too.
-    const auto wire_ns = static_cast<std::uint64_t>(static_cast<double>(frame.size() + 24) * 8 / egress_.gbps);
-    busy_until_ = std::max(busy_until_, now) + wire_ns;
+    busy_until_ = std::max(busy_until_, now) + wire_ns(frame.size());
     stats_.max_queue_bytes = std::max(stats_.max_queue_bytes, backlog(now));
     arriving_.push_back(Arrival{busy_until_ + egress_.delay_ns, std::move(frame)});
   }
@@ -92,6 +102,7 @@ class SimSwitch::Port : public engine::PacketIo {
   EgressConfig egress_;
   EgressStats stats_;
   std::uint64_t busy_until_ = 0;
+  std::uint64_t uplink_busy_until_ = 0;  // the host's side of the link
   struct Arrival {
     std::uint64_t at;
     std::vector<std::uint8_t> frame;
@@ -108,23 +119,41 @@ engine::PacketIo& SimSwitch::add_port(const std::uint8_t mac[6], const ibv_gid& 
   return *ports_.back();
 }
 
-void SimSwitch::forward(int from, std::vector<std::uint8_t> frame) {
+void SimSwitch::forward(int from, std::vector<std::uint8_t> frame) { forward_at(from, std::move(frame), clock_.now_ns()); }
+
+void SimSwitch::forward_at(int from, std::vector<std::uint8_t> frame, std::uint64_t at) {
   (void)from;
   if (frame.size() < 14) return;
   for (auto& p : ports_) {
     if (std::memcmp(p->mac_, frame.data(), 6) == 0) {
-      p->enqueue(std::move(frame), rng_);
+      p->enqueue(std::move(frame), at, rng_);
       return;
     }
   }
   // No such host: dropped, as a switch drops unknown unicast here.
 }
 
-std::uint64_t SimSwitch::queue_bytes(int port) const { return ports_[static_cast<std::size_t>(port)]->backlog(clock_.now_ns()); }
+void SimSwitch::arrive_until(std::uint64_t now) {
+  // In the order they reach the switch (ties: the order they were sent), so
+  // each egress sees its arrivals as they happened even when the clock
+  // jumped past several.
+  while (!in_flight_.empty() && in_flight_.front().at <= now) {
+    std::pop_heap(in_flight_.begin(), in_flight_.end(), std::greater<>());
+    InFlight f = std::move(in_flight_.back());
+    in_flight_.pop_back();
+    forward_at(f.from, std::move(f.frame), f.at);
+  }
+}
+
+std::uint64_t SimSwitch::queue_bytes(int port) {
+  arrive_until(clock_.now_ns());
+  return ports_[static_cast<std::size_t>(port)]->backlog(clock_.now_ns());
+}
 const EgressStats& SimSwitch::stats(int port) const { return ports_[static_cast<std::size_t>(port)]->stats_; }
 
-std::uint64_t SimSwitch::next_delivery_ns() const {
-  std::uint64_t t = 0;
+std::uint64_t SimSwitch::next_delivery_ns() {
+  arrive_until(clock_.now_ns());
+  std::uint64_t t = in_flight_.empty() ? 0 : in_flight_.front().at;
   for (const auto& p : ports_) {
     const std::uint64_t a = p->next_arrival();
     if (a != 0 && (t == 0 || a < t)) t = a;
