@@ -19,5 +19,7 @@ run() {  # name, args...
 run fairness fairness
 run fairness-dcqcn-off fairness --dcqcn off
 run incast incast --flows 8
+run incast-dcqcn-off incast --flows 8 --dcqcn off
 run join-leave join-leave
+run join-leave-dcqcn-off join-leave --dcqcn off
 echo "plots in apps/sim/plots/"

@@ -18,6 +18,12 @@ class Canvas {
   void pixel(int x, int y, Rgb c);
   void line(int x0, int y0, int x1, int y1, Rgb c);
   void rect(int x0, int y0, int x1, int y1, Rgb c);  // outline
+  void fill(int x0, int y0, int x1, int y1, Rgb c);  // inclusive
+  // `s` in a 5x7 font scaled by `scale`, its top left corner at (x, y);
+  // letters, digits and ( ) / . , - % : = (anything else is a blank).
+  void text(int x, int y, const std::string& s, Rgb c, int scale = 2);
+  static int text_width(const std::string& s, int scale = 2);
+  static int text_height(int scale = 2) { return 7 * scale; }
   // False with `error` if the file cannot be written.
   bool write_png(const std::string& path, std::string& error) const;
   int width() const { return w_; }
