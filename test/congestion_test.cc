@@ -183,6 +183,43 @@ TEST(Congestion, AQpSendsAtItsRate) {
   EXPECT_GT(checked, 100u);
 }
 
+// A QP paced far below the time its messages take: 64 KiB at 10 Mb/s leaves
+// over ~55 ms, the local ACK timeout is 4 ms (timeout 10). The timer runs
+// from the packets that ask for an ACK (each message's last), so nothing
+// times out while the message is still leaving; with loss, the timer and
+// the sequence NAKs still recover every message.
+TEST(Congestion, APacedQpSlowerThanItsAckTimeoutDoesNotTimeOut) {
+  cc::DcqcnParams cp = params();
+  cp.line_rate_bps = 10e6;
+  cp.min_rate_bps = 1e6;
+  ConnectParams cparams;
+  cparams.mtu = IBV_MTU_4096;
+  cparams.timeout = 10;  // 4.096 us * 2^10 = 4.2 ms
+  for (const double loss : {0.0, 0.1}) {
+    SCOPED_TRACE("loss " + std::to_string(loss));
+    sim::Impairments lossy;
+    lossy.loss = loss;
+    constexpr std::size_t kBytes = 4 * 65536;
+    RcPair p(9, 2 * kBytes, cparams, lossy, lossy, 1024, &cp);
+    ASSERT_EQ(p.connect_rc, 0);
+    fill_pattern(p.bufa, kBytes, 3);
+    const std::uint64_t t0 = p.net.clock.now_ns();
+    for (std::uint64_t i = 0; i < 4; ++i) ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, i * 65536, 65536, kBytes + i * 65536, i), 0);
+    const auto done = p.wait(p.cqa, 4);
+    ASSERT_EQ(done.size(), 4u);
+    for (const ibv_wc& wc : done) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_str(wc.status);
+    EXPECT_EQ(std::memcmp(p.bufa, p.bufb + kBytes, kBytes), 0);
+    // 64 frames of 4,194 bytes on the wire at 10 Mb/s: ~215 ms.
+    EXPECT_GT(p.net.clock.now_ns() - t0, 200'000'000u) << "paced";
+    if (loss == 0) {
+      EXPECT_EQ(p.qa->counter("timeouts"), 0u);
+      EXPECT_EQ(p.qa->counter("retransmitted_packets"), 0u);
+    } else {
+      EXPECT_GT(p.qa->counter("retransmitted_packets"), 0u) << "loss was recovered";
+    }
+  }
+}
+
 // 1,000 QPs on one engine, each paced at 25 Mb/s: together they keep the
 // 25 Gb/s the rates add up to (on virtual time: the pacing schedule, not the
 // CPU, is what is measured here).

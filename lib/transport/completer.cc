@@ -26,13 +26,18 @@ std::uint32_t last_psn(const SendWqe& w) { return psn_add(w.first_psn, static_ca
 
 bool outstanding(const Qp& qp) { return qp.comp_next != qp.req_next || qp.req.pkt_index != 0; }
 
-// Forward progress (IBTA 9.7.6): the retry counters start over and the timer
-// restarts from now.
+// Forward progress (IBTA 9.7.6): the retry counters start over, and the
+// timer restarts from now if a packet that asked for a response is still
+// unanswered. Otherwise it stops until the next such packet leaves: packets
+// sent since carry no AckReq yet (a paced QP may take longer than the
+// timeout to reach the message end), and any gap among them is NAKed when
+// the next one arrives.
 void progress(Qp& qp, Env& env) {
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
-  qp.comp.deadline = outstanding(qp) ? retransmit_deadline(qp, env.now) : 0;
+  qp.comp.awaiting = qp.comp.awaiting && outstanding(qp) && !psn_after(qp.comp.psn, qp.comp.awaited_psn);
+  qp.comp.deadline = qp.comp.awaiting ? retransmit_deadline(qp, env.now) : 0;
 }
 
 // The requester must not lag behind what the responder has acknowledged
@@ -54,11 +59,14 @@ bool spend_retry(Qp& qp) {
   return true;
 }
 
-void go_back(Qp& qp, Env& env, std::uint32_t psn) {
+// Resends from `psn`; the timer starts again with the first resent packet
+// that asks for a response.
+void go_back(Qp& qp, std::uint32_t psn) {
   requester_rewind(qp, psn);
   qp.comp.rewound = true;
   qp.comp.rewound_psn = psn;
-  qp.comp.deadline = retransmit_deadline(qp, env.now);
+  qp.comp.awaiting = false;
+  qp.comp.deadline = 0;
 }
 
 enum class AckResult { kDone, kReadMissing };
@@ -96,10 +104,10 @@ AckResult ack_through(Qp& qp, Env& env, std::uint32_t psn, bool for_response) {
   return result;
 }
 
-void read_missing(Qp& qp, Env& env) {
+void read_missing(Qp& qp) {
   qp.counters.add(QpCounter::implicit_naks);
   if (qp.comp.rewound) return;  // already going back; the timer covers a second loss
-  if (spend_retry(qp)) go_back(qp, env, qp.comp.psn);
+  if (spend_retry(qp)) go_back(qp, qp.comp.psn);
 }
 
 void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
@@ -109,13 +117,13 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
   switch (wire::aeth_kind(aeth.syndrome)) {
     case AethKind::kAck:
       if (psn_before(psn, psn_add(qp.comp.psn, -1))) qp.counters.add(QpCounter::duplicate_responses);
-      if (ack_through(qp, env, psn, false) == AckResult::kReadMissing) read_missing(qp, env);
+      if (ack_through(qp, env, psn, false) == AckResult::kReadMissing) read_missing(qp);
       return;
     case AethKind::kRnrNak: {
       qp.counters.add(QpCounter::rnr_naks_received);
       // An RNR NAK acknowledges every PSN before its own (an implicit ACK, IBTA 9.7.5).
       if (ack_through(qp, env, psn_add(psn, -1), false) == AckResult::kReadMissing) {
-        read_missing(qp, env);
+        read_missing(qp);
         return;
       }
       if (qp.state == IBV_QPS_ERR || psn != qp.comp.psn) return;  // stale
@@ -135,7 +143,7 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
     }
     case AethKind::kNak: {
       if (ack_through(qp, env, psn_add(psn, -1), false) == AckResult::kReadMissing) {
-        read_missing(qp, env);
+        read_missing(qp);
         return;
       }
       if (qp.state == IBV_QPS_ERR || psn_before(psn, qp.comp.psn)) return;  // stale
@@ -143,7 +151,7 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
         case wire::NakCode::kPsnSequenceError:
           qp.counters.add(QpCounter::nak_seq_received);
           if (qp.comp.rewound && psn == qp.comp.rewound_psn) return;  // already going back there
-          if (spend_retry(qp)) go_back(qp, env, psn);
+          if (spend_retry(qp)) go_back(qp, psn);
           return;
         case wire::NakCode::kInvalidRequest:
           qp.counters.add(QpCounter::nak_inv_req_received);
@@ -177,7 +185,7 @@ SendWqe* answered_wqe(Qp& qp, Env& env, std::uint32_t psn, WqeKind kind) {
     return nullptr;
   }
   if (ack_through(qp, env, psn_add(psn, -1), true) == AckResult::kReadMissing) {
-    read_missing(qp, env);
+    read_missing(qp);
     return nullptr;
   }
   if (qp.state == IBV_QPS_ERR || qp.comp_next == qp.sq_posted) return nullptr;
@@ -189,7 +197,7 @@ SendWqe* answered_wqe(Qp& qp, Env& env, std::uint32_t psn, WqeKind kind) {
   if (psn != qp.comp.psn) {
     // A response beyond the next one due: the ones between were lost.
     qp.counters.add(QpCounter::out_of_sequence_responses);
-    read_missing(qp, env);
+    read_missing(qp);
     return nullptr;
   }
   return &w;
@@ -292,7 +300,7 @@ void completer_on_timer(Qp& qp, Env& env) {
   qp.counters.add(QpCounter::timeouts);
   // IBTA 9.7.6: a local ACK timeout spends a retry and resends from the oldest
   // PSN not acknowledged. retry_cnt 7 means seven, not infinite (unlike rnr_retry).
-  if (spend_retry(qp)) go_back(qp, env, qp.comp.psn);
+  if (spend_retry(qp)) go_back(qp, qp.comp.psn);
 }
 
 }  // namespace uroce::transport

@@ -226,6 +226,10 @@ struct Qp {
     std::uint8_t retry_left = 0;
     std::uint8_t rnr_left = 0;
     std::uint64_t deadline = 0;    // retransmit timer; 0 = disarmed
+    // The last PSN sent that asks for a response (AckReq; a READ's last
+    // response PSN): the timer runs only while such a PSN is unanswered.
+    bool awaiting = false;
+    std::uint32_t awaited_psn = 0;
     bool rewound = false;          // rewound since the last progress
     std::uint32_t rewound_psn = 0;
   } comp;

@@ -168,7 +168,15 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     emit(qp, env, f, payload);
     paced_sent(qp, env, f.frame_bytes());
     ++n;
-    if (qp.comp.deadline == 0) qp.comp.deadline = retransmit_deadline(qp, env.now);
+    // The local ACK timeout runs from the last packet that asked for a
+    // response (rxe arms it on the first packet sent: a paced QP whose
+    // message end leaves later than the timeout would then time out while
+    // it is still sending).
+    if (qp.tx_template.bth.ack_req()) {
+      qp.comp.awaiting = true;
+      qp.comp.awaited_psn = psn_add(qp.req.psn, -1);
+      qp.comp.deadline = retransmit_deadline(qp, env.now);
+    }
     if (qp.req.pkt_index >= w.npackets) {
       ++qp.req_next;
       qp.req.pkt_index = 0;
