@@ -4,6 +4,9 @@
 // up to 4096). Buffers validated; both must print ibv_rc_pingpong's lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,7 +162,8 @@ const std::string kPerf = UROCE_PERF_BIN;
 std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
                           const std::string& server_port, const std::string& client_port, const std::string& server_ip,
                           const std::string& client_ip, const std::string& connect_to, const std::string& op) {
-  const std::string opts = " " + op + (op == "atomic" ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
+  const bool atomic = op.rfind("atomic", 0) == 0, read = op.rfind("read", 0) == 0;
+  const std::string opts = " " + op + (atomic ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
   Proc server;
   server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -174,8 +178,8 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
   if (server.out.find("verification: PASSED") == std::string::npos) why += "server: no PASSED; ";
   // memif and af_packet take multi-segment frames: the side that sends the
   // data (client for WRITE/SEND, server for READ) sends it zero-copy.
-  if (op != "atomic") {
-    const std::string& sender = op == "read" ? server.out : client.out;
+  if (!atomic) {
+    const std::string& sender = read ? server.out : client.out;
     const auto at = sender.find("port.tx_zero_copy_frames ");
     if (at == std::string::npos || sender.compare(at + 26, 2, "0 ") == 0) why += "no zero-copy frames; ";
   }
@@ -186,7 +190,9 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
 class PerfMemif : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerfMemif, EveryOperationVerifiedOnBothSides) {
-  const std::string sock = "/tmp/uroce-perf-" + std::to_string(getpid()) + "-" + GetParam() + ".sock";
+  std::string name = GetParam();
+  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  const std::string sock = "/tmp/uroce-perf-" + std::to_string(getpid()) + "-" + name + ".sock";
   const std::string vdev = ",bsize=8192,socket=" + sock;
   const std::string why = run_perf_pair(
       "", "", kEal + " -l 0 --file-prefix=pfs --vdev=net_memif0,role=server" + vdev,
@@ -196,7 +202,11 @@ TEST_P(PerfMemif, EveryOperationVerifiedOnBothSides) {
   EXPECT_EQ(why, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, PerfMemif, ::testing::Values("write", "read", "send", "atomic"));
+// And spread over 8 QP pairs (message slot s on QP s mod 8; the receives
+// of each QP meet its SENDs in order), the SENDs paced by DCQCN.
+INSTANTIATE_TEST_SUITE_P(Ops, PerfMemif,
+                         ::testing::Values("write", "read", "send", "atomic", "write -q 8 -t 64",
+                                           "send -q 8 -t 64 --dcqcn on"));
 
 TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {
   for (const std::string op : {"write", "read", "send", "atomic"}) {

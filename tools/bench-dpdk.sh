@@ -3,7 +3,8 @@
 # side by side with their baselines in the same run. Prints a table and
 # writes JSON ($1, default build/bench-dpdk.json).
 #   memif:  uroce-perf 64 KiB RDMA WRITE bandwidth (RoCE MTU 4096) and 8-byte
-#           WRITE latency.
+#           WRITE latency; 4 KiB WRITEs over 1,000 QP pairs paced at 10 Mb/s
+#           each (a 10 Gb/s line together) and unpaced.
 #   veth:   two network namespaces joined by a veth pair (MTU 9000), af_packet
 #           on each end: uroce-perf's 64 KiB WRITE bandwidth and 8-byte
 #           latency; dpdk-testpmd's raw rate (txonly -> rxonly) with frames of
@@ -48,6 +49,16 @@ perf_pair memif_bw "" "$eal -l 0 --file-prefix=bs --vdev=net_memif0,role=server,
 perf_pair memif_lat "" "$eal -l 0 --file-prefix=bs --vdev=net_memif0,role=server,bsize=8192,socket=$sock" 10.92.0.1/24 \
   "" "$eal -l 1 --file-prefix=bc --vdev=net_memif0,role=client,bsize=8192,socket=$sock" 10.92.0.2/24 127.0.0.1 \
   write -s 8 -n 20000 --lat
+# 1,000 QP pairs on one core each side, 4 KiB WRITEs: each QP paced at
+# 10 Mb/s (DCQCN's line rate per QP; together a 10 Gb/s line), and the same
+# unpaced (what the cores can do).
+sed 's/^rp_line_rate_gbps = .*/rp_line_rate_gbps = 0.01/' conf/dcqcn.conf >"$tmp/pace10.conf"
+for v in paced unpaced; do
+  cc=off; [[ $v == paced ]] && cc="$tmp/pace10.conf"
+  perf_pair memif_1000qp_$v "" "$eal -l 0 --file-prefix=bs --vdev=net_memif0,role=server,bsize=8192,socket=$sock" 10.92.0.1/24 \
+    "" "$eal -l 1 --file-prefix=bc --vdev=net_memif0,role=client,bsize=8192,socket=$sock" 10.92.0.2/24 127.0.0.1 \
+    write -s 4096 -n 400000 -m 4096 -q 1000 -t 2000 --dcqcn "$cc"
+done
 rm -f "$sock"
 
 # testpmd over the same kind of link: memif, txonly -> rxonly, frames of a
@@ -104,7 +115,7 @@ def perf(name):
         return json.load(open(f"{d}/{name}.json"))
     except Exception:
         return None
-r = {n: perf(n) for n in ("memif_bw", "memif_lat", "veth_bw", "veth_lat")}
+r = {n: perf(n) for n in ("memif_bw", "memif_lat", "memif_1000qp_paced", "memif_1000qp_unpaced", "veth_bw", "veth_lat")}
 iperf = None
 try:
     iperf = json.load(open(f"{d}/iperf.json"))["end"]["sum_received"]["bits_per_second"] / 1e9
@@ -121,6 +132,8 @@ def g(x, k):
 rows = [
     ("uroce WRITE 64 KiB, memif", g(r["memif_bw"], "bw_gbps"), "Gb/s"),
     ("uroce WRITE 8 B p50 latency, memif", r["memif_lat"]["lat_us"]["p50"] if r["memif_lat"] else None, "us"),
+    ("uroce WRITE 4 KiB, 1,000 QPs at 10 Mb/s, memif", g(r["memif_1000qp_paced"], "bw_gbps"), "Gb/s"),
+    ("uroce WRITE 4 KiB, 1,000 QPs unpaced, memif", g(r["memif_1000qp_unpaced"], "bw_gbps"), "Gb/s"),
     ("uroce WRITE 64 KiB, veth af_packet", g(r["veth_bw"], "bw_gbps"), "Gb/s"),
     ("uroce WRITE 8 B p50 latency, veth", r["veth_lat"]["lat_us"]["p50"] if r["veth_lat"] else None, "us"),
     ("testpmd raw 4170 B frames, memif", tpm_gbps or None, "Gb/s"),
@@ -137,6 +150,10 @@ if r["memif_bw"] and tpm_pps:
     # RoCE data frames (4096 bytes of payload each) over testpmd's frames.
     ratios["uroce_bw_over_testpmd_raw_memif"] = r["memif_bw"]["bw_gbps"] / tpm_gbps
     ratios["uroce_frames_over_testpmd_frames_memif"] = r["memif_bw"]["bw_gbps"] * 1e9 / 8 / 4096 / tpm_pps
+if r["memif_1000qp_paced"]:
+    # A 10 Gb/s line carries 4096 of every 4194 bytes (headers with RETH,
+    # ICRC, preamble, IFG, FCS) of 4 KiB WRITEs as payload.
+    ratios["uroce_1000_paced_qps_over_10g_line"] = r["memif_1000qp_paced"]["bw_gbps"] / (10 * 4096 / 4194)
 if r["veth_bw"] and tp_gbps:
     ratios["uroce_bw_over_testpmd_raw_veth"] = r["veth_bw"]["bw_gbps"] / tp_gbps
 if r["veth_lat"] and sock:

@@ -55,7 +55,7 @@ constexpr const char* kUsage =
     "      --counters        print the QP, engine and port counters on exit\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
-    "  -q, --qps N           with --sim or --ring: spread the messages over N QP pairs (default 1;\n"
+    "  -q, --qps N           spread the messages over N QP pairs (default 1;\n"
     "                        message slot s goes to QP s mod N, so -t should be a multiple of N)\n"
     "      --idle-qps N      with --sim or --ring: N more connected QP pairs that carry\n"
     "                        nothing (what the engine pays per poll for QPs it serves)\n"
@@ -161,7 +161,6 @@ Options parse(int argc, const char* const* argv) {
   if (o.idle_qps > 0 && o.fabric != "sim" && o.fabric != "ring") usage_error("--idle-qps goes with --sim or --ring");
   if (o.idle_qps > 1000) usage_error("--idle-qps: at most 1000 (the device's max_qp is 1024)");
   if (o.qps == 0 || o.qps + o.idle_qps > 1000) usage_error("--qps: 1 to 1000, with --idle-qps (the device's max_qp is 1024)");
-  if (o.qps > 1 && o.fabric != "sim" && o.fabric != "ring") usage_error("--qps goes with --sim or --ring");
   if (o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
@@ -462,6 +461,7 @@ int main(int argc, char** argv) {
     ro.iters = o.iters;
     ro.depth = o.depth;
     ro.mtu = o.mtu;
+    ro.qps = o.qps;
     ro.lat = o.lat;
     ro.verify = o.verify;
     ro.json = o.json;

@@ -34,6 +34,7 @@ struct Hello {
   std::uint64_t iters = 0;
   std::uint32_t depth = 0;
   std::uint32_t mtu = 0;
+  std::uint32_t qps = 1;
   std::uint32_t qpn = 0;
   std::uint32_t psn = 0;
   std::uint32_t rkey = 0;
@@ -47,8 +48,8 @@ std::string encode(const Hello& h) {
   char gid[33];
   for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", h.gid.raw[i]);
   char buf[kHelloBytes] = {};
-  std::snprintf(buf, sizeof buf, "uroce-perf1:%s:%u:%llu:%u:%u:%06x:%06x:%08x:%016llx:%s", h.op, h.size,
-                static_cast<unsigned long long>(h.iters), h.depth, h.mtu, h.qpn, h.psn, h.rkey,
+  std::snprintf(buf, sizeof buf, "uroce-perf2:%s:%u:%llu:%u:%u:%u:%06x:%06x:%08x:%016llx:%s", h.op, h.size,
+                static_cast<unsigned long long>(h.iters), h.depth, h.mtu, h.qps, h.qpn, h.psn, h.rkey,
                 static_cast<unsigned long long>(h.vaddr), gid);
   return std::string(buf, sizeof buf);
 }
@@ -57,8 +58,8 @@ bool decode(const char* buf, Hello& h) {
   char gid[33] = {};
   unsigned long long iters = 0;
   unsigned long long vaddr = 0;
-  if (std::sscanf(buf, "uroce-perf1:%7[a-z]:%u:%llu:%u:%u:%x:%x:%x:%llx:%32s", h.op, &h.size, &iters, &h.depth,
-                  &h.mtu, &h.qpn, &h.psn, &h.rkey, &vaddr, gid) != 10) {
+  if (std::sscanf(buf, "uroce-perf2:%7[a-z]:%u:%llu:%u:%u:%u:%x:%x:%x:%llx:%32s", h.op, &h.size, &iters, &h.depth,
+                  &h.mtu, &h.qps, &h.qpn, &h.psn, &h.rkey, &vaddr, gid) != 11) {
     return false;
   }
   h.iters = iters;
@@ -67,6 +68,31 @@ bool decode(const char* buf, Hello& h) {
     unsigned b = 0;
     if (std::sscanf(gid + 2 * i, "%2x", &b) != 1) return false;
     h.gid.raw[i] = static_cast<std::uint8_t>(b);
+  }
+  return true;
+}
+
+// With several QPs, the QPN and first PSN of each, after the Hello: one
+// fixed 16-byte line per QP.
+constexpr std::size_t kQpLineBytes = 16;
+
+std::string encode_qps(const std::vector<QueuePair*>& qps, const std::vector<std::uint32_t>& psns) {
+  std::string out;
+  for (std::size_t i = 0; i < qps.size(); ++i) {
+    char line[32];
+    std::snprintf(line, sizeof line, "%06x:%06x", qps[i]->qp_num() & 0xffffff, psns[i] & 0xffffff);
+    std::string l(line);
+    l.resize(kQpLineBytes - 1, ' ');
+    out += l + '\n';
+  }
+  return out;
+}
+
+bool decode_qps(const std::string& in, std::size_t n, std::vector<std::uint32_t>& qpns, std::vector<std::uint32_t>& psns) {
+  qpns.resize(n);
+  psns.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::sscanf(in.c_str() + i * kQpLineBytes, "%6x:%6x", &qpns[i], &psns[i]) != 2) return false;
   }
   return true;
 }
@@ -98,14 +124,28 @@ int run_remote(const RemoteOptions& o) {
   const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   MemoryRegion* mr = buf ? pd->reg_mr(buf, bytes, all) : nullptr;
   CompletionQueue* cq = ctx->create_cq(static_cast<int>(2 * o.depth + 16));
+  // Message slot s goes to QP s mod qps (as with --ring).
   QpInitAttr init;
   init.send_cq = init.recv_cq = cq;
-  init.cap = ibv_qp_cap{o.depth + 1, o.depth + 1, 1, 1, 0};
-  QueuePair* qp = pd->create_qp(init);
-  if (mr == nullptr || cq == nullptr || qp == nullptr) {
+  const std::uint32_t per_qp = o.depth / o.qps + 2;
+  init.cap = ibv_qp_cap{per_qp, per_qp, 1, 1, 0};
+  std::vector<QueuePair*> qps;
+  for (std::uint32_t q = 0; q < o.qps && cq != nullptr; ++q) {
+    QueuePair* one = pd->create_qp(init);
+    if (one == nullptr) break;
+    qps.push_back(one);
+  }
+  if (mr == nullptr || cq == nullptr || qps.size() != o.qps) {
     std::fprintf(stderr, "uroce-perf: set-up failed: %s\n", ctx->last_error().c_str());
     return 1;
   }
+  QueuePair* qp = qps[0];
+  auto qp_of_slot = [&](std::uint64_t s) { return qps[s % o.qps]; };
+  auto sum = [&](const char* counter) {
+    std::uint64_t n = 0;
+    for (QueuePair* q : qps) n += q->counter(counter);
+    return n;
+  };
   const Pattern pattern(o.size);
   // READ sources are known to both sides: slot s holds pattern s.
   if (server && read) {
@@ -118,18 +158,24 @@ int run_remote(const RemoteOptions& o) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = all;
-  qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  for (QueuePair* q : qps) q->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 
   std::uint64_t recv_posted = 0;
+  // A receive buffer (slot) is posted again once the message it held has
+  // been checked: over several QPs, receives complete out of order.
+  std::vector<bool> recv_busy(o.depth);
   auto post_recv = [&]() {
     const std::uint32_t s = static_cast<std::uint32_t>(recv_posted % o.depth);
+    if (recv_busy[s]) return true;
+    recv_busy[s] = true;
     ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + s * slot), o.size, mr->lkey};
     ibv_recv_wr wr{};
     wr.wr_id = recv_posted++;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     ibv_recv_wr* bad = nullptr;
-    return qp->post_recv(&wr, &bad) == 0;
+    // Each QP takes its messages in order, so receive k meets message k.
+    return qp_of_slot(s)->post_recv(&wr, &bad) == 0;
   };
   if (server && send) {
     for (std::uint32_t i = 0; i < o.depth; ++i) post_recv();
@@ -141,37 +187,58 @@ int run_remote(const RemoteOptions& o) {
   mine.iters = o.iters;
   mine.depth = o.depth;
   mine.mtu = o.mtu;
+  mine.qps = o.qps;
+  std::vector<std::uint32_t> my_psns;
+  std::random_device rd;
+  for (std::uint32_t q = 0; q < o.qps; ++q) my_psns.push_back(static_cast<std::uint32_t>(rd()) & 0xffffff);
   mine.qpn = qp->qp_num();
-  mine.psn = static_cast<std::uint32_t>(std::random_device{}()) & 0xffffff;
+  mine.psn = my_psns[0];
   mine.rkey = mr->rkey;
   mine.vaddr = reinterpret_cast<std::uint64_t>(buf);
   mine.gid = ctx->gid();
   const std::function<void()> idle = [&] { ctx->progress(); };
   Hello peer;
   char in[kHelloBytes];
-  const std::string out = encode(mine);
   int fd = server ? oob::accept_one(o.tcp_port, error, idle) : oob::connect_to(o.server, o.tcp_port, error);
   if (fd < 0) {
     std::fprintf(stderr, "uroce-perf: %s\n", error.c_str());
     return 1;
   }
+  const int fd_for_read = fd;
+  const std::string out = encode(mine) + (o.qps > 1 ? encode_qps(qps, my_psns) : std::string());
+  std::vector<std::uint32_t> peer_qpns, peer_psns;
+  auto read_peer = [&] {
+    if (!oob::read_full(fd_for_read, in, sizeof in, idle) || !decode(in, peer)) return false;
+    if (peer.qps != o.qps) return true;  // reported below as a different test
+    std::string list(kQpLineBytes * o.qps, '\0');
+    if (o.qps > 1) return oob::read_full(fd_for_read, list.data(), list.size(), idle) && decode_qps(list, o.qps, peer_qpns, peer_psns);
+    peer_qpns = {peer.qpn};
+    peer_psns = {peer.psn};
+    return true;
+  };
+
   ConnectParams cp;
   cp.mtu = mtu_enum(o.mtu);
-  auto connect_qp = [&] { return connect_rc(qp, peer.gid, peer.qpn, mine.psn, peer.psn, cp); };
+  auto connect_qps = [&] {
+    for (std::uint32_t q = 0; q < o.qps; ++q) {
+      if (connect_rc(qps[q], peer.gid, peer_qpns[q], my_psns[q], peer_psns[q], cp) != 0) return false;
+    }
+    return true;
+  };
   bool ok = true;
   if (server) {
-    ok = oob::read_full(fd, in, sizeof in, idle) && decode(in, peer);
+    ok = read_peer();
     if (ok && (std::string(peer.op) != o.op || peer.size != o.size || peer.iters != o.iters || peer.depth != o.depth ||
-               peer.mtu != o.mtu)) {
-      std::fprintf(stderr, "uroce-perf: the client runs %s -s %u -n %llu -t %u -m %u; start both sides with the same test\n",
-                   peer.op, peer.size, static_cast<unsigned long long>(peer.iters), peer.depth, peer.mtu);
+               peer.mtu != o.mtu || peer.qps != o.qps)) {
+      std::fprintf(stderr,
+                   "uroce-perf: the client runs %s -s %u -n %llu -t %u -m %u -q %u; start both sides with the same test\n",
+                   peer.op, peer.size, static_cast<unsigned long long>(peer.iters), peer.depth, peer.mtu, peer.qps);
       close(fd);
       return 2;
     }
-    ok = ok && connect_qp() == 0 && oob::write_full(fd, out.data(), out.size());
+    ok = ok && connect_qps() && oob::write_full(fd, out.data(), out.size());
   } else {
-    ok = oob::write_full(fd, out.data(), out.size()) && oob::read_full(fd, in, sizeof in, idle) && decode(in, peer) &&
-         connect_qp() == 0;
+    ok = oob::write_full(fd, out.data(), out.size()) && read_peer() && peer.qps == o.qps && connect_qps();
   }
   if (!ok) {
     std::fprintf(stderr, "uroce-perf: the exchange with the peer failed: %s\n", ctx->last_error().c_str());
@@ -198,7 +265,9 @@ int run_remote(const RemoteOptions& o) {
           const auto s = static_cast<std::uint32_t>(wc[i].wr_id % o.depth);
           if (o.verify && !pattern.matches(buf + s * slot, wc[i].wr_id)) verified = false;
           ++received;
-          post_recv();
+          recv_busy[s] = false;
+          while (!recv_busy[recv_posted % o.depth] && post_recv()) {
+          }
         }
       }
     };
@@ -237,16 +306,20 @@ int run_remote(const RemoteOptions& o) {
     if (o.verify && !read && !atomic) pattern.fill(buf + s * slot, msg);
     if (o.lat || msg % 16 == 0) posted_at[s] = Clock::now();
     ibv_send_wr* bad = nullptr;
-    return qp->post_send(&wr, &bad) == 0;
+    return qp_of_slot(s)->post_send(&wr, &bad) == 0;
   };
   const auto t0 = Clock::now();
   auto last_progress = t0;
   std::uint64_t next = 0;
   std::uint64_t done_count = 0;
   const std::uint32_t depth = o.lat ? 1 : o.depth;
+  std::vector<bool> busy(depth);
   std::string failure;
   while (done_count < o.iters && failure.empty()) {
-    while (next < o.iters && next - done_count < depth) {
+    // A slot is reused once its message has completed (over several QPs
+    // they complete out of order).
+    while (next < o.iters && next - done_count < depth && !busy[next % depth]) {
+      busy[next % depth] = true;
       if (!post(next++)) failure = "post failed: " + ctx->last_error();
     }
     ctx->progress();
@@ -260,10 +333,11 @@ int run_remote(const RemoteOptions& o) {
         break;
       }
       const auto s = static_cast<std::uint32_t>(wc[i].wr_id);
+      busy[s % depth] = false;
       const std::uint64_t msg = slot_msg[s];
       if (o.lat || msg % 16 == 0) lat.push_back(std::chrono::duration<double, std::micro>(last_progress - posted_at[s]).count());
       if (o.verify && read && !pattern.matches(buf + s * slot, s)) verified = false;
-      if (o.verify && atomic) {
+      if (o.verify && atomic && o.qps == 1) {  // over several QPs the adds interleave in any order
         std::uint64_t orig;
         std::memcpy(&orig, buf + s * slot, 8);
         if (orig != msg) verified = false;
@@ -294,16 +368,16 @@ int run_remote(const RemoteOptions& o) {
   std::printf("latency [us, post to completion%s]: min %.2f p50 %.2f p99 %.2f p99.9 %.2f max %.2f\n",
               o.lat ? "" : ", every 16th message, queueing included", pct(0), pct(50), pct(99), pct(99.9), pct(100));
   std::printf("retransmitted %llu packets, %llu timeouts, %llu sequence NAKs, %llu RNR NAKs\n",
-              static_cast<unsigned long long>(qp->counter("retransmitted_packets")),
-              static_cast<unsigned long long>(qp->counter("timeouts")),
-              static_cast<unsigned long long>(qp->counter("nak_seq_received")),
-              static_cast<unsigned long long>(qp->counter("rnr_naks_received")));
+              static_cast<unsigned long long>(sum("retransmitted_packets")),
+              static_cast<unsigned long long>(sum("timeouts")),
+              static_cast<unsigned long long>(sum("nak_seq_received")),
+              static_cast<unsigned long long>(sum("rnr_naks_received")));
   if (o.verify) std::printf("verification: %s\n", verified ? "PASSED (both sides)" : "FAILED");
   if (o.counters) print_counters(*ctx, qp, &io.counters());
   if (!o.json.empty()) {
     std::ofstream j(o.json);
     j << "{\"tool\":\"uroce-perf\",\"mode\":\"port\",\"op\":\"" << o.op << "\",\"test\":\"" << (o.lat ? "lat" : "bw")
-      << "\",\"size\":" << o.size << ",\"iterations\":" << done_count << ",\"mtu\":" << o.mtu << ",\"tx_depth\":" << depth
+      << "\",\"size\":" << o.size << ",\"qps\":" << o.qps << ",\"iterations\":" << done_count << ",\"mtu\":" << o.mtu << ",\"tx_depth\":" << depth
       << ",\"bw_gbps\":" << gbps << ",\"msg_rate_mpps\":" << mpps << ",\"lat_us\":{\"min\":" << pct(0)
       << ",\"p50\":" << pct(50) << ",\"p99\":" << pct(99) << ",\"p999\":" << pct(99.9) << ",\"max\":" << pct(100) << "}";
     if (o.verify) j << ",\"verified\":" << (verified ? "true" : "false");

@@ -1,6 +1,6 @@
 // uroce-perf between two processes, each with its own DPDK port: a server
 // that waits for a client, perftest-style (the TCP exchange carries the test,
-// QPN, PSN, rkey, buffer address and GID of each side).
+// QPN and PSN of each QP, rkey, buffer address and GID of each side).
 #pragma once
 
 #include <array>
@@ -19,6 +19,7 @@ struct RemoteOptions {
   std::uint64_t iters = 10000;
   std::uint32_t depth = 64;
   std::uint32_t mtu = 4096;
+  std::uint32_t qps = 1;     // message slot s goes to QP s mod qps
   bool lat = false;
   bool verify = false;
   std::string json;
