@@ -21,6 +21,7 @@
 #include "dpdk/ring_pair.h"
 #include "engine/engine.h"
 #include "test_seed.h"
+#include "wire/frame.h"
 
 namespace uroce::test {
 namespace {
@@ -494,6 +495,9 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   ASSERT_EQ(EalEnvironment::error(), "");
   cc::DcqcnParams params;
   params.line_rate_bps = 25e9;
+  // No alpha decay and no rate increase within the test: the CNP's cut
+  // below stays as it was made.
+  params.alpha_period_ns = params.rate_period_ns = 100'000'000'000ull;
   Devices d("dcq", false, &params);
   ASSERT_NE(d.pair, nullptr);
   ASSERT_EQ(d.write(65536), 1u);
@@ -511,6 +515,37 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   EXPECT_NE(qp.find("\"dcqcn_active\":1"), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"dcqcn_rate_mbps\":25000"), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"dcqcn_alpha_ppm\":"), std::string::npos) << qp;
+
+  // A CNP for A's QP, sent into the ring from B's port as a switch-marked
+  // path's receiver would: A's rate is cut (alpha starts at 1: to half), and
+  // the API, the counters and telemetry all show it.
+  wire::FrameSpec spec;
+  std::copy(d.pair->io_a->mac().begin(), d.pair->io_a->mac().end(), spec.eth_dst.begin());
+  std::copy(d.pair->io_b->mac().begin(), d.pair->io_b->mac().end(), spec.eth_src.begin());
+  std::copy(d.pair->b->gid().raw + 12, d.pair->b->gid().raw + 16, spec.src4.begin());
+  std::copy(d.pair->a->gid().raw + 12, d.pair->a->gid().raw + 16, spec.dst4.begin());
+  spec.tos = 48 << 2;
+  spec.udp_src_port = 0xc000;
+  spec.udp_dst_port = 4791;
+  spec.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  spec.bth.pkey.set(0xffff);
+  spec.bth.set_becn(true);
+  spec.bth.dest_qp.set(d.qa->qp_num());
+  const std::array<std::uint8_t, 16> reserved{};
+  wire::TxFrame cnp;
+  cnp.hdr_len = static_cast<std::uint16_t>(wire::build_frame(spec, reserved, cnp.hdr));
+  ASSERT_GT(cnp.hdr_len, 0);
+  ASSERT_EQ(d.pair->io_b->tx_burst(&cnp, 1), 1);
+  for (int i = 0; i < 1000 && d.qa->congestion().cnps == 0; ++i) d.pair->step();
+  const QueuePair::CongestionState cut = d.qa->congestion();
+  EXPECT_EQ(cut.cnps, 1u);
+  EXPECT_EQ(cut.target_bps, 25e9);
+  EXPECT_EQ(cut.rate_bps, 12.5e9) << "cut by alpha / 2, alpha = 1";
+  EXPECT_EQ(d.qa->counter("cnps_received"), 1u);
+  const std::string after = telemetry("/uroce/qp," + dev + "," + std::to_string(d.qa->qp_num()));
+  EXPECT_NE(after.find("\"cnps_received\":1"), std::string::npos) << after;
+  EXPECT_NE(after.find("\"dcqcn_target_mbps\":25000"), std::string::npos) << after;
+  EXPECT_NE(after.find("\"dcqcn_rate_mbps\":12500"), std::string::npos) << after;
 }
 
 TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {
