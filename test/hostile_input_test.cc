@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "cc/dcqcn.h"
 #include "engine/engine.h"
 #include "scripted_port.h"
 #include "test_seed.h"
@@ -125,8 +126,10 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
       for (auto& b : f) b = static_cast<std::uint8_t>(rng());
     } else {
       wire::FrameSpec spec;
-      spec.src4 = {10, 0, 0, 2};
-      spec.dst4 = {10, 0, 0, 1};
+      // From the peer to us; now and then from a third host, which a
+      // connected QP must ignore.
+      spec.src4 = {10, 0, 0, static_cast<std::uint8_t>(rng() % 50 == 0 ? 3 : 2)};
+      spec.dst4 = {10, 0, 0, 0};
       std::uint8_t op = static_cast<std::uint8_t>(rng() % 0x1e);  // RC opcodes, reserved ones included
       if (kind < 10) op = static_cast<std::uint8_t>(rng());
       spec.bth.opcode = op;
@@ -173,6 +176,7 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   // Every frame was taken and is accounted for: accepted, or counted under a reason.
   const engine::Engine& e = ctx->engine();
   EXPECT_EQ(e.counter(engine::EngineCounter::rx_frames), injected);
+  EXPECT_GT(e.counter(engine::EngineCounter::rx_wrong_address), 0u) << "frames from the third host";
   drain();
   EXPECT_GT(revived, 0u) << "the hostile peer should have broken the connection at least once";
   // Nothing outside the region was touched.
@@ -193,6 +197,105 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
               }()),
               static_cast<unsigned long long>(qp->counter("nak_seq_sent") + qp->counter("nak_inv_req_sent") +
                                                qp->counter("nak_rem_access_sent") + qp->counter("nak_rem_op_sent")));
+}
+
+// A connected QP hears only its peer: a third host that knows the QPN, the
+// PSN and the rkey can neither WRITE into it nor slow it down with a CNP;
+// the same packets from the peer's address are taken.
+TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
+  ScriptedPort port;
+  StepClock clock;
+  cc::DcqcnParams dcqcn;
+  PortConfig cfg;
+  cfg.io = &port;
+  cfg.clock = &clock;
+  cfg.gid = ipv4_gid({10, 0, 0, 1});
+  cfg.dcqcn = &dcqcn;
+  std::string error;
+  auto ctx = Context::open(cfg, error);
+  ASSERT_NE(ctx, nullptr) << error;
+  ProtectionDomain* pd = ctx->alloc_pd();
+  CompletionQueue* cq = ctx->create_cq(64);
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = cq;
+  init.cap = ibv_qp_cap{8, 8, 1, 1, 0};
+  QueuePair* qp = pd->create_qp(init);
+  std::vector<std::uint8_t> region(4096, 0);
+  MemoryRegion* mr = pd->reg_mr(region.data(), region.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(connect_rc(qp, ipv4_gid({10, 0, 0, 2}), 0x42, 0x1000, 0x2000, ConnectParams{}), 0) << ctx->last_error();
+
+  auto frame_from = [&](std::uint8_t host, wire::Opcode op) {
+    wire::FrameSpec spec;
+    spec.src4 = {10, 0, 0, host};
+    spec.dst4 = {10, 0, 0, 1};
+    spec.bth.opcode = static_cast<std::uint8_t>(op);
+    spec.bth.pkey.set(0xffff);
+    spec.bth.dest_qp.set(qp->qp_num());
+    spec.bth.psn.set(0x2000);
+    spec.bth.set_ack_req(true);
+    spec.bth.set_becn(op == wire::Opcode::kCnp);
+    spec.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+    spec.reth.rkey.set(mr->rkey);
+    spec.reth.dma_length.set(64);
+    const std::vector<std::uint8_t> payload(op == wire::Opcode::kCnp ? 16 : 64, 0xab);
+    std::vector<std::uint8_t> out(256);
+    out.resize(wire::build_frame(spec, payload, out));
+    return out;
+  };
+  const engine::Engine& e = ctx->engine();
+  for (const std::uint8_t host : {std::uint8_t{3}, std::uint8_t{2}}) {
+    SCOPED_TRACE("from 10.0.0." + std::to_string(host));
+    port.sent.clear();
+    port.inbox.push_back(frame_from(host, wire::Opcode::kRcWriteOnly));
+    port.inbox.push_back(frame_from(host, wire::Opcode::kCnp));
+    for (int i = 0; i < 8; ++i) ctx->progress();
+    const bool peer = host == 2;
+    EXPECT_EQ(e.counter(engine::EngineCounter::rx_wrong_address), 2u) << "the third host's two, and none of the peer's";
+    EXPECT_EQ(region[0], peer ? 0xab : 0) << "WRITE placed";
+    EXPECT_EQ(qp->counter("rx_packets"), peer ? 1u : 0u);
+    EXPECT_EQ(port.sent.size(), peer ? 1u : 0u) << "one ACK";
+    EXPECT_EQ(qp->congestion().cnps, peer ? 1u : 0u) << "rate cut";
+  }
+}
+
+// The source GID and the destination GID share one IP header: a family
+// mismatch is refused at RTR with a hint.
+TEST(HostileInput, AnAddressVectorMixingIpv4AndIpv6IsRefused) {
+  ScriptedPort port;
+  StepClock clock;
+  PortConfig cfg;
+  cfg.io = &port;
+  cfg.clock = &clock;
+  cfg.gid = ipv4_gid({10, 0, 0, 1});
+  std::string error;
+  auto ctx = Context::open(cfg, error);
+  ProtectionDomain* pd = ctx->alloc_pd();
+  CompletionQueue* cq = ctx->create_cq(64);
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = cq;
+  init.cap = ibv_qp_cap{8, 8, 1, 1, 0};
+  QueuePair* qp = pd->create_qp(init);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = 0x42;
+  a.rq_psn = 1;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = ipv4_gid({10, 0, 0, 2});
+  a.ah_attr.grh.sgid_index = 0;  // IPv6 link-local
+  const int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  EXPECT_EQ(qp->modify(a, mask), EINVAL);
+  EXPECT_NE(ctx->last_error().find("GID index 0 is IPv6 but the destination GID is IPv4"), std::string::npos)
+      << ctx->last_error();
+  a.ah_attr.grh.sgid_index = 1;
+  EXPECT_EQ(qp->modify(a, mask), 0) << ctx->last_error();
 }
 
 }  // namespace

@@ -185,7 +185,19 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   PortConfig cfg;
   cfg.io = &port;
   cfg.clock = &clock;
-  cfg.gid = ipv4_gid({0, 0, 0, 0});
+  // The two ends' addresses as captured: a connected QP takes packets from
+  // its peer's address to its own only.
+  ibv_gid requester_gid{};
+  if (!d.requests.empty()) {
+    wire::ParsedFrame first;
+    wire::parse_frame(d.requests.front(), first);
+    if (first.ip_version != 4) {
+      error = "only IPv4 captures are replayed (the port's IPv6 GID is its link-local address)";
+      return {};
+    }
+    cfg.gid = ipv4_gid(first.ipv4().dst);
+    requester_gid = ipv4_gid(first.ipv4().src);
+  }
   auto ctx = Context::open(cfg, error);
   ProtectionDomain* pd = ctx->alloc_pd();
   CompletionQueue* cq = ctx->create_cq(65536);
@@ -266,7 +278,8 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = ipv4_gid({0, 0, 0, 0});
+  a.ah_attr.grh.dgid = requester_gid;
+  a.ah_attr.grh.sgid_index = 1;  // the port's IPv4 address
   if (qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
     error = ctx->last_error();

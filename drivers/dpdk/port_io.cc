@@ -421,8 +421,7 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
 }
 
 bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
-  static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  const bool v4 = std::memcmp(gid.raw, kV4Mapped, 12) == 0;
+  const bool v4 = is_ipv4_gid(gid);
   std::array<std::uint8_t, 4> ip;
   std::array<std::uint8_t, 16> ip6;
   std::memcpy(ip.data(), gid.raw + 12, 4);

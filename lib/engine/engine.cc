@@ -208,6 +208,10 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       }
       continue;
     }
+    if (!transport::from_peer(*qp, p)) [[unlikely]] {
+      ++counters_[static_cast<std::size_t>(EngineCounter::rx_wrong_address)];
+      continue;
+    }
     if (cnp) [[unlikely]] {
       transport::rp_on_cnp(*qp, env_);
     } else {

@@ -29,6 +29,7 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_not_roce, "frames that are not RoCEv2 (ARP, other traffic)")   \
   X(rx_unknown_qp, "RoCEv2 packets for a QP this engine does not own") \
   X(rx_bad_pkey, "packets with a P_Key other than the default")        \
+  X(rx_wrong_address, "packets for a connected QP not from its peer's address to ours") \
   X(rx_cnp, "congestion notification packets received (any QP)")       \
   X(rx_unsupported_transport, "UC/UD/other packets (RC only so far)") \
   X(rx_handed_over, "packets passed to the worker that serves their QP") \

@@ -33,6 +33,23 @@ void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes) {
   qp.counters.add(QpCounter::tx_bytes, payload_bytes);
 }
 
+// A connected QP takes packets from the one address it is connected to
+// (IBTA 9.6.1: the header checks of connected services compare the source
+// with the QP's path; rxe and RNICs drop the rest), so a third host that
+// guesses a QPN and PSN cannot write into it, and a stray CNP cannot slow
+// it down.
+bool from_peer(const Qp& qp, const wire::ParsedFrame& p) {
+  if (!qp.receives()) return true;
+  const wire::FrameSpec& path = qp.tx_template;
+  if (p.ip_version != path.ip_version) return false;
+  if (p.ip_version == 4) {
+    const wire::Ipv4Hdr h = p.ipv4();
+    return h.src == path.dst4 && h.dst == path.src4;
+  }
+  const wire::Ipv6Hdr h = p.ipv6();
+  return h.src == path.dst6 && h.dst == path.src6;
+}
+
 std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now) {
   const std::uint64_t t = qp.attr.timeout == 0 ? 0 : (4096ull << qp.attr.timeout);
   return t == 0 ? 0 : now + t;

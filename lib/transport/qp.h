@@ -333,6 +333,11 @@ void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
 // The same without counting it as a packet of the QP's traffic (CNPs).
 void emit_frame(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
 
+// Whether `p` comes from the connected QP's peer address to its own (IP
+// source and destination against the path set at RTR). A QP not yet at RTR
+// has no path: what arrives for it is judged by its state instead.
+bool from_peer(const Qp& qp, const wire::ParsedFrame& p);
+
 // Deadline of the retransmit timer from now (0: the QP's timeout is infinite).
 std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now);
 

@@ -439,14 +439,21 @@ int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
     return c.fail(check.error, std::string("modify QP ") + transport::qp_state_name(qp.state) + "->" +
                                    transport::qp_state_name(check.next) + ": " + check.why);
   }
+  // The source address is the GID the address vector names (index 0 IPv6
+  // link-local, 1 the port's address), of the destination's family: RoCEv2
+  // carries both in one IP header.
+  ibv_gid local = c.port.gid;
+  if ((attr_mask & IBV_QP_AV) && c.query_gid(attr.ah_attr.grh.sgid_index, local) != 0) return EINVAL;
+  if ((attr_mask & IBV_QP_AV) && is_ipv4_gid(local) != is_ipv4_gid(attr.ah_attr.grh.dgid)) {
+    return c.fail(EINVAL, std::string("modify QP: GID index ") + std::to_string(attr.ah_attr.grh.sgid_index) + " is " +
+                              (is_ipv4_gid(local) ? "IPv4" : "IPv6") + " but the destination GID is " +
+                              (is_ipv4_gid(local) ? "IPv6" : "IPv4") +
+                              "; use the GID index of the destination's family (0: IPv6 link-local, 1: the port's address)");
+  }
   std::uint8_t peer_mac[6] = {};
   if ((attr_mask & IBV_QP_AV) && !c.port.io->resolve(attr.ah_attr.grh.dgid, peer_mac)) {
     return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
   }
-  // The source address is the GID the address vector names (index 0 IPv6
-  // link-local, 1 IPv4-mapped).
-  ibv_gid local = c.port.gid;
-  if ((attr_mask & IBV_QP_AV) && c.query_gid(attr.ah_attr.grh.sgid_index, local) != 0) return EINVAL;
   transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, local);
   return 0;
 }
