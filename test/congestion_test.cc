@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cc/dcqcn.h"
+#include "frame_helpers.h"
 #include "pcap/pcap_file.h"
 #include "rc_fixture.h"
 #include "scripted_port.h"
@@ -285,25 +286,8 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   EXPECT_EQ(dst[4095], 0x42);
 }
 
-// A CNP built by hand for `dest_qp`, as a peer would send it.
-std::vector<std::uint8_t> cnp_frame(std::uint32_t dest_qp) {
-  wire::FrameSpec s;
-  s.eth_dst = {0x02, 0, 0, 0, 0, 0x0b};
-  s.eth_src = {0x02, 0, 0, 0, 0, 0x0a};
-  s.src4 = {10, 0, 0, 1};
-  s.dst4 = {10, 0, 0, 2};
-  s.tos = 48 << 2;
-  s.udp_src_port = 0xc000;
-  s.udp_dst_port = 4791;
-  s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
-  s.bth.pkey.set(0xffff);
-  s.bth.set_becn(true);
-  s.bth.dest_qp.set(dest_qp);
-  const std::array<std::uint8_t, 16> reserved{};
-  std::vector<std::uint8_t> out(256);
-  out.resize(wire::build_frame(s, reserved, out));
-  return out;
-}
+// A CNP built by hand for `dest_qp`, as the peer (10.0.0.1) would send it.
+std::vector<std::uint8_t> peer_cnp(std::uint32_t dest_qp) { return cnp_frame(cnp_spec(dest_qp, {10, 0, 0, 1}, {10, 0, 0, 2})); }
 
 TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
   const cc::DcqcnParams cp = params();
@@ -323,9 +307,9 @@ TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
   init.send_cq = init.recv_cq = cq;
   QueuePair* qp = pd->create_qp(init);
   ASSERT_NE(qp, nullptr);
-  ASSERT_FALSE(cnp_frame(0x777).empty());
-  port.inbox.push_back(cnp_frame(0x777));
-  port.inbox.push_back(cnp_frame(qp->qp_num()));
+  ASSERT_FALSE(peer_cnp(0x777).empty());
+  port.inbox.push_back(peer_cnp(0x777));
+  port.inbox.push_back(peer_cnp(qp->qp_num()));
   ctx->progress();
   const engine::Engine& e = ctx->engine();
   EXPECT_EQ(e.counter(engine::EngineCounter::rx_cnp), 2u);

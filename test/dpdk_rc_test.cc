@@ -21,7 +21,7 @@
 #include "dpdk/ring_pair.h"
 #include "engine/engine.h"
 #include "test_seed.h"
-#include "wire/frame.h"
+#include "frame_helpers.h"
 
 namespace uroce::test {
 namespace {
@@ -519,22 +519,17 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   // A CNP for A's QP, sent into the ring from B's port as a switch-marked
   // path's receiver would: A's rate is cut (alpha starts at 1: to half), and
   // the API, the counters and telemetry all show it.
-  wire::FrameSpec spec;
-  std::copy(d.pair->io_a->mac().begin(), d.pair->io_a->mac().end(), spec.eth_dst.begin());
-  std::copy(d.pair->io_b->mac().begin(), d.pair->io_b->mac().end(), spec.eth_src.begin());
-  std::copy(d.pair->b->gid().raw + 12, d.pair->b->gid().raw + 16, spec.src4.begin());
-  std::copy(d.pair->a->gid().raw + 12, d.pair->a->gid().raw + 16, spec.dst4.begin());
-  spec.tos = 48 << 2;
-  spec.udp_src_port = 0xc000;
-  spec.udp_dst_port = 4791;
-  spec.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
-  spec.bth.pkey.set(0xffff);
-  spec.bth.set_becn(true);
-  spec.bth.dest_qp.set(d.qa->qp_num());
-  const std::array<std::uint8_t, 16> reserved{};
+  wire::Ipv4Addr a_ip, b_ip;
+  std::copy(d.pair->a->gid().raw + 12, d.pair->a->gid().raw + 16, a_ip.begin());
+  std::copy(d.pair->b->gid().raw + 12, d.pair->b->gid().raw + 16, b_ip.begin());
+  wire::FrameSpec spec = cnp_spec(d.qa->qp_num(), b_ip, a_ip);
+  spec.eth_dst = d.pair->io_a->mac();
+  spec.eth_src = d.pair->io_b->mac();
+  const std::vector<std::uint8_t> bytes = cnp_frame(spec);
   wire::TxFrame cnp;
-  cnp.hdr_len = static_cast<std::uint16_t>(wire::build_frame(spec, reserved, cnp.hdr));
-  ASSERT_GT(cnp.hdr_len, 0);
+  ASSERT_LE(bytes.size(), cnp.hdr.size());
+  std::copy(bytes.begin(), bytes.end(), cnp.hdr.begin());
+  cnp.hdr_len = static_cast<std::uint16_t>(bytes.size());
   ASSERT_EQ(d.pair->io_b->tx_burst(&cnp, 1), 1);
   for (int i = 0; i < 1000 && d.qa->congestion().cnps == 0; ++i) d.pair->step();
   const QueuePair::CongestionState cut = d.qa->congestion();

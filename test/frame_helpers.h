@@ -39,4 +39,25 @@ inline std::vector<std::uint8_t> build(const wire::FrameSpec& spec,
   return out;
 }
 
+// A CNP as a notification point sends it: BTH opcode 0x81 with BECN for
+// `dest_qp`, DSCP 48, from `src` to `dst` (IPv4); 16 reserved bytes follow.
+inline wire::FrameSpec cnp_spec(std::uint32_t dest_qp, const wire::Ipv4Addr& src, const wire::Ipv4Addr& dst) {
+  wire::FrameSpec s;
+  s.eth_dst = {0x02, 0, 0, 0, 0, 0x0b};
+  s.eth_src = {0x02, 0, 0, 0, 0, 0x0a};
+  s.src4 = src;
+  s.dst4 = dst;
+  s.tos = 48 << 2;
+  s.udp_src_port = 0xc000;
+  s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  s.bth.pkey.set(0xffff);
+  s.bth.set_becn(true);
+  s.bth.dest_qp.set(dest_qp);
+  return s;
+}
+
+inline std::vector<std::uint8_t> cnp_frame(const wire::FrameSpec& spec) {
+  return build(spec, std::vector<std::uint8_t>(16, 0));
+}
+
 }  // namespace uroce::test

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -29,25 +30,46 @@ class StepClock : public engine::Clock {
   std::uint64_t now = 1'000'000;
 };
 
+// A device on a scripted port with one QP (in RESET) and its CQ.
+struct OneQp {
+  OneQp(const ibv_gid& gid, const ibv_qp_cap& cap, int cq_depth, const cc::DcqcnParams* dcqcn = nullptr) {
+    PortConfig cfg;
+    cfg.io = &port;
+    cfg.clock = &clock;
+    cfg.gid = gid;
+    cfg.dcqcn = dcqcn;
+    std::string error;
+    ctx = Context::open(cfg, error);
+    EXPECT_NE(ctx, nullptr) << error;
+    if (!ctx) return;
+    pd = ctx->alloc_pd();
+    cq = ctx->create_cq(cq_depth);
+    QpInitAttr init;
+    init.send_cq = init.recv_cq = cq;
+    init.cap = cap;
+    qp = pd->create_qp(init);
+    EXPECT_NE(qp, nullptr) << ctx->last_error();
+  }
+  ScriptedPort port;
+  StepClock clock;
+  std::unique_ptr<Context> ctx;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* cq = nullptr;
+  QueuePair* qp = nullptr;
+};
+
 TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
-  ScriptedPort port;
+  OneQp dev(ipv4_gid({10, 0, 0, 0}), ibv_qp_cap{64, 64, 4, 4, 64}, 65536);
+  ASSERT_NE(dev.qp, nullptr);
+  ScriptedPort& port = dev.port;
   port.keep_sent = false;
-  StepClock clock;
-  PortConfig cfg;
-  cfg.io = &port;
-  cfg.clock = &clock;
-  cfg.gid = ipv4_gid({10, 0, 0, 0});
-  std::string error;
-  auto ctx = Context::open(cfg, error);
-  ProtectionDomain* pd = ctx->alloc_pd();
-  CompletionQueue* cq = ctx->create_cq(65536);
-  QpInitAttr init;
-  init.send_cq = init.recv_cq = cq;
-  init.cap = ibv_qp_cap{64, 64, 4, 4, 64};
-  QueuePair* qp = pd->create_qp(init);
+  Context* ctx = dev.ctx.get();
+  ProtectionDomain* pd = dev.pd;
+  CompletionQueue* cq = dev.cq;
+  QueuePair* qp = dev.qp;
   // The region sits inside a larger allocation whose edges must stay intact.
   constexpr std::size_t kGuard = 4096;
   constexpr std::size_t kRegion = 1 << 16;
@@ -56,8 +78,7 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   MemoryRegion* mr = pd->reg_mr_iova(region, kRegion, 0x100000, all);
   ConnectParams params;
-  ibv_gid peer = cfg.gid;
-  peer.raw[15] = 2;
+  const ibv_gid peer = ipv4_gid({10, 0, 0, 2});
   std::set<std::uint64_t> posted;
   std::set<std::uint64_t> seen;
   std::uint64_t next_id = 1000;
@@ -203,25 +224,14 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
 // PSN and the rkey can neither WRITE into it nor slow it down with a CNP;
 // the same packets from the peer's address are taken.
 TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
-  ScriptedPort port;
-  StepClock clock;
-  cc::DcqcnParams dcqcn;
-  PortConfig cfg;
-  cfg.io = &port;
-  cfg.clock = &clock;
-  cfg.gid = ipv4_gid({10, 0, 0, 1});
-  cfg.dcqcn = &dcqcn;
-  std::string error;
-  auto ctx = Context::open(cfg, error);
-  ASSERT_NE(ctx, nullptr) << error;
-  ProtectionDomain* pd = ctx->alloc_pd();
-  CompletionQueue* cq = ctx->create_cq(64);
-  QpInitAttr init;
-  init.send_cq = init.recv_cq = cq;
-  init.cap = ibv_qp_cap{8, 8, 1, 1, 0};
-  QueuePair* qp = pd->create_qp(init);
+  const cc::DcqcnParams dcqcn;
+  OneQp dev(ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64, &dcqcn);
+  ASSERT_NE(dev.qp, nullptr);
+  ScriptedPort& port = dev.port;
+  Context* ctx = dev.ctx.get();
+  QueuePair* qp = dev.qp;
   std::vector<std::uint8_t> region(4096, 0);
-  MemoryRegion* mr = pd->reg_mr(region.data(), region.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  MemoryRegion* mr = dev.pd->reg_mr(region.data(), region.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_EQ(connect_rc(qp, ipv4_gid({10, 0, 0, 2}), 0x42, 0x1000, 0x2000, ConnectParams{}), 0) << ctx->last_error();
 
   auto frame_from = [&](std::uint8_t host, wire::Opcode op) {
@@ -261,20 +271,10 @@ TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
 // The source GID and the destination GID share one IP header: a family
 // mismatch is refused at RTR with a hint.
 TEST(HostileInput, AnAddressVectorMixingIpv4AndIpv6IsRefused) {
-  ScriptedPort port;
-  StepClock clock;
-  PortConfig cfg;
-  cfg.io = &port;
-  cfg.clock = &clock;
-  cfg.gid = ipv4_gid({10, 0, 0, 1});
-  std::string error;
-  auto ctx = Context::open(cfg, error);
-  ProtectionDomain* pd = ctx->alloc_pd();
-  CompletionQueue* cq = ctx->create_cq(64);
-  QpInitAttr init;
-  init.send_cq = init.recv_cq = cq;
-  init.cap = ibv_qp_cap{8, 8, 1, 1, 0};
-  QueuePair* qp = pd->create_qp(init);
+  OneQp dev(ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64);
+  ASSERT_NE(dev.qp, nullptr);
+  Context* ctx = dev.ctx.get();
+  QueuePair* qp = dev.qp;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
