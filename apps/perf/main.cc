@@ -160,7 +160,8 @@ Options parse(int argc, const char* const* argv) {
   if (o.workers && o.fabric != "ring") usage_error("--workers goes with --ring");
   if (o.idle_qps > 0 && o.fabric != "sim" && o.fabric != "ring") usage_error("--idle-qps goes with --sim or --ring");
   if (o.idle_qps > 1000) usage_error("--idle-qps: at most 1000 (the device's max_qp is 1024)");
-  if (o.qps == 0 || o.qps + o.idle_qps > 1000) usage_error("--qps: 1 to 1000, with --idle-qps (the device's max_qp is 1024)");
+  if (o.qps == 0 || o.qps > 1000) usage_error("--qps: 1 to 1000");
+  if (o.qps + o.idle_qps > 1024) usage_error("--qps plus --idle-qps: at most 1024 (the device's max_qp)");
   if (o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
