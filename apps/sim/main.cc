@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
-#include "sim/png.h"
+#include "sim/plot.h"
 #include "sim/sim_fabric.h"
 #include "verbs/connect.h"
 
@@ -154,118 +154,6 @@ constexpr std::uint32_t kSlots = 16;
 
 std::uint8_t pattern(std::size_t flow, std::uint64_t msg, std::size_t i) {
   return static_cast<std::uint8_t>(i * 31 + msg * 7 + flow * 101);
-}
-
-// The smallest of 1, 2, 2.5, 5 times a power of ten that is >= x.
-double nice_ceil(double x) {
-  if (x <= 0) return 1;
-  const double p = std::pow(10, std::floor(std::log10(x)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-    if (m * p >= x * (1 - 1e-9)) return m * p;
-  }
-  return 10 * p;
-}
-
-std::string number(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-
-// Rates above (0 to the link rate), the bottleneck queue below (with Kmax,
-// and the buffer when it is in range), time along the bottom.
-bool draw_plot(const Scenario& sc, const std::string& title, const std::vector<const std::vector<double>*>& rates,
-               const std::vector<double>& queue, const std::string& path, std::string& err) {
-  using simapp::Canvas;
-  using simapp::Rgb;
-  Canvas cv(1000, 640, {255, 255, 255});
-  const Rgb grey{215, 215, 215}, black{0, 0, 0}, red{214, 39, 40}, dim{120, 120, 120};
-  const Rgb colours[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {148, 103, 189},
-                         {140, 86, 75}, {227, 119, 194}, {127, 127, 127}, {23, 190, 207}};
-  const int th = Canvas::text_height();
-  // Title on the left, the legend right-aligned; a second line if they meet.
-  const int left = 80, right = 980;
-  cv.text(left, 8, title, black);
-  int legend_w = 0;
-  for (std::size_t f = 0; f < rates.size(); ++f) legend_w += 18 + Canvas::text_width("flow " + std::to_string(f)) + 14;
-  int lx = right - legend_w, ly = 8;
-  if (lx < left + Canvas::text_width(title) + 20) {
-    lx = std::max(left, right - legend_w);
-    ly = 8 + th + 8;
-  }
-  for (std::size_t f = 0; f < rates.size(); ++f) {
-    const std::string name = "flow " + std::to_string(f);
-    cv.fill(lx, ly + 2, lx + 12, ly + th - 3, colours[f % 8]);
-    cv.text(lx + 18, ly, name, black);
-    lx += 18 + Canvas::text_width(name) + 14;
-  }
-  const int top1 = ly + th + 16, bottom1 = 380, top2 = 410, bottom2 = 580;
-  const std::size_t samples = queue.size();
-  const double span_ms = static_cast<double>(samples * sc.sample_us) / 1000;
-  auto xpos = [&](double ms) { return left + static_cast<int>(ms / std::max(span_ms, 1e-9) * (right - left)); };
-  auto xs = [&](std::size_t i) { return xpos(static_cast<double>((i + 1) * sc.sample_us) / 1000); };
-
-  // Time ticks and grid.
-  const double step_ms = nice_ceil(span_ms / 6);
-  for (double t = 0; t <= span_ms + 1e-9; t += step_ms) {
-    const int x = xpos(t);
-    cv.line(x, top1 + 1, x, bottom1 - 1, grey);
-    cv.line(x, top2 + 1, x, bottom2 - 1, grey);
-    cv.line(x, bottom2, x, bottom2 + 5, black);
-    const std::string label = number(t);
-    cv.text(x - Canvas::text_width(label) / 2, bottom2 + 9, label, black);
-  }
-  cv.text(right - Canvas::text_width("time (ms)"), bottom2 + 9 + th + 8, "time (ms)", black);
-
-  // Rates, 0 to the link rate in quarters.
-  const double link = sc.gbps * 1e9;
-  auto yrate = [&](double r) { return bottom1 - static_cast<int>(std::min(r / link, 1.05) * (bottom1 - top1) / 1.05); };
-  for (int k = 0; k <= 4; ++k) {
-    const int y = yrate(link * k / 4);
-    if (k > 0) cv.line(left + 1, y, right - 1, y, grey);
-    const std::string label = number(sc.gbps * k / 4);
-    cv.text(left - 8 - Canvas::text_width(label), y - th / 2, label, black);
-  }
-  // Each sample holds whole packets (a 4 KiB packet is 0.66 Gb/s of a
-  // 50 us sample): the lines are the mean over the last 0.5 ms.
-  const std::size_t window = std::max<std::uint64_t>(1, 500 / sc.sample_us);
-  cv.text(left + 6, top1 + 6, window > 1 ? "rate (Gb/s, mean over 0.5 ms)" : "rate (Gb/s)", dim);
-  for (std::size_t f = 0; f < rates.size(); ++f) {
-    const std::vector<double>& r = *rates[f];
-    double sum = 0, prev = 0;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      sum += r[i] - (i >= window ? r[i - window] : 0);
-      const double mean = sum / static_cast<double>(std::min(i + 1, window));
-      if (i > 0) cv.line(xs(i - 1), yrate(prev), xs(i), yrate(mean), colours[f % 8]);
-      prev = mean;
-    }
-  }
-  cv.rect(left, top1, right, bottom1, black);
-
-  // Queue, 0 to a round figure above its peak and Kmax.
-  double peak = static_cast<double>(sc.bottleneck.kmax_bytes);
-  for (double q : queue) peak = std::max(peak, q);
-  const double qtop = nice_ceil(peak * 1.1);
-  auto yq = [&](double q) { return bottom2 - static_cast<int>(std::min(q / qtop, 1.0) * (bottom2 - top2)); };
-  for (int k = 0; k <= 2; ++k) {
-    const int y = yq(qtop * k / 2);
-    if (k > 0) cv.line(left + 1, y, right - 1, y, grey);
-    const std::string label = number(qtop * k / 2 / 1000);
-    cv.text(left - 8 - Canvas::text_width(label), y - th / 2, label, black);
-  }
-  cv.text(left + 6, top2 + 6, "queue (KB)", dim);
-  for (std::size_t i = 1; i < samples; ++i) cv.line(xs(i - 1), yq(queue[i - 1]), xs(i), yq(queue[i]), black);
-  const int kmax_y = yq(static_cast<double>(sc.bottleneck.kmax_bytes));
-  cv.line(left + 1, kmax_y, right - 1, kmax_y, red);
-  cv.text(right - 6 - Canvas::text_width("Kmax"), kmax_y + 4 + th < bottom2 ? kmax_y + 4 : kmax_y - th - 3, "Kmax", red);
-  const auto buffer = static_cast<double>(sc.bottleneck.buffer_bytes);
-  if (buffer <= qtop) {
-    const int y = yq(buffer);
-    for (int x = left + 1; x < right; x += 8) cv.line(x, y, std::min(x + 4, right - 1), y, dim);
-    cv.text(right - 6 - Canvas::text_width("buffer"), y - th - 3, "buffer", dim);
-  }
-  cv.rect(left, top2, right, bottom2, black);
-  return cv.write_png(path, err);
 }
 
 }  // namespace
@@ -534,7 +422,10 @@ int main(int argc, char** argv) {
   char title[160];
   std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s, seed %llu", sc.name.c_str(), sc.flows, dcqcn ? "on" : "off",
                 static_cast<unsigned long long>(seed));
-  if (std::string err; !draw_plot(sc, title, rates, queue_series, out + "/plot.png", err)) std::fprintf(stderr, "uroce-sim: %s\n", err.c_str());
+  simapp::PlotSpec spec{title, sc.gbps, sc.sample_us, sc.bottleneck.kmax_bytes, sc.bottleneck.buffer_bytes};
+  if (std::string err; !simapp::draw_plot(spec, rates, queue_series, out + "/plot.png", err)) {
+    std::fprintf(stderr, "uroce-sim: %s\n", err.c_str());
+  }
 
   std::printf("uroce-sim %s: %d flows, DCQCN %s, %llu us\n", sc.name.c_str(), sc.flows, dcqcn ? "on" : "off",
               static_cast<unsigned long long>(sc.duration_us));
