@@ -241,7 +241,10 @@ int run_remote(const RemoteOptions& o) {
     ok = oob::write_full(fd, out.data(), out.size()) && read_peer() && peer.qps == o.qps && connect_qps();
   }
   if (!ok) {
-    std::fprintf(stderr, "uroce-perf: the exchange with the peer failed: %s\n", ctx->last_error().c_str());
+    const std::string why = ctx->last_error();
+    std::fprintf(stderr, "uroce-perf: the exchange with the peer failed: %s\n",
+                 !why.empty() ? why.c_str()
+                              : "the peer hung up (does it run the same test and uroce-perf version? see its output)");
     close(fd);
     return 1;
   }
