@@ -111,12 +111,16 @@ TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
   EXPECT_EQ(field(r.summary, "drops"), 0) << r.summary;
   EXPECT_EQ(field(r.summary, "data_intact"), 1);
   EXPECT_LT(field(r.summary, "max_queue_bytes"), field(r.summary, "buffer_bytes"));
+  // After the first burst (8 senders at line rate), DCQCN holds the queue
+  // around Kmax (200 KB): seeds 1-8 peak at 149-187 KB over the last half.
+  EXPECT_LT(field(r.summary, "max_queue_last_half_bytes"), 250'000) << r.summary;
   EXPECT_GE(field(r.summary, "utilisation"), 0.9) << "over the last half: " << r.summary;
   // Without DCQCN the same incast overflows the 4 MB buffer and goes back N.
   const SimRun off = run_sim("incast --flows 8 --dcqcn off");
   ASSERT_EQ(off.status, 0) << off.output;
   EXPECT_GT(field(off.summary, "drops"), 100) << off.summary;
   EXPECT_LT(field(off.summary, "utilisation"), 0.8) << off.summary;
+  EXPECT_GT(field(off.summary, "max_queue_last_half_bytes"), 1'000'000) << "the buffer stays full: " << off.summary;
   EXPECT_EQ(field(off.summary, "data_intact"), 1);
 }
 

@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
   std::uint64_t next_sample = t0 + sc.sample_us * 1000;
   const std::uint64_t end = t0 + sc.duration_us * 1000;
   std::uint64_t busy_delivered_bytes = 0, busy_samples = 0;
+  std::uint64_t max_queue_last_half = 0;  // the standing queue, after the start-up burst
   while (fabric.clock.now_ns() < end && ok) {
     const std::uint64_t now_us = (fabric.clock.now_ns() - t0) / 1000;
     for (std::size_t f = 0; f < fl.size(); ++f) {
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
       const sim::EgressStats& st = fabric.sw.stats(0);
       const std::uint64_t q = fabric.sw.queue_bytes(0);
       queue_series.push_back(static_cast<double>(q));
+      if (t_us > sc.duration_us / 2) max_queue_last_half = std::max(max_queue_last_half, q);
       std::uint64_t sample_bytes = 0;
       for (std::size_t f = 0; f < fl.size(); ++f) {
         Flow& x = fl[f];
@@ -408,7 +410,7 @@ int main(int argc, char** argv) {
      << ",\n  \"throughput_last_half_bps\": [";
   for (std::size_t f = 0; f < tput.size(); ++f) js << (f ? ", " : "") << static_cast<std::uint64_t>(tput[f]);
   js << "],\n  \"jain_last_half\": " << jain << ",\n  \"utilisation\": " << utilisation
-     << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"marks\": " << st.marked
+     << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"max_queue_last_half_bytes\": " << max_queue_last_half << ",\n  \"marks\": " << st.marked
      << ",\n  \"drops\": " << st.dropped << ",\n  \"phases\": [";
   for (std::size_t i = 0; i < phases.size(); ++i) {
     const Phase& ph = phases[i];
