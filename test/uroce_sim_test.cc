@@ -96,7 +96,8 @@ TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   EXPECT_GT(field(on.summary, "marks"), 0) << on.summary;
 
   // Without DCQCN both senders meet at line rate in a full buffer: one loses
-  // its tail, waits out the retransmit timeout (67 ms) and gets nothing.
+  // its tail, waits for the retransmit timeout (67 ms, longer than the run)
+  // and gets nothing.
   const SimRun off = run_sim("fairness --dcqcn off --seed " + std::to_string(seed));
   ASSERT_EQ(off.status, 0) << off.output;
   EXPECT_EQ(field(off.summary, "data_intact"), 1) << "go-back-N still delivers what completes";
