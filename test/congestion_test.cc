@@ -16,6 +16,7 @@
 #include "rc_fixture.h"
 #include "scripted_port.h"
 #include "wire/frame.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -255,16 +256,7 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   const std::uint64_t t0 = net.clock.now_ns();
   for (QueuePair* qa : qps) {
     for (int m = 0; m < kMsgs; ++m) {
-      ibv_sge sge{reinterpret_cast<std::uint64_t>(src.data()), 4096, mra->lkey};
-      ibv_send_wr wr{};
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(dst.data());
-      wr.wr.rdma.rkey = mrb->rkey;
-      ibv_send_wr* bad = nullptr;
-      ASSERT_EQ(qa->post_send(&wr, &bad), 0);
+      ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, src.data(), 4096, mra->lkey, dst.data(), mrb->rkey), 0);
     }
   }
   std::size_t done = 0, failed = 0;
@@ -291,22 +283,12 @@ std::vector<std::uint8_t> peer_cnp(std::uint32_t dest_qp) { return cnp_frame(cnp
 
 TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
   const cc::DcqcnParams cp = params();
-  ScriptedPort port;
   sim::VirtualClock clock;
-  PortConfig cfg;
-  cfg.io = &port;
-  cfg.clock = &clock;
-  cfg.dcqcn = &cp;
-  std::string error;
-  auto ctx = Context::open(cfg, error);
-  ASSERT_NE(ctx, nullptr) << error;
-  ProtectionDomain* pd = ctx->alloc_pd();
-  CompletionQueue* cq = ctx->create_cq(16);
-  QpInitAttr init;
-  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-  init.send_cq = init.recv_cq = cq;
-  QueuePair* qp = pd->create_qp(init);
-  ASSERT_NE(qp, nullptr);
+  ScriptedDevice dev(clock, ibv_gid{}, ibv_qp_cap{16, 16, 1, 1, 0}, 16, &cp);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  ScriptedPort& port = dev.port;
+  Context* ctx = dev.ctx.get();
+  QueuePair* qp = dev.qp;
   ASSERT_FALSE(peer_cnp(0x777).empty());
   port.inbox.push_back(peer_cnp(0x777));
   port.inbox.push_back(peer_cnp(qp->qp_num()));
@@ -323,23 +305,13 @@ TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
 TEST(Congestion, CnpsOnATaggedPathCarryTheConfiguredPriority) {
   cc::DcqcnParams cp = params();
   cp.cnp_priority = 6;
-  ScriptedPort port;
   sim::VirtualClock clock;
-  PortConfig cfg;
-  cfg.io = &port;
-  cfg.clock = &clock;
-  cfg.dcqcn = &cp;
   const ibv_gid gid = ipv4_gid({10, 0, 0, 1});
-  cfg.gid = gid;
-  std::string error;
-  auto ctx = Context::open(cfg, error);
-  ASSERT_NE(ctx, nullptr) << error;
-  ProtectionDomain* pd = ctx->alloc_pd();
-  CompletionQueue* cq = ctx->create_cq(16);
-  QpInitAttr init;
-  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-  init.send_cq = init.recv_cq = cq;
-  QueuePair* qp = pd->create_qp(init);
+  ScriptedDevice dev(clock, gid, ibv_qp_cap{16, 16, 1, 1, 0}, 16, &cp);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  ScriptedPort& port = dev.port;
+  Context* ctx = dev.ctx.get();
+  QueuePair* qp = dev.qp;
   ibv_gid peer = gid;
   peer.raw[15] = 2;
   ASSERT_EQ(connect_rc(qp, peer, 0x99, 0x100, 0x200, ConnectParams{}), 0) << ctx->last_error();

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "verbs/connect.h"
 #include "wire/frame.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -121,15 +122,7 @@ TEST_P(TapOffload, SentFramesCarryValidIpv4ChecksumsAndIcrc) {
   params.mtu = IBV_MTU_1024;
   ASSERT_EQ(connect_rc(qp, peer, 0x99, 0x100, 0x200, params), 0) << ctx->last_error();
   for (const std::uint32_t len : {4096u, 8u}) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data()), len, mr->lkey};
-    ibv_send_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.wr.rdma.remote_addr = 0x1000;
-    wr.wr.rdma.rkey = 0x1234;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(qp->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post_rdma(qp, IBV_WR_RDMA_WRITE, buf.data(), len, mr->lkey, std::uint64_t{0x1000}, 0x1234, 0, 0), 0);
   }
   const auto frames = cap.roce(2, [&] { ctx->progress(); });
   ASSERT_GE(frames.size(), 2u) << "the kernel saw no RoCE frames from the tap; engine sent "

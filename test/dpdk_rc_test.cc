@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "test_seed.h"
 #include "frame_helpers.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -87,16 +88,7 @@ struct Devices {
 
   // One signaled WRITE of `len` bytes from bufa to bufb, waited for.
   std::size_t write(std::uint32_t len) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufa), len, mra->lkey};
-    ibv_send_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(bufb);
-    wr.wr.rdma.rkey = mrb->rkey;
-    ibv_send_wr* bad = nullptr;
-    if (qa->post_send(&wr, &bad) != 0) return 0;
+    if (post_rdma(qa, IBV_WR_RDMA_WRITE, bufa, len, mra->lkey, bufb, mrb->rkey) != 0) return 0;
     return wait(cqa, 1).size();
   }
 
@@ -409,17 +401,9 @@ TEST(DpdkQueues, WorkerThreadsServeTheirQueuesWhileControlCallsHoldThem) {
   EXPECT_EQ(d.pda->create_qp(init), nullptr);
   EXPECT_NE(d.pair->a->last_error().find("worker 2 does not exist"), std::string::npos) << d.pair->a->last_error();
   for (std::size_t q = 0; q < Queued::kQps; ++q) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(extra.data()), 65536, mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = q << 32;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(d.bufb + q * Queued::kBytes);
-    wr.wr.rdma.rkey = d.mrb->rkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(d.qa[q]->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post_rdma(d.qa[q], IBV_WR_RDMA_WRITE, extra.data(), 65536, mr->lkey, d.bufb + q * Queued::kBytes,
+                        d.mrb->rkey, q << 32),
+              0);
   }
   std::size_t done = 0;
   ibv_wc wc[8];

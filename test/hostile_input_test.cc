@@ -30,40 +30,13 @@ class StepClock : public engine::Clock {
   std::uint64_t now = 1'000'000;
 };
 
-// A device on a scripted port with one QP (in RESET) and its CQ.
-struct OneQp {
-  OneQp(const ibv_gid& gid, const ibv_qp_cap& cap, int cq_depth, const cc::DcqcnParams* dcqcn = nullptr) {
-    PortConfig cfg;
-    cfg.io = &port;
-    cfg.clock = &clock;
-    cfg.gid = gid;
-    cfg.dcqcn = dcqcn;
-    std::string error;
-    ctx = Context::open(cfg, error);
-    EXPECT_NE(ctx, nullptr) << error;
-    if (!ctx) return;
-    pd = ctx->alloc_pd();
-    cq = ctx->create_cq(cq_depth);
-    QpInitAttr init;
-    init.send_cq = init.recv_cq = cq;
-    init.cap = cap;
-    qp = pd->create_qp(init);
-    EXPECT_NE(qp, nullptr) << ctx->last_error();
-  }
-  ScriptedPort port;
-  StepClock clock;
-  std::unique_ptr<Context> ctx;
-  ProtectionDomain* pd = nullptr;
-  CompletionQueue* cq = nullptr;
-  QueuePair* qp = nullptr;
-};
-
 TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   std::mt19937_64 rng(seed);
-  OneQp dev(ipv4_gid({10, 0, 0, 0}), ibv_qp_cap{64, 64, 4, 4, 64}, 65536);
-  ASSERT_NE(dev.qp, nullptr);
+  StepClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 0}), ibv_qp_cap{64, 64, 4, 4, 64}, 65536);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
   ScriptedPort& port = dev.port;
   port.keep_sent = false;
   Context* ctx = dev.ctx.get();
@@ -225,8 +198,9 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
 // the same packets from the peer's address are taken.
 TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
   const cc::DcqcnParams dcqcn;
-  OneQp dev(ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64, &dcqcn);
-  ASSERT_NE(dev.qp, nullptr);
+  StepClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64, &dcqcn);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
   ScriptedPort& port = dev.port;
   Context* ctx = dev.ctx.get();
   QueuePair* qp = dev.qp;
@@ -271,8 +245,9 @@ TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
 // The source GID and the destination GID share one IP header: a family
 // mismatch is refused at RTR with a hint.
 TEST(HostileInput, AnAddressVectorMixingIpv4AndIpv6IsRefused) {
-  OneQp dev(ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64);
-  ASSERT_NE(dev.qp, nullptr);
+  StepClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
   Context* ctx = dev.ctx.get();
   QueuePair* qp = dev.qp;
   ibv_qp_attr a{};

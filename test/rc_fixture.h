@@ -8,6 +8,7 @@
 
 #include "sim/sim_pair.h"
 #include "verbs/verbs_impl.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 
@@ -55,17 +56,7 @@ struct RcPair {
 
   int post_send(ibv_wr_opcode op, std::uint64_t local_off, std::uint32_t len, std::uint64_t remote_off,
                 std::uint64_t wr_id = 1, unsigned flags = IBV_SEND_SIGNALED) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufa + local_off), len, mra->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.send_flags = flags;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(bufb + remote_off);
-    wr.wr.rdma.rkey = mrb->rkey;
-    ibv_send_wr* bad = nullptr;
-    return qa->post_send(&wr, &bad);
+    return post_rdma(qa, op, bufa + local_off, len, mra->lkey, bufb + remote_off, mrb->rkey, wr_id, flags);
   }
 
   int post_recv_b(std::uint64_t off, std::uint32_t len, std::uint64_t wr_id = 2) {

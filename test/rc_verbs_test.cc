@@ -8,6 +8,7 @@
 
 #include "rc_fixture.h"
 #include "wire/frame.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -115,17 +116,7 @@ TEST(RcVerbs, CompletionQueueOverflowIsAnError) {
   MemoryRegion* mrb = pdb->reg_mr(b, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_EQ(net.connect(qa, qb), 0);
   for (int i = 0; i < 4; ++i) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(a), 8, mra->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = static_cast<std::uint64_t>(i);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(b);
-    wr.wr.rdma.rkey = mrb->rkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(qa->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, a, 8, mra->lkey, b, mrb->rkey, static_cast<std::uint64_t>(i)), 0);
   }
   net.run_until([] { return false; }, 1'000'000);
   ibv_wc wc[4];

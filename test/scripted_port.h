@@ -7,9 +7,13 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "cc/dcqcn.h"
 #include "engine/engine.h"
+#include "uroce/verbs.h"
 #include "wire/frame.h"
 
 namespace uroce::test {
@@ -46,6 +50,34 @@ class ScriptedPort : public engine::PacketIo {
   bool keep_sent = true;
   std::uint64_t tx_count = 0;
   std::vector<std::vector<std::uint8_t>> sent;
+};
+
+// A device on a ScriptedPort with one QP (in RESET) and its CQ. On failure
+// `qp` is null and `error` says why.
+struct ScriptedDevice {
+  ScriptedDevice(engine::Clock& clock, const ibv_gid& gid, const ibv_qp_cap& cap, int cq_depth,
+                 const cc::DcqcnParams* dcqcn = nullptr) {
+    PortConfig cfg;
+    cfg.io = &port;
+    cfg.clock = &clock;
+    cfg.gid = gid;
+    cfg.dcqcn = dcqcn;
+    ctx = Context::open(cfg, error);
+    if (!ctx) return;
+    pd = ctx->alloc_pd();
+    cq = ctx->create_cq(cq_depth);
+    QpInitAttr init;
+    init.send_cq = init.recv_cq = cq;
+    init.cap = cap;
+    qp = pd->create_qp(init);
+    if (qp == nullptr) error = ctx->last_error();
+  }
+  ScriptedPort port;
+  std::unique_ptr<Context> ctx;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* cq = nullptr;
+  QueuePair* qp = nullptr;
+  std::string error;
 };
 
 }  // namespace uroce::test

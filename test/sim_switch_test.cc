@@ -9,6 +9,7 @@
 #include "test_seed.h"
 #include "verbs/connect.h"
 #include "wire/frame.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -116,16 +117,9 @@ struct Incast {
       EXPECT_EQ(connect_rc(s.qp, rx.gid(), rqp->qp_num(), 0x100, 0x200, params), 0) << tx.last_error();
       EXPECT_EQ(connect_rc(rqp, tx.gid(), s.qp->qp_num(), 0x200, 0x100, params), 0) << rx.last_error();
       for (std::size_t off = 0; off < bytes; off += 65536) {
-        ibv_sge sge{reinterpret_cast<std::uint64_t>(s.buf + off), 65536, mr->lkey};
-        ibv_send_wr wr{};
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(rbuf + static_cast<std::size_t>(i) * bytes + off);
-        wr.wr.rdma.rkey = rmr->rkey;
-        ibv_send_wr* bad = nullptr;
-        EXPECT_EQ(s.qp->post_send(&wr, &bad), 0);
+        EXPECT_EQ(post_rdma(s.qp, IBV_WR_RDMA_WRITE, s.buf + off, 65536, mr->lkey,
+                            rbuf + static_cast<std::size_t>(i) * bytes + off, rmr->rkey),
+                  0);
         ++s.posted;
       }
       senders_.push_back(s);
