@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "mem/mr_table.h"
 #include "rc_fixture.h"
@@ -298,17 +299,53 @@ TEST(MrTable, RegistrationRulesAndStaleKeys) {
   EXPECT_EQ(t.check(k3, true, 1, 0, 8, IBV_ACCESS_REMOTE_READ, host), mem::AccessResult::kOk);
 }
 
-TEST(MrTable, InvalidatedRkeyStopsRemoteAccessOnly) {
+// A reg_mr region may not be invalidated by a peer (review D7): only keys
+// made to be invalidated may (memory windows, fast registration).
+TEST(MrTable, OrdinaryRegionsRefuseRemoteInvalidation) {
   mem::MrTable t(4);
   std::vector<std::uint8_t> buf(64);
   std::uint32_t k = 0;
   ASSERT_EQ(t.add(3, buf.data(), 0, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, k), 0);
   EXPECT_EQ(t.invalidate(k, 4), mem::AccessResult::kBadPd);
   EXPECT_EQ(t.invalidate(k ^ 0x100, 3), mem::AccessResult::kBadKey);
-  ASSERT_EQ(t.invalidate(k, 3), mem::AccessResult::kOk);
+  const std::uint64_t epoch = t.epoch();
+  EXPECT_EQ(t.invalidate(k, 3), mem::AccessResult::kNoAccess);
+  EXPECT_EQ(t.epoch(), epoch) << "nothing stopped working";
   std::uint8_t* host = nullptr;
-  EXPECT_EQ(t.check(k, true, 3, 0, 8, IBV_ACCESS_REMOTE_WRITE, host), mem::AccessResult::kBadKey);
-  EXPECT_EQ(t.check(k, false, 3, 0, 8, IBV_ACCESS_LOCAL_WRITE, host), mem::AccessResult::kOk);
+  EXPECT_EQ(t.check(k, true, 3, 0, 8, IBV_ACCESS_REMOTE_WRITE, host), mem::AccessResult::kOk);
+}
+
+// Keys come back as late as the key space allows (review D8): slots are taken
+// round the table, and a slot's key changes with each registration in it.
+TEST(MrTable, KeysDoNotRepeatForManyRegistrations) {
+  mem::MrTable t(65536);
+  std::vector<std::uint8_t> buf(64);
+  std::set<std::uint32_t> seen;
+  std::uint32_t held = 0;
+  ASSERT_EQ(t.add(1, buf.data(), 0, 64, 0, held), 0);  // one region stays registered throughout
+  for (int i = 0; i < 300'000; ++i) {
+    std::uint32_t k = 0;
+    ASSERT_EQ(t.add(1, buf.data(), 0, 64, 0, k), 0);
+    ASSERT_NE(k, 0u);
+    ASSERT_TRUE(seen.insert(k).second) << "key 0x" << std::hex << k << " came back after " << std::dec << i;
+    ASSERT_EQ(t.remove(k), 0);
+  }
+  // A slot that is reused at once (the table nearly full) still gets a new key
+  // each time for 2^15 registrations.
+  mem::MrTable small(2);
+  std::uint32_t a = 0;
+  ASSERT_EQ(small.add(1, buf.data(), 0, 64, 0, a), 0);
+  std::set<std::uint32_t> keys;
+  for (int i = 0; i < 1000; ++i) {
+    std::uint32_t k = 0;
+    ASSERT_EQ(small.add(1, buf.data(), 0, 64, 0, k), 0);
+    ASSERT_TRUE(keys.insert(k).second);
+    ASSERT_EQ(small.remove(k), 0);
+  }
+  // A removed key no longer resolves, whatever reuses its slot.
+  std::uint8_t* host = nullptr;
+  EXPECT_EQ(t.check(*seen.begin(), false, 1, 0, 8, 0, host), mem::AccessResult::kBadKey);
+  EXPECT_EQ(t.check(held, false, 1, 0, 8, 0, host), mem::AccessResult::kOk);
 }
 
 }  // namespace

@@ -10,11 +10,19 @@ namespace {
 constexpr int kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                              IBV_ACCESS_REMOTE_ATOMIC;
 
-// Key layout: slot index in the high 24 bits, a generation byte in the low 8,
-// so a key that outlives its region is not honoured by the next one.
-constexpr std::uint32_t slot_of(std::uint32_t key) { return key >> 8; }
-
 }  // namespace
+
+// Key layout: bits 8 and up hold the slot index in as few bits as the table
+// needs (17 for 65,536 regions); the low byte and the bits above the index
+// hold a per-slot generation (15 bits for 65,536 regions). Slots are taken
+// next-fit, round the table, so a slot comes back only after every other
+// free one has been used, and its key only after 2^generation-bits more
+// registrations of it: a key that outlives its region is not honoured by a
+// later one for as long as the key space allows.
+std::uint32_t MrTable::key_of(std::uint32_t slot, std::uint32_t generation) const {
+  const std::uint32_t high = generation >> 8 << (8 + slot_bits_);
+  return high | slot << 8 | (generation & 0xff);
+}
 
 const char* access_result_name(AccessResult r) {
   switch (r) {
@@ -27,17 +35,26 @@ const char* access_result_name(AccessResult r) {
   return "invalid";
 }
 
-MrTable::MrTable(std::uint32_t capacity) : slots_(capacity + 1), generation_(capacity + 1, 1) {}
+MrTable::MrTable(std::uint32_t capacity) : slots_(capacity + 1), generation_(capacity + 1, 1) {
+  while ((1ull << slot_bits_) < slots_.size()) ++slot_bits_;
+  if (slot_bits_ > 24) slot_bits_ = 24;
+  slot_mask_ = (1u << slot_bits_) - 1;
+  if (slots_.size() > slot_mask_ + 1ull) slots_.resize(slot_mask_ + 1ull);
+}
 
 int MrTable::add(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
                  std::uint32_t& key) {
   // Slot 0 is never used, so key 0 is never valid.
-  for (std::uint32_t i = 1; i < slots_.size(); ++i) {
+  const auto n = static_cast<std::uint32_t>(slots_.size());
+  for (std::uint32_t k = 0; k + 1 < n; ++k) {
+    const std::uint32_t i = next_slot_;
+    next_slot_ = next_slot_ + 1 < n ? next_slot_ + 1 : 1;
     if (slots_[i].valid) continue;
-    const std::uint32_t k = i << 8 | generation_[i];
-    if (const int rc = add_with_key(pd, base, iova, length, access, k); rc != 0) return rc;
-    generation_[i] = static_cast<std::uint8_t>(generation_[i] + 1);
-    key = k;
+    const std::uint32_t candidate = key_of(i, generation_[i]);
+    if (const int rc = add_with_key(pd, base, iova, length, access, candidate); rc != 0) return rc;
+    // The generation wraps within the bits the key has for it.
+    generation_[i] = (generation_[i] + 1) & ((1u << (32 - slot_bits_)) - 1);
+    key = candidate;
     return 0;
   }
   return ENOMEM;
@@ -54,7 +71,7 @@ int MrTable::add_with_key(std::uint32_t pd, void* base, std::uint64_t iova, std:
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size()) return EINVAL;
   if (slots_[i].valid) return EEXIST;
-  slots_[i] = Region{static_cast<std::uint8_t*>(base), iova, length, access, pd, key, true, true};
+  slots_[i] = Region{static_cast<std::uint8_t*>(base), iova, length, access, pd, key, true, true, false};
   return 0;
 }
 
@@ -62,6 +79,7 @@ int MrTable::remove(std::uint32_t key) {
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
   slots_[i] = Region{};
+  ++epoch_;
   return 0;
 }
 
@@ -94,7 +112,9 @@ AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint32_t pd) {
   const std::uint32_t i = slot_of(rkey);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != rkey) return AccessResult::kBadKey;
   if (slots_[i].pd != pd) return AccessResult::kBadPd;
+  if (!slots_[i].remote_invalidatable) return AccessResult::kNoAccess;
   slots_[i].rkey_valid = false;
+  ++epoch_;
   return AccessResult::kOk;
 }
 

@@ -28,6 +28,10 @@ struct Region {
   std::uint32_t key = 0;         // lkey == rkey
   bool valid = false;
   bool rkey_valid = false;       // cleared by SEND with Invalidate
+  // Whether a peer's SEND with Invalidate may revoke the rkey: only memory
+  // windows and fast-registered regions (IBTA 10.6.6, base memory management
+  // extensions), which this stack does not have yet; reg_mr regions never.
+  bool remote_invalidatable = false;
 };
 
 class MrTable {
@@ -52,14 +56,28 @@ class MrTable {
                      std::uint64_t len, int need, std::uint8_t*& host) const;
 
   // SEND with Invalidate: the rkey stops working for peers (IBTA 10.6.6.1).
-  // kBadKey if unknown, kBadPd if in another PD.
+  // kBadKey if unknown, kBadPd if in another PD, kNoAccess if the region may
+  // not be invalidated remotely (every reg_mr region).
   AccessResult invalidate(std::uint32_t rkey, std::uint32_t pd);
 
   const Region* find(std::uint32_t key) const;
 
+  // Moves on whenever a key stops working (remove, invalidate). The data
+  // path caches host addresses resolved under some key together with the
+  // epoch it saw; a changed epoch makes it check the key again before the
+  // next byte moves, so no packet touches a region after dereg_mr returned.
+  std::uint64_t epoch() const { return epoch_; }
+
  private:
+  std::uint32_t key_of(std::uint32_t slot, std::uint32_t generation) const;
+  std::uint32_t slot_of(std::uint32_t key) const { return (key >> 8) & slot_mask_; }
+
   std::vector<Region> slots_;
-  std::vector<std::uint8_t> generation_;  // low byte of the next key per slot
+  std::vector<std::uint32_t> generation_;  // per slot: the generation of its next key
+  std::uint32_t slot_bits_ = 0;
+  std::uint32_t slot_mask_ = 0;
+  std::uint32_t next_slot_ = 1;  // next-fit: where the search for a free slot starts
+  std::uint64_t epoch_ = 0;
 };
 
 }  // namespace uroce::mem

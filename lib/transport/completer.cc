@@ -82,6 +82,9 @@ AckResult ack_through(Qp& qp, Env& env, std::uint32_t psn, bool for_response) {
     SendWqe& w = qp.sq[qp.comp_next];
     if (!w.started || psn_before(psn, w.first_psn)) break;
     if (is_read_or_atomic(w)) {
+      // Its responses through `psn` have all arrived: nothing is missing (a
+      // NAK at the next response's PSN acknowledges no more than that).
+      if (psn_before(psn, qp.comp.psn)) break;
       const bool inside = !psn_after(psn, last_psn(w));
       if (!(for_response && inside)) result = AckResult::kReadMissing;
       break;
@@ -203,6 +206,15 @@ SendWqe* answered_wqe(Qp& qp, Env& env, std::uint32_t psn, WqeKind kind) {
   return &w;
 }
 
+// The READ or atomic WQE's list may take the response: resolved again if a
+// region was deregistered since (a local protection error then ends it).
+bool may_place(Qp& qp, Env& env, SendWqe& w) {
+  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
+  qp.counters.add(QpCounter::mr_revoked_in_flight);
+  complete_send(qp, IBV_WC_LOC_PROT_ERR);
+  return false;
+}
+
 void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
   SendWqe* w = answered_wqe(qp, env, psn, WqeKind::kRead);
   if (w == nullptr) return;
@@ -218,6 +230,7 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
     qp.counters.add(QpCounter::drop_bad_opcode_sequence);
     return;
   }
+  if (!may_place(qp, env, *w)) return;
   sgl_scatter(w->sge.data(), w->num_sge, offset, p.payload().data(), expect);
   qp.counters.add(QpCounter::rx_packets);
   qp.counters.add(QpCounter::rx_bytes, expect);
@@ -231,7 +244,7 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
 
 void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
   SendWqe* w = answered_wqe(qp, env, psn, WqeKind::kAtomic);
-  if (w == nullptr) return;
+  if (w == nullptr || !may_place(qp, env, *w)) return;
   const std::uint64_t orig = p.atomic_ack_eth().orig_data.get();
   std::memcpy(w->sge[0].host, &orig, sizeof orig);  // host byte order, as verbs returns it
   qp.counters.add(QpCounter::rx_packets);
@@ -246,6 +259,9 @@ void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
 }  // namespace
 
 void complete_send(Qp& qp, ibv_wc_status status) {
+  // Only a posted WR completes (the responses that reach here all answer
+  // PSNs sent, so some WR is outstanding; this keeps the invariant anyway).
+  if (qp.comp_next == qp.sq_posted) [[unlikely]] return;
   SendWqe& w = qp.sq[qp.comp_next];
   // A READ/atomic whose request went out in the current pass is counted.
   if (is_read_or_atomic(w) && qp.comp_next != qp.req_next && qp.req.reads_outstanding > 0) {
@@ -281,6 +297,17 @@ void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     return;
   }
   const std::uint32_t psn = p.bth().psn.get();
+  // IBTA 9.7.5.1: an ACK, NAK or response answers a request packet that was
+  // sent. One whose PSN lies at or beyond the highest PSN sent (high_psn is
+  // one past it) answers nothing: it must neither complete a WR (a WRITE
+  // would report SUCCESS with packets never sent) nor move the requester
+  // (a sequence NAK ahead of everything would wedge it). Older ones are
+  // stale duplicates, judged below. With nothing outstanding every PSN from
+  // comp.psn on is beyond.
+  if (!psn_before(psn, qp.req.high_psn)) [[unlikely]] {
+    qp.counters.add(QpCounter::drop_response_not_sent);
+    return;
+  }
   if (p.info->has(wire::kAck)) {
     on_ack(qp, env, p, psn);
   } else if (p.info->has(wire::kReadResponse)) {

@@ -21,6 +21,7 @@ namespace uroce::transport {
   X(rnr_retry_exceeded, "requests ended by rnr_retry exhaustion")                      \
   X(duplicate_requests, "duplicate request packets received (responder)")              \
   X(duplicate_responses, "duplicate or stale responses received (requester)")          \
+  X(drop_response_not_sent, "responses dropped: their PSN was never sent (requester)") \
   X(out_of_sequence, "request packets ahead of the expected PSN (responder)")          \
   X(out_of_sequence_responses, "responses ahead of the expected PSN (requester)")      \
   X(nak_seq_sent, "NAK PSN sequence error sent")                                       \
@@ -39,6 +40,8 @@ namespace uroce::transport {
   X(atomics_replayed, "duplicate atomics answered from the response cache")            \
   X(drop_bad_state, "packets dropped: QP not in a state that receives them")           \
   X(drop_bad_opcode_sequence, "packets dropped or NAKed: opcode out of message order") \
+  X(drop_bad_length, "requests NAKed: payload not fitting the path MTU, DMA length over 2^31") \
+  X(mr_revoked_in_flight, "messages ended: their memory region was deregistered while in flight") \
   X(completions, "work completions generated")                                         \
   X(completion_errors, "work completions with an error status")                        \
   X(flushed, "work requests flushed by the QP entering ERR")                            \

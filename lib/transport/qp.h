@@ -74,6 +74,7 @@ struct SendWqe {
   std::uint32_t length = 0;
   std::uint8_t num_sge = 0;
   bool resolved = false;
+  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
   std::array<Sge, kMaxSge> sge{};
   // Requester: the PSNs this WQE occupies, fixed when it is first sent.
   bool started = false;
@@ -86,6 +87,7 @@ struct RecvWqe {
   std::uint32_t length = 0;
   std::uint8_t num_sge = 0;
   bool resolved = false;
+  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
   std::array<Sge, kMaxSge> sge{};
 };
 
@@ -107,8 +109,12 @@ struct Response {
   std::uint32_t psn = 0;       // ACK/NAK, atomic ACK: the BTH PSN; READ: next to send
   std::uint8_t syndrome = 0;
   std::uint32_t msn = 0;
-  // READ
+  // READ: the next bytes to send, at `va` under `rkey`; `src` is their host
+  // address as resolved at `mr_epoch` (checked again once the epoch moves)
   const std::uint8_t* src = nullptr;
+  std::uint64_t va = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t mr_epoch = 0;
   std::uint32_t remaining = 0;
   std::uint32_t first_psn = 0;  // of the resource: decides First vs Middle
   std::uint32_t last_psn = 0;
@@ -245,8 +251,11 @@ struct Qp {
     bool nak_sent = false;  // a sequence NAK was sent and the expected PSN has not come
     enum class Msg : std::uint8_t { kNone, kSend, kWrite } in_msg = Msg::kNone;
     std::uint32_t offset = 0;             // bytes of the current message placed
-    std::uint8_t* write_dst = nullptr;    // WRITE in progress
+    std::uint8_t* write_dst = nullptr;    // WRITE in progress: host address of its RETH va
     std::uint32_t write_len = 0;          // its DMA length
+    std::uint64_t write_va = 0;           // its RETH, checked again when the MR epoch moves
+    std::uint32_t write_rkey = 0;
+    std::uint64_t write_epoch = 0;
     bool write_imm_needs_wqe = false;
     std::vector<ResponderResource> resources;
     std::uint32_t next_resource = 0;

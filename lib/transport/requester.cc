@@ -45,6 +45,9 @@ void set_bth(Qp& qp, Opcode op, std::uint32_t psn, bool ack_req, bool solicited)
 }  // namespace
 
 void requester_rewind(Qp& qp, std::uint32_t psn) {
+  // Never forward past what has been sent: the PSNs a requester sends stay
+  // contiguous (IBTA 9.7.2), whatever a peer's NAK names.
+  if (psn_after(psn, qp.req.high_psn)) return;
   std::uint32_t i = qp.comp_next;
   std::uint32_t reads = 0;
   for (; i != qp.sq_posted && qp.sq[i].started; ++i) {
@@ -91,14 +94,13 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       }
     }
     if (is_read_or_atomic(w) && qp.req.reads_outstanding >= qp.attr.max_rd_atomic) break;
-    if (!w.resolved) {
-      const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
-      if (sgl_resolve(w.sge.data(), w.num_sge, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) {
-        // A bad local key ends the WR with a local protection error (IBTA 10.6, 11.6.2).
-        if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_PROT_ERR);
-        break;
-      }
-      w.resolved = true;
+    // Resolved once, and again after any deregistration (a retransmission
+    // reads the region anew).
+    const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+    if (wqe_resolve(w, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) [[unlikely]] {
+      // A bad local key ends the WR with a local protection error (IBTA 10.6, 11.6.2).
+      if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_PROT_ERR);
+      break;
     }
     if (!w.started) {
       w.started = true;

@@ -115,6 +115,20 @@ bool in_order(const Qp& qp, const wire::OpcodeInfo& info) {
   return false;
 }
 
+// C9-92 and C9-94, as rxe applies them: every packet of a multi-packet
+// message but the last carries exactly the path MTU, the last 1 to PMTU
+// bytes, an Only packet at most PMTU; a RETH's DMA length is at most 2^31.
+// Anything else is an Invalid Request.
+bool length_fits(const Qp& qp, const wire::ParsedFrame& p) {
+  const wire::OpcodeInfo& info = *p.info;
+  if (p.has(wire::ExtHdr::kReth) && p.reth().dma_length.get() > (1u << 31)) return false;
+  if (!info.has(wire::kHasPayload)) return true;
+  const std::uint32_t n = p.payload_length;
+  if (info.has(wire::kOnly)) return n <= qp.mtu;
+  if (info.has(wire::kLast)) return n >= 1 && n <= qp.mtu;
+  return n == qp.mtu;  // First, Middle
+}
+
 // QP-level permission for the operation (qp_access_flags, IBTA 10.2.4.2).
 bool qp_allows(const Qp& qp, const wire::OpcodeInfo& info) {
   const int flags = qp.attr.qp_access_flags;
@@ -122,6 +136,19 @@ bool qp_allows(const Qp& qp, const wire::OpcodeInfo& info) {
   if (info.has(wire::kReadRequest)) return flags & IBV_ACCESS_REMOTE_READ;
   if (info.has(wire::kAtomic)) return flags & IBV_ACCESS_REMOTE_ATOMIC;
   return true;
+}
+
+// The receive WQE in use may take bytes: its list resolved with local write,
+// and again if a region was deregistered since. A bad lkey is the
+// responder's local error: NAK Remote Operational Error, the receive ends
+// with a local protection error (IBTA 9.9.3, 11.6.2).
+bool recv_placeable(Qp& qp, Env& env, std::uint32_t psn) {
+  RecvWqe& w = qp.rq[qp.rq_next];
+  const bool was_resolved = w.resolved;
+  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
+  if (was_resolved) qp.counters.add(QpCounter::mr_revoked_in_flight);
+  fail(qp, psn, NakCode::kRemoteOperationalError, IBV_WC_LOC_PROT_ERR);
+  return false;
 }
 
 // A receive WQE for a SEND or WRITE with immediate; false after an RNR NAK.
@@ -133,15 +160,7 @@ bool take_recv(Qp& qp, Env& env, std::uint32_t psn) {
     queue_nak(qp, psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false);
     return false;
   }
-  RecvWqe& w = qp.rq[qp.rq_next];
-  if (!w.resolved) {
-    if (sgl_resolve(w.sge.data(), w.num_sge, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) {
-      fail(qp, psn, NakCode::kRemoteOperationalError, IBV_WC_LOC_PROT_ERR);
-      return false;
-    }
-    w.resolved = true;
-  }
-  return true;
+  return recv_placeable(qp, env, psn);
 }
 
 void execute_send(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
@@ -149,6 +168,8 @@ void execute_send(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
   if (info.has(wire::kFirst)) {
     if (!take_recv(qp, env, psn)) return;
     qp.resp.offset = 0;
+  } else if (!recv_placeable(qp, env, psn)) {
+    return;
   }
   RecvWqe& w = qp.rq[qp.rq_next];
   if (qp.resp.offset + p.payload_length > w.length) {
@@ -164,7 +185,11 @@ void execute_send(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
   if (info.has(wire::kLast)) {
     if (p.has(wire::ExtHdr::kIeth) &&
         env.mrs->invalidate(p.ieth().rkey.get(), qp.pd) != mem::AccessResult::kOk) {
-      fail(qp, psn, NakCode::kInvalidRequest, IBV_WC_LOC_PROT_ERR);
+      // Class J: an rkey that may not be invalidated (unknown, another PD's,
+      // or a reg_mr region's, which only memory windows and fast-registered
+      // regions are not). rxe ends the receive with REM_INV_REQ_ERR; the
+      // requester learns it from NAK Invalid Request.
+      fail(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return;
     }
     ++qp.resp.msn;
@@ -185,7 +210,23 @@ void execute_write(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
     }
     qp.resp.write_dst = host;
     qp.resp.write_len = reth.dma_length.get();
+    qp.resp.write_va = reth.va.get();
+    qp.resp.write_rkey = reth.rkey.get();
+    qp.resp.write_epoch = env.mrs->epoch();
     qp.resp.offset = 0;
+  } else if (qp.resp.write_epoch != env.mrs->epoch()) [[unlikely]] {
+    // A key stopped working since WRITE First: the rest of the message is
+    // checked again (IBTA 10.6: once deregistration has returned, nothing
+    // reaches the region; rxe looks the rkey up for every packet).
+    std::uint8_t* host = nullptr;
+    if (env.mrs->check(qp.resp.write_rkey, true, qp.pd, qp.resp.write_va, qp.resp.write_len,
+                       IBV_ACCESS_REMOTE_WRITE, host) != mem::AccessResult::kOk) {
+      qp.counters.add(QpCounter::mr_revoked_in_flight);
+      fail(qp, psn, NakCode::kRemoteAccessError);
+      return;
+    }
+    qp.resp.write_dst = host;
+    qp.resp.write_epoch = env.mrs->epoch();
   }
   if (qp.resp.offset + p.payload_length > qp.resp.write_len ||
       (info.has(wire::kLast) && qp.resp.offset + p.payload_length != qp.resp.write_len)) {
@@ -216,8 +257,8 @@ ResponderResource& new_resource(Qp& qp) {
   return r;
 }
 
-bool queue_read(Qp& qp, std::uint32_t psn, std::uint32_t first_psn, std::uint32_t last_psn,
-                const std::uint8_t* src, std::uint32_t len, std::uint32_t msn) {
+bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, std::uint32_t last_psn,
+                const wire::Reth& reth, const std::uint8_t* src, std::uint32_t msn) {
   Response* r = push(qp);
   if (r == nullptr) return false;
   r->kind = Response::Kind::kRead;
@@ -225,8 +266,26 @@ bool queue_read(Qp& qp, std::uint32_t psn, std::uint32_t first_psn, std::uint32_
   r->first_psn = first_psn;
   r->last_psn = last_psn;
   r->src = src;
-  r->remaining = len;
+  r->va = reth.va.get();
+  r->rkey = reth.rkey.get();
+  r->mr_epoch = env.mrs->epoch();
+  r->remaining = reth.dma_length.get();
   r->msn = msn;
+  return true;
+}
+
+// A queued READ response may go on reading its region: checked again once a
+// key has stopped working since it was queued (rxe re-checks the MR for
+// every response packet). False: the region is gone, so is the READ.
+bool read_source_valid(Qp& qp, Env& env, Response& r) {
+  if (r.mr_epoch == env.mrs->epoch() || r.remaining == 0) [[likely]] return true;
+  std::uint8_t* host = nullptr;
+  if (env.mrs->check(r.rkey, true, qp.pd, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host) !=
+      mem::AccessResult::kOk) {
+    return false;
+  }
+  r.src = host;
+  r.mr_epoch = env.mrs->epoch();
   return true;
 }
 
@@ -237,11 +296,12 @@ void execute_read(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
     fail(qp, psn, NakCode::kRemoteAccessError);
     return;
   }
-  const std::uint32_t len = reth.dma_length.get();
-  const std::uint32_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
-  const std::uint32_t last = psn_add(psn, npackets - 1);
+  // At most 2^31 bytes (checked before), so at most 2^23 packets at 256 bytes.
+  const std::uint64_t len = reth.dma_length.get();
+  const std::uint64_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
+  const std::uint32_t last = psn_add(psn, static_cast<std::int64_t>(npackets) - 1);
   ++qp.resp.msn;
-  if (!queue_read(qp, psn, psn, last, host, len, qp.resp.msn)) {
+  if (!queue_read(qp, env, psn, psn, last, reth, host, qp.resp.msn)) {
     // More READs/atomics outstanding than max_dest_rd_atomic (IBTA 9.7.5.2: Invalid Request).
     fail(qp, psn, NakCode::kInvalidRequest);
     return;
@@ -322,7 +382,7 @@ void on_duplicate(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t ps
         return;
       }
       drop_answers_from(qp, psn);
-      queue_read(qp, psn, res.first_psn, res.last_psn, host, reth.dma_length.get(), res.msn);
+      queue_read(qp, env, psn, res.first_psn, res.last_psn, reth, host, res.msn);
       return;
     }
     return;  // no resource holds it: too old to answer, dropped
@@ -384,6 +444,17 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     fail(qp, psn, NakCode::kInvalidRequest);
     return;
   }
+  if (info.has_any(wire::kReadRequest | wire::kAtomic) && qp.attr.max_dest_rd_atomic == 0) {
+    // No responder resources: no READ or atomic may be executed (IBTA
+    // 9.7.5.2.4; rxe answers Invalid Request too).
+    fail(qp, psn, NakCode::kInvalidRequest);
+    return;
+  }
+  if (!length_fits(qp, p)) {
+    qp.counters.add(QpCounter::drop_bad_length);
+    fail(qp, psn, NakCode::kInvalidRequest);
+    return;
+  }
   qp.counters.add(QpCounter::rx_packets);
   if (info.has(wire::kSend)) execute_send(qp, env, p, psn);
   else if (info.has(wire::kWrite)) execute_write(qp, env, p, psn);
@@ -425,6 +496,20 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         ++qp.resp.out_head;
         break;
       case Response::Kind::kRead: {
+        if (!read_source_valid(qp, env, r)) [[unlikely]] {
+          // The region was deregistered mid-READ: the rest is refused with
+          // NAK Remote Access Error at the next response's PSN, and the QP
+          // enters ERR (IBTA 9.9.3, class D), with nothing more read.
+          qp.counters.add(QpCounter::mr_revoked_in_flight);
+          qp.counters.add(QpCounter::nak_rem_access_sent);
+          b.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
+          qp.tx_template.aeth.syndrome =
+              wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(NakCode::kRemoteAccessError));
+          ++qp.resp.out_head;
+          emit(qp, env, f, 0);
+          qp_enter_error(qp);
+          return n;
+        }
         const bool first = r.psn == r.first_psn;
         const bool last = r.psn == r.last_psn;
         payload = std::min(qp.mtu, r.remaining);
@@ -437,6 +522,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
           f.npieces = 1;
         }
         r.src += payload;
+        r.va += payload;
         r.remaining -= payload;
         r.psn = psn_add(r.psn, 1);
         qp.counters.add(QpCounter::read_responses_sent);

@@ -25,6 +25,18 @@ inline mem::AccessResult sgl_resolve(Sge* sge, std::uint8_t n, const mem::MrTabl
   return mem::AccessResult::kOk;
 }
 
+// A WQE's list, resolved once and again whenever a key has stopped working
+// since (MrTable::epoch): a WQE never reaches memory deregistered after it
+// was posted.
+template <typename Wqe>
+inline mem::AccessResult wqe_resolve(Wqe& w, const mem::MrTable& mrs, std::uint32_t pd, int need) {
+  if (w.resolved && w.mr_epoch == mrs.epoch()) return mem::AccessResult::kOk;
+  const mem::AccessResult r = sgl_resolve(w.sge.data(), w.num_sge, mrs, pd, need);
+  w.resolved = r == mem::AccessResult::kOk;
+  w.mr_epoch = mrs.epoch();
+  return r;
+}
+
 // The pieces of [offset, offset + len) of the list; returns how many.
 inline std::uint8_t sgl_pieces(const Sge* sge, std::uint8_t n, std::uint32_t offset, std::uint32_t len,
                                std::span<const std::uint8_t>* out) {
