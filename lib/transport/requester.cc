@@ -97,8 +97,10 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     // Resolved once, and again after any deregistration (a retransmission
     // reads the region anew).
     const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+    const bool was_resolved = w.resolved;
     if (wqe_resolve(w, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) [[unlikely]] {
       // A bad local key ends the WR with a local protection error (IBTA 10.6, 11.6.2).
+      if (was_resolved) qp.counters.add(QpCounter::mr_revoked_in_flight);
       if (qp.comp_next == qp.req_next) complete_send(qp, IBV_WC_LOC_PROT_ERR);
       break;
     }

@@ -1,0 +1,334 @@
+// Adversarial peers, one rule at a time (the review's D1-D10 as families of
+// cases): responses for nothing outstanding or for PSNs never sent, READ and
+// WRITE lengths past 2^31, packets that do not fit the path MTU, and regions
+// deregistered while traffic to or from them is in flight. Each case asserts
+// the counter that names what happened, and that nothing else did.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rc_fixture.h"
+#include "scripted_rc.h"
+#include "verbs/verbs_impl.h"
+#include "work_requests.h"
+
+namespace uroce::test {
+namespace {
+
+using wire::NakCode;
+using wire::Opcode;
+
+int poll_all(CompletionQueue* cq, std::vector<ibv_wc>& out) {
+  ibv_wc wc[64];
+  int total = 0;
+  for (int n; (n = cq->poll(64, wc)) > 0;) {
+    out.insert(out.end(), wc, wc + n);
+    total += n;
+  }
+  return total;
+}
+
+// --- Responses that answer nothing -----------------------------------------------
+
+struct Stray {
+  const char* name;
+  Opcode opcode;
+  std::uint8_t syndrome;
+};
+
+const Stray kStrays[] = {
+    {"ACK", Opcode::kRcAcknowledge, 0x1f},
+    {"RNR NAK", Opcode::kRcAcknowledge, wire::make_syndrome(wire::AethKind::kRnrNak, 1)},
+    {"sequence NAK", Opcode::kRcAcknowledge, nak(NakCode::kPsnSequenceError)},
+    {"NAK invalid request", Opcode::kRcAcknowledge, nak(NakCode::kInvalidRequest)},
+    {"NAK remote access", Opcode::kRcAcknowledge, nak(NakCode::kRemoteAccessError)},
+    {"NAK remote operational", Opcode::kRcAcknowledge, nak(NakCode::kRemoteOperationalError)},
+    {"READ response only", Opcode::kRcReadResponseOnly, 0x1f},
+    {"atomic ACK", Opcode::kRcAtomicAcknowledge, 0x1f},
+};
+
+// A QP with nothing outstanding, and no retries left to spend, takes every
+// kind of response at every PSN from its next one on: none completes a work
+// request, moves the QP or costs time (each was a phantom completion and a
+// 2^32-entry flush before).
+TEST(Adversarial, ResponsesToAnIdleQpAreDroppedAndCounted) {
+  ConnectParams params;
+  params.retry_cnt = 0;
+  params.rnr_retry = 0;
+  ScriptedRc r(params);
+  QueuePair* qp = r.dev.qp;
+  std::uint64_t injected = 0;
+  for (const Stray& s : kStrays) {
+    for (const std::uint32_t psn : {kSqPsn, kSqPsn + 1, kSqPsn + 100000}) {
+      wire::FrameSpec f = r.spec(s.opcode, psn);
+      f.aeth.syndrome = s.syndrome;
+      r.inject(f, s.opcode == Opcode::kRcReadResponseOnly ? std::vector<std::uint8_t>(8, 1)
+                                                          : std::vector<std::uint8_t>{});
+      ++injected;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  r.run(8);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<ibv_wc> wc;
+  EXPECT_EQ(poll_all(r.dev.cq, wc), 0);
+  EXPECT_EQ(qp->counter("drop_response_not_sent"), injected);
+  EXPECT_EQ(qp->counter("completions"), 0u);
+  EXPECT_EQ(qp->counter("flushed"), 0u);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  EXPECT_LT(secs, 0.5);
+  // A stale one (older than anything outstanding) is a duplicate, not a drop
+  // of this kind.
+  r.inject(r.ack(kSqPsn - 2));
+  r.run(2);
+  EXPECT_EQ(qp->counter("duplicate_responses"), 1u);
+  EXPECT_EQ(qp->counter("drop_response_not_sent"), injected);
+  // The QP still works: a WRITE leaves with the next PSN and completes.
+  std::vector<std::uint8_t> buf(64, 7);
+  MemoryRegion* mr = r.dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_rdma(qp, IBV_WR_RDMA_WRITE, buf.data(), 64, mr->lkey, std::uint64_t{0x5000}, 0x77, 5), 0);
+  r.run(2);
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].bth().psn.get(), kSqPsn);
+  r.inject(r.ack(kSqPsn));
+  r.run(2);
+  ASSERT_EQ(poll_all(r.dev.cq, wc), 1);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// A 1 MiB WRITE of which the window has let 256 packets leave: ACKs and
+// NAKs for PSNs at or past the 257th are ignored and counted; an honest peer
+// then sees every packet once, in order, and the WRITE completes.
+TEST(Adversarial, ResponsesBeyondTheLastPsnSentAreIgnored) {
+  ScriptedRc r;
+  QueuePair* qp = r.dev.qp;
+  std::vector<std::uint8_t> buf(1 << 20, 0x5a);
+  MemoryRegion* mr = r.dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_rdma(qp, IBV_WR_RDMA_WRITE, buf.data(), 1 << 20, mr->lkey, std::uint64_t{0x5000}, 0x77, 7), 0);
+  r.run(20);
+  ASSERT_EQ(r.dev.port.sent.size(), 256u);
+  r.inject(r.ack(kSqPsn + 256));                                      // just past the last sent
+  r.inject(r.ack(kSqPsn + 1023));                                     // the WRITE's last PSN
+  r.inject(r.ack(kSqPsn + 600, nak(NakCode::kPsnSequenceError)));     // ahead of everything
+  r.inject(r.ack(kSqPsn + 300, nak(NakCode::kRemoteAccessError)));    // an error for a PSN never sent
+  r.inject(r.ack(kSqPsn + 400, wire::make_syndrome(wire::AethKind::kRnrNak, 3)));
+  r.run(4);
+  EXPECT_EQ(qp->counter("drop_response_not_sent"), 5u);
+  std::vector<ibv_wc> wc;
+  EXPECT_EQ(poll_all(r.dev.cq, wc), 0);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  // The honest peer acknowledges what it gets.
+  std::vector<std::uint32_t> psns;
+  for (int round = 0; round < 100 && wc.empty(); ++round) {
+    r.run(2);
+    for (const auto& p : r.sent()) psns.push_back(p.bth().psn.get());
+    r.dev.port.sent.clear();
+    if (!psns.empty()) r.inject(r.ack(psns.back()));
+    r.run(1);
+    poll_all(r.dev.cq, wc);
+  }
+  ASSERT_EQ(psns.size(), 1024u);
+  for (std::uint32_t i = 0; i < 1024; ++i) ASSERT_EQ(psns[i], kSqPsn + i) << i;
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(qp->counter("retransmitted_packets"), 0u);
+}
+
+// --- Lengths ---------------------------------------------------------------
+
+struct BadLength {
+  const char* name;
+  Opcode opcode;
+  std::uint32_t payload;
+  std::uint32_t dma_length;  // RETH, where the opcode has one
+};
+
+// Path MTU 1024 (C9-92): First/Middle exactly 1024, Last 1..1024, Only at
+// most 1024. DMA length at most 2^31 (C9-94).
+const BadLength kBadLengths[] = {
+    {"SEND First shorter than the MTU", Opcode::kRcSendFirst, 512, 0},
+    {"SEND First longer than the MTU", Opcode::kRcSendFirst, 2048, 0},
+    {"SEND Only longer than the MTU", Opcode::kRcSendOnly, 1028, 0},
+    {"WRITE First shorter than the MTU", Opcode::kRcWriteFirst, 256, 4096},
+    {"WRITE Only longer than the MTU", Opcode::kRcWriteOnly, 4096, 4096},
+    {"WRITE Only with a DMA length over 2^31", Opcode::kRcWriteOnly, 0, 0x80000001u},
+    {"READ of 2^31 + 1 bytes", Opcode::kRcReadRequest, 0, 0x80000001u},
+    {"READ of 2^32 - 1 bytes", Opcode::kRcReadRequest, 0, 0xffffffffu},
+};
+
+TEST(Adversarial, RequestsOfBadLengthAreInvalidRequests) {
+  for (const BadLength& c : kBadLengths) {
+    SCOPED_TRACE(c.name);
+    ScriptedRc r;
+    QueuePair* qp = r.dev.qp;
+    std::vector<std::uint8_t> region(8192, 0);
+    MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+    for (int i = 0; i < 4; ++i) {
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(region.data()), 8192, mr->lkey};
+      ibv_recv_wr rw{};
+      rw.wr_id = 100 + i;
+      rw.sg_list = &sge;
+      rw.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      ASSERT_EQ(qp->post_recv(&rw, &bad), 0);
+    }
+    wire::FrameSpec f = r.spec(c.opcode, kRqPsn);
+    f.bth.set_ack_req(true);
+    f.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+    f.reth.rkey.set(mr->rkey);
+    f.reth.dma_length.set(c.dma_length);
+    r.inject(f, std::vector<std::uint8_t>(c.payload, 0x77));
+    r.run(2);
+    const auto sent = r.sent();
+    ASSERT_EQ(sent.size(), 1u) << "one NAK and nothing else";
+    EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+    EXPECT_EQ(sent[0].aeth().syndrome, nak(NakCode::kInvalidRequest));
+    EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn);
+    EXPECT_EQ(qp->counter("drop_bad_length"), 1u);
+    EXPECT_EQ(qp->counter("nak_inv_req_sent"), 1u);
+    EXPECT_EQ(qp->counter("rx_bytes"), 0u);
+    EXPECT_EQ(qp->state(), IBV_QPS_ERR) << "Invalid Request is fatal (class C)";
+    EXPECT_TRUE(std::all_of(region.begin(), region.end(), [](std::uint8_t b) { return b == 0; })) << "nothing placed";
+  }
+}
+
+// A Last packet must carry at least one byte; a right-sized message around it
+// is taken.
+TEST(Adversarial, AnEmptyWriteLastIsAnInvalidRequest) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> region(4096, 0);
+  MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+  wire::FrameSpec first = r.spec(Opcode::kRcWriteFirst, kRqPsn);
+  first.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+  first.reth.rkey.set(mr->rkey);
+  first.reth.dma_length.set(1024);
+  r.inject(first, std::vector<std::uint8_t>(1024, 0x11));
+  wire::FrameSpec last = r.spec(Opcode::kRcWriteLast, kRqPsn + 1);
+  last.bth.set_ack_req(true);
+  r.inject(last);
+  r.run(2);
+  EXPECT_EQ(r.dev.qp->counter("drop_bad_length"), 1u);
+  EXPECT_EQ(r.dev.qp->counter("nak_inv_req_sent"), 1u);
+  EXPECT_EQ(r.dev.qp->state(), IBV_QPS_ERR);
+}
+
+// A READ of exactly 2^31 bytes is legal: it is answered, at 2^21 PSNs.
+TEST(Adversarial, AReadOfTwoGiBIsAnswered) {
+  ScriptedRc r;
+  const std::size_t bytes = std::size_t{1} << 31;
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  MemoryRegion* mr = r.dev.pd->reg_mr(map, bytes, kAll);
+  ASSERT_NE(mr, nullptr);
+  wire::FrameSpec read = r.spec(Opcode::kRcReadRequest, kRqPsn);
+  read.reth.va.set(reinterpret_cast<std::uint64_t>(map));
+  read.reth.rkey.set(mr->rkey);
+  read.reth.dma_length.set(0x80000000u);
+  r.inject(read);
+  r.run(1);
+  const auto sent = r.sent();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcReadResponseFirst));
+  EXPECT_EQ(testing::transport_qp(r.dev.qp).resp.psn, kRqPsn + (1u << 21));
+  EXPECT_EQ(r.dev.qp->counter("drop_bad_length"), 0u);
+  ASSERT_EQ(r.dev.pd->dereg_mr(mr), 0);
+  munmap(map, bytes);
+}
+
+// --- Deregistration while traffic is in flight, both ends, both directions --------
+
+constexpr std::uint32_t kBig = 1 << 20;
+
+// Steps the pair until `cond` holds, then returns; fails the test if it never does.
+template <typename Cond>
+void run_until(RcPair& p, Cond cond) {
+  ASSERT_TRUE(p.net.run_until(cond, 10'000'000'000ull));
+}
+
+bool any_byte(const std::uint8_t* p, std::size_t n, std::uint8_t v) {
+  return std::find(p, p + n, v) != p + n;
+}
+
+// The responder's region goes while a WRITE into it is under way: nothing
+// lands after dereg_mr, the requester gets a remote access error.
+TEST(Adversarial, DeregOfAWriteTargetStopsTheWrite) {
+  RcPair p(11, kBig);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::memset(p.bufa, 0x5a, kBig);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, kBig, 0, 1), 0);
+  run_until(p, [&] { return p.bufb[64 * 1024] == 0x5a; });
+  ASSERT_NE(p.bufb[kBig - 1], 0x5a) << "the WRITE must still be under way";
+  ASSERT_EQ(p.pdb->dereg_mr(p.mrb), 0);
+  std::memset(p.bufb, 0, kBig);
+  const auto a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_FALSE(any_byte(p.bufb, kBig, 0x5a)) << "bytes placed after dereg_mr";
+  EXPECT_EQ(p.qb->counter("mr_revoked_in_flight"), 1u);
+  EXPECT_EQ(p.qb->counter("nak_rem_access_sent"), 1u);
+}
+
+// The responder's region goes while a READ from it is being answered: no
+// response carries what the memory holds after dereg_mr.
+TEST(Adversarial, DeregOfAReadSourceStopsTheResponses) {
+  RcPair p(12, kBig);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::memset(p.bufb, 0x5a, kBig);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_READ, 0, kBig, 0, 1), 0);
+  // The responder queues the whole READ at once and sends it as fast as the
+  // port takes it: deregister once it has begun.
+  run_until(p, [&] { return p.qb->counter("read_responses_sent") > 0; });
+  ASSERT_LT(p.qb->counter("read_responses_sent"), kBig / 1024);
+  ASSERT_EQ(p.pdb->dereg_mr(p.mrb), 0);
+  std::memset(p.bufb, 0xee, kBig);  // what the memory holds now must not leave
+  const auto a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_FALSE(any_byte(p.bufa, kBig, 0xee)) << "a READ response read the region after dereg_mr";
+  EXPECT_EQ(p.qb->counter("mr_revoked_in_flight"), 1u);
+}
+
+// The requester's own region goes while its WRITE is being sent: no packet
+// reads it after dereg_mr; the WR ends with a local protection error.
+TEST(Adversarial, DeregOfAWriteSourceEndsTheWr) {
+  RcPair p(13, kBig);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::memset(p.bufa, 0x5a, kBig);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, kBig, 0, 1), 0);
+  run_until(p, [&] { return p.bufb[64 * 1024] == 0x5a; });
+  ASSERT_EQ(p.pda->dereg_mr(p.mra), 0);
+  std::memset(p.bufa, 0xee, kBig);
+  const auto a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_LOC_PROT_ERR);
+  p.wait(p.cqb, 1, 100'000'000);  // let whatever is on the wire land
+  EXPECT_FALSE(any_byte(p.bufb, kBig, 0xee)) << "a request packet read the region after dereg_mr";
+  EXPECT_EQ(p.qa->counter("mr_revoked_in_flight"), 1u);
+}
+
+// The requester's READ destination goes while responses arrive: none is
+// placed after dereg_mr; the WR ends with a local protection error.
+TEST(Adversarial, DeregOfAReadDestinationEndsTheWr) {
+  RcPair p(14, kBig);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::memset(p.bufb, 0x5a, kBig);
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_READ, 0, kBig, 0, 1), 0);
+  run_until(p, [&] { return p.bufa[64 * 1024] == 0x5a; });
+  ASSERT_EQ(p.pda->dereg_mr(p.mra), 0);
+  std::memset(p.bufa, 0, kBig);
+  const auto a = p.wait(p.cqa, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_FALSE(any_byte(p.bufa, kBig, 0x5a)) << "a READ response was placed after dereg_mr";
+  EXPECT_EQ(p.qa->counter("mr_revoked_in_flight"), 1u);
+}
+
+}  // namespace
+}  // namespace uroce::test
