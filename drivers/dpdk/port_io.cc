@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -39,12 +40,14 @@ TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())
 
 std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
 
-PortIo::PortIo(PortIo& first, std::uint16_t queue) : PortIo(first.port_, queue, first.ip_) {
-  neighbors_ = first.neighbors_;
-}
+PortIo::PortIo(PortIo& first, std::uint16_t queue) : PortIo(first.port_, queue, first.ip_, first.neighbors_) {}
 
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4)
-    : port_(port), queue_(queue), ip_(ipv4), neighbors_(std::make_shared<Neighbors>()) {
+    : PortIo(port, queue, ipv4, std::make_shared<Neighbors>()) {}
+
+PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4,
+               std::shared_ptr<Neighbors> neighbors)
+    : port_(port), queue_(queue), ip_(ipv4), neighbors_(std::move(neighbors)) {
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
@@ -66,18 +69,33 @@ ibv_gid PortIo::link_local() const {
   return g;
 }
 
-void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac) {
-  std::lock_guard<std::mutex> lock(neighbors_->mutex);
-  neighbors_->v4[ip] = mac;
+void PortIo::count_evictions(NeighborOutcome o) {
+  if (o == NeighborOutcome::kEvictedLearned) ++counters_.neighbors_evicted;
+  if (o == NeighborOutcome::kEvictedWanted) ++counters_.neighbors_wanted_evicted;
 }
 
-template <std::size_t N>
-bool PortIo::lookup(const std::array<std::uint8_t, N>& ip, std::uint8_t mac[6]) {
+void PortIo::add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac) {
   std::lock_guard<std::mutex> lock(neighbors_->mutex);
-  const auto& table = neighbors_->table(ip);
-  const auto it = table.find(ip);
-  if (it == table.end()) return false;
-  std::memcpy(mac, it->second.data(), 6);
+  count_evictions(neighbors_->v4.configure(ip, mac));
+}
+
+bool PortIo::neighbor(const ibv_gid& gid, std::uint8_t mac[6]) const {
+  wire::MacAddr m;
+  NeighborState st;
+  {
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    if (is_ipv4_gid(gid)) {
+      std::array<std::uint8_t, 4> ip;
+      std::memcpy(ip.data(), gid.raw + 12, 4);
+      st = neighbors_->v4.state(ip, &m);
+    } else {
+      std::array<std::uint8_t, 16> ip6;
+      std::memcpy(ip6.data(), gid.raw, 16);
+      st = neighbors_->v6.state(ip6, &m);
+    }
+  }
+  if (st != NeighborState::kWanted && st != NeighborState::kLearned) return false;
+  std::memcpy(mac, m.data(), 6);
   return true;
 }
 
@@ -259,15 +277,21 @@ bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {
   wire::ArpHdr arp;
   std::memcpy(&arp, frame + 14, sizeof arp);
   if (arp.htype.get() != 1 || arp.ptype.get() != wire::kEtherTypeIpv4 || arp.hlen != 6 || arp.plen != 4) return false;
-  // Learn the sender either way (RFC 826's merge step), then answer if asked.
-  {
+  // RFC 826: a sender we know or are resolving is merged, whatever the
+  // target; one that asks for our address is learned (the bounded tier), as
+  // we are about to answer it. A reply we did not ask for is refused.
+  // 0.0.0.0 is a probe's sender (RFC 5227 2.1.1), no address to learn.
+  const bool request_for_us = arp.oper.get() == wire::kArpRequest && arp.tpa == ip_;
+  if (arp.spa != wire::Ipv4Addr{}) {
     std::lock_guard<std::mutex> lock(neighbors_->mutex);
-    if (arp.tpa == ip_ || neighbors_->v4.count(arp.spa)) {
-      neighbors_->v4[arp.spa] = arp.sha;
-      if (arp.oper.get() == wire::kArpReply) ++counters_.arp_replies_learned;
+    const NeighborOutcome o = request_for_us ? neighbors_->v4.learn(arp.spa, arp.sha)
+                                             : neighbors_->v4.merge(arp.spa, arp.sha);
+    count_evictions(o);
+    if (arp.oper.get() == wire::kArpReply) {
+      ++(o == NeighborOutcome::kMissed ? counters_.neighbors_refused : counters_.arp_replies_learned);
     }
   }
-  if (arp.oper.get() == wire::kArpRequest && arp.tpa == ip_) {
+  if (request_for_us) {
     send_arp(wire::kArpReply, arp.sha, arp.spa);
     ++counters_.arp_requests_answered;
   }
@@ -355,22 +379,26 @@ bool PortIo::handle_icmp6(const std::uint8_t* frame, std::uint16_t len) {
     std::memcpy(from.raw, ip + 8, 16);
     std::array<std::uint8_t, 6> from_mac;
     std::memcpy(from_mac.data(), frame + 6, 6);
-    if (have_lla) {
-      std::array<std::uint8_t, 16> key;
-      std::memcpy(key.data(), from.raw, 16);
+    // The solicitor is learned (the bounded tier), as we answer it. From
+    // the unspecified address (DAD) there is nothing to learn (RFC 4861 7.2.3).
+    std::array<std::uint8_t, 16> key;
+    std::memcpy(key.data(), from.raw, 16);
+    if (have_lla && key != wire::Ipv6Addr{}) {
       std::lock_guard<std::mutex> lock(neighbors_->mutex);
-      neighbors_->v6[key] = lla;
+      count_evictions(neighbors_->v6.learn(key, lla));
     }
     send_nd(false, mine, from, have_lla ? lla : from_mac);
     ++counters_.nd_solicitations_answered;
     return true;
   }
   if (icmp[0] == kNa && have_lla) {
+    // Taken for a target being resolved or known; an advertisement for any
+    // other is ignored (RFC 4861 7.2.5), else a flood of them fills the table.
     std::array<std::uint8_t, 16> key;
     std::memcpy(key.data(), target.raw, 16);
     std::lock_guard<std::mutex> lock(neighbors_->mutex);
-    neighbors_->v6[key] = lla;
-    ++counters_.nd_advertisements_learned;
+    const NeighborOutcome o = neighbors_->v6.merge(key, lla);
+    ++(o == NeighborOutcome::kMissed ? counters_.neighbors_refused : counters_.nd_advertisements_learned);
     return true;
   }
   ++counters_.rx_other;
@@ -421,21 +449,48 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
 }
 
 bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
-  const bool v4 = is_ipv4_gid(gid);
-  std::array<std::uint8_t, 4> ip;
+  if (is_ipv4_gid(gid)) {
+    std::array<std::uint8_t, 4> ip;
+    std::memcpy(ip.data(), gid.raw + 12, 4);
+    return resolve_on_link(ip, gid, mac);
+  }
   std::array<std::uint8_t, 16> ip6;
-  std::memcpy(ip.data(), gid.raw + 12, 4);
   std::memcpy(ip6.data(), gid.raw, 16);
+  return resolve_on_link(ip6, gid, mac);
+}
+
+template <std::size_t N>
+bool PortIo::resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]) {
+  auto& table = neighbors_->table(ip);
+  const auto known = [&] {
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    wire::MacAddr m;
+    const NeighborOutcome o = table.lookup(ip, m);
+    count_evictions(o);
+    if (o == NeighborOutcome::kMissed) return false;
+    std::memcpy(mac, m.data(), 6);
+    return true;
+  };
   // Ask every 200 ms (ARP, or a neighbour solicitation) and poll this
   // queue for the answer, for a second at most. RoCE frames that arrive on
   // it meanwhile are dropped; their QPs get them again by retransmission.
+  // The address is pending from the first request on, so that the answer is
+  // taken and unasked ones are not.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   auto next_request = std::chrono::steady_clock::now();
-  while (!(v4 ? lookup(ip, mac) : lookup(ip6, mac))) {
+  while (!known()) {
     const auto now = std::chrono::steady_clock::now();
-    if (now > deadline) return false;
+    if (now > deadline) {
+      std::lock_guard<std::mutex> lock(neighbors_->mutex);
+      table.give_up(ip);
+      return false;
+    }
     if (now >= next_request) {
-      if (v4) send_arp(wire::kArpRequest, {}, ip);
+      {
+        std::lock_guard<std::mutex> lock(neighbors_->mutex);
+        count_evictions(table.want(ip));
+      }
+      if constexpr (N == 4) send_arp(wire::kArpRequest, {}, ip);
       else send_nd(true, gid, gid, {});
       next_request = now + std::chrono::milliseconds(200);
     }

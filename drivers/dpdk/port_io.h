@@ -5,12 +5,12 @@
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "dpdk/neighbors.h"
 #include "dpdk/port.h"
 #include "engine/packet_io.h"
 
@@ -27,9 +27,17 @@ class TscClock : public engine::Clock {
 
 struct PortIoCounters {
   std::uint64_t arp_requests_answered = 0;
-  std::uint64_t arp_replies_learned = 0;
+  std::uint64_t arp_replies_learned = 0;  // replies for addresses pending or known
   std::uint64_t nd_solicitations_answered = 0;
-  std::uint64_t nd_advertisements_learned = 0;
+  std::uint64_t nd_advertisements_learned = 0;  // NAs for targets pending or known
+  // ARP replies and NAs for addresses neither being resolved nor known:
+  // nothing stored (for NAs, RFC 4861 7.2.5).
+  std::uint64_t neighbors_refused = 0;
+  // Learned senders (ARP requests, NSes for our address) pushed out by newer
+  // ones: a flood from many senders shows here.
+  std::uint64_t neighbors_evicted = 0;
+  // Configured or resolved peers pushed out: more peers than the table holds.
+  std::uint64_t neighbors_wanted_evicted = 0;
   std::uint64_t tx_copied_bytes = 0;   // payload bytes gathered into one mbuf
   std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
   std::uint64_t tx_zero_copy_bytes = 0;
@@ -60,7 +68,8 @@ class PortIo : public engine::PacketIo {
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override;
   // IPv4-mapped GIDs by ARP, IPv6 GIDs by neighbour discovery (RFC 4861):
   // the neighbour table, else a request answered within a second (this
-  // port's receive queue is polled meanwhile).
+  // port's receive queue is polled meanwhile). Returns false when no answer
+  // came. A resolved peer stays in the table's wanted tier.
   bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
   // Registers the pages of [addr, addr + len) as DPDK external memory and
   // DMA-maps them for the port's device (a physical NIC then reads frames'
@@ -69,7 +78,12 @@ class PortIo : public engine::PacketIo {
   void register_memory(void* addr, std::size_t len) override;
   void unregister_memory(void* addr, std::size_t len) override;
 
+  // A peer known without asking (wanted tier: no flood evicts it).
   void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
+  // The MAC the neighbour table holds for `gid` (configured, resolved or
+  // learned), without asking the link and without changing the table.
+  // Returns false if it holds none (or the address is still being resolved).
+  bool neighbor(const ibv_gid& gid, std::uint8_t mac[6]) const;
   const std::array<std::uint8_t, 6>& mac() const { return mac_; }
   ibv_gid gid() const;  // ::ffff:a.b.c.d
   ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
@@ -78,18 +92,23 @@ class PortIo : public engine::PacketIo {
   std::uint16_t queue() const { return queue_; }
 
  private:
-  // Learned and configured neighbours, shared by the queues of a port. Only
-  // control frames (ARP, ND) and resolve() take the lock, never RoCE frames.
+  // Learned and configured neighbours, shared by the queues of a port,
+  // bounded (neighbors.h). Only control frames (ARP, ND), resolve() and
+  // add_neighbor() take the lock, never RoCE frames.
   struct Neighbors {
     std::mutex mutex;
-    std::map<std::array<std::uint8_t, 4>, std::array<std::uint8_t, 6>> v4;
-    std::map<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 6>> v6;
+    NeighborTable<4> v4;
+    NeighborTable<16> v6;
     auto& table(const std::array<std::uint8_t, 4>&) { return v4; }
     auto& table(const std::array<std::uint8_t, 16>&) { return v6; }
   };
-  // The MAC learned for an IPv4 or IPv6 address.
+  PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4,
+         std::shared_ptr<Neighbors> neighbors);
+  // resolve() for an IPv4 (ARP) or IPv6 (ND) address.
   template <std::size_t N>
-  bool lookup(const std::array<std::uint8_t, N>& ip, std::uint8_t mac[6]);
+  bool resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]);
+  // Counts the evictions a table call made.
+  void count_evictions(NeighborOutcome o);
 
   // ARP and other non-RoCE frames: answered or learned here, never passed on.
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
