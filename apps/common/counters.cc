@@ -55,6 +55,10 @@ void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* por
   std::printf("  port.nd_solicitations_answered %llu, nd_advertisements_learned %llu\n",
               static_cast<unsigned long long>(pc.nd_solicitations_answered),
               static_cast<unsigned long long>(pc.nd_advertisements_learned));
+  std::printf("  port.neighbors_refused %llu, neighbors_evicted %llu, neighbors_wanted_evicted %llu\n",
+              static_cast<unsigned long long>(pc.neighbors_refused),
+              static_cast<unsigned long long>(pc.neighbors_evicted),
+              static_cast<unsigned long long>(pc.neighbors_wanted_evicted));
   std::printf("  port.arp_requests_answered %llu, arp_replies_learned %llu, rx_other %llu, rx_linearized %llu\n",
               static_cast<unsigned long long>(pc.arp_requests_answered),
               static_cast<unsigned long long>(pc.arp_replies_learned), static_cast<unsigned long long>(pc.rx_other),
