@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the full test suite. The last
-# line is "N passed, N failed", counting individual GoogleTest cases.
+# Installs what is missing, builds, and runs the full test suite, then (with
+# no arguments, unless UROCE_TSAN=0) the thread-safety tests under
+# ThreadSanitizer (tools/tsan.sh, in ./build-tsan). The last line is
+# "N passed, N failed", counting individual GoogleTest cases of both runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +17,8 @@ results=$(mktemp -d /tmp/uroce-gtest.XXXXXX)
 trap 'rm -rf "$results"' EXIT
 GTEST_OUTPUT="xml:$results/" GTEST_COLOR=no \
   meson test -C "$build" --no-rebuild --print-errorlogs --num-processes "$(nproc)" "$@"
+# Its failures are counted from the reports it leaves in $results.
+if (($# == 0)) && [[ ${UROCE_TSAN:-1} != 0 ]]; then
+  tools/tsan.sh "$results"
+fi
 python3 tools/gtest_summary.py "$results" "$build/meson-logs/testlog.json"

@@ -4,8 +4,9 @@
 //   /uroce/engine,DEV         a device's engine counters and drops by reason
 //   /uroce/qps,DEV            its QP numbers
 //   /uroce/qp,DEV,QPN         one QP's counters and state
-// The counters are read while the worker updates them: each value is a
-// snapshot, not a consistent set.
+// Each answer is copied in one read-only control call (the engines held
+// between two polls for the copy, a few microseconds), so its values are a
+// consistent set; the handlers never touch a QP while an engine runs.
 #pragma once
 
 #include <string>
@@ -19,6 +20,9 @@ namespace uroce::dpdk {
 // Makes `ctx` visible to telemetry under `name` until telemetry_hide(ctx).
 // Registers the commands on first use. EAL must be running.
 void telemetry_expose(Context* ctx, const std::string& name);
+// Returns once no handler uses `ctx`: call it before `ctx` goes, and never
+// from inside one of its control calls (a handler waiting for that call
+// would never let go).
 void telemetry_hide(Context* ctx);
 
 }  // namespace uroce::dpdk

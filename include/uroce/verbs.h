@@ -138,7 +138,8 @@ class Context {
 
   // One run of every engine's loop: receive, timers, transmit. The
   // simulator and single-threaded embedders call this. Returns the number
-  // of frames received plus sent; 0 (and nothing done) while workers run.
+  // of frames received plus sent; 0 (and nothing done) while workers run
+  // or another thread's control call (telemetry's, say) runs.
   std::size_t progress();
 
   // Runs each engine on a thread of its own, engine i pinned to cpus[i]

@@ -90,15 +90,13 @@ transport::Qp* Engine::find_qp(std::uint32_t qpn) const {
 
 std::size_t Engine::poll() {
   env_.now = clock_.now_ns();
-  const std::size_t before = counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
-                             counters_[static_cast<std::size_t>(EngineCounter::tx_frames)];
+  const std::size_t before = counter(EngineCounter::rx_frames) + counter(EngineCounter::tx_frames);
   ring_in();
   receive();
   run_timers();
   transmit();
   finish();
-  return counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] +
-         counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] - before;
+  return counter(EngineCounter::rx_frames) + counter(EngineCounter::tx_frames) - before;
 }
 
 void Engine::ring_in() {
@@ -150,7 +148,7 @@ std::uint64_t Engine::next_timer_ns() { return timers_.earliest(); }
 
 void Engine::receive() {
   std::uint16_t n = io_.rx_burst(rx_.data(), kBurst);
-  counters_[static_cast<std::size_t>(EngineCounter::rx_frames)] += n;
+  add_counter(EngineCounter::rx_frames, n);
   if (n > 0) {
     const std::uint16_t keep = process(rx_.data(), n, false);
     if (keep > 0) io_.rx_release(rx_.data(), keep);
@@ -158,7 +156,7 @@ void Engine::receive() {
   if (handover_ == nullptr) return;
   n = handover_->pop(self_, rx_.data(), kBurst);
   if (n == 0) return;
-  counters_[static_cast<std::size_t>(EngineCounter::rx_handed_in)] += n;
+  add_counter(EngineCounter::rx_handed_in, n);
   process(rx_.data(), n, true);
   io_.rx_release(rx_.data(), n);
 }
@@ -176,21 +174,21 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     wire::ParsedFrame p;
     const wire::ParseStatus s = wire::parse_frame_in_place(std::span(frame.data, frame.len), p, options);
     if (s != wire::ParseStatus::kOk) [[unlikely]] {
-      if (wire::is_not_roce(s)) ++counters_[static_cast<std::size_t>(EngineCounter::rx_not_roce)];
-      else ++parse_drops_[static_cast<std::size_t>(s)];
+      if (wire::is_not_roce(s)) add_counter(EngineCounter::rx_not_roce);
+      else add_parse_drop(s);
       continue;
     }
     const wire::Bth bth = p.bth();
     const bool cnp = p.info->has(wire::kCnpOp);
     if (cnp) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(EngineCounter::rx_cnp)];
+      add_counter(EngineCounter::rx_cnp);
     } else if (p.info->transport != wire::Transport::kRc) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(EngineCounter::rx_unsupported_transport)];
+      add_counter(EngineCounter::rx_unsupported_transport);
       continue;
     }
     // One P_Key, the default (0xffff; the membership bit aside).
     if ((bth.pkey.get() & 0x7fff) != 0x7fff) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(EngineCounter::rx_bad_pkey)];
+      add_counter(EngineCounter::rx_bad_pkey);
       continue;
     }
     transport::Qp* qp = find_qp(bth.dest_qp.get());
@@ -199,17 +197,17 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       // the worker it was passed to, never passed on again).
       const std::uint32_t* owner = handover != nullptr ? handover->owner(bth.dest_qp.get()) : nullptr;
       if (owner == nullptr || *owner == self_) {
-        ++counters_[static_cast<std::size_t>(EngineCounter::rx_unknown_qp)];
+        add_counter(EngineCounter::rx_unknown_qp);
       } else if (handover->push(self_, *owner, frame)) {
-        ++counters_[static_cast<std::size_t>(EngineCounter::rx_handed_over)];
+        add_counter(EngineCounter::rx_handed_over);
         --keep;  // the owner releases it
       } else {
-        ++counters_[static_cast<std::size_t>(EngineCounter::rx_handover_full)];
+        add_counter(EngineCounter::rx_handover_full);
       }
       continue;
     }
     if (!transport::from_peer(*qp, p)) [[unlikely]] {
-      ++counters_[static_cast<std::size_t>(EngineCounter::rx_wrong_address)];
+      add_counter(EngineCounter::rx_wrong_address);
       continue;
     }
     if (cnp) [[unlikely]] {
@@ -256,7 +254,7 @@ void Engine::transmit() {
   if (nq > 0) tx_cursor_ = (last + 1) % nq;
   if (count == 0) return;
   const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
-  counters_[static_cast<std::size_t>(EngineCounter::tx_frames)] += sent;
+  add_counter(EngineCounter::tx_frames, sent);
   // Whatever the port did not take goes first next time.
   std::copy(tx_.begin() + sent, tx_.begin() + count, tx_.begin());
   tx_pending_ = static_cast<std::uint16_t>(count - sent);

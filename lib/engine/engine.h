@@ -79,9 +79,15 @@ class Engine {
   // none is armed. Lets a simulator on virtual time skip idle stretches.
   std::uint64_t next_timer_ns();
 
-  std::uint64_t counter(EngineCounter c) const { return counters_[static_cast<std::size_t>(c)]; }
+  // Any thread may read the counters while the engine polls
+  // (transport/counters.h): each value is current, not a consistent set.
+  std::uint64_t counter(EngineCounter c) const {
+    return transport::counter_load(counters_[static_cast<std::size_t>(c)]);
+  }
   // Drops by parse reason (index: wire::ParseStatus).
-  std::uint64_t parse_drops(wire::ParseStatus s) const { return parse_drops_[static_cast<std::size_t>(s)]; }
+  std::uint64_t parse_drops(wire::ParseStatus s) const {
+    return transport::counter_load(parse_drops_[static_cast<std::size_t>(s)]);
+  }
   const std::vector<transport::Qp*>& qps() const { return qp_list_; }
   PacketIo& io() { return io_; }
   Clock& clock() { return clock_; }
@@ -102,6 +108,11 @@ class Engine {
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
   void transmit();
+  // The engine's own counters: only its thread (or a control call) adds.
+  void add_counter(EngineCounter c, std::uint64_t n = 1) {
+    transport::counter_add(counters_[static_cast<std::size_t>(c)], n);
+  }
+  void add_parse_drop(wire::ParseStatus s) { transport::counter_add(parse_drops_[static_cast<std::size_t>(s)], 1); }
 
   PacketIo& io_;
   Clock& clock_;

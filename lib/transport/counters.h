@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -58,10 +59,26 @@ enum class QpCounter : std::uint8_t {
 
 inline constexpr std::size_t kQpCounterCount = static_cast<std::size_t>(QpCounter::kCount);
 
+// A counter has one writer, the engine that owns it (or a control call,
+// which holds that engine), and readers on any thread (the API, telemetry).
+// Relaxed atomic accesses make those reads race-free and untorn; a load and
+// a store, not a locked read-modify-write, since nobody else writes. On x86
+// both are plain moves. Every access goes through these two.
+static_assert(std::atomic_ref<std::uint64_t>::required_alignment == alignof(std::uint64_t),
+              "counters are plain, naturally aligned uint64_t");
+inline void counter_add(std::uint64_t& counter, std::uint64_t n) {
+  std::atomic_ref<std::uint64_t> c(counter);
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+inline std::uint64_t counter_load(const std::uint64_t& counter) {
+  // atomic_ref<const T> is C++26; the load does not write.
+  return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(counter)).load(std::memory_order_relaxed);
+}
+
 struct QpCounters {
   std::array<std::uint64_t, kQpCounterCount> value{};
-  void add(QpCounter c, std::uint64_t n = 1) { value[static_cast<std::size_t>(c)] += n; }
-  std::uint64_t get(QpCounter c) const { return value[static_cast<std::size_t>(c)]; }
+  void add(QpCounter c, std::uint64_t n = 1) { counter_add(value[static_cast<std::size_t>(c)], n); }
+  std::uint64_t get(QpCounter c) const { return counter_load(value[static_cast<std::size_t>(c)]); }
 };
 
 const char* qp_counter_name(QpCounter c);

@@ -115,9 +115,15 @@ engine::Engine& Context::engine(std::size_t i) { return *impl_->engines.at(i); }
 std::size_t Context::engine_count() const { return impl_->engines.size(); }
 
 std::size_t Context::progress() {
-  if (impl_->workers_running.load(std::memory_order_acquire)) return 0;
+  Impl& c = *impl_;
+  // Not beside a control call from another thread (Impl::polling).
+  c.polling.store(true, std::memory_order_seq_cst);
   std::size_t n = 0;
-  for (auto& e : impl_->engines) n += e->poll();
+  if (!c.workers_running.load(std::memory_order_acquire) &&
+      (c.control_seq.load(std::memory_order_seq_cst) & 1) == 0) {
+    for (auto& e : c.engines) n += e->poll();
+  }
+  c.polling.store(false, std::memory_order_release);
   return n;
 }
 
@@ -424,7 +430,9 @@ QueuePair::QueuePair(Context* ctx, std::unique_ptr<Impl> impl) : ctx_(ctx), impl
 QueuePair::~QueuePair() = default;
 
 std::uint32_t QueuePair::qp_num() const { return impl_->qp.qpn; }
-ibv_qp_state QueuePair::state() const { return impl_->qp.state; }
+// The engine's copy (qp.state) changes under the workers; app_state follows
+// it at every transition (transport/qp.cc).
+ibv_qp_state QueuePair::state() const { return impl_->qp.app_state.load(std::memory_order_acquire); }
 
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   return ctx_->impl().control([&] { return modify_now(attr, attr_mask); });
@@ -516,6 +524,7 @@ QueuePair::CongestionState QueuePair::congestion() const {
 
 std::uint64_t QueuePair::counter(const char* name) const {
   const transport::QpCounter c = transport::qp_counter_by_name(name);
+  // A relaxed atomic load (transport/counters.h): safe while workers run.
   return c == transport::QpCounter::kCount ? 0 : impl_->qp.counters.get(c);
 }
 

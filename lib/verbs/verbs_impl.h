@@ -72,13 +72,21 @@ struct Context::Impl {
   // The engines' threads. A control call holds them all: it makes
   // control_seq odd, waits until every worker has parked on that value
   // between two polls, runs in the caller's thread, and makes it even again.
-  // Without workers the call simply runs. One control call at a time.
+  // One control call at a time.
+  //
+  // Without workers the engines run in whichever thread calls progress(),
+  // and a control call may come from another one (telemetry's). progress()
+  // sets `polling`, then polls only if control_seq is even; a control call
+  // makes control_seq odd, then waits until `polling` is clear. Each side
+  // stores, then loads what the other stores, all seq_cst: at least one of
+  // them sees the other, so the engines never run beside a control call.
   std::vector<std::thread> workers;
   std::atomic<bool> workers_running{false};
   std::atomic<bool> workers_stop{false};
   std::mutex control_mutex;
   std::atomic<std::uint64_t> control_seq{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> parked;  // per worker: the odd control_seq it holds for
+  std::atomic<bool> polling{false};                      // progress() is running the engines
 
   // Runs f as a control call. Unless it only reads, every engine then looks
   // at all its QPs once (f may have changed their state or attributes).
@@ -94,15 +102,17 @@ struct Context::Impl {
         for (auto& e : c.engines) {
           if (wake) e->wake_all();
         }
-        if (held) c.control_seq.fetch_add(1, std::memory_order_release);
+        c.control_seq.fetch_add(1, std::memory_order_release);
       }
     } release{*this, workers_running.load(std::memory_order_acquire), access == Access::kChanges};
+    const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
+    control_seq.store(seq, std::memory_order_seq_cst);
     if (release.held) {
-      const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
-      control_seq.store(seq, std::memory_order_seq_cst);
       for (std::size_t i = 0; i < workers.size(); ++i) {
         while (parked[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
       }
+    } else {
+      while (polling.load(std::memory_order_seq_cst)) std::this_thread::yield();
     }
     return f();
   }
