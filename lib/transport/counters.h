@@ -43,6 +43,17 @@ namespace uroce::transport {
   X(drop_bad_opcode_sequence, "packets dropped or NAKed: opcode out of message order") \
   X(drop_bad_length, "requests NAKed: payload not fitting the path MTU, DMA length over 2^31") \
   X(mr_revoked_in_flight, "messages ended: their memory region was deregistered while in flight") \
+  X(drop_duplicate_unanswered, "duplicate READs/atomics dropped: too old to answer, or no room") \
+  X(drop_qp_access, "requests NAKed: the QP's access flags forbid the operation")     \
+  X(drop_unsupported_opcode, "requests NAKed: FLUSH or ATOMIC WRITE, not supported")  \
+  X(drop_no_resources, "READs/atomics NAKed: no responder resource free")              \
+  X(drop_recv_too_short, "SENDs NAKed: longer than the receive WQE")                   \
+  X(drop_recv_lkey, "SENDs NAKed: the receive WQE's lkey failed its check")            \
+  X(drop_invalidate_refused, "SENDs NAKed: the rkey to invalidate may not be invalidated") \
+  X(drop_rkey_violation, "requests NAKed: R_Key, bounds, access or PD check failed")   \
+  X(drop_misaligned_atomic, "atomics NAKed: address not 8-byte aligned")               \
+  X(drop_reserved_syndrome, "responses dropped: reserved AETH syndrome (requester)")   \
+  X(drop_answer_ring_full, "ACKs/NAKs not sent: the response queue was full (responder)") \
   X(completions, "work completions generated")                                         \
   X(completion_errors, "work completions with an error status")                        \
   X(flushed, "work requests flushed by the QP entering ERR")                            \

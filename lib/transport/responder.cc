@@ -3,6 +3,7 @@
 // check), answers duplicates without executing them twice, and queues its
 // answers (ACKs, NAKs, READ responses, atomic ACKs) to leave in PSN order.
 #include "transport/psn.h"
+#include "transport/rules.h"
 #include "transport/sgl.h"
 #include "wire/opcode.h"
 
@@ -41,6 +42,9 @@ void queue_ack(Qp& qp, std::uint32_t psn) {
     r->psn = psn;
     r->syndrome = kAckSyndrome;
     r->msn = qp.resp.msn;
+  } else {
+    // The requester's timer recovers what this ACK would have said.
+    qp.counters.add(QpCounter::drop_answer_ring_full);
   }
 }
 
@@ -51,6 +55,8 @@ void queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
     r->syndrome = syndrome;
     r->msn = qp.resp.msn;
     r->fatal = fatal;
+  } else {
+    qp.counters.add(QpCounter::drop_answer_ring_full);
   }
 }
 
@@ -78,135 +84,203 @@ void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint
   if (!qp.recv_cq->push(wc)) qp_enter_error(qp);
 }
 
-// A class B/C/D error (IBTA 9.9.3): NAK the request with `code`, end the
-// receive WQE in use (if any) with `recv_status`, and enter ERR.
-void fail(Qp& qp, std::uint32_t psn, NakCode code, ibv_wc_status recv_status = IBV_WC_SUCCESS) {
-  switch (code) {
-    case NakCode::kInvalidRequest: qp.counters.add(QpCounter::nak_inv_req_sent); break;
-    case NakCode::kRemoteAccessError: qp.counters.add(QpCounter::nak_rem_access_sent); break;
-    case NakCode::kRemoteOperationalError: qp.counters.add(QpCounter::nak_rem_op_sent); break;
+// A request that executes no further: its exit's row (rules.h) says what
+// is counted, what goes back and how the receive WQE in use ends. Returns
+// ResponderStep::exit's successor.
+struct Request {
+  const wire::ParsedFrame& p;
+  std::uint32_t psn;
+  ResponderExit exit = ResponderExit::kCount;
+};
+
+ResponderStep leave(Request& r, ResponderExit e) {
+  r.exit = e;
+  return ResponderStep::exit;
+}
+
+void count_nak_sent(Qp& qp, Answer a) {
+  switch (a) {
+    case Answer::kInvalidRequest: qp.counters.add(QpCounter::nak_inv_req_sent); break;
+    case Answer::kRemoteAccess: qp.counters.add(QpCounter::nak_rem_access_sent); break;
+    case Answer::kRemoteOperational: qp.counters.add(QpCounter::nak_rem_op_sent); break;
     default: break;
   }
-  queue_nak(qp, psn, wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(code)), true);
-  if (recv_status != IBV_WC_SUCCESS && qp.rq_next != qp.rq_posted) {
-    complete_recv(qp, recv_status, IBV_WC_RECV, qp.resp.offset, nullptr);
+}
+
+constexpr NakCode nak_code(Answer a) {
+  switch (a) {
+    case Answer::kRemoteAccess: return NakCode::kRemoteAccessError;
+    case Answer::kRemoteOperational: return NakCode::kRemoteOperationalError;
+    default: return NakCode::kInvalidRequest;
   }
-  qp_enter_error(qp);
+}
+
+void take_exit(Qp& qp, const Request& r) {
+  const ExitRule& rule = rule_of(r.exit);
+  qp.counters.add(rule.counter);
+  switch (rule.answer) {
+    case Answer::kNothing: return;
+    case Answer::kSequenceNak:
+      // One sequence NAK until the expected PSN arrives (9.7.5.1.1).
+      if (qp.resp.nak_sent) return;
+      qp.resp.nak_sent = true;
+      qp.counters.add(QpCounter::nak_seq_sent);
+      queue_nak(qp, qp.resp.psn, wire::make_syndrome(AethKind::kNak, 0), false);
+      return;
+    case Answer::kRnrNak:
+      // The expected PSN stays: the retry after the timer is this packet again.
+      queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false);
+      return;
+    case Answer::kInvalidRequest:
+    case Answer::kRemoteAccess:
+    case Answer::kRemoteOperational:
+      // Classes B-D and J (IBTA 9.9.3): NAK, end the receive in use, ERR.
+      count_nak_sent(qp, rule.answer);
+      queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(nak_code(rule.answer))), true);
+      if (rule.status != kNoCompletion && qp.rq_next != qp.rq_posted) {
+        complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
+      }
+      qp_enter_error(qp);
+      return;
+  }
 }
 
 // The RETH's range under its rkey, for `need`. A zero-length transfer checks
 // no key: it moves no byte, and the IBTA lets the responder skip the R_Key
-// check for it (rxe skips it too).
+// check for it (C9-88; rxe skips it too).
 mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need, std::uint8_t*& host) {
   host = nullptr;
   if (reth.dma_length.get() == 0) return mem::AccessResult::kOk;
   return env.mrs->check(reth.rkey.get(), true, qp.pd, reth.va.get(), reth.dma_length.get(), need, host);
 }
 
-// Does the opcode fit where the current message is (IBTA 9.7.4: Middle and
-// Last only inside a message of the same kind, First/Only only outside one)?
-bool in_order(const Qp& qp, const wire::OpcodeInfo& info) {
+// --- The checks, in order --------------------------------------------------------
+
+ResponderStep check_state(const Qp& qp, Request& r) {
+  return qp.receives() ? ResponderStep::check_psn : leave(r, ResponderExit::not_receiving);
+}
+
+ResponderStep check_psn(Qp& qp, Request& r) {
+  const std::int32_t d = psn_diff(r.psn, qp.resp.psn);
+  if (d > 0) return leave(r, ResponderExit::psn_ahead);
+  if (d < 0) return ResponderStep::duplicate;
+  qp.resp.nak_sent = false;
+  return ResponderStep::check_op_sequence;
+}
+
+// Middle and Last only inside a message of the same kind, First/Only only
+// outside one.
+ResponderStep check_op_sequence(const Qp& qp, Request& r) {
+  const wire::OpcodeInfo& info = *r.p.info;
   const bool continues = info.has_any(wire::kMiddle) || (info.has(wire::kLast) && !info.has(wire::kFirst));
+  bool fits = false;
   switch (qp.resp.in_msg) {
-    case Msg::kNone: return !continues;
-    case Msg::kSend: return continues && info.has(wire::kSend);
-    case Msg::kWrite: return continues && info.has(wire::kWrite);
+    case Msg::kNone: fits = !continues; break;
+    case Msg::kSend: fits = continues && info.has(wire::kSend); break;
+    case Msg::kWrite: fits = continues && info.has(wire::kWrite); break;
   }
-  return false;
+  return fits ? ResponderStep::check_op_allowed : leave(r, ResponderExit::op_sequence);
 }
 
-// C9-92 and C9-94, as rxe applies them: every packet of a multi-packet
-// message but the last carries exactly the path MTU, the last 1 to PMTU
-// bytes, an Only packet at most PMTU; a RETH's DMA length is at most 2^31.
-// Anything else is an Invalid Request.
-bool length_fits(const Qp& qp, const wire::ParsedFrame& p) {
-  const wire::OpcodeInfo& info = *p.info;
-  if (p.has(wire::ExtHdr::kReth) && p.reth().dma_length.get() > (1u << 31)) return false;
-  if (!info.has(wire::kHasPayload)) return true;
-  const std::uint32_t n = p.payload_length;
-  if (info.has(wire::kOnly)) return n <= qp.mtu;
-  if (info.has(wire::kLast)) return n >= 1 && n <= qp.mtu;
-  return n == qp.mtu;  // First, Middle
-}
-
-// QP-level permission for the operation (qp_access_flags, IBTA 10.2.4.2).
-bool qp_allows(const Qp& qp, const wire::OpcodeInfo& info) {
+ResponderStep check_op_allowed(const Qp& qp, Request& r) {
+  const wire::OpcodeInfo& info = *r.p.info;
   const int flags = qp.attr.qp_access_flags;
-  if (info.has(wire::kWrite)) return flags & IBV_ACCESS_REMOTE_WRITE;
-  if (info.has(wire::kReadRequest)) return flags & IBV_ACCESS_REMOTE_READ;
-  if (info.has(wire::kAtomic)) return flags & IBV_ACCESS_REMOTE_ATOMIC;
-  return true;
+  bool allowed = true;
+  if (info.has(wire::kWrite)) allowed = flags & IBV_ACCESS_REMOTE_WRITE;
+  else if (info.has(wire::kReadRequest)) allowed = flags & IBV_ACCESS_REMOTE_READ;
+  else if (info.has(wire::kAtomic)) allowed = flags & IBV_ACCESS_REMOTE_ATOMIC;
+  else if (!info.has(wire::kSend)) return leave(r, ResponderExit::unsupported_opcode);  // FLUSH, ATOMIC WRITE
+  return allowed ? ResponderStep::check_resources : leave(r, ResponderExit::op_not_allowed);
 }
+
+ResponderStep check_resources(const Qp& qp, Request& r) {
+  if (r.p.info->has_any(wire::kReadRequest | wire::kAtomic) && qp.attr.max_dest_rd_atomic == 0) {
+    return leave(r, ResponderExit::no_resources);
+  }
+  return ResponderStep::check_length;
+}
+
+// Every packet of a multi-packet message but the last carries exactly the
+// path MTU, the last 1 to PMTU bytes, an Only packet at most PMTU; a RETH's
+// DMA length is at most 2^31.
+ResponderStep check_length(const Qp& qp, Request& r) {
+  const wire::ParsedFrame& p = r.p;
+  const wire::OpcodeInfo& info = *p.info;
+  bool fits = true;
+  if (p.has(wire::ExtHdr::kReth) && p.reth().dma_length.get() > (1u << 31)) {
+    fits = false;
+  } else if (info.has(wire::kHasPayload)) {
+    const std::uint32_t n = p.payload_length;
+    if (info.has(wire::kOnly)) fits = n <= qp.mtu;
+    else if (info.has(wire::kLast)) fits = n >= 1 && n <= qp.mtu;
+    else fits = n == qp.mtu;  // First, Middle
+  }
+  if (!fits) return leave(r, ResponderExit::bad_length);
+  if (info.has(wire::kSend)) return ResponderStep::execute_send;
+  if (info.has(wire::kWrite)) return ResponderStep::execute_write;
+  if (info.has(wire::kReadRequest)) return ResponderStep::execute_read;
+  return ResponderStep::execute_atomic;
+}
+
+// --- Execution ---------------------------------------------------------------------
 
 // The receive WQE in use may take bytes: its list resolved with local write,
-// and again if a region was deregistered since. A bad lkey is the
-// responder's local error: NAK Remote Operational Error, the receive ends
-// with a local protection error (IBTA 9.9.3, 11.6.2).
-bool recv_placeable(Qp& qp, Env& env, std::uint32_t psn) {
+// and again if a region was deregistered since.
+bool recv_placeable(Qp& qp, Env& env, Request& r) {
   RecvWqe& w = qp.rq[qp.rq_next];
   const bool was_resolved = w.resolved;
   if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
-  if (was_resolved) qp.counters.add(QpCounter::mr_revoked_in_flight);
-  fail(qp, psn, NakCode::kRemoteOperationalError, IBV_WC_LOC_PROT_ERR);
+  leave(r, was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
   return false;
 }
 
-// A receive WQE for a SEND or WRITE with immediate; false after an RNR NAK.
-bool take_recv(Qp& qp, Env& env, std::uint32_t psn) {
+// A receive WQE for a SEND or WRITE with immediate (else the RNR exit).
+bool take_recv(Qp& qp, Env& env, Request& r) {
   if (qp.rq_next == qp.rq_posted) {
-    // IBTA 9.7.5.2: no receive WQE: RNR NAK with our min_rnr_timer; the expected
-    // PSN stays, so the retry after the timer is this packet again.
-    qp.counters.add(QpCounter::rnr_naks_sent);
-    queue_nak(qp, psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false);
+    leave(r, ResponderExit::no_receive);
     return false;
   }
-  return recv_placeable(qp, env, psn);
+  return recv_placeable(qp, env, r);
 }
 
-void execute_send(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
+ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
+  const wire::ParsedFrame& p = r.p;
   const wire::OpcodeInfo& info = *p.info;
+  qp.counters.add(QpCounter::rx_packets);
   if (info.has(wire::kFirst)) {
-    if (!take_recv(qp, env, psn)) return;
+    if (!take_recv(qp, env, r)) return ResponderStep::exit;
     qp.resp.offset = 0;
-  } else if (!recv_placeable(qp, env, psn)) {
-    return;
+  } else if (!recv_placeable(qp, env, r)) {
+    return ResponderStep::exit;
   }
   RecvWqe& w = qp.rq[qp.rq_next];
-  if (qp.resp.offset + p.payload_length > w.length) {
-    // IBTA 9.7.5.2: a message longer than the receive buffers is an Invalid Request; the
-    // receive ends with a local length error.
-    fail(qp, psn, NakCode::kInvalidRequest, IBV_WC_LOC_LEN_ERR);
-    return;
-  }
+  if (qp.resp.offset + p.payload_length > w.length) return leave(r, ResponderExit::recv_too_short);
   sgl_scatter(w.sge.data(), w.num_sge, qp.resp.offset, p.payload().data(), p.payload_length);
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kSend;
   if (info.has(wire::kLast)) {
-    if (p.has(wire::ExtHdr::kIeth) &&
-        env.mrs->invalidate(p.ieth().rkey.get(), qp.pd) != mem::AccessResult::kOk) {
-      // Class J: an rkey that may not be invalidated (unknown, another PD's,
-      // or a reg_mr region's, which only memory windows and fast-registered
-      // regions are not). rxe ends the receive with REM_INV_REQ_ERR; the
-      // requester learns it from NAK Invalid Request.
-      fail(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-      return;
+    if (p.has(wire::ExtHdr::kIeth) && env.mrs->invalidate(p.ieth().rkey.get(), qp.pd) != mem::AccessResult::kOk) {
+      // Unknown, another PD's, or a reg_mr region's key (rxe: class J).
+      return leave(r, ResponderExit::invalidate_refused);
     }
     ++qp.resp.msn;
     complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp.resp.offset, &p);
   }
-  qp.resp.psn = psn_add(psn, 1);
-  if (p.bth().ack_req()) queue_ack(qp, psn);
+  qp.resp.psn = psn_add(r.psn, 1);
+  if (p.bth().ack_req()) queue_ack(qp, r.psn);
+  return ResponderStep::done;
 }
 
-void execute_write(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
+ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
+  const wire::ParsedFrame& p = r.p;
   const wire::OpcodeInfo& info = *p.info;
+  qp.counters.add(QpCounter::rx_packets);
   if (info.has(wire::kFirst)) {
     const wire::Reth reth = p.reth();
     std::uint8_t* host = nullptr;
     if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host) != mem::AccessResult::kOk) {
-      fail(qp, psn, NakCode::kRemoteAccessError);
-      return;
+      return leave(r, ResponderExit::rkey_violation);
     }
     qp.resp.write_dst = host;
     qp.resp.write_len = reth.dma_length.get();
@@ -216,28 +290,23 @@ void execute_write(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
     qp.resp.offset = 0;
   } else if (qp.resp.write_epoch != env.mrs->epoch()) [[unlikely]] {
     // A key stopped working since WRITE First: the rest of the message is
-    // checked again (IBTA 10.6: once deregistration has returned, nothing
-    // reaches the region; rxe looks the rkey up for every packet).
+    // checked again (once deregistration has returned nothing reaches the
+    // region; rxe looks the rkey up for every packet).
     std::uint8_t* host = nullptr;
     if (env.mrs->check(qp.resp.write_rkey, true, qp.pd, qp.resp.write_va, qp.resp.write_len,
                        IBV_ACCESS_REMOTE_WRITE, host) != mem::AccessResult::kOk) {
-      qp.counters.add(QpCounter::mr_revoked_in_flight);
-      fail(qp, psn, NakCode::kRemoteAccessError);
-      return;
+      return leave(r, ResponderExit::write_revoked);
     }
     qp.resp.write_dst = host;
     qp.resp.write_epoch = env.mrs->epoch();
   }
   if (qp.resp.offset + p.payload_length > qp.resp.write_len ||
       (info.has(wire::kLast) && qp.resp.offset + p.payload_length != qp.resp.write_len)) {
-    fail(qp, psn, NakCode::kInvalidRequest);  // payload disagrees with the RETH's DMA length
-    return;
+    return leave(r, ResponderExit::write_length_mismatch);
   }
   // WRITE with immediate consumes a receive WQE with its last packet.
-  if (p.has(wire::ExtHdr::kImmDt) && !take_recv(qp, env, psn)) return;
-  if (p.payload_length > 0) {
-    std::memcpy(qp.resp.write_dst + qp.resp.offset, p.payload().data(), p.payload_length);
-  }
+  if (p.has(wire::ExtHdr::kImmDt) && !take_recv(qp, env, r)) return ResponderStep::exit;
+  if (p.payload_length > 0) std::memcpy(qp.resp.write_dst + qp.resp.offset, p.payload().data(), p.payload_length);
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kWrite;
@@ -245,8 +314,9 @@ void execute_write(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
     ++qp.resp.msn;
     if (p.has(wire::ExtHdr::kImmDt)) complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp.resp.write_len, &p);
   }
-  qp.resp.psn = psn_add(psn, 1);
-  if (p.bth().ack_req()) queue_ack(qp, psn);
+  qp.resp.psn = psn_add(r.psn, 1);
+  if (p.bth().ack_req()) queue_ack(qp, r.psn);
+  return ResponderStep::done;
 }
 
 ResponderResource& new_resource(Qp& qp) {
@@ -289,51 +359,40 @@ bool read_source_valid(Qp& qp, Env& env, Response& r) {
   return true;
 }
 
-void execute_read(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
-  const wire::Reth reth = p.reth();
+ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
+  qp.counters.add(QpCounter::rx_packets);
+  const wire::Reth reth = r.p.reth();
   std::uint8_t* host = nullptr;
   if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host) != mem::AccessResult::kOk) {
-    fail(qp, psn, NakCode::kRemoteAccessError);
-    return;
+    return leave(r, ResponderExit::rkey_violation);
   }
-  // At most 2^31 bytes (checked before), so at most 2^23 packets at 256 bytes.
+  // At most 2^31 bytes (check_length), so at most 2^23 packets at 256 bytes.
   const std::uint64_t len = reth.dma_length.get();
   const std::uint64_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
-  const std::uint32_t last = psn_add(psn, static_cast<std::int64_t>(npackets) - 1);
+  const std::uint32_t last = psn_add(r.psn, static_cast<std::int64_t>(npackets) - 1);
   ++qp.resp.msn;
-  if (!queue_read(qp, env, psn, psn, last, reth, host, qp.resp.msn)) {
-    // More READs/atomics outstanding than max_dest_rd_atomic (IBTA 9.7.5.2: Invalid Request).
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
+  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, qp.resp.msn)) return leave(r, ResponderExit::too_many_reads);
   ResponderResource& res = new_resource(qp);
-  res.first_psn = psn;
+  res.first_psn = r.psn;
   res.last_psn = last;
   res.msn = qp.resp.msn;
   qp.resp.psn = psn_add(last, 1);
+  return ResponderStep::done;
 }
 
-void execute_atomic(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
-  const wire::AtomicEth a = p.atomic_eth();
-  if (a.va.get() & 7) {
-    // An atomic's address must be 8-byte aligned (IBTA 9.4.5); rxe and this
-    // stack answer Invalid Request.
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
+ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
+  qp.counters.add(QpCounter::rx_packets);
+  const wire::AtomicEth a = r.p.atomic_eth();
+  if (a.va.get() & 7) return leave(r, ResponderExit::misaligned_atomic);
   std::uint8_t* host = nullptr;
   if (env.mrs->check(a.rkey.get(), true, qp.pd, a.va.get(), 8, IBV_ACCESS_REMOTE_ATOMIC, host) !=
       mem::AccessResult::kOk) {
-    fail(qp, psn, NakCode::kRemoteAccessError);
-    return;
+    return leave(r, ResponderExit::rkey_violation);
   }
-  if (out_full(qp)) {
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
+  if (out_full(qp)) return leave(r, ResponderExit::too_many_reads);
   auto* target = reinterpret_cast<std::uint64_t*>(host);
   std::uint64_t orig;
-  if (p.opcode == static_cast<std::uint8_t>(Opcode::kRcCompareSwap)) {
+  if (r.p.opcode == static_cast<std::uint8_t>(Opcode::kRcCompareSwap)) {
     orig = a.compare.get();
     __atomic_compare_exchange_n(target, &orig, a.swap_add.get(), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   } else {
@@ -343,16 +402,19 @@ void execute_atomic(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t 
   ++qp.resp.msn;
   ResponderResource& res = new_resource(qp);
   res.atomic = true;
-  res.first_psn = res.last_psn = psn;
+  res.first_psn = res.last_psn = r.psn;
   res.orig = orig;
   res.msn = qp.resp.msn;
-  Response* r = push(qp);
-  r->kind = Response::Kind::kAtomicAck;
-  r->psn = psn;
-  r->orig = orig;
-  r->msn = qp.resp.msn;
-  qp.resp.psn = psn_add(psn, 1);
+  Response* out = push(qp);  // room checked above
+  out->kind = Response::Kind::kAtomicAck;
+  out->psn = r.psn;
+  out->orig = orig;
+  out->msn = qp.resp.msn;
+  qp.resp.psn = psn_add(r.psn, 1);
+  return ResponderStep::done;
 }
+
+// --- Duplicates ------------------------------------------------------------------
 
 // Drops queued answers from `psn` on: the requester has gone back there and
 // will ask again for everything after it.
@@ -366,101 +428,74 @@ void drop_answers_from(Qp& qp, std::uint32_t psn) {
   qp.resp.out_tail = keep;
 }
 
-void on_duplicate(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
+ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
   qp.counters.add(QpCounter::duplicate_requests);
-  const wire::OpcodeInfo& info = *p.info;
+  const wire::OpcodeInfo& info = *r.p.info;
   if (info.has(wire::kReadRequest)) {
-    // IBTA 9.7.5.1: a duplicate READ is executed again from its PSN, within the
-    // resource of the original; it answers from that PSN (Middle if it is not
-    // the first, as rxe does), with the data the duplicate's RETH names.
+    // A duplicate READ is executed again from its PSN, within the resource of
+    // the original; it answers from that PSN (Middle if it is not the first,
+    // as rxe does), with the data the duplicate's RETH names.
     for (const ResponderResource& res : qp.resp.resources) {
-      if (!res.valid || res.atomic || psn_before(psn, res.first_psn) || psn_after(psn, res.last_psn)) continue;
-      const wire::Reth reth = p.reth();
+      if (!res.valid || res.atomic || psn_before(r.psn, res.first_psn) || psn_after(r.psn, res.last_psn)) continue;
+      const wire::Reth reth = r.p.reth();
       std::uint8_t* host = nullptr;
       if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host) != mem::AccessResult::kOk) {
-        fail(qp, psn, NakCode::kRemoteAccessError);
-        return;
+        return leave(r, ResponderExit::rkey_violation);
       }
-      drop_answers_from(qp, psn);
-      queue_read(qp, env, psn, res.first_psn, res.last_psn, reth, host, res.msn);
-      return;
+      drop_answers_from(qp, r.psn);
+      if (!queue_read(qp, env, r.psn, res.first_psn, res.last_psn, reth, host, res.msn)) {
+        return leave(r, ResponderExit::duplicate_no_room);
+      }
+      return ResponderStep::done;
     }
-    return;  // no resource holds it: too old to answer, dropped
+    return leave(r, ResponderExit::duplicate_read_unknown);
   }
   if (info.has(wire::kAtomic)) {
-    // IBTA 9.7.5.1: a duplicate atomic is never executed again; the saved result
-    // is sent back.
+    // A duplicate atomic is never executed again; the saved result is sent back.
     for (const ResponderResource& res : qp.resp.resources) {
-      if (!res.valid || !res.atomic || res.first_psn != psn) continue;
-      drop_answers_from(qp, psn);
-      if (Response* r = push(qp)) {
-        r->kind = Response::Kind::kAtomicAck;
-        r->psn = psn;
-        r->orig = res.orig;
-        r->msn = res.msn;
-        qp.counters.add(QpCounter::atomics_replayed);
-      }
-      return;
+      if (!res.valid || !res.atomic || res.first_psn != r.psn) continue;
+      drop_answers_from(qp, r.psn);
+      Response* out = push(qp);
+      if (out == nullptr) return leave(r, ResponderExit::duplicate_no_room);
+      out->kind = Response::Kind::kAtomicAck;
+      out->psn = r.psn;
+      out->orig = res.orig;
+      out->msn = res.msn;
+      qp.counters.add(QpCounter::atomics_replayed);
+      return ResponderStep::done;
     }
-    return;
+    return leave(r, ResponderExit::duplicate_atomic_unknown);
   }
-  // IBTA 9.7.5.1: a duplicate SEND or WRITE is not executed; it is answered
-  // with an ACK for the latest PSN received in order (as rxe does, for every
-  // duplicate packet).
+  // A duplicate SEND or WRITE is not executed; it is answered with an ACK for
+  // the latest PSN received in order (as rxe does, for every duplicate packet).
   queue_ack(qp, psn_add(qp.resp.psn, -1));
+  return ResponderStep::done;
 }
 
 }  // namespace
 
+// The responder's state machine (rules.h: UROCE_RESPONDER_STEPS): each step
+// returns the next, until the packet is done with or leaves by an exit.
 void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
-  if (!qp.receives()) {
-    qp.counters.add(QpCounter::drop_bad_state);
-    return;
-  }
-  const std::uint32_t psn = p.bth().psn.get();
-  const std::int32_t d = psn_diff(psn, qp.resp.psn);
-  if (d > 0) {
-    // IBTA 9.7.5.1: ahead of the expected PSN: one sequence NAK until it arrives.
-    qp.counters.add(QpCounter::out_of_sequence);
-    if (!qp.resp.nak_sent) {
-      qp.resp.nak_sent = true;
-      qp.counters.add(QpCounter::nak_seq_sent);
-      queue_nak(qp, qp.resp.psn, wire::make_syndrome(AethKind::kNak, 0), false);
+  Request r{p, p.bth().psn.get()};
+  ResponderStep step = ResponderStep::check_state;
+  for (;;) {
+    switch (step) {
+      case ResponderStep::check_state: step = check_state(qp, r); break;
+      case ResponderStep::check_psn: step = check_psn(qp, r); break;
+      case ResponderStep::duplicate: step = duplicate(qp, env, r); break;
+      case ResponderStep::check_op_sequence: step = check_op_sequence(qp, r); break;
+      case ResponderStep::check_op_allowed: step = check_op_allowed(qp, r); break;
+      case ResponderStep::check_resources: step = check_resources(qp, r); break;
+      case ResponderStep::check_length: step = check_length(qp, r); break;
+      case ResponderStep::execute_send: step = execute_send(qp, env, r); break;
+      case ResponderStep::execute_write: step = execute_write(qp, env, r); break;
+      case ResponderStep::execute_read: step = execute_read(qp, env, r); break;
+      case ResponderStep::execute_atomic: step = execute_atomic(qp, env, r); break;
+      case ResponderStep::exit: take_exit(qp, r); return;
+      case ResponderStep::done: return;
     }
-    return;
   }
-  if (d < 0) {
-    on_duplicate(qp, env, p, psn);
-    return;
-  }
-  qp.resp.nak_sent = false;
-  const wire::OpcodeInfo& info = *p.info;
-  if (!in_order(qp, info)) {
-    qp.counters.add(QpCounter::drop_bad_opcode_sequence);
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
-  if (!qp_allows(qp, info)) {
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
-  if (info.has_any(wire::kReadRequest | wire::kAtomic) && qp.attr.max_dest_rd_atomic == 0) {
-    // No responder resources: no READ or atomic may be executed (IBTA
-    // 9.7.5.2.4; rxe answers Invalid Request too).
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
-  if (!length_fits(qp, p)) {
-    qp.counters.add(QpCounter::drop_bad_length);
-    fail(qp, psn, NakCode::kInvalidRequest);
-    return;
-  }
-  qp.counters.add(QpCounter::rx_packets);
-  if (info.has(wire::kSend)) execute_send(qp, env, p, psn);
-  else if (info.has(wire::kWrite)) execute_write(qp, env, p, psn);
-  else if (info.has(wire::kReadRequest)) execute_read(qp, env, p, psn);
-  else if (info.has(wire::kAtomic)) execute_atomic(qp, env, p, psn);
-  else fail(qp, psn, NakCode::kInvalidRequest);  // FLUSH, ATOMIC WRITE: not supported yet
 }
 
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
@@ -497,18 +532,14 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       case Response::Kind::kRead: {
         if (!read_source_valid(qp, env, r)) [[unlikely]] {
-          // The region was deregistered mid-READ: the rest is refused with
-          // NAK Remote Access Error at the next response's PSN, and the QP
-          // enters ERR (IBTA 9.9.3, class D), with nothing more read.
-          qp.counters.add(QpCounter::mr_revoked_in_flight);
-          qp.counters.add(QpCounter::nak_rem_access_sent);
-          b.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
-          qp.tx_template.aeth.syndrome =
-              wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(NakCode::kRemoteAccessError));
+          // The region was deregistered mid-READ: nothing more is read; the
+          // rest is refused with the exit's NAK at the next response's PSN.
+          --n;
+          const wire::ParsedFrame none{};
+          Request gone{none, r.psn, ResponderExit::read_revoked};
           ++qp.resp.out_head;
-          emit(qp, env, f, 0);
-          qp_enter_error(qp);
-          return n;
+          take_exit(qp, gone);
+          continue;
         }
         const bool first = r.psn == r.first_psn;
         const bool last = r.psn == r.last_psn;
