@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "rc_fixture.h"
 #include "scripted_rc.h"
+#include "transport/rules.h"
 #include "verbs/verbs_impl.h"
 #include "work_requests.h"
 
@@ -328,6 +330,159 @@ TEST(Adversarial, DeregOfAReadDestinationEndsTheWr) {
   EXPECT_EQ(a[0].status, IBV_WC_LOC_PROT_ERR);
   EXPECT_FALSE(any_byte(p.bufa, kBig, 0x5a)) << "a READ response was placed after dereg_mr";
   EXPECT_EQ(p.qa->counter("mr_revoked_in_flight"), 1u);
+}
+
+// --- Exits that used to be silent ---------------------------------------------------
+
+// Fills the responder's answer queue with RNR NAKs for `psn` (they neither
+// coalesce nor are dropped by a duplicate at a later PSN).
+void fill_answer_queue(QueuePair* qp, std::uint32_t psn) {
+  transport::Qp& t = testing::transport_qp(qp);
+  while (t.resp.out_tail - t.resp.out_head < t.resp.out.limit()) {
+    transport::Response& r = t.resp.out[t.resp.out_tail++];
+    r = transport::Response{};
+    r.psn = psn;
+    r.syndrome = wire::make_syndrome(wire::AethKind::kRnrNak, 1);
+  }
+}
+
+wire::FrameSpec read_request(ScriptedRc& r, std::uint32_t psn, const std::vector<std::uint8_t>& region,
+                             const MemoryRegion* mr, std::uint32_t len) {
+  wire::FrameSpec f = r.spec(Opcode::kRcReadRequest, psn);
+  f.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+  f.reth.rkey.set(mr->rkey);
+  f.reth.dma_length.set(len);
+  return f;
+}
+
+// With one responder resource, a duplicate of the READ before the last is
+// too old to answer: dropped, counted, the QP goes on.
+TEST(Adversarial, ADuplicateReadOlderThanEveryResourceIsCounted) {
+  ConnectParams params;
+  params.max_rd_atomic = 1;
+  ScriptedRc r(params);
+  std::vector<std::uint8_t> region(64, 0x44);
+  MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+  r.inject(read_request(r, kRqPsn, region, mr, 8));
+  r.run(2);
+  r.inject(read_request(r, kRqPsn + 1, region, mr, 8));
+  r.run(2);
+  const std::size_t before = r.dev.port.sent.size();
+  ASSERT_EQ(before, 2u);
+  r.inject(read_request(r, kRqPsn, region, mr, 8));  // its resource now holds the second READ
+  r.run(2);
+  EXPECT_EQ(r.dev.port.sent.size(), before) << "no answer";
+  EXPECT_EQ(r.dev.qp->counter("duplicate_requests"), 1u);
+  EXPECT_EQ(r.dev.qp->counter("drop_duplicate_unanswered"), 1u);
+  EXPECT_EQ(r.dev.qp->state(), IBV_QPS_RTS);
+  // The newer one is still answered again.
+  r.inject(read_request(r, kRqPsn + 1, region, mr, 8));
+  r.run(2);
+  EXPECT_EQ(r.dev.port.sent.size(), before + 1);
+}
+
+TEST(Adversarial, ADuplicateAtomicWhoseResultIsGoneIsCounted) {
+  ConnectParams params;
+  params.max_rd_atomic = 1;
+  ScriptedRc r(params);
+  std::vector<std::uint64_t> word(2, 5);
+  MemoryRegion* mr = r.dev.pd->reg_mr(word.data(), sizeof(std::uint64_t) * 2, kAll);
+  auto fetch_add = [&](std::uint32_t psn) {
+    wire::FrameSpec f = r.spec(Opcode::kRcFetchAdd, psn);
+    f.atomic_eth.va.set(reinterpret_cast<std::uint64_t>(word.data()));
+    f.atomic_eth.rkey.set(mr->rkey);
+    f.atomic_eth.swap_add.set(1);
+    return f;
+  };
+  r.inject(fetch_add(kRqPsn));
+  r.run(2);
+  r.inject(fetch_add(kRqPsn + 1));
+  r.run(2);
+  r.inject(fetch_add(kRqPsn));  // its result is no longer kept
+  r.run(2);
+  EXPECT_EQ(word[0], 7u) << "executed twice, never three times";
+  EXPECT_EQ(r.dev.qp->counter("drop_duplicate_unanswered"), 1u);
+  EXPECT_EQ(r.dev.qp->counter("atomics_replayed"), 0u);
+  EXPECT_EQ(r.dev.port.sent.size(), 2u);
+}
+
+// A duplicate READ that would answer while the answer queue is full (only
+// reachable when older answers wait: the queue is filled by hand here).
+TEST(Adversarial, ADuplicateReadWithTheAnswerQueueFullIsCounted) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> region(64, 0x44);
+  MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+  r.inject(read_request(r, kRqPsn, region, mr, 8));
+  r.run(2);
+  ASSERT_EQ(r.dev.port.sent.size(), 1u);
+  fill_answer_queue(r.dev.qp, kRqPsn - 1);
+  r.inject(read_request(r, kRqPsn, region, mr, 8));
+  r.dev.ctx->progress();  // takes the duplicate in, then sends the queue
+  EXPECT_EQ(r.dev.qp->counter("drop_duplicate_unanswered"), 1u);
+  EXPECT_EQ(r.dev.qp->state(), IBV_QPS_RTS);
+}
+
+// An ACK the responder owes when its answer queue is full is not sent (the
+// requester's timer recovers it): counted.
+TEST(Adversarial, AnAckLostToAFullAnswerQueueIsCounted) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> region(4096, 0);
+  MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+  fill_answer_queue(r.dev.qp, kRqPsn - 1);
+  wire::FrameSpec w = r.spec(Opcode::kRcWriteOnly, kRqPsn);
+  w.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+  w.reth.rkey.set(mr->rkey);
+  w.reth.dma_length.set(64);
+  w.bth.set_ack_req(true);
+  r.inject(w, std::vector<std::uint8_t>(64, 0x99));
+  r.dev.ctx->progress();
+  EXPECT_EQ(region[0], 0x99) << "the WRITE itself executes";
+  EXPECT_EQ(r.dev.qp->counter("drop_answer_ring_full"), 1u);
+}
+
+// AETH syndrome 0b10xxxxx is reserved (9.7.5.1): dropped and counted.
+TEST(Adversarial, AReservedAethSyndromeIsCounted) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> buf(64, 7);
+  MemoryRegion* mr = r.dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_rdma(r.dev.qp, IBV_WR_RDMA_WRITE, buf.data(), 64, mr->lkey, std::uint64_t{0x5000}, 0x77, 5), 0);
+  r.run(2);
+  r.inject(r.ack(kSqPsn, wire::make_syndrome(wire::AethKind::kReserved, 0x1f)));
+  r.run(2);
+  std::vector<ibv_wc> wc;
+  EXPECT_EQ(poll_all(r.dev.cq, wc), 0);
+  EXPECT_EQ(r.dev.qp->counter("drop_reserved_syndrome"), 1u);
+  r.inject(r.ack(kSqPsn));
+  r.run(2);
+  ASSERT_EQ(poll_all(r.dev.cq, wc), 1);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// The rules tables: every step and exit has a name and a rule, names are
+// unique, and each exit's counter exists by its name.
+TEST(TransportRules, EveryStepAndExitIsNamedOnce) {
+  std::set<std::string> names;
+  for (const transport::ExitRule& e : transport::kResponderExits) {
+    EXPECT_TRUE(names.insert(std::string("responder.") + e.name).second) << e.name;
+    EXPECT_GT(std::strlen(e.rule), 10u) << e.name;
+    EXPECT_NE(transport::qp_counter_by_name(transport::qp_counter_name(e.counter)), transport::QpCounter::kCount);
+    const bool fatal = e.answer == transport::Answer::kInvalidRequest || e.answer == transport::Answer::kRemoteAccess ||
+                       e.answer == transport::Answer::kRemoteOperational;
+    if (!fatal) {
+      EXPECT_EQ(e.status, transport::kNoCompletion) << e.name << ": only a fatal exit ends a receive";
+    }
+  }
+  for (const transport::CompleterRule& e : transport::kCompleterExits) {
+    EXPECT_TRUE(names.insert(std::string("completer.") + e.name).second) << e.name;
+    EXPECT_GT(std::strlen(e.rule), 10u) << e.name;
+  }
+  for (const char* n : transport::kResponderStepNames) EXPECT_TRUE(names.insert(std::string("rstep.") + n).second);
+  for (const char* n : transport::kCompleterStepNames) EXPECT_TRUE(names.insert(std::string("cstep.") + n).second);
+  EXPECT_EQ(transport::rule_of(transport::nak_exit(wire::NakCode::kInvalidRequest)).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(transport::rule_of(transport::nak_exit(wire::NakCode::kRemoteOperationalError)).status, IBV_WC_REM_OP_ERR);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_RDMA_WRITE_WITH_IMM), IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_SEND_WITH_INV), IBV_WC_SEND);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_ATOMIC_CMP_AND_SWP), IBV_WC_COMP_SWAP);
 }
 
 }  // namespace

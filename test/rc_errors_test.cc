@@ -7,6 +7,7 @@
 
 #include "rc_fixture.h"
 #include "transport/rnr.h"
+#include "transport/rules.h"
 #include "wire/frame.h"
 
 namespace uroce::test {

@@ -11,6 +11,7 @@
 #include "transport/psn.h"
 #include "transport/qp_state.h"
 #include "transport/rnr.h"
+#include "transport/rules.h"
 #include "wire/headers.h"
 
 namespace uroce::test {

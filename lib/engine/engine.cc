@@ -130,7 +130,8 @@ void Engine::finish() {
   for (transport::Qp* qp : active_) {
     transport::publish_to_app(*qp);
     std::uint64_t want = qp->comp.deadline;
-    if (qp->req.rnr_wait && (want == 0 || qp->req.rnr_until < want)) want = qp->req.rnr_until;
+    const std::uint64_t rnr = transport::requester_wakeup(*qp);
+    if (rnr != 0 && (want == 0 || rnr < want)) want = rnr;
     const std::uint64_t paced = transport::paced_until(*qp, env_);
     if (paced != 0 && (want == 0 || paced < want)) want = paced;
     if (want != 0 && (qp->sched.timer_at == 0 || want < qp->sched.timer_at)) {

@@ -3,7 +3,7 @@
 // errors, timeouts and missing responses send the requester back to the
 // first PSN not answered (go-back-N); RNR NAKs pause it for the NAK's timer.
 #include "transport/psn.h"
-#include "transport/rnr.h"
+#include "transport/rules.h"
 #include "transport/sgl.h"
 #include "wire/opcode.h"
 
@@ -11,16 +11,6 @@ namespace uroce::transport {
 namespace {
 
 using wire::AethKind;
-
-ibv_wc_opcode wc_opcode(const SendWqe& w) {
-  switch (w.kind) {
-    case WqeKind::kSend: return IBV_WC_SEND;
-    case WqeKind::kWrite: return IBV_WC_RDMA_WRITE;
-    case WqeKind::kRead: return IBV_WC_RDMA_READ;
-    case WqeKind::kAtomic: return w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD;
-  }
-  return IBV_WC_SEND;
-}
 
 std::uint32_t last_psn(const SendWqe& w) { return psn_add(w.first_psn, static_cast<std::int64_t>(w.npackets) - 1); }
 
@@ -47,18 +37,6 @@ void catch_up(Qp& qp) {
   if (behind_wqe || psn_before(qp.req.psn, qp.comp.psn)) requester_rewind(qp, qp.comp.psn);
 }
 
-// Spends one transport retry (sequence NAK, timeout, missing responses):
-// false when none was left, and the oldest WQE has ended with RETRY_EXC_ERR.
-bool spend_retry(Qp& qp) {
-  if (qp.comp.retry_left == 0) {
-    qp.counters.add(QpCounter::retry_exceeded);
-    complete_send(qp, IBV_WC_RETRY_EXC_ERR);
-    return false;
-  }
-  --qp.comp.retry_left;
-  return true;
-}
-
 // Resends from `psn`; the timer starts again with the first resent packet
 // that asks for a response.
 void go_back(Qp& qp, std::uint32_t psn) {
@@ -67,6 +45,24 @@ void go_back(Qp& qp, std::uint32_t psn) {
   qp.comp.rewound_psn = psn;
   qp.comp.awaiting = false;
   qp.comp.deadline = 0;
+}
+
+void apply_exit(Qp& qp, CompleterExit e) {
+  const CompleterRule& rule = rule_of(e);
+  qp.counters.add(rule.counter);
+  if (rule.status != kNoCompletion) complete_send(qp, rule.status);
+}
+
+// Spends one transport retry and goes back to `psn`; false when none was
+// left and the oldest WR has ended (retry_exceeded).
+bool spend_retry(Qp& qp, std::uint32_t psn) {
+  if (qp.comp.retry_left == 0) {
+    apply_exit(qp, CompleterExit::retry_exceeded);
+    return false;
+  }
+  --qp.comp.retry_left;
+  go_back(qp, psn);
+  return true;
 }
 
 enum class AckResult { kDone, kReadMissing };
@@ -107,133 +103,126 @@ AckResult ack_through(Qp& qp, Env& env, std::uint32_t psn, bool for_response) {
   return result;
 }
 
-void read_missing(Qp& qp) {
-  qp.counters.add(QpCounter::implicit_naks);
-  if (qp.comp.rewound) return;  // already going back; the timer covers a second loss
-  if (spend_retry(qp)) go_back(qp, qp.comp.psn);
+// One response packet on its way through the completer.
+struct Reply {
+  const wire::ParsedFrame& p;
+  std::uint32_t psn;
+  CompleterExit exit = CompleterExit::kCount;
+  std::uint32_t retry_from = 0;  // retry: where to go back to
+  SendWqe* wqe = nullptr;        // read_response, atomic_ack: the WR answered
+};
+
+CompleterStep leave(Reply& r, CompleterExit e) {
+  r.exit = e;
+  return CompleterStep::exit;
 }
 
-void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
-  const wire::Aeth aeth = p.aeth();
-  const std::uint8_t value = wire::aeth_value(aeth.syndrome);
+// --- The steps ---------------------------------------------------------------------
+
+CompleterStep check_state(const Qp& qp, Reply& r) {
+  return qp.active() || qp.state == IBV_QPS_SQE ? CompleterStep::check_psn : leave(r, CompleterExit::not_active);
+}
+
+// A response answers a request packet that was sent: one whose PSN lies at
+// or beyond the highest PSN sent (high_psn is one past it) answers nothing.
+// It must neither complete a WR (a WRITE would report SUCCESS with packets
+// never sent) nor move the requester (a sequence NAK ahead of everything
+// would wedge it). With nothing outstanding every PSN from comp.psn on is
+// beyond. Older ones are stale, judged by each kind.
+CompleterStep check_psn(Qp& qp, Reply& r) {
+  if (!psn_before(r.psn, qp.req.high_psn)) [[unlikely]] return leave(r, CompleterExit::not_sent);
+  const wire::OpcodeInfo& info = *r.p.info;
+  if (info.has(wire::kReadResponse) || info.has(wire::kAtomicAck)) return CompleterStep::acknowledge_before;
   qp.counters.add(QpCounter::acks_received);
-  switch (wire::aeth_kind(aeth.syndrome)) {
-    case AethKind::kAck:
-      if (psn_before(psn, psn_add(qp.comp.psn, -1))) qp.counters.add(QpCounter::duplicate_responses);
-      if (ack_through(qp, env, psn, false) == AckResult::kReadMissing) read_missing(qp);
-      return;
-    case AethKind::kRnrNak: {
+  switch (wire::aeth_kind(r.p.aeth().syndrome)) {
+    case AethKind::kAck: return CompleterStep::ack;
+    case AethKind::kRnrNak:
       qp.counters.add(QpCounter::rnr_naks_received);
-      // An RNR NAK acknowledges every PSN before its own (an implicit ACK, IBTA 9.7.5).
-      if (ack_through(qp, env, psn_add(psn, -1), false) == AckResult::kReadMissing) {
-        read_missing(qp);
-        return;
-      }
-      if (qp.state == IBV_QPS_ERR || psn != qp.comp.psn) return;  // stale
-      if (qp.attr.rnr_retry != 7) {  // 7: retry for ever (IBTA 9.7.5.2.8)
-        if (qp.comp.rnr_left == 0) {
-          qp.counters.add(QpCounter::rnr_retry_exceeded);
-          complete_send(qp, IBV_WC_RNR_RETRY_EXC_ERR);
-          return;
-        }
-        --qp.comp.rnr_left;
-      }
-      qp.req.rnr_wait = true;
-      qp.req.rnr_until = env.now + rnr_timer_ns(value);
-      qp.req.rnr_psn = psn;
-      qp.comp.deadline = 0;  // waiting is not a timeout
-      return;
-    }
-    case AethKind::kNak: {
-      if (ack_through(qp, env, psn_add(psn, -1), false) == AckResult::kReadMissing) {
-        read_missing(qp);
-        return;
-      }
-      if (qp.state == IBV_QPS_ERR || psn_before(psn, qp.comp.psn)) return;  // stale
-      switch (static_cast<wire::NakCode>(value)) {
-        case wire::NakCode::kPsnSequenceError:
-          qp.counters.add(QpCounter::nak_seq_received);
-          if (qp.comp.rewound && psn == qp.comp.rewound_psn) return;  // already going back there
-          if (spend_retry(qp)) go_back(qp, psn);
-          return;
-        case wire::NakCode::kInvalidRequest:
-          qp.counters.add(QpCounter::nak_inv_req_received);
-          complete_send(qp, IBV_WC_REM_INV_REQ_ERR);
-          return;
-        case wire::NakCode::kRemoteAccessError:
-          qp.counters.add(QpCounter::nak_rem_access_received);
-          complete_send(qp, IBV_WC_REM_ACCESS_ERR);
-          return;
-        case wire::NakCode::kRemoteOperationalError:
-          qp.counters.add(QpCounter::nak_rem_op_received);
-          complete_send(qp, IBV_WC_REM_OP_ERR);
-          return;
-        case wire::NakCode::kInvalidRdRequest:
-          break;
-      }
-      qp.counters.add(QpCounter::nak_inv_req_received);
-      complete_send(qp, IBV_WC_REM_INV_REQ_ERR);
-      return;
-    }
-    case AethKind::kReserved:
-      return;
+      return CompleterStep::acknowledge_before;
+    case AethKind::kNak: return CompleterStep::acknowledge_before;
+    case AethKind::kReserved: break;
   }
+  return leave(r, CompleterExit::reserved_syndrome);
 }
 
-// The READ or atomic WQE a response with `psn` answers, after acknowledging
-// what precedes it; nullptr if the response is stale or out of order.
-SendWqe* answered_wqe(Qp& qp, Env& env, std::uint32_t psn, WqeKind kind) {
-  if (psn_before(psn, qp.comp.psn)) {
-    qp.counters.add(QpCounter::duplicate_responses);
-    return nullptr;
+// A NAK, an RNR NAK or a response acknowledges every PSN before its own.
+CompleterStep acknowledge_before(Qp& qp, Env& env, Reply& r) {
+  if (psn_before(r.psn, qp.comp.psn)) return leave(r, CompleterExit::stale);
+  const wire::OpcodeInfo& info = *r.p.info;
+  const bool response = info.has(wire::kReadResponse) || info.has(wire::kAtomicAck);
+  if (ack_through(qp, env, psn_add(r.psn, -1), response) == AckResult::kReadMissing) {
+    return CompleterStep::implicit_nak;
   }
-  if (ack_through(qp, env, psn_add(psn, -1), true) == AckResult::kReadMissing) {
-    read_missing(qp);
-    return nullptr;
+  if (qp.state == IBV_QPS_ERR) return CompleterStep::done;
+  if (info.has(wire::kReadResponse)) return CompleterStep::read_response;
+  if (info.has(wire::kAtomicAck)) return CompleterStep::atomic_ack;
+  return wire::aeth_kind(r.p.aeth().syndrome) == AethKind::kRnrNak ? CompleterStep::rnr_nak : CompleterStep::nak;
+}
+
+CompleterStep ack(Qp& qp, Env& env, Reply& r) {
+  // An ACK for comp.psn - 1 repeats the last one; anything older is stale.
+  if (psn_before(r.psn, psn_add(qp.comp.psn, -1))) return leave(r, CompleterExit::stale);
+  return ack_through(qp, env, r.psn, false) == AckResult::kReadMissing ? CompleterStep::implicit_nak
+                                                                        : CompleterStep::done;
+}
+
+CompleterStep rnr_nak(Qp& qp, Env& env, Reply& r) {
+  if (r.psn != qp.comp.psn) return leave(r, CompleterExit::stale);
+  if (qp.attr.rnr_retry != 7) {  // 7: retry for ever (IBTA 9.7.5.2.8)
+    if (qp.comp.rnr_left == 0) return leave(r, CompleterExit::rnr_retry_exceeded);
+    --qp.comp.rnr_left;
   }
-  if (qp.state == IBV_QPS_ERR || qp.comp_next == qp.sq_posted) return nullptr;
+  requester_rnr_wait(qp, env, r.psn, wire::aeth_value(r.p.aeth().syndrome));
+  qp.comp.deadline = 0;  // waiting is not a timeout
+  return CompleterStep::done;
+}
+
+CompleterStep nak(Qp& qp, Reply& r) {
+  const auto code = static_cast<wire::NakCode>(wire::aeth_value(r.p.aeth().syndrome));
+  if (code != wire::NakCode::kPsnSequenceError) return leave(r, nak_exit(code));
+  qp.counters.add(QpCounter::nak_seq_received);
+  if (qp.comp.rewound && r.psn == qp.comp.rewound_psn) return CompleterStep::done;  // already going back there
+  r.retry_from = r.psn;
+  return CompleterStep::retry;
+}
+
+// Responses were lost behind a later answer: go back, unless already going
+// back (then the timer covers a second loss).
+CompleterStep implicit_nak(Qp& qp, Reply& r) {
+  qp.counters.add(QpCounter::implicit_naks);
+  if (qp.comp.rewound) return CompleterStep::done;
+  r.retry_from = qp.comp.psn;
+  return CompleterStep::retry;
+}
+
+CompleterStep retry(Qp& qp, Reply& r) {
+  spend_retry(qp, r.retry_from);
+  return CompleterStep::done;
+}
+
+// The READ or atomic WQE the response answers (after acknowledge_before has
+// acknowledged what precedes it); the list it places into resolved again if
+// a region was deregistered since.
+CompleterStep match(Qp& qp, Env& env, Reply& r, WqeKind kind) {
+  if (qp.comp_next == qp.sq_posted) return leave(r, CompleterExit::unmatched);
   SendWqe& w = qp.sq[qp.comp_next];
-  if (!w.started || w.kind != kind || psn_before(psn, w.first_psn) || psn_after(psn, last_psn(w))) {
-    qp.counters.add(QpCounter::duplicate_responses);
-    return nullptr;
+  if (!w.started || w.kind != kind || psn_before(r.psn, w.first_psn) || psn_after(r.psn, last_psn(w))) {
+    return leave(r, CompleterExit::unmatched);
   }
-  if (psn != qp.comp.psn) {
+  if (r.psn != qp.comp.psn) {
     // A response beyond the next one due: the ones between were lost.
     qp.counters.add(QpCounter::out_of_sequence_responses);
-    read_missing(qp);
-    return nullptr;
+    return CompleterStep::implicit_nak;
   }
-  return &w;
+  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
+    return leave(r, CompleterExit::local_revoked);
+  }
+  r.wqe = &w;
+  return CompleterStep::done;
 }
 
-// The READ or atomic WQE's list may take the response: resolved again if a
-// region was deregistered since (a local protection error then ends it).
-bool may_place(Qp& qp, Env& env, SendWqe& w) {
-  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
-  qp.counters.add(QpCounter::mr_revoked_in_flight);
-  complete_send(qp, IBV_WC_LOC_PROT_ERR);
-  return false;
-}
-
-void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
-  SendWqe* w = answered_wqe(qp, env, psn, WqeKind::kRead);
-  if (w == nullptr) return;
-  const std::uint32_t index = static_cast<std::uint32_t>(psn_diff(psn, w->first_psn));
-  const std::uint32_t offset = index * qp.mtu;
-  const std::uint32_t expect = std::min(qp.mtu, w->length - offset);
-  const bool last = psn == last_psn(*w);
-  // The opcode must fit the position: Last/Only end the READ. A restarted
-  // READ may begin with First (a fresh request) or Middle (rxe), so either
-  // is accepted before the last packet.
-  const bool says_last = p.info->has(wire::kLast);
-  if (says_last != last || p.payload_length != expect) {
-    qp.counters.add(QpCounter::drop_bad_opcode_sequence);
-    return;
-  }
-  if (!may_place(qp, env, *w)) return;
-  sgl_scatter(w->sge.data(), w->num_sge, offset, p.payload().data(), expect);
+void answered(Qp& qp, Env& env, std::uint32_t psn, bool last) {
   qp.counters.add(QpCounter::rx_packets);
-  qp.counters.add(QpCounter::rx_bytes, expect);
   qp.comp.psn = psn_add(psn, 1);
   if (last) complete_send(qp, IBV_WC_SUCCESS);
   if (qp.state != IBV_QPS_ERR) {
@@ -242,18 +231,31 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
   }
 }
 
-void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
-  SendWqe* w = answered_wqe(qp, env, psn, WqeKind::kAtomic);
-  if (w == nullptr || !may_place(qp, env, *w)) return;
-  const std::uint64_t orig = p.atomic_ack_eth().orig_data.get();
-  std::memcpy(w->sge[0].host, &orig, sizeof orig);  // host byte order, as verbs returns it
-  qp.counters.add(QpCounter::rx_packets);
-  qp.comp.psn = psn_add(psn, 1);
-  complete_send(qp, IBV_WC_SUCCESS);
-  if (qp.state != IBV_QPS_ERR) {
-    catch_up(qp);
-    progress(qp, env);
+CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
+  if (const CompleterStep s = match(qp, env, r, WqeKind::kRead); r.wqe == nullptr) return s;
+  SendWqe& w = *r.wqe;
+  const std::uint32_t index = static_cast<std::uint32_t>(psn_diff(r.psn, w.first_psn));
+  const std::uint32_t offset = index * qp.mtu;
+  const std::uint32_t expect = std::min(qp.mtu, w.length - offset);
+  const bool last = r.psn == last_psn(w);
+  // The opcode must fit the position: Last/Only end the READ. A restarted
+  // READ may begin with First (a fresh request) or Middle (rxe), so either
+  // is accepted before the last packet.
+  if (r.p.info->has(wire::kLast) != last || r.p.payload_length != expect) {
+    return leave(r, CompleterExit::bad_read_response);
   }
+  sgl_scatter(w.sge.data(), w.num_sge, offset, r.p.payload().data(), expect);
+  qp.counters.add(QpCounter::rx_bytes, expect);
+  answered(qp, env, r.psn, last);
+  return CompleterStep::done;
+}
+
+CompleterStep atomic_ack(Qp& qp, Env& env, Reply& r) {
+  if (const CompleterStep s = match(qp, env, r, WqeKind::kAtomic); r.wqe == nullptr) return s;
+  const std::uint64_t orig = r.p.atomic_ack_eth().orig_data.get();
+  std::memcpy(r.wqe->sge[0].host, &orig, sizeof orig);  // host byte order, as verbs returns it
+  answered(qp, env, r.psn, true);
+  return CompleterStep::done;
 }
 
 }  // namespace
@@ -272,7 +274,7 @@ void complete_send(Qp& qp, ibv_wc_status status) {
     ibv_wc wc{};
     wc.wr_id = w.wr_id;
     wc.status = status;
-    wc.opcode = wc_opcode(w);
+    wc.opcode = wc_opcode_for(w.opcode);
     wc.qp_num = qp.qpn;
     if (w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic) wc.byte_len = w.length;
     cq_ok = qp.send_cq->push(wc);
@@ -291,30 +293,26 @@ void complete_send(Qp& qp, ibv_wc_status status) {
   }
 }
 
+// The completer's state machine (rules.h: UROCE_COMPLETER_STEPS): each step
+// returns the next, until the packet is done with or leaves by an exit.
 void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
-  if (!qp.active() && qp.state != IBV_QPS_SQE) {
-    qp.counters.add(QpCounter::drop_bad_state);
-    return;
-  }
-  const std::uint32_t psn = p.bth().psn.get();
-  // IBTA 9.7.5.1: an ACK, NAK or response answers a request packet that was
-  // sent. One whose PSN lies at or beyond the highest PSN sent (high_psn is
-  // one past it) answers nothing: it must neither complete a WR (a WRITE
-  // would report SUCCESS with packets never sent) nor move the requester
-  // (a sequence NAK ahead of everything would wedge it). Older ones are
-  // stale duplicates, judged below. With nothing outstanding every PSN from
-  // comp.psn on is beyond.
-  if (!psn_before(psn, qp.req.high_psn)) [[unlikely]] {
-    qp.counters.add(QpCounter::drop_response_not_sent);
-    return;
-  }
-  if (p.info->has(wire::kAck)) {
-    on_ack(qp, env, p, psn);
-  } else if (p.info->has(wire::kReadResponse)) {
-    // First, Last and Only carry an AETH; its syndrome is an ACK for this PSN.
-    on_read_response(qp, env, p, psn);
-  } else if (p.info->has(wire::kAtomicAck)) {
-    on_atomic_ack(qp, env, p, psn);
+  Reply r{p, p.bth().psn.get()};
+  CompleterStep step = CompleterStep::check_state;
+  for (;;) {
+    switch (step) {
+      case CompleterStep::check_state: step = check_state(qp, r); break;
+      case CompleterStep::check_psn: step = check_psn(qp, r); break;
+      case CompleterStep::acknowledge_before: step = acknowledge_before(qp, env, r); break;
+      case CompleterStep::ack: step = ack(qp, env, r); break;
+      case CompleterStep::rnr_nak: step = rnr_nak(qp, env, r); break;
+      case CompleterStep::nak: step = nak(qp, r); break;
+      case CompleterStep::read_response: step = read_response(qp, env, r); break;
+      case CompleterStep::atomic_ack: step = atomic_ack(qp, env, r); break;
+      case CompleterStep::implicit_nak: step = implicit_nak(qp, r); break;
+      case CompleterStep::retry: step = retry(qp, r); break;
+      case CompleterStep::exit: apply_exit(qp, r.exit); return;
+      case CompleterStep::done: return;
+    }
   }
 }
 
@@ -325,9 +323,9 @@ void completer_on_timer(Qp& qp, Env& env) {
     return;
   }
   qp.counters.add(QpCounter::timeouts);
-  // IBTA 9.7.6: a local ACK timeout spends a retry and resends from the oldest
-  // PSN not acknowledged. retry_cnt 7 means seven, not infinite (unlike rnr_retry).
-  if (spend_retry(qp)) go_back(qp, qp.comp.psn);
+  // A local ACK timeout spends a retry and resends from the oldest PSN not
+  // acknowledged. retry_cnt 7 means seven, not infinite (unlike rnr_retry).
+  spend_retry(qp, qp.comp.psn);
 }
 
 }  // namespace uroce::transport

@@ -1,4 +1,5 @@
 #include "transport/qp.h"
+#include "transport/rules.h"
 #include "wire/icrc.h"
 
 namespace uroce::transport {
@@ -51,7 +52,7 @@ bool from_peer(const Qp& qp, const wire::ParsedFrame& p) {
 }
 
 std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now) {
-  const std::uint64_t t = qp.attr.timeout == 0 ? 0 : (4096ull << qp.attr.timeout);
+  const std::uint64_t t = ack_timeout_ns(qp.attr.timeout);
   return t == 0 ? 0 : now + t;
 }
 

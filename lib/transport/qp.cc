@@ -6,6 +6,7 @@
 
 #include "transport/psn.h"
 #include "transport/qp.h"
+#include "transport/rules.h"
 
 namespace uroce::transport {
 
@@ -74,17 +75,6 @@ void push_flush(CompletionRing* cq, std::uint64_t wr_id, std::uint32_t qpn, ibv_
   wc.opcode = opcode;
   wc.qp_num = qpn;
   if (cq != nullptr) cq->push(wc);
-}
-
-ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-    default: return IBV_WC_SEND;
-  }
 }
 
 }  // namespace
@@ -177,7 +167,7 @@ void qp_enter_error(Qp& qp) {
   qp.req.rnr_wait = false;
   for (; qp.comp_next != qp.sq_posted; ++qp.comp_next) {
     const SendWqe& w = qp.sq[qp.comp_next];
-    push_flush(qp.send_cq, w.wr_id, qp.qpn, wc_opcode_of(w.opcode));
+    push_flush(qp.send_cq, w.wr_id, qp.qpn, wc_opcode_for(w.opcode));
     qp.counters.add(QpCounter::flushed);
   }
   qp.req_next = qp.comp_next;

@@ -305,6 +305,13 @@ void publish_to_app(Qp& qp);
 std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 // Go back to `psn` (go-back-N): the next packet sent is the one with that PSN.
 void requester_rewind(Qp& qp, std::uint32_t psn);
+// RNR wait (IBTA 9.7.5.2.8): the completer enters it on an RNR NAK for
+// `psn`; the requester sends nothing until the timer of `timer_code` has
+// run, then resends from `psn`. The engine wakes the QP at
+// requester_wakeup() (0: not waiting).
+void requester_rnr_wait(Qp& qp, Env& env, std::uint32_t psn, std::uint8_t timer_code);
+bool rnr_waiting(Qp& qp, const Env& env);
+std::uint64_t requester_wakeup(const Qp& qp);
 
 // completer.cc
 void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);

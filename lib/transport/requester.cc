@@ -2,6 +2,7 @@
 // order, one path MTU at a time, assigns PSNs, keeps within the window and
 // max_rd_atomic, honours fences, and restarts from any PSN (go-back-N).
 #include "transport/psn.h"
+#include "transport/rnr.h"
 #include "transport/sgl.h"
 #include "wire/opcode.h"
 
@@ -72,13 +73,30 @@ void requester_rewind(Qp& qp, std::uint32_t psn) {
   }
 }
 
+// --- RNR wait (IBTA 9.7.5.2.8) ---------------------------------------------------
+// The requester's one wait state: entered by the completer on an RNR NAK,
+// left when the NAK's timer has run (the engine's timer wheel wakes the QP
+// at requester_wakeup()); the requester then resends from the NAKed PSN.
+
+void requester_rnr_wait(Qp& qp, Env& env, std::uint32_t psn, std::uint8_t timer_code) {
+  qp.req.rnr_wait = true;
+  qp.req.rnr_until = env.now + rnr_timer_ns(timer_code);
+  qp.req.rnr_psn = psn;
+}
+
+bool rnr_waiting(Qp& qp, const Env& env) {
+  if (!qp.req.rnr_wait) return false;
+  if (env.now < qp.req.rnr_until) return true;
+  qp.req.rnr_wait = false;
+  requester_rewind(qp, qp.req.rnr_psn);
+  return false;
+}
+
+std::uint64_t requester_wakeup(const Qp& qp) { return qp.req.rnr_wait ? qp.req.rnr_until : 0; }
+
 std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
   if (!qp.active()) return 0;
-  if (qp.req.rnr_wait) {
-    if (env.now < qp.req.rnr_until) return 0;
-    qp.req.rnr_wait = false;  // IBTA 9.7.5.2: retry from the NAKed PSN after the RNR timer
-    requester_rewind(qp, qp.req.rnr_psn);
-  }
+  if (rnr_waiting(qp, env)) return 0;
   std::uint16_t n = 0;
   while (n < room && qp.req_next != qp.sq_posted) {
     if (psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;

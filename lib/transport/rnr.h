@@ -30,13 +30,7 @@ constexpr std::uint8_t rnr_code_for_us(std::uint32_t us) {
   return best;
 }
 
-// Local ACK timeout: 4.096 us * 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
-constexpr std::uint64_t ack_timeout_ns(std::uint8_t timeout) {
-  return timeout == 0 ? 0 : (4096ull << (timeout & 0x1f));
-}
-
 static_assert(rnr_timer_ns(12) == 640'000);
 static_assert(rnr_code_for_us(640) == 12);
-static_assert(ack_timeout_ns(14) == 67'108'864);  // ~67 ms, rxe's default
 
 }  // namespace uroce::transport

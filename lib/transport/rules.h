@@ -171,6 +171,8 @@ constexpr const char* step_rule(ResponderStep s) { return kResponderStepRules[st
   X(nak, "9.7.5.2: a NAK names the PSN it refuses and why")                                          \
   X(read_response, "9.7.5.1.2: READ responses arrive in PSN order, each at its offset")              \
   X(atomic_ack, "9.7.5.1.3: an atomic ACK returns the original value")                               \
+  X(implicit_nak, "9.7.5.1.6: a later PSN answered before a READ's or atomic's responses: they were lost") \
+  X(retry, "9.7.6.1.3: a lost packet spends a retry; the requester goes back to the oldest PSN unanswered") \
   X(exit, "the packet leaves through one of the completer's exits")                                 \
   X(done, "the packet is finished with")
 
@@ -189,11 +191,9 @@ enum class CompleterStep : std::uint8_t {
     kNoCompletion)                                                                                                 \
   X(unmatched, "9.7.5.1: a READ response or atomic ACK where no READ or atomic waits", duplicate_responses,        \
     kNoCompletion)                                                                                                 \
-  X(reserved_syndrome, "9.7.5.1: AETH syndrome 0b01 is reserved", drop_reserved_syndrome, kNoCompletion)           \
+  X(reserved_syndrome, "9.7.5.1: AETH syndrome kind 0b10 is reserved", drop_reserved_syndrome, kNoCompletion)           \
   X(bad_read_response, "9.7.5.1.2: a READ response whose opcode or length does not fit its place",                 \
     drop_bad_opcode_sequence, kNoCompletion)                                                                       \
-  X(responses_missing, "9.7.5.1.6: a later PSN answered before a READ's or atomic's responses (implicit NAK)",     \
-    implicit_naks, kNoCompletion)                                                                                  \
   X(retry_exceeded, "9.7.6.1.3: a timeout or sequence NAK with retry_cnt spent", retry_exceeded,                  \
     IBV_WC_RETRY_EXC_ERR)                                                                                          \
   X(rnr_retry_exceeded, "9.7.5.2.8: an RNR NAK with rnr_retry spent", rnr_retry_exceeded, IBV_WC_RNR_RETRY_EXC_ERR) \
