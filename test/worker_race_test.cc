@@ -231,5 +231,40 @@ TEST(WorkerRace, StateFollowsTheEngineIntoError) {
   EXPECT_EQ(p.qa->counter("nak_rem_access_received"), 1u);
 }
 
+// Two threads whose calls fail at once each read their own message: a bad
+// WR posted on one thread, a bad registration on another (last_error is
+// per thread).
+TEST(WorkerRace, EachThreadReadsItsOwnLastError) {
+  Pair p;
+  ASSERT_TRUE(p.ready());
+  std::atomic<int> mismatches{0};
+  auto poster = [&] {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(p.bufa.data()), 8, p.mra->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 99;  // more SGEs than the QP has: EINVAL
+    wr.opcode = IBV_WR_SEND;
+    for (int i = 0; i < 2000; ++i) {
+      ibv_send_wr* bad = nullptr;
+      if (p.qa->post_send(&wr, &bad) != EINVAL ||
+          p.a->last_error().find("bad send WR") == std::string::npos) {
+        ++mismatches;
+      }
+    }
+  };
+  auto registrar = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      if (p.pda->reg_mr(p.bufa.data(), 0, 0) != nullptr || p.a->last_error().find("bad region") == std::string::npos) {
+        ++mismatches;
+      }
+    }
+  };
+  std::thread t1(poster), t2(registrar);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(p.b->last_error(), "") << "another context's errors are not this one's";
+}
+
 }  // namespace
 }  // namespace uroce::test

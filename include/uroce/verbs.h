@@ -115,6 +115,8 @@ class Context {
 
   const DeviceLimits& limits() const;
   const ibv_gid& gid() const;
+  // The message of the last call on this context that failed in the calling
+  // thread ("" if none did); each thread has its own.
   const std::string& last_error() const;
 
   ProtectionDomain* alloc_pd();

@@ -82,7 +82,6 @@ void DcqcnRate::advance(std::uint64_t now_ns) {
   }
 }
 
-std::uint64_t DcqcnRate::next_event_ns() const { return std::min(alpha_due_, rate_due_); }
 
 std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p) {
   std::istringstream in(text);

@@ -60,8 +60,6 @@ class DcqcnRate {
   // Runs the alpha and rate timers up to `now_ns` (every period that has
   // passed, in order). Call it whenever the time moves.
   void advance(std::uint64_t now_ns);
-  // The earliest time a timer falls due.
-  std::uint64_t next_event_ns() const;
 
   double rate_bps() const { return rc_; }
   double target_bps() const { return rt_; }

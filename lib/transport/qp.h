@@ -25,7 +25,6 @@ namespace uroce::transport {
 
 inline constexpr std::uint32_t kMaxSge = wire::TxFrame::kMaxPieces;
 inline constexpr std::uint32_t kInlineLkey = 0;  // marks an SGE holding inline data (0 is never an MR key)
-inline constexpr std::uint32_t kMaxInline = 256;
 // Request packets in flight (sent, not yet acknowledged) per QP.
 inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far above any BDP here
 // A request packet carries AckReq at a message's end and at least this often.
@@ -256,7 +255,6 @@ struct Qp {
     std::uint64_t write_va = 0;           // its RETH, checked again when the MR epoch moves
     std::uint32_t write_rkey = 0;
     std::uint64_t write_epoch = 0;
-    bool write_imm_needs_wqe = false;
     std::vector<ResponderResource> resources;
     std::uint32_t next_resource = 0;
     FixedRing<Response> out;

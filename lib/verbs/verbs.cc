@@ -110,7 +110,27 @@ Context::~Context() {
 
 const DeviceLimits& Context::limits() const { return impl_->limits; }
 const ibv_gid& Context::gid() const { return impl_->port.gid; }
-const std::string& Context::last_error() const { return impl_->last_error; }
+namespace {
+
+// The last error of each thread, with the context it came from.
+struct ThreadError {
+  const Context::Impl* context = nullptr;
+  std::string text;
+};
+thread_local ThreadError t_last_error;
+const std::string kNoError;
+
+}  // namespace
+
+int Context::Impl::fail(int err, std::string message) {
+  t_last_error.context = this;
+  t_last_error.text = std::move(message);
+  return err;
+}
+
+const std::string& Context::last_error() const {
+  return t_last_error.context == impl_.get() ? t_last_error.text : kNoError;
+}
 engine::Engine& Context::engine(std::size_t i) { return *impl_->engines.at(i); }
 std::size_t Context::engine_count() const { return impl_->engines.size(); }
 

@@ -49,7 +49,6 @@ struct Context::Impl {
   mem::MrTable mrs;
   std::vector<std::unique_ptr<engine::Engine>> engines;
   std::unique_ptr<engine::Handover> handover;  // with more than one engine
-  std::string last_error;
   std::uint32_t next_pd = 1;
   std::uint32_t next_qpn = 0x11;  // QP0 and QP1 are the management QPs
   std::vector<std::unique_ptr<ProtectionDomain>> pds;
@@ -61,10 +60,10 @@ struct Context::Impl {
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
   int query_gid(int index, ibv_gid& gid);
 
-  int fail(int err, std::string message) {
-    last_error = std::move(message);
-    return err;
-  }
+  // Records `message` as the calling thread's last error on this context
+  // (Context::last_error) and returns `err`. Per thread: two threads that
+  // post at once each read their own message.
+  int fail(int err, std::string message);
 
   transport::Qp* find_qp(std::uint32_t qpn) const;  // on any engine
   void publish_owners();  // the handover's QPN -> engine table (control path)
