@@ -43,6 +43,10 @@ bool Engine::add_qp(transport::Qp* qp) {
   qp->doorbell = &doorbells_[slot / 64];
   qp->doorbell_bit = std::uint64_t{1} << (slot % 64);
   qp_list_.push_back(qp);
+  // Each QP is on the active list and the CNP due list at most once: sized
+  // here, they never grow on the data path.
+  active_.reserve(qp_list_.size());
+  cnp_due_.reserve(qp_list_.size());
   rebuild_index();
   touch(qp);
   return true;
