@@ -1,7 +1,10 @@
 #include "dpdk/port.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "dpdk/rte.h"
 
@@ -75,10 +78,41 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame));
 }
 
+namespace {
+
+struct Closing {
+  std::uint16_t port;
+  rte_mempool* pool;
+  std::atomic<bool> done{false};
+};
+
+void close_port(Closing& c) {
+  rte_eth_dev_stop(c.port);
+  rte_eth_dev_close(c.port);
+  rte_mempool_free(c.pool);
+}
+
+}  // namespace
+
+// Some PMDs serve their control channel on EAL's interrupt thread: memif
+// reads its peer's messages there and tears the connection down when the
+// peer leaves. Closing the port from this thread while that runs frees the
+// queues and the pool under it (seen as a SIGSEGV in memif at exit, when
+// both ends of a memif link close at once). EAL runs alarm callbacks on the
+// same thread, so the close goes there, serialised with the PMD's handlers;
+// inline only when no alarm can be set.
 Port::~Port() {
-  rte_eth_dev_stop(port_id_);
-  rte_eth_dev_close(port_id_);
-  rte_mempool_free(as_pool(pool_));
+  Closing c{port_id_, as_pool(pool_)};
+  auto run = [](void* arg) {
+    auto* closing = static_cast<Closing*>(arg);
+    close_port(*closing);
+    closing->done.store(true, std::memory_order_release);
+  };
+  if (rte_eal_alarm_set(1, run, &c) != 0) {
+    close_port(c);
+    return;
+  }
+  while (!c.done.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 std::uint16_t Port::send_copies(std::uint16_t queue, std::span<const std::vector<std::uint8_t>> frames) {

@@ -13,6 +13,7 @@ extern "C" {
 #include <generic/rte_vect.h>
 }
 
+#include <rte_alarm.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
