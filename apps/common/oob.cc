@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace uroce::oob {
@@ -87,6 +88,21 @@ bool write_full(int fd, const char* buf, std::size_t n) {
     const ssize_t r = write(fd, buf + done, n - done);
     if (r <= 0) return false;
     done += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+std::string gid_to_hex(const ibv_gid& gid) {
+  char hex[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", gid.raw[i]);
+  return hex;
+}
+
+bool gid_from_hex(const char* hex, ibv_gid& gid) {
+  for (int i = 0; i < 16; ++i) {
+    unsigned byte = 0;
+    if (std::sscanf(hex + 2 * i, "%2x", &byte) != 1) return false;
+    gid.raw[i] = static_cast<std::uint8_t>(byte);
   }
   return true;
 }

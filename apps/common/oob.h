@@ -3,6 +3,8 @@
 // a side waits: a peer may ARP for our address meanwhile.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -17,5 +19,12 @@ int accept_one(std::uint16_t port, std::string& error, const std::function<void(
 // Reads exactly n bytes, calling `idle` while none are there. False on EOF or error.
 bool read_full(int fd, char* buf, std::size_t n, const std::function<void()>& idle);
 bool write_full(int fd, const char* buf, std::size_t n);
+
+// A GID as the exchanges write it (rc_pingpong's and perftest's): 32 hex
+// digits, no separators.
+std::string gid_to_hex(const ibv_gid& gid);
+// The GID whose hex digits start at `hex`; false if one of its 16 bytes is
+// missing.
+bool gid_from_hex(const char* hex, ibv_gid& gid);
 
 }  // namespace uroce::oob

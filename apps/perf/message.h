@@ -1,33 +1,44 @@
-// The work request of one benchmark message, the same in every mode: the
-// message's slot `s` in the local buffer, sent to the peer's slot (RDMA and
-// SEND) or to the peer's counter (fetch-and-add of 1).
+// One benchmark message, the same in every mode: its work request, and the
+// checks --verify makes of what an atomic returned. The message in slot `s`
+// of the local buffer goes to the peer's slot `s` (RDMA and SEND) or adds 1
+// to the peer's counter (fetch-and-add).
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <cstdint>
-#include <string>
+#include <cstring>
+
+#include "common/work_request.h"
+#include "perf/options.h"
 
 namespace uroce::perf {
 
-inline ibv_send_wr message_wr(const std::string& op, std::uint32_t s, ibv_sge& sge, std::uint64_t remote_slot,
+inline ibv_send_wr message_wr(Op op, std::uint32_t s, ibv_sge& sge, std::uint64_t remote_slot,
                               std::uint64_t remote_counter, std::uint32_t rkey) {
-  ibv_send_wr wr{};
-  wr.wr_id = s;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  if (op == "atomic") {
-    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr.wr.atomic.remote_addr = remote_counter;
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.compare_add = 1;
-  } else {
-    wr.opcode = op == "send" ? IBV_WR_SEND : op == "read" ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    wr.wr.rdma.remote_addr = remote_slot;
-    wr.wr.rdma.rkey = rkey;
+  switch (op) {
+    case Op::kAtomic: return app::fetch_add_wr(s, sge, remote_counter, rkey, 1);
+    case Op::kSend: return app::send_wr(s, sge);
+    case Op::kRead: return app::rdma_wr(IBV_WR_RDMA_READ, s, sge, remote_slot, rkey);
+    case Op::kWrite: break;
   }
-  return wr;
+  return app::rdma_wr(IBV_WR_RDMA_WRITE, s, sge, remote_slot, rkey);
 }
+
+// Whether the requester writes the message's bytes into its slot before
+// posting it (WRITE and SEND carry them; READ fetches them, an atomic adds 1).
+inline bool source_is_local(Op op) { return op == Op::kWrite || op == Op::kSend; }
+
+// The 8 bytes at `p` (a counter, or what a fetch-and-add returned).
+inline std::uint64_t load_u64(const std::uint8_t* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Whether fetch-and-add number `msg` returned `msg`: the counter starts at 0
+// and each message adds 1. Holds with one QP only: over several, the adds
+// of different QPs interleave at the responder in any order.
+inline bool fetch_add_result_matches(const std::uint8_t* result, std::uint64_t msg) { return load_u64(result) == msg; }
 
 }  // namespace uroce::perf

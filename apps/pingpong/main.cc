@@ -6,24 +6,30 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/args.h"
+#include "common/counters.h"
 #include "common/oob.h"
+#include "common/path_mtu.h"
+#include "common/port_device.h"
+#include "common/work_request.h"
 #include "dpdk/device.h"
 #include "dpdk/eal.h"
-#include "common/counters.h"
 #include "uroce/verbs.h"
-#include "uroce/version.h"
 #include "verbs/connect.h"
 
 namespace {
+
+using namespace uroce;
 
 using Clock = std::chrono::steady_clock;
 
@@ -63,40 +69,33 @@ struct Options {
   std::string server;
 };
 
-[[noreturn]] void bad(const std::string& m) { throw std::invalid_argument(m); }
+using app::usage_error;
 
-std::uint64_t number(const std::string& v, const char* flag) {
-  char* end = nullptr;
-  const unsigned long long x = std::strtoull(v.c_str(), &end, 0);
-  if (v.empty() || *end != '\0') bad(std::string(flag) + " takes a number, not '" + v + "'");
-  return x;
+// --ip ADDR/PREFIX.
+void ip_option(std::string v, Options& o) {
+  const auto slash = v.find('/');
+  if (slash != std::string::npos) {
+    const std::uint64_t prefix = app::parse_number(v.substr(slash + 1), "--ip prefix");
+    if (prefix > 32) usage_error("--ip: the prefix must be 0..32");
+    v = v.substr(0, slash);
+  }
+  if (inet_pton(AF_INET, v.c_str(), o.ip.data()) != 1) usage_error("--ip: '" + v + "' is not an IPv4 address");
+  o.have_ip = true;
 }
 
 Options parse(const std::vector<std::string>& args) {
   Options o;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
-      return args[++i];
-    };
-    if (a == "--ip") {
-      std::string v = value("--ip");
-      const auto slash = v.find('/');
-      if (slash != std::string::npos) {
-        const std::uint64_t prefix = number(v.substr(slash + 1), "--ip prefix");
-        if (prefix > 32) bad("--ip: the prefix must be 0..32");
-        v = v.substr(0, slash);
-      }
-      if (inet_pton(AF_INET, v.c_str(), o.ip.data()) != 1) bad("--ip: '" + v + "' is not an IPv4 address");
-      o.have_ip = true;
-    } else if (a == "--port-id") o.port_id = static_cast<std::uint16_t>(number(value("--port-id"), "--port-id"));
-    else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(number(value("-p"), "-p"));
-    else if (a == "-g" || a == "--gid-idx") o.gid_index = static_cast<int>(number(value("-g"), "-g"));
-    else if (a == "-s" || a == "--size") o.size = static_cast<std::uint32_t>(number(value("-s"), "-s"));
-    else if (a == "-m" || a == "--mtu") o.mtu = static_cast<std::uint32_t>(number(value("-m"), "-m"));
-    else if (a == "-r" || a == "--rx-depth") o.rx_depth = static_cast<std::uint32_t>(number(value("-r"), "-r"));
-    else if (a == "-n" || a == "--iters") o.iters = static_cast<std::uint32_t>(number(value("-n"), "-n"));
+  app::ArgReader reader(args);
+  auto u32 = [&](const char* flag) { return static_cast<std::uint32_t>(reader.number(flag)); };
+  for (std::string a; reader.next(a);) {
+    if (a == "--ip") ip_option(reader.value("--ip"), o);
+    else if (a == "--port-id") o.port_id = static_cast<std::uint16_t>(reader.number("--port-id"));
+    else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(reader.number("-p"));
+    else if (a == "-g" || a == "--gid-idx") o.gid_index = static_cast<int>(reader.number("-g"));
+    else if (a == "-s" || a == "--size") o.size = u32("-s");
+    else if (a == "-m" || a == "--mtu") o.mtu = u32("-m");
+    else if (a == "-r" || a == "--rx-depth") o.rx_depth = u32("-r");
+    else if (a == "-n" || a == "--iters") o.iters = u32("-n");
     else if (a == "-c" || a == "--chk") o.validate = true;
     else if (a == "--counters") o.counters = true;
     else if (a == "-e" || a == "--events") {
@@ -104,14 +103,12 @@ Options parse(const std::vector<std::string>& args) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (!a.empty() && a[0] != '-' && o.server.empty()) o.server = a;
-    else bad("unknown argument '" + a + "'");
+    else usage_error("unknown argument '" + a + "'");
   }
-  if (!o.have_ip) bad("--ip ADDR/PREFIX is required: the address this stack owns on the port");
-  if (o.gid_index != 0 && o.gid_index != 1) bad("-g must be 0 (IPv6 link-local) or 1 (::ffff:ADDR)");
-  if (o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 && o.mtu != 4096) {
-    bad("-m must be 256, 512, 1024, 2048 or 4096");
-  }
-  if (o.size == 0 || o.iters == 0 || o.rx_depth < 2) bad("-s, -n must be positive and -r at least 2");
+  if (!o.have_ip) usage_error("--ip ADDR/PREFIX is required: the address this stack owns on the port");
+  if (o.gid_index != 0 && o.gid_index != 1) usage_error("-g must be 0 (IPv6 link-local) or 1 (::ffff:ADDR)");
+  if (!app::is_path_mtu(o.mtu)) usage_error("-m must be 256, 512, 1024, 2048 or 4096");
+  if (o.size == 0 || o.iters == 0 || o.rx_depth < 2) usage_error("-s, -n must be positive and -r at least 2");
   return o;
 }
 
@@ -123,10 +120,8 @@ struct Dest {
 };
 
 std::string to_message(const Dest& d) {
-  char gid[33];
-  for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", d.gid.raw[i]);
   char msg[64];
-  std::snprintf(msg, sizeof msg, "%04x:%06x:%06x:%s", d.lid, d.qpn, d.psn, gid);
+  std::snprintf(msg, sizeof msg, "%04x:%06x:%06x:%s", d.lid, d.qpn, d.psn, oob::gid_to_hex(d.gid).c_str());
   return std::string(msg, std::strlen(msg) + 1);  // with the NUL, 52 bytes
 }
 
@@ -139,12 +134,7 @@ bool from_message(const char* msg, Dest& d) {
   d.lid = lid;
   d.qpn = qpn;
   d.psn = psn;
-  for (int i = 0; i < 16; ++i) {
-    unsigned byte = 0;
-    if (std::sscanf(gid + 2 * i, "%2x", &byte) != 1) return false;
-    d.gid.raw[i] = static_cast<std::uint8_t>(byte);
-  }
-  return true;
+  return oob::gid_from_hex(gid, d.gid);
 }
 
 std::string gid_text(const ibv_gid& g) {
@@ -153,157 +143,231 @@ std::string gid_text(const ibv_gid& g) {
   return buf;
 }
 
-int run(const Options& o) {
-  using namespace uroce;
-  std::string error;
-  auto device = dpdk::Device::open(o.port_id, o.ip, "uroce-pingpong", error);
-  if (!device) {
-    std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
-    return 1;
+// One side of the ping-pong on the port's device: the buffer, CQ and QP,
+// the exchange of addresses, then SENDs back and forth.
+class Pingpong {
+ public:
+  Pingpong(const Options& o, Context& ctx, dpdk::PortIo& io) : o_(o), ctx_(ctx), io_(io) {}
+
+  bool set_up();
+  bool exchange();
+  int run();
+
+ private:
+  bool client() const { return !o_.server.empty(); }
+  void print_counters() {
+    if (o_.counters) uroce::print_counters(ctx_, qp_, &io_.counters());
   }
-  if (const std::string w = dpdk::no_huge_warning("uroce-pingpong"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
-  auto& ctx = device->ctx;
-  dpdk::PortIo& io = *device->io;
-  ProtectionDomain* pd = ctx->alloc_pd();
-  auto* buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(o.size));
-  if (buf == nullptr) {
-    std::fprintf(stderr, "uroce-pingpong: %s\n", ctx->last_error().c_str());
-    return 1;
+  // Prints "uroce-pingpong: WHAT"; false.
+  bool fail(const char* what) {
+    std::fprintf(stderr, "uroce-pingpong: %s\n", what);
+    return false;
   }
+
+  std::uint32_t post_recvs(std::uint32_t n);
+  bool post_send();
+  bool connect_qp();
+  bool exchange_as_client(const std::string& msg, char* in);
+  bool ask_server(int fd, const std::string& msg, char* in);
+  bool exchange_as_server(const std::string& msg, char* in);
+  bool answer_client(int fd, const std::string& msg, char* in);
+  int on_completion(const ibv_wc& wc);
+  void report(double usec) const;
+  int check_pages() const;
+
+  const Options& o_;
+  Context& ctx_;
+  dpdk::PortIo& io_;
+  std::uint8_t* buf_ = nullptr;
+  long page_ = sysconf(_SC_PAGESIZE);
+  MemoryRegion* mr_ = nullptr;
+  CompletionQueue* cq_ = nullptr;
+  QueuePair* qp_ = nullptr;
+  std::uint32_t routs_ = 0;  // receives posted
+  Dest mine_;
+  Dest peer_;
+  const std::function<void()> idle_ = [this] { ctx_.progress(); };
+  std::uint64_t pending_ = kRecvWrid;  // the work requests to complete before the next send
+  std::uint32_t rcnt_ = 0;
+  std::uint32_t scnt_ = 0;
+};
+
+// The buffer, its MR, the CQ and the QP in INIT with every receive posted.
+bool Pingpong::set_up() {
+  ProtectionDomain* pd = ctx_.alloc_pd();
+  buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size));
+  if (buf_ == nullptr) return fail(ctx_.last_error().c_str());
   // As ibv_rc_pingpong: the buffer starts as 0x7b; with -c the client marks
   // the first byte of every page, and the server checks the marks at the end.
-  std::memset(buf, 0x7b, o.size);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (o.validate && !o.server.empty()) {
-    for (std::uint32_t i = 0; i < o.size; i += static_cast<std::uint32_t>(page)) buf[i] = 0;
+  std::memset(buf_, 0x7b, o_.size);
+  if (o_.validate && client()) {
+    for (std::uint32_t i = 0; i < o_.size; i += static_cast<std::uint32_t>(page_)) buf_[i] = 0;
   }
-  MemoryRegion* mr = pd->reg_mr(buf, o.size, IBV_ACCESS_LOCAL_WRITE);
-  CompletionQueue* cq = ctx->create_cq(static_cast<int>(o.rx_depth + 1));
+  mr_ = pd->reg_mr(buf_, o_.size, IBV_ACCESS_LOCAL_WRITE);
+  cq_ = ctx_.create_cq(static_cast<int>(o_.rx_depth + 1));
   QpInitAttr init;
-  init.send_cq = init.recv_cq = cq;
-  init.cap = ibv_qp_cap{1, o.rx_depth, 1, 1, 0};
-  QueuePair* qp = pd->create_qp(init);
-  if (mr == nullptr || cq == nullptr || qp == nullptr) {
-    std::fprintf(stderr, "uroce-pingpong: %s\n", ctx->last_error().c_str());
-    return 1;
-  }
+  init.send_cq = init.recv_cq = cq_;
+  init.cap = ibv_qp_cap{1, o_.rx_depth, 1, 1, 0};
+  qp_ = pd->create_qp(init);
+  if (mr_ == nullptr || cq_ == nullptr || qp_ == nullptr) return fail(ctx_.last_error().c_str());
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
-  if (qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    std::fprintf(stderr, "uroce-pingpong: %s\n", ctx->last_error().c_str());
-    return 1;
+  if (qp_->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    return fail(ctx_.last_error().c_str());
   }
-  auto post_recv = [&](std::uint32_t n) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), o.size, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = kRecvWrid;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad_wr = nullptr;
-    std::uint32_t i = 0;
-    for (; i < n; ++i) {
-      if (qp->post_recv(&wr, &bad_wr) != 0) break;
-    }
-    return i;
-  };
-  std::uint32_t routs = post_recv(o.rx_depth);
+  routs_ = post_recvs(o_.rx_depth);
+  return true;
+}
 
-  Dest mine;
-  mine.qpn = qp->qp_num();
-  mine.psn = static_cast<std::uint32_t>(std::random_device{}()) & 0xffffff;
-  ctx->query_gid(o.gid_index, mine.gid);
-  std::printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", mine.lid, mine.qpn, mine.psn,
-              gid_text(mine.gid).c_str());
-  std::fflush(stdout);
+// Posts up to n receives of the whole buffer; returns how many were posted.
+std::uint32_t Pingpong::post_recvs(std::uint32_t n) {
+  ibv_sge sge = app::local_sge(buf_, o_.size, *mr_);
+  ibv_recv_wr wr = app::recv_wr(kRecvWrid, sge);
+  ibv_recv_wr* bad_wr = nullptr;
+  std::uint32_t i = 0;
+  for (; i < n; ++i) {
+    if (qp_->post_recv(&wr, &bad_wr) != 0) break;
+  }
+  return i;
+}
 
+bool Pingpong::post_send() {
+  ibv_sge sge = app::local_sge(buf_, o_.size, *mr_);
+  ibv_send_wr wr = app::send_wr(kSendWrid, sge);
+  ibv_send_wr* bad_wr = nullptr;
+  return qp_->post_send(&wr, &bad_wr) == 0;
+}
+
+// The attributes ibv_rc_pingpong uses: min_rnr_timer 12, timeout 14,
+// retry_cnt 7, rnr_retry 7, one READ/atomic each way.
+bool Pingpong::connect_qp() {
   ConnectParams cp;
-  cp.mtu = o.mtu == 256 ? IBV_MTU_256 : o.mtu == 512 ? IBV_MTU_512 : o.mtu == 1024 ? IBV_MTU_1024 : o.mtu == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
+  cp.mtu = app::mtu_enum(o_.mtu);
   cp.max_rd_atomic = 1;
   cp.access = 0;
-  cp.sgid_index = static_cast<std::uint8_t>(o.gid_index);
-  Dest peer;
-  auto connect_qp = [&]() {
-    // The attributes ibv_rc_pingpong uses: min_rnr_timer 12, timeout 14,
-    // retry_cnt 7, rnr_retry 7, one READ/atomic each way.
-    return connect_rc(qp, peer.gid, peer.qpn, mine.psn, peer.psn, cp);
-  };
-  const std::string msg = to_message(mine);
-  char in[64] = {};
-  const std::function<void()> idle = [&] { ctx->progress(); };
-  if (!o.server.empty()) {
-    const int fd = oob::connect_to(o.server, o.tcp_port, error);
-    if (fd < 0) {
-      std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
-      return 1;
-    }
-    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, in, msg.size(), idle) ||
-        !from_message(in, peer)) {
-      std::fprintf(stderr, "uroce-pingpong: couldn't read/write remote address\n");
-      close(fd);
-      return 1;
-    }
-    if (write(fd, "done", 5) != 5) std::fprintf(stderr, "uroce-pingpong: couldn't send \"done\"\n");
-    close(fd);
-  } else {
-    const int fd = oob::accept_one(o.tcp_port, error, idle);
-    if (fd < 0) {
-      std::fprintf(stderr, "uroce-pingpong: %s\n", error.c_str());
-      return 1;
-    }
-    if (!oob::read_full(fd, in, msg.size(), idle) || !from_message(in, peer)) {
-      std::fprintf(stderr, "uroce-pingpong: couldn't read remote address\n");
-      close(fd);
-      return 1;
-    }
-    if (connect_qp() != 0) {
-      std::fprintf(stderr, "uroce-pingpong: couldn't connect the QP: %s\n", ctx->last_error().c_str());
-      close(fd);
-      return 1;
-    }
-    char done[5];
-    if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, done, sizeof done, idle)) {
-      std::fprintf(stderr, "uroce-pingpong: couldn't exchange addresses with the client\n");
-      close(fd);
-      return 1;
-    }
-    close(fd);
+  cp.sgid_index = static_cast<std::uint8_t>(o_.gid_index);
+  if (connect_rc(qp_, peer_.gid, peer_.qpn, mine_.psn, peer_.psn, cp) == 0) return true;
+  std::fprintf(stderr, "uroce-pingpong: couldn't connect the QP: %s\n", ctx_.last_error().c_str());
+  return false;
+}
+
+// The client sends its address, reads the server's, and says "done".
+bool Pingpong::exchange_as_client(const std::string& msg, char* in) {
+  std::string error;
+  const int fd = oob::connect_to(o_.server, o_.tcp_port, error);
+  if (fd < 0) return fail(error.c_str());
+  const bool ok = ask_server(fd, msg, in);
+  close(fd);
+  return ok;
+}
+
+bool Pingpong::ask_server(int fd, const std::string& msg, char* in) {
+  if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, in, msg.size(), idle_) ||
+      !from_message(in, peer_)) {
+    return fail("couldn't read/write remote address");
   }
-  std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer.lid, peer.qpn, peer.psn,
-              gid_text(peer.gid).c_str());
+  if (write(fd, "done", 5) != 5) fail("couldn't send \"done\"");
+  return true;
+}
+
+// The server reads the client's address, connects its QP, then answers
+// with its own and waits for "done".
+bool Pingpong::exchange_as_server(const std::string& msg, char* in) {
+  std::string error;
+  const int fd = oob::accept_one(o_.tcp_port, error, idle_);
+  if (fd < 0) return fail(error.c_str());
+  const bool ok = answer_client(fd, msg, in);
+  close(fd);
+  return ok;
+}
+
+bool Pingpong::answer_client(int fd, const std::string& msg, char* in) {
+  if (!oob::read_full(fd, in, msg.size(), idle_) || !from_message(in, peer_)) return fail("couldn't read remote address");
+  if (!connect_qp()) return false;
+  char done[5];
+  if (write(fd, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()) || !oob::read_full(fd, done, sizeof done, idle_)) {
+    return fail("couldn't exchange addresses with the client");
+  }
+  return true;
+}
+
+// The rc_pingpong exchange of addresses over TCP; the QP connected to the peer's.
+bool Pingpong::exchange() {
+  mine_.qpn = qp_->qp_num();
+  mine_.psn = static_cast<std::uint32_t>(std::random_device{}()) & 0xffffff;
+  ctx_.query_gid(o_.gid_index, mine_.gid);
+  std::printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", mine_.lid, mine_.qpn, mine_.psn,
+              gid_text(mine_.gid).c_str());
   std::fflush(stdout);
-  if (!o.server.empty() && connect_qp() != 0) {
-    std::fprintf(stderr, "uroce-pingpong: couldn't connect the QP: %s\n", ctx->last_error().c_str());
+  const std::string msg = to_message(mine_);
+  char in[64] = {};
+  if (!(client() ? exchange_as_client(msg, in) : exchange_as_server(msg, in))) return false;
+  std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer_.lid, peer_.qpn, peer_.psn,
+              gid_text(peer_.gid).c_str());
+  std::fflush(stdout);
+  return !client() || connect_qp();
+}
+
+// One completion: count it, keep receives posted, and send again once the
+// last send and a receive have both completed. 0, or the exit status.
+int Pingpong::on_completion(const ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS) {
+    std::fprintf(stderr, "Failed status %s (%d) for wr_id %d\n", wc_status_str(wc.status), wc.status,
+                 static_cast<int>(wc.wr_id));
+    print_counters();
     return 1;
   }
-
-  auto post_send = [&]() {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), o.size, mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = kSendWrid;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad_wr = nullptr;
-    return qp->post_send(&wr, &bad_wr);
-  };
-  std::uint64_t pending = kRecvWrid;
-  if (!o.server.empty()) {
-    if (post_send() != 0) {
-      std::fprintf(stderr, "uroce-pingpong: couldn't post send\n");
+  if (wc.wr_id == kSendWrid) {
+    ++scnt_;
+  } else {
+    if (--routs_ <= 1) routs_ += post_recvs(o_.rx_depth - routs_);
+    ++rcnt_;
+  }
+  pending_ &= ~wc.wr_id;
+  if (scnt_ < o_.iters && pending_ == 0) {
+    if (!post_send()) {
+      fail("couldn't post send");
       return 1;
     }
-    pending |= kSendWrid;
+    pending_ = kRecvWrid | kSendWrid;
+  }
+  return 0;
+}
+
+void Pingpong::report(double usec) const {
+  const long long bytes = static_cast<long long>(o_.size) * o_.iters * 2;
+  std::printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6, static_cast<double>(bytes) * 8. / usec);
+  std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", o_.iters, usec / 1e6, usec / o_.iters);
+}
+
+// -c on the server: the client's marks arrived in every page.
+int Pingpong::check_pages() const {
+  int rc = 0;
+  for (std::uint32_t i = 0; i < o_.size; i += static_cast<std::uint32_t>(page_)) {
+    if (buf_[i] != 0) {
+      std::printf("invalid data in page %ld\n", static_cast<long>(i / page_));
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+// The ping-pong: the client sends first; o.iters messages each way.
+int Pingpong::run() {
+  if (client()) {
+    if (!post_send()) {
+      fail("couldn't post send");
+      return 1;
+    }
+    pending_ |= kSendWrid;
   }
   const auto start = Clock::now();
   auto last_progress = start;
-  std::uint32_t rcnt = 0;
-  std::uint32_t scnt = 0;
   ibv_wc wc[2];
-  while (rcnt < o.iters || scnt < o.iters) {
-    ctx->progress();
-    const int ne = cq->poll(2, wc);
+  while (rcnt_ < o_.iters || scnt_ < o_.iters) {
+    ctx_.progress();
+    const int ne = cq_->poll(2, wc);
     if (ne < 0) {
       std::fprintf(stderr, "uroce-pingpong: poll CQ failed %d\n", ne);
       return 1;
@@ -311,54 +375,32 @@ int run(const Options& o) {
     if (ne == 0) {
       if (Clock::now() - last_progress > std::chrono::seconds(30)) {
         std::fprintf(stderr, "uroce-pingpong: no completion for 30 s (sent %u, received %u); is the peer there?\n",
-                     scnt, rcnt);
-        if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
+                     scnt_, rcnt_);
+        print_counters();
         return 1;
       }
       continue;
     }
     last_progress = Clock::now();
     for (int i = 0; i < ne; ++i) {
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        std::fprintf(stderr, "Failed status %s (%d) for wr_id %d\n", wc_status_str(wc[i].status), wc[i].status,
-                     static_cast<int>(wc[i].wr_id));
-        if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
-        return 1;
-      }
-      if (wc[i].wr_id == kSendWrid) {
-        ++scnt;
-      } else {
-        if (--routs <= 1) routs += post_recv(o.rx_depth - routs);
-        ++rcnt;
-      }
-      pending &= ~wc[i].wr_id;
-      if (scnt < o.iters && pending == 0) {
-        if (post_send() != 0) {
-          std::fprintf(stderr, "uroce-pingpong: couldn't post send\n");
-          return 1;
-        }
-        pending = kRecvWrid | kSendWrid;
-      }
+      if (const int rc = on_completion(wc[i]); rc != 0) return rc;
     }
   }
-  const double usec = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  const long long bytes = static_cast<long long>(o.size) * o.iters * 2;
-  std::printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6, static_cast<double>(bytes) * 8. / usec);
-  std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec / 1e6, usec / o.iters);
-  int rc = 0;
-  if (o.validate && o.server.empty()) {
-    for (std::uint32_t i = 0; i < o.size; i += static_cast<std::uint32_t>(page)) {
-      if (buf[i] != 0) {
-        std::printf("invalid data in page %ld\n", static_cast<long>(i / page));
-        rc = 1;
-      }
-    }
-  }
+  report(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  const int rc = o_.validate && !client() ? check_pages() : 0;
   // Let the last ACKs leave before the port closes.
   const auto linger = Clock::now() + std::chrono::milliseconds(100);
-  while (Clock::now() < linger) ctx->progress();
-  if (o.counters) uroce::print_counters(*ctx, qp, &io.counters());
+  while (Clock::now() < linger) ctx_.progress();
+  print_counters();
   return rc;
+}
+
+int run(const Options& o) {
+  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-pingpong", o.port_id, o.ip);
+  if (!device) return 1;
+  Pingpong pingpong(o, *device->ctx, *device->io);
+  if (!pingpong.set_up() || !pingpong.exchange()) return 1;
+  return pingpong.run();
 }
 
 }  // namespace

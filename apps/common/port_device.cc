@@ -1,0 +1,22 @@
+#include "common/port_device.h"
+
+#include <cstdio>
+#include <string>
+
+#include "dpdk/eal.h"
+
+namespace uroce::app {
+
+std::unique_ptr<dpdk::Device> open_port_device(const char* tool, std::uint16_t port_id,
+                                               const std::array<std::uint8_t, 4>& ip, const cc::DcqcnParams* dcqcn) {
+  std::string error;
+  auto device = dpdk::Device::open(port_id, ip, tool, error, 1, dcqcn);
+  if (!device) {
+    std::fprintf(stderr, "%s: %s\n", tool, error.c_str());
+    return nullptr;
+  }
+  if (const std::string w = dpdk::no_huge_warning(tool); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+  return device;
+}
+
+}  // namespace uroce::app

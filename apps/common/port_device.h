@@ -1,0 +1,21 @@
+// Opening the device of a DPDK tool that runs on one port (uroce-pingpong,
+// uroce-perf's two-process mode), with the messages a user reads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "dpdk/device.h"
+
+namespace uroce::app {
+
+// The device on DPDK port `port_id` owning `ip`, named `tool` in telemetry;
+// EAL must be running. Prints a warning to stderr when its regions sit on
+// normal pages. nullptr, after printing "TOOL: why" to stderr, if the port
+// is missing or cannot start. `dcqcn`: congestion control (nullptr: off).
+std::unique_ptr<dpdk::Device> open_port_device(const char* tool, std::uint16_t port_id,
+                                               const std::array<std::uint8_t, 4>& ip,
+                                               const cc::DcqcnParams* dcqcn = nullptr);
+
+}  // namespace uroce::app
