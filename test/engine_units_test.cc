@@ -11,6 +11,7 @@
 #include "engine/qpn_map.h"
 #include "engine/spsc_ring.h"
 #include "engine/timer_wheel.h"
+#include "scripted_rc.h"
 #include "test_seed.h"
 
 namespace uroce::test {
@@ -32,6 +33,53 @@ TEST(QpnMap, FindsEveryKeyAndNothingElse) {
   EXPECT_EQ(m.find(0xfffffe), nullptr);
   m.rebuild({});
   EXPECT_EQ(m.find(0), nullptr);
+}
+
+// QPNs the verbs layer gives out (low bits distinct) index the table
+// directly at twice their number; one slot is looked at per lookup.
+TEST(QpnMap, SequentialQpnsNeedTwiceTheirNumberOfSlots) {
+  engine::QpnMap<int> m;
+  std::vector<std::pair<std::uint32_t, int>> entries;
+  for (int i = 0; i < 1000; ++i) entries.emplace_back(0x11 + static_cast<std::uint32_t>(i), i);
+  m.rebuild(entries);
+  EXPECT_EQ(m.capacity(), 2048u);
+  for (const auto& [qpn, v] : entries) ASSERT_EQ(*m.find(qpn), v);
+  // Any QPN a peer names costs one compare, found or not.
+  for (std::uint32_t q = 0x11 + 1000; q < 0x11 + 1000 + 4096; ++q) ASSERT_EQ(m.find(q), nullptr) << q;
+}
+
+// create_qp gives out QPNs whose low bits no live QP shares, however QPs
+// come and go (the QPN counter runs past 200 QPs' worth many times), and
+// never QP0 or QP1.
+TEST(QpnAllocation, LiveQpnsDifferInTheirLowBits) {
+  ManualClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{4, 4, 1, 1, 0}, 64);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = dev.cq;
+  init.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  std::vector<QueuePair*> live{dev.qp};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 3000; ++round) {
+    if (live.size() > 1 && rng() % 3 == 0) {
+      const std::size_t k = 1 + rng() % (live.size() - 1);
+      ASSERT_EQ(dev.pd->destroy_qp(live[k]), 0);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (live.size() < 200) {
+      QueuePair* q = dev.pd->create_qp(init);
+      ASSERT_NE(q, nullptr) << dev.ctx->last_error();
+      live.push_back(q);
+    }
+    // Two QPNs differ in the low bits of the smaller table either was made
+    // for (at most 512 slots for 200 QPs), so in the low 9 bits.
+    std::vector<std::uint32_t> residues;
+    for (QueuePair* q : live) {
+      ASSERT_GE(q->qp_num(), 2u);
+      residues.push_back(q->qp_num() & 511);
+    }
+    std::sort(residues.begin(), residues.end());
+    ASSERT_EQ(std::adjacent_find(residues.begin(), residues.end()), residues.end()) << "round " << round;
+  }
 }
 
 TEST(SpscRing, KeepsOrderAndCapacityAcrossThreads) {

@@ -1,6 +1,8 @@
-// QPN -> value, open addressing with linear probing, at most half full.
-// Rebuilt whole on the control path when QPs come and go; looked up on the
-// data path with one probe or two and no allocation.
+// QPN -> value, indexed directly by the QPN's low bits: one slot, one
+// compare per lookup, whatever QPN a packet names. QPNs are ours to
+// allocate (the verbs layer gives out QPNs whose low bits differ), so the
+// table is rebuilt whole on the control path at the smallest power-of-two
+// size, at least twice the entries, at which no two QPNs share a slot.
 #pragma once
 
 #include <cstdint>
@@ -14,26 +16,20 @@ class QpnMap {
  public:
   QpnMap() { rebuild({}); }
 
+  // QPNs are distinct and 24-bit; at 2^24 slots no two can collide.
   void rebuild(const std::vector<std::pair<std::uint32_t, V>>& entries) {
     std::size_t capacity = 64;
     while (capacity < 2 * (entries.size() + 1)) capacity *= 2;
-    slots_.assign(capacity, Slot{});
-    mask_ = static_cast<std::uint32_t>(capacity - 1);
-    for (const auto& [qpn, value] : entries) {
-      std::uint32_t i = slot_of(qpn);
-      while (slots_[i].qpn != kEmpty) i = (i + 1) & mask_;
-      slots_[i] = Slot{qpn, value};
-    }
+    while (!place(entries, capacity)) capacity *= 2;
   }
 
   // The value for `qpn`, or nullptr.
   const V* find(std::uint32_t qpn) const {
-    for (std::uint32_t i = slot_of(qpn);; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.qpn == qpn) return &s.value;
-      if (s.qpn == kEmpty) return nullptr;
-    }
+    const Slot& s = slots_[qpn & mask_];
+    return s.qpn == qpn ? &s.value : nullptr;
   }
+
+  std::size_t capacity() const { return slots_.size(); }
 
  private:
   static constexpr std::uint32_t kEmpty = 0xffffffffu;  // QPNs have 24 bits
@@ -41,7 +37,16 @@ class QpnMap {
     std::uint32_t qpn = kEmpty;
     V value{};
   };
-  std::uint32_t slot_of(std::uint32_t qpn) const { return (qpn * 0x9e3779b1u) >> 8 & mask_; }
+  bool place(const std::vector<std::pair<std::uint32_t, V>>& entries, std::size_t capacity) {
+    slots_.assign(capacity, Slot{});
+    mask_ = static_cast<std::uint32_t>(capacity - 1);
+    for (const auto& [qpn, value] : entries) {
+      Slot& s = slots_[qpn & mask_];
+      if (s.qpn != kEmpty) return false;
+      s = Slot{qpn, value};
+    }
+    return true;
+  }
 
   std::vector<Slot> slots_;
   std::uint32_t mask_ = 0;

@@ -390,7 +390,21 @@ transport::Qp& transport_qp(QueuePair* qp) { return qp->impl().qp; }
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   Context::Impl& c = ctx_->impl();
   return c.control([&] {
-    while (c.find_qp(c.next_qpn) != nullptr) c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+    // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
+    // the engines index QPs by those bits (engine/qpn_map.h), so they stay
+    // a direct, collision-free table even after the QPN space wraps.
+    std::uint32_t low = 64;
+    while (low < 2 * (c.qps.size() + 1)) low *= 2;
+    auto taken = [&](std::uint32_t qpn) {
+      if (qpn < 2) return true;
+      for (const auto& q : c.qps) {
+        if ((q->qp_num() & (low - 1)) == (qpn & (low - 1))) return true;
+      }
+      return false;
+    };
+    for (std::uint32_t tries = 0; taken(c.next_qpn) && tries < 0x1000000; ++tries) {
+      c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+    }
     return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
   });
 }
