@@ -316,13 +316,15 @@ TEST(Congestion, CnpsOnATaggedPathCarryTheConfiguredPriority) {
   peer.raw[15] = 2;
   ASSERT_EQ(connect_rc(qp, peer, 0x99, 0x100, 0x200, ConnectParams{}), 0) << ctx->last_error();
   transport::Qp& t = testing::transport_qp(qp);
-  t.tx_template.vlan_tci = 0x0064;  // VLAN 100, priority 0
+  t.path_spec.vlan_tci = 0x0064;  // VLAN 100, priority 0
+  transport::qp_build_paths(t, &cp);
   // A CE-marked SEND from the peer (no receive posted: an RNR NAK too).
-  wire::FrameSpec s = t.tx_template;
+  wire::FrameSpec s = t.path_spec;
   std::swap(s.eth_src, s.eth_dst);
   std::swap(s.src4, s.dst4);
   s.tos = 3;
   s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+  s.bth.pkey.set(0xffff);
   s.bth.dest_qp.set(qp->qp_num());
   s.bth.psn.set(0x200);
   const std::array<std::uint8_t, 8> payload{};

@@ -511,9 +511,10 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   spec.eth_src = d.pair->io_b->mac();
   const std::vector<std::uint8_t> bytes = cnp_frame(spec);
   wire::TxFrame cnp;
-  ASSERT_LE(bytes.size(), cnp.hdr.size());
-  std::copy(bytes.begin(), bytes.end(), cnp.hdr.begin());
-  cnp.hdr_len = static_cast<std::uint16_t>(bytes.size());
+  ASSERT_EQ(d.pair->io_b->tx_heads(&cnp.head, 1), 1);
+  ASSERT_LE(bytes.size(), cnp.head.room);
+  std::copy(bytes.begin(), bytes.end(), cnp.head.data);
+  cnp.head_len = static_cast<std::uint16_t>(bytes.size());
   ASSERT_EQ(d.pair->io_b->tx_burst(&cnp, 1), 1);
   for (int i = 0; i < 1000 && d.qa->congestion().cnps == 0; ++i) d.pair->step();
   const QueuePair::CongestionState cut = d.qa->congestion();

@@ -119,7 +119,7 @@ TEST(TimerWheel, FiresEachEntryOnceAtOrAfterItsDeadline) {
   std::vector<int> fired(500, 0);
   for (std::uint32_t q = 0; q < 500; ++q) {
     deadline[q] = now + rng() % 2'000'000;  // up to 2 ms: many turns
-    wheel.insert(q, deadline[q]);
+    wheel.insert(q, q, deadline[q]);
   }
   EXPECT_EQ(wheel.size(), 500u);
   EXPECT_EQ(wheel.earliest(), *std::min_element(deadline.begin(), deadline.end()));
@@ -143,8 +143,8 @@ TEST(TimerWheel, FiresEachEntryOnceAtOrAfterItsDeadline) {
   }
   // A deadline already past fires at the next expire; one far ahead waits
   // through a jump of many turns and fires when due.
-  wheel.insert(7, now - 5);
-  wheel.insert(8, now + 10'000'000);
+  wheel.insert(7, 7, now - 5);
+  wheel.insert(8, 8, now + 10'000'000);
   int n = 0;
   wheel.expire(now, [&](const auto& e) { EXPECT_EQ(e.qpn, 7u); ++n; });
   EXPECT_EQ(n, 1);
@@ -157,15 +157,43 @@ TEST(TimerWheel, FiresEachEntryOnceAtOrAfterItsDeadline) {
 
 TEST(TimerWheel, EntriesInsertedWhileFiringWaitForTheNextCall) {
   engine::TimerWheel wheel(1000, 8);
-  wheel.insert(1, 500);
+  wheel.insert(1, 1, 500);
   int calls = 0;
   wheel.expire(1000, [&](const engine::TimerWheel::Entry& e) {
     ++calls;
-    wheel.insert(e.qpn, 0);  // already past: must not fire within this call
+    wheel.insert(e.qpn, e.qpn, 0);  // already past: must not fire within this call
   });
   EXPECT_EQ(calls, 1);
   wheel.expire(1000, [&](const auto&) { ++calls; });
   EXPECT_EQ(calls, 2);
+}
+
+// One entry per handle (a QP's engine slot): a new deadline moves it, and
+// a QP that leaves takes its entry with it.
+TEST(TimerWheel, ANewDeadlineMovesTheEntryAndRemoveForgetsIt) {
+  engine::TimerWheel wheel(1000, 8);
+  wheel.reserve(8);
+  wheel.insert(3, 30, 50'000);  // a later turn
+  wheel.insert(3, 30, 2'000);
+  EXPECT_EQ(wheel.size(), 1u);
+  EXPECT_EQ(wheel.earliest(), 2'000u);
+  std::vector<engine::TimerWheel::Entry> fired;
+  wheel.expire(3'000, [&](const auto& e) { fired.push_back(e); });
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].qpn, 30u);
+  EXPECT_EQ(fired[0].at, 2'000u);
+  wheel.expire(60'000, [&](const auto& e) { fired.push_back(e); });
+  EXPECT_EQ(fired.size(), 1u) << "the moved deadline fired once, the old one never";
+  wheel.insert(4, 40, 61'000);
+  wheel.insert(5, 50, 62'000);
+  wheel.remove(4);
+  wheel.remove(4);  // twice: nothing more
+  EXPECT_EQ(wheel.size(), 1u);
+  EXPECT_EQ(wheel.earliest(), 62'000u);
+  wheel.expire(70'000, [&](const auto& e) { fired.push_back(e); });
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[1].qpn, 50u);
+  EXPECT_EQ(wheel.size(), 0u);
 }
 
 TEST(Handover, FramesReachTheirEngineFromEverySource) {

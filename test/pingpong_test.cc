@@ -181,7 +181,7 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
   if (!atomic) {
     const std::string& sender = read ? server.out : client.out;
     const auto at = sender.find("port.tx_zero_copy_frames ");
-    if (at == std::string::npos || sender.compare(at + 26, 2, "0 ") == 0) why += "no zero-copy frames; ";
+    if (at == std::string::npos || sender.compare(at + 25, 2, "0 ") == 0) why += "no zero-copy frames; ";
   }
   if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
   return why;

@@ -4,12 +4,11 @@
 namespace uroce {
 class Context;
 class QueuePair;
-namespace dpdk {
-struct PortIoCounters;
-}
 
-// The non-zero counters of `qp` (if given), the engine (drops by reason
-// included) and the port (if given), one per line, with their meaning.
-void print_counters(Context& ctx, QueuePair* qp, const dpdk::PortIoCounters* port);
+// The non-zero counters of `qp` (if given) and of the device (engine
+// counters, drops by reason, port counters: Context::stats(), summed over
+// its engines), one per line as "  scope.name value  description". Not from
+// a worker or inside a control call (it takes one).
+void print_counters(Context& ctx, QueuePair* qp);
 
 }  // namespace uroce

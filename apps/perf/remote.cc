@@ -49,7 +49,7 @@ class Endpoint {
   std::uint8_t* slot(std::uint32_t s) const { return buf_ + layout_.slot_offset(s); }
   QueuePair* qp_of_slot(std::uint64_t s) const { return qps_[s % o_.qps]; }
   std::uint64_t sum(const char* counter) const;
-  void print_counters() { uroce::print_counters(ctx_, qps_[0], &io_.counters()); }
+  void print_counters() { uroce::print_counters(ctx_, qps_[0]); }
 
   void prepare_buffer_and_qps();
   bool post_recv();

@@ -156,7 +156,7 @@ class Pingpong {
  private:
   bool client() const { return !o_.server.empty(); }
   void print_counters() {
-    if (o_.counters) uroce::print_counters(ctx_, qp_, &io_.counters());
+    if (o_.counters) uroce::print_counters(ctx_, qp_);
   }
   // Prints "uroce-pingpong: WHAT"; false.
   bool fail(const char* what) {

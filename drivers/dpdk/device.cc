@@ -4,6 +4,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/telemetry.h"
+#include "verbs/log.h"
 
 namespace uroce::dpdk {
 
@@ -40,6 +41,7 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
                                      const cc::DcqcnParams* dcqcn) {
   if (port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
+    logger().debug("{}", error);
     return nullptr;
   }
   auto d = std::make_unique<Device>();
@@ -51,14 +53,21 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   // mbufs that hold a whole frame).
   pc.max_frame = 9018;
   d->port = Port::open(pc, error);
-  if (!d->port) return nullptr;
+  if (!d->port) return nullptr;  // Port::open logged why
   d->queues = open_queues(*d->port, queues, ip);
   d->io = d->queues[0].get();
   uroce::PortConfig config = device_config(d->queues, d->clock);
   config.dcqcn = dcqcn;
   d->ctx = Context::open(config, error);
-  if (!d->ctx) return nullptr;
+  if (!d->ctx) {
+    logger().debug("device '{}': {}", name, error);
+    return nullptr;
+  }
   telemetry_expose(d->ctx.get(), name);
+  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}",
+                name, port_id, ip[0], ip[1], ip[2], ip[3], queues, 128 << config.active_mtu,
+                config.buffer_pages == uroce::PortConfig::Pages::kHuge ? "huge" : "normal",
+                dcqcn != nullptr ? "on" : "off");
   return d;
 }
 

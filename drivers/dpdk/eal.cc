@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "dpdk/rte.h"
+#include "verbs/log.h"
 
 namespace uroce::dpdk {
 namespace {
@@ -63,7 +64,9 @@ std::string check_hugepages(const std::vector<std::string>& eal_args, std::strin
          "or pass --no-huge to run on normal pages";
 }
 
-std::string eal_init(const std::vector<std::string>& eal_args) {
+namespace {
+
+std::string start_eal(const std::vector<std::string>& eal_args) {
   if (eal_started) return "EAL is already running in this process";
   if (std::string hint = check_hugepages(eal_args, read_meminfo()); !hint.empty()) return hint;
   std::vector<std::string> copy = eal_args;  // rte_eal_init may permute argv
@@ -83,6 +86,22 @@ std::string eal_init(const std::vector<std::string>& eal_args) {
     }
   }
   eal_started = true;
+  return "";
+}
+
+}  // namespace
+
+std::string eal_init(const std::vector<std::string>& eal_args) {
+  std::string line;
+  for (const auto& a : eal_args) line += (line.empty() ? "" : " ") + a;
+  logger().debug("EAL arguments: {}", line);
+  std::string error = start_eal(eal_args);
+  if (!error.empty()) {
+    logger().debug("{}", error);
+    return error;
+  }
+  logger().info("EAL started: {} lcore(s), main lcore {}, {}", rte_lcore_count(), rte_get_main_lcore(),
+                rte_eal_has_hugepages() ? "hugepages" : "normal pages (--no-huge)");
   return "";
 }
 

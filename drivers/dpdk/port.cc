@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "dpdk/rte.h"
+#include "verbs/log.h"
 
 namespace uroce::dpdk {
 namespace {
@@ -20,25 +21,31 @@ std::string errno_text(int rc) { return rte_strerror(rc < 0 ? -rc : rc); }
 std::uint16_t port_count() { return rte_eth_dev_count_avail(); }
 
 std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
+  // Every failure is returned in `error` (the caller reports it, once) and
+  // logged at debug level.
+  auto fail = [&error](std::string message) {
+    logger().debug("{}", message);
+    error = std::move(message);
+    return nullptr;
+  };
   std::uint16_t port = config.port_id;
   if (!config.name.empty() && rte_eth_dev_get_port_by_name(config.name.c_str(), &port) != 0) {
-    error = "no DPDK port named '" + config.name + "' (add it with --vdev or bind the NIC to a DPDK driver)";
-    return nullptr;
+    return fail("no DPDK port named '" + config.name + "' (add it with --vdev or bind the NIC to a DPDK driver)");
   }
   if (!rte_eth_dev_is_valid_port(port)) {
-    error = "no DPDK port " + std::to_string(port) + " (EAL found " + std::to_string(port_count()) + ")";
-    return nullptr;
+    return fail("no DPDK port " + std::to_string(port) + " (EAL found " + std::to_string(port_count()) + ")");
   }
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) {
-    error = "cannot query port " + std::to_string(port) + ": " + errno_text(rc);
-    return nullptr;
+    return fail("cannot query port " + std::to_string(port) + ": " + errno_text(rc));
   }
+  logger().debug("port {}: driver {}, at most {} RX / {} TX queues, max RX frame {}, TX offloads {:#x}", port,
+                 info.driver_name != nullptr ? info.driver_name : "?", info.max_rx_queues, info.max_tx_queues,
+                 info.max_rx_pktlen, info.tx_offload_capa);
   if (config.queues > info.max_rx_queues || config.queues > info.max_tx_queues) {
-    error = "port " + std::to_string(port) + " has at most " +
-            std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) + " queue pairs, " +
-            std::to_string(config.queues) + " asked";
-    return nullptr;
+    return fail("port " + std::to_string(port) + " has at most " +
+                std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) + " queue pairs, " +
+                std::to_string(config.queues) + " asked");
   }
 
   const std::string pool_name = "uroce_rx_" + std::to_string(port);
@@ -46,10 +53,10 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), config.mbufs, 256, 0, data_room,
                                               static_cast<int>(rte_eth_dev_socket_id(port) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(port)));
   if (pool == nullptr) {
-    error = "cannot create the mbuf pool for port " + std::to_string(port) + ": " +
-            rte_strerror(rte_errno) + " (more hugepages, or a larger -m with --no-huge)";
-    return nullptr;
+    return fail("cannot create the mbuf pool for port " + std::to_string(port) + ": " + rte_strerror(rte_errno) +
+                " (more hugepages, or a larger -m with --no-huge)");
   }
+  logger().debug("port {}: mbuf pool {}: {} mbufs of {} bytes", port, pool_name, config.mbufs, data_room);
 
   rte_eth_conf conf{};
   // Ask for jumbo frames only where the device says it takes them. The
@@ -71,10 +78,14 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   }
   if (rc == 0) rc = rte_eth_dev_start(port);
   if (rc != 0) {
-    error = "cannot start port " + std::to_string(port) + ": " + errno_text(rc);
     rte_mempool_free(pool);
-    return nullptr;
+    return fail("cannot start port " + std::to_string(port) + ": " + errno_text(rc));
   }
+  logger().info("port {} ({}): {} queue pair(s) of {} RX / {} TX descriptors, max frame {}, MTU {}, "
+                "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}",
+                port, info.driver_name != nullptr ? info.driver_name : "?", config.queues, config.rx_desc,
+                config.tx_desc, config.max_frame, conf.rxmode.mtu != 0 ? std::to_string(conf.rxmode.mtu) : "default",
+                multi_seg ? "on" : "off", ipv4_cksum ? "on" : "off");
   return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame));
 }
 
@@ -83,6 +94,10 @@ namespace {
 struct Closing {
   std::uint16_t port;
   rte_mempool* pool;
+  // Hand-over to the interrupt thread and back, as acquire/release pairs
+  // (the alarm's own hand-over goes through EAL, which ThreadSanitizer
+  // does not see).
+  std::atomic<bool> handed{false};
   std::atomic<bool> done{false};
 };
 
@@ -105,9 +120,12 @@ Port::~Port() {
   Closing c{port_id_, as_pool(pool_)};
   auto run = [](void* arg) {
     auto* closing = static_cast<Closing*>(arg);
+    while (!closing->handed.load(std::memory_order_acquire)) {
+    }
     close_port(*closing);
     closing->done.store(true, std::memory_order_release);
   };
+  c.handed.store(true, std::memory_order_release);
   if (rte_eal_alarm_set(1, run, &c) != 0) {
     close_port(c);
     return;

@@ -142,15 +142,46 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
 }
 
 void PortIo::rx_release(engine::RxFrame* frames, std::uint16_t n) {
-  for (std::uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(as_mbuf(frames[i].cookie));
+  std::array<rte_mbuf*, 64> done;
+  for (std::uint16_t i = 0; i < n;) {
+    unsigned k = 0;
+    for (; k < done.size() && i < n; ++k, ++i) done[k] = as_mbuf(frames[i].cookie);
+    rte_pktmbuf_free_bulk(done.data(), k);
+  }
+}
+
+std::uint16_t PortIo::tx_heads(wire::TxHead* heads, std::uint16_t n) {
+  std::array<rte_mbuf*, 64> m;
+  n = std::min<std::uint16_t>(n, static_cast<std::uint16_t>(m.size()));
+  if (n == 0) return 0;
+  if (rte_pktmbuf_alloc_bulk(static_cast<rte_mempool*>(port_.pool()), m.data(), n) != 0) {
+    // The pool is short: what is left, one at a time.
+    std::uint16_t got = 0;
+    for (; got < n && (m[got] = rte_pktmbuf_alloc(static_cast<rte_mempool*>(port_.pool()))) != nullptr; ++got) {
+    }
+    if (got < n) ++counters_.tx_dropped_no_mbuf;
+    n = got;
+  }
+  for (std::uint16_t i = 0; i < n; ++i) {
+    heads[i] = wire::TxHead{rte_pktmbuf_mtod(m[i], std::uint8_t*), rte_pktmbuf_tailroom(m[i]), m[i]};
+  }
+  return n;
+}
+
+void PortIo::tx_heads_return(const wire::TxHead* heads, std::uint16_t n) {
+  for (std::uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(as_mbuf(heads[i].cookie));
+}
+
+std::uint16_t PortIo::tx_copy_limit() const {
+  return port_.multi_seg_tx() ? static_cast<std::uint16_t>(kZeroCopyFrom - 1) : port_.max_frame();
 }
 
 void PortIo::mark_offloads(void* mbuf, const wire::TxFrame& f) {
   // IPv4 frames whose header checksum the engine left to the port.
-  if (!port_.ipv4_checksum_offload() || (f.hdr[f.l3_offset] >> 4) != 4) return;
+  if (!port_.ipv4_checksum_offload() || (f.head.data[f.l3_offset] >> 4) != 4) return;
   rte_mbuf* m = as_mbuf(mbuf);
   m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
-  m->tx_offload = rte_mbuf_tx_offload(f.l3_offset, (f.hdr[f.l3_offset] & 0x0fu) * 4u, 0, 0, 0, 0, 0);
+  m->tx_offload = rte_mbuf_tx_offload(f.l3_offset, (f.head.data[f.l3_offset] & 0x0fu) * 4u, 0, 0, 0, 0, 0);
   ++counters_.tx_ipv4_checksum_offloaded;
 }
 
@@ -163,73 +194,70 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
   std::uint16_t i = 0;
   for (; i < n && built < burst.size(); ++i) {
     const wire::TxFrame& f = frames[i];
-    if (f.frame_bytes() > port_.max_frame()) [[unlikely]] {
-      // Larger than the port carries (a path MTU above the port's): dropped
-      // and counted, never offered again, so it cannot block the queue.
+    rte_mbuf* head = as_mbuf(f.head.cookie);
+    if (f.frame_bytes() > port_.max_frame() || f.head_len == 0) [[unlikely]] {
+      // Larger than the port carries (a path MTU above the port's), or no
+      // frame at all: dropped and counted, never offered again, so it
+      // cannot block the queue.
       ++counters_.tx_dropped_too_long;
+      rte_pktmbuf_free(head);
       continue;
     }
-    rte_mbuf* head = rte_pktmbuf_alloc(pool);
-    if (head == nullptr) {
-      ++counters_.tx_dropped_no_mbuf;
-      break;
-    }
-    const std::uint32_t payload = f.payload_bytes();
-    if (!port_.multi_seg_tx() || payload < kZeroCopyFrom) {
-      // One mbuf: headers, payload pieces, trailer, copied.
-      auto* p = reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(head, static_cast<std::uint16_t>(f.frame_bytes())));
-      if (p == nullptr) {
-        rte_pktmbuf_free(head);
-        ++counters_.tx_dropped_no_mbuf;
-        break;
-      }
-      f.copy_to(p);
-      counters_.tx_copied_bytes += payload;
+    // The head mbuf holds what the engine wrote: headers, and a short
+    // payload with its pad and ICRC.
+    head->data_len = f.head_len;
+    head->pkt_len = f.head_len;
+    if (f.npieces == 0) {
+      counters_.tx_copied_bytes += f.copied;
       mark_offloads(head, f);
       origin[built] = i;
       burst[built++] = head;
       continue;
     }
-    // Zero copy: the headers in `head`, each payload piece as an external
-    // buffer pointing into the region, then the pad and ICRC in a tail mbuf.
-    std::memcpy(rte_pktmbuf_append(head, f.hdr_len), f.hdr.data(), f.hdr_len);
-    bool ok = true;
-    for (int k = 0; k < f.npieces && ok; ++k) {
-      rte_mbuf* seg = rte_pktmbuf_alloc(pool);
-      if (seg == nullptr) {
-        ok = false;
-        break;
-      }
+    // Zero copy: each payload piece as an external buffer pointing into the
+    // region, then the pad and ICRC in a tail mbuf.
+    std::array<rte_mbuf*, wire::TxFrame::kMaxPieces + 1> segs;
+    const unsigned nsegs = f.npieces + 1u;
+    if (rte_pktmbuf_alloc_bulk(pool, segs.data(), nsegs) != 0) {
+      ++counters_.tx_dropped_no_mbuf;
+      break;  // the frame stays with the engine, its head too
+    }
+    for (int k = 0; k < f.npieces; ++k) {
+      rte_mbuf* seg = segs[static_cast<std::size_t>(k)];
       auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
       const auto len = static_cast<std::uint16_t>(f.pieces[k].size());
       rte_mbuf_ext_refcnt_update(shinfo, 1);
       rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
       seg->data_len = len;
       seg->pkt_len = len;
-      ok = rte_pktmbuf_chain(head, seg) == 0;
-      if (!ok) rte_pktmbuf_free(seg);
     }
-    rte_mbuf* tail = ok ? rte_pktmbuf_alloc(pool) : nullptr;
-    if (tail != nullptr) {
-      std::memcpy(rte_pktmbuf_append(tail, f.trailer_len), f.trailer.data(), f.trailer_len);
-      ok = rte_pktmbuf_chain(head, tail) == 0;
-      if (!ok) rte_pktmbuf_free(tail);
+    rte_mbuf* tail = segs[f.npieces];
+    std::memcpy(rte_pktmbuf_append(tail, f.trailer_len), f.trailer.data(), f.trailer_len);
+    // Linked by hand: the chain is built once, its length known.
+    rte_mbuf* prev = head;
+    for (unsigned k = 0; k < nsegs; ++k) {
+      prev->next = segs[k];
+      prev = segs[k];
     }
-    if (!ok || tail == nullptr) {
-      rte_pktmbuf_free(head);  // the chain, external buffers released
-      ++counters_.tx_dropped_no_mbuf;
-      break;
-    }
+    head->nb_segs = static_cast<std::uint16_t>(1 + nsegs);
+    head->pkt_len = f.frame_bytes();
     ++counters_.tx_zero_copy_frames;
-    counters_.tx_zero_copy_bytes += payload;
+    counters_.tx_zero_copy_bytes += f.payload_in_pieces();
     mark_offloads(head, f);
     origin[built] = i;
     burst[built++] = head;
   }
   const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
-  for (std::uint16_t k = sent; k < built; ++k) rte_pktmbuf_free(burst[k]);
   // Taken: every frame before the first one the device refused (dropped
-  // ones included); all that were looked at when it took everything.
+  // ones included); all that were looked at when it took everything. The
+  // refused ones go back to the engine with their heads, unchained.
+  for (std::uint16_t k = sent; k < built; ++k) {
+    rte_mbuf* head = burst[k];
+    if (head->next != nullptr) rte_pktmbuf_free(head->next);
+    head->next = nullptr;
+    head->nb_segs = 1;
+    head->pkt_len = head->data_len;
+  }
   return sent < built ? origin[sent] : i;
 }
 

@@ -25,33 +25,38 @@ class TscClock : public engine::Clock {
   double ns_per_cycle_;
 };
 
+// The port's own counters, declared once (name, description): the fields of
+// PortIoCounters and the rows PortIo::visit_counters() reports (telemetry,
+// --counters, Context::stats()).
+#define UROCE_PORT_COUNTER_LIST(X)                                                                 \
+  X(arp_requests_answered, "ARP requests for our address answered")                              \
+  X(arp_replies_learned, "ARP replies learned: for addresses being resolved or known")          \
+  X(nd_solicitations_answered, "IPv6 neighbour solicitations for our address answered")         \
+  X(nd_advertisements_learned, "IPv6 neighbour advertisements learned: targets pending or known") \
+  X(neighbors_refused, "ARP replies and NAs for addresses neither being resolved nor known: not stored (RFC 4861 7.2.5)") \
+  X(neighbors_evicted, "learned senders (ARP requests, NSes) pushed out by newer ones: a flood shows here") \
+  X(neighbors_wanted_evicted, "configured or resolved peers pushed out: more peers than the table holds") \
+  X(tx_copied_bytes, "payload bytes gathered (copied) into one mbuf")                           \
+  X(tx_zero_copy_frames, "frames whose payload left from the registered region itself")         \
+  X(tx_zero_copy_bytes, "payload bytes sent zero-copy from the registered region")              \
+  X(tx_dropped_no_mbuf, "frames held back (offered again) for want of mbufs")                   \
+  X(tx_dropped_too_long, "frames not sent: longer than the port's max_frame")                   \
+  X(tx_ipv4_checksum_offloaded, "frames whose IPv4 header checksum the port fills")             \
+  X(rx_linearized, "multi-segment frames copied into one mbuf")                                 \
+  X(rx_dropped_too_long, "frames dropped: longer than the largest frame taken")                 \
+  X(rx_dropped_no_mbuf, "multi-segment frames dropped: no mbuf to linearize into")              \
+  X(rx_other, "frames dropped: neither RoCEv2 nor ARP/ND for us")                               \
+  X(regions_registered, "memory regions registered with DPDK as external memory")               \
+  X(regions_dma_mapped, "memory regions DMA-mapped for the device")                             \
+  X(regions_dma_unneeded, "memory regions the device needs no mapping for (virtual devices)")   \
+  X(regions_register_failed, "memory regions DPDK refused to register")
+
+// Written by the engine's thread (or a control call, which holds it) with
+// plain stores: read them in a control call or once the engine is stopped.
 struct PortIoCounters {
-  std::uint64_t arp_requests_answered = 0;
-  std::uint64_t arp_replies_learned = 0;  // replies for addresses pending or known
-  std::uint64_t nd_solicitations_answered = 0;
-  std::uint64_t nd_advertisements_learned = 0;  // NAs for targets pending or known
-  // ARP replies and NAs for addresses neither being resolved nor known:
-  // nothing stored (for NAs, RFC 4861 7.2.5).
-  std::uint64_t neighbors_refused = 0;
-  // Learned senders (ARP requests, NSes for our address) pushed out by newer
-  // ones: a flood from many senders shows here.
-  std::uint64_t neighbors_evicted = 0;
-  // Configured or resolved peers pushed out: more peers than the table holds.
-  std::uint64_t neighbors_wanted_evicted = 0;
-  std::uint64_t tx_copied_bytes = 0;   // payload bytes gathered into one mbuf
-  std::uint64_t tx_zero_copy_frames = 0;  // frames whose payload left from the region itself
-  std::uint64_t tx_zero_copy_bytes = 0;
-  std::uint64_t tx_dropped_no_mbuf = 0;  // frames held back (offered again) for want of mbufs
-  std::uint64_t tx_dropped_too_long = 0;  // frames longer than the port's max_frame
-  std::uint64_t tx_ipv4_checksum_offloaded = 0;  // frames whose IPv4 checksum the port fills
-  std::uint64_t rx_linearized = 0;  // multi-segment frames copied into one mbuf
-  std::uint64_t rx_dropped_too_long = 0;  // frames longer than the largest frame we take
-  std::uint64_t rx_dropped_no_mbuf = 0;   // multi-segment frames not linearized: pool empty
-  std::uint64_t rx_other = 0;       // non-RoCE, non-ARP frames (dropped)
-  std::uint64_t regions_registered = 0;   // registered with DPDK as external memory
-  std::uint64_t regions_dma_mapped = 0;   // DMA-mapped for the device
-  std::uint64_t regions_dma_unneeded = 0; // the device needs no mapping (virtual devices)
-  std::uint64_t regions_register_failed = 0;
+#define UROCE_X(name, description) std::uint64_t name = 0;
+  UROCE_PORT_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
 };
 
 class PortIo : public engine::PacketIo {
@@ -66,6 +71,13 @@ class PortIo : public engine::PacketIo {
   std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override;
   void rx_release(engine::RxFrame* frames, std::uint16_t n) override;
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override;
+  // Heads are mbufs of the port's pool, taken in bulk; payloads under
+  // 512 bytes (all of them on a port without multi-segment TX) are copied
+  // into them, longer ones attached as external buffers.
+  bool provides_tx_heads() const override { return true; }
+  std::uint16_t tx_heads(wire::TxHead* heads, std::uint16_t n) override;
+  void tx_heads_return(const wire::TxHead* heads, std::uint16_t n) override;
+  std::uint16_t tx_copy_limit() const override;
   // IPv4-mapped GIDs by ARP, IPv6 GIDs by neighbour discovery (RFC 4861):
   // the neighbour table, else a request answered within a second (this
   // port's receive queue is polled meanwhile). Returns false when no answer
@@ -88,6 +100,13 @@ class PortIo : public engine::PacketIo {
   ibv_gid gid() const;  // ::ffff:a.b.c.d
   ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
   const PortIoCounters& counters() const { return counters_; }
+  // Every row of UROCE_PORT_COUNTER_LIST, in list order.
+  void visit_counters(void (*visit)(void* arg, const char* name, const char* description, std::uint64_t value),
+                      void* arg) const override {
+#define UROCE_X(name, description) visit(arg, #name, description, counters_.name);
+    UROCE_PORT_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+  }
   const Port& port() const { return port_; }
   std::uint16_t queue() const { return queue_; }
 

@@ -3,6 +3,7 @@
 #include "dpdk/device.h"
 #include "dpdk/telemetry.h"
 #include "engine/engine.h"
+#include "verbs/log.h"
 
 namespace uroce::dpdk {
 
@@ -10,7 +11,10 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
                                            const cc::DcqcnParams* dcqcn) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
-  if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) return nullptr;
+  if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) {
+    logger().debug("ring pair '{}': {}", name, error);
+    return nullptr;
+  }
   auto pair = std::unique_ptr<RingPair>(new RingPair());
   // Frames up to a 9000-byte MTU; RoCE uses up to 4096 bytes of payload.
   PortConfig cfg;
@@ -36,9 +40,14 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   ca.dcqcn = cb.dcqcn = dcqcn;
   pair->a = Context::open(ca, error);
   pair->b = Context::open(cb, error);
-  if (!pair->a || !pair->b) return nullptr;
+  if (!pair->a || !pair->b) {
+    logger().debug("ring pair '{}': {}", name, error);
+    return nullptr;
+  }
   telemetry_expose(pair->a.get(), name + "-a");
   telemetry_expose(pair->b.get(), name + "-b");
+  logger().info("ring pair '{}': ports {} and {}, {} engine(s) each, active MTU {}", name,
+                ida, idb, queues, 128 << ca.active_mtu);
   return pair;
 }
 

@@ -2,11 +2,18 @@
 // (dpdk-telemetry.py, or any client of the telemetry socket):
 //   /uroce/devices            the devices exposed, by index
 //   /uroce/engine,DEV         a device's engine counters and drops by reason
+//                             (drop_icrc_mismatch, ...), summed over its
+//                             engines ("engines": how many)
+//   /uroce/port,DEV           its port counters (tx_zero_copy_frames,
+//                             arp_requests_answered, ...), summed over its
+//                             port queues ("queues": how many)
 //   /uroce/qps,DEV            its QP numbers
 //   /uroce/qp,DEV,QPN         one QP's counters and state
-// Each answer is copied in one read-only control call (the engines held
-// between two polls for the copy, a few microseconds), so its values are a
-// consistent set; the handlers never touch a QP while an engine runs.
+// Every counter of a list is reported, zero or not, under the name the
+// stats registry gives it (uroce/stats.h, Context::stats()). Each answer is
+// copied in one read-only control call (the engines held between two polls
+// for the copy, a few microseconds), so its values are a consistent set;
+// the handlers never touch a QP while an engine runs.
 #pragma once
 
 #include <string>

@@ -56,6 +56,8 @@ class ProtectionDomain;
 class MemoryRegion;
 class CompletionQueue;
 class QueuePair;
+struct Stat;     // include/uroce/stats.h
+struct QpStats;  // include/uroce/stats.h
 
 // Device limits, as ibv_query_device reports them.
 struct DeviceLimits {
@@ -158,6 +160,22 @@ class Context {
   engine::Engine& engine(std::size_t i = 0);
   std::size_t engine_count() const;
 
+  // The device's counters (include/uroce/stats.h): every engine counter and
+  // drop reason (scope kEngine), then every counter of its port (kPort),
+  // each summed over the engines and their port queues. Copied in one
+  // read-only control call, so the values are a consistent set; safe beside
+  // the workers, but not from a worker or inside another control call.
+  std::vector<Stat> stats() const;
+  // The same for engine `engine` alone and its port queue; empty past
+  // engine_count().
+  std::vector<Stat> engine_stats(std::size_t engine) const;
+  // The numbers of the QPs the engines serve, engine by engine (one
+  // read-only control call).
+  std::vector<std::uint32_t> qp_nums() const;
+  // QP `qpn`'s counters, state and engine, copied in one read-only control
+  // call. Returns false, `out` untouched, when no engine serves that QP.
+  bool qp_stats(std::uint32_t qpn, QpStats& out) const;
+
   struct Impl;
   Impl& impl() { return *impl_; }
 
@@ -243,6 +261,9 @@ class QueuePair {
   // A per-QP counter by name (lib/transport/counters.h lists them); 0 for
   // an unknown name.
   std::uint64_t counter(const char* name) const;
+  // Every per-QP counter (scope kQp, include/uroce/stats.h), in list order,
+  // each read as counter() reads it: safe while workers run.
+  std::vector<Stat> stats() const;
 
   // The QP's DCQCN state (reaction point). `enabled` false when the device
   // runs without congestion control or the QP has sent nothing yet.

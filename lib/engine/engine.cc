@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "wire/frame.h"
 
@@ -23,7 +25,21 @@ Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
     : io_(io), clock_(clock), doorbells_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64)) {
   env_.mrs = &mrs;
   env_.ipv4_checksum_offload = io.ipv4_checksum_offload();
+  if (io.provides_tx_heads()) {
+    env_.copy_limit = io.tx_copy_limit();
+  } else {
+    own_heads_.resize(std::size_t{kOwnHeadBytes} * heads_.size());
+    for (std::size_t i = 0; i < heads_.size(); ++i) {
+      heads_[nheads_++] = wire::TxHead{own_heads_.data() + i * kOwnHeadBytes, kOwnHeadBytes, nullptr};
+    }
+  }
   rebuild_index();
+}
+
+Engine::~Engine() {
+  if (!io_.provides_tx_heads()) return;
+  io_.tx_heads_return(heads_.data(), nheads_);
+  for (std::uint16_t i = 0; i < tx_pending_; ++i) io_.tx_heads_return(&tx_[i].head, 1);
 }
 
 bool Engine::add_qp(transport::Qp* qp) {
@@ -47,6 +63,7 @@ bool Engine::add_qp(transport::Qp* qp) {
   // here, they never grow on the data path.
   active_.reserve(qp_list_.size());
   cnp_due_.reserve(qp_list_.size());
+  timers_.reserve(slots_.size());
   rebuild_index();
   touch(qp);
   return true;
@@ -57,6 +74,7 @@ void Engine::remove_qp(transport::Qp* qp) {
   qp_list_.erase(std::remove(qp_list_.begin(), qp_list_.end(), qp), qp_list_.end());
   active_.erase(std::remove(active_.begin(), active_.end(), qp), active_.end());
   slots_[qp->sched.slot] = nullptr;
+  timers_.remove(qp->sched.slot);
   free_slots_.push_back(qp->sched.slot);
   qp->doorbell = nullptr;
   tx_cursor_ = 0;
@@ -139,7 +157,7 @@ void Engine::finish() {
     const std::uint64_t paced = transport::paced_until(*qp, env_);
     if (paced != 0 && (want == 0 || paced < want)) want = paced;
     if (want != 0 && (qp->sched.timer_at == 0 || want < qp->sched.timer_at)) {
-      timers_.insert(qp->qpn, want);
+      timers_.insert(qp->sched.slot, qp->qpn, want);
       qp->sched.timer_at = want;
     }
   }
@@ -230,8 +248,18 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
   return keep;
 }
 
-void Engine::transmit() {
+void Engine::transmit_frames() {
   std::uint16_t count = tx_pending_;
+  // A head for every frame this burst may add: the port's, refilled in
+  // bulk; own heads come back after each burst.
+  const bool port_heads = own_heads_.empty();
+  if (port_heads && nheads_ < kBurst) {
+    nheads_ = static_cast<std::uint16_t>(nheads_ + io_.tx_heads(heads_.data() + nheads_, kBurst - nheads_));
+  }
+  env_.heads = heads_.data();
+  env_.heads_left = nheads_;
+  const auto room = [&] { return std::min<std::uint16_t>(static_cast<std::uint16_t>(kBurst - count), env_.heads_left); };
+
   const std::size_t nq = active_.size();
   if (tx_cursor_ >= nq) tx_cursor_ = 0;
   // CNPs first (the sender should slow down soonest), then responder
@@ -239,30 +267,68 @@ void Engine::transmit() {
   // from a rotating start so none starves.
   std::size_t last = tx_cursor_;
   std::size_t cnps = 0;
-  for (; cnps < cnp_due_.size() && count < kBurst; ++cnps) {
+  for (; cnps < cnp_due_.size() && room() > 0; ++cnps) {
     // By QPN: a QP destroyed since owes nothing.
     if (transport::Qp* qp = find_qp(cnp_due_[cnps])) {
-      count = static_cast<std::uint16_t>(count + transport::cnp_fill(*qp, env_, tx_.data() + count, kBurst - count));
+      count = static_cast<std::uint16_t>(count + transport::cnp_fill(*qp, env_, tx_.data() + count, room()));
     }
   }
   cnp_due_.erase(cnp_due_.begin(), cnp_due_.begin() + static_cast<std::ptrdiff_t>(cnps));
-  for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
+  for (std::size_t k = 0; k < nq && room() > 0; ++k) {
     transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
-    count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, kBurst - count));
+    count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, room()));
   }
-  for (std::size_t k = 0; k < nq && count < kBurst; ++k) {
+  for (std::size_t k = 0; k < nq && room() > 0; ++k) {
     last = (tx_cursor_ + k) % nq;
-    count = static_cast<std::uint16_t>(count + transport::requester_fill(*active_[last], env_, tx_.data() + count, kBurst - count));
+    count = static_cast<std::uint16_t>(count + transport::requester_fill(*active_[last], env_, tx_.data() + count, room()));
   }
-  burst_full_ = count == kBurst;
+  nheads_ = env_.heads_left;
+  burst_full_ = room() == 0;  // a full burst, or out of heads: QPs may have more
   // The next burst starts after the last QP that had its turn.
   if (nq > 0) tx_cursor_ = (last + 1) % nq;
   if (count == 0) return;
   const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
   add_counter(EngineCounter::tx_frames, sent);
-  // Whatever the port did not take goes first next time.
+  if (!port_heads) {
+    for (std::uint16_t k = 0; k < sent; ++k) heads_[nheads_++] = tx_[k].head;
+  }
+  // Whatever the port did not take goes first next time, with its head.
   std::copy(tx_.begin() + sent, tx_.begin() + count, tx_.begin());
   tx_pending_ = static_cast<std::uint16_t>(count - sent);
+}
+
+#ifdef UROCE_PROFILE_TX
+namespace {
+
+// A build with -DUROCE_PROFILE_TX times the engines' TX path (frames built
+// and handed to the port) and prints it at exit, for same-run A/B
+// comparisons (tools/bench-ab.sh). Off in normal builds.
+struct TxProfile {
+  std::uint64_t ns = 0;
+  std::uint64_t frames = 0;
+  ~TxProfile() {
+    if (frames != 0) {
+      std::fprintf(stderr, "uroce profile: TX path %.1f ns per frame sent (%llu frames)\n",
+                   static_cast<double>(ns) / static_cast<double>(frames), static_cast<unsigned long long>(frames));
+    }
+  }
+};
+TxProfile g_tx_profile;
+
+}  // namespace
+#endif
+
+void Engine::transmit() {
+#ifdef UROCE_PROFILE_TX
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t before = counter(EngineCounter::tx_frames);
+  transmit_frames();
+  g_tx_profile.ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  g_tx_profile.frames += counter(EngineCounter::tx_frames) - before;
+#else
+  transmit_frames();
+#endif
 }
 
 }  // namespace uroce::engine

@@ -48,6 +48,10 @@ const char* engine_counter_name(EngineCounter c);
 class Engine {
  public:
   Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs);
+  // Heads the port gave and frames it did not take go back to it.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Several engines on queues of one port: this one is worker `self` of
   // `handover`, which says who serves the QPs it does not. Frames released
@@ -108,6 +112,7 @@ class Engine {
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
   void transmit();
+  void transmit_frames();
   // The engine's own counters: only its thread (or a control call) adds.
   void add_counter(EngineCounter c, std::uint64_t n = 1) {
     transport::counter_add(counters_[static_cast<std::size_t>(c)], n);
@@ -136,6 +141,12 @@ class Engine {
   std::array<RxFrame, kBurst> rx_;
   std::array<wire::TxFrame, kBurst> tx_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
+  // Heads for the frames of the next bursts, taken from the top: the port's
+  // (refilled in bulk), or blocks of own_heads_ for ports that have none.
+  static constexpr std::uint16_t kOwnHeadBytes = 128;  // Ethernet .. the largest extension headers
+  std::array<wire::TxHead, 2 * kBurst> heads_{};
+  std::uint16_t nheads_ = 0;
+  std::vector<std::uint8_t> own_heads_;
   std::array<std::uint64_t, static_cast<std::size_t>(EngineCounter::kCount)> counters_{};
   std::array<std::uint64_t, wire::kParseStatusCount> parse_drops_{};
 };

@@ -46,33 +46,20 @@ std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room)
   if (!qp.congestion.cnp_due || room == 0) return 0;
   qp.congestion.cnp_due = false;
   if (!qp.receives()) return 0;
-  // The template is the QP's: addresses, P_Key and the peer's QPN as dest
-  // QP. A CNP sets the rest; the next request or response sets them again,
-  // and the IP class is put back here.
-  wire::FrameSpec& t = qp.tx_template;
-  const std::uint8_t tos = t.tos;
-  const std::uint8_t traffic_class = t.traffic_class;
-  const std::optional<std::uint16_t> vlan = t.vlan_tci;
-  const auto cnp_class = static_cast<std::uint8_t>(env.dcqcn->cnp_dscp << 2);
-  t.tos = cnp_class;
-  t.traffic_class = cnp_class;
-  // On a VLAN-tagged path the CNP's 802.1p priority too (PCP, the top 3 bits).
-  if (vlan) t.vlan_tci = static_cast<std::uint16_t>((*vlan & 0x1fff) | (env.dcqcn->cnp_priority & 7) << 13);
-  wire::Bth& b = t.bth;
-  b.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
-  b.set_flags(false, false, 0);
-  b.fecn_becn = 0;
-  b.set_becn(true);
-  b.set_ack_req(false);
-  b.psn.set(0);
+  // The CNP's own path headers (its class and priority), the peer's QPN
+  // as destination QP, BECN set, PSN 0, 16 reserved bytes.
+  wire::TransportHeaders th;
+  th.bth = qp.bth_base;
+  th.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  th.bth.set_flags(false, false, 0);
+  th.bth.fecn_becn = 0;
+  th.bth.set_becn(true);
+  th.bth.set_ack_req(false);
+  th.bth.psn.set(0);
   wire::TxFrame& f = out[0];
   f.npieces = 1;
   f.pieces[0] = std::span<const std::uint8_t>(kCnpReserved);
-  emit_frame(qp, env, f, static_cast<std::uint32_t>(kCnpReserved.size()));
-  b.set_becn(false);
-  t.tos = tos;
-  t.traffic_class = traffic_class;
-  t.vlan_tci = vlan;
+  emit_frame(qp.cnp_path, env, f, th, static_cast<std::uint32_t>(kCnpReserved.size()));
   qp.counters.add(QpCounter::cnps_sent);
   return 1;
 }

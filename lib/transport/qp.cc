@@ -80,7 +80,7 @@ void push_flush(CompletionRing* cq, std::uint64_t wr_id, std::uint32_t qpn, ibv_
 }  // namespace
 
 void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
-              const std::uint8_t local_mac[6], const ibv_gid& local_gid) {
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn) {
   if (mask & IBV_QP_ACCESS_FLAGS) qp.attr.qp_access_flags = attr.qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) qp.attr.pkey_index = attr.pkey_index;
   if (mask & IBV_QP_PORT) qp.attr.port_num = attr.port_num;
@@ -120,7 +120,7 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   }
   if (mask & IBV_QP_AV) {
     qp.attr.ah_attr = attr.ah_attr;
-    wire::FrameSpec& t = qp.tx_template;
+    wire::FrameSpec& t = qp.path_spec;
     std::memcpy(t.eth_dst.data(), peer_mac, 6);
     std::memcpy(t.eth_src.data(), local_mac, 6);
     const std::uint8_t* dgid = attr.ah_attr.grh.dgid.raw;
@@ -143,9 +143,10 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
     // peer's receive queues (A17.5.1 leaves the choice to the sender).
     t.udp_src_port = static_cast<std::uint16_t>(0xc000 | (qp.qpn & 0x3fff));
     t.udp_dst_port = wire::kRoceV2Port;
-    t.bth.pkey.set(0xffff);
+    qp_build_paths(qp, dcqcn);
   }
-  if (mask & IBV_QP_DEST_QPN) qp.tx_template.bth.dest_qp.set(attr.dest_qp_num);
+  qp.bth_base.pkey.set(0xffff);
+  if (mask & IBV_QP_DEST_QPN) qp.bth_base.dest_qp.set(attr.dest_qp_num);
 
   const ibv_qp_state prev = qp.state;
   qp.state = next;
@@ -157,6 +158,31 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
     qp.state = prev;  // qp_enter_error flushes from the state it leaves
     qp_enter_error(qp);
   }
+}
+
+void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn) {
+  wire::FrameSpec data = qp.path_spec;
+  const bool cc_on = dcqcn != nullptr && dcqcn->enabled;
+  if (cc_on) {
+    // ECN-capable transport on everything the QP sends, so congested
+    // switches mark it instead of dropping it (RFC 3168).
+    data.tos = static_cast<std::uint8_t>((data.tos & 0xfc) | dcqcn->data_ecn);
+    data.traffic_class = static_cast<std::uint8_t>((data.traffic_class & 0xfc) | dcqcn->data_ecn);
+  }
+  qp.path = wire::build_path_header(data);
+  if (!cc_on) {
+    qp.cnp_path = qp.path;
+    return;
+  }
+  // A CNP travels in its own class (its DSCP, ECN-capable like the rest)
+  // and, on a VLAN-tagged path, with its own 802.1p priority (PCP, the top
+  // 3 bits).
+  wire::FrameSpec cnp = qp.path_spec;
+  const auto cnp_class = static_cast<std::uint8_t>(dcqcn->cnp_dscp << 2 | (dcqcn->data_ecn & 3));
+  cnp.tos = cnp_class;
+  cnp.traffic_class = cnp_class;
+  if (cnp.vlan_tci) cnp.vlan_tci = static_cast<std::uint16_t>((*cnp.vlan_tci & 0x1fff) | (dcqcn->cnp_priority & 7) << 13);
+  qp.cnp_path = wire::build_path_header(cnp);
 }
 
 void qp_enter_error(Qp& qp) {

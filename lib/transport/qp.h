@@ -19,6 +19,7 @@
 #include "transport/counters.h"
 #include "wire/crc32.h"
 #include "wire/frame.h"
+#include "wire/path_header.h"
 #include "wire/tx_frame.h"
 
 namespace uroce::transport {
@@ -162,7 +163,14 @@ struct Qp {
   ibv_qp_attr attr{};  // the attributes as last set
   CompletionRing* send_cq = nullptr;
   CompletionRing* recv_cq = nullptr;
-  wire::FrameSpec tx_template;  // addresses and ports, set at RTR
+  // The path, set with the address vector (RTR): the fields the headers
+  // are built from (control path only), the headers themselves (immutable on
+  // the data path), their variant for CNPs (the CNP's own traffic class and
+  // priority), and the BTH's fixed fields (P_Key, destination QP).
+  wire::FrameSpec path_spec;
+  wire::PathHeader path;
+  wire::PathHeader cnp_path;
+  wire::Bth bth_base{};
   std::uint32_t mtu = 1024;     // path MTU in bytes
   QpCounters counters;
 
@@ -275,6 +283,11 @@ struct Env {
   std::uint64_t now = 0;
   bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
   const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
+  // Writable heads for the frames the fill functions write, taken from the
+  // top; the engine provides at least as many as the room it offers.
+  wire::TxHead* heads = nullptr;
+  std::uint16_t heads_left = 0;
+  std::uint16_t copy_limit = 0;  // payloads up to this size go into the head (the port's choice)
 };
 
 // --- qp.cc: control path -----------------------------------------------------
@@ -285,7 +298,11 @@ void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, Co
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
 // `local` fill the frame template when the mask has IBV_QP_AV.
 void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
-              const std::uint8_t local_mac[6], const ibv_gid& local_gid);
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn = nullptr);
+// Builds qp.path and qp.cnp_path from qp.path_spec: with congestion control
+// on, data carries ECN-capable transport and CNPs their own DSCP and 802.1p
+// priority. Control path.
+void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn);
 // The QP enters ERR: every outstanding and later WR completes with WR_FLUSH_ERR.
 void qp_enter_error(Qp& qp);
 // ibv_post_send / ibv_post_recv for one WR, on the application's side of
@@ -340,12 +357,17 @@ void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes);
 // if it is not held back.
 std::uint64_t paced_until(const Qp& qp, const Env& env);
 
-// frames.cc: writes the headers of qp.tx_template (whose BTH and extension
-// headers the caller has just set) into `f`, whose payload pieces are set,
-// then the pad and the ICRC.
-void emit(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
-// The same without counting it as a packet of the QP's traffic (CNPs).
-void emit_frame(Qp& qp, Env& env, wire::TxFrame& f, std::uint32_t payload_bytes);
+// frames.cc: writes a packet of the QP into `f` (its head taken from
+// env.heads), with the headers `th` (BTH and the extension headers its
+// opcode carries) and the payload `f`'s pieces hold, then the pad and the
+// ICRC. The fill functions below keep to the heads the engine provides.
+void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::uint32_t payload_bytes);
+// The same on another path of the QP's, without counting it as a packet of
+// the QP's traffic (CNPs).
+void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
+                std::uint32_t payload_bytes);
+// The BTH of the QP's next packet: its fixed fields, and these.
+wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited);
 
 // Whether `p` comes from the connected QP's peer address to its own (IP
 // source and destination against the path set at RTR). A QP not yet at RTR

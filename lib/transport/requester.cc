@@ -34,15 +34,6 @@ Opcode write_opcode(const SendWqe& w, bool first, bool last) {
   return imm ? Opcode::kRcWriteLastImm : Opcode::kRcWriteLast;
 }
 
-void set_bth(Qp& qp, Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
-  wire::Bth& b = qp.tx_template.bth;
-  b.opcode = static_cast<std::uint8_t>(op);
-  b.set_flags(solicited, false, 0);
-  b.fecn_becn = 0;
-  b.set_ack_req(ack_req);
-  b.psn.set(psn);
-}
-
 }  // namespace
 
 void requester_rewind(Qp& qp, std::uint32_t psn) {
@@ -130,6 +121,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
 
     wire::TxFrame& f = out[n];
     f.npieces = 0;
+    wire::TransportHeaders th;
     const std::uint32_t psn = qp.req.psn;
     std::uint32_t payload = 0;
     const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
@@ -143,17 +135,17 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         const bool ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery;
         if (ack_req) qp.req.since_ack_req = 0;
         if (w.kind == WqeKind::kSend) {
-          set_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
-          if (last) qp.tx_template.ieth.rkey.set(w.invalidate_rkey);
+          th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
+          if (last) th.ieth.rkey.set(w.invalidate_rkey);
         } else {
-          set_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
+          th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
           if (first) {
-            qp.tx_template.reth.va.set(w.remote_addr);
-            qp.tx_template.reth.rkey.set(w.rkey);
-            qp.tx_template.reth.dma_length.set(w.length);
+            th.reth.va.set(w.remote_addr);
+            th.reth.rkey.set(w.rkey);
+            th.reth.dma_length.set(w.length);
           }
         }
-        if (last) std::memcpy(qp.tx_template.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
+        if (last) std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
         f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, payload, f.pieces.data());
         qp.req.psn = psn_add(psn, 1);
         ++qp.req.pkt_index;
@@ -163,10 +155,10 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         // One request for the rest of the READ: a restart at a later PSN asks
         // only for the bytes from there on (IBTA 9.7.5.1.2; rxe does the same).
         const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
-        set_bth(qp, Opcode::kRcReadRequest, psn, true, false);
-        qp.tx_template.reth.va.set(w.remote_addr + offset);
-        qp.tx_template.reth.rkey.set(w.rkey);
-        qp.tx_template.reth.dma_length.set(w.length - std::min(offset, w.length));
+        th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);
+        th.reth.va.set(w.remote_addr + offset);
+        th.reth.rkey.set(w.rkey);
+        th.reth.dma_length.set(w.length - std::min(offset, w.length));
         qp.req.psn = psn_add(psn, w.npackets - qp.req.pkt_index);
         qp.req.pkt_index = w.npackets;
         ++qp.req.reads_outstanding;
@@ -174,11 +166,11 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       }
       case WqeKind::kAtomic: {
         const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-        set_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
-        qp.tx_template.atomic_eth.va.set(w.remote_addr);
-        qp.tx_template.atomic_eth.rkey.set(w.rkey);
-        qp.tx_template.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
-        qp.tx_template.atomic_eth.compare.set(cas ? w.compare_add : 0);
+        th.bth = packet_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
+        th.atomic_eth.va.set(w.remote_addr);
+        th.atomic_eth.rkey.set(w.rkey);
+        th.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
+        th.atomic_eth.compare.set(cas ? w.compare_add : 0);
         qp.req.psn = psn_add(psn, 1);
         qp.req.pkt_index = 1;
         ++qp.req.reads_outstanding;
@@ -187,14 +179,14 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     }
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
-    emit(qp, env, f, payload);
+    emit(qp, env, f, th, payload);
     paced_sent(qp, env, f.frame_bytes());
     ++n;
     // The local ACK timeout runs from the last packet that asked for a
     // response (rxe arms it on the first packet sent: a paced QP whose
     // message end leaves later than the timeout would then time out while
     // it is still sending).
-    if (qp.tx_template.bth.ack_req()) {
+    if (th.bth.ack_req()) {
       qp.comp.awaiting = true;
       qp.comp.awaited_psn = psn_add(qp.req.psn, -1);
       qp.comp.deadline = retransmit_deadline(qp, env.now);

@@ -509,16 +509,14 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     // READ response data is this QP's traffic: paced like requests; ACKs
     // are not held back.
     if (r.kind == Response::Kind::kRead && !pace_allows(qp, env)) break;
-    wire::Bth& b = qp.tx_template.bth;
-    b.set_flags(false, false, 0);
-    b.fecn_becn = 0;
-    b.set_ack_req(false);
-    b.psn.set(r.psn);
+    wire::TransportHeaders th;
+    wire::Bth& b = th.bth;
+    b = packet_bth(qp, Opcode::kRcAcknowledge, r.psn, false, false);
     wire::TxFrame& f = out[n++];
     f.npieces = 0;
     std::uint32_t payload = 0;
-    qp.tx_template.aeth.syndrome = r.kind == Response::Kind::kAck ? r.syndrome : kAckSyndrome;
-    qp.tx_template.aeth.msn.set(r.msn);
+    th.aeth.syndrome = r.kind == Response::Kind::kAck ? r.syndrome : kAckSyndrome;
+    th.aeth.msn.set(r.msn);
     switch (r.kind) {
       case Response::Kind::kAck:
         b.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
@@ -527,7 +525,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       case Response::Kind::kAtomicAck:
         b.opcode = static_cast<std::uint8_t>(Opcode::kRcAtomicAcknowledge);
-        qp.tx_template.atomic_ack_eth.orig_data.set(r.orig);
+        th.atomic_ack_eth.orig_data.set(r.orig);
         ++qp.resp.out_head;
         break;
       case Response::Kind::kRead: {
@@ -561,7 +559,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       }
     }
-    emit(qp, env, f, payload);
+    emit(qp, env, f, th, payload);
     if (r.kind == Response::Kind::kRead) paced_sent(qp, env, f.frame_bytes());
   }
   return n;

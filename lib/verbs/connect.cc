@@ -1,9 +1,13 @@
 #include "verbs/connect.h"
 
+#include "verbs/log.h"
+
 namespace uroce {
 
 int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qpn, std::uint32_t send_psn,
                std::uint32_t recv_psn, const ConnectParams& p) {
+  logger().debug("qp {:#x}: connecting to remote qp {:#x}, send PSN {:#x}, receive PSN {:#x}, path MTU {}",
+                 qp->qp_num(), remote_qpn, send_psn, recv_psn, 128 << p.mtu);
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;

@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include "transport/qp_state.h"
+#include "verbs/log.h"
 #include "verbs/verbs_impl.h"
 #include "wire/headers.h"
 
@@ -120,12 +121,20 @@ struct ThreadError {
 thread_local ThreadError t_last_error;
 const std::string kNoError;
 
-}  // namespace
-
-int Context::Impl::fail(int err, std::string message) {
-  t_last_error.context = this;
+// Sets the last error without logging: post_send and post_recv are the data
+// path, where a full queue is ordinary back-pressure.
+int record_error(const Context::Impl* c, int err, std::string message) {
+  t_last_error.context = c;
   t_last_error.text = std::move(message);
   return err;
+}
+
+}  // namespace
+
+// Every failed control call passes here.
+int Context::Impl::fail(int err, std::string message) {
+  logger().debug("{} ({})", message, std::strerror(err));
+  return record_error(this, err, std::move(message));
 }
 
 const std::string& Context::last_error() const {
@@ -496,7 +505,14 @@ int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
   if ((attr_mask & IBV_QP_AV) && !c.port.io->resolve(attr.ah_attr.grh.dgid, peer_mac)) {
     return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
   }
-  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, local);
+  const ibv_qp_state from = qp.state;
+  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, local, c.port.dcqcn);
+  if (from != check.next) {
+    logger().debug("qp {:#x}: {} -> {}", qp.qpn, transport::qp_state_name(from), transport::qp_state_name(check.next));
+  } else {
+    logger().debug("qp {:#x}: attributes changed in {} (mask {:#x})", qp.qpn, transport::qp_state_name(from),
+                   static_cast<unsigned>(attr_mask));
+  }
   return 0;
 }
 
@@ -524,8 +540,9 @@ int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_send(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return ctx_->impl().fail(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
-                                                : "bad send WR: opcode, SGE count, inline size or QP state");
+      return record_error(&ctx_->impl(), rc,
+                          rc == ENOMEM ? "send queue full (max_send_wr)"
+                                       : "bad send WR: opcode, SGE count, inline size or QP state");
     }
   }
   return 0;
@@ -535,8 +552,9 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return ctx_->impl().fail(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
-                                                : "bad receive WR: SGE count or QP state (RESET)");
+      return record_error(&ctx_->impl(), rc,
+                          rc == ENOMEM ? "receive queue full (max_recv_wr)"
+                                       : "bad receive WR: SGE count or QP state (RESET)");
     }
   }
   return 0;

@@ -1,0 +1,173 @@
+// The stats registry (include/uroce/stats.h): the counter lists turned into
+// rows of (scope, name, description, value). Engines and QPs belong to the
+// workers, so everything but a QP's own counters is copied in a read-only
+// control call; a QP's counters are relaxed atomics (transport/counters.h).
+#include "uroce/stats.h"
+
+#include <cstring>
+#include <iterator>
+
+#include "engine/engine.h"
+#include "transport/counters.h"
+#include "verbs/verbs_impl.h"
+#include "wire/parse_status.h"
+
+namespace uroce {
+namespace {
+
+struct Row {
+  const char* name;
+  const char* description;
+};
+
+constexpr Row kQpRows[] = {
+#define UROCE_X(name, description) {#name, description},
+    UROCE_QP_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+};
+static_assert(std::size(kQpRows) == transport::kQpCounterCount);
+
+constexpr Row kEngineRows[] = {
+#define UROCE_X(name, description) {#name, description},
+    UROCE_ENGINE_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+};
+static_assert(std::size(kEngineRows) == static_cast<std::size_t>(engine::EngineCounter::kCount));
+
+// Drops by parse reason, named drop_<reason> (drop_icrc_mismatch).
+constexpr Row kDropRows[] = {
+#define UROCE_X(status, short_name, description) {"drop_" short_name, description},
+    UROCE_PARSE_STATUS_LIST(UROCE_X)
+#undef UROCE_X
+};
+static_assert(std::size(kDropRows) == wire::kParseStatusCount);
+
+// Adds `value` to the row (scope, name) of `rows`, appended if it is not
+// there yet: the first engine sets the order, the others sum into it.
+void add(std::vector<Stat>& rows, StatScope scope, const char* name, const char* description, std::uint64_t value) {
+  for (Stat& s : rows) {
+    if (s.scope == scope && std::strcmp(s.name, name) == 0) {
+      s.value += value;
+      return;
+    }
+  }
+  rows.push_back({scope, name, description, value});
+}
+
+void add_port_row(void* rows, const char* name, const char* description, std::uint64_t value) {
+  add(*static_cast<std::vector<Stat>*>(rows), StatScope::kPort, name, description, value);
+}
+
+// Engine `e`'s rows and those of its port queue. In a control call.
+void add_engine(engine::Engine& e, std::vector<Stat>& rows) {
+  for (std::size_t i = 0; i < std::size(kEngineRows); ++i) {
+    add(rows, StatScope::kEngine, kEngineRows[i].name, kEngineRows[i].description,
+        e.counter(static_cast<engine::EngineCounter>(i)));
+  }
+  for (std::size_t i = 0; i < std::size(kDropRows); ++i) {
+    const auto s = static_cast<wire::ParseStatus>(i);
+    // Not drops: accepted frames, and frames that are not RoCEv2 (rx_not_roce).
+    if (s == wire::ParseStatus::kOk || wire::is_not_roce(s)) continue;
+    add(rows, StatScope::kEngine, kDropRows[i].name, kDropRows[i].description, e.parse_drops(s));
+  }
+  e.io().visit_counters(add_port_row, &rows);
+}
+
+std::vector<Stat> qp_rows(const transport::Qp& qp) {
+  std::vector<Stat> rows;
+  rows.reserve(std::size(kQpRows));
+  for (std::size_t i = 0; i < std::size(kQpRows); ++i) {
+    rows.push_back({StatScope::kQp, kQpRows[i].name, kQpRows[i].description,
+                    qp.counters.get(static_cast<transport::QpCounter>(i))});
+  }
+  return rows;
+}
+
+}  // namespace
+
+const char* stat_scope_name(StatScope scope) {
+  switch (scope) {
+    case StatScope::kQp:
+      return "qp";
+    case StatScope::kEngine:
+      return "engine";
+    case StatScope::kPort:
+      return "port";
+  }
+  return "?";
+}
+
+const Stat* find_stat(const std::vector<Stat>& stats, StatScope scope, const char* name) {
+  for (const Stat& s : stats) {
+    if (s.scope == scope && std::strcmp(s.name, name) == 0) return &s;
+  }
+  return nullptr;
+}
+
+std::vector<Stat> Context::stats() const {
+  Impl& c = *impl_;
+  return c.control(
+      [&c] {
+        std::vector<Stat> rows;
+        for (const auto& e : c.engines) add_engine(*e, rows);
+        return rows;
+      },
+      Impl::Access::kReadsOnly);
+}
+
+std::vector<Stat> Context::engine_stats(std::size_t engine) const {
+  Impl& c = *impl_;
+  if (engine >= c.engines.size()) return {};
+  return c.control(
+      [&c, engine] {
+        std::vector<Stat> rows;
+        add_engine(*c.engines[engine], rows);
+        return rows;
+      },
+      Impl::Access::kReadsOnly);
+}
+
+std::vector<std::uint32_t> Context::qp_nums() const {
+  Impl& c = *impl_;
+  return c.control(
+      [&c] {
+        std::vector<std::uint32_t> out;
+        for (const auto& e : c.engines) {
+          for (const transport::Qp* qp : e->qps()) out.push_back(qp->qpn);
+        }
+        return out;
+      },
+      Impl::Access::kReadsOnly);
+}
+
+bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const {
+  Impl& c = *impl_;
+  return c.control(
+      [&c, &out, qpn] {
+        for (std::size_t k = 0; k < c.engines.size(); ++k) {
+          const transport::Qp* q = c.engines[k]->find_qp(qpn);
+          if (q == nullptr) continue;
+          out.qp_num = qpn;
+          out.engine = k;
+          out.state = q->state;
+          out.dest_qp_num = q->attr.dest_qp_num;
+          const transport::Qp::Congestion& cg = q->congestion;
+          out.congestion = {};
+          if (cg.started) {
+            out.congestion.enabled = true;
+            out.congestion.rate_bps = cg.rate.rate_bps();
+            out.congestion.target_bps = cg.rate.target_bps();
+            out.congestion.alpha = cg.rate.alpha();
+            out.congestion.cnps = cg.rate.cnps();
+          }
+          out.counters = qp_rows(*q);
+          return true;
+        }
+        return false;
+      },
+      Impl::Access::kReadsOnly);
+}
+
+std::vector<Stat> QueuePair::stats() const { return qp_rows(impl_->qp); }
+
+}  // namespace uroce
