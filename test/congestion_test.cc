@@ -293,7 +293,7 @@ TEST(Congestion, ACnpForAnUnknownQpIsCountedAndDropped) {
   port.inbox.push_back(peer_cnp(0x777));
   port.inbox.push_back(peer_cnp(qp->qp_num()));
   ctx->progress();
-  const engine::Engine& e = ctx->engine();
+  const engine::Engine& e = internal::engine_of(*ctx);
   EXPECT_EQ(e.counter(engine::EngineCounter::rx_cnp), 2u);
   EXPECT_EQ(e.counter(engine::EngineCounter::rx_unknown_qp), 1u);
   EXPECT_EQ(qp->counter("cnps_received"), 1u);

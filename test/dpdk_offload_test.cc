@@ -21,6 +21,7 @@
 #include "dpdk/eal.h"
 #include "engine/engine.h"
 #include "verbs/connect.h"
+#include "verbs/internal.h"
 #include "wire/frame.h"
 #include "work_requests.h"
 
@@ -126,7 +127,7 @@ TEST_P(TapOffload, SentFramesCarryValidIpv4ChecksumsAndIcrc) {
   }
   const auto frames = cap.roce(2, [&] { ctx->progress(); });
   ASSERT_GE(frames.size(), 2u) << "the kernel saw no RoCE frames from the tap; engine sent "
-                               << ctx->engine().counter(engine::EngineCounter::tx_frames) << ", QP tx_packets "
+                               << internal::engine_of(*ctx).counter(engine::EngineCounter::tx_frames) << ", QP tx_packets "
                                << qp->counter("tx_packets") << ", no mbuf " << queues[0]->counters().tx_dropped_no_mbuf
                                << ", too long " << queues[0]->counters().tx_dropped_too_long << ", seen " << cap.seen();
   for (const auto& f : frames) {

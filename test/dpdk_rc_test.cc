@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "test_seed.h"
 #include "frame_helpers.h"
+#include "verbs/internal.h"
 #include "work_requests.h"
 
 namespace uroce::test {
@@ -188,7 +189,7 @@ TEST_P(DpdkRc, EveryMessageArrivesWhole) {
   } else {
     EXPECT_EQ(sender.counters().tx_zero_copy_frames, 0u);
   }
-  EXPECT_EQ(d.pair->a->engine().parse_drops(wire::ParseStatus::kIcrcMismatch), 0u);
+  EXPECT_EQ(internal::engine_of(*d.pair->a).parse_drops(wire::ParseStatus::kIcrcMismatch), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Verbs, DpdkRc,
@@ -245,15 +246,15 @@ struct Queued {
   }
 
   static std::size_t engine_of(Context& ctx, QueuePair* qp) {
-    for (std::size_t e = 0; e < ctx.engine_count(); ++e) {
-      if (ctx.engine(e).find_qp(qp->qp_num()) != nullptr) return e;
+    for (std::size_t e = 0; e < internal::engine_count(ctx); ++e) {
+      if (internal::engine_of(ctx, e).find_qp(qp->qp_num()) != nullptr) return e;
     }
     return ~std::size_t{0};
   }
 
   std::uint64_t total(Context& ctx, engine::EngineCounter c) {
     std::uint64_t n = 0;
-    for (std::size_t e = 0; e < ctx.engine_count(); ++e) n += ctx.engine(e).counter(c);
+    for (std::size_t e = 0; e < internal::engine_count(ctx); ++e) n += internal::engine_of(ctx, e).counter(c);
     return n;
   }
 
@@ -347,10 +348,10 @@ TEST(DpdkQueues, QpsSpreadOverEnginesAndPacketsReachTheirEngine) {
   ASSERT_EQ(EalEnvironment::error(), "");
   Queued d("mq");
   ASSERT_NE(d.pair, nullptr);
-  ASSERT_EQ(d.pair->a->engine_count(), 2u);
+  ASSERT_EQ(internal::engine_count(*d.pair->a), 2u);
   // Placed on the least loaded engine: two QPs each.
-  EXPECT_EQ(d.pair->a->engine(0).qps().size(), 2u);
-  EXPECT_EQ(d.pair->a->engine(1).qps().size(), 2u);
+  EXPECT_EQ(internal::engine_of(*d.pair->a, 0).qps().size(), 2u);
+  EXPECT_EQ(internal::engine_of(*d.pair->a, 1).qps().size(), 2u);
   for (std::size_t q = 0; q < Queued::kQps; ++q) {
     EXPECT_NE(Queued::engine_of(*d.pair->a, d.qa[q]), Queued::engine_of(*d.pair->b, d.qb[q]));
   }
@@ -371,8 +372,8 @@ TEST(DpdkQueues, QpsSpreadOverEnginesAndPacketsReachTheirEngine) {
     EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_unknown_qp), 0u);
     EXPECT_EQ(d.total(*ctx, engine::EngineCounter::rx_handover_full), 0u);
     // Each engine sent on its own queue.
-    EXPECT_GT(ctx->engine(0).counter(engine::EngineCounter::tx_frames), 0u);
-    EXPECT_GT(ctx->engine(1).counter(engine::EngineCounter::tx_frames), 0u);
+    EXPECT_GT(internal::engine_of(*ctx, 0).counter(engine::EngineCounter::tx_frames), 0u);
+    EXPECT_GT(internal::engine_of(*ctx, 1).counter(engine::EngineCounter::tx_frames), 0u);
   }
 }
 

@@ -168,7 +168,7 @@ TEST(HostileInput, RandomValidFramesNeverCrashAndAreAllCounted) {
   for (int i = 0; i < 100; ++i) ctx->progress();  // let timers fire and answers leave
 
   // Every frame was taken and is accounted for: accepted, or counted under a reason.
-  const engine::Engine& e = ctx->engine();
+  const engine::Engine& e = internal::engine_of(*ctx);
   EXPECT_EQ(e.counter(engine::EngineCounter::rx_frames), injected);
   EXPECT_GT(e.counter(engine::EngineCounter::rx_wrong_address), 0u) << "frames from the third host";
   drain();
@@ -226,7 +226,7 @@ TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
     out.resize(wire::build_frame(spec, payload, out));
     return out;
   };
-  const engine::Engine& e = ctx->engine();
+  const engine::Engine& e = internal::engine_of(*ctx);
   for (const std::uint8_t host : {std::uint8_t{3}, std::uint8_t{2}}) {
     SCOPED_TRACE("from 10.0.0." + std::to_string(host));
     port.sent.clear();

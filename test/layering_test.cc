@@ -1,9 +1,12 @@
 // The layering rule of DESIGN.md: each layer of lib/ includes only itself and
-// the layers below it; lib/wire, mem, cc, transport and engine include no DPDK
-// and no logging library; only drivers/dpdk (and apps that start EAL) include
-// rte_*.h. lib/meson.build builds the same graph with one include root per
-// layer, so the compiler refuses an upward include too; this test also covers
-// headers no target compiles and says which rule a line breaks.
+// the layers below it; of the public API, wire, transport and engine include
+// only its port interface (uroce/port.h), which itself includes nothing but
+// rdma-core's verbs.h and the standard library; lib/wire, mem, cc, transport
+// and engine include no DPDK and no logging library; only drivers/dpdk (and
+// apps that start EAL) include rte_*.h. lib/meson.build builds the same graph
+// with one include root per layer (and one holding only uroce/port.h), so the
+// compiler refuses an upward include too; this test also covers headers no
+// target compiles and says which rule a line breaks.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -24,20 +27,30 @@ namespace fs = std::filesystem;
 struct Layer {
   std::string_view name;    // what its includes start with: "transport/qp.h"
   std::string_view folder;  // under the source root
-  std::vector<std::string_view> below;  // the layers its files may include
+  // What its files may include: a layer ("wire": any of its files), or one
+  // file of a layer ("uroce/port.h": that file alone).
+  std::vector<std::string_view> below;
   bool may_log;             // may include spdlog or fmt (control path only)
 };
 
-// The allowed edges, lowest layer first. A layer lists every layer it may
-// reach, not only its direct dependencies: headers include each other.
+// The port interface of the public API: the one file of include/uroce that
+// the layers under verbs see (lib/meson.build gives them a root with only
+// this file).
+constexpr std::string_view kPort = "uroce/port.h";
+
+// The allowed edges, lowest layer first. A layer lists everything it may
+// reach, not only its direct dependencies: headers include each other. The
+// public API (uroce) includes no layer, so it sits lowest; wire and the
+// layers above it reach only its port interface (PacketIo, Clock, TxFrame),
+// verbs all of it.
 const std::vector<Layer> kLayers = {
-    {"wire", "lib/wire", {}, false},
+    {"uroce", "include/uroce", {}, false},  // the public API
+    {"wire", "lib/wire", {kPort}, false},
     {"mem", "lib/mem", {}, false},
     {"cc", "lib/cc", {}, false},
     {"pcap", "lib/pcap", {}, false},
-    {"uroce", "include/uroce", {}, false},  // the public API
-    {"transport", "lib/transport", {"wire", "mem", "cc"}, false},
-    {"engine", "lib/engine", {"wire", "mem", "cc", "transport"}, false},
+    {"transport", "lib/transport", {"wire", "mem", "cc", kPort}, false},
+    {"engine", "lib/engine", {"wire", "mem", "cc", "transport", kPort}, false},
     {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "uroce"}, true},
 };
 
@@ -47,6 +60,20 @@ const std::regex kDpdkOrLoggingInclude(R"(^\s*#\s*include\s*[<"](rte_|dpdk/|spdl
 
 bool contains(const std::vector<std::string_view>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// The layer an entry of Layer::below names: "uroce" for "uroce/port.h".
+std::string_view layer_of(std::string_view entry) { return entry.substr(0, entry.find('/')); }
+
+// Whether `layer` may include `target` of layer `first`: all of that layer,
+// or that one file of it.
+bool allows(const Layer& layer, std::string_view first, std::string_view target) {
+  return contains(layer.below, first) || contains(layer.below, target);
+}
+
+// Whether `layer` reaches everything entry `e` of a lower layer's list does.
+bool covers(const Layer& layer, std::string_view e) {
+  return contains(layer.below, e) || contains(layer.below, layer_of(e));
 }
 
 const Layer* find_layer(const std::vector<Layer>& layers, std::string_view name) {
@@ -78,7 +105,12 @@ std::string why_forbidden(const std::vector<Layer>& layers, const std::vector<st
   if (first.empty() || first == layer.name) return "";
   const bool is_layer = find_layer(layers, first) != nullptr;
   const bool is_outer = std::find(outer.begin(), outer.end(), first) != outer.end();
-  if (is_layer && !contains(layer.below, first)) return "layer " + first + " is not below " + std::string(layer.name);
+  if (is_layer && !allows(layer, first, target)) {
+    for (const auto b : layer.below) {
+      if (layer_of(b) == first) return "of layer " + first + ", only " + std::string(b) + " is below " + std::string(layer.name);
+    }
+    return "layer " + first + " is not below " + std::string(layer.name);
+  }
   if (is_outer) return first + " is in drivers/ or apps/, above every layer";
   if (!is_layer && quote == '"') return "not a layer of the table";
   return "";
@@ -142,11 +174,18 @@ TEST(Layering, TheTableIsOrderedAndClosed) {
   for (std::size_t i = 0; i < kLayers.size(); ++i) {
     const auto& layer = kLayers[i];
     for (const auto b : layer.below) {
-      const Layer* lower = find_layer(kLayers, b);
+      const Layer* lower = find_layer(kLayers, layer_of(b));
       ASSERT_NE(lower, nullptr) << layer.name << " lists unknown layer " << b;
       EXPECT_LT(lower - kLayers.data(), static_cast<std::ptrdiff_t>(i)) << b << " must come before " << layer.name;
+      if (b != lower->name) {
+        // One file of a layer: it must exist, and it may include nothing of
+        // the layers, or a file's reach would not be in the table.
+        EXPECT_TRUE(fs::exists(fs::path(UROCE_SOURCE_ROOT) / lower->folder / b.substr(lower->name.size() + 1))) << b;
+        EXPECT_TRUE(lower->below.empty()) << b << " is one file of " << lower->name << ", which includes other layers";
+        continue;
+      }
       for (const auto bb : lower->below) {
-        EXPECT_TRUE(contains(layer.below, bb)) << layer.name << " reaches " << bb << " through " << b;
+        EXPECT_TRUE(covers(layer, bb)) << layer.name << " reaches " << bb << " through " << b;
       }
     }
   }
@@ -186,6 +225,33 @@ TEST(Layering, CoreLayersIncludeNoDpdkAndNoLogging) {
   EXPECT_GT(scanned, 30u) << "the layers were not found under " << UROCE_SOURCE_ROOT;
 }
 
+// The includes of `file` that are not <infiniband/verbs.h> or a standard
+// library header (<array>: no folder, no extension), as "line: include".
+std::vector<std::string> non_standard_includes(const fs::path& file) {
+  std::vector<std::string> bad;
+  std::ifstream in(file);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    std::smatch m;
+    if (!std::regex_search(line, m, kInclude)) continue;
+    const std::string target = m[2].str();
+    const bool standard = m[1].str() == "<" && target.find_first_of("/.") == std::string::npos;
+    if (!standard && !(m[1].str() == "<" && target == "infiniband/verbs.h")) {
+      bad.push_back(std::to_string(n) + ": " + line);
+    }
+  }
+  return bad;
+}
+
+// What an embedder implements needs nothing but rdma-core's verbs.h and the
+// standard library; the layers that see it see nothing more through it.
+TEST(Layering, ThePortInterfaceIncludesOnlyVerbsAndTheStandardLibrary) {
+  const fs::path port = fs::path(UROCE_SOURCE_ROOT) / "include" / kPort;
+  ASSERT_TRUE(fs::exists(port)) << port;
+  for (const auto& b : non_standard_includes(port)) ADD_FAILURE() << port.string() << ":" << b;
+}
+
 TEST(Layering, OnlyDriversAndAppsIncludeDpdk) {
   std::size_t scanned = 0;
   for (const auto& b : offending_includes(fs::path(UROCE_SOURCE_ROOT) / "lib", kDpdkInclude, scanned)) ADD_FAILURE() << b;
@@ -218,6 +284,8 @@ TEST_F(FakeTree, TheLayerCheckerFindsEachKindOfBreak) {
   write("lib/wire/driver.cc", "#include \"sim/sim_link.h\"\n");
   write("lib/verbs/log.cc", "#include <spdlog/spdlog.h>\n#include \"engine/engine.h\"\n#include \"uroce/verbs.h\"\n");
   write("include/uroce/api.h", "#include \"verbs/verbs_impl.h\"\n");
+  write("lib/wire/port_ok.h", "#pragma once\n#include \"uroce/port.h\"\n");
+  write("lib/engine/api.h", "#pragma once\n#include \"uroce/port.h\"\n#include \"uroce/verbs.h\"\n");
   write("drivers/sim/sim_link.h", "#pragma once\n");
   write("lib/extra/x.h", "#pragma once\n");
 
@@ -225,15 +293,26 @@ TEST_F(FakeTree, TheLayerCheckerFindsEachKindOfBreak) {
   auto bad = violations(root_, kLayers, scanned);
   std::sort(bad.begin(), bad.end());
   const std::vector<std::string> want_prefixes = {
-      "include/uroce/api.h:1:", "lib/cc/up.h:2:", "lib/mem/around.h:1:", "lib/transport/up.cc:2:",
-      "lib/wire/driver.cc:1:",
+      "include/uroce/api.h:1:", "lib/cc/up.h:2:", "lib/engine/api.h:3:", "lib/mem/around.h:1:",
+      "lib/transport/up.cc:2:", "lib/wire/driver.cc:1:",
   };
   ASSERT_EQ(bad.size(), want_prefixes.size()) << ::testing::PrintToString(bad);
   for (std::size_t i = 0; i < bad.size(); ++i) {
     EXPECT_EQ(bad[i].rfind(want_prefixes[i], 0), 0u) << bad[i];
   }
-  EXPECT_EQ(scanned, 9u);
+  EXPECT_EQ(scanned, 11u);
   EXPECT_EQ(unlisted_folders(root_, kLayers), std::vector<std::string>{"lib/extra"});
+}
+
+TEST_F(FakeTree, ThePortCheckerFindsAnIncludeBeyondTheStandardLibrary) {
+  write("include/uroce/port.h",
+        "#include <infiniband/verbs.h>\n#include <cstdint>\n#include \"uroce/verbs.h\"\n#include <spdlog/spdlog.h>\n"
+        "#include <stdint.h>\n");
+  const auto bad = non_standard_includes(root_ / "include/uroce/port.h");
+  ASSERT_EQ(bad.size(), 3u) << ::testing::PrintToString(bad);
+  EXPECT_EQ(bad[0].rfind("3:", 0), 0u) << bad[0];
+  EXPECT_EQ(bad[1].rfind("4:", 0), 0u) << bad[1];
+  EXPECT_EQ(bad[2].rfind("5:", 0), 0u) << bad[2];
 }
 
 TEST_F(FakeTree, TheHeaderCheckerFindsDpdkAndLogging) {

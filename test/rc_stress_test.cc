@@ -321,7 +321,7 @@ std::string run_stress(const StressConfig& cfg) {
   std::uint64_t icrc_drops = 0;
   for (int side = 0; side < 2; ++side) {
     corrupted += p.net.link.stats(side).corrupted;
-    engine::Engine& e = side == 0 ? p.net.b->engine() : p.net.a->engine();
+    engine::Engine& e = side == 0 ? internal::engine_of(*p.net.b) : internal::engine_of(*p.net.a);
     for (int r = 0; r < wire::kParseStatusCount; ++r) dropped += e.parse_drops(static_cast<wire::ParseStatus>(r));
     dropped += e.counter(engine::EngineCounter::rx_not_roce) + e.counter(engine::EngineCounter::rx_unknown_qp) +
                e.counter(engine::EngineCounter::rx_bad_pkey) + e.counter(engine::EngineCounter::rx_unsupported_transport);

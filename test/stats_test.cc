@@ -149,10 +149,10 @@ TEST(StatsSim, ValuesAreTheCountersAfterTraffic) {
     EXPECT_GT(value(device, StatScope::kEngine, "tx_frames"), 0u);
     for (int i = 0; i < static_cast<int>(engine::EngineCounter::kCount); ++i) {
       const auto c = static_cast<engine::EngineCounter>(i);
-      EXPECT_EQ(value(device, StatScope::kEngine, engine::engine_counter_name(c)), ctx->engine().counter(c));
+      EXPECT_EQ(value(device, StatScope::kEngine, engine::engine_counter_name(c)), internal::engine_of(*ctx).counter(c));
     }
     // One engine: its rows are the device's.
-    ASSERT_EQ(ctx->engine_count(), 1u);
+    ASSERT_EQ(internal::engine_count(*ctx), 1u);
     const std::vector<Stat> one = ctx->engine_stats(0);
     ASSERT_EQ(one.size(), device.size());
     for (std::size_t i = 0; i < one.size(); ++i) {
@@ -203,7 +203,7 @@ TEST(StatsSim, ParseDropsUnderTheirNames) {
     const auto st = static_cast<wire::ParseStatus>(i);
     if (st == wire::ParseStatus::kOk || wire::is_not_roce(st)) continue;
     const std::string name = "drop_" + std::string(wire::parse_status_name(st));
-    EXPECT_EQ(value(device, StatScope::kEngine, name.c_str()), r.net.b->engine().parse_drops(st)) << name;
+    EXPECT_EQ(value(device, StatScope::kEngine, name.c_str()), internal::engine_of(*r.net.b).parse_drops(st)) << name;
   }
 }
 
@@ -308,12 +308,12 @@ TEST(StatsDpdk, SummedOverQueuesAndPerEngine) {
   ASSERT_EQ(EalEnvironment::error_, "");
   RingDevices d("stq", 2);
   ASSERT_NE(d.pair, nullptr);
-  ASSERT_EQ(d.pair->a->engine_count(), 2u);
+  ASSERT_EQ(internal::engine_count(*d.pair->a), 2u);
   ASSERT_TRUE(d.write(16, 16384));
   Context& a = *d.pair->a;
   const std::vector<Stat> device = a.stats();
   std::map<std::string, std::uint64_t> sum;
-  for (std::size_t k = 0; k < a.engine_count(); ++k) {
+  for (std::size_t k = 0; k < internal::engine_count(a); ++k) {
     const std::vector<Stat> one = a.engine_stats(k);
     expect_rows(one, StatScope::kPort, port_list());
     // Engine k's port rows are its own queue's.

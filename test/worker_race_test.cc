@@ -19,6 +19,7 @@
 #include "engine/packet_io.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
+#include "verbs/internal.h"
 #include "work_requests.h"
 
 namespace uroce::test {
@@ -170,8 +171,8 @@ TEST(WorkerRace, PostPollAndControlCallsWhileWorkersRun) {
         rising.see(std::string("A.") + name, qa->counter(name));
         rising.see(std::string("B.") + name, p.qb->counter(name));
       }
-      rising.see("A.tx_frames", p.a->engine().counter(engine::EngineCounter::tx_frames));
-      rising.see("B.rx_frames", p.b->engine().counter(engine::EngineCounter::rx_frames));
+      rising.see("A.tx_frames", internal::engine_of(*p.a).counter(engine::EngineCounter::tx_frames));
+      rising.see("B.rx_frames", internal::engine_of(*p.b).counter(engine::EngineCounter::rx_frames));
       ++reads;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

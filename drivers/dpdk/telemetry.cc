@@ -11,6 +11,7 @@
 #include "transport/qp_state.h"
 #include "uroce/stats.h"
 #include "uroce/verbs.h"
+#include "verbs/internal.h"
 
 namespace uroce::dpdk {
 namespace {
@@ -60,7 +61,7 @@ int scope_counters(const char* params, rte_tel_data* d, StatScope scope, const c
   if (ctx == nullptr) return -EINVAL;
   const std::vector<Stat> stats = ctx->stats();
   rte_tel_data_start_dict(d);
-  rte_tel_data_add_dict_u64(d, count_key, ctx->engine_count());
+  rte_tel_data_add_dict_u64(d, count_key, internal::engine_count(*ctx));
   for (const Stat& s : stats) {
     if (s.scope == scope) rte_tel_data_add_dict_u64(d, s.name, s.value);
   }

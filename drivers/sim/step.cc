@@ -1,6 +1,7 @@
 #include "sim/step.h"
 
 #include "engine/engine.h"
+#include "verbs/internal.h"
 
 namespace uroce::sim {
 
@@ -10,8 +11,8 @@ bool step_devices(VirtualClock& clock, std::span<Context* const> devices, std::u
   if (moved > 0) return true;
   std::uint64_t next = next_delivery_ns;
   for (Context* d : devices) {
-    for (std::size_t e = 0; e < d->engine_count(); ++e) {
-      const std::uint64_t t = d->engine(e).next_timer_ns();
+    for (std::size_t e = 0; e < internal::engine_count(*d); ++e) {
+      const std::uint64_t t = internal::engine_of(*d, e).next_timer_ns();
       if (t != 0 && (next == 0 || t < next)) next = t;
     }
   }

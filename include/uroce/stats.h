@@ -8,7 +8,7 @@
 //            and a drop_<reason> row per UROCE_PARSE_STATUS_LIST reason that is a malformed RoCEv2
 //            frame (lib/wire/parse_status.h: drop_icrc_mismatch, ...)
 //   port     the port's own list (a DPDK port's: UROCE_PORT_COUNTER_LIST, drivers/dpdk/port_io.h),
-//            read through engine::PacketIo::visit_counters(); none on the simulated link
+//            read through PacketIo::visit_counters() (include/uroce/port.h); none on the simulated link
 //
 // Every row of a list is reported, zero or not, in list order; a name is
 // unique within its scope. Names and descriptions are static strings.

@@ -9,6 +9,9 @@
 // destructor release everything. Calls return 0 or an errno value like the
 // verbs they mirror; errors also leave a one-line message in
 // Context::last_error().
+//
+// A Context runs on a port the embedder gives it: the PacketIo and Clock of
+// include/uroce/port.h (drivers/ hold a DPDK port and a simulated link).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -20,17 +23,17 @@
 #include <string>
 #include <vector>
 
+#include "uroce/port.h"
+
 namespace uroce {
 
 namespace cc {
 struct DcqcnParams;
 }  // namespace cc
 
-namespace engine {
-class Engine;
-class PacketIo;
-class Clock;
-}  // namespace engine
+namespace internal {
+struct Access;  // lib/verbs/internal.h: how drivers and tests reach behind this API
+}  // namespace internal
 
 // The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d (GID index 1).
 inline ibv_gid ipv4_gid(const std::array<std::uint8_t, 4>& ip) {
@@ -85,14 +88,14 @@ struct QpInitAttr {
 
 // Where a Context sends and receives frames, and its addresses.
 struct PortConfig {
-  engine::PacketIo* io = nullptr;    // the port (simulated link, DPDK port, ...); not owned
+  PacketIo* io = nullptr;            // the port (simulated link, DPDK port, ...); not owned
   // Several queues of one port, one engine each (queue i: engine i, worker
   // i); `io` is then queues[0] or nullptr. A QP is served by one engine;
   // packets for it that arrive on another queue are passed to that engine.
   // The queues must release each other's frames (queues of one DPDK port
   // do). Not owned.
-  std::vector<engine::PacketIo*> queues;
-  engine::Clock* clock = nullptr;    // time source (virtual in the simulator); not owned
+  std::vector<PacketIo*> queues;
+  Clock* clock = nullptr;            // time source (virtual in the simulator); not owned
   std::uint8_t mac[6] = {};
   ibv_gid gid = {};                  // our RoCEv2 GID (IPv4-mapped ::ffff:a.b.c.d, or IPv6)
   ibv_mtu active_mtu = IBV_MTU_4096; // largest path MTU the port carries
@@ -156,18 +159,14 @@ class Context {
   int start_worker(int cpu) { return start_workers({cpu}); }
   void stop_workers();
 
-  // The engines, one per port queue.
-  engine::Engine& engine(std::size_t i = 0);
-  std::size_t engine_count() const;
-
   // The device's counters (include/uroce/stats.h): every engine counter and
   // drop reason (scope kEngine), then every counter of its port (kPort),
   // each summed over the engines and their port queues. Copied in one
   // read-only control call, so the values are a consistent set; safe beside
   // the workers, but not from a worker or inside another control call.
   std::vector<Stat> stats() const;
-  // The same for engine `engine` alone and its port queue; empty past
-  // engine_count().
+  // The same for engine `engine` alone and its port queue (engine i serves
+  // PortConfig::queues[i]); empty past the last queue.
   std::vector<Stat> engine_stats(std::size_t engine) const;
   // The numbers of the QPs the engines serve, engine by engine (one
   // read-only control call).
@@ -176,13 +175,10 @@ class Context {
   // call. Returns false, `out` untouched, when no engine serves that QP.
   bool qp_stats(std::uint32_t qpn, QpStats& out) const;
 
-  struct Impl;
-  Impl& impl() { return *impl_; }
-
  private:
+  friend struct internal::Access;
+  struct Impl;
   Context() = default;
-  int dealloc_pd_now(ProtectionDomain* pd);
-  CompletionQueue* create_cq_now(int cqe);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -207,9 +203,6 @@ class ProtectionDomain {
   ProtectionDomain(Context* ctx, std::uint32_t handle) : ctx_(ctx), handle_(handle) {}
 
  private:
-  MemoryRegion* reg_mr_now(void* addr, std::size_t length, std::uint64_t iova, int access);
-  int dereg_mr_now(MemoryRegion* mr);
-  int destroy_qp_now(QueuePair* qp);
   Context* ctx_;
   std::uint32_t handle_;
 };
@@ -232,12 +225,14 @@ class CompletionQueue {
   int poll(int n, ibv_wc* wc);
   int capacity() const;
 
-  struct Impl;
-  explicit CompletionQueue(std::unique_ptr<Impl> impl);
   ~CompletionQueue();
-  Impl& impl() { return *impl_; }
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
 
  private:
+  friend struct internal::Access;
+  struct Impl;
+  explicit CompletionQueue(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -276,14 +271,14 @@ class QueuePair {
   };
   CongestionState congestion() const;
 
-  struct Impl;
-  QueuePair(Context* ctx, std::unique_ptr<Impl> impl);
   ~QueuePair();
-  Impl& impl() { return *impl_; }
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
 
  private:
-  int modify_now(const ibv_qp_attr& attr, int attr_mask);
-  int query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const;
+  friend struct internal::Access;
+  struct Impl;
+  QueuePair(Context* ctx, std::unique_ptr<Impl> impl);
   Context* ctx_;
   std::unique_ptr<Impl> impl_;
 };

@@ -12,6 +12,10 @@
 #include "wire/headers.h"
 
 namespace uroce {
+
+using internal::ContextImpl;
+using internal::impl_of;
+
 namespace {
 
 template <typename T>
@@ -96,14 +100,14 @@ void Context::Impl::publish_owners() {
   if (!handover) return;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> owners;
   owners.reserve(qps.size());
-  for (const auto& qp : qps) owners.emplace_back(qp->qp_num(), qp->impl().engine);
+  for (const auto& qp : qps) owners.emplace_back(qp->qp_num(), impl_of(*qp).engine);
   handover->set_owners(owners);
 }
 
 Context::~Context() {
   if (!impl_) return;
   stop_workers();
-  for (auto& qp : impl_->qps) impl_->engines[qp->impl().engine]->remove_qp(&qp->impl().qp);
+  for (auto& qp : impl_->qps) impl_->engines[impl_of(*qp).engine]->remove_qp(&impl_of(*qp).qp);
   impl_->qps.clear();
   for (auto& e : impl_->engines) e->release_handed_in();
   for (auto& [addr, buffer] : impl_->buffers) mem::unmap_buffer(buffer);
@@ -115,7 +119,7 @@ namespace {
 
 // The last error of each thread, with the context it came from.
 struct ThreadError {
-  const Context::Impl* context = nullptr;
+  const ContextImpl* context = nullptr;
   std::string text;
 };
 thread_local ThreadError t_last_error;
@@ -123,7 +127,7 @@ const std::string kNoError;
 
 // Sets the last error without logging: post_send and post_recv are the data
 // path, where a full queue is ordinary back-pressure.
-int record_error(const Context::Impl* c, int err, std::string message) {
+int record_error(const ContextImpl* c, int err, std::string message) {
   t_last_error.context = c;
   t_last_error.text = std::move(message);
   return err;
@@ -140,8 +144,20 @@ int Context::Impl::fail(int err, std::string message) {
 const std::string& Context::last_error() const {
   return t_last_error.context == impl_.get() ? t_last_error.text : kNoError;
 }
-engine::Engine& Context::engine(std::size_t i) { return *impl_->engines.at(i); }
-std::size_t Context::engine_count() const { return impl_->engines.size(); }
+
+namespace internal {
+
+std::unique_ptr<CompletionQueue> Access::make_cq(std::unique_ptr<CqImpl> impl) {
+  return std::unique_ptr<CompletionQueue>(new CompletionQueue(std::move(impl)));
+}
+std::unique_ptr<QueuePair> Access::make_qp(Context* ctx, std::unique_ptr<QpImpl> impl) {
+  return std::unique_ptr<QueuePair>(new QueuePair(ctx, std::move(impl)));
+}
+
+engine::Engine& engine_of(Context& ctx, std::size_t i) { return *impl_of(ctx).engines.at(i); }
+std::size_t engine_count(const Context& ctx) { return impl_of(ctx).engines.size(); }
+
+}  // namespace internal
 
 std::size_t Context::progress() {
   Impl& c = *impl_;
@@ -208,37 +224,43 @@ ProtectionDomain* Context::alloc_pd() {
   });
 }
 
-int Context::dealloc_pd(ProtectionDomain* pd) {
-  return impl_->control([&] { return dealloc_pd_now(pd); });
+namespace {
+
+// The control calls' bodies, run inside Impl::control().
+
+int dealloc_pd_now(ContextImpl& c, ProtectionDomain* pd) {
+  if (c.mrs.regions_in_pd(pd->handle()) != 0) {
+    return c.fail(EBUSY, "the PD still has memory regions; deregister them first");
+  }
+  for (const auto& qp : c.qps) {
+    if (impl_of(*qp).pd == pd) return c.fail(EBUSY, "the PD still has QPs; destroy them first");
+  }
+  return erase_owned(c.pds, pd) ? 0 : c.fail(EINVAL, "not a PD of this context");
 }
 
-int Context::dealloc_pd_now(ProtectionDomain* pd) {
-  if (impl_->mrs.regions_in_pd(pd->handle()) != 0) {
-    return impl_->fail(EBUSY, "the PD still has memory regions; deregister them first");
+CompletionQueue* create_cq_now(ContextImpl& c, int cqe) {
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c.limits.max_cqe) {
+    c.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
+    return nullptr;
   }
-  for (const auto& qp : impl_->qps) {
-    if (qp->impl().pd == pd) return impl_->fail(EBUSY, "the PD still has QPs; destroy them first");
-  }
-  return erase_owned(impl_->pds, pd) ? 0 : impl_->fail(EINVAL, "not a PD of this context");
+  c.cqs.push_back(internal::Access::make_cq(
+      std::make_unique<internal::CqImpl>(static_cast<std::uint32_t>(cqe), c.engines.size())));
+  return c.cqs.back().get();
+}
+
+}  // namespace
+
+int Context::dealloc_pd(ProtectionDomain* pd) {
+  return impl_->control([&] { return dealloc_pd_now(*impl_, pd); });
 }
 
 CompletionQueue* Context::create_cq(int cqe) {
-  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(cqe); });
-}
-
-CompletionQueue* Context::create_cq_now(int cqe) {
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > impl_->limits.max_cqe) {
-    impl_->fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
-    return nullptr;
-  }
-  impl_->cqs.push_back(std::make_unique<CompletionQueue>(
-      std::make_unique<CompletionQueue::Impl>(static_cast<std::uint32_t>(cqe), impl_->engines.size())));
-  return impl_->cqs.back().get();
+  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(*impl_, cqe); });
 }
 
 int Context::destroy_cq(CompletionQueue* cq) {
   return impl_->control([&] {
-    if (cq->impl().users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
+    if (impl_of(*cq).users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
     return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
   });
 }
@@ -288,14 +310,12 @@ MemoryRegion* ProtectionDomain::reg_mr(void* addr, std::size_t length, int acces
   return reg_mr_iova(addr, length, reinterpret_cast<std::uint64_t>(addr), access);
 }
 
-MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
-  return ctx_->impl().control([&]() -> MemoryRegion* { return reg_mr_now(addr, length, iova, access); });
-}
+namespace {
 
-MemoryRegion* ProtectionDomain::reg_mr_now(void* addr, std::size_t length, std::uint64_t iova, int access) {
-  Context::Impl& c = ctx_->impl();
+MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                         int access) {
   std::uint32_t key = 0;
-  const int rc = c.mrs.add(handle_, addr, iova, length, access, key);
+  const int rc = c.mrs.add(pd->handle(), addr, iova, length, access, key);
   if (rc != 0) {
     c.fail(rc, rc == ENOMEM ? "too many memory regions (the device's max_mr)"
                             : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
@@ -308,27 +328,34 @@ MemoryRegion* ProtectionDomain::reg_mr_now(void* addr, std::size_t length, std::
   mr->iova = iova;
   mr->lkey = mr->rkey = key;
   mr->access = access;
-  mr->pd = this;
+  mr->pd = pd;
   c.mrs_owned.push_back(std::move(mr));
   return c.mrs_owned.back().get();
 }
 
-int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
-  return ctx_->impl().control([&] { return dereg_mr_now(mr); });
-}
-
-int ProtectionDomain::dereg_mr_now(MemoryRegion* mr) {
-  Context::Impl& c = ctx_->impl();
+int dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
   if (c.mrs.remove(mr->lkey) != 0) return c.fail(EINVAL, "not a registered memory region");
   c.port.io->unregister_memory(mr->addr, mr->length);
   erase_owned(c.mrs_owned, mr);
   return 0;
 }
 
+}  // namespace
+
+MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
+  ContextImpl& c = impl_of(*ctx_);
+  return c.control([&]() -> MemoryRegion* { return reg_mr_now(c, this, addr, length, iova, access); });
+}
+
+int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
+  ContextImpl& c = impl_of(*ctx_);
+  return c.control([&] { return dereg_mr_now(c, mr); });
+}
+
 namespace testing {
 
 QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn) {
-  Context::Impl& c = pd->context().impl();
+  ContextImpl& c = impl_of(pd->context());
   if (attr.qp_type != IBV_QPT_RC) {
     c.fail(EOPNOTSUPP, "only RC QPs are supported so far (qp_type IBV_QPT_RC)");
     return nullptr;
@@ -362,21 +389,21 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
       if (c.engines[i]->qps().size() < c.engines[engine]->qps().size()) engine = i;
     }
   }
-  auto impl = std::make_unique<QueuePair::Impl>();
+  auto impl = std::make_unique<internal::QpImpl>();
   impl->pd = pd;
   impl->init = attr;
   impl->engine = static_cast<std::uint32_t>(engine);
   transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                          cap.max_inline_data, attr.sq_sig_all};
-  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &attr.send_cq->impl().ring_for(engine),
-                     &attr.recv_cq->impl().ring_for(engine));
-  auto qp = std::make_unique<QueuePair>(&pd->context(), std::move(impl));
-  if (!c.engines[engine]->add_qp(&qp->impl().qp)) {
+  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &impl_of(*attr.send_cq).ring_for(engine),
+                     &impl_of(*attr.recv_cq).ring_for(engine));
+  auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
+  if (!c.engines[engine]->add_qp(&impl_of(*qp).qp)) {
     c.fail(ENOMEM, "engine " + std::to_string(engine) + " serves as many QPs as it can; pick another worker");
     return nullptr;
   }
-  ++attr.send_cq->impl().users;
-  ++attr.recv_cq->impl().users;
+  ++impl_of(*attr.send_cq).users;
+  ++impl_of(*attr.recv_cq).users;
   c.qps.push_back(std::move(qp));
   c.publish_owners();
   return c.qps.back().get();
@@ -384,7 +411,7 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
 
 MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                               int access, std::uint32_t key) {
-  Context::Impl& c = pd->context().impl();
+  ContextImpl& c = impl_of(pd->context());
   if (c.mrs.add_with_key(pd->handle(), addr, iova, length, access, key) != 0) return nullptr;
   auto mr = std::make_unique<MemoryRegion>();
   *mr = MemoryRegion{addr, length, iova, key, key, access, pd};
@@ -392,12 +419,12 @@ MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t leng
   return c.mrs_owned.back().get();
 }
 
-transport::Qp& transport_qp(QueuePair* qp) { return qp->impl().qp; }
+transport::Qp& transport_qp(QueuePair* qp) { return impl_of(*qp).qp; }
 
 }  // namespace testing
 
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
-  Context::Impl& c = ctx_->impl();
+  ContextImpl& c = impl_of(*ctx_);
   return c.control([&] {
     // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
     // the engines index QPs by those bits (engine/qpn_map.h), so they stay
@@ -418,22 +445,26 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   });
 }
 
-int ProtectionDomain::destroy_qp(QueuePair* qp) {
-  return ctx_->impl().control([&] { return destroy_qp_now(qp); });
-}
+namespace {
 
-int ProtectionDomain::destroy_qp_now(QueuePair* qp) {
-  Context::Impl& c = ctx_->impl();
-  QueuePair::Impl& q = qp->impl();
+int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
+  internal::QpImpl& q = impl_of(*qp);
   if (std::find_if(c.qps.begin(), c.qps.end(), [qp](const auto& u) { return u.get() == qp; }) == c.qps.end()) {
     return c.fail(EINVAL, "not a QP of this context");
   }
   c.engines[q.engine]->remove_qp(&q.qp);
-  --q.init.send_cq->impl().users;
-  --q.init.recv_cq->impl().users;
+  --impl_of(*q.init.send_cq).users;
+  --impl_of(*q.init.recv_cq).users;
   erase_owned(c.qps, qp);
   c.publish_owners();
   return 0;
+}
+
+}  // namespace
+
+int ProtectionDomain::destroy_qp(QueuePair* qp) {
+  ContextImpl& c = impl_of(*ctx_);
+  return c.control([&] { return destroy_qp_now(c, qp); });
 }
 
 // --- CompletionQueue ----------------------------------------------------------------
@@ -477,13 +508,10 @@ std::uint32_t QueuePair::qp_num() const { return impl_->qp.qpn; }
 // it at every transition (transport/qp.cc).
 ibv_qp_state QueuePair::state() const { return impl_->qp.app_state.load(std::memory_order_acquire); }
 
-int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
-  return ctx_->impl().control([&] { return modify_now(attr, attr_mask); });
-}
+namespace {
 
-int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
-  Context::Impl& c = ctx_->impl();
-  transport::Qp& qp = impl_->qp;
+int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask) {
+  transport::Qp& qp = q.qp;
   const transport::ModifyLimits limits{c.limits.max_qp_rd_atom, c.limits.max_qp_init_rd_atom, c.port.active_mtu};
   const transport::ModifyCheck check = transport::check_modify(qp.state, attr, attr_mask, limits);
   if (check.error != 0) {
@@ -516,14 +544,9 @@ int QueuePair::modify_now(const ibv_qp_attr& attr, int attr_mask) {
   return 0;
 }
 
-int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
-  return ctx_->impl().control([&] { return query_now(attr, attr_mask, init_attr); },
-                              Context::Impl::Access::kReadsOnly);
-}
-
-int QueuePair::query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
+int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) {
   (void)attr_mask;  // everything is returned, as providers commonly do
-  const transport::Qp& qp = impl_->qp;
+  const transport::Qp& qp = q.qp;
   attr = qp.attr;
   attr.qp_state = qp.state;
   attr.cur_qp_state = qp.state;
@@ -532,15 +555,27 @@ int QueuePair::query_now(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr
   attr.cap.max_send_sge = qp.caps.max_send_sge;
   attr.cap.max_recv_sge = qp.caps.max_recv_sge;
   attr.cap.max_inline_data = qp.caps.max_inline_data;
-  if (init_attr != nullptr) *init_attr = impl_->init;
+  if (init_attr != nullptr) *init_attr = q.init;
   return 0;
+}
+
+}  // namespace
+
+int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
+  ContextImpl& c = impl_of(*ctx_);
+  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); });
+}
+
+int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
+  return impl_of(*ctx_).control([&] { return query_now(*impl_, attr, attr_mask, init_attr); },
+                                ContextImpl::Access::kReadsOnly);
 }
 
 int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_send(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return record_error(&ctx_->impl(), rc,
+      return record_error(&impl_of(*ctx_), rc,
                           rc == ENOMEM ? "send queue full (max_send_wr)"
                                        : "bad send WR: opcode, SGE count, inline size or QP state");
     }
@@ -552,7 +587,7 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return record_error(&ctx_->impl(), rc,
+      return record_error(&impl_of(*ctx_), rc,
                           rc == ENOMEM ? "receive queue full (max_recv_wr)"
                                        : "bad receive WR: SGE count or QP state (RESET)");
     }
@@ -561,7 +596,7 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 QueuePair::CongestionState QueuePair::congestion() const {
-  return ctx_->impl().control([&] {
+  return impl_of(*ctx_).control([&] {
     const transport::Qp::Congestion& c = impl_->qp.congestion;
     CongestionState s;
     if (!c.started) return s;
@@ -571,7 +606,7 @@ QueuePair::CongestionState QueuePair::congestion() const {
     s.alpha = c.rate.alpha();
     s.cnps = c.rate.cnps();
     return s;
-  }, Context::Impl::Access::kReadsOnly);
+  }, ContextImpl::Access::kReadsOnly);
 }
 
 std::uint64_t QueuePair::counter(const char* name) const {

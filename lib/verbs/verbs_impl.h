@@ -1,5 +1,7 @@
-// The objects behind include/uroce/verbs.h, and the small testing interface
-// (tests that replay captured traffic need a given QPN and rkey).
+// The objects behind include/uroce/verbs.h (their private Impl types; code
+// outside the classes reaches them through verbs/internal.h), and the small
+// testing interface (tests that replay captured traffic need a given QPN and
+// rkey).
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include "mem/mr_table.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
+#include "verbs/internal.h"
 
 namespace uroce {
 

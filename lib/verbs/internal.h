@@ -1,0 +1,60 @@
+// What the stack's own code reaches behind include/uroce/verbs.h: a
+// Context's engines, and the private objects behind Context, CompletionQueue
+// and QueuePair. lib/verbs builds the API with it; drivers (the simulator
+// steps engines to their next timer) and tests (they look at engine and QP
+// state) use it too. Not part of the public API: an embedder has
+// Context::stats() and friends (include/uroce/stats.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "uroce/verbs.h"
+
+namespace uroce {
+
+namespace engine {
+class Engine;
+}  // namespace engine
+
+namespace internal {
+
+// The one friend of the public classes. Its aliases name their private Impl
+// types for code outside those classes.
+struct Access {
+  using ContextImpl = Context::Impl;
+  using CqImpl = CompletionQueue::Impl;
+  using QpImpl = QueuePair::Impl;
+
+  static ContextImpl& impl(Context& c) { return *c.impl_; }
+  static const ContextImpl& impl(const Context& c) { return *c.impl_; }
+  static CqImpl& impl(CompletionQueue& cq) { return *cq.impl_; }
+  static QpImpl& impl(QueuePair& qp) { return *qp.impl_; }
+  static const QpImpl& impl(const QueuePair& qp) { return *qp.impl_; }
+
+  // The constructors are private: a CQ or QP is made by its Context
+  // (lib/verbs/verbs.cc, where the Impl types are complete).
+  static std::unique_ptr<CompletionQueue> make_cq(std::unique_ptr<CqImpl> impl);
+  static std::unique_ptr<QueuePair> make_qp(Context* ctx, std::unique_ptr<QpImpl> impl);
+};
+
+using ContextImpl = Access::ContextImpl;
+using CqImpl = Access::CqImpl;
+using QpImpl = Access::QpImpl;
+
+// The objects behind the public ones (defined in lib/verbs/verbs_impl.h).
+inline ContextImpl& impl_of(Context& c) { return Access::impl(c); }
+inline const ContextImpl& impl_of(const Context& c) { return Access::impl(c); }
+inline CqImpl& impl_of(CompletionQueue& cq) { return Access::impl(cq); }
+inline QpImpl& impl_of(QueuePair& qp) { return Access::impl(qp); }
+inline const QpImpl& impl_of(const QueuePair& qp) { return Access::impl(qp); }
+
+// The context's engines, one per port queue (PortConfig::queues): engine i
+// serves queue i. engine_of throws std::out_of_range past engine_count().
+// An engine belongs to the thread that runs it: read it from that thread,
+// or between two progress() calls.
+engine::Engine& engine_of(Context& ctx, std::size_t i = 0);
+std::size_t engine_count(const Context& ctx);
+
+}  // namespace internal
+}  // namespace uroce
