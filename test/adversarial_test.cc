@@ -157,6 +157,11 @@ struct BadLength {
 const BadLength kBadLengths[] = {
     {"SEND First shorter than the MTU", Opcode::kRcSendFirst, 512, 0},
     {"SEND First longer than the MTU", Opcode::kRcSendFirst, 2048, 0},
+    // Lengths that are no IB MTU at all reach the responder too (the parser
+    // once dropped them in silence; tools/probe-rxe.sh found it).
+    {"SEND First of 1000 bytes", Opcode::kRcSendFirst, 1000, 0},
+    {"SEND First of 1028 bytes", Opcode::kRcSendFirst, 1028, 0},
+    {"WRITE First of 1000 bytes", Opcode::kRcWriteFirst, 1000, 4096},
     {"SEND Only longer than the MTU", Opcode::kRcSendOnly, 1028, 0},
     {"WRITE First shorter than the MTU", Opcode::kRcWriteFirst, 256, 4096},
     {"WRITE Only longer than the MTU", Opcode::kRcWriteOnly, 4096, 4096},
@@ -219,6 +224,34 @@ TEST(Adversarial, AnEmptyWriteLastIsAnInvalidRequest) {
   EXPECT_EQ(r.dev.qp->counter("drop_bad_length"), 1u);
   EXPECT_EQ(r.dev.qp->counter("nak_inv_req_sent"), 1u);
   EXPECT_EQ(r.dev.qp->state(), IBV_QPS_ERR);
+}
+
+// A Middle packet must carry exactly the path MTU, whatever its length:
+// the First before it is taken, the short Middle NAKed at its own PSN.
+TEST(Adversarial, AShortSendMiddleIsAnInvalidRequest) {
+  for (const std::size_t len : {std::size_t{512}, std::size_t{1000}, std::size_t{1020}}) {
+    SCOPED_TRACE(len);
+    ScriptedRc r;
+    std::vector<std::uint8_t> region(4096, 0);
+    MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(region.data()), 4096, mr->lkey};
+    ibv_recv_wr rw{};
+    rw.sg_list = &sge;
+    rw.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(r.dev.qp->post_recv(&rw, &bad), 0);
+    r.inject(r.spec(Opcode::kRcSendFirst, kRqPsn), std::vector<std::uint8_t>(1024, 0x11));
+    wire::FrameSpec middle = r.spec(Opcode::kRcSendMiddle, kRqPsn + 1);
+    middle.bth.set_ack_req(true);
+    r.inject(middle, std::vector<std::uint8_t>(len, 0x22));
+    r.run(2);
+    const auto sent = r.sent();
+    ASSERT_EQ(sent.size(), 1u) << "one NAK and nothing else";
+    EXPECT_EQ(sent[0].aeth().syndrome, nak(NakCode::kInvalidRequest));
+    EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 1);
+    EXPECT_EQ(r.dev.qp->counter("drop_bad_length"), 1u);
+    EXPECT_EQ(r.dev.qp->state(), IBV_QPS_ERR);
+  }
 }
 
 // A READ of exactly 2^31 bytes is legal: it is answered, at 2^21 PSNs.
