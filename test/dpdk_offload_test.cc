@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dpdk/device.h"
+#include "compose/device.h"
 #include "dpdk/eal.h"
 #include "engine/engine.h"
 #include "verbs/connect.h"

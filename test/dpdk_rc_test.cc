@@ -18,7 +18,7 @@
 
 #include "cc/dcqcn.h"
 #include "dpdk/eal.h"
-#include "dpdk/ring_pair.h"
+#include "compose/ring_pair.h"
 #include "engine/engine.h"
 #include "test_seed.h"
 #include "frame_helpers.h"

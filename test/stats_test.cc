@@ -23,7 +23,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/port_io.h"
-#include "dpdk/ring_pair.h"
+#include "compose/ring_pair.h"
 #include "engine/engine.h"
 #include "rc_fixture.h"
 #include "transport/counters.h"

@@ -27,7 +27,7 @@
 
 #include "cc/dcqcn.h"
 #include "dpdk/eal.h"
-#include "dpdk/ring_pair.h"
+#include "compose/ring_pair.h"
 #include "transport/counters.h"
 #include "transport/qp_state.h"
 #include "uroce/verbs.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "dpdk/device.h"
+#include "compose/device.h"
 
 namespace uroce::app {
 

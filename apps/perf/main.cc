@@ -17,7 +17,7 @@
 #include "common/path_mtu.h"
 #include "common/work_request.h"
 #include "dpdk/eal.h"
-#include "dpdk/ring_pair.h"
+#include "compose/ring_pair.h"
 #include "perf/in_flight.h"
 #include "perf/layout.h"
 #include "perf/message.h"

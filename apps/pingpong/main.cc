@@ -22,7 +22,7 @@
 #include "common/path_mtu.h"
 #include "common/port_device.h"
 #include "common/work_request.h"
-#include "dpdk/device.h"
+#include "compose/device.h"
 #include "dpdk/eal.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"

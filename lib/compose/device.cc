@@ -1,9 +1,9 @@
-#include "dpdk/device.h"
+#include "compose/device.h"
 
 #include <algorithm>
 
 #include "dpdk/eal.h"
-#include "dpdk/telemetry.h"
+#include "compose/telemetry.h"
 #include "verbs/log.h"
 
 namespace uroce::dpdk {

@@ -1,4 +1,4 @@
-#include "dpdk/telemetry.h"
+#include "compose/telemetry.h"
 
 #include <cerrno>
 #include <cstdlib>

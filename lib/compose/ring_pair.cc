@@ -1,7 +1,7 @@
-#include "dpdk/ring_pair.h"
+#include "compose/ring_pair.h"
 
-#include "dpdk/device.h"
-#include "dpdk/telemetry.h"
+#include "compose/device.h"
+#include "compose/telemetry.h"
 #include "uroce/stats.h"
 #include "verbs/log.h"
 
