@@ -32,7 +32,7 @@ struct Layer {
   std::vector<std::string_view> below;
   bool may_log;             // may include spdlog or fmt (control path only)
   // Assembles the stack on a driver's port: may include drivers' headers
-  // (and so DPDK's). lib/compose alone.
+  // (and so DPDK's). lib/compose, and lib/ibverbs above it.
   bool composes = false;
 };
 
@@ -56,6 +56,8 @@ const std::vector<Layer> kLayers = {
     {"engine", "lib/engine", {"wire", "mem", "cc", "transport", kPort}, false},
     {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "uroce"}, true},
     {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "uroce", "verbs"}, true, true},
+    // libibverbs.so.1 on top of the stack: starts EAL and opens a compose::Device.
+    {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "uroce", "verbs", "compose"}, true, true},
 };
 
 const std::regex kInclude(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");

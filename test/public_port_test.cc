@@ -220,7 +220,8 @@ struct Cable {
 };
 
 std::uint64_t port_stat(const Context& ctx, const char* name) {
-  const uroce::Stat* s = uroce::find_stat(ctx.stats(), uroce::StatScope::kPort, name);
+  const std::vector<uroce::Stat> stats = ctx.stats();
+  const uroce::Stat* s = uroce::find_stat(stats, uroce::StatScope::kPort, name);
   return s != nullptr ? s->value : ~std::uint64_t{0};
 }
 

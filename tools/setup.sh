@@ -16,6 +16,7 @@ PACKAGES=(
   libhugetlbfs-bin              # hugeadm, for reserving hugepages
   iproute2                      # network namespaces and veth pairs for the integration tests
   tshark                        # the tests check that our frames dissect as InfiniBand
+  ibverbs-utils                 # stock ibv_devinfo / ibv_devices, run on our libibverbs.so.1 by the tests
 )
 
 missing=()

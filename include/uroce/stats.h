@@ -48,5 +48,7 @@ struct QpStats {
 
 // The row called `name` in `stats` (scope and name both match), or nullptr.
 const Stat* find_stat(const std::vector<Stat>& stats, StatScope scope, const char* name);
+// Not on a temporary (find_stat(ctx.stats(), ...)): the row would die with it.
+const Stat* find_stat(std::vector<Stat>&& stats, StatScope scope, const char* name) = delete;
 
 }  // namespace uroce

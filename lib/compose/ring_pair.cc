@@ -72,7 +72,8 @@ bool RingPair::step() {
 std::uint64_t RingPair::frames_sent() const {
   std::uint64_t n = 0;
   for (Context* ctx : {a.get(), b.get()}) {
-    if (const Stat* s = find_stat(ctx->stats(), StatScope::kEngine, "tx_frames")) n += s->value;
+    const std::vector<Stat> stats = ctx->stats();
+    if (const Stat* s = find_stat(stats, StatScope::kEngine, "tx_frames")) n += s->value;
   }
   return n;
 }

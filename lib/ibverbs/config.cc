@@ -1,0 +1,69 @@
+#include <charconv>
+#include <sstream>
+#include <string_view>
+
+#include "ibverbs/internal.h"
+
+namespace uroce::ibverbs {
+namespace {
+
+bool parse_ipv4(std::string_view s, std::array<std::uint8_t, 4>& ip) {
+  if (const auto slash = s.find('/'); slash != std::string_view::npos) {
+    unsigned len = 0;
+    const auto tail = s.substr(slash + 1);
+    const auto r = std::from_chars(tail.data(), tail.data() + tail.size(), len);
+    if (r.ec != std::errc() || r.ptr != tail.data() + tail.size() || len > 32) return false;
+    s = s.substr(0, slash);  // the prefix length is accepted as uroce-perf takes it; not used yet
+  }
+  for (std::size_t i = 0; i < 4; ++i) {
+    unsigned v = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec != std::errc() || v > 255 || r.ptr == s.data()) return false;
+    ip[i] = static_cast<std::uint8_t>(v);
+    s.remove_prefix(static_cast<std::size_t>(r.ptr - s.data()));
+    if (i < 3) {
+      if (s.empty() || s.front() != '.') return false;
+      s.remove_prefix(1);
+    }
+  }
+  return s.empty();
+}
+
+}  // namespace
+
+ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message) {
+  const char* eal = env("UROCE_EAL");
+  const char* ip = env("UROCE_IP");
+  const char* port = env("UROCE_PORT_ID");
+  if (eal == nullptr && ip == nullptr) {
+    message = "uroce libibverbs: no device configured; set UROCE_EAL (e.g. \"--no-huge --no-shconf --no-pci "
+              "--vdev=net_ring0\") and UROCE_IP (e.g. 10.0.0.1/24), and UROCE_PORT_ID if the port is not 0";
+    return ConfigStatus::kUnset;
+  }
+  if (eal == nullptr) {
+    message = "uroce libibverbs: UROCE_IP is set but UROCE_EAL is not; set UROCE_EAL to the EAL arguments "
+              "(e.g. \"--no-huge --no-shconf --no-pci --vdev=net_ring0\")";
+    return ConfigStatus::kInvalid;
+  }
+  if (ip == nullptr || !parse_ipv4(ip, config.ip)) {
+    message = std::string("uroce libibverbs: UROCE_IP must be an IPv4 address like 10.0.0.1/24, not '") +
+              (ip != nullptr ? ip : "") + "'";
+    return ConfigStatus::kInvalid;
+  }
+  if (port != nullptr) {
+    const std::string_view p(port);
+    unsigned v = 0;
+    const auto r = std::from_chars(p.data(), p.data() + p.size(), v);
+    if (p.empty() || r.ec != std::errc() || r.ptr != p.data() + p.size() || v > 65535) {
+      message = std::string("uroce libibverbs: UROCE_PORT_ID must be a DPDK port number, not '") + port + "'";
+      return ConfigStatus::kInvalid;
+    }
+    config.port_id = static_cast<std::uint16_t>(v);
+  }
+  config.eal = {"uroce-ibverbs"};
+  std::istringstream words(eal);
+  for (std::string w; words >> w;) config.eal.push_back(w);
+  return ConfigStatus::kOk;
+}
+
+}  // namespace uroce::ibverbs
