@@ -44,16 +44,7 @@ declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 declare -A filter=([ibverbs]='-Ibverbs.Stock*')
 
 failed_report() {  # file name message
-  python3 - "$@" <<'PY'
-import sys
-from xml.sax.saxutils import quoteattr
-path, name, message = sys.argv[1:4]
-with open(path, "w") as f:
-    f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="1" failures="1">\n'
-            '  <testsuite name="asan" tests="1" failures="1">\n'
-            '    <testcase name=%s classname="asan"><failure message=%s/></testcase>\n'
-            '  </testsuite>\n</testsuites>\n' % (quoteattr(name), quoteattr(message)))
-PY
+  python3 tools/case_report.py "$1" asan "$2" "$3"
 }
 
 if [[ -n $results ]]; then
@@ -112,7 +103,8 @@ done
 # Per binary: its result, its sanitizer reports, its report renamed.
 python3 - "$logs" "${results:-}" <<'PY'
 import glob, json, os, re, shutil, sys
-from xml.sax.saxutils import quoteattr
+sys.path.insert(0, "tools")
+from case_report import write_case
 logs, results = sys.argv[1], sys.argv[2]
 pattern = re.compile(r"^(==\d+==ERROR: AddressSanitizer|.*: runtime error: |SUMMARY: (Address|UndefinedBehavior)Sanitizer)", re.M)
 status = 0
@@ -140,10 +132,6 @@ for path in sorted(glob.glob(os.path.join(logs, "*.json"))):
         shown = [l for l in lines if pattern.match(l) or l.startswith("    #") or l.startswith("[  FAILED  ]")]
         print("\n".join(shown[:150] if shown else lines[-30:]))
         if results and not has_failure:
-            with open(os.path.join(results, "asan-%s-run.xml" % exe), "w") as f:
-                f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="1" failures="1">\n'
-                        '  <testsuite name="asan" tests="1" failures="1">\n'
-                        '    <testcase name=%s classname="asan"><failure message=%s/></testcase>\n'
-                        '  </testsuite>\n</testsuites>\n' % (quoteattr(exe), quoteattr(why)))
+            write_case(os.path.join(results, "asan-%s-run.xml" % exe), "asan", exe, why)
 sys.exit(status)
 PY

@@ -32,17 +32,11 @@ declare -A extra=([frame]=-max_len=66000)
 
 report() {  # harness failed(0|1) message
   [[ -z $results ]] && return
-  python3 - "$results/fuzz-$1.xml" "$1" "$2" "$3" <<'PY'
-import sys
-from xml.sax.saxutils import quoteattr
-path, name, failed, message = sys.argv[1:5]
-body = '<failure message=%s/>' % quoteattr(message) if failed == "1" else ''
-with open(path, "w") as f:
-    f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="1" failures="%s">\n'
-            '  <testsuite name="fuzz" tests="1" failures="%s">\n'
-            '    <testcase name=%s classname="fuzz">%s</testcase>\n'
-            '  </testsuite>\n</testsuites>\n' % (failed, failed, quoteattr(name), body))
-PY
+  if [[ $2 == 1 ]]; then
+    python3 tools/case_report.py "$results/fuzz-$1.xml" fuzz "$1" "$3"
+  else
+    python3 tools/case_report.py "$results/fuzz-$1.xml" fuzz "$1"
+  fi
 }
 fail_all() {  # message
   echo "fuzz: $1" >&2

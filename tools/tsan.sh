@@ -29,16 +29,7 @@ declare -A filter=([test_telemetry_race]='-TelemetryRace.QpsComeAndGoWhileWorker
 
 # A report with one failed case, tsan.<name>.
 failed_report() {  # file name message
-  python3 - "$@" <<'PY'
-import sys
-from xml.sax.saxutils import quoteattr
-path, name, message = sys.argv[1:4]
-with open(path, "w") as f:
-    f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="1" failures="1">\n'
-            '  <testsuite name="tsan" tests="1" failures="1">\n'
-            '    <testcase name=%s classname="tsan"><failure message=%s/></testcase>\n'
-            '  </testsuite>\n</testsuites>\n' % (quoteattr(name), quoteattr(message)))
-PY
+  python3 tools/case_report.py "$1" tsan "$2" "$3"
 }
 
 if [[ -n $results ]]; then

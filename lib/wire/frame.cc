@@ -219,17 +219,7 @@ HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
   Bth b = spec.bth;
   b.set_pad_count(pad);
   std::memcpy(p + bth, &b, sizeof b);
-  const auto put = [&](ExtHdr h, const auto& hdr) {
-    if (const std::uint8_t off = info.offset_of(h); off != 0) std::memcpy(p + bth + off, &hdr, sizeof hdr);
-  };
-  put(ExtHdr::kDeth, spec.deth);
-  put(ExtHdr::kFeth, spec.feth);
-  put(ExtHdr::kReth, spec.reth);
-  put(ExtHdr::kAtomicEth, spec.atomic_eth);
-  put(ExtHdr::kAeth, spec.aeth);
-  put(ExtHdr::kAtomicAckEth, spec.atomic_ack_eth);
-  put(ExtHdr::kImmDt, spec.immdt);
-  put(ExtHdr::kIeth, spec.ieth);
+  put_extension_headers(info, p + bth, spec);
 
   layout.header_bytes = header_bytes;
   layout.l3_offset = l3;

@@ -122,6 +122,25 @@ struct FrameSpec {
   Ieth ieth{};
 };
 
+// Writes the extension headers `info` says its opcode carries, from the
+// fields of `h` (a FrameSpec or a TransportHeaders: the same names), behind
+// the BTH at `bth`.
+template <typename Headers>
+void put_extension_headers(const OpcodeInfo& info, std::uint8_t* bth, const Headers& h) {
+  if (info.header_bytes <= sizeof(Bth)) return;
+  const auto put = [&](ExtHdr which, const auto& hdr) {
+    if (const std::uint8_t off = info.offset_of(which); off != 0) std::memcpy(bth + off, &hdr, sizeof hdr);
+  };
+  put(ExtHdr::kDeth, h.deth);
+  put(ExtHdr::kFeth, h.feth);
+  put(ExtHdr::kReth, h.reth);
+  put(ExtHdr::kAtomicEth, h.atomic_eth);
+  put(ExtHdr::kAeth, h.aeth);
+  put(ExtHdr::kAtomicAckEth, h.atomic_ack_eth);
+  put(ExtHdr::kImmDt, h.immdt);
+  put(ExtHdr::kIeth, h.ieth);
+}
+
 struct HeaderLayout {
   std::size_t header_bytes = 0;  // Ethernet through the last extension header
   std::size_t l3_offset = 0;

@@ -87,19 +87,7 @@ bool write_packet(const PathHeader& path, TransportHeaders& th, std::uint32_t pa
   th.bth.set_pad_count(pad);
   std::uint8_t* bth = p + path.len;
   std::memcpy(bth, &th.bth, sizeof th.bth);
-  const auto put = [&](ExtHdr h, const auto& hdr) {
-    if (const std::uint8_t off = info.offset_of(h); off != 0) std::memcpy(bth + off, &hdr, sizeof hdr);
-  };
-  if (info.header_bytes > sizeof(Bth)) {
-    put(ExtHdr::kDeth, th.deth);
-    put(ExtHdr::kFeth, th.feth);
-    put(ExtHdr::kReth, th.reth);
-    put(ExtHdr::kAtomicEth, th.atomic_eth);
-    put(ExtHdr::kAeth, th.aeth);
-    put(ExtHdr::kAtomicAckEth, th.atomic_ack_eth);
-    put(ExtHdr::kImmDt, th.immdt);
-    put(ExtHdr::kIeth, th.ieth);
-  }
+  put_extension_headers(info, bth, th);
   f.l3_offset = static_cast<std::uint16_t>(l3);
 
   if (copy) {
