@@ -122,6 +122,21 @@ std::string why_forbidden(const std::vector<Layer>& layers, const std::vector<st
   return "";
 }
 
+// Calls f(file, line number, line) for every line of the .h and .cc files
+// under `dir` (none if it does not exist), counting the files in `scanned`.
+template <typename F>
+void for_each_source_line(const fs::path& dir, std::size_t& scanned, F&& f) {
+  if (!fs::exists(dir)) return;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const auto ext = e.path().extension();
+    if (ext != ".h" && ext != ".cc") continue;
+    ++scanned;
+    std::ifstream in(e.path());
+    int n = 0;
+    for (std::string line; std::getline(in, line);) f(e.path(), ++n, line);
+  }
+}
+
 // Every include line of the layers' .h and .cc files under `root` that
 // includes a layer the table does not allow, as "path:line: include  (reason)".
 std::vector<std::string> violations(const fs::path& root, const std::vector<Layer>& layers,
@@ -129,25 +144,14 @@ std::vector<std::string> violations(const fs::path& root, const std::vector<Laye
   const auto outer = outer_folders(root);
   std::vector<std::string> bad;
   for (const auto& layer : layers) {
-    const fs::path dir = root / layer.folder;
-    if (!fs::exists(dir)) continue;
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-      const auto ext = e.path().extension();
-      if (ext != ".h" && ext != ".cc") continue;
-      ++scanned;
-      std::ifstream in(e.path());
-      int n = 0;
-      for (std::string line; std::getline(in, line);) {
-        ++n;
-        std::smatch m;
-        if (!std::regex_search(line, m, kInclude)) continue;
-        const auto why = why_forbidden(layers, outer, layer, m[1].str()[0], m[2].str());
-        if (!why.empty()) {
-          bad.push_back(fs::relative(e.path(), root).string() + ":" + std::to_string(n) + ": " + line +
-                        "  (" + why + ")");
-        }
+    for_each_source_line(root / layer.folder, scanned, [&](const fs::path& file, int n, const std::string& line) {
+      std::smatch m;
+      if (!std::regex_search(line, m, kInclude)) return;
+      const auto why = why_forbidden(layers, outer, layer, m[1].str()[0], m[2].str());
+      if (!why.empty()) {
+        bad.push_back(fs::relative(file, root).string() + ":" + std::to_string(n) + ": " + line + "  (" + why + ")");
       }
-    }
+    });
   }
   return bad;
 }
@@ -201,18 +205,9 @@ TEST(Layering, TheTableIsOrderedAndClosed) {
 std::vector<std::string> offending_includes(const fs::path& dir, const std::regex& forbidden,
                                             std::size_t& scanned) {
   std::vector<std::string> bad;
-  if (!fs::exists(dir)) return bad;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    const auto ext = e.path().extension();
-    if (ext != ".h" && ext != ".cc") continue;
-    ++scanned;
-    std::ifstream in(e.path());
-    int n = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++n;
-      if (std::regex_search(line, forbidden)) bad.push_back(e.path().string() + ":" + std::to_string(n) + ": " + line);
-    }
-  }
+  for_each_source_line(dir, scanned, [&](const fs::path& file, int n, const std::string& line) {
+    if (std::regex_search(line, forbidden)) bad.push_back(file.string() + ":" + std::to_string(n) + ": " + line);
+  });
   return bad;
 }
 

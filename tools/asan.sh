@@ -43,19 +43,9 @@ declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
 declare -A filter=([ibverbs]='-Ibverbs.Stock*')
 
-failed_report() {  # file name message
-  python3 tools/case_report.py "$1" asan "$2" "$3"
-}
-
-if [[ -n $results ]]; then
-  mkdir -p "$results"
-  rm -f "$results"/asan-*.xml
-fi
-build_failed() {  # message
-  echo "asan: $1" >&2
-  [[ -n $results ]] && failed_report "$results/asan-build.xml" build "$1"
-  exit 1
-}
+kind=asan
+# shellcheck source=tools/run_lib.sh
+source tools/run_lib.sh
 
 if [[ ! -f $build/build.ninja ]]; then
   meson setup "$build" -Dbuildtype=plain -Doptimization=1 -Db_sanitize=address,undefined \

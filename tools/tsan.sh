@@ -27,20 +27,9 @@ tests=(test_worker_race test_telemetry_race)
 # uninstrumented rings and mempools, where TSan cannot see it.
 declare -A filter=([test_telemetry_race]='-TelemetryRace.QpsComeAndGoWhileWorkersCarryTraffic')
 
-# A report with one failed case, tsan.<name>.
-failed_report() {  # file name message
-  python3 tools/case_report.py "$1" tsan "$2" "$3"
-}
-
-if [[ -n $results ]]; then
-  mkdir -p "$results"
-  rm -f "$results"/tsan-*.xml
-fi
-build_failed() {  # message
-  echo "tsan: $1" >&2
-  [[ -n $results ]] && failed_report "$results/tsan-build.xml" build "$1"
-  exit 1
-}
+kind=tsan
+# shellcheck source=tools/run_lib.sh
+source tools/run_lib.sh
 
 if [[ ! -f $build/build.ninja ]]; then
   meson setup "$build" -Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null ||
