@@ -129,7 +129,11 @@ class Context {
 
   // cqe: capacity. Overflow is an error: the CQ stops accepting completions,
   // poll() returns -EOVERFLOW, and QPs that post to it move to ERR.
-  CompletionQueue* create_cq(int cqe);
+  // `on_event(arg)`: completion events (CompletionQueue::arm), called on the
+  // thread that runs the engine (a worker, or progress()'s caller), so it
+  // must be short and must not call into this Context (a pipe write is the
+  // intended use). nullptr: arm() is refused.
+  CompletionQueue* create_cq(int cqe, void (*on_event)(void* arg) = nullptr, void* arg = nullptr);
   int destroy_cq(CompletionQueue* cq);  // EBUSY while QPs use it
 
   // Memory for regions, as PortConfig::buffer_pages says. Aligned to 4 KiB
@@ -224,6 +228,16 @@ class CompletionQueue {
   // queue has overflowed.
   int poll(int n, ibv_wc* wc);
   int capacity() const;
+  // ibv_req_notify_cq: one event (the create_cq callback) for the next
+  // completion, or with `solicited_only` for the next solicited receive or
+  // completion in error. If completions already wait to be polled when a
+  // CQ is armed for the next one, the event comes at once (as RNICs do), so
+  // the arm-then-poll pattern never sleeps on a full CQ. Returns 0; EINVAL
+  // for a CQ created without a callback. Safe beside the workers, from the
+  // thread that polls.
+  int arm(bool solicited_only);
+  // Whether the CQ has overflowed (poll() returns -EOVERFLOW).
+  bool overflowed() const;
 
   ~CompletionQueue();
   CompletionQueue(const CompletionQueue&) = delete;

@@ -1,4 +1,5 @@
 #include <charconv>
+#include <string>
 #include <sstream>
 #include <string_view>
 
@@ -60,6 +61,39 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
     }
     config.port_id = static_cast<std::uint16_t>(v);
   }
+  if (const char* q = env("UROCE_QUEUES"); q != nullptr) {
+    const std::string_view v(q);
+    unsigned n = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || n < 1 || n > 64) {
+      message = std::string("uroce libibverbs: UROCE_QUEUES must be a number of port queues from 1 to 64, not '") +
+                q + "'";
+      return ConfigStatus::kInvalid;
+    }
+    config.queues = static_cast<std::uint16_t>(n);
+  }
+  config.workers.assign(config.queues, -1);
+  if (const char* w = env("UROCE_WORKERS"); w != nullptr && *w != '\0') {
+    config.workers.clear();
+    std::string_view v(w);
+    while (!v.empty()) {
+      int cpu = 0;
+      const auto r = std::from_chars(v.data(), v.data() + v.size(), cpu);
+      if (r.ec != std::errc() || cpu < 0 || (r.ptr != v.data() + v.size() && *r.ptr != ',')) {
+        message = std::string("uroce libibverbs: UROCE_WORKERS must be a CPU list like 2,3, not '") + w + "'";
+        return ConfigStatus::kInvalid;
+      }
+      config.workers.push_back(cpu);
+      v.remove_prefix(static_cast<std::size_t>(r.ptr - v.data()));
+      if (!v.empty()) v.remove_prefix(1);
+    }
+    if (config.workers.size() != config.queues) {
+      message = "uroce libibverbs: UROCE_WORKERS names " + std::to_string(config.workers.size()) +
+                " CPU(s) for " + std::to_string(config.queues) + " queue(s) (UROCE_QUEUES); give one per queue";
+      return ConfigStatus::kInvalid;
+    }
+  }
+  if (const char* d = env("UROCE_DCQCN"); d != nullptr) config.dcqcn_file = d;
   config.eal = {"uroce-ibverbs"};
   std::istringstream words(eal);
   for (std::string w; words >> w;) config.eal.push_back(w);

@@ -3,7 +3,6 @@
 // hands out a verbs_context laid out as the stock inline verbs expect
 // (research note verbs-abi.md §2).
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,9 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <new>
+#include <sstream>
 
+#include "cc/dcqcn.h"
 #include "compose/device.h"
 #include "dpdk/eal.h"
 #include "ibverbs/internal.h"
@@ -47,6 +49,16 @@ __be64 eui64_of(const std::uint8_t mac[6]) {
   return g;
 }
 
+// Reads the DCQCN file named by UROCE_DCQCN into `params`; "" or why not.
+std::string load_dcqcn(const std::string& file, cc::DcqcnParams& params) {
+  std::ifstream in(file);
+  if (!in) return "cannot read '" + file + "' (UROCE_DCQCN: give a file like conf/dcqcn.conf, or unset it)";
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (std::string e = cc::parse_dcqcn_params(text.str(), params); !e.empty()) return file + ": " + e;
+  return "";
+}
+
 void start() {
   Config config;
   std::string message;
@@ -58,16 +70,32 @@ void start() {
       std::fprintf(stderr, "%s\n", message.c_str());
       return;
   }
+  const cc::DcqcnParams* dcqcn = nullptr;
+  if (!config.dcqcn_file.empty()) {
+    static cc::DcqcnParams params;  // lives as long as the device: the whole process
+    if (std::string e = load_dcqcn(config.dcqcn_file, params); !e.empty()) {
+      std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+      return;
+    }
+    dcqcn = &params;
+  }
   if (std::string e = dpdk::eal_init(config.eal); !e.empty()) {
     std::fprintf(stderr, "uroce libibverbs: EAL did not start (UROCE_EAL='%s'): %s\n", std::getenv("UROCE_EAL"),
                  e.c_str());
     return;
   }
   std::string error;
-  auto port = dpdk::Device::open(config.port_id, config.ip, kDeviceName, error);
+  auto port = dpdk::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn);
   if (!port) {
     std::fprintf(stderr, "uroce libibverbs: no device on DPDK port %u (UROCE_PORT_ID): %s\n", config.port_id,
                  error.c_str());
+    return;
+  }
+  // Verbs programs only post and poll: the engines run on threads of their
+  // own from here on.
+  if (port->ctx->start_workers(config.workers) != 0) {
+    std::fprintf(stderr, "uroce libibverbs: workers did not start (UROCE_WORKERS): %s\n",
+                 port->ctx->last_error().c_str());
     return;
   }
   auto* d = new Device{};
@@ -106,6 +134,12 @@ Device* device_of(ibv_device* dev) {
 
 Device* device_of(ibv_context* ctx) { return ctx == nullptr ? device_of(static_cast<ibv_device*>(nullptr)) : device_of(ctx->device); }
 
+Ctx* ctx_of(ibv_context* c) {
+  if (device_of(c) == nullptr) return nullptr;
+  // vctx is Ctx's first member.
+  return reinterpret_cast<Ctx*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+}
+
 }  // namespace uroce::ibverbs
 
 using uroce::ibverbs::Device;
@@ -139,49 +173,60 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 int ibv_get_device_index(ibv_device* device) { return device_of(device) != nullptr ? 0 : -1; }
 
 ibv_context* ibv_open_device(ibv_device* device) {
-  if (device_of(device) == nullptr) return nullptr;
-  auto* v = new (std::nothrow) verbs_context{};
-  if (v == nullptr) {
+  Device* d = device_of(device);
+  if (d == nullptr) return nullptr;
+  auto* x = new (std::nothrow) uroce::ibverbs::Ctx;
+  if (x == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  ibv_context& c = v->context;
+  x->dev = d;
+  x->ctx = d->port->ctx.get();
+  ibv_context& c = x->vctx.context;
   c.device = device;
-  uroce::ibverbs::fill_unsupported_ops(c.ops);
+  uroce::ibverbs::fill_data_ops(c.ops);
   c.ops._compat_query_device = ibv_query_device;
   c.ops._compat_query_port = (ibv_query_port);
-  // Real descriptors: programs poll async_fd (UCX sets O_NONBLOCK and adds
-  // it to epoll) and rdma-core closes cmd_fd. No event is ever written yet.
+  // Real descriptors: async_fd is a pipe carrying ibv_async_event records
+  // (UCX sets O_NONBLOCK on it and adds it to epoll); rdma-core closes
+  // cmd_fd.
+  int async[2] = {-1, -1};
   c.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  c.async_fd = eventfd(0, EFD_CLOEXEC);
-  if (c.cmd_fd < 0 || c.async_fd < 0) {
+  if (c.cmd_fd < 0 || pipe2(async, O_CLOEXEC) != 0) {
     const int e = errno;
     if (c.cmd_fd >= 0) close(c.cmd_fd);
-    if (c.async_fd >= 0) close(c.async_fd);
-    delete v;
+    delete x;
     errno = e;
     return nullptr;
   }
+  c.async_fd = async[0];
+  x->async_write = async[1];
+  fcntl(x->async_write, F_SETFL, O_NONBLOCK);  // never block the event monitor
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
   // verbs.h's verbs_get_ctx(): an extended context is marked by
   // abi_compat == UINTPTR_MAX, and sz bounds which ops the binary may read.
   c.abi_compat = reinterpret_cast<void*>(UINTPTR_MAX);
-  v->sz = sizeof(verbs_context);
-  v->query_port = uroce::ibverbs::query_port_op;
+  x->vctx.sz = sizeof(verbs_context);
+  x->vctx.query_port = uroce::ibverbs::query_port_op;
+  x->vctx.query_device_ex = uroce::ibverbs::query_device_ex_op;
+  x->vctx.create_cq_ex = uroce::ibverbs::create_cq_ex_op;
+  x->vctx.create_qp_ex = uroce::ibverbs::create_qp_ex_op;
   // Every other verbs_context op stays NULL: the inlines then fall back to
-  // the exported call (query_device_ex -> ibv_query_device, create_qp_ex ->
-  // ibv_create_qp) or return EOPNOTSUPP themselves.
+  // an exported call or return EOPNOTSUPP themselves.
+  uroce::ibverbs::watch_events(x);
   return &c;
 }
 
 int ibv_close_device(ibv_context* context) {
-  if (device_of(context) == nullptr) return -1;
-  auto* v = reinterpret_cast<verbs_context*>(reinterpret_cast<char*>(context) - offsetof(verbs_context, context));
+  uroce::ibverbs::Ctx* x = uroce::ibverbs::ctx_of(context);
+  if (x == nullptr) return -1;
+  uroce::ibverbs::unwatch_events(x);
   close(context->cmd_fd);
   close(context->async_fd);
+  close(x->async_write);
   pthread_mutex_destroy(&context->mutex);
-  delete v;
+  delete x;
   return 0;
 }
 

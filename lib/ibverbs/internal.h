@@ -8,9 +8,16 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "uroce/verbs.h"
 
 namespace uroce::dpdk {
 struct Device;
@@ -42,11 +49,6 @@ static_assert(offsetof(Device, provider_ops) == 664, "verbs_device::ops sits rig
 Device* device_of(ibv_device* dev);
 Device* device_of(ibv_context* ctx);
 
-// The ibv_context.ops slots the stock inline verbs call without a NULL check
-// (post_send, poll_cq, ...), each answering EOPNOTSUPP until it is
-// implemented (ops.cc).
-void fill_unsupported_ops(ibv_context_ops& ops);
-
 // verbs_context.query_port: length-tolerant (the caller's struct size).
 int query_port_op(ibv_context* context, std::uint8_t port_num, ibv_port_attr* attr, std::size_t attr_len);
 
@@ -55,12 +57,146 @@ struct Config {
   std::vector<std::string> eal;  // program name first, then UROCE_EAL split at blanks
   std::array<std::uint8_t, 4> ip{};
   std::uint16_t port_id = 0;
+  std::uint16_t queues = 1;       // port queues, one engine and worker each
+  std::vector<int> workers;       // one CPU per queue; -1 not pinned
+  std::string dcqcn_file;         // "" congestion control off
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
-// Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len) and UROCE_PORT_ID
-// (default 0) through `env` (std::getenv). kUnset when UROCE_EAL and
-// UROCE_IP are both unset; kInvalid with a one-line `message` when one is
-// missing or malformed.
+// Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
+// (default 0), UROCE_QUEUES (default 1), UROCE_WORKERS (CPU list like
+// "2,3"; default: unpinned) and UROCE_DCQCN (a conf/dcqcn.conf file)
+// through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
+// unset; kInvalid with a one-line `message` when one is missing or
+// malformed.
 ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message);
+
+// --- the verbs objects: each public struct at offset 0, as binaries read
+// their fields directly (research note §2.3 item 5) ---------------------
+
+struct Qp;
+struct Cq;
+
+// What makes ibv_post_send, ibv_post_recv and ibv_poll_cq safe from several
+// threads at once, as verbs promises: uroce's queues have one producer (or
+// consumer) each. Uncontended, one atomic exchange.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.test_and_set(std::memory_order_acquire)) {
+      while (flag_.test(std::memory_order_relaxed)) {
+      }
+    }
+  }
+  void unlock() { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_;
+};
+
+// An opened device. The verbs_context comes first: ibv_context sits at its
+// end, where the inline verbs look for it.
+struct Ctx {
+  verbs_context vctx;
+  Device* dev = nullptr;
+  uroce::Context* ctx = nullptr;  // the device's (shared by every open)
+  int async_write = -1;           // the write end behind context.async_fd
+  std::mutex mutex;               // guards qps and cqs (the event monitor reads them)
+  std::vector<Qp*> qps;
+  std::vector<Cq*> cqs;
+  std::deque<ibv_async_event> events;  // not yet read by ibv_get_async_event
+};
+Ctx* ctx_of(ibv_context* c);  // nullptr (errno ENODEV) for a context that is not ours
+
+struct Pd {
+  ibv_pd ibv;
+  uroce::ProtectionDomain* pd;
+};
+struct Mr {
+  ibv_mr ibv;
+  uroce::MemoryRegion* mr;
+};
+
+// A completion channel: a pipe carrying one CQ id per event, as the kernel's
+// channel carries one record per event (pollable, O_NONBLOCK-able, EAGAIN).
+struct Channel {
+  ibv_comp_channel ibv;
+  int write_fd = -1;
+  std::mutex mutex;                  // guards live
+  std::vector<std::pair<std::uint64_t, Cq*>> live;  // the CQs on it, by id
+};
+
+// Every CQ is an ibv_cq_ex (ibv_cq_ex_to_cq is a cast, and UCX polls the
+// result with ibv_poll_cq).
+struct Cq {
+  ibv_cq_ex ex;
+  uroce::CompletionQueue* cq = nullptr;
+  Ctx* ctx = nullptr;
+  Channel* channel = nullptr;
+  std::uint64_t id = 0;              // what its events carry through the channel
+  std::atomic<std::uint32_t> comp_events{0};   // delivered by ibv_get_cq_event
+  std::atomic<std::uint32_t> async_events{0};  // delivered by ibv_get_async_event
+  bool overflow_reported = false;    // the event monitor's
+  SpinLock poll_lock;
+  std::uint32_t empty_polls = 0;     // ibv_poll_cq calls in a row that found nothing
+  // ibv_start_poll / ibv_next_poll: the completion being read.
+  ibv_wc current{};
+};
+Cq* cq_of(ibv_cq* cq);
+
+// Every QP is an ibv_qp_ex (ibv_qp_to_qp_ex returns it when it was made with
+// send_ops_flags); the ibv_wr_* calls gather work requests here until
+// ibv_wr_complete posts them.
+struct Qp {
+  ibv_qp_ex ex;
+  uroce::QueuePair* qp = nullptr;
+  Ctx* ctx = nullptr;
+  bool new_post_api = false;
+  SpinLock send_lock;
+  SpinLock recv_lock;
+  std::atomic<std::uint32_t> async_events{0};
+  // The event monitor's view: the state the application asked for last,
+  // and whether communication-established was reported.
+  std::atomic<int> requested_state{IBV_QPS_RESET};
+  bool fatal_reported = false;
+  bool established_reported = false;
+  // Between ibv_wr_start and ibv_wr_complete.
+  struct Pending {
+    ibv_send_wr wr;
+    std::size_t first_sge, sges;
+    std::size_t inline_at, inline_len;  // inline bytes in `bytes`
+  };
+  std::vector<Pending> pending;
+  std::vector<ibv_sge> sges;
+  std::vector<std::uint8_t> bytes;
+  std::vector<ibv_send_wr> chain;
+  int pending_error = 0;
+};
+Qp* qp_of(ibv_qp* qp);
+
+// Fills the ops of a context (ops.cc): the data path and the unsupported
+// verbs' answers.
+void fill_data_ops(ibv_context_ops& ops);
+// The verbs_context ops we implement (query_device_ex, create_cq_ex,
+// create_qp_ex).
+int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                       std::size_t attr_size);
+ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr);
+ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// The new post API's function table (qp_ex.cc).
+void fill_wr_ops(ibv_qp_ex& ex);
+// ibv_start_poll & co. (cq.cc).
+void fill_poll_ops(ibv_cq_ex& ex);
+
+// Asynchronous events (events.cc): a thread watches the open contexts'
+// QPs and CQs and writes ibv_async_event records to their async_fd.
+void watch_events(Ctx* ctx);
+void unwatch_events(Ctx* ctx);
+// Drops the unread events of a QP or CQ being destroyed (x->mutex held), as
+// the kernel drops them.
+void forget_events(Ctx* x, const void* object);
+
+// Says one line on stderr for a verb uroce does not support yet (once per
+// kind of request), and returns `err`.
+int unsupported(int err, const char* what);
 
 }  // namespace uroce::ibverbs

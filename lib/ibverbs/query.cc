@@ -59,6 +59,20 @@ int query_port_op(ibv_context* context, std::uint8_t port_num, ibv_port_attr* at
   return 0;
 }
 
+int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                       std::size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex a{};
+  if (const int rc = ibv_query_device(context, &a.orig_attr); rc != 0) return rc;
+  // No ODP, TSO, RSS, packet pacing, tag matching, device memory or
+  // completion timestamps: their caps stay 0, so programs do not ask.
+  a.phys_port_cnt_ex = 1;
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  if (attr_size > sizeof a) std::memset(reinterpret_cast<char*>(attr) + sizeof a, 0, attr_size - sizeof a);
+  return 0;
+}
+
 }  // namespace uroce::ibverbs
 
 using uroce::ibverbs::Device;

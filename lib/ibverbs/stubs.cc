@@ -11,59 +11,67 @@
 // Mellanox provider finds a device, which it never does here: the only
 // device is ours.
 #include <cerrno>
+#include <cstdint>
 
 #include "ibverbs/internal.h"
 
 extern "C" {
 
-// --- the public verbs still to implement, with verbs.h's prototypes -------
+// --- public verbs uroce does not have yet (UD and SRQ come with a later
+// issue): EOPNOTSUPP, with one line on stderr the first time ----------------
 
-ibv_pd* ibv_alloc_pd(ibv_context*) {
+ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
+  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_ah: address handles (UD) are not supported yet");
+  return nullptr;
+}
+int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, std::uint8_t) {
+  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_ah_from_wc: address handles (UD) are not supported yet");
+  return nullptr;
+}
+int ibv_init_ah_from_wc(ibv_context*, std::uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
+  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_init_ah_from_wc: address handles (UD) are not supported yet");
+}
+int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
+  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_attach_mcast: multicast needs UD QPs, not supported yet");
+}
+int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
+ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
+  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_srq: shared receive queues are not supported yet");
+  return nullptr;
+}
+int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
+int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
+int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) {
   errno = EOPNOTSUPP;
   return nullptr;
 }
-int ibv_dealloc_pd(ibv_pd*) { return EOPNOTSUPP; }
-ibv_mr*(ibv_reg_mr)(ibv_pd*, void*, std::size_t, int) {
+void ibv_unimport_mr(ibv_mr*) {}
+ibv_dm* ibv_import_dm(ibv_context*, std::uint32_t) {
   errno = EOPNOTSUPP;
   return nullptr;
 }
-ibv_mr* ibv_reg_mr_iova2(ibv_pd*, void*, std::size_t, std::uint64_t, unsigned int) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int ibv_dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
-ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int ibv_destroy_comp_channel(ibv_comp_channel*) { return EOPNOTSUPP; }
-ibv_cq* ibv_create_cq(ibv_context*, int, void*, ibv_comp_channel*, int) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int ibv_destroy_cq(ibv_cq*) { return EOPNOTSUPP; }
-int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
-ibv_qp* ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
-int ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
-// NULL: programs fall back to ops.post_send (perftest on unknown vendors).
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int ibv_get_async_event(ibv_context*, ibv_async_event*) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-void ibv_ack_async_event(ibv_async_event*) {}
-// No registered memory yet, so nothing to keep from a child.
+void ibv_unimport_dm(ibv_dm*) {}
+
+// rdma-core's sysfs root (SYSFS_PATH aside). Nothing under it describes a
+// uroce device: Open MPI's btl_openib looks for <path>/class/infiniband and
+// steps aside; perftest and the pingpongs never read it.
+const char* ibv_get_sysfs_path(void) { return "/sys"; }
+
+// The kernel-ABI converters: only librdmacm calls them, on answers from the
+// kernel's rdma_cm, which a uroce process never gets (rdma_cm over uroce is
+// a later issue). They leave `dst` as it is.
+void ibv_copy_qp_attr_from_kern(ibv_qp_attr*, void*) {}
+void ibv_copy_ah_attr_from_kern(ibv_ah_attr*, void*) {}
+void ibv_copy_path_rec_from_kern(void*, void*) {}
+void ibv_copy_path_rec_to_kern(void*, void*) {}
+
+// uroce's regions are not DMA targets of a kernel driver: a forked child
+// copies them as any memory, so there is nothing to protect (and nothing
+// madvise()d away).
 int ibv_fork_init(void) { return 0; }
 ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_DISABLED; }
 int ibv_dofork_range(void*, std::size_t) { return 0; }
@@ -109,12 +117,22 @@ void* _verbs_init_and_alloc_context(void*, int, std::size_t, void*, std::uint32_
   X(ibv_cmd_modify_wq) X(ibv_cmd_open_qp) X(ibv_cmd_open_xrcd) X(ibv_cmd_query_context)                        \
   X(ibv_cmd_query_device_any) X(ibv_cmd_query_mr) X(ibv_cmd_query_port) X(ibv_cmd_query_qp)                   \
   X(ibv_cmd_query_srq) X(ibv_cmd_read_counters) X(ibv_cmd_reg_dm_mr) X(ibv_cmd_reg_dmabuf_mr) X(ibv_cmd_reg_mr) \
-  X(ibv_cmd_rereg_mr) X(ibv_cmd_resize_cq)
+  X(ibv_cmd_rereg_mr) X(ibv_cmd_resize_cq) X(ibv_cmd_create_qp) X(ibv_cmd_poll_cq) X(ibv_cmd_post_recv)           \
+  X(ibv_cmd_post_send) X(ibv_cmd_post_srq_recv) X(ibv_cmd_req_notify_cq) X(__ioctl_final_num_attrs)
 
 // The callers pass arguments; a function taking none ignores them (SysV ABI).
 #define UROCE_DEFINE_INT_STUB(name) \
   int name(void) { return EOPNOTSUPP; }
 UROCE_PRIVATE_INT_STUBS(UROCE_DEFINE_INT_STUB)
 #undef UROCE_DEFINE_INT_STUB
+
+// A provider's log line (libefa): there is no provider device to log about.
+void __verbs_log(void*, const char*, ...) {}
+
+// A provider's sysfs read: no sysfs behind a uroce device.
+int ibv_read_ibdev_sysfs_file(char*, std::size_t, void*, const char*, ...) {
+  errno = ENOENT;
+  return -1;
+}
 
 }  // extern "C"

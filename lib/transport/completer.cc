@@ -269,22 +269,29 @@ void complete_send(Qp& qp, ibv_wc_status status) {
   if (is_read_or_atomic(w) && qp.comp_next != qp.req_next && qp.req.reads_outstanding > 0) {
     --qp.req.reads_outstanding;
   }
-  bool cq_ok = true;
-  if (status != IBV_WC_SUCCESS || (w.send_flags & IBV_SEND_SIGNALED)) {
-    ibv_wc wc{};
+  const bool signaled = status != IBV_WC_SUCCESS || (w.send_flags & IBV_SEND_SIGNALED);
+  ibv_wc wc{};
+  if (signaled) {
     wc.wr_id = w.wr_id;
     wc.status = status;
     wc.opcode = wc_opcode_for(w.opcode);
     wc.qp_num = qp.qpn;
     if (w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic) wc.byte_len = w.length;
-    cq_ok = qp.send_cq->push(wc);
-    qp.counters.add(QpCounter::completions);
   }
   if (qp.comp_next == qp.req_next) {
     ++qp.req_next;
     qp.req.pkt_index = 0;
   }
   ++qp.comp_next;
+  bool cq_ok = true;
+  if (signaled) {
+    // The WQE's slot is free before its completion can be polled: an
+    // application that posts again on seeing it (max_send_wr 1, as
+    // ibv_rc_pingpong) must not find the queue full.
+    publish_to_app(qp);
+    cq_ok = qp.send_cq->push(wc);
+    qp.counters.add(QpCounter::completions);
+  }
   if (status != IBV_WC_SUCCESS) {
     qp.counters.add(QpCounter::completion_errors);
     qp_enter_error(qp);

@@ -10,14 +10,22 @@
 
 namespace uroce::transport {
 
-bool CompletionRing::push(const ibv_wc& wc) {
+bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
   const std::uint64_t head = head_.load(std::memory_order_relaxed);
   if (head - tail_.load(std::memory_order_acquire) >= capacity_) {
     overflow_.store(true, std::memory_order_release);
+    if (events_ != nullptr) events_->offer(true);  // the error wakes the waiter, who polls -EOVERFLOW
     return false;
   }
   ring_[head % capacity_] = wc;
-  head_.store(head + 1, std::memory_order_release);
+  if (events_ == nullptr) {
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+  // Sequentially consistent with the arming thread (CompletionQueue::arm):
+  // either it sees this entry pending, or this sees it armed.
+  head_.store(head + 1, std::memory_order_seq_cst);
+  events_->offer(solicited || wc.status != IBV_WC_SUCCESS);
   return true;
 }
 

@@ -31,16 +31,39 @@ inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
 
+// Completion events of one CQ (ibv_req_notify_cq), shared by its rings:
+// armed once, fired once, by the first completion that matches the arming
+// (IBTA 11.4.2.2: "next" is any completion; "solicited" is a receive with
+// the SE bit, or any completion in error).
+struct CqEvents {
+  enum : int { kDisarmed = 0, kSolicited = 1, kNext = 2 };
+  std::atomic<int> armed{kDisarmed};
+  void (*fire)(void* arg) = nullptr;  // on the thread that pushed the completion
+  void* arg = nullptr;
+  // Fires if armed for a completion of this kind, disarming.
+  void offer(bool solicited) {
+    int a = armed.load(std::memory_order_seq_cst);
+    if (a == kDisarmed || (a == kSolicited && !solicited)) return;
+    if (armed.compare_exchange_strong(a, kDisarmed)) fire(arg);
+  }
+};
+
 // A completion queue's ring: the engine produces, the application polls.
 // Single producer, single consumer, lock-free.
 class CompletionRing {
  public:
-  explicit CompletionRing(std::uint32_t capacity) : ring_(capacity), capacity_(capacity) {}
-  // False (and the ring is marked overflowed) when full.
-  bool push(const ibv_wc& wc);
+  explicit CompletionRing(std::uint32_t capacity, CqEvents* events = nullptr)
+      : ring_(capacity), capacity_(capacity), events_(events) {}
+  // False (and the ring is marked overflowed) when full. `solicited`: a
+  // receive whose last packet had the SE bit.
+  bool push(const ibv_wc& wc, bool solicited = false);
   int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
   std::uint32_t capacity() const { return capacity_; }
   bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
+  // Whether completions wait to be polled (the application's thread).
+  bool pending() const {
+    return head_.load(std::memory_order_seq_cst) != tail_.load(std::memory_order_relaxed);
+  }
   std::uint32_t users = 0;  // QPs attached (control path)
 
  private:
@@ -49,6 +72,7 @@ class CompletionRing {
   std::atomic<std::uint64_t> head_{0};  // next to write
   std::atomic<std::uint64_t> tail_{0};  // next to read
   std::atomic<bool> overflow_{false};
+  CqEvents* events_;  // nullptr: nobody waits for events
 };
 
 struct Sge {

@@ -81,7 +81,8 @@ void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint
   ++qp.rq_next;
   qp.counters.add(QpCounter::completions);
   if (status != IBV_WC_SUCCESS) qp.counters.add(QpCounter::completion_errors);
-  if (!qp.recv_cq->push(wc)) qp_enter_error(qp);
+  publish_to_app(qp);  // the slot is free before the completion can be polled
+  if (!qp.recv_cq->push(wc, p != nullptr && p->bth().se())) qp_enter_error(qp);
 }
 
 // A request that executes no further: its exit's row (rules.h) says what

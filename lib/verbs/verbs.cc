@@ -172,6 +172,10 @@ std::size_t Context::progress() {
   return n;
 }
 
+namespace {
+constexpr std::uint32_t kIdlePollsBeforeYield = 64;
+}  // namespace
+
 int Context::start_workers(const std::vector<int>& cpus) {
   Impl& c = *impl_;
   std::lock_guard<std::mutex> lock(c.control_mutex);
@@ -192,6 +196,7 @@ int Context::start_workers(const std::vector<int>& cpus) {
         pthread_setaffinity_np(pthread_self(), sizeof set, &set);
       }
       engine::Engine& e = *c.engines[i];
+      std::uint32_t idle = 0;  // polls in a row that moved no frame
       while (!c.workers_stop.load(std::memory_order_relaxed)) {
         const std::uint64_t seq = c.control_seq.load(std::memory_order_acquire);
         if (seq & 1) [[unlikely]] {
@@ -200,7 +205,13 @@ int Context::start_workers(const std::vector<int>& cpus) {
           while (c.control_seq.load(std::memory_order_acquire) == seq) std::this_thread::yield();
           continue;
         }
-        e.poll();
+        // An idle worker offers its CPU: with more busy threads than cores
+        // (two processes with a worker and a polling application each on
+        // a 2-core machine) a spinning worker would otherwise hold its core
+        // for a whole time slice while the thread it waits for cannot run.
+        // On a core of its own, sched_yield returns at once.
+        idle = e.poll() != 0 ? 0 : idle + 1;
+        if (idle >= kIdlePollsBeforeYield) sched_yield();
       }
     });
   }
@@ -238,13 +249,15 @@ int dealloc_pd_now(ContextImpl& c, ProtectionDomain* pd) {
   return erase_owned(c.pds, pd) ? 0 : c.fail(EINVAL, "not a PD of this context");
 }
 
-CompletionQueue* create_cq_now(ContextImpl& c, int cqe) {
+CompletionQueue* create_cq_now(ContextImpl& c, int cqe, void (*on_event)(void*), void* arg) {
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c.limits.max_cqe) {
     c.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
     return nullptr;
   }
-  c.cqs.push_back(internal::Access::make_cq(
-      std::make_unique<internal::CqImpl>(static_cast<std::uint32_t>(cqe), c.engines.size())));
+  auto impl = std::make_unique<internal::CqImpl>(static_cast<std::uint32_t>(cqe), c.engines.size());
+  impl->events.fire = on_event;
+  impl->events.arg = arg;
+  c.cqs.push_back(internal::Access::make_cq(std::move(impl)));
   return c.cqs.back().get();
 }
 
@@ -254,8 +267,8 @@ int Context::dealloc_pd(ProtectionDomain* pd) {
   return impl_->control([&] { return dealloc_pd_now(*impl_, pd); });
 }
 
-CompletionQueue* Context::create_cq(int cqe) {
-  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(*impl_, cqe); });
+CompletionQueue* Context::create_cq(int cqe, void (*on_event)(void*), void* arg) {
+  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(*impl_, cqe, on_event, arg); });
 }
 
 int Context::destroy_cq(CompletionQueue* cq) {
@@ -474,9 +487,34 @@ CompletionQueue::~CompletionQueue() = default;
 int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(n, wc); }
 int CompletionQueue::capacity() const { return static_cast<int>(impl_->capacity); }
 
+int CompletionQueue::arm(bool solicited_only) {
+  transport::CqEvents& e = impl_->events;
+  if (e.fire == nullptr) return EINVAL;
+  e.armed.store(solicited_only ? transport::CqEvents::kSolicited : transport::CqEvents::kNext,
+                std::memory_order_seq_cst);
+  if (solicited_only) return 0;  // what waits is not known to be solicited
+  for (std::size_t i = 0; i < impl_->rings.size(); ++i) {
+    const transport::CompletionRing* ring = impl_->published[i].load(std::memory_order_acquire);
+    if (ring != nullptr && (ring->pending() || ring->overflowed())) {
+      e.offer(true);
+      break;
+    }
+  }
+  return 0;
+}
+
+bool CompletionQueue::overflowed() const {
+  for (std::size_t i = 0; i < impl_->rings.size(); ++i) {
+    const transport::CompletionRing* ring = impl_->published[i].load(std::memory_order_acquire);
+    if (ring != nullptr && ring->overflowed()) return true;
+  }
+  return false;
+}
+
 transport::CompletionRing& CompletionQueue::Impl::ring_for(std::size_t engine) {
   if (!rings[engine]) {
-    rings[engine] = std::make_unique<transport::CompletionRing>(capacity);
+    rings[engine] = std::make_unique<transport::CompletionRing>(
+        capacity, events.fire != nullptr ? &events : nullptr);
     published[engine].store(rings[engine].get(), std::memory_order_release);
   }
   return *rings[engine];

@@ -28,6 +28,7 @@ namespace uroce {
 struct CompletionQueue::Impl {
   Impl(std::uint32_t cqe, std::size_t engines)
       : capacity(cqe), rings(engines), published(std::make_unique<std::atomic<transport::CompletionRing*>[]>(engines)) {}
+  transport::CqEvents events;  // events.fire == nullptr: no completion events
   transport::CompletionRing& ring_for(std::size_t engine);  // control path
   int poll(int n, ibv_wc* wc);
 

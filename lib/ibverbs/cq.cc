@@ -1,0 +1,292 @@
+// Completion queues and channels: ibv_create_cq(_ex), ibv_req_notify_cq,
+// ibv_get_cq_event / ibv_ack_cq_events through a pollable fd, ibv_poll_cq
+// and the ibv_start_poll family, on uroce's CompletionQueue.
+//
+// A channel is a pipe. When an armed CQ gets its completion, the engine's
+// thread writes the CQ's id into the pipe (CompletionQueue's event
+// callback); ibv_get_cq_event reads one id per event. The fd is readable
+// exactly when an event waits, can be made O_NONBLOCK (EAGAIN) and put in
+// epoll, as the kernel's channel. Ids, not pointers: an event still in the
+// pipe when its CQ is destroyed is skipped, as the kernel drops it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <new>
+
+#include "ibverbs/internal.h"
+
+namespace uroce::ibverbs {
+namespace {
+
+std::atomic<std::uint64_t> next_cq_id{1};
+
+Channel* channel_of(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
+
+// CompletionQueue's event callback, on the engine's thread: one record.
+void fire(void* arg) {
+  const Cq* cq = static_cast<const Cq*>(arg);
+  const std::uint64_t id = cq->id;
+  // Non-blocking: a pipe full of unread events (64 KiB of them) loses this
+  // one rather than stall the engine; the waiter has plenty to read.
+  [[maybe_unused]] const ssize_t n = write(cq->channel->write_fd, &id, sizeof id);
+}
+
+// The wc_flags of ibv_create_cq_ex that ibv_wc carries.
+constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+
+ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  Ctx* x = ctx_of(context);
+  if (x == nullptr) return nullptr;
+  if (attr.cqe < 1 || attr.cqe > x->ctx->limits().max_cqe) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new (std::nothrow) Cq{};
+  if (cq == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  cq->ctx = x;
+  cq->id = next_cq_id.fetch_add(1);
+  cq->channel = channel_of(attr.channel);
+  // comp_vector is accepted whatever its value: there is one event source,
+  // and UCX passes a CPU number.
+  cq->cq = x->ctx->create_cq(static_cast<int>(attr.cqe), attr.channel != nullptr ? fire : nullptr, cq);
+  if (cq->cq == nullptr) {
+    delete cq;
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_cq_ex& e = cq->ex;
+  e.context = context;
+  e.channel = attr.channel;
+  e.cq_context = attr.cq_context;
+  e.handle = static_cast<std::uint32_t>(cq->id);
+  e.cqe = static_cast<int>(attr.cqe);
+  pthread_mutex_init(&e.mutex, nullptr);
+  pthread_cond_init(&e.cond, nullptr);
+  fill_poll_ops(e);
+  if (Channel* ch = cq->channel) {
+    std::lock_guard<std::mutex> lock(ch->mutex);
+    ch->live.emplace_back(cq->id, cq);
+    ++ch->ibv.refcnt;
+  }
+  std::lock_guard<std::mutex> lock(x->mutex);
+  x->cqs.push_back(cq);
+  return &cq->ex;
+}
+
+// --- ibv_start_poll and friends: one completion at a time into current ----
+
+int take(ibv_cq_ex* ex) {
+  Cq* cq = reinterpret_cast<Cq*>(ex);
+  const int n = cq->cq->poll(1, &cq->current);
+  if (n < 0) return EINVAL;  // overflowed: the CQ is in error
+  if (n == 0) return ENOENT;
+  ex->status = cq->current.status;
+  ex->wr_id = cq->current.wr_id;
+  return 0;
+}
+int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  return take(ex);
+}
+int next_poll(ibv_cq_ex* ex) { return take(ex); }
+void end_poll(ibv_cq_ex*) {}
+const ibv_wc& cur(ibv_cq_ex* ex) { return reinterpret_cast<Cq*>(ex)->current; }
+ibv_wc_opcode read_opcode(ibv_cq_ex* ex) { return cur(ex).opcode; }
+std::uint32_t read_vendor_err(ibv_cq_ex* ex) { return cur(ex).vendor_err; }
+std::uint32_t read_byte_len(ibv_cq_ex* ex) { return cur(ex).byte_len; }
+__be32 read_imm_data(ibv_cq_ex* ex) { return cur(ex).imm_data; }  // also the invalidated rkey
+std::uint32_t read_qp_num(ibv_cq_ex* ex) { return cur(ex).qp_num; }
+std::uint32_t read_src_qp(ibv_cq_ex* ex) { return cur(ex).src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* ex) { return cur(ex).wc_flags; }
+std::uint32_t read_slid(ibv_cq_ex* ex) { return cur(ex).slid; }
+std::uint8_t read_sl(ibv_cq_ex* ex) { return cur(ex).sl; }
+std::uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return cur(ex).dlid_path_bits; }
+
+}  // namespace
+
+void fill_poll_ops(ibv_cq_ex& e) {
+  e.start_poll = start_poll;
+  e.next_poll = next_poll;
+  e.end_poll = end_poll;
+  e.read_opcode = read_opcode;
+  e.read_vendor_err = read_vendor_err;
+  e.read_byte_len = read_byte_len;
+  e.read_imm_data = read_imm_data;
+  e.read_qp_num = read_qp_num;
+  e.read_src_qp = read_src_qp;
+  e.read_wc_flags = read_wc_flags;
+  e.read_slid = read_slid;
+  e.read_sl = read_sl;
+  e.read_dlid_path_bits = read_dlid_path_bits;
+  // Timestamps, CVLAN, flow tags and tag matching are refused at creation
+  // (create_cq_ex_op), so their readers stay NULL.
+}
+
+Cq* cq_of(ibv_cq* cq) {
+  if (cq == nullptr || ctx_of(cq->context) == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return reinterpret_cast<Cq*>(cq);
+}
+
+ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & ~static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: parent domains are not supported");
+    return nullptr;
+  }
+  if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: completion timestamps, CVLAN, flow tags and tag matching "
+                                    "are not supported (wc_flags beyond IBV_WC_STANDARD_FLAGS)");
+    return nullptr;
+  }
+  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED is a hint; IGNORE_OVERRUN is taken,
+  // though an overrun is still reported (poll returns an error).
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
+      (attr->flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
+                                                 IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return create(context, *attr);
+}
+
+}  // namespace uroce::ibverbs
+
+using uroce::ibverbs::Channel;
+using uroce::ibverbs::Cq;
+using uroce::ibverbs::cq_of;
+using uroce::ibverbs::ctx_of;
+
+extern "C" {
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (ctx_of(context) == nullptr) return nullptr;
+  auto* ch = new (std::nothrow) Channel{};
+  if (ch == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    const int e = errno;
+    delete ch;
+    errno = e;
+    return nullptr;
+  }
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);  // the engine never blocks on it
+  ch->ibv.context = context;
+  ch->ibv.fd = fds[0];
+  ch->ibv.refcnt = 0;
+  ch->write_fd = fds[1];
+  return &ch->ibv;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr) return EINVAL;
+  Channel* ch = uroce::ibverbs::channel_of(channel);
+  {
+    std::lock_guard<std::mutex> lock(ch->mutex);
+    if (!ch->live.empty()) return EBUSY;  // CQs still deliver to it
+  }
+  close(ch->ibv.fd);
+  close(ch->write_fd);
+  delete ch;
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
+  if (cqe < 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = static_cast<std::uint32_t>(cqe);
+  attr.cq_context = cq_context;
+  attr.channel = channel;
+  attr.comp_vector = static_cast<std::uint32_t>(comp_vector);
+  ibv_cq_ex* ex = uroce::ibverbs::create(context, attr);
+  return ex != nullptr ? ibv_cq_ex_to_cq(ex) : nullptr;
+}
+
+int ibv_destroy_cq(ibv_cq* ibv_cq) {
+  Cq* cq = cq_of(ibv_cq);
+  if (cq == nullptr) return EINVAL;
+  uroce::ibverbs::Ctx* x = cq->ctx;
+  // EBUSY while QPs use it; afterwards no engine fires its events.
+  if (const int rc = x->ctx->destroy_cq(cq->cq); rc != 0) return rc;
+  // As rdma-core does: wait until every event handed out is acknowledged.
+  pthread_mutex_lock(&ibv_cq->mutex);
+  while (ibv_cq->comp_events_completed != cq->comp_events.load() ||
+         ibv_cq->async_events_completed != cq->async_events.load()) {
+    pthread_cond_wait(&ibv_cq->cond, &ibv_cq->mutex);
+  }
+  pthread_mutex_unlock(&ibv_cq->mutex);
+  if (Channel* ch = cq->channel) {
+    std::lock_guard<std::mutex> lock(ch->mutex);
+    std::erase_if(ch->live, [cq](const auto& e) { return e.second == cq; });
+    --ch->ibv.refcnt;
+  }
+  {
+    std::lock_guard<std::mutex> lock(x->mutex);
+    std::erase(x->cqs, cq);
+    uroce::ibverbs::forget_events(x, ibv_cq);
+  }
+  pthread_cond_destroy(&ibv_cq->cond);
+  pthread_mutex_destroy(&ibv_cq->mutex);
+  delete cq;
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
+  if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  Channel* ch = uroce::ibverbs::channel_of(channel);
+  for (;;) {
+    std::uint64_t id = 0;
+    const ssize_t n = read(ch->ibv.fd, &id, sizeof id);
+    if (n != static_cast<ssize_t>(sizeof id)) {
+      if (n >= 0) errno = EIO;
+      return -1;  // errno EAGAIN on an O_NONBLOCK fd with no event, EINTR, ...
+    }
+    std::lock_guard<std::mutex> lock(ch->mutex);
+    const auto it = std::find_if(ch->live.begin(), ch->live.end(), [id](const auto& e) { return e.first == id; });
+    if (it == ch->live.end()) continue;  // its CQ is gone
+    Cq* cq = it->second;
+    cq->comp_events.fetch_add(1);
+    *cq_out = ibv_cq_ex_to_cq(&cq->ex);
+    *cq_context = cq->ex.cq_context;
+    return 0;
+  }
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (cq == nullptr) return;
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_broadcast(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (cq_of(cq) == nullptr || cqe < 1) return EINVAL;
+  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_resize_cq: a CQ keeps its size; create a larger one");
+}
+
+}  // extern "C"

@@ -1,0 +1,189 @@
+// Asynchronous events (ibv_get_async_event, ibv_ack_async_event): one
+// thread per process looks at the open contexts every 10 ms and writes an
+// ibv_async_event record to the context's async_fd (a pipe) for what it
+// finds:
+//   IBV_EVENT_COMM_EST     an RC QP in RTR received its first packet
+//                          (IBTA 11.6.3: communication established);
+//   IBV_EVENT_CQ_ERR       a CQ overflowed;
+//   IBV_EVENT_QP_FATAL     a QP entered ERR because its CQ overflowed, so
+//                          the error cannot be reported by a completion;
+//   IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR
+//                          a QP entered ERR as responder after NAKing an
+//                          invalid request / a remote access error
+//                          (IBTA 11.6.3.1, affiliated errors).
+// A QP that enters ERR as requester (retry exceeded, a NAK received)
+// reports it through its error completion only, as RNICs do.
+// Polling, not a hook in the engine: events are rare, and the engines'
+// loops stay free of them.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+
+#include "ibverbs/internal.h"
+
+namespace uroce::ibverbs {
+namespace {
+
+struct Monitor {
+  std::mutex mutex;  // guards contexts
+  std::condition_variable wake;
+  std::vector<Ctx*> contexts;
+  bool running = false;
+};
+
+Monitor& monitor() {
+  static Monitor* m = new Monitor;  // never freed: the thread may outlive static destructors
+  return *m;
+}
+
+// Called with x->mutex held. The event waits in the context's queue; the
+// pipe carries one byte per event, so the fd is readable when one waits.
+void post(Ctx* x, const ibv_async_event& e) {
+  x->events.push_back(e);
+  const char one = 1;
+  [[maybe_unused]] const ssize_t n = write(x->async_write, &one, 1);
+}
+
+void look_at(Ctx* x) {
+  std::lock_guard<std::mutex> lock(x->mutex);
+  for (Cq* cq : x->cqs) {
+    if (!cq->overflow_reported && cq->cq->overflowed()) {
+      cq->overflow_reported = true;
+      ibv_async_event e{};
+      e.element.cq = ibv_cq_ex_to_cq(&cq->ex);
+      e.event_type = IBV_EVENT_CQ_ERR;
+      post(x, e);
+    }
+  }
+  for (Qp* qp : x->qps) {
+    const ibv_qp_state s = qp->qp->state();
+    ibv_async_event e{};
+    e.element.qp = &qp->ex.qp_base;
+    if (!qp->established_reported && (s == IBV_QPS_RTR || s == IBV_QPS_RTS) && qp->qp->counter("rx_packets") != 0) {
+      qp->established_reported = true;
+      e.event_type = IBV_EVENT_COMM_EST;
+      post(x, e);
+    }
+    if (s != IBV_QPS_ERR || qp->fatal_reported || qp->requested_state.load() == IBV_QPS_ERR) continue;
+    qp->fatal_reported = true;
+    const bool cq_overflow = cq_of(qp->ex.qp_base.send_cq)->cq->overflowed() ||
+                             cq_of(qp->ex.qp_base.recv_cq)->cq->overflowed();
+    if (cq_overflow) {
+      e.event_type = IBV_EVENT_QP_FATAL;
+    } else if (qp->qp->counter("nak_rem_access_sent") != 0) {
+      e.event_type = IBV_EVENT_QP_ACCESS_ERR;
+    } else if (qp->qp->counter("nak_inv_req_sent") != 0) {
+      e.event_type = IBV_EVENT_QP_REQ_ERR;
+    } else {
+      continue;  // a requester's error: its completion says it
+    }
+    post(x, e);
+  }
+}
+
+void run() {
+  Monitor& m = monitor();
+  std::unique_lock<std::mutex> lock(m.mutex);
+  for (;;) {
+    m.wake.wait_for(lock, std::chrono::milliseconds(10));
+    for (Ctx* x : m.contexts) look_at(x);
+  }
+}
+
+}  // namespace
+
+void forget_events(Ctx* x, const void* object) {
+  std::erase_if(x->events, [object](const ibv_async_event& e) {
+    return e.element.qp == object || e.element.cq == object;
+  });
+}
+
+void watch_events(Ctx* x) {
+  Monitor& m = monitor();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  m.contexts.push_back(x);
+  if (!m.running) {
+    m.running = true;
+    std::thread(run).detach();
+  }
+}
+
+void unwatch_events(Ctx* x) {
+  Monitor& m = monitor();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  std::erase(m.contexts, x);
+}
+
+}  // namespace uroce::ibverbs
+
+using uroce::ibverbs::ctx_of;
+
+extern "C" {
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (ctx_of(context) == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  uroce::ibverbs::Ctx* x = ctx_of(context);
+  for (;;) {
+    char byte;
+    const ssize_t n = read(context->async_fd, &byte, 1);
+    if (n != 1) {
+      if (n == 0) errno = EIO;
+      return -1;  // EAGAIN on an O_NONBLOCK fd with nothing to read, EINTR, ...
+    }
+    std::lock_guard<std::mutex> lock(x->mutex);
+    if (x->events.empty()) continue;  // its QP or CQ was destroyed meanwhile
+    *event = x->events.front();
+    x->events.pop_front();
+    break;
+  }
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR:
+      reinterpret_cast<uroce::ibverbs::Cq*>(event->element.cq)->async_events.fetch_add(1);
+      break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+      reinterpret_cast<uroce::ibverbs::Qp*>(event->element.qp)->async_events.fetch_add(1);
+      break;
+    default:
+      break;
+  }
+  return 0;
+}
+
+void ibv_ack_async_event(ibv_async_event* event) {
+  if (event == nullptr) return;
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_broadcast(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST: {
+      ibv_qp* qp = event->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_broadcast(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,135 @@
+// Protection domains and memory regions: ibv_alloc_pd, ibv_reg_mr (every
+// form) and their inverses, on uroce's ProtectionDomain and MemoryRegion.
+// Verbs' return conventions: NULL with errno, or an errno value.
+#include <cerrno>
+#include <cstdint>
+#include <new>
+
+#include "ibverbs/internal.h"
+
+namespace uroce::ibverbs {
+namespace {
+
+Pd* pd_of(ibv_pd* pd) {
+  if (pd == nullptr || ctx_of(pd->context) == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return reinterpret_cast<Pd*>(pd);
+}
+
+// The access bits uroce honours; the optional range (0x3ff00000, e.g.
+// IBV_ACCESS_RELAXED_ORDERING) may be dropped by any provider, as
+// ibv_reg_mr_iova2's man page allows: perftest and UCX ask for it.
+constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+
+ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uint64_t iova, unsigned access) {
+  Pd* pd = pd_of(ibv_pd);
+  if (pd == nullptr) return nullptr;
+  access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if ((access & ~kSupportedAccess) != 0) {
+    // MW binding, on-demand paging, HUGETLB hints, flush and atomic-write
+    // access need features uroce does not have.
+    errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC "
+                                    "and ZERO_BASED are not supported (MW bind, ODP)");
+    return nullptr;
+  }
+  if ((access & IBV_ACCESS_ZERO_BASED) != 0) iova = 0;
+  if (addr == nullptr && length != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* m = new (std::nothrow) Mr{};
+  if (m == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  m->mr = pd->pd->reg_mr_iova(addr, length, iova, static_cast<int>(access & ~IBV_ACCESS_ZERO_BASED));
+  if (m->mr == nullptr) {
+    // zero length, REMOTE_WRITE/ATOMIC without LOCAL_WRITE (EINVAL), out of keys (ENOMEM)
+    const std::string& why = ctx_of(ibv_pd->context)->ctx->last_error();
+    errno = why.find("too many") != std::string::npos ? ENOMEM : EINVAL;
+    delete m;
+    return nullptr;
+  }
+  m->ibv.context = ibv_pd->context;
+  m->ibv.pd = ibv_pd;
+  m->ibv.addr = addr;
+  m->ibv.length = length;
+  m->ibv.handle = m->mr->lkey;
+  m->ibv.lkey = m->mr->lkey;
+  m->ibv.rkey = m->mr->rkey;
+  return &m->ibv;
+}
+
+}  // namespace
+}  // namespace uroce::ibverbs
+
+using uroce::ibverbs::Ctx;
+using uroce::ibverbs::ctx_of;
+using uroce::ibverbs::Mr;
+using uroce::ibverbs::Pd;
+
+extern "C" {
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  Ctx* x = ctx_of(context);
+  if (x == nullptr) return nullptr;
+  auto* p = new (std::nothrow) Pd{};
+  if (p == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  p->pd = x->ctx->alloc_pd();
+  p->ibv.context = context;
+  p->ibv.handle = p->pd->handle();
+  return &p->ibv;
+}
+
+int ibv_dealloc_pd(ibv_pd* ibv_pd) {
+  Pd* pd = uroce::ibverbs::pd_of(ibv_pd);
+  if (pd == nullptr) return EINVAL;
+  // EBUSY while regions or QPs use it, as the kernel answers.
+  if (const int rc = ctx_of(ibv_pd->context)->ctx->dealloc_pd(pd->pd); rc != 0) return rc;
+  delete pd;
+  return 0;
+}
+
+// verbs.h turns ibv_reg_mr into a macro; the parentheses name the function.
+ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, std::size_t length, int access) {
+  return uroce::ibverbs::register_region(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr),
+                                         static_cast<unsigned>(access));
+}
+
+ibv_mr*(ibv_reg_mr_iova)(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, int access) {
+  return uroce::ibverbs::register_region(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, unsigned int access) {
+  return uroce::ibverbs::register_region(pd, addr, length, iova, access);
+}
+
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, std::uint64_t, std::size_t, std::uint64_t, int, int) {
+  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_reg_dmabuf_mr: dma-buf regions need a device with DMA");
+  return nullptr;
+}
+
+int ibv_dereg_mr(ibv_mr* ibv_mr) {
+  if (ibv_mr == nullptr || ctx_of(ibv_mr->context) == nullptr) return EINVAL;
+  auto* m = reinterpret_cast<Mr*>(ibv_mr);
+  auto* pd = reinterpret_cast<Pd*>(ibv_mr->pd);
+  if (const int rc = pd->pd->dereg_mr(m->mr); rc != 0) return rc;
+  delete m;
+  return 0;
+}
+
+// ibv_rereg_mr: 0 or an ibv_rereg_mr_err_code; uroce keeps keys in its MR
+// table, so a region is changed by registering anew (IBV_REREG_MR_ERR_INPUT
+// says nothing changed).
+int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, std::size_t, int) {
+  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_rereg_mr: deregister and register the region instead");
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+}  // extern "C"

@@ -1,0 +1,230 @@
+// Queue pairs: ibv_create_qp(_ex), ibv_modify_qp, ibv_query_qp,
+// ibv_destroy_qp, and the new post API (ibv_wr_*) on uroce's QueuePair.
+// RC only: UD, UC, XRC and SRQs come with a later issue and get EOPNOTSUPP
+// with one line on stderr.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "ibverbs/internal.h"
+
+namespace uroce::ibverbs {
+namespace {
+
+const char* type_name(ibv_qp_type t) {
+  switch (t) {
+    case IBV_QPT_UC: return "ibv_create_qp: UC QPs are not supported yet (RC only)";
+    case IBV_QPT_UD: return "ibv_create_qp: UD QPs are not supported yet (RC only)";
+    case IBV_QPT_RAW_PACKET: return "ibv_create_qp: raw packet QPs are not supported (RC only)";
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return "ibv_create_qp: XRC QPs are not supported (RC only)";
+    default: return "ibv_create_qp: this QP type is not supported (RC only)";
+  }
+}
+
+// The operations ibv_wr_* can build (send_ops_flags).
+constexpr std::uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                   IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+                                   IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                   IBV_QP_EX_WITH_SEND_WITH_INV;
+
+// `granted`: the caps the QP has, written back as ibv_create_qp does.
+ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, ibv_qp_cap& granted) {
+  if (ibv_pd == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Ctx* x = ctx_of(ibv_pd->context);
+  if (x == nullptr) return nullptr;
+  if (a.qp_type != IBV_QPT_RC) {
+    errno = unsupported(EOPNOTSUPP, type_name(a.qp_type));
+    return nullptr;
+  }
+  if (a.srq != nullptr) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp: shared receive queues are not supported yet");
+    return nullptr;
+  }
+  if (a.send_cq == nullptr || a.recv_cq == nullptr || cq_of(a.send_cq) == nullptr || cq_of(a.recv_cq) == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* qp = new (std::nothrow) Qp{};
+  if (qp == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  uroce::QpInitAttr init;
+  init.send_cq = cq_of(a.send_cq)->cq;
+  init.recv_cq = cq_of(a.recv_cq)->cq;
+  init.cap = a.cap;
+  init.qp_type = IBV_QPT_RC;
+  init.sq_sig_all = a.sq_sig_all != 0;
+  auto* pd = reinterpret_cast<Pd*>(ibv_pd);
+  qp->qp = pd->pd->create_qp(init);
+  if (qp->qp == nullptr) {
+    // Caps over the device's limits (EINVAL), or no QP left (ENOMEM).
+    errno = x->ctx->last_error().find("no QP") != std::string::npos ? ENOMEM : EINVAL;
+    delete qp;
+    return nullptr;
+  }
+  qp->ctx = x;
+  qp->new_post_api = new_post_api;
+  ibv_qp& b = qp->ex.qp_base;
+  b.context = ibv_pd->context;
+  b.qp_context = a.qp_context;
+  b.pd = ibv_pd;
+  b.send_cq = a.send_cq;
+  b.recv_cq = a.recv_cq;
+  b.srq = nullptr;
+  b.handle = qp->qp->qp_num();
+  b.qp_num = qp->qp->qp_num();
+  b.state = IBV_QPS_RESET;
+  b.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&b.mutex, nullptr);
+  pthread_cond_init(&b.cond, nullptr);
+  if (new_post_api) fill_wr_ops(qp->ex);
+  ibv_qp_attr qa{};
+  if (qp->qp->query(qa, IBV_QP_CAP) == 0) granted = qa.cap;
+  std::lock_guard<std::mutex> lock(x->mutex);
+  x->qps.push_back(qp);
+  return &qp->ex.qp_base;
+}
+
+}  // namespace
+
+Qp* qp_of(ibv_qp* qp) {
+  if (qp == nullptr || ctx_of(qp->context) == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return reinterpret_cast<Qp*>(qp);
+}
+
+ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  if (attr == nullptr || ctx_of(context) == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                   IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: a PD is required (XRC is not supported)");
+    return nullptr;
+  }
+  if ((attr->comp_mask & ~kKnown) != 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: XRC, RSS, indirection tables and source QPNs are not supported");
+    return nullptr;
+  }
+  if (((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0) ||
+      ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0 && attr->max_tso_header != 0)) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: create_flags and TSO are not supported");
+    return nullptr;
+  }
+  const bool ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  if (ops && (attr->send_ops_flags & ~kSendOps) != 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: send_ops_flags beyond SEND, WRITE, READ, atomics and "
+                                    "SEND_WITH_INV (TSO, LOCAL_INV, BIND_MW, ATOMIC_WRITE) are not supported");
+    return nullptr;
+  }
+  if (attr->pd == nullptr || attr->pd->context != context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return create(attr->pd, *attr, ops, attr->cap);
+}
+
+}  // namespace uroce::ibverbs
+
+using uroce::ibverbs::Qp;
+using uroce::ibverbs::qp_of;
+
+extern "C" {
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_init_attr_ex a{};
+  a.qp_context = attr->qp_context;
+  a.send_cq = attr->send_cq;
+  a.recv_cq = attr->recv_cq;
+  a.srq = attr->srq;
+  a.cap = attr->cap;
+  a.qp_type = attr->qp_type;
+  a.sq_sig_all = attr->sq_sig_all;
+  return uroce::ibverbs::create(pd, a, false, attr->cap);
+}
+
+int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
+  Qp* qp = qp_of(ibv_qp);
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  if ((attr_mask & IBV_QP_STATE) != 0) qp->requested_state.store(attr->qp_state);
+  // uroce checks the transition, the required and allowed attributes
+  // (IBTA table 91), and on Ethernet a GRH (is_global) in the address vector.
+  const int rc = qp->qp->modify(*attr, attr_mask);
+  pthread_mutex_lock(&ibv_qp->mutex);
+  ibv_qp->state = qp->qp->state();
+  pthread_mutex_unlock(&ibv_qp->mutex);
+  if (rc != 0) qp->requested_state.store(qp->qp->state());
+  return rc;
+}
+
+int ibv_query_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  Qp* qp = qp_of(ibv_qp);
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  uroce::QpInitAttr init;
+  if (const int rc = qp->qp->query(*attr, attr_mask, &init); rc != 0) return rc;
+  if (init_attr != nullptr) {
+    *init_attr = {};
+    init_attr->qp_context = ibv_qp->qp_context;
+    init_attr->send_cq = ibv_qp->send_cq;
+    init_attr->recv_cq = ibv_qp->recv_cq;
+    init_attr->srq = nullptr;
+    init_attr->cap = attr->cap;
+    init_attr->qp_type = ibv_qp->qp_type;
+    init_attr->sq_sig_all = init.sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+// 0: no in-order promise is made (the man page's conservative answer).
+int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, std::uint32_t) { return 0; }
+
+int ibv_destroy_qp(ibv_qp* ibv_qp) {
+  Qp* qp = qp_of(ibv_qp);
+  if (qp == nullptr) return EINVAL;
+  uroce::ibverbs::Ctx* x = qp->ctx;
+  {
+    // Out of the event monitor's sight first, then gone from the engines.
+    std::lock_guard<std::mutex> lock(x->mutex);
+    std::erase(x->qps, qp);
+    uroce::ibverbs::forget_events(x, ibv_qp);
+  }
+  auto* pd = reinterpret_cast<uroce::ibverbs::Pd*>(ibv_qp->pd);
+  if (const int rc = pd->pd->destroy_qp(qp->qp); rc != 0) {
+    std::lock_guard<std::mutex> lock(x->mutex);
+    x->qps.push_back(qp);
+    return rc;
+  }
+  // As rdma-core does: wait until its asynchronous events are acknowledged.
+  pthread_mutex_lock(&ibv_qp->mutex);
+  while (ibv_qp->events_completed != qp->async_events.load()) pthread_cond_wait(&ibv_qp->cond, &ibv_qp->mutex);
+  pthread_mutex_unlock(&ibv_qp->mutex);
+  pthread_cond_destroy(&ibv_qp->cond);
+  pthread_mutex_destroy(&ibv_qp->mutex);
+  delete qp;
+  return 0;
+}
+
+// The ibv_qp_ex of a QP created with send_ops_flags (ibv_create_qp_ex);
+// NULL for others, which post with ibv_post_send (perftest on unknown
+// vendors, rc_pingpong without --new_send).
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* ibv_qp) {
+  Qp* qp = qp_of(ibv_qp);
+  if (qp == nullptr || !qp->new_post_api) return nullptr;
+  return &qp->ex;
+}
+
+}  // extern "C"
