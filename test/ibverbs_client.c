@@ -138,17 +138,40 @@ static int configured(void) {
   CHECK(pkey == 0xffff);
   CHECK(ibv_query_pkey(ctx, 1, 1, &pkey) == -1);
 
-  /* Verbs of the next slices answer EOPNOTSUPP, through the exported call
-     and through the inline ops alike, instead of crashing. */
+  /* What uroce does not have yet (UD, SRQ, memory windows) answers
+     EOPNOTSUPP, through the exported calls and the inline ops alike. */
+  struct ibv_pd *pd = ibv_alloc_pd(ctx);
+  CHECK(pd != NULL && pd->context == ctx);
+  struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+  CHECK(cq != NULL);
+  struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   errno = 0;
-  CHECK(ibv_alloc_pd(ctx) == NULL);
+  CHECK(ibv_create_qp(pd, &ud) == NULL);
   CHECK(errno == EOPNOTSUPP);
-  struct ibv_wc wc;
-  struct ibv_cq fake_cq;
-  memset(&fake_cq, 0, sizeof fake_cq);
-  fake_cq.context = ctx;
-  CHECK(ibv_poll_cq(&fake_cq, 1, &wc) < 0);
-  CHECK(ibv_req_notify_cq(&fake_cq, 0) == EOPNOTSUPP);
+  ud.qp_type = IBV_QPT_UC;
+  errno = 0;
+  CHECK(ibv_create_qp(pd, &ud) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+  struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+  errno = 0;
+  CHECK(ibv_create_srq(pd, &sa) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+  struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
+  errno = 0;
+  CHECK(ibv_create_ah(pd, &ah) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+  errno = 0;
+  CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+  struct ibv_srq fake_srq;
+  memset(&fake_srq, 0, sizeof fake_srq);
+  fake_srq.context = ctx;
+  struct ibv_recv_wr rwr = {.wr_id = 1}, *bad_rwr = NULL;
+  CHECK(ibv_post_srq_recv(&fake_srq, &rwr, &bad_rwr) == EOPNOTSUPP);
+  CHECK(bad_rwr == &rwr);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
 
   CHECK(ibv_close_device(ctx) == 0);
   ibv_free_device_list(list);

@@ -477,14 +477,13 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
 }
 
 bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
-  // One of our own addresses: a QP connected to another QP of this device
-  // (loopback, as RNICs allow) sends to our own MAC.
-  const ibv_gid own[2] = {this->gid(), link_local()};
-  for (const ibv_gid& g : own) {
-    if (std::memcmp(g.raw, gid.raw, 16) == 0) {
-      std::memcpy(mac, this->mac().data(), 6);
-      return true;
-    }
+  // Our own address: a QP connected to another QP of this device
+  // (loopback, as RNICs allow) sends to our own MAC. Only the IPv4 GID: a
+  // link-local GID names a MAC, and virtual ports may share one (net_ring
+  // ports all have 00:00:00:00:00:00), so it is resolved on the link.
+  if (const ibv_gid own = this->gid(); std::memcmp(own.raw, gid.raw, 16) == 0) {
+    std::memcpy(mac, this->mac().data(), 6);
+    return true;
   }
   if (is_ipv4_gid(gid)) {
     std::array<std::uint8_t, 4> ip;
