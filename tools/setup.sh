@@ -16,7 +16,8 @@ PACKAGES=(
   libhugetlbfs-bin              # hugeadm, for reserving hugepages
   iproute2                      # network namespaces and veth pairs for the integration tests
   tshark                        # the tests check that our frames dissect as InfiniBand
-  ibverbs-utils                 # stock ibv_devinfo / ibv_devices, run on our libibverbs.so.1 by the tests
+  ibverbs-utils                 # stock ibv_devinfo, ibv_devices, ibv_rc_pingpong, run on our libibverbs.so.1 by the tests
+  perftest                      # stock ib_write_bw & co., run on our libibverbs.so.1 by the tests
 )
 
 missing=()

@@ -1,0 +1,139 @@
+// uroce-run: runs an unmodified verbs program on uroce. It puts uroce's
+// libibverbs.so.1 first on the program's library path and hands it the port
+// through the environment (UROCE_EAL, UROCE_IP, ...; lib/ibverbs/config.cc
+// reads them), then executes the program in its own place. No DPDK runs in
+// this process: the library starts EAL inside the program.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/args.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
+    "                 [--dcqcn FILE] [--lib DIR] PROGRAM [ARGS...]\n"
+    "\n"
+    "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
+    "on uroce: it sees one RDMA device, uroce0, on the DPDK port the EAL args name, with\n"
+    "RoCEv2 GIDs fe80:: (index 0) and ::ffff:ADDR (index 1, e.g. -g 1 or -x 1).\n"
+    "\n"
+    "  EAL args        DPDK's, as for uroce-perf: e.g. --no-huge --no-shconf --no-pci -l 0\n"
+    "                  --vdev=net_af_packet0,iface=eth1,framesz=8192 (no argument may hold a blank)\n"
+    "  --ip ADDR/LEN   the port's IPv4 address (its GID); required\n"
+    "  --port-id N     the DPDK port (default 0)\n"
+    "  --queues N      port queues, one engine each (default 1)\n"
+    "  --workers CPUS  the CPU of each queue's worker thread, e.g. 2,3 (default: not pinned)\n"
+    "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
+    "  --lib DIR       where uroce's libibverbs.so.1 is (default: found beside this program)\n"
+    "\n"
+    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN and\n"
+    "prepends DIR to LD_LIBRARY_PATH; setting those by hand does the same.\n"
+    "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
+    "           -- --ip 10.0.0.1/24 ibv_rc_pingpong -d uroce0 -g 1\n";
+
+bool is_file(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+// The folder of uroce's libibverbs.so.1: the build tree's (apps/run/ ->
+// lib/ibverbs/), else the installed one.
+std::string find_library() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const std::string& c : {dir + "/../../lib/ibverbs", dir + "/../lib/uroce"}) {
+      if (is_file(c + "/libibverbs.so.1")) return c;
+    }
+  }
+  if (is_file(std::string(UROCE_LIBDIR) + "/libibverbs.so.1")) return UROCE_LIBDIR;
+  return "";
+}
+
+struct Options {
+  std::vector<std::string> eal;
+  std::string ip, port_id, queues, workers, dcqcn, lib;
+  std::vector<std::string> program;
+};
+
+Options parse(int argc, char** argv) {
+  using uroce::app::usage_error;
+  Options o;
+  int i = 1;
+  for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (std::strchr(argv[i], ' ') != nullptr) usage_error(std::string("EAL argument '") + argv[i] + "' holds a blank");
+    o.eal.emplace_back(argv[i]);
+  }
+  if (i == argc) usage_error("no '--': give the EAL args, then '--', then --ip and the program");
+  for (++i; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string& into) {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      into = argv[++i];
+    };
+    if (a == "--ip") value(o.ip);
+    else if (a == "--port-id") value(o.port_id);
+    else if (a == "--queues") value(o.queues);
+    else if (a == "--workers") value(o.workers);
+    else if (a == "--dcqcn") value(o.dcqcn);
+    else if (a == "--lib") value(o.lib);
+    else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a.rfind("--", 0) == 0) usage_error("unknown option " + a + " (before the program; see --help)");
+    else break;
+  }
+  for (; i < argc; ++i) o.program.emplace_back(argv[i]);
+  if (o.ip.empty()) usage_error("--ip ADDR/PREFIX is required (the port's IPv4 address, e.g. --ip 10.0.0.1/24)");
+  if (o.program.empty()) usage_error("no program to run: give it after the options, e.g. ibv_devinfo");
+  if (o.eal.empty()) usage_error("no EAL args: give the port before '--', e.g. --vdev=net_af_packet0,iface=eth1");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "uroce-run: %s\n", e.what());
+    return 2;
+  }
+  const std::string lib = o.lib.empty() ? find_library() : o.lib;
+  if (lib.empty() || !is_file(lib + "/libibverbs.so.1")) {
+    std::fprintf(stderr, "uroce-run: uroce's libibverbs.so.1 not found%s%s; build uroce (tools/setup.sh) or give --lib DIR\n",
+                 lib.empty() ? "" : " in ", lib.c_str());
+    return 2;
+  }
+  std::string eal;
+  for (const std::string& a : o.eal) eal += (eal.empty() ? "" : " ") + a;
+  setenv("UROCE_EAL", eal.c_str(), 1);
+  setenv("UROCE_IP", o.ip.c_str(), 1);
+  const std::pair<const char*, const std::string*> optional[] = {
+      {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
+      {"UROCE_DCQCN", &o.dcqcn}};
+  for (const auto& [name, value] : optional) {
+    if (value->empty()) unsetenv(name);
+    else setenv(name, value->c_str(), 1);
+  }
+  const char* old = std::getenv("LD_LIBRARY_PATH");
+  const std::string path = old != nullptr && *old != '\0' ? lib + ":" + old : lib;
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  std::vector<char*> args;
+  for (std::string& a : o.program) args.push_back(a.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "uroce-run: cannot run '%s': %s\n", args[0], std::strerror(errno));
+  return 127;
+}

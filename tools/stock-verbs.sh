@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Debian's own verbs binaries, unmodified, on uroce through uroce-run: two
+# processes over net_memif, and over a veth pair between two network
+# namespaces this script creates (net_af_packet). ibv_devinfo, ibv_rc_pingpong
+# and perftest's eight ib_*_{bw,lat} in the variants issue 12 lists.
+# Prints PASS/FAIL per case with perftest's own figures, then
+# "N passed, M failed"; exits 1 if any failed.
+#
+#   tools/stock-verbs.sh [memif|veth|all] [quick]
+#     quick: the -x 1 default run of each binary only (what the suite runs)
+#
+# Needs root (namespaces), and ibverbs-utils and perftest (tools/setup.sh
+# installs them). Cases run one at a time: the two processes take a core
+# each (-l 0 / -l 1).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+links=${1:-all}
+quick=${2:-}
+build=${UROCE_BUILD_DIR:-build}
+run=$build/apps/run/uroce-run
+[[ -x $run ]] || { echo "stock-verbs: $run missing; run tools/setup.sh first" >&2; exit 1; }
+for b in ibv_devinfo ibv_rc_pingpong ib_write_bw; do
+  command -v "$b" >/dev/null || { echo "stock-verbs: $b missing; tools/setup.sh installs ibverbs-utils and perftest" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d /tmp/uroce-stock.XXXXXX)
+nsa=uroce-sva-$$
+nsb=uroce-svb-$$
+cleanup() {
+  ip netns del "$nsa" 2>/dev/null
+  ip netns del "$nsb" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+eal="--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error"
+port=19000
+passed=0
+failed=0
+
+# side LINK server|client: the command prefix that runs a program on that side.
+side() {
+  local link=$1 role=$2 core ip
+  if [[ $role == server ]]; then core=0; ip=1; else core=1; ip=2; fi
+  case $link in
+    memif)
+      echo "$run $eal -l $core --vdev=net_memif0,role=$role,socket=$tmp/memif.sock -- --ip 10.0.0.$ip/24" ;;
+    veth)
+      local ns=$nsa dev=svveth0
+      [[ $role == client ]] && { ns=$nsb; dev=svveth1; }
+      echo "ip netns exec $ns $run $eal -l $core --vdev=net_af_packet0,iface=$dev,blocksz=16384,framesz=8192,framecnt=512 -- --ip 10.96.0.1$ip/24" ;;
+  esac
+}
+
+# The address the client reaches the server's TCP exchange at.
+server_host() { [[ $1 == memif ]] && echo 127.0.0.1 || echo 10.96.0.1; }
+
+# The last figures line perftest or the pingpong printed.
+figures() {
+  grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+|iters in' "$1" | tail -1 | tr -s ' \t' ' '
+}
+
+report() {
+  local verdict=$1 link=$2 what=$3 detail=$4
+  printf '%s %-6s %-44s %s\n' "$verdict" "$link" "$what" "$detail"
+  if [[ $verdict == PASS ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+
+# pair LINK "PROGRAM ARGS": the server, then the client with the server's
+# address appended; both must exit 0 and print figures.
+pair() {
+  local link=$1 cmd=$2 p=$((port++)) limit=${3:-120}
+  local full="$cmd -p $p"
+  rm -f "$tmp/memif.sock"
+  timeout "$limit" $(side "$link" server) $full >"$tmp/srv" 2>&1 &
+  local spid=$!
+  sleep 1.5
+  timeout "$limit" $(side "$link" client) $full "$(server_host "$link")" >"$tmp/cli" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  local f
+  f=$(figures "$tmp/cli")
+  if [[ $crc -eq 0 && $src -eq 0 && -n $f ]]; then
+    report PASS "$link" "$cmd" "$f"
+  else
+    report FAIL "$link" "$cmd" "server rc=$src client rc=$crc"
+    grep -v 'EAL:\|memif_probe\|TELEMETRY' "$tmp/srv" | tail -3 | sed 's/^/    server: /'
+    grep -v 'EAL:\|memif_probe\|TELEMETRY' "$tmp/cli" | tail -3 | sed 's/^/    client: /'
+  fi
+}
+
+single() {
+  local link=$1 cmd=$2
+  rm -f "$tmp/memif.sock"
+  if timeout 60 $(side "$link" server) $cmd >"$tmp/one" 2>&1 && grep -q 'hca_id:.uroce0' "$tmp/one"; then
+    report PASS "$link" "$cmd" "$(grep -c GID "$tmp/one") GIDs listed"
+  else
+    report FAIL "$link" "$cmd" "$(tail -1 "$tmp/one")"
+  fi
+}
+
+make_veth() {
+  ip netns add "$nsa" && ip netns add "$nsb" || { echo "stock-verbs: cannot create namespaces (root?)" >&2; exit 1; }
+  ip -n "$nsa" link add svveth0 mtu 9000 type veth peer name svveth1 mtu 9000 netns "$nsb"
+  ip -n "$nsa" addr add 10.96.0.1/24 dev svveth0
+  ip -n "$nsb" addr add 10.96.0.2/24 dev svveth1
+  ip -n "$nsa" link set svveth0 up; ip -n "$nsa" link set lo up
+  ip -n "$nsb" link set svveth1 up; ip -n "$nsb" link set lo up
+}
+
+matrix() {
+  local link=$1
+  single "$link" "ibv_devinfo -v"
+  local pp=("-g 1" "-g 1 -e" "-g 1 -s 1 -c" "-g 1 -s 4096 -c" "-g 1 -s 65536 -c -n 200" "-g 1 -e -s 65536 -c -n 200")
+  [[ -n $quick ]] && pp=("-g 1" "-g 1 -e -s 65536 -c -n 200")
+  for a in "${pp[@]}"; do pair "$link" "ibv_rc_pingpong -d uroce0 $a"; done
+  local t v
+  for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    local variants=("-x 1")
+    if [[ -z $quick ]]; then
+      variants+=("-x 0" "-x 1 -a -n 20")
+      [[ $t != ib_atomic_* ]] && variants+=("-x 1 -s 2" "-x 1 -s 1048576 -n 50")
+      [[ $t == *_bw ]] && variants+=("-x 1 --report_gbits" "-x 1 -q 4")
+    fi
+    for v in "${variants[@]}"; do pair "$link" "$t -d uroce0 $v" 300; done
+  done
+}
+
+[[ $links == memif || $links == all ]] && matrix memif
+if [[ $links == veth || $links == all ]]; then
+  make_veth
+  matrix veth
+fi
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
