@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -97,39 +98,102 @@ TEST(Ibverbs, StockIbvDevinfoWithoutConfigurationDoesNotCrash) {
 // --- RC traffic: the C program over net_ring (one process, two QPs on one
 // device) and over memif (two processes); stock ibv_rc_pingpong over memif.
 
-// Two processes on a memif pair: the server (10.0.0.1, memif server) starts
-// first; the client (10.0.0.2) `delay` later.
+// Two processes on one link, the server (10.0.0.1 on memif, 10.97.0.11 on
+// veth) started first, the client `delay` later: a memif pair, or a veth
+// pair between two network namespaces made for the test suite (af_packet;
+// the kernels there carry the programs' TCP exchange, 10.97.0.1 and .2).
 struct Pair {
   Outcome server, client;
 };
-class MemifPair {
+enum class Link { kMemif, kVeth };
+
+class Namespaces {
  public:
-  MemifPair() {
+  static Namespaces& get() {
+    static Namespaces n;
+    return n;
+  }
+  const std::string& error() const { return error_; }
+  std::string a = "uroce-ibv-a-" + std::to_string(getpid());
+  std::string b = "uroce-ibv-b-" + std::to_string(getpid());
+
+ private:
+  Namespaces() {
+    const std::string cmds[] = {
+        "ip netns add " + a, "ip netns add " + b,
+        "ip -n " + a + " link add ibveth0 mtu 9000 type veth peer name ibveth1 mtu 9000 netns " + b,
+        "ip -n " + a + " addr add 10.97.0.1/24 dev ibveth0", "ip -n " + b + " addr add 10.97.0.2/24 dev ibveth1",
+        "ip -n " + a + " link set ibveth0 up", "ip -n " + a + " link set lo up",
+        "ip -n " + b + " link set ibveth1 up", "ip -n " + b + " link set lo up"};
+    for (const std::string& c : cmds) {
+      if (std::system((c + " 2>/dev/null").c_str()) != 0) {
+        error_ = "'" + c + "' failed: needs root and iproute2 (tools/setup.sh installs it)";
+        return;
+      }
+    }
+    std::atexit([] {
+      std::system(("ip netns del " + get().a + " 2>/dev/null").c_str());
+      std::system(("ip netns del " + get().b + " 2>/dev/null").c_str());
+    });
+  }
+  std::string error_;
+};
+
+class LinkPair {
+ public:
+  explicit LinkPair(Link link) : link_(link) {
     char tmpl[] = "/tmp/uroce-ibverbs-XXXXXX";
     const char* d = mkdtemp(tmpl);
     dir_ = d != nullptr ? d : "/tmp";
   }
-  ~MemifPair() { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  ~LinkPair() { std::system(("rm -rf '" + dir_ + "'").c_str()); }
   const std::string& dir() const { return dir_; }
+  // Where the client reaches the server's TCP port.
+  std::string server_host() const { return link_ == Link::kMemif ? "127.0.0.1" : "10.97.0.1"; }
   // UROCE_* for one side, on its own CPU.
   std::string env(bool server) const {
-    return "UROCE_EAL='--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l " +
-           std::string(server ? "0" : "1") + " --vdev=net_memif0,role=" + (server ? "server" : "client") +
-           ",socket=" + dir_ + "/memif.sock' UROCE_IP=10.0.0." + (server ? "1" : "2") + "/24 ";
+    const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l " +
+                            std::string(server ? "0" : "1");
+    if (link_ == Link::kMemif) {
+      return "UROCE_EAL='" + eal + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir_ +
+             "/memif.sock' UROCE_IP=10.0.0." + (server ? "1" : "2") + "/24 ";
+    }
+    return "UROCE_EAL='" + eal + " --vdev=net_af_packet0,iface=ibveth" + (server ? "0" : "1") +
+           ",blocksz=16384,framesz=8192,framecnt=512' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 ";
+  }
+  std::string prefix(bool server) const {
+    if (link_ == Link::kMemif) return "";
+    return "ip netns exec " + (server ? Namespaces::get().a : Namespaces::get().b) + " ";
   }
   Pair run(const std::string& server_cmd, const std::string& client_cmd,
            std::chrono::milliseconds delay = std::chrono::milliseconds(1500)) const {
-    auto server = std::async(std::launch::async, [&] { return ::run(env(true), server_cmd); });
+    auto server = std::async(std::launch::async, [&] { return ::run(env(true), prefix(true) + server_cmd); });
     std::this_thread::sleep_for(delay);
     Pair p;
-    p.client = ::run(env(false), client_cmd);
+    p.client = ::run(env(false), prefix(false) + client_cmd);
     p.server = server.get();
     return p;
   }
 
  private:
+  Link link_;
   std::string dir_;
 };
+
+// The TCP port of the next stock program pair (both ends).
+int next_tcp_port() {
+  static int port = 18700;
+  return port++;
+}
+
+// The line of a program's output holding `marker` ("" if none).
+std::string line_with(const std::string& out, const std::string& marker) {
+  const std::size_t at = out.find(marker);
+  if (at == std::string::npos) return "";
+  const std::size_t start = out.rfind('\n', at);
+  const std::size_t from = start == std::string::npos ? 0 : start + 1;
+  return out.substr(from, out.find('\n', at) - from);
+}
 
 TEST(Ibverbs, CRcLoopbackOverNetRingRunsEveryVerb) {
   const Outcome r = run(kConfigured, UROCE_IBVERBS_RC " loopback");
@@ -138,7 +202,7 @@ TEST(Ibverbs, CRcLoopbackOverNetRingRunsEveryVerb) {
 }
 
 TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
-  MemifPair m;
+  LinkPair m(Link::kMemif);
   const Pair p = m.run(std::string(UROCE_IBVERBS_RC " memif server ") + m.dir(),
                        std::string(UROCE_IBVERBS_RC " memif client ") + m.dir(), std::chrono::milliseconds(200));
   EXPECT_EQ(p.server.status, 0) << p.server.out;
@@ -148,40 +212,92 @@ TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
 }
 
 // Debian's ibv_rc_pingpong on both ends, unmodified: `args` on each, the
-// client connecting to the server's TCP port on 127.0.0.1.
-class StockRcPingpong : public ::testing::TestWithParam<const char*> {};
+// client connecting to the server's TCP port.
+struct StockCase {
+  Link link;
+  const char* program;  // in /usr/bin
+  const char* args;
+};
 
-TEST_P(StockRcPingpong, CompletesOverMemif) {
-  if (!have("/usr/bin/ibv_rc_pingpong")) FAIL() << "no /usr/bin/ibv_rc_pingpong: tools/setup.sh installs it (apt-get install ibverbs-utils)";
-  static int port = 18700;
-  const std::string cmd = "/usr/bin/ibv_rc_pingpong -d uroce0 -g 1 -p " + std::to_string(port++) + " " + GetParam();
-  MemifPair m;
-  const Pair p = m.run(cmd, cmd + " 127.0.0.1");
-  EXPECT_EQ(p.server.status, 0) << p.server.out;
-  EXPECT_EQ(p.client.status, 0) << p.client.out;
-  // Its report: "N iters in S seconds = U usec/iter", on both ends.
-  for (const Outcome* o : {&p.server, &p.client}) {
-    EXPECT_NE(o->out.find("iters in"), std::string::npos) << o->out;
-    EXPECT_EQ(o->out.find("Failed status"), std::string::npos) << o->out;
-  }
-  const std::size_t at = p.client.out.find("iters in");
-  if (at != std::string::npos) {
-    const std::size_t start = p.client.out.rfind('\n', at);
-    std::printf("ibv_rc_pingpong %s:%s\n", GetParam(),
-                p.client.out.substr(start == std::string::npos ? 0 : start + 1, p.client.out.find('\n', at) - start - 1).c_str());
-  }
+void PrintTo(const StockCase& c, std::ostream* os) {
+  *os << (c.link == Link::kMemif ? "memif " : "veth ") << c.program << " " << c.args;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ibverbs, StockRcPingpong,
-                         ::testing::Values("-n 500", "-e -n 500", "-s 1 -n 500 -c", "-s 4096 -n 300 -c",
-                                           "-s 65536 -n 100 -c", "-e -s 65536 -n 100 -c"),
-                         [](const ::testing::TestParamInfo<const char*>& param) {
-                           std::string name;
-                           for (const char* c = param.param; *c != '\0'; ++c) {
-                             if ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')) name += *c;
-                             else if (*c == ' ') name += '_';
-                           }
-                           return name;
-                         });
+std::string case_name(const ::testing::TestParamInfo<StockCase>& param) {
+  std::string name = param.param.link == Link::kMemif ? "memif_" : "veth_";
+  for (const char* c = param.param.program; *c != '\0'; ++c) name += *c == '_' ? '_' : *c;
+  name += '_';
+  for (const char* c = param.param.args; *c != '\0'; ++c) {
+    if ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')) name += *c;
+    else if (*c == ' ') name += '_';
+  }
+  return name;
+}
+
+class StockPair : public ::testing::TestWithParam<StockCase> {};
+
+// Both ends exit 0 and print their figures ("N iters in S seconds" for the
+// pingpong, perftest's table row), printed here for the log.
+TEST_P(StockPair, CompletesWithItsFigures) {
+  const StockCase& c = GetParam();
+  const std::string program = std::string("/usr/bin/") + c.program;
+  if (!have(program.c_str())) FAIL() << "no " << program << ": tools/setup.sh installs ibverbs-utils and perftest";
+  if (c.link == Link::kVeth) {
+    ASSERT_EQ(Namespaces::get().error(), "");
+  }
+  const LinkPair link(c.link);
+  const bool pingpong = std::string(c.program) == "ibv_rc_pingpong";
+  const std::string cmd = program + " -d uroce0 -p " + std::to_string(next_tcp_port()) + " " + c.args;
+  const Pair p = link.run(cmd, cmd + " " + link.server_host());
+  EXPECT_EQ(p.server.status, 0) << p.server.out;
+  EXPECT_EQ(p.client.status, 0) << p.client.out;
+  // perftest's table: "#bytes  #iterations ..." then a row of figures, on
+  // the client (the passive side of a READ or atomic test prints none).
+  const std::string marker = pingpong ? "iters in" : "#bytes";
+  EXPECT_NE(p.client.out.find(marker), std::string::npos) << p.client.out;
+  for (const Outcome* o : {&p.server, &p.client}) {
+    EXPECT_EQ(o->out.find("Failed status"), std::string::npos) << o->out;
+    EXPECT_EQ(o->out.find("Couldn't"), std::string::npos) << o->out;
+  }
+  std::string figures = line_with(p.client.out, marker);
+  if (!pingpong) {
+    const std::size_t at = p.client.out.find(marker);
+    const std::size_t row = at == std::string::npos ? std::string::npos : p.client.out.find('\n', at);
+    figures = row == std::string::npos ? "" : p.client.out.substr(row + 1, p.client.out.find('\n', row + 1) - row - 1);
+    EXPECT_FALSE(figures.empty()) << p.client.out;
+  }
+  std::printf("%s %s %s:\n  %s\n", c.link == Link::kMemif ? "memif" : "veth", c.program, c.args, figures.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pingpong, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -e -n 500"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -s 1 -n 500 -c"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -s 4096 -n 300 -c"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -s 65536 -n 100 -c"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -e -s 65536 -n 100 -c"},
+                      StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -e -s 65536 -n 100 -c"}),
+    case_name);
+
+// perftest, each binary with -x 1 over both links; the longer variants
+// (-a, -x 0, sizes, -q 4) run in tools/stock-verbs.sh.
+INSTANTIATE_TEST_SUITE_P(
+    Perftest, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ib_write_bw", "-x 1"}, StockCase{Link::kMemif, "ib_read_bw", "-x 1"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1"}, StockCase{Link::kMemif, "ib_atomic_bw", "-x 1"},
+                      StockCase{Link::kMemif, "ib_write_lat", "-x 1 -n 200"},
+                      StockCase{Link::kMemif, "ib_read_lat", "-x 1"}, StockCase{Link::kMemif, "ib_send_lat", "-x 1"},
+                      StockCase{Link::kMemif, "ib_atomic_lat", "-x 1"},
+                      StockCase{Link::kMemif, "ib_write_bw", "-x 0 -q 4 --report_gbits"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1 -s 2"},
+                      StockCase{Link::kMemif, "ib_read_bw", "-x 1 -s 1048576 -n 50"},
+                      StockCase{Link::kVeth, "ib_write_bw", "-x 1"}, StockCase{Link::kVeth, "ib_read_bw", "-x 1"},
+                      StockCase{Link::kVeth, "ib_send_bw", "-x 1"}, StockCase{Link::kVeth, "ib_atomic_bw", "-x 1"},
+                      StockCase{Link::kVeth, "ib_write_lat", "-x 1 -n 200"},
+                      StockCase{Link::kVeth, "ib_read_lat", "-x 1"}, StockCase{Link::kVeth, "ib_send_lat", "-x 1"},
+                      StockCase{Link::kVeth, "ib_atomic_lat", "-x 1"}),
+    case_name);
 
 }  // namespace
