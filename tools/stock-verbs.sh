@@ -119,8 +119,9 @@ matrix() {
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
     local variants=("-x 1")
     if [[ -z $quick ]]; then
-      variants+=("-x 0" "-x 1 -a -n 20")
-      [[ $t != ib_atomic_* ]] && variants+=("-x 1 -s 2" "-x 1 -s 1048576 -n 50")
+      variants+=("-x 0")
+      # Atomics have one size (perftest refuses -a and -s for them).
+      [[ $t != ib_atomic_* ]] && variants+=("-x 1 -a -n 20" "-x 1 -s 2" "-x 1 -s 1048576 -n 50")
       [[ $t == *_bw ]] && variants+=("-x 1 --report_gbits" "-x 1 -q 4")
     fi
     for v in "${variants[@]}"; do pair "$link" "$t -d uroce0 $v" 300; done

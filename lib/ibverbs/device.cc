@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <vector>
 
 #include "cc/dcqcn.h"
 #include "compose/device.h"
@@ -30,6 +31,9 @@ namespace {
 struct Process {
   std::once_flag started;
   Device* device = nullptr;  // nullptr: not configured, or it failed (said once on stderr)
+  std::vector<int> workers;  // their CPUs (UROCE_WORKERS)
+  std::mutex mutex;          // guards open_contexts and the workers' running
+  int open_contexts = 0;
 };
 
 Process& process() {
@@ -92,12 +96,21 @@ void start() {
     return;
   }
   // Verbs programs only post and poll: the engines run on threads of their
-  // own from here on.
+  // own while a context is open (ibv_open_device). This checks they can.
   if (port->ctx->start_workers(config.workers) != 0) {
     std::fprintf(stderr, "uroce libibverbs: workers did not start (UROCE_WORKERS): %s\n",
                  port->ctx->last_error().c_str());
     return;
   }
+  port->ctx->stop_workers();
+  process().workers = config.workers;
+  // A program that exits with contexts open: the workers stop before the
+  // libraries' destructors run.
+  std::atexit([] {
+    Process& p = process();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.device != nullptr) p.device->port->ctx->stop_workers();
+  });
   auto* d = new Device{};
   d->ibv.node_type = IBV_NODE_CA;
   d->ibv.transport_type = IBV_TRANSPORT_IB;
@@ -214,6 +227,23 @@ ibv_context* ibv_open_device(ibv_device* device) {
   x->vctx.create_qp_ex = uroce::ibverbs::create_qp_ex_op;
   // Every other verbs_context op stays NULL: the inlines then fall back to
   // an exported call or return EOPNOTSUPP themselves.
+  {
+    // The engines run while a context is open, and stop with the last one:
+    // a peer that quits afterwards (a memif server tearing its regions
+    // down on EAL's interrupt thread) then finds no worker in its rings.
+    uroce::ibverbs::Process& p = uroce::ibverbs::process();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.open_contexts++ == 0 && x->ctx->start_workers(p.workers) != 0) {
+      --p.open_contexts;
+      std::fprintf(stderr, "uroce libibverbs: workers did not start: %s\n", x->ctx->last_error().c_str());
+      close(c.cmd_fd);
+      close(c.async_fd);
+      close(x->async_write);
+      delete x;
+      errno = EAGAIN;
+      return nullptr;
+    }
+  }
   uroce::ibverbs::watch_events(x);
   return &c;
 }
@@ -222,6 +252,11 @@ int ibv_close_device(ibv_context* context) {
   uroce::ibverbs::Ctx* x = uroce::ibverbs::ctx_of(context);
   if (x == nullptr) return -1;
   uroce::ibverbs::unwatch_events(x);
+  {
+    uroce::ibverbs::Process& p = uroce::ibverbs::process();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (--p.open_contexts == 0) x->ctx->stop_workers();
+  }
   close(context->cmd_fd);
   close(context->async_fd);
   close(x->async_write);

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Stock verbs binaries on both ends, uroce on one: Debian's perftest and
+# ibv_rc_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
+# port) against the same stock binaries on Linux Soft-RoCE in a qemu guest
+# (../shared/tools/rxe-peer), both directions. Prints PASS/FAIL per case with
+# the figures of the uroce side, writes JSON, ends "N passed, M failed".
+# Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh || exit 1
+build=${UROCE_BUILD_DIR:-build}
+out=${1:-$build/interop-rxe-verbs.json}
+peer=${RXE_PEER:-../shared/tools/rxe-peer/peer.sh}
+[[ -x $peer ]] || { echo "interop-rxe-verbs: $peer not found (set RXE_PEER)"; exit 2; }
+"$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe-verbs: guest build failed, see /tmp/uroce-interop-build.log"; exit 1; }
+"$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe-verbs: guest did not boot"; exit 1; }
+
+run=$build/apps/run/uroce-run
+ours=(ip netns exec rxehost "$run" --no-huge --no-shconf --no-pci -m 512 -l 1 "--log-level=lib.*:error"
+      --vdev=net_af_packet0,iface=rxedpdk0,blocksz=16384,framesz=8192,framecnt=512 -- --ip 10.99.0.1/24)
+results=()
+pass=0
+fail=0
+
+# The last figures line: perftest's table row, or the pingpong's "iters in".
+figures() { grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+|iters in' "$1" | tail -1 | tr -s ' \t' ' ' | sed 's/^ //'; }
+
+# one DIRECTION "OUR COMMAND" "GUEST COMMAND" MARKER: the server side starts
+# first; the client gets the server's address (the guest 10.99.0.2, or our
+# side's kernel end of the bridge, 10.99.0.254).
+one() {
+  local dir=$1 ourcmd=$2 guestcmd=$3 log glog urc grc
+  log=$(mktemp)
+  glog=$(mktemp)
+  if [[ $dir == uroce-server ]]; then
+    timeout 120 "${ours[@]}" $ourcmd >"$log" 2>&1 &
+    local upid=$!
+    sleep 2
+    timeout 120 "$peer" run -t 110 "$guestcmd 10.99.0.254" >"$glog" 2>&1
+    grc=$?
+    wait $upid
+    urc=$?
+  else
+    timeout 120 "$peer" run -t 110 "$guestcmd" >"$glog" 2>&1 &
+    local gpid=$!
+    sleep 3
+    timeout 120 "${ours[@]}" $ourcmd 10.99.0.2 >"$log" 2>&1
+    urc=$?
+    wait $gpid
+    grc=$?
+  fi
+  local ok=PASS f
+  f=$(figures "$log")
+  [[ -z $f ]] && f=$(figures "$glog")  # the passive side of READ/atomic prints none
+  if [[ $urc -ne 0 || $grc -ne 0 || -z $f ]] || grep -qi "invalid data\|Failed status\|Couldn't" "$log" "$glog"; then ok=FAIL; fi
+  printf '%-5s %-13s %-40s %s\n' "$ok" "$dir" "$ourcmd" "$f"
+  if [[ $ok == PASS ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "    uroce rc=$urc, rxe rc=$grc"
+    grep -v 'EAL:\|TELEMETRY' "$log" | tail -4 | sed 's/^/    uroce: /'
+    tail -4 "$glog" | sed 's/^/    rxe:   /'
+  fi
+  results+=("{\"direction\":\"$dir\",\"command\":\"$ourcmd\",\"result\":\"$ok\",\"figures\":\"$f\"}")
+  rm -f "$log" "$glog"
+}
+
+for dir in uroce-server uroce-client; do
+  for a in "-g 1 -n 200" "-g 1 -e -n 200" "-g 1 -s 65536 -n 100 -c" "-g 1 -s 1 -n 200 -c"; do
+    one "$dir" "ibv_rc_pingpong -d uroce0 $a" "ibv_rc_pingpong -d rxe0 $a"
+  done
+  for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat; do
+    n=""
+    [[ $t == *_lat ]] && n="-n 500"
+    one "$dir" "$t -d uroce0 -x 1 $n" "$t -d rxe0 -x 1 $n"
+  done
+done
+(IFS=,; echo "{\"test\":\"interop-rxe-verbs\",\"cases\":[${results[*]}]}") >"$out"
+echo "$pass passed, $fail failed (JSON: $out)"
+[[ $fail -eq 0 ]]
