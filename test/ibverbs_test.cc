@@ -155,8 +155,11 @@ class LinkPair {
     const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l " +
                             std::string(server ? "0" : "1");
     if (link_ == Link::kMemif) {
+      // 8 KiB memif buffers: with the default 2 KiB ones, a ping-pong of
+      // 4 KiB-MTU messages of ~20 packets or more stalls in retransmission
+      // timeouts (uroce-pingpong too; af_packet does not; see README).
       return "UROCE_EAL='" + eal + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir_ +
-             "/memif.sock' UROCE_IP=10.0.0." + (server ? "1" : "2") + "/24 ";
+             "/memif.sock,bsize=8192' UROCE_IP=10.0.0." + (server ? "1" : "2") + "/24 ";
     }
     return "UROCE_EAL='" + eal + " --vdev=net_af_packet0,iface=ibveth" + (server ? "0" : "1") +
            ",blocksz=16384,framesz=8192,framecnt=512' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 ";

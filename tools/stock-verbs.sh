@@ -44,7 +44,9 @@ side() {
   if [[ $role == server ]]; then core=0; ip=1; else core=1; ip=2; fi
   case $link in
     memif)
-      echo "$run $eal -l $core --vdev=net_memif0,role=$role,socket=$tmp/memif.sock -- --ip 10.0.0.$ip/24" ;;
+      # bsize=8192: with memif's default 2 KiB buffers a ping-pong of 4 KiB-MTU
+      # messages of ~20 packets or more stalls in retransmission timeouts (README).
+      echo "$run $eal -l $core --vdev=net_memif0,role=$role,socket=$tmp/memif.sock,bsize=8192 -- --ip 10.0.0.$ip/24" ;;
     veth)
       local ns=$nsa dev=svveth0
       [[ $role == client ]] && { ns=$nsb; dev=svveth1; }
