@@ -131,10 +131,11 @@ class Namespaces {
         return;
       }
     }
-    std::atexit([] {
-      std::system(("ip netns del " + get().a + " 2>/dev/null").c_str());
-      std::system(("ip netns del " + get().b + " 2>/dev/null").c_str());
-    });
+  }
+  // At exit (the static's destructor).
+  ~Namespaces() {
+    std::system(("ip netns del " + a + " 2>/dev/null").c_str());
+    std::system(("ip netns del " + b + " 2>/dev/null").c_str());
   }
   std::string error_;
 };
