@@ -79,7 +79,7 @@ static int configured(void) {
   CHECK(da.phys_port_cnt == 1);
   CHECK(da.node_guid == guid);
   CHECK(da.max_qp > 0 && da.max_qp_wr > 0 && da.max_cqe > 0 && da.max_mr > 0);
-  CHECK(da.max_qp_rd_atom == 16 && da.max_qp_init_rd_atom == 16);
+  CHECK(da.max_qp_rd_atom == 128 && da.max_qp_init_rd_atom == 128);
   CHECK(da.atomic_cap == IBV_ATOMIC_HCA);
   CHECK(da.max_pkeys >= 1);
   CHECK(da.vendor_id != 0xffffff);

@@ -369,7 +369,10 @@ TEST(StatsDpdk, ReadBesideWorkers) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   });
-  const bool ok = d.write(64, 16384);
+  // Traffic until the reader has read beside it a few times (a burst of
+  // WRITEs can end before the reader's first read).
+  bool ok = true;
+  for (int round = 0; ok && (round < 1 || reads.load() < 5) && round < 1000; ++round) ok = d.write(64, 16384);
   stop = true;
   reader.join();
   d.pair->a->stop_workers();

@@ -352,6 +352,12 @@ int Endpoint::run_client() {
 int run_remote(const Options& o) {
   const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params());
   if (!device) return 1;
+  // --workers: the engine on its own thread, this one posting and polling,
+  // as a verbs program runs on lib/ibverbs.
+  if (o.workers && device->ctx->start_worker(-1) != 0) {
+    std::fprintf(stderr, "uroce-perf: the worker did not start: %s\n", device->ctx->last_error().c_str());
+    return 1;
+  }
   Endpoint side(o, *device);
   if (!side.set_up()) return 1;
   if (const int rc = side.exchange(); rc != 0) return rc;

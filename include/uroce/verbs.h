@@ -70,8 +70,11 @@ struct DeviceLimits {
   std::uint32_t max_inline_data = 256;
   std::uint32_t max_cqe = 1u << 20;
   std::uint32_t max_mr = 65536;
-  std::uint32_t max_qp_rd_atom = 16;      // max_rd_atomic
-  std::uint32_t max_qp_init_rd_atom = 16; // max_dest_rd_atomic
+  // READs and atomics outstanding per QP, as responder (the bound of
+  // max_dest_rd_atomic) and as initiator (of max_rd_atomic). 128, as Soft-RoCE
+  // reports: perftest sets a peer's value on its own QP.
+  std::uint32_t max_qp_rd_atom = 128;
+  std::uint32_t max_qp_init_rd_atom = 128;
 };
 
 // ibv_qp_init_attr with this API's CQ objects.

@@ -113,10 +113,10 @@ ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask
   if ((mask & IBV_QP_RNR_RETRY) && attr.rnr_retry > 7) return fail("rnr_retry must be 0..7");
   if ((mask & IBV_QP_MIN_RNR_TIMER) && attr.min_rnr_timer > 31) return fail("min_rnr_timer must be 0..31");
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > limits.max_rd_atomic) {
-    return fail("max_rd_atomic exceeds the device's max_qp_rd_atom");
+    return fail("max_rd_atomic exceeds the device's max_qp_init_rd_atom");
   }
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > limits.max_dest_rd_atomic) {
-    return fail("max_dest_rd_atomic exceeds the device's max_qp_init_rd_atom");
+    return fail("max_dest_rd_atomic exceeds the device's max_qp_rd_atom");
   }
   if ((mask & IBV_QP_AV) && !attr.ah_attr.is_global) {
     return fail("ah_attr.is_global must be 1: RoCEv2 addresses the peer by its GID");

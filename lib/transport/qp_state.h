@@ -21,8 +21,8 @@ struct TransitionRule {
 TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to);
 
 struct ModifyLimits {
-  std::uint32_t max_rd_atomic = 16;
-  std::uint32_t max_dest_rd_atomic = 16;
+  std::uint32_t max_rd_atomic = 128;
+  std::uint32_t max_dest_rd_atomic = 128;
   ibv_mtu port_mtu = IBV_MTU_4096;
 };
 

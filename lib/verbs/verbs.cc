@@ -189,12 +189,18 @@ int Context::start_workers(const std::vector<int>& cpus) {
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     c.parked[i].store(0, std::memory_order_relaxed);
     c.workers.emplace_back([&c, i, cpu = cpus[i]] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
       if (cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
         CPU_SET(cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+      } else {
+        // Not pinned: any CPU the process may use. A thread inherits its
+        // creator's affinity, and EAL pins the main thread to its first
+        // lcore, where the worker would otherwise share one core with the
+        // application thread that polls it.
+        for (int k = 0; k < CPU_SETSIZE; ++k) CPU_SET(k, &set);
       }
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
       engine::Engine& e = *c.engines[i];
       std::uint32_t idle = 0;  // polls in a row that moved no frame
       while (!c.workers_stop.load(std::memory_order_relaxed)) {
@@ -550,7 +556,9 @@ namespace {
 
 int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask) {
   transport::Qp& qp = q.qp;
-  const transport::ModifyLimits limits{c.limits.max_qp_rd_atom, c.limits.max_qp_init_rd_atom, c.port.active_mtu};
+  // max_rd_atomic (initiator) is bounded by max_qp_init_rd_atom,
+  // max_dest_rd_atomic (responder) by max_qp_rd_atom (ibv_query_device(3)).
+  const transport::ModifyLimits limits{c.limits.max_qp_init_rd_atom, c.limits.max_qp_rd_atom, c.port.active_mtu};
   const transport::ModifyCheck check = transport::check_modify(qp.state, attr, attr_mask, limits);
   if (check.error != 0) {
     return c.fail(check.error, std::string("modify QP ") + transport::qp_state_name(qp.state) + "->" +
