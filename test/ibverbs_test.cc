@@ -95,6 +95,30 @@ TEST(Ibverbs, StockIbvDevinfoWithoutConfigurationDoesNotCrash) {
   EXPECT_NE(r.out.find("set UROCE_EAL"), std::string::npos) << r.out;
 }
 
+// uroce-run: its help, its one-line errors, and a stock program under it
+// (no LD_LIBRARY_PATH given: it finds the library beside itself).
+TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
+  const Outcome help = run("", UROCE_RUN " --help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("--ip ADDR/LEN"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("UROCE_EAL"), std::string::npos) << help.out;
+
+  const Outcome no_ip = run("", UROCE_RUN " --no-huge -- ibv_devinfo");
+  EXPECT_EQ(no_ip.status, 2) << no_ip.out;
+  EXPECT_EQ(no_ip.out, "uroce-run: --ip ADDR/PREFIX is required (the port's IPv4 address, e.g. --ip 10.0.0.1/24)\n");
+  const Outcome no_dash = run("", UROCE_RUN " --no-huge ibv_devinfo");
+  EXPECT_EQ(no_dash.status, 2) << no_dash.out;
+  const Outcome missing = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 /nonexistent/program");
+  EXPECT_EQ(missing.status, 127) << missing.out;
+  EXPECT_NE(missing.out.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.out;
+
+  if (!have("/usr/bin/ibv_devinfo")) FAIL() << "no /usr/bin/ibv_devinfo: tools/setup.sh installs it (apt-get install ibverbs-utils)";
+  const std::string cmd = "env -u LD_LIBRARY_PATH " UROCE_RUN " " + kEal + " -- --ip 10.3.2.1/24 /usr/bin/ibv_devinfo -v";
+  const Outcome r = run("", cmd);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("GID[  1]:\t\t::ffff:10.3.2.1, RoCE v2"), std::string::npos) << r.out;
+}
+
 // --- RC traffic: the C program over net_ring (one process, two QPs on one
 // device) and over memif (two processes); stock ibv_rc_pingpong over memif.
 
