@@ -13,14 +13,7 @@
 /* rdma-core's driver.h, not installed: its private GID-type query. */
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index, int *type);
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "%s:%d: check failed: %s (errno %d)\n", __FILE__,     \
-              __LINE__, #cond, errno);                                      \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "ibverbs_check.h"
 
 static int ours(void) {
   /* Which file ibv_get_device_list came from (ISO C has no function to

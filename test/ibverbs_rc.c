@@ -26,14 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "%s:%d: check failed: %s (errno %d)\n", __FILE__,     \
-              __LINE__, #cond, errno);                                      \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "ibverbs_check.h"
 #define RUN(call)                     \
   do {                                \
     if ((call) != 0) return 1;        \

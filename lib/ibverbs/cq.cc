@@ -44,11 +44,8 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* cq = new (std::nothrow) Cq{};
-  if (cq == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* cq = allocate<Cq>();
+  if (cq == nullptr) return nullptr;
   cq->ctx = x;
   cq->id = next_cq_id.fetch_add(1);
   cq->channel = channel_of(attr.channel);
@@ -167,6 +164,7 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 
 }  // namespace uroce::ibverbs
 
+using uroce::ibverbs::allocate;
 using uroce::ibverbs::Channel;
 using uroce::ibverbs::Cq;
 using uroce::ibverbs::cq_of;
@@ -176,11 +174,8 @@ extern "C" {
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   if (ctx_of(context) == nullptr) return nullptr;
-  auto* ch = new (std::nothrow) Channel{};
-  if (ch == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* ch = allocate<Channel>();
+  if (ch == nullptr) return nullptr;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     const int e = errno;

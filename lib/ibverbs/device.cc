@@ -188,11 +188,8 @@ int ibv_get_device_index(ibv_device* device) { return device_of(device) != nullp
 ibv_context* ibv_open_device(ibv_device* device) {
   Device* d = device_of(device);
   if (d == nullptr) return nullptr;
-  auto* x = new (std::nothrow) uroce::ibverbs::Ctx;
-  if (x == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* x = uroce::ibverbs::allocate<uroce::ibverbs::Ctx>();
+  if (x == nullptr) return nullptr;
   x->dev = d;
   x->ctx = d->port->ctx.get();
   ibv_context& c = x->vctx.context;

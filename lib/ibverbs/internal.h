@@ -6,10 +6,12 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -194,6 +196,15 @@ void unwatch_events(Ctx* ctx);
 // Drops the unread events of a QP or CQ being destroyed (x->mutex held), as
 // the kernel drops them.
 void forget_events(Ctx* x, const void* object);
+
+// A new verbs object, value-initialised; nullptr with errno ENOMEM when
+// memory is short (verbs' convention for the create calls).
+template <typename T>
+T* allocate() {
+  T* p = new (std::nothrow) T{};
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
 
 // Says one line on stderr for a verb uroce does not support yet (once per
 // kind of request), and returns `err`.

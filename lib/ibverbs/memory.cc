@@ -40,11 +40,8 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
     errno = EINVAL;
     return nullptr;
   }
-  auto* m = new (std::nothrow) Mr{};
-  if (m == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* m = allocate<Mr>();
+  if (m == nullptr) return nullptr;
   m->mr = pd->pd->reg_mr_iova(addr, length, iova, static_cast<int>(access & ~IBV_ACCESS_ZERO_BASED));
   if (m->mr == nullptr) {
     // zero length, REMOTE_WRITE/ATOMIC without LOCAL_WRITE (EINVAL), out of keys (ENOMEM)
@@ -66,6 +63,7 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
 }  // namespace
 }  // namespace uroce::ibverbs
 
+using uroce::ibverbs::allocate;
 using uroce::ibverbs::Ctx;
 using uroce::ibverbs::ctx_of;
 using uroce::ibverbs::Mr;
@@ -76,11 +74,8 @@ extern "C" {
 ibv_pd* ibv_alloc_pd(ibv_context* context) {
   Ctx* x = ctx_of(context);
   if (x == nullptr) return nullptr;
-  auto* p = new (std::nothrow) Pd{};
-  if (p == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* p = allocate<Pd>();
+  if (p == nullptr) return nullptr;
   p->pd = x->ctx->alloc_pd();
   p->ibv.context = context;
   p->ibv.handle = p->pd->handle();

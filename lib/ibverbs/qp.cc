@@ -49,11 +49,8 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
     errno = EINVAL;
     return nullptr;
   }
-  auto* qp = new (std::nothrow) Qp{};
-  if (qp == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* qp = allocate<Qp>();
+  if (qp == nullptr) return nullptr;
   uroce::QpInitAttr init;
   init.send_cq = cq_of(a.send_cq)->cq;
   init.recv_cq = cq_of(a.recv_cq)->cq;
