@@ -2,7 +2,8 @@
 // device on net_ring0, the engine on a worker thread, this thread posting
 // and polling) through uroce's API (uroce-bench-abi-uroce) and through
 // lib/ibverbs's libibverbs.so.1 with rdma-core's header
-// (uroce-bench-abi-verbs), built from this one file. It measures
+// (uroce-bench-abi-verbs), built from this one file; the worker on CPU 1,
+// this thread on CPU 0 (EAL's -l 0). It measures
 //   latency: 8-byte SEND ping-pong between the QPs, half the round trip;
 //   bandwidth: 64 KiB RDMA WRITEs, 16 outstanding.
 // tools/bench-abi.sh runs the two in turns and prints their ratio.
@@ -31,6 +32,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBuf = 4u << 20;
 constexpr std::uint32_t kBig = 65536;
 constexpr int kDepth = 16;
+// The worker's CPU; this thread runs on EAL's first lcore (-l 0): one core
+// each, the same in both builds.
+constexpr int kWorkerCpu = 1;
 
 // The data path both builds share: post and poll on QP/CQ `i` (0 or 1).
 #ifdef UROCE_BENCH_VERBS
@@ -46,6 +50,7 @@ struct Api {
   std::string open(const std::string& eal) {
     setenv("UROCE_EAL", eal.c_str(), 0);
     setenv("UROCE_IP", "10.0.0.1/24", 0);
+    setenv("UROCE_WORKERS", std::to_string(kWorkerCpu).c_str(), 0);
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr || n < 1) return "no device (is UROCE_EAL right?)";
@@ -103,7 +108,7 @@ struct Api {
     dev = uroce::dpdk::Device::open(0, {10, 0, 0, 1}, "bench", error);
     if (!dev) return error;
     uroce::Context& c = *dev->ctx;
-    if (c.start_worker(-1) != 0) return c.last_error();
+    if (c.start_worker(kWorkerCpu) != 0) return c.last_error();
     pd = c.alloc_pd();
     buf = static_cast<std::uint8_t*>(aligned_alloc(4096, kBuf));
     mr = pd->reg_mr(buf, kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
