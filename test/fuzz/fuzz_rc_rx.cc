@@ -13,7 +13,10 @@
 // destination QP (otherwise ours), bit 1 sets the RETH/AtomicETH rkey to
 // our region's, bit 2 makes the PSN relative to the one the QP expects
 // (request) or sent (response), bit 3 advances the clock 100 ms first
-// (retransmit and RNR timers), bit 4 runs the engine before this frame.
+// (retransmit and RNR timers), bit 4 runs the engine before this frame,
+// bit 5 carries it in an 802.1Q tag (its VLAN ID from the PSN).
+// Bit 6 of the first frame's flags connects this input's QP over IPv6
+// (link-local GIDs, index 0) and wraps every frame in IPv6 instead.
 //
 // Checked besides sanitizer reports: the QP is in RTS or ERR (nothing
 // else is reachable from the wire), completions are only for work requests
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,15 +80,31 @@ int post(QueuePair* qp, ibv_wr_opcode op, std::uint8_t* local, std::uint32_t len
   return qp->post_send(&wr, &bad);
 }
 
+// How the peer's frames travel: IPv4 (10.0.0.2 -> 10.0.0.1) or IPv6
+// between the link-local GIDs, with an optional 802.1Q tag.
+struct Path {
+  bool ipv6 = false;
+  ibv_gid ours{};
+  ibv_gid peer{};
+  std::optional<std::uint16_t> vlan_tci;
+};
+
 // The peer's frame carrying `transport` (BTH onwards, a multiple of 4 bytes,
-// at least a BTH) to 10.0.0.1: headers from build_headers() for a SEND of
-// the same length, then the fuzzed bytes over the BTH, then the ICRC.
-std::vector<std::uint8_t> wrap(const std::uint8_t* transport, std::size_t len) {
+// at least a BTH) to us along `path`: headers from build_headers() for a
+// SEND of the same length, then the fuzzed bytes over the BTH, then the ICRC.
+std::vector<std::uint8_t> wrap(const std::uint8_t* transport, std::size_t len, const Path& path) {
   wire::FrameSpec s;
-  s.src4 = {10, 0, 0, 2};
-  s.dst4 = {10, 0, 0, 1};
+  s.vlan_tci = path.vlan_tci;
+  if (path.ipv6) {
+    s.ip_version = 6;
+    std::memcpy(s.src6.data(), path.peer.raw, 16);
+    std::memcpy(s.dst6.data(), path.ours.raw, 16);
+  } else {
+    s.src4 = {10, 0, 0, 2};
+    s.dst4 = {10, 0, 0, 1};
+  }
   s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
-  std::vector<std::uint8_t> out(len + 64);
+  std::vector<std::uint8_t> out(len + 128);  // room for Ethernet, 802.1Q, IPv6 and UDP
   const wire::HeaderLayout l = wire::build_headers(s, len - sizeof(wire::Bth), out);
   check(l.header_bytes != 0 && l.pad == 0);
   const std::size_t bth = l.header_bytes - sizeof(wire::Bth);
@@ -133,7 +153,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   params.timeout = 10;  // 4 ms: the clock steps below expire it
   params.retry_cnt = 3;
   params.rnr_retry = 3;
-  check(connect_rc(qp, ipv4_gid({10, 0, 0, 2}), kPeerQpn, kSqPsn, kRqPsn, params) == 0);
+  Path path;
+  path.ipv6 = size > 0 && (data[0] & 0x40) != 0;
+  if (path.ipv6) {
+    check(fx.ctx->query_gid(0, path.ours) == 0);
+    const std::uint8_t peer_mac[6] = {0x52, 0x52, 0x52, 0x52, 0x52, 0x52};
+    const wire::Ipv6Addr ll = wire::ipv6_link_local(peer_mac);
+    std::memcpy(path.peer.raw, ll.data(), 16);
+    params.sgid_index = 0;
+  } else {
+    path.peer = ipv4_gid({10, 0, 0, 2});
+  }
+  check(connect_rc(qp, path.peer, kPeerQpn, kSqPsn, kRqPsn, params) == 0);
 
   // The region sits between guard bytes that nothing may touch.
   std::vector<std::uint8_t> memory(kGuard + kRegion + kGuard, kGuardByte);
@@ -186,7 +217,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::memcpy(transport.data(), &bth, sizeof bth);
     if (flags & 8) clock.now += 100'000'000;
     if (flags & 16) fx.ctx->progress();
-    fx.port.inbox.push_back(wrap(transport.data(), len));
+    // VLAN IDs 1..4094 (0 and 4095 are reserved, and build_headers refuses them).
+    path.vlan_tci = (flags & 0x20) ? std::optional<std::uint16_t>((3u << 13) | (1 + bth.psn.get() % 4094))
+                                   : std::nullopt;
+    fx.port.inbox.push_back(wrap(transport.data(), len, path));
   }
   for (int i = 0; i < 4; ++i) {
     fx.ctx->progress();
