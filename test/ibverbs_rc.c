@@ -150,7 +150,29 @@ static int describe(struct side *s, struct peer *me) {
   return 0;
 }
 
-static int connect_side(struct side *s, const struct peer *p) {
+static int to_rts(struct side *s, const struct peer *p);
+
+/* Wait up to 10 s for async event `type` on QP `qp` of `ctx` (async_fd made
+   non-blocking), acknowledging every event on the way. */
+static int wait_async(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event_type type) {
+  CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+  const double end = now_s() + 10;
+  for (;;) {
+    struct pollfd pfd = {.fd = ctx->async_fd, .events = POLLIN};
+    CHECK(poll(&pfd, 1, 10000) == 1 && now_s() < end);
+    struct ibv_async_event ev;
+    CHECK(ibv_get_async_event(ctx, &ev) == 0);
+    const int found = ev.event_type == type && ev.element.qp == qp;
+    ibv_ack_async_event(&ev);
+    if (found) return 0;
+  }
+}
+
+/* To RTR; to RTS as well unless `rtr_only`. */
+static int connect_side2(struct side *s, const struct peer *p, int rtr_only);
+static int connect_side(struct side *s, const struct peer *p) { return connect_side2(s, p, 0); }
+
+static int connect_side2(struct side *s, const struct peer *p, int rtr_only) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = p->qpn,
                           .rq_psn = p->psn, .max_dest_rd_atomic = 4, .min_rnr_timer = 12};
   a.ah_attr.port_num = 1;
@@ -168,6 +190,10 @@ static int connect_side(struct side *s, const struct peer *p) {
   /* A send before RTS is refused. */
   struct ibv_send_wr wr = {.wr_id = 9, .opcode = IBV_WR_SEND}, *bad = NULL;
   CHECK(ibv_post_send(s->qp, &wr, &bad) == EINVAL && bad == &wr);
+  return rtr_only ? 0 : to_rts(s, p);
+}
+
+static int to_rts(struct side *s, const struct peer *p) {
   struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .sq_psn = s->psn,
                           .max_rd_atomic = 4};
   /* A transition that skips a required attribute is refused. */
@@ -428,8 +454,8 @@ static int busy_and_bad(struct side *s) {
 }
 
 /* A WRITE with a wrong rkey: the requester's completion says remote access
-   error, and the responder's QP, now in ERR, raises IBV_EVENT_QP_ACCESS_ERR
-   after IBV_EVENT_COMM_EST. Both QPs are in ERR afterwards. */
+   error, and the responder's QP, now in ERR, raises IBV_EVENT_QP_ACCESS_ERR.
+   Both QPs are in ERR afterwards. */
 static int remote_access_error(struct side *a, struct side *b) {
   struct ibv_sge sg = {(uintptr_t)a->buf, 64, a->mr->lkey};
   struct ibv_send_wr wr = {.wr_id = 30, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
@@ -439,20 +465,7 @@ static int remote_access_error(struct side *a, struct side *b) {
   CHECK(ibv_post_send(a->qp, &wr, &bad) == 0);
   RUN(expect(a->scq, IBV_WC_RDMA_WRITE, IBV_WC_REM_ACCESS_ERR, 30, NULL));
 
-  int fl = fcntl(b->ctx->async_fd, F_GETFL);
-  CHECK(fcntl(b->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0);
-  int established = 0, access = 0;
-  const double end = now_s() + 10;
-  while (!access) {
-    struct pollfd pfd = {.fd = b->ctx->async_fd, .events = POLLIN};
-    CHECK(poll(&pfd, 1, 10000) == 1 && now_s() < end);
-    struct ibv_async_event ev;
-    CHECK(ibv_get_async_event(b->ctx, &ev) == 0);
-    if (ev.event_type == IBV_EVENT_COMM_EST && ev.element.qp == b->qp) established = 1;
-    if (ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == b->qp) access = 1;
-    ibv_ack_async_event(&ev);
-  }
-  CHECK(established);
+  RUN(wait_async(b->ctx, b->qp, IBV_EVENT_QP_ACCESS_ERR));
   /* A posted receive on the QP in ERR completes flushed. */
   RUN(post_recv(b, 104, 0, 64));
   RUN(expect(b->rcq, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 104, NULL));
@@ -492,7 +505,18 @@ static int loopback(void) {
   RUN(describe(&b, &pb));
   CHECK(memcmp(&pa.gid, &pb.gid, sizeof pa.gid) == 0); /* one device */
   RUN(connect_side(&a, &pb));
-  RUN(connect_side(&b, &pa));
+  RUN(connect_side2(&b, &pa, 1));
+  /* A packet that reaches b while it is in RTR: IBV_EVENT_COMM_EST (IBTA
+     11.6.3), then b goes on to RTS. */
+  RUN(post_recv(&b, 99, 0, 64));
+  struct ibv_sge esg = {(uintptr_t)a.buf, 8, a.mr->lkey};
+  struct ibv_send_wr ewr = {.wr_id = 98, .sg_list = &esg, .num_sge = 1, .opcode = IBV_WR_SEND,
+                            .send_flags = IBV_SEND_SIGNALED}, *ebad = NULL;
+  CHECK(ibv_post_send(a.qp, &ewr, &ebad) == 0);
+  RUN(expect(b.rcq, IBV_WC_RECV, IBV_WC_SUCCESS, 99, NULL));
+  RUN(expect(a.scq, IBV_WC_SEND, IBV_WC_SUCCESS, 98, NULL));
+  RUN(wait_async(ctx, b.qp, IBV_EVENT_COMM_EST));
+  RUN(to_rts(&b, &pa));
   RUN(busy_and_bad(&a));
   RUN(sends(&a, &b));
   RUN(one_sided(&a, &b));

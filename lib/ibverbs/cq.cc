@@ -87,12 +87,19 @@ int take(ibv_cq_ex* ex) {
   ex->wr_id = cq->current.wr_id;
   return 0;
 }
+// The CQ's lock is held from a successful ibv_start_poll to ibv_end_poll,
+// as providers do (ibv_poll_cq on the same CQ waits meanwhile); a failed
+// start releases it (man ibv_create_cq_ex: no end_poll after a failure).
 int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  return take(ex);
+  Cq* cq = reinterpret_cast<Cq*>(ex);
+  cq->poll_lock.lock();
+  const int rc = take(ex);
+  if (rc != 0) cq->poll_lock.unlock();
+  return rc;
 }
 int next_poll(ibv_cq_ex* ex) { return take(ex); }
-void end_poll(ibv_cq_ex*) {}
+void end_poll(ibv_cq_ex* ex) { reinterpret_cast<Cq*>(ex)->poll_lock.unlock(); }
 const ibv_wc& cur(ibv_cq_ex* ex) { return reinterpret_cast<Cq*>(ex)->current; }
 ibv_wc_opcode read_opcode(ibv_cq_ex* ex) { return cur(ex).opcode; }
 std::uint32_t read_vendor_err(ibv_cq_ex* ex) { return cur(ex).vendor_err; }
@@ -151,11 +158,11 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
                                     "are not supported (wc_flags beyond IBV_WC_STANDARD_FLAGS)");
     return nullptr;
   }
-  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED is a hint; IGNORE_OVERRUN is taken,
-  // though an overrun is still reported (poll returns an error).
+  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED is a hint. IGNORE_OVERRUN is refused:
+  // an overrun puts a uroce CQ in error (programs such as UCX then fall back
+  // to ibv_create_cq).
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
-      (attr->flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
-                                                 IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) != 0) {
+      (attr->flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -222,8 +229,21 @@ int ibv_destroy_cq(ibv_cq* ibv_cq) {
   Cq* cq = cq_of(ibv_cq);
   if (cq == nullptr) return EINVAL;
   uroce::ibverbs::Ctx* x = cq->ctx;
-  // EBUSY while QPs use it; afterwards no engine fires its events.
-  if (const int rc = x->ctx->destroy_cq(cq->cq); rc != 0) return rc;
+  {
+    // Under the context's lock, so that the event monitor never sees the
+    // CQ between uroce's destroy and its leaving the list. EBUSY while QPs
+    // use it; afterwards no engine fires its events.
+    std::lock_guard<std::mutex> lock(x->mutex);
+    if (const int rc = x->ctx->destroy_cq(cq->cq); rc != 0) return rc;
+    std::erase(x->cqs, cq);
+    uroce::ibverbs::forget_events(x, ibv_cq);
+  }
+  if (Channel* ch = cq->channel) {
+    // No event of it is handed out from here on.
+    std::lock_guard<std::mutex> lock(ch->mutex);
+    std::erase_if(ch->live, [cq](const auto& e) { return e.second == cq; });
+    --ch->ibv.refcnt;
+  }
   // As rdma-core does: wait until every event handed out is acknowledged.
   pthread_mutex_lock(&ibv_cq->mutex);
   while (ibv_cq->comp_events_completed != cq->comp_events.load() ||
@@ -231,16 +251,6 @@ int ibv_destroy_cq(ibv_cq* ibv_cq) {
     pthread_cond_wait(&ibv_cq->cond, &ibv_cq->mutex);
   }
   pthread_mutex_unlock(&ibv_cq->mutex);
-  if (Channel* ch = cq->channel) {
-    std::lock_guard<std::mutex> lock(ch->mutex);
-    std::erase_if(ch->live, [cq](const auto& e) { return e.second == cq; });
-    --ch->ibv.refcnt;
-  }
-  {
-    std::lock_guard<std::mutex> lock(x->mutex);
-    std::erase(x->cqs, cq);
-    uroce::ibverbs::forget_events(x, ibv_cq);
-  }
   pthread_cond_destroy(&ibv_cq->cond);
   pthread_mutex_destroy(&ibv_cq->mutex);
   delete cq;

@@ -63,7 +63,8 @@ void look_at(Ctx* x) {
     const ibv_qp_state s = qp->qp->state();
     ibv_async_event e{};
     e.element.qp = &qp->ex.qp_base;
-    if (!qp->established_reported && (s == IBV_QPS_RTR || s == IBV_QPS_RTS) && qp->qp->counter("rx_packets") != 0) {
+    // Hardware raises it for a packet that arrives while the QP is in RTR.
+    if (!qp->established_reported && s == IBV_QPS_RTR && qp->qp->counter("rx_packets") != qp->rx_base) {
       qp->established_reported = true;
       e.event_type = IBV_EVENT_COMM_EST;
       post(x, e);
@@ -74,9 +75,9 @@ void look_at(Ctx* x) {
                              cq_of(qp->ex.qp_base.recv_cq)->cq->overflowed();
     if (cq_overflow) {
       e.event_type = IBV_EVENT_QP_FATAL;
-    } else if (qp->qp->counter("nak_rem_access_sent") != 0) {
+    } else if (qp->qp->counter("nak_rem_access_sent") != qp->nak_access_base) {
       e.event_type = IBV_EVENT_QP_ACCESS_ERR;
-    } else if (qp->qp->counter("nak_inv_req_sent") != 0) {
+    } else if (qp->qp->counter("nak_inv_req_sent") != qp->nak_invalid_base) {
       e.event_type = IBV_EVENT_QP_REQ_ERR;
     } else {
       continue;  // a requester's error: its completion says it
@@ -91,6 +92,23 @@ void run() {
   for (;;) {
     m.wake.wait_for(lock, std::chrono::milliseconds(10));
     for (Ctx* x : m.contexts) look_at(x);
+  }
+}
+
+// An event handed to the program: its object waits for the ack.
+void count_delivered(const ibv_async_event& e) {
+  switch (e.event_type) {
+    case IBV_EVENT_CQ_ERR:
+      reinterpret_cast<Cq*>(e.element.cq)->async_events.fetch_add(1);
+      break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+      reinterpret_cast<Qp*>(e.element.qp)->async_events.fetch_add(1);
+      break;
+    default:
+      break;
   }
 }
 
@@ -141,20 +159,10 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
     if (x->events.empty()) continue;  // its QP or CQ was destroyed meanwhile
     *event = x->events.front();
     x->events.pop_front();
+    // Counted while the lock keeps the object alive: ibv_destroy_qp/cq then
+    // waits for this event's ack.
+    uroce::ibverbs::count_delivered(*event);
     break;
-  }
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR:
-      reinterpret_cast<uroce::ibverbs::Cq*>(event->element.cq)->async_events.fetch_add(1);
-      break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-      reinterpret_cast<uroce::ibverbs::Qp*>(event->element.qp)->async_events.fetch_add(1);
-      break;
-    default:
-      break;
   }
   return 0;
 }

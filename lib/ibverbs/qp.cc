@@ -157,14 +157,26 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   Qp* qp = qp_of(ibv_qp);
   if (qp == nullptr || attr == nullptr) return EINVAL;
-  if ((attr_mask & IBV_QP_STATE) != 0) qp->requested_state.store(attr->qp_state);
+  const bool to_state = (attr_mask & IBV_QP_STATE) != 0;
+  // The event monitor must not take a move to ERR the program asked for as
+  // an error of the QP's own: ERR is published before the call.
+  if (to_state && attr->qp_state == IBV_QPS_ERR) qp->requested_state.store(IBV_QPS_ERR);
   // uroce checks the transition, the required and allowed attributes
   // (IBTA table 91), and on Ethernet a GRH (is_global) in the address vector.
   const int rc = qp->qp->modify(*attr, attr_mask);
+  const ibv_qp_state now = qp->qp->state();
   pthread_mutex_lock(&ibv_qp->mutex);
-  ibv_qp->state = qp->qp->state();
+  ibv_qp->state = now;
   pthread_mutex_unlock(&ibv_qp->mutex);
-  if (rc != 0) qp->requested_state.store(qp->qp->state());
+  if (rc == 0 && to_state && attr->qp_state == IBV_QPS_RESET) {
+    // A QP used again reports its events afresh.
+    std::lock_guard<std::mutex> lock(qp->ctx->mutex);
+    qp->fatal_reported = qp->established_reported = false;
+    qp->rx_base = qp->qp->counter("rx_packets");
+    qp->nak_access_base = qp->qp->counter("nak_rem_access_sent");
+    qp->nak_invalid_base = qp->qp->counter("nak_inv_req_sent");
+  }
+  qp->requested_state.store(rc == 0 && to_state ? attr->qp_state : now);
   return rc;
 }
 
@@ -173,6 +185,12 @@ int ibv_query_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_a
   if (qp == nullptr || attr == nullptr) return EINVAL;
   uroce::QpInitAttr init;
   if (const int rc = qp->qp->query(*attr, attr_mask, &init); rc != 0) return rc;
+  if ((attr_mask & IBV_QP_STATE) != 0) {
+    // As rdma-core does: a program sees a QP that went to ERR on its own.
+    pthread_mutex_lock(&ibv_qp->mutex);
+    ibv_qp->state = attr->qp_state;
+    pthread_mutex_unlock(&ibv_qp->mutex);
+  }
   if (init_attr != nullptr) {
     *init_attr = {};
     init_attr->qp_context = ibv_qp->qp_context;

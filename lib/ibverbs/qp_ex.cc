@@ -43,12 +43,20 @@ Qp::Pending* current(ibv_qp_ex* ex) {
   return &qp->pending.back();
 }
 
-void wr_start(ibv_qp_ex* ex) {
-  Qp* qp = of(ex);
+void clear(Qp* qp) {
   qp->pending.clear();
   qp->sges.clear();
   qp->bytes.clear();
   qp->pending_error = 0;
+}
+
+// ibv_wr_start .. ibv_wr_complete / ibv_wr_abort is a critical section on
+// the QP's send queue (man ibv_wr_post, CONCURRENCY): its lock is held in
+// between, ibv_post_send on the same QP waits.
+void wr_start(ibv_qp_ex* ex) {
+  Qp* qp = of(ex);
+  qp->send_lock.lock();
+  clear(qp);
 }
 
 int wr_complete(ibv_qp_ex* ex) {
@@ -69,14 +77,18 @@ int wr_complete(ibv_qp_ex* ex) {
       w.next = i + 1 < qp->pending.size() ? &qp->chain[i + 1] : nullptr;
     }
     ibv_send_wr* bad = nullptr;
-    std::lock_guard<SpinLock> lock(qp->send_lock);
     rc = qp->qp->post_send(qp->chain.data(), &bad);
   }
-  wr_start(ex);
+  clear(qp);
+  qp->send_lock.unlock();
   return rc;
 }
 
-void wr_abort(ibv_qp_ex* ex) { wr_start(ex); }
+void wr_abort(ibv_qp_ex* ex) {
+  Qp* qp = of(ex);
+  clear(qp);
+  qp->send_lock.unlock();
+}
 
 void wr_send(ibv_qp_ex* ex) { begin(ex, IBV_WR_SEND); }
 void wr_send_imm(ibv_qp_ex* ex, __be32 imm) { begin(ex, IBV_WR_SEND_WITH_IMM).imm_data = imm; }
