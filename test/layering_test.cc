@@ -54,10 +54,12 @@ const std::vector<Layer> kLayers = {
     {"pcap", "lib/pcap", {}, false},
     {"transport", "lib/transport", {"wire", "mem", "cc", kPort}, false},
     {"engine", "lib/engine", {"wire", "mem", "cc", "transport", kPort}, false},
-    {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "uroce"}, true},
-    {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "uroce", "verbs"}, true, true},
+    // The client's half of the service protocol: sockets and shared memory.
+    {"service", "lib/service", {}, false},
+    {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce"}, true},
+    {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, true, true},
     // libibverbs.so.1 on top of the stack: starts EAL and opens a compose::Device.
-    {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "uroce", "verbs", "compose"}, true, true},
+    {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose"}, true, true},
 };
 
 const std::regex kInclude(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");

@@ -19,6 +19,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
     "                 [--dcqcn FILE] [--lib DIR] PROGRAM [ARGS...]\n"
+    "       uroce-run --service [--socket PATH] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
     "on uroce: it sees one RDMA device, uroce0, on the DPDK port the EAL args name, with\n"
@@ -33,8 +34,13 @@ constexpr const char* kUsage =
     "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
     "  --lib DIR       where uroce's libibverbs.so.1 is (default: found beside this program)\n"
     "\n"
+    "  --service       run PROGRAM against the uroced daemon instead (README \"Running as a\n"
+    "                  service\"): no EAL args, no --ip; the daemon owns the port and its cores\n"
+    "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
+    "\n"
     "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN and\n"
-    "prepends DIR to LD_LIBRARY_PATH; setting those by hand does the same.\n"
+    "prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
+    "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
     "           -- --ip 10.0.0.1/24 ibv_rc_pingpong -d uroce0 -g 1\n";
 
@@ -59,11 +65,38 @@ std::string find_library() {
 struct Options {
   std::vector<std::string> eal;
   std::string ip, port_id, queues, workers, dcqcn, lib;
+  std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
 };
 
+// uroce-run --service [--socket PATH] [--lib DIR] PROGRAM [ARGS...]
+Options parse_service(int argc, char** argv) {
+  using uroce::app::usage_error;
+  Options o;
+  o.service = "/run/uroce/uroced.sock";
+  int i = 2;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--socket" || a == "--lib") {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      (a == "--socket" ? o.service : o.lib) = argv[++i];
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a.rfind("--", 0) == 0) {
+      usage_error("unknown option " + a + " with --service (only --socket and --lib; see --help)");
+    } else {
+      break;
+    }
+  }
+  for (; i < argc; ++i) o.program.emplace_back(argv[i]);
+  if (o.program.empty()) usage_error("no program to run: give it after the options, e.g. ibv_devinfo");
+  return o;
+}
+
 Options parse(int argc, char** argv) {
   using uroce::app::usage_error;
+  if (argc > 1 && std::strcmp(argv[1], "--service") == 0) return parse_service(argc, argv);
   Options o;
   int i = 1;
   for (; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
@@ -118,8 +151,15 @@ int main(int argc, char** argv) {
   }
   std::string eal;
   for (const std::string& a : o.eal) eal += (eal.empty() ? "" : " ") + a;
-  setenv("UROCE_EAL", eal.c_str(), 1);
-  setenv("UROCE_IP", o.ip.c_str(), 1);
+  if (!o.service.empty()) {
+    setenv("UROCE_SERVICE", o.service.c_str(), 1);
+    unsetenv("UROCE_EAL");
+    unsetenv("UROCE_IP");
+  } else {
+    unsetenv("UROCE_SERVICE");
+    setenv("UROCE_EAL", eal.c_str(), 1);
+    setenv("UROCE_IP", o.ip.c_str(), 1);
+  }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
       {"UROCE_DCQCN", &o.dcqcn}};

@@ -117,12 +117,24 @@ class Context {
   // A device on `port`. Never returns nullptr for a valid config; `error` says
   // what is wrong otherwise ("no packet I/O given: ...").
   static std::unique_ptr<Context> open(const PortConfig& port, std::string& error);
+  // A device served by the uroced daemon at `socket_path` (service mode,
+  // README "Running as a service"): every call below works as in process,
+  // its objects living in the daemon, the data path in shared memory. Memory
+  // given to reg_mr is moved onto a shared memory file at the same
+  // addresses (whole pages; see the README for what that implies). nullptr
+  // and a one-line `error` when no daemon listens there or it refuses us.
+  // Attached, progress() and the workers are the daemon's (no-ops here),
+  // and the device's counters (stats(), qp_stats()) are read from the
+  // daemon's telemetry (uroced --stats), not here; a QP's counters work.
+  static std::unique_ptr<Context> attach(const std::string& socket_path, std::string& error);
+  bool attached() const;
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   const DeviceLimits& limits() const;
   const ibv_gid& gid() const;
+  ibv_mtu active_mtu() const;  // the largest path MTU the port carries
   // The message of the last call on this context that failed in the calling
   // thread ("" if none did); each thread has its own.
   const std::string& last_error() const;
@@ -163,6 +175,16 @@ class Context {
   // two bursts while it runs. Returns 0; EBUSY if workers already run;
   // EINVAL unless there is one CPU per engine (PortConfig::queues).
   int start_workers(const std::vector<int>& cpus);
+  // The same, and each worker also runs `hook(arg, i)` (i: its engine) after
+  // every poll of its engine, never while a control call holds it: how
+  // uroced moves work between its clients' shared rings and the QPs. The
+  // hook returns how much it did (0: nothing, so the worker may yield) and
+  // must not block or make control calls.
+  struct WorkerHook {
+    std::size_t (*run)(void* arg, std::size_t worker) = nullptr;
+    void* arg = nullptr;
+  };
+  int start_workers(const std::vector<int>& cpus, WorkerHook hook);
   int start_worker(int cpu) { return start_workers({cpu}); }
   void stop_workers();
 
@@ -269,6 +291,11 @@ class QueuePair {
   // to the first work request not posted.
   int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  // Work requests the engine has finished with since the QP was created or
+  // last reset, send and receive side (their slots are free again): for a
+  // proxy that mirrors the queues (uroced). Safe beside the workers.
+  std::uint32_t send_retired() const;
+  std::uint32_t recv_retired() const;
 
   // A per-QP counter by name (lib/transport/counters.h lists them); 0 for
   // an unknown name.

@@ -63,7 +63,45 @@ std::string load_dcqcn(const std::string& file, cc::DcqcnParams& params) {
   return "";
 }
 
+// UROCE_SERVICE: the device is uroced's, reached through its socket; no
+// EAL and no port in this process.
+Device* attach_service(const char* socket_path) {
+  std::string error;
+  std::unique_ptr<Context> ctx = Context::attach(socket_path, error);
+  if (!ctx) {
+    std::fprintf(stderr, "uroce libibverbs: UROCE_SERVICE=%s: %s\n", socket_path, error.c_str());
+    return nullptr;
+  }
+  auto* d = new Device{};
+  ibv_gid link_local{};
+  ctx->query_gid(0, link_local);
+  std::memcpy(&d->guid, link_local.raw + 8, sizeof d->guid);  // fe80::EUI-64, already in network order
+  d->active_mtu = ctx->active_mtu();
+  d->port = nullptr;
+  d->ctx = ctx.release();
+  return d;
+}
+
+void name_device(Device* d) {
+  d->ibv.node_type = IBV_NODE_CA;
+  d->ibv.transport_type = IBV_TRANSPORT_IB;
+  std::snprintf(d->ibv.name, sizeof d->ibv.name, "%s", kDeviceName);
+  std::snprintf(d->ibv.dev_name, sizeof d->ibv.dev_name, "u%s", kDeviceName);
+  // No sysfs behind them (ibv_read_sysfs_file says ENOENT); they name what
+  // rdma-core's would.
+  std::snprintf(d->ibv.dev_path, sizeof d->ibv.dev_path, "/sys/class/infiniband_verbs/u%s", kDeviceName);
+  std::snprintf(d->ibv.ibdev_path, sizeof d->ibv.ibdev_path, "/sys/class/infiniband/%s", kDeviceName);
+  d->provider_ops = &kProviderOps;
+}
+
 void start() {
+  if (const char* service = std::getenv("UROCE_SERVICE"); service != nullptr && *service != '\0') {
+    if (Device* d = attach_service(service)) {
+      name_device(d);
+      process().device = d;
+    }
+    return;
+  }
   Config config;
   std::string message;
   switch (read_config(getenv_fn, config, message)) {
@@ -109,21 +147,14 @@ void start() {
   std::atexit([] {
     Process& p = process();
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.device != nullptr) p.device->port->ctx->stop_workers();
+    if (p.device != nullptr) p.device->ctx->stop_workers();
   });
   auto* d = new Device{};
-  d->ibv.node_type = IBV_NODE_CA;
-  d->ibv.transport_type = IBV_TRANSPORT_IB;
-  std::snprintf(d->ibv.name, sizeof d->ibv.name, "%s", kDeviceName);
-  std::snprintf(d->ibv.dev_name, sizeof d->ibv.dev_name, "u%s", kDeviceName);
-  // No sysfs behind them (ibv_read_sysfs_file says ENOENT); they name what
-  // rdma-core's would.
-  std::snprintf(d->ibv.dev_path, sizeof d->ibv.dev_path, "/sys/class/infiniband_verbs/u%s", kDeviceName);
-  std::snprintf(d->ibv.ibdev_path, sizeof d->ibv.ibdev_path, "/sys/class/infiniband/%s", kDeviceName);
-  d->provider_ops = &kProviderOps;
+  name_device(d);
   const uroce::PortConfig pc = dpdk::device_config(port->queues, port->clock);
   d->guid = eui64_of(pc.mac);
   d->active_mtu = pc.active_mtu;
+  d->ctx = port->ctx.get();
   d->port = port.release();
   process().device = d;
 }
@@ -191,7 +222,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   auto* x = uroce::ibverbs::allocate<uroce::ibverbs::Ctx>();
   if (x == nullptr) return nullptr;
   x->dev = d;
-  x->ctx = d->port->ctx.get();
+  x->ctx = d->ctx;
   ibv_context& c = x->vctx.context;
   c.device = device;
   uroce::ibverbs::fill_data_ops(c.ops);

@@ -91,7 +91,7 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   const Device* d = device_of(context);
   if (d == nullptr) return ENODEV;
   if (attr == nullptr) return EINVAL;
-  const uroce::DeviceLimits& l = d->port->ctx->limits();
+  const uroce::DeviceLimits& l = d->ctx->limits();
   *attr = {};
   std::snprintf(attr->fw_ver, sizeof attr->fw_ver, "uroce %s", UROCE_VERSION);
   attr->node_guid = d->guid;
@@ -130,7 +130,7 @@ int (ibv_query_port)(ibv_context* context, std::uint8_t port_num, _compat_ibv_po
 int ibv_query_gid(ibv_context* context, std::uint8_t port_num, int index, ibv_gid* gid) {
   const Device* d = uroce::ibverbs::port_of(context, port_num);
   if (d == nullptr) return -1;
-  if (gid == nullptr || index < 0 || index >= kGidTableLen || d->port->ctx->query_gid(index, *gid) != 0) {
+  if (gid == nullptr || index < 0 || index >= kGidTableLen || d->ctx->query_gid(index, *gid) != 0) {
     errno = EINVAL;
     return -1;
   }
@@ -147,7 +147,7 @@ int _ibv_query_gid_ex(ibv_context* context, std::uint32_t port_num, std::uint32_
   }
   if (gid_index >= static_cast<std::uint32_t>(kGidTableLen)) return EINVAL;
   ibv_gid_entry e{};
-  if (d->port->ctx->query_gid(static_cast<int>(gid_index), e.gid) != 0) return ENODATA;
+  if (d->ctx->query_gid(static_cast<int>(gid_index), e.gid) != 0) return ENODATA;
   e.gid_index = gid_index;
   e.port_num = port_num;
   e.gid_type = IBV_GID_TYPE_ROCE_V2;

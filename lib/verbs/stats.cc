@@ -168,6 +168,9 @@ bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const {
       Impl::Access::kReadsOnly);
 }
 
-std::vector<Stat> QueuePair::stats() const { return qp_rows(impl_->qp); }
+std::vector<Stat> QueuePair::stats() const {
+  if (impl_->remote) remote::refresh_counters(*ctx_, *impl_);
+  return qp_rows(impl_->qp);
+}
 
 }  // namespace uroce

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "service/client.h"
 #include "transport/qp_state.h"
 #include "verbs/log.h"
 #include "verbs/verbs_impl.h"
@@ -75,6 +76,16 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
   return ctx;
 }
 
+std::unique_ptr<Context> Context::attach(const std::string& socket_path, std::string& error) {
+  auto impl = remote::attach(socket_path, error);
+  if (!impl) return nullptr;
+  auto ctx = std::unique_ptr<Context>(new Context());
+  ctx->impl_ = std::move(impl);
+  return ctx;
+}
+
+bool Context::attached() const { return impl_->remote != nullptr; }
+
 Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
   if (port.queues.empty()) port.queues.push_back(port.io);
   port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
@@ -106,6 +117,12 @@ void Context::Impl::publish_owners() {
 
 Context::~Context() {
   if (!impl_) return;
+  if (impl_->remote) {
+    // Closing the socket is the daemon's signal to free all of ours; the
+    // event thread stops before the CQs it calls back go.
+    impl_->remote.reset();
+    return;
+  }
   stop_workers();
   for (auto& qp : impl_->qps) impl_->engines[impl_of(*qp).engine]->remove_qp(&impl_of(*qp).qp);
   impl_->qps.clear();
@@ -115,6 +132,7 @@ Context::~Context() {
 
 const DeviceLimits& Context::limits() const { return impl_->limits; }
 const ibv_gid& Context::gid() const { return impl_->port.gid; }
+ibv_mtu Context::active_mtu() const { return impl_->port.active_mtu; }
 namespace {
 
 // The last error of each thread, with the context it came from.
@@ -141,6 +159,8 @@ int Context::Impl::fail(int err, std::string message) {
   return record_error(this, err, std::move(message));
 }
 
+int Context::Impl::note(int err, std::string message) { return record_error(this, err, std::move(message)); }
+
 const std::string& Context::last_error() const {
   return t_last_error.context == impl_.get() ? t_last_error.text : kNoError;
 }
@@ -161,6 +181,7 @@ std::size_t engine_count(const Context& ctx) { return impl_of(ctx).engines.size(
 
 std::size_t Context::progress() {
   Impl& c = *impl_;
+  if (c.remote) return 0;  // the daemon's workers run the engines
   // Not beside a control call from another thread (Impl::polling).
   c.polling.store(true, std::memory_order_seq_cst);
   std::size_t n = 0;
@@ -176,8 +197,11 @@ namespace {
 constexpr std::uint32_t kIdlePollsBeforeYield = 64;
 }  // namespace
 
-int Context::start_workers(const std::vector<int>& cpus) {
+int Context::start_workers(const std::vector<int>& cpus) { return start_workers(cpus, WorkerHook{}); }
+
+int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
   Impl& c = *impl_;
+  if (c.remote) return 0;  // the daemon's workers run the engines
   std::lock_guard<std::mutex> lock(c.control_mutex);
   if (c.workers_running.load()) return c.fail(EBUSY, "workers already run this context's engines");
   if (cpus.size() != c.engines.size()) {
@@ -188,7 +212,7 @@ int Context::start_workers(const std::vector<int>& cpus) {
   c.workers_running.store(true, std::memory_order_release);
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     c.parked[i].store(0, std::memory_order_relaxed);
-    c.workers.emplace_back([&c, i, cpu = cpus[i]] {
+    c.workers.emplace_back([&c, i, cpu = cpus[i], hook] {
       cpu_set_t set;
       CPU_ZERO(&set);
       if (cpu >= 0) {
@@ -216,7 +240,9 @@ int Context::start_workers(const std::vector<int>& cpus) {
         // a 2-core machine) a spinning worker would otherwise hold its core
         // for a whole time slice while the thread it waits for cannot run.
         // On a core of its own, sched_yield returns at once.
-        idle = e.poll() != 0 ? 0 : idle + 1;
+        std::size_t did = e.poll();
+        if (hook.run != nullptr) did += hook.run(hook.arg, i);
+        idle = did != 0 ? 0 : idle + 1;
         if (idle >= kIdlePollsBeforeYield) sched_yield();
       }
     });
@@ -226,6 +252,7 @@ int Context::start_workers(const std::vector<int>& cpus) {
 
 void Context::stop_workers() {
   Impl& c = *impl_;
+  if (c.remote) return;
   std::lock_guard<std::mutex> lock(c.control_mutex);
   if (!c.workers_running.load()) return;
   c.workers_stop.store(true);
@@ -235,6 +262,7 @@ void Context::stop_workers() {
 }
 
 ProtectionDomain* Context::alloc_pd() {
+  if (impl_->remote) return remote::alloc_pd(*this);
   return impl_->control([&] {
     impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, impl_->next_pd++));
     return impl_->pds.back().get();
@@ -270,14 +298,17 @@ CompletionQueue* create_cq_now(ContextImpl& c, int cqe, void (*on_event)(void*),
 }  // namespace
 
 int Context::dealloc_pd(ProtectionDomain* pd) {
+  if (impl_->remote) return remote::dealloc_pd(*this, pd);
   return impl_->control([&] { return dealloc_pd_now(*impl_, pd); });
 }
 
 CompletionQueue* Context::create_cq(int cqe, void (*on_event)(void*), void* arg) {
+  if (impl_->remote) return remote::create_cq(*this, cqe, on_event, arg);
   return impl_->control([&]() -> CompletionQueue* { return create_cq_now(*impl_, cqe, on_event, arg); });
 }
 
 int Context::destroy_cq(CompletionQueue* cq) {
+  if (impl_->remote) return remote::destroy_cq(*this, cq);
   return impl_->control([&] {
     if (impl_of(*cq).users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
     return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
@@ -285,6 +316,7 @@ int Context::destroy_cq(CompletionQueue* cq) {
 }
 
 void* Context::alloc_buffer(std::size_t bytes) {
+  if (impl_->remote) return remote::alloc_buffer(*this, bytes);
   const PortConfig::Pages pages = impl_->port.buffer_pages;
   mem::Buffer b = mem::map_buffer(bytes, pages != PortConfig::Pages::kNormal);
   if (b.addr != nullptr && pages == PortConfig::Pages::kHuge && b.kind != mem::PageKind::kHuge) {
@@ -304,6 +336,10 @@ void* Context::alloc_buffer(std::size_t bytes) {
 int Context::query_gid(int index, ibv_gid& gid) const { return impl_->query_gid(index, gid); }
 
 int Context::Impl::query_gid(int index, ibv_gid& gid) {
+  if (remote && (index == 0 || index == 1)) {
+    gid = remote->hello().gid[index];
+    return 0;
+  }
   if (index == 1) {
     gid = port.gid;
     return 0;
@@ -317,6 +353,7 @@ int Context::Impl::query_gid(int index, ibv_gid& gid) {
 }
 
 void Context::free_buffer(void* buffer) {
+  if (impl_->remote) return remote::free_buffer(*this, buffer);
   const auto it = impl_->buffers.find(buffer);
   if (it == impl_->buffers.end()) return;
   mem::unmap_buffer(it->second);
@@ -363,11 +400,13 @@ int dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
 
 MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
   ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::reg_mr(this, addr, length, iova, access);
   return c.control([&]() -> MemoryRegion* { return reg_mr_now(c, this, addr, length, iova, access); });
 }
 
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
   ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::dereg_mr(this, mr);
   return c.control([&] { return dereg_mr_now(c, mr); });
 }
 
@@ -444,6 +483,7 @@ transport::Qp& transport_qp(QueuePair* qp) { return impl_of(*qp).qp; }
 
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::create_qp(this, attr);
   return c.control([&] {
     // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
     // the engines index QPs by those bits (engine/qpn_map.h), so they stay
@@ -483,6 +523,7 @@ int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
 
 int ProtectionDomain::destroy_qp(QueuePair* qp) {
   ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::destroy_qp(this, qp);
   return c.control([&] { return destroy_qp_now(c, qp); });
 }
 
@@ -490,10 +531,14 @@ int ProtectionDomain::destroy_qp(QueuePair* qp) {
 
 CompletionQueue::CompletionQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompletionQueue::~CompletionQueue() = default;
-int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(n, wc); }
+int CompletionQueue::poll(int n, ibv_wc* wc) {
+  if (impl_->remote) [[unlikely]] return impl_->remote->poll(n, wc);
+  return impl_->poll(n, wc);
+}
 int CompletionQueue::capacity() const { return static_cast<int>(impl_->capacity); }
 
 int CompletionQueue::arm(bool solicited_only) {
+  if (impl_->remote) return impl_->remote->arm(solicited_only);
   transport::CqEvents& e = impl_->events;
   if (e.fire == nullptr) return EINVAL;
   e.armed.store(solicited_only ? transport::CqEvents::kSolicited : transport::CqEvents::kNext,
@@ -510,6 +555,7 @@ int CompletionQueue::arm(bool solicited_only) {
 }
 
 bool CompletionQueue::overflowed() const {
+  if (impl_->remote) return impl_->remote->overflowed();
   for (std::size_t i = 0; i < impl_->rings.size(); ++i) {
     const transport::CompletionRing* ring = impl_->published[i].load(std::memory_order_acquire);
     if (ring != nullptr && ring->overflowed()) return true;
@@ -609,15 +655,18 @@ int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpIni
 
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
   return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); });
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
+  if (impl_of(*ctx_).remote) return remote::query_qp(*ctx_, *impl_, attr, init_attr);
   return impl_of(*ctx_).control([&] { return query_now(*impl_, attr, attr_mask, init_attr); },
                                 ContextImpl::Access::kReadsOnly);
 }
 
 int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  if (impl_->remote) [[unlikely]] return remote::post_send(*ctx_, *impl_, wr, bad_wr);
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_send(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
@@ -630,6 +679,7 @@ int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  if (impl_->remote) [[unlikely]] return remote::post_recv(*ctx_, *impl_, wr, bad_wr);
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
@@ -641,7 +691,11 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
+std::uint32_t QueuePair::send_retired() const { return impl_->qp.sq_retired.load(std::memory_order_acquire); }
+std::uint32_t QueuePair::recv_retired() const { return impl_->qp.rq_retired.load(std::memory_order_acquire); }
+
 QueuePair::CongestionState QueuePair::congestion() const {
+  if (impl_of(*ctx_).remote) return {};  // the daemon's (uroced --stats)
   return impl_of(*ctx_).control([&] {
     const transport::Qp::Congestion& c = impl_->qp.congestion;
     CongestionState s;
@@ -657,6 +711,7 @@ QueuePair::CongestionState QueuePair::congestion() const {
 
 std::uint64_t QueuePair::counter(const char* name) const {
   const transport::QpCounter c = transport::qp_counter_by_name(name);
+  if (impl_of(*ctx_).remote && c != transport::QpCounter::kCount) remote::refresh_counters(*ctx_, *impl_);
   // A relaxed atomic load (transport/counters.h): safe while workers run.
   return c == transport::QpCounter::kCount ? 0 : impl_->qp.counters.get(c);
 }

@@ -16,6 +16,7 @@
 #include "engine/handover.h"
 #include "mem/arena.h"
 #include "mem/mr_table.h"
+#include "service/client.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/internal.h"
@@ -37,6 +38,10 @@ struct CompletionQueue::Impl {
   std::vector<std::unique_ptr<transport::CompletionRing>> rings;
   std::unique_ptr<std::atomic<transport::CompletionRing*>[]> published;  // what poll() reads
   std::size_t next = 0;  // the ring poll() starts with (the polling thread's)
+  // Attached to uroced (Context::attach): the ring the daemon fills; the
+  // fields above stay unused.
+  std::unique_ptr<service::RemoteCq> remote;
+  ~Impl();
 };
 
 struct QueuePair::Impl {
@@ -44,10 +49,20 @@ struct QueuePair::Impl {
   ProtectionDomain* pd = nullptr;
   QpInitAttr init;
   std::uint32_t engine = 0;  // which engine serves it
+  // Attached to uroced: the rings the daemon drains; `qp` holds only the
+  // QPN and the counters last fetched.
+  std::unique_ptr<service::RemoteQp> remote;
+  ~Impl();
 };
 
 struct Context::Impl {
   explicit Impl(const PortConfig& p);
+  explicit Impl(std::unique_ptr<service::Client> client);  // attached to uroced
+  ~Impl();
+  // Attached to uroced (Context::attach): every call goes to the daemon
+  // (lib/verbs/remote.cc) and there are no engines here.
+  std::unique_ptr<service::Client> remote;
+  std::map<const MemoryRegion*, std::uint32_t> remote_mrs;  // the daemon's handle of each region
   PortConfig port;
   DeviceLimits limits;
   mem::MrTable mrs;
@@ -68,6 +83,8 @@ struct Context::Impl {
   // (Context::last_error) and returns `err`. Per thread: two threads that
   // post at once each read their own message.
   int fail(int err, std::string message);
+  // The same without logging: post_send and post_recv (the data path).
+  int note(int err, std::string message);
 
   transport::Qp* find_qp(std::uint32_t qpn) const;  // on any engine
   void publish_owners();  // the handover's QPN -> engine table (control path)
@@ -120,6 +137,27 @@ struct Context::Impl {
     return f();
   }
 };
+
+// The calls of a Context attached to uroced (lib/verbs/remote.cc), each the
+// counterpart of the in-process call of the same name.
+namespace remote {
+std::unique_ptr<internal::ContextImpl> attach(const std::string& path, std::string& error);
+ProtectionDomain* alloc_pd(Context& ctx);
+int dealloc_pd(Context& ctx, ProtectionDomain* pd);
+CompletionQueue* create_cq(Context& ctx, int cqe, void (*on_event)(void*), void* arg);
+int destroy_cq(Context& ctx, CompletionQueue* cq);
+void* alloc_buffer(Context& ctx, std::size_t bytes);
+void free_buffer(Context& ctx, void* buffer);
+MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr);
+QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr);
+int destroy_qp(ProtectionDomain* pd, QueuePair* qp);
+int modify_qp(Context& ctx, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask);
+int query_qp(Context& ctx, internal::QpImpl& q, ibv_qp_attr& attr, QpInitAttr* init_attr);
+void refresh_counters(Context& ctx, internal::QpImpl& q);
+int post_send(Context& ctx, internal::QpImpl& q, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int post_recv(Context& ctx, internal::QpImpl& q, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+}  // namespace remote
 
 namespace testing {
 

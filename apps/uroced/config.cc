@@ -1,0 +1,159 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace uroce::daemon {
+
+const char* const kUsage =
+    "usage: uroced [--conf FILE] [--eal \"EAL ARGS\"] [--ip ADDR/LEN] [--port-id N] [--queues N]\n"
+    "              [--workers CPUS] [--dcqcn FILE] [--hugepages auto|on|off] [--socket PATH]\n"
+    "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
+    "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--log-level LEVEL]\n"
+    "       uroced --stats [--socket PATH]\n"
+    "\n"
+    "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
+    "(uroce's API, or stock verbs programs through uroce-run --service) over a UNIX socket,\n"
+    "their queues and completions in shared memory. Configuration: conf/uroced.conf, whose\n"
+    "keys the flags override (--max-qps is the key max_qps).\n"
+    "  --stats   lists the clients of the daemon at --socket, their QPs and counters.\n"
+    "SIGTERM or SIGINT: every client's QPs move to the error state, the clients are told\n"
+    "(their socket closes), and the daemon exits.\n";
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+bool parse_uint(const std::string& v, std::uint64_t max, std::uint64_t& out, int base = 10) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, base);
+  if (*end != '\0' || x > max) return false;
+  out = x;
+  return true;
+}
+
+bool parse_ip(const std::string& v, std::array<std::uint8_t, 4>& ip) {
+  const std::string addr = v.substr(0, v.find('/'));
+  std::istringstream in(addr);
+  std::string part;
+  int i = 0;
+  while (std::getline(in, part, '.')) {
+    std::uint64_t x;
+    if (i >= 4 || !parse_uint(part, 255, x)) return false;
+    ip[static_cast<std::size_t>(i++)] = static_cast<std::uint8_t>(x);
+  }
+  return i == 4;
+}
+
+}  // namespace
+
+std::string set_key(Config& c, const std::string& raw_key, const std::string& value) {
+  std::string key = raw_key;
+  for (char& ch : key) {
+    if (ch == '-') ch = '_';
+  }
+  std::uint64_t x = 0;
+  auto number = [&](std::uint64_t max, auto& field) -> std::string {
+    if (!parse_uint(value, max, x)) return key + ": '" + value + "' is not a number up to " + std::to_string(max);
+    field = static_cast<std::remove_reference_t<decltype(field)>>(x);
+    return "";
+  };
+  if (key == "eal") {
+    c.eal = value;
+  } else if (key == "ip") {
+    if (!parse_ip(value, c.ip)) return "ip: '" + value + "' is not an IPv4 address like 10.0.0.1/24";
+    c.ip_set = true;
+  } else if (key == "port_id") {
+    return number(65535, c.port_id);
+  } else if (key == "queues") {
+    if (std::string e = number(64, c.queues); !e.empty() || c.queues == 0) return "queues: give 1 to 64";
+  } else if (key == "workers") {
+    c.workers.clear();
+    std::istringstream in(value);
+    std::string cpu;
+    while (std::getline(in, cpu, ',')) {
+      if (!parse_uint(trim(cpu), 4095, x)) return "workers: '" + value + "' is not a list of CPUs like 2,3";
+      c.workers.push_back(static_cast<int>(x));
+    }
+  } else if (key == "dcqcn") {
+    c.dcqcn = value;
+  } else if (key == "hugepages") {
+    if (value != "auto" && value != "on" && value != "off") return "hugepages: give auto, on or off";
+    c.hugepages = value;
+  } else if (key == "socket") {
+    c.socket = value;
+  } else if (key == "socket_mode") {
+    if (!parse_uint(value, 0777, x, 8)) return "socket_mode: '" + value + "' is not an octal mode like 0660";
+    c.socket_mode = static_cast<std::uint32_t>(x);
+  } else if (key == "socket_group") {
+    c.socket_group = value;
+  } else if (key == "max_qps") {
+    return number(1u << 20, c.limits.qps);
+  } else if (key == "max_cqs") {
+    return number(1u << 20, c.limits.cqs);
+  } else if (key == "max_mrs") {
+    return number(1u << 20, c.limits.mrs);
+  } else if (key == "max_pinned_mb") {
+    return number(1ull << 30, c.limits.pinned_mb);
+  } else if (key == "max_clients") {
+    return number(4096, c.limits.clients);
+  } else if (key == "log_level") {
+    c.log_level = value;
+  } else {
+    return "unknown key '" + raw_key + "' (uroced --help lists them)";
+  }
+  return "";
+}
+
+std::string read_config_file(const std::string& file, Config& config) {
+  std::ifstream in(file);
+  if (!in) return file + ": cannot read it (give --conf FILE, e.g. conf/uroced.conf)";
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) return file + ":" + std::to_string(n) + ": expected 'key = value'";
+    if (std::string e = set_key(config, trim(line.substr(0, eq)), trim(line.substr(eq + 1))); !e.empty()) {
+      return file + ":" + std::to_string(n) + ": " + e;
+    }
+  }
+  return "";
+}
+
+std::string parse_args(int argc, char** argv, Config& config, bool& help) {
+  help = false;
+  // --conf first, wherever it is, so the other flags override the file.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--conf") {
+      if (i + 1 >= argc) return "--conf needs a file";
+      if (std::string e = read_config_file(argv[i + 1], config); !e.empty()) return e;
+    }
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      help = true;
+      return "";
+    }
+    if (a == "--stats") {
+      config.stats = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) return "unexpected argument '" + a + "' (uroced --help)";
+    if (i + 1 >= argc) return a + " needs a value (uroced --help)";
+    const std::string v = argv[++i];
+    if (a == "--conf") continue;
+    if (std::string e = set_key(config, a.substr(2), v); !e.empty()) return e;
+  }
+  return "";
+}
+
+}  // namespace uroce::daemon

@@ -1,0 +1,151 @@
+// uroced: the uroce service. Starts DPDK on the configured port, runs one
+// engine per worker core, owns the address (ARP, neighbour discovery), and
+// serves local RDMA programs over a UNIX socket (server.h), their queues in
+// shared memory (pump.h). README "Running as a service".
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cc/dcqcn.h"
+#include "compose/device.h"
+#include "compose/telemetry.h"
+#include "config.h"
+#include "dpdk/eal.h"
+#include "server.h"
+#include "service/client.h"
+
+namespace {
+
+using uroce::daemon::Config;
+
+int die(const std::string& why, int code = 1) {
+  std::fprintf(stderr, "uroced: %s\n", why.c_str());
+  return code;
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// --stats: what the daemon at config.socket says of itself and its clients.
+int print_stats(const Config& config) {
+  std::string error;
+  auto client = uroce::service::Client::connect(config.socket, error);
+  if (!client) return die(error);
+  uroce::service::Request req;
+  req.op = uroce::service::Op::kStats;
+  uroce::service::Reply reply;
+  std::string why;
+  if (client->call(req, reply, nullptr, 0, nullptr, why) != 0) return die(why);
+  const uroce::service::StatsReply& s = reply.stats;
+  // This query is a client too (the last one listed, with nothing).
+  std::printf("clients %u  pds %u  mrs %u  cqs %u  qps %u  mapped %llu bytes\n", s.clients, s.pds, s.mrs, s.cqs,
+              s.qps, static_cast<unsigned long long>(s.mapped_bytes));
+  for (std::uint32_t i = 0; i < s.listed; ++i) {
+    const auto& c = s.client[i];
+    std::printf("client %u  pid %d  uid %u  pds %u  mrs %u  cqs %u  qps %u  mapped %llu", c.id, c.pid, c.uid, c.pds,
+                c.mrs, c.cqs, c.qps, static_cast<unsigned long long>(c.mapped_bytes));
+    for (std::uint32_t j = 0; j < std::min<std::uint32_t>(c.qps, 4); ++j) std::printf("%s%#x", j ? "," : "  qpn ", c.qpn[j]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// "" if every CPU of `cpus` is one this process may run on.
+std::string check_cpus(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  sched_getaffinity(0, sizeof set, &set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set)) {
+      return "worker CPU " + std::to_string(cpu) +
+             " is not available to uroced (not online, or outside its affinity: the unit's CPUAffinity, taskset)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  bool help = false;
+  if (std::string e = uroce::daemon::parse_args(argc, argv, config, help); !e.empty()) return die(e, 2);
+  if (help) {
+    std::fputs(uroce::daemon::kUsage, stdout);
+    return 0;
+  }
+  if (config.stats) return print_stats(config);
+  if (!spdlog::get("uroced")) spdlog::set_default_logger(spdlog::stderr_color_mt("uroced"));
+  if (auto level = spdlog::level::from_str(config.log_level); level != spdlog::level::off || config.log_level == "off") {
+    spdlog::set_level(level);
+  }
+  if (!config.ip_set) return die("no address: set ip in the configuration file or give --ip ADDR/LEN", 2);
+  if (!config.workers.empty() && config.workers.size() != config.queues) {
+    return die("give one worker CPU per queue: " + std::to_string(config.queues) + " queue(s), " +
+                   std::to_string(config.workers.size()) + " CPU(s) in workers",
+               2);
+  }
+  if (std::string e = check_cpus(config.workers); !e.empty()) return die(e, 2);
+  std::optional<uroce::cc::DcqcnParams> dcqcn;
+  if (!config.dcqcn.empty()) {
+    std::ifstream in(config.dcqcn);
+    if (!in) return die("dcqcn: cannot read '" + config.dcqcn + "' (give a file like conf/dcqcn.conf, or unset it)", 2);
+    std::ostringstream text;
+    text << in.rdbuf();
+    dcqcn.emplace();
+    if (std::string e = uroce::cc::parse_dcqcn_params(text.str(), *dcqcn); !e.empty()) return die(config.dcqcn + ": " + e, 2);
+  }
+  std::vector<std::string> eal = {"uroced"};
+  for (std::string& w : words(config.eal)) eal.push_back(std::move(w));
+  const bool no_huge = std::find(eal.begin(), eal.end(), "--no-huge") != eal.end();
+  if (config.hugepages == "off" && !no_huge) eal.push_back("--no-huge");
+  if (config.hugepages == "on" && no_huge) return die("hugepages = on, but the EAL arguments say --no-huge", 2);
+
+  // SIGTERM and SIGINT go to the control loop's signalfd: blocked in every
+  // thread, which inherits this mask (EAL's and the workers').
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  if (std::string e = uroce::dpdk::eal_init(eal); !e.empty()) return die(e);
+  std::string error;
+  auto device = uroce::dpdk::Device::open(config.port_id, config.ip, "uroced", error, config.queues,
+                                          dcqcn ? &*dcqcn : nullptr);
+  if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
+  uroce::Context& ctx = *device->ctx;
+  uroce::daemon::Server server(ctx, config.queues, config);
+  if (std::string e = server.listen(); !e.empty()) return die(e);
+  std::vector<int> cpus = config.workers;
+  if (cpus.empty()) cpus.assign(config.queues, -1);
+  if (ctx.start_workers(cpus, uroce::Context::WorkerHook{&uroce::daemon::Server::pump, &server}) != 0) {
+    return die("workers did not start: " + ctx.last_error());
+  }
+  uroce::dpdk::telemetry_expose(&ctx, "uroced");
+  spdlog::info("uroced: serving {} on port {} ({} queue(s)); clients attach at {}", config.eal, config.port_id,
+               config.queues, config.socket);
+  // A line for whoever waits for us (tests, scripts): the socket is ready.
+  std::printf("uroced: ready on %s\n", config.socket.c_str());
+  std::fflush(stdout);
+  const int rc = server.run();
+  uroce::dpdk::telemetry_hide(&ctx);
+  ctx.stop_workers();
+  spdlog::info("uroced: stopped");
+  return rc;
+}

@@ -1,0 +1,184 @@
+#include "pump.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace uroce::daemon {
+namespace {
+
+constexpr std::uint32_t kBurst = 32;  // requests or completions moved per ring per round
+
+template <typename T>
+void erase(std::vector<T*>& v, T* p) {
+  v.erase(std::remove(v.begin(), v.end(), p), v.end());
+}
+
+}  // namespace
+
+void Pump::add(PumpQp* q) { with_lock([&] { qps_.push_back(q); }); }
+void Pump::remove(PumpQp* q) { with_lock([&] { erase(qps_, q); }); }
+void Pump::add(PumpCq* c) { with_lock([&] { cqs_.push_back(c); }); }
+void Pump::remove(PumpCq* c) { with_lock([&] { erase(cqs_, c); }); }
+
+std::size_t Pump::run() {
+  if (lock_.exchange(true, std::memory_order_acquire)) return 0;
+  std::size_t moved = 0;
+  for (PumpQp* q : qps_) moved += drain_rq(*q) + drain_sq(*q);
+  for (PumpCq* c : cqs_) moved += fill(*c);
+  lock_.store(false, std::memory_order_release);
+  return moved;
+}
+
+std::size_t Pump::drain_sq(PumpQp& q) {
+  std::size_t moved = 0;
+  const std::uint32_t head = q.sq.header->head.load(std::memory_order_acquire);
+  std::uint32_t ahead = head - q.sq_next;
+  if (ahead > q.sq.slots()) {
+    ++q.bad_cursor;
+    ahead = 0;
+  }
+  for (std::uint32_t k = 0; k < std::min(ahead, kBurst); ++k) {
+    service::SendSlot s;
+    std::memcpy(&s, &q.sq[q.sq_next], sizeof s);  // once: the client may rewrite the slot meanwhile
+    ibv_sge sge[service::kMaxSge];
+    ibv_send_wr wr{};
+    wr.wr_id = s.wr_id;
+    wr.opcode = static_cast<ibv_wr_opcode>(s.opcode);
+    wr.send_flags = s.send_flags & ~static_cast<unsigned>(IBV_SEND_INLINE);
+    wr.sg_list = sge;
+    int rc = EINVAL;
+    if (s.send_flags & IBV_SEND_INLINE) {
+      if (s.inline_len <= service::kMaxInline) {
+        sge[0] = ibv_sge{reinterpret_cast<std::uint64_t>(s.inline_data), s.inline_len, 0};
+        wr.num_sge = s.inline_len != 0 ? 1 : 0;
+        wr.send_flags |= IBV_SEND_INLINE;
+        rc = 0;
+      }
+    } else if (s.num_sge <= service::kMaxSge) {
+      for (std::uint32_t i = 0; i < s.num_sge; ++i) sge[i] = ibv_sge{s.sge[i].addr, s.sge[i].length, s.sge[i].lkey};
+      wr.num_sge = static_cast<int>(s.num_sge);
+      rc = 0;
+    }
+    if (wr.opcode == IBV_WR_SEND_WITH_INV) {
+      wr.invalidate_rkey = s.imm_data;
+    } else {
+      wr.imm_data = s.imm_data;
+    }
+    if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.wr.atomic.remote_addr = s.remote_addr;
+      wr.wr.atomic.rkey = s.rkey;
+      wr.wr.atomic.compare_add = s.compare_add;
+      wr.wr.atomic.swap = s.swap;
+    } else {
+      wr.wr.rdma.remote_addr = s.remote_addr;
+      wr.wr.rdma.rkey = s.rkey;
+    }
+    if (rc == 0) {
+      ibv_send_wr* bad = nullptr;
+      rc = q.qp->post_send(&wr, &bad);
+      if (rc == ENOMEM) break;  // the engine's queue is full: the rest waits in the ring
+    }
+    if (rc != 0) ++q.sq_rejected;
+    ++q.sq_next;
+    ++moved;
+  }
+  const std::uint32_t retired = q.qp->send_retired() + q.sq_rejected;
+  if (retired != q.sq_retired) {
+    q.sq_retired = retired;
+    q.sq.header->retired.store(retired, std::memory_order_release);
+  }
+  return moved;
+}
+
+std::size_t Pump::drain_rq(PumpQp& q) {
+  std::size_t moved = 0;
+  const std::uint32_t head = q.rq.header->head.load(std::memory_order_acquire);
+  std::uint32_t ahead = head - q.rq_next;
+  if (ahead > q.rq.slots()) {
+    ++q.bad_cursor;
+    ahead = 0;
+  }
+  for (std::uint32_t k = 0; k < std::min(ahead, kBurst); ++k) {
+    service::RecvSlot s;
+    std::memcpy(&s, &q.rq[q.rq_next], sizeof s);
+    int rc = EINVAL;
+    if (s.num_sge <= service::kMaxSge) {
+      ibv_sge sge[service::kMaxSge];
+      for (std::uint32_t i = 0; i < s.num_sge; ++i) sge[i] = ibv_sge{s.sge[i].addr, s.sge[i].length, s.sge[i].lkey};
+      ibv_recv_wr wr{};
+      wr.wr_id = s.wr_id;
+      wr.sg_list = sge;
+      wr.num_sge = static_cast<int>(s.num_sge);
+      ibv_recv_wr* bad = nullptr;
+      rc = q.qp->post_recv(&wr, &bad);
+      if (rc == ENOMEM) break;
+    }
+    if (rc != 0) ++q.rq_rejected;
+    ++q.rq_next;
+    ++moved;
+  }
+  const std::uint32_t retired = q.qp->recv_retired() + q.rq_rejected;
+  if (retired != q.rq_retired) {
+    q.rq_retired = retired;
+    q.rq.header->retired.store(retired, std::memory_order_release);
+  }
+  return moved;
+}
+
+namespace {
+
+void signal(int fd) {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(fd, &one, sizeof one);  // EAGAIN: a signal is already pending
+}
+
+}  // namespace
+
+std::size_t Pump::fill(PumpCq& c) {
+  service::RingHeader& h = *c.ring.header;
+  // A solicited event seen before the move has its completion in the CQ
+  // already (the engine pushes, then fires), so it reaches the ring below.
+  const bool solicited_fired = c.fire_due.exchange(false, std::memory_order_acq_rel);
+  const std::uint32_t tail = h.tail.load(std::memory_order_acquire);
+  const std::uint32_t used = c.head - tail;
+  const std::uint32_t room = used > c.ring.slots() ? 0 : c.ring.slots() - used;  // a wild tail: treated as full
+  int n = 0;
+  if (room != 0) {
+    ibv_wc wc[kBurst];
+    n = c.cq->poll(static_cast<int>(std::min(room, kBurst)), wc);
+    if (n < 0) {
+      // Overflowed (IBTA 11.4.2.1: the CQ is in error); told once.
+      if (!c.overflow_told) {
+        c.overflow_told = true;
+        h.overflow.store(1, std::memory_order_seq_cst);
+        if (h.armed.exchange(0) != 0) signal(c.event_fd);
+      }
+      return 0;
+    }
+    for (int i = 0; i < n; ++i) c.ring[c.head + static_cast<std::uint32_t>(i)] = wc[i];
+    if (n > 0) {
+      c.head += static_cast<std::uint32_t>(n);
+      h.head.store(c.head, std::memory_order_seq_cst);
+    }
+  }
+  // The client stores armed, then loads head; this stores head, then loads
+  // armed (both seq_cst): one of the two sees the other.
+  std::uint32_t armed = h.armed.load(std::memory_order_seq_cst);
+  if (armed == 2 && n > 0) {
+    if (h.armed.compare_exchange_strong(armed, 0)) signal(c.event_fd);
+  } else if (armed == 1) {
+    if (solicited_fired && c.solicited_armed) {
+      c.solicited_armed = false;
+      if (h.armed.compare_exchange_strong(armed, 0)) signal(c.event_fd);
+    } else if (!c.solicited_armed) {
+      c.solicited_armed = true;
+      c.cq->arm(true);
+    }
+  }
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace uroce::daemon

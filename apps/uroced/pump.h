@@ -1,0 +1,79 @@
+// uroced's data path: on each worker, after every poll of its engine, the
+// work the worker's clients have put into their shared rings goes to their
+// QPs, and the completions of their CQs go into the CQs' shared rings. No
+// system call but the eventfd write of a completion event.
+//
+// Everything read from a shared ring is the client's word: cursors are
+// bounded before a slot is read, a slot is copied out before it is checked,
+// and a request that fails the QP's checks is dropped and counted (the
+// client's library checks the same before it posts, so only a client that
+// writes its rings by hand meets this). Nothing a client writes can make the
+// daemon touch memory other than its own rings and its own regions: the
+// engine resolves every SGE under the QP's PD.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "service/protocol.h"
+#include "service/shm.h"
+#include "uroce/verbs.h"
+
+namespace uroce::daemon {
+
+// A client QP's two rings as this side drains them.
+struct PumpQp {
+  QueuePair* qp = nullptr;
+  service::Ring<service::SendSlot> sq;
+  service::Ring<service::RecvSlot> rq;
+  std::uint32_t sq_next = 0, rq_next = 0;          // next slot to take
+  std::uint32_t sq_rejected = 0, rq_rejected = 0;  // taken but refused by the QP
+  std::uint32_t sq_retired = 0, rq_retired = 0;    // last stored into the headers
+  std::uint64_t bad_cursor = 0;                    // a head more than a ring ahead
+};
+
+// A client CQ's ring as this side fills it.
+struct PumpCq {
+  CompletionQueue* cq = nullptr;
+  service::Ring<ibv_wc> ring;
+  std::uint32_t head = 0;  // next slot to write
+  int event_fd = -1;
+  bool solicited_armed = false;      // cq->arm(true) done for the client's current arming
+  std::atomic<bool> fire_due{false}; // the daemon CQ's solicited event came (engine thread)
+  bool overflow_told = false;
+  static void on_event(void* self) { static_cast<PumpCq*>(self)->fire_due.store(true, std::memory_order_release); }
+};
+
+// The rings one worker serves. The server changes the lists under `lock`;
+// the worker only try-locks it (and skips a round when it cannot), so a
+// control call that holds the workers never waits for this.
+class Pump {
+ public:
+  std::size_t run();  // one round; what moved
+  void add(PumpQp* q);
+  void remove(PumpQp* q);
+  void add(PumpCq* c);
+  void remove(PumpCq* c);
+  // Runs f with the lists held (the worker does not run the pump meanwhile).
+  template <typename F>
+  void with_lock(F&& f) {
+    while (lock_.exchange(true, std::memory_order_acquire)) {
+    }
+    f();
+    lock_.store(false, std::memory_order_release);
+  }
+
+ private:
+  std::size_t drain_sq(PumpQp& q);
+  std::size_t drain_rq(PumpQp& q);
+  std::size_t fill(PumpCq& c);
+
+  std::atomic<bool> lock_{false};
+  std::vector<PumpQp*> qps_;
+  std::vector<PumpCq*> cqs_;
+};
+
+}  // namespace uroce::daemon

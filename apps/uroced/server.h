@@ -1,0 +1,114 @@
+// uroced's control path: the UNIX socket, one table of objects per client,
+// and the reclaiming of everything a client had when its socket closes (it
+// exited, was killed, or sent what the protocol does not allow).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "pump.h"
+#include "service/protocol.h"
+#include "uroce/verbs.h"
+
+namespace uroce::daemon {
+
+class Server {
+ public:
+  Server(Context& ctx, std::size_t workers, const Config& config);
+  ~Server();
+
+  // Binds the socket (its mode and group as configured). "" or a one-line
+  // reason ("socket ... is in use by a running uroced").
+  std::string listen();
+  // Serves until SIGTERM or SIGINT (blocked by the caller, read here
+  // through a signalfd), then moves every client's QPs to the error state,
+  // lets their completions out, and closes the clients. Returns 0.
+  int run();
+
+  // Context::WorkerHook: worker `worker`'s pump.
+  static std::size_t pump(void* self, std::size_t worker) {
+    return static_cast<Server*>(self)->pumps_[worker].run();
+  }
+
+  struct Totals {
+    std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint64_t mapped_bytes = 0;  // clients' memory files and rings mapped here
+  };
+  Totals totals() const;
+
+ private:
+  struct Mapping {
+    void* base = nullptr;
+    std::size_t bytes = 0;
+    std::uint32_t users = 0;  // regions on it
+  };
+  struct Mr {
+    MemoryRegion* mr = nullptr;
+    std::uint64_t inode = 0;  // its memory file (Client::mappings)
+  };
+  struct Cq {
+    CompletionQueue* cq = nullptr;
+    void* map = nullptr;
+    std::size_t bytes = 0;
+    std::size_t worker = 0;
+    std::uint32_t users = 0;
+    std::unique_ptr<PumpCq> pump;
+  };
+  struct Qp {
+    QueuePair* qp = nullptr;
+    ProtectionDomain* pd = nullptr;
+    std::uint32_t send_cq = 0, recv_cq = 0;
+    void* map = nullptr;
+    std::size_t bytes = 0;
+    std::size_t worker = 0;
+    std::unique_ptr<PumpQp> pump;
+  };
+  struct Client {
+    int sock = -1;
+    std::uint32_t id = 0;
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::uint32_t next_handle = 1;
+    std::map<std::uint32_t, ProtectionDomain*> pds;
+    std::map<std::uint32_t, Mr> mrs;
+    std::map<std::uint32_t, Cq> cqs;
+    std::map<std::uint32_t, Qp> qps;
+    std::map<std::uint64_t, Mapping> mappings;  // by inode
+    std::uint64_t mapped = 0;                   // bytes of memory files
+    std::uint64_t ring_bytes = 0;
+  };
+
+  void accept_client();
+  // Handles one request; false when the client must go (its socket closed,
+  // or a message the protocol does not allow).
+  bool serve(Client& c);
+  void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
+              std::vector<int>& reply_fds);
+  int fail(service::Reply& reply, int err, const std::string& why);
+
+  void reg_mr(Client& c, const service::RegMr& r, int fd, service::Reply& reply);
+  void create_cq(Client& c, const service::CreateCq& r, service::Reply& reply, std::vector<int>& fds);
+  void create_qp(Client& c, const service::CreateQp& r, service::Reply& reply, std::vector<int>& fds);
+  int destroy_qp(Client& c, std::uint32_t handle);
+  int destroy_cq(Client& c, std::uint32_t handle);
+  int dereg_mr(Client& c, std::uint32_t handle);
+  void release(Client& c);  // everything of c, then its socket
+
+  Context& ctx_;
+  Config config_;
+  std::vector<Pump> pumps_;
+  std::size_t next_worker_ = 0;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int signal_fd_ = -1;
+  std::uint32_t next_client_ = 1;
+  std::map<int, std::unique_ptr<Client>> clients_;  // by socket
+};
+
+}  // namespace uroce::daemon

@@ -1,0 +1,465 @@
+#include "service/client.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace uroce::service {
+
+// --- The rings --------------------------------------------------------------------------
+
+RemoteCq::~RemoteCq() {
+  if (map != nullptr) munmap(map, map_bytes);
+}
+
+RemoteQp::~RemoteQp() {
+  if (map != nullptr) munmap(map, map_bytes);
+}
+
+int RemoteCq::poll(int n, ibv_wc* wc) {
+  if (overflowed()) return -EOVERFLOW;
+  const std::uint32_t head = ring.header->head.load(std::memory_order_acquire);
+  const std::uint32_t k = std::min<std::uint32_t>(head - tail, n > 0 ? static_cast<std::uint32_t>(n) : 0);
+  for (std::uint32_t i = 0; i < k; ++i) wc[i] = ring[tail + i];
+  if (k != 0) {
+    tail += k;
+    ring.header->tail.store(tail, std::memory_order_release);
+  }
+  return static_cast<int>(k);
+}
+
+int RemoteCq::arm(bool solicited_only) {
+  if (on_event == nullptr) return EINVAL;
+  std::atomic<std::uint32_t>& armed = ring.header->armed;
+  armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
+  // The daemon stores head, then loads armed; this stores armed, then loads
+  // head: one of the two sees the other, so a completion is never missed.
+  if (!solicited_only && (ring.header->head.load(std::memory_order_seq_cst) != tail || overflowed())) {
+    std::uint32_t a = 2;
+    if (armed.compare_exchange_strong(a, 0)) on_event(arg);
+  }
+  return 0;
+}
+
+int RemoteQp::post_send(const ibv_send_wr& wr) {
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  if (sq_head - sq.header->retired.load(std::memory_order_acquire) >= cap.max_send_wr) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_send_sge) return EINVAL;
+  const bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  switch (wr.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      break;
+    default:
+      return EINVAL;
+  }
+  SendSlot& s = sq[sq_head];
+  s.wr_id = wr.wr_id;
+  s.opcode = wr.opcode;
+  s.send_flags = wr.send_flags;
+  s.imm_data = wr.opcode == IBV_WR_SEND_WITH_INV ? wr.invalidate_rkey : wr.imm_data;
+  s.remote_addr = atomic ? wr.wr.atomic.remote_addr : wr.wr.rdma.remote_addr;
+  s.rkey = atomic ? wr.wr.atomic.rkey : wr.wr.rdma.rkey;
+  s.compare_add = atomic ? wr.wr.atomic.compare_add : 0;
+  s.swap = atomic ? wr.wr.atomic.swap : 0;
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    // Copied now: the buffers may be reused once post_send returns.
+    if (wr.opcode == IBV_WR_RDMA_READ || atomic || total > cap.max_inline_data) return EINVAL;
+    std::uint32_t at = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(s.inline_data + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+    s.inline_len = at;
+    s.num_sge = 0;
+  } else {
+    if (atomic && (wr.num_sge != 1 || total != 8)) return EINVAL;
+    if (total > (1ull << 31)) return EINVAL;
+    s.inline_len = 0;
+    s.num_sge = static_cast<std::uint32_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  }
+  sq.header->head.store(++sq_head, std::memory_order_release);
+  return 0;
+}
+
+int RemoteQp::post_recv(const ibv_recv_wr& wr) {
+  if (state == IBV_QPS_RESET) return EINVAL;
+  if (rq_head - rq.header->retired.load(std::memory_order_acquire) >= cap.max_recv_wr) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_recv_sge) return EINVAL;
+  RecvSlot& s = rq[rq_head];
+  s.wr_id = wr.wr_id;
+  s.num_sge = static_cast<std::uint32_t>(wr.num_sge);
+  for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  rq.header->head.store(++rq_head, std::memory_order_release);
+  return 0;
+}
+
+// --- Attaching --------------------------------------------------------------------------
+
+std::unique_ptr<Client> Client::connect(const std::string& path, std::string& error) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    error = "socket path '" + path + "' is too long for a UNIX socket";
+    return nullptr;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::unique_ptr<Client> c(new Client);
+  c->sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c->sock_ < 0) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return nullptr;
+  }
+  if (::connect(c->sock_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    if (e == ENOENT) {
+      error = "no uroced socket at " + path + ": start the daemon (uroced --conf conf/uroced.conf) or set UROCE_SERVICE to its socket";
+    } else if (e == EACCES) {
+      error = "permission denied on " + path + ": uroced's socket_mode / socket_group do not admit this user";
+    } else if (e == ECONNREFUSED) {
+      error = "nobody listens on " + path + " (a stale socket: uroced is not running)";
+    } else {
+      error = "cannot connect to " + path + ": " + std::strerror(e);
+    }
+    return nullptr;
+  }
+  Request req;
+  req.op = Op::kHello;
+  Reply reply;
+  std::string why;
+  if (c->call(req, reply, nullptr, 0, nullptr, why) != 0) {
+    error = "uroced at " + path + " refused us: " + why;
+    return nullptr;
+  }
+  c->hello_ = reply.hello;
+  c->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  c->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c->epoll_fd_ < 0 || c->stop_fd_ < 0) {
+    error = std::string("epoll/eventfd: ") + std::strerror(errno);
+    return nullptr;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = ~0ull;
+  epoll_ctl(c->epoll_fd_, EPOLL_CTL_ADD, c->stop_fd_, &ev);
+  c->events_ = std::thread([p = c.get()] { p->watch_events(); });
+  return c;
+}
+
+Client::~Client() {
+  if (events_.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof one);
+    events_.join();
+  }
+  for (auto& [fd, w] : waiters_) close(w.fd);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+  // The daemon frees everything of ours when the socket closes; the shared
+  // ranges stay mapped (they hold the program's memory now).
+  for (auto& [begin, s] : segments_) close(s.fd);
+  if (sock_ >= 0) close(sock_);
+}
+
+int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std::vector<int>* got,
+                 std::string& message) {
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  if (const int e = send_message(sock_, &req, sizeof req, fds, nfds); e != 0) {
+    message = std::string("uroced's socket: ") + std::strerror(e) + " (has the daemon stopped?)";
+    return e == EPIPE ? ECONNRESET : e;
+  }
+  int rfds[4];
+  int n = 0;
+  const long len = recv_message(sock_, &reply, sizeof reply, rfds, 4, n);
+  if (len <= 0 || static_cast<std::size_t>(len) != sizeof reply) {
+    for (int i = 0; i < n; ++i) close(rfds[i]);
+    message = len == 0 ? "uroced closed the connection (it stopped, or refused this client)"
+                       : "uroced's reply is malformed";
+    return ECONNRESET;
+  }
+  if (got != nullptr) got->assign(rfds, rfds + n);
+  else for (int i = 0; i < n; ++i) close(rfds[i]);
+  if (reply.error != 0) message.assign(reply.message, strnlen(reply.message, sizeof reply.message));
+  return reply.error;
+}
+
+// --- Memory -------------------------------------------------------------------------------
+
+namespace {
+
+std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+
+// mmap and munmap straight to the kernel: allocators that hook them (UCX's
+// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
+// drop the very registration being made.
+void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+}
+int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+
+// "" if every page of [a0, a1) is private anonymous read-write memory (heap,
+// stack, anonymous mmap): the only kind that may be replaced by a shared
+// file at the same address without changing the program's meaning.
+std::string check_private_anonymous(std::uintptr_t a0, std::uintptr_t a1) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::uintptr_t covered = a0;
+  while (std::getline(maps, line) && covered < a1) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode;
+    in >> range >> perms >> offset >> dev >> inode;
+    const std::size_t dash = range.find('-');
+    const std::uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const std::uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (hi <= covered || lo >= a1) continue;
+    if (lo > covered) break;  // a hole
+    if (perms.compare(0, 2, "rw") != 0 || perms[3] != 'p' || inode != "0") {
+      std::string what;
+      in >> what;
+      return "the pages are " + perms + " " + (what.empty() ? "memory" : what) +
+             ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
+    }
+    covered = hi;
+  }
+  if (covered < a1) return "part of the range is not mapped";
+  return "";
+}
+
+bool fork_safe() { return std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr; }
+
+}  // namespace
+
+int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, std::string& why) {
+  const std::uintptr_t page = page_size();
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uintptr_t a0 = a & ~(page - 1);
+  const std::uintptr_t a1 = (a + len + page - 1) & ~(page - 1);
+  std::lock_guard<std::mutex> lock(segments_mutex_);
+  auto next = segments_.upper_bound(a0);
+  if (next != segments_.begin()) {
+    auto it = std::prev(next);
+    if (it->first <= a0 && a1 <= it->second.end) {
+      fd = it->second.fd;
+      offset = a - it->first;
+      return 0;
+    }
+    if (it->second.end > a0) next = it;
+  }
+  if (next != segments_.end() && next->first < a1) {
+    char text[160];
+    std::snprintf(text, sizeof text, "pages %#lx-%#lx overlap part of an earlier registration's (%#lx-%#lx)",
+                  static_cast<unsigned long>(a0), static_cast<unsigned long>(a1),
+                  static_cast<unsigned long>(next->first), static_cast<unsigned long>(next->second.end));
+    why = std::string(text) +
+          "; in service mode a region must lie inside an earlier one's pages or share none with it";
+    return EINVAL;
+  }
+  if (std::string e = check_private_anonymous(a0, a1); !e.empty()) {
+    why = "cannot share memory at " + std::to_string(a) + " with uroced: " + e;
+    return EINVAL;
+  }
+  const std::size_t bytes = a1 - a0;
+  const int file = make_memory_file("uroce-mr", bytes);
+  if (file < 0) {
+    why = std::string("memfd_create: ") + std::strerror(errno);
+    return ENOMEM;
+  }
+  void* temp = raw_mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  if (temp == MAP_FAILED) {
+    const int e = errno;
+    close(file);
+    why = std::string("mmap: ") + std::strerror(e);
+    return ENOMEM;
+  }
+  // Whole pages: the head and tail pages may hold other objects (malloc's
+  // own among them). Writes by other threads between this copy and the
+  // remap are lost: a buffer must be quiescent while it is registered.
+  std::memcpy(temp, reinterpret_cast<void*>(a0), bytes);
+  void* at = raw_mmap(reinterpret_cast<void*>(a0), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0);
+  raw_munmap(temp, bytes);
+  if (at != reinterpret_cast<void*>(a0)) {
+    close(file);
+    why = std::string("mmap over the region: ") + std::strerror(errno);
+    return ENOMEM;
+  }
+  // As rdma-core after ibv_fork_init: a child does not inherit registered
+  // pages. Without it a child shares them (MAP_SHARED), where private memory
+  // would be copy-on-write: README "Running as a service" says so.
+  if (fork_safe()) madvise(reinterpret_cast<void*>(a0), bytes, MADV_DONTFORK);
+  segments_[a0] = Segment{a1, file, false};
+  fd = file;
+  offset = a - a0;
+  return 0;
+}
+
+void* Client::alloc_buffer(std::size_t bytes) {
+  const std::size_t size = page_round(bytes == 0 ? 1 : bytes);
+  const int file = make_memory_file("uroce-buffer", size);
+  if (file < 0) return nullptr;
+  void* p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  if (p == MAP_FAILED) {
+    close(file);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(segments_mutex_);
+  const auto b = reinterpret_cast<std::uintptr_t>(p);
+  segments_[b] = Segment{b + size, file, true};
+  return p;
+}
+
+void Client::free_buffer(void* p) {
+  std::lock_guard<std::mutex> lock(segments_mutex_);
+  auto it = segments_.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == segments_.end() || !it->second.owned_buffer) return;
+  raw_munmap(p, it->second.end - it->first);
+  close(it->second.fd);
+  segments_.erase(it);
+}
+
+// --- CQs, QPs and their events ---------------------------------------------------------------
+
+std::unique_ptr<RemoteCq> Client::create_cq(std::uint32_t cqe, void (*on_event)(void*), void* arg, std::string& why,
+                                            int& err) {
+  Request req;
+  req.op = Op::kCreateCq;
+  req.create_cq = CreateCq{cqe};
+  Reply reply;
+  std::vector<int> fds;
+  err = call(req, reply, nullptr, 0, &fds, why);
+  if (err != 0) return nullptr;
+  auto cq = std::make_unique<RemoteCq>();
+  cq->handle = reply.handle;
+  const std::uint32_t slots = reply.create_cq.slots;
+  if (fds.size() != 2 || slots == 0 || (slots & (slots - 1)) != 0 ||
+      reply.create_cq.file_size < Ring<ibv_wc>::bytes(slots)) {
+    for (int fd : fds) close(fd);
+    why = "uroced's CQ reply is malformed";
+    err = EPROTO;
+    return nullptr;
+  }
+  cq->map_bytes = reply.create_cq.file_size;
+  cq->map = map_shared(fds[0], cq->map_bytes);
+  close(fds[0]);
+  if (cq->map == nullptr) {
+    close(fds[1]);
+    why = std::string("mmap of the CQ ring: ") + std::strerror(errno);
+    err = ENOMEM;
+    return nullptr;
+  }
+  cq->ring = Ring<ibv_wc>::at(cq->map, slots);
+  cq->on_event = on_event;
+  cq->arg = arg;
+  cq->event_fd = fds[1];
+  {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    waiters_[cq->handle] = Waiter{cq->event_fd, on_event, arg};
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = cq->handle;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cq->event_fd, &ev);
+  }
+  return cq;
+}
+
+int Client::destroy_cq(RemoteCq* cq, std::string& why) {
+  Request req;
+  req.op = Op::kDestroyCq;
+  req.handle = cq->handle;
+  Reply reply;
+  if (const int e = call(req, reply, nullptr, 0, nullptr, why); e != 0) return e;
+  {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, cq->event_fd, nullptr);
+    waiters_.erase(cq->handle);
+  }
+  close(cq->event_fd);
+  cq->event_fd = -1;
+  return 0;
+}
+
+std::unique_ptr<RemoteQp> Client::create_qp(const CreateQp& attr, std::string& why, int& err) {
+  Request req;
+  req.op = Op::kCreateQp;
+  req.create_qp = attr;
+  Reply reply;
+  std::vector<int> fds;
+  err = call(req, reply, nullptr, 0, &fds, why);
+  if (err != 0) return nullptr;
+  const CreateQpReply& r = reply.create_qp;
+  auto qp = std::make_unique<RemoteQp>();
+  qp->handle = reply.handle;
+  qp->qpn = r.qpn;
+  const bool pow2 = r.sq_slots != 0 && r.rq_slots != 0 && (r.sq_slots & (r.sq_slots - 1)) == 0 &&
+                    (r.rq_slots & (r.rq_slots - 1)) == 0;
+  if (fds.size() != 1 || !pow2 || r.sq_offset + Ring<SendSlot>::bytes(r.sq_slots) > r.file_size ||
+      r.rq_offset + Ring<RecvSlot>::bytes(r.rq_slots) > r.file_size) {
+    for (int fd : fds) close(fd);
+    why = "uroced's QP reply is malformed";
+    err = EPROTO;
+    return nullptr;
+  }
+  qp->map_bytes = r.file_size;
+  qp->map = map_shared(fds[0], qp->map_bytes);
+  close(fds[0]);
+  if (qp->map == nullptr) {
+    why = std::string("mmap of the QP rings: ") + std::strerror(errno);
+    err = ENOMEM;
+    return nullptr;
+  }
+  qp->sq = Ring<SendSlot>::at(static_cast<char*>(qp->map) + r.sq_offset, r.sq_slots);
+  qp->rq = Ring<RecvSlot>::at(static_cast<char*>(qp->map) + r.rq_offset, r.rq_slots);
+  qp->cap = r.cap;
+  qp->sq_sig_all = attr.sq_sig_all != 0;
+  return qp;
+}
+
+int Client::destroy_qp(RemoteQp* qp, std::string& why) {
+  Request req;
+  req.op = Op::kDestroyQp;
+  req.handle = qp->handle;
+  Reply reply;
+  return call(req, reply, nullptr, 0, nullptr, why);
+}
+
+void Client::watch_events() {
+  epoll_event evs[16];
+  for (;;) {
+    const int n = epoll_wait(epoll_fd_, evs, 16, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u64 == ~0ull) return;
+      std::lock_guard<std::mutex> lock(events_mutex_);
+      auto it = waiters_.find(static_cast<std::uint32_t>(evs[i].data.u64));
+      if (it == waiters_.end()) continue;
+      std::uint64_t count;
+      if (read(it->second.fd, &count, sizeof count) == sizeof count && it->second.on_event != nullptr) {
+        it->second.on_event(it->second.arg);
+      }
+    }
+  }
+}
+
+}  // namespace uroce::service

@@ -1,0 +1,126 @@
+// The client's half of the service (protocol.h): the control socket to
+// uroced, the shared rings of its CQs and QPs, the memory files behind its
+// regions, and a thread that turns the daemon's eventfd signals into the
+// completion-event callbacks of Context::create_cq. lib/verbs runs its
+// objects on this when a Context is attached to a daemon (Context::attach).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "service/protocol.h"
+#include "service/shm.h"
+
+namespace uroce::service {
+
+// A CQ whose ring the daemon fills.
+struct RemoteCq {
+  std::uint32_t handle = 0;
+  Ring<ibv_wc> ring;
+  std::uint32_t tail = 0;  // next to read (this side's; stored into ring.header->tail)
+  void* map = nullptr;
+  std::size_t map_bytes = 0;
+  int event_fd = -1;  // the daemon's signal (closed by Client::destroy_cq, or with the Client)
+  void (*on_event)(void* arg) = nullptr;
+  void* arg = nullptr;
+
+  int poll(int n, ibv_wc* wc);   // as CompletionQueue::poll
+  int arm(bool solicited_only);  // as CompletionQueue::arm
+  bool overflowed() const { return ring.header->overflow.load(std::memory_order_acquire) != 0; }
+  ~RemoteCq();
+};
+
+// A QP whose rings the daemon drains.
+struct RemoteQp {
+  std::uint32_t handle = 0;
+  std::uint32_t qpn = 0;
+  Ring<SendSlot> sq;
+  Ring<RecvSlot> rq;
+  std::uint32_t sq_head = 0, rq_head = 0;  // next to write (this side's)
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  ibv_qp_state state = IBV_QPS_RESET;  // as the last modify or query left it
+  void* map = nullptr;
+  std::size_t map_bytes = 0;
+
+  // ibv_post_send / ibv_post_recv for one WR: 0, ENOMEM (queue full) or EINVAL.
+  int post_send(const ibv_send_wr& wr);
+  int post_recv(const ibv_recv_wr& wr);
+  ~RemoteQp();
+};
+
+class Client {
+ public:
+  // Attaches to the daemon at `path`. nullptr and a one-line `error` (what to
+  // do about it) when the socket is missing, refuses us, or speaks another
+  // protocol version.
+  static std::unique_ptr<Client> connect(const std::string& path, std::string& error);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const HelloReply& hello() const { return hello_; }
+
+  // One control call: 0 or the daemon's errno, its reason in `message`.
+  // Descriptors sent with the request are not closed; those of the reply are
+  // returned in `fds` (up to 4).
+  int call(const Request& req, Reply& reply, const int* fds, int nfds, std::vector<int>* got, std::string& message);
+
+  // The memory file holding [addr, addr + len) at the same addresses, made
+  // now when no earlier one covers it: the pages are copied into a new file
+  // which is then mapped over them in place (research verbs-abi.md §7).
+  // Returns 0, the file and the offset of `addr` in it; otherwise an errno
+  // value and why.
+  int share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, std::string& why);
+  // Memory already in a file (Context::alloc_buffer in service mode).
+  void* alloc_buffer(std::size_t bytes);
+  void free_buffer(void* p);
+
+  std::unique_ptr<RemoteCq> create_cq(std::uint32_t cqe, void (*on_event)(void*), void* arg, std::string& why,
+                                      int& err);
+  int destroy_cq(RemoteCq* cq, std::string& why);
+  std::unique_ptr<RemoteQp> create_qp(const CreateQp& attr, std::string& why, int& err);
+  int destroy_qp(RemoteQp* qp, std::string& why);
+
+ private:
+  Client() = default;
+  void watch_events();  // the event thread
+
+  int sock_ = -1;
+  HelloReply hello_{};
+  std::mutex call_mutex_;  // one call at a time on the socket
+
+  // Memory files behind shared ranges, by start address: [begin, end) of the
+  // file's mapping. Kept after dereg_mr (the range now lives in the file).
+  struct Segment {
+    std::uintptr_t end = 0;
+    int fd = -1;
+    bool owned_buffer = false;  // alloc_buffer's (freed by free_buffer)
+  };
+  std::mutex segments_mutex_;
+  std::map<std::uintptr_t, Segment> segments_;
+
+  // Completion events: an epoll set of the CQs' eventfds.
+  // The thread finds a CQ by handle under events_mutex_, so destroy_cq
+  // (which removes it under the same lock) never races a callback.
+  struct Waiter {
+    int fd = -1;
+    void (*on_event)(void*) = nullptr;
+    void* arg = nullptr;
+  };
+  std::mutex events_mutex_;
+  std::map<std::uint32_t, Waiter> waiters_;
+  int epoll_fd_ = -1;
+  int stop_fd_ = -1;
+  std::thread events_;
+};
+
+}  // namespace uroce::service

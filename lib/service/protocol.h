@@ -1,0 +1,197 @@
+// The service protocol between uroced and its clients (DESIGN.md, "Stock
+// programs and the service"): control messages on a UNIX SOCK_SEQPACKET
+// socket, one fixed-size Request and one Reply per call, with memory files
+// and eventfds passed by SCM_RIGHTS; the data path in shared memory, one
+// ring per direction (shm_ring.h), never a system call per work request or
+// completion.
+//
+// Handles name a client's own objects and nothing else: the daemon keeps a
+// table per client, so a handle of another client is simply unknown there
+// (EINVAL "no such ..."). Everything a client writes, on the socket or into
+// shared memory, is checked by the daemon before use.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uroce::service {
+
+// Bumped when a message or a ring slot changes shape.
+inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kMaxSge = 16;
+inline constexpr std::uint32_t kMaxInline = 256;
+inline constexpr std::size_t kMessageText = 240;  // Reply::message
+
+enum class Op : std::uint32_t {
+  kHello = 1,    // -> HelloReply
+  kAllocPd,      // -> handle
+  kDeallocPd,    // handle
+  kRegMr,        // RegMr + the memory file -> RegMrReply
+  kDeregMr,      // handle
+  kCreateCq,     // CreateCq -> handle + ring file + eventfd
+  kDestroyCq,    // handle
+  kCreateQp,     // CreateQp -> CreateQpReply + ring file
+  kModifyQp,     // ModifyQp
+  kQueryQp,      // handle -> QueryQpReply
+  kDestroyQp,    // handle
+  kQpCounters,   // handle -> counters (QpCountersReply)
+  kStats,        // -> StatsReply: the daemon's totals and clients (uroced --stats, tests)
+};
+
+struct Hello {
+  std::uint32_t version = kProtocolVersion;
+};
+
+struct RegMr {
+  std::uint32_t pd = 0;
+  std::int32_t access = 0;
+  std::uint64_t iova = 0;    // what SGEs and peers use (the client's address for ibv_reg_mr)
+  std::uint64_t length = 0;
+  std::uint64_t offset = 0;  // where the region starts in the memory file
+};
+
+struct CreateCq {
+  std::uint32_t cqe = 0;
+};
+
+struct CreateQp {
+  std::uint32_t pd = 0;
+  std::uint32_t send_cq = 0;
+  std::uint32_t recv_cq = 0;
+  std::uint32_t qp_type = IBV_QPT_RC;
+  std::uint32_t sq_sig_all = 0;
+  ibv_qp_cap cap{};
+};
+
+struct ModifyQp {
+  std::uint32_t qp = 0;
+  std::int32_t mask = 0;
+  ibv_qp_attr attr{};
+};
+
+struct Request {
+  Op op{};
+  std::uint32_t handle = 0;  // the object a call names, where it names one
+  union {
+    Hello hello;
+    RegMr reg_mr;
+    CreateCq create_cq;
+    CreateQp create_qp;
+    ModifyQp modify_qp;
+  };
+  Request() : hello{} {}
+};
+
+struct HelloReply {
+  std::uint32_t client = 0;  // the daemon's number for this client (uroced --stats)
+  std::uint32_t workers = 0;
+  std::uint8_t mac[6] = {};
+  std::uint32_t active_mtu = IBV_MTU_4096;
+  ibv_gid gid[2] = {};       // the GID table: 0 link-local, 1 the port's address
+  // DeviceLimits, field by field (include/uroce/verbs.h)
+  std::uint32_t max_qp = 0, max_qp_wr = 0, max_sge = 0, max_inline_data = 0, max_cqe = 0, max_mr = 0;
+  std::uint32_t max_qp_rd_atom = 0, max_qp_init_rd_atom = 0;
+};
+
+struct RegMrReply {
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+};
+
+struct CreateQpReply {
+  std::uint32_t qpn = 0;
+  ibv_qp_cap cap{};          // what the QP got (at least what was asked)
+  std::uint64_t sq_offset = 0, rq_offset = 0;  // the rings in the file passed
+  std::uint32_t sq_slots = 0, rq_slots = 0;
+  std::uint64_t file_size = 0;
+};
+
+struct QueryQpReply {
+  ibv_qp_attr attr{};
+  ibv_qp_cap cap{};
+  std::uint32_t sq_sig_all = 0;
+};
+
+struct CreateCqReply {
+  std::uint32_t slots = 0;
+  std::uint64_t file_size = 0;
+};
+
+struct QpCountersReply {
+  static constexpr std::size_t kMax = 40;  // transport/counters.h has fewer
+  std::uint32_t count = 0;
+  std::uint64_t value[kMax] = {};
+};
+
+struct StatsReply {
+  std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0;
+  std::uint64_t mapped_bytes = 0;  // clients' memory files and rings the daemon maps
+  struct Client {
+    std::uint32_t id = 0;
+    std::int32_t pid = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint64_t mapped_bytes = 0;
+    std::uint32_t qpn[4] = {};  // its first QPs' numbers
+  };
+  static constexpr std::size_t kMaxClients = 8;
+  std::uint32_t listed = 0;
+  Client client[kMaxClients];
+};
+
+struct Reply {
+  std::int32_t error = 0;             // 0 or an errno value
+  std::uint32_t handle = 0;           // the object made
+  char message[kMessageText] = {};    // why, when error != 0
+  union {
+    HelloReply hello;
+    RegMrReply reg_mr;
+    CreateCqReply create_cq;
+    CreateQpReply create_qp;
+    QueryQpReply query_qp;
+    QpCountersReply counters;
+    StatsReply stats;
+  };
+  Reply() : hello{} {}
+};
+
+// --- Shared-memory slots ---------------------------------------------------------------
+
+struct WireSge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+};
+
+// A send work request as the client writes it into the send ring. Inline
+// data travels in the slot itself (IBV_SEND_INLINE: the SGEs' bytes, copied
+// at post time as verbs promise).
+struct SendSlot {
+  std::uint64_t wr_id = 0;
+  std::uint32_t opcode = 0;
+  std::uint32_t send_flags = 0;
+  std::uint32_t imm_data = 0;  // big-endian, as in ibv_send_wr
+  std::uint32_t num_sge = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t inline_len = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  WireSge sge[kMaxSge];
+  std::uint8_t inline_data[kMaxInline];
+};
+
+struct RecvSlot {
+  std::uint64_t wr_id = 0;
+  std::uint32_t num_sge = 0;
+  std::uint32_t pad = 0;
+  WireSge sge[kMaxSge];
+};
+
+static_assert(sizeof(SendSlot) == 568, "SendSlot is part of the protocol");
+static_assert(sizeof(RecvSlot) == 272, "RecvSlot is part of the protocol");
+static_assert(sizeof(ibv_wc) == 48, "CQ slots are ibv_wc");
+
+}  // namespace uroce::service

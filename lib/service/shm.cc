@@ -1,0 +1,111 @@
+#include "service/shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace uroce::service {
+
+std::uint32_t ring_slots(std::uint32_t n) {
+  std::uint32_t c = 1;
+  while (c < n) c <<= 1;
+  return c;
+}
+
+std::size_t page_round(std::size_t bytes) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+int make_memory_file(const char* name, std::size_t bytes) {
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+std::string check_memory_file(int fd, std::size_t bytes) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return "not a memory file (F_GET_SEALS: " + std::string(std::strerror(errno)) + ")";
+  if ((seals & F_SEAL_SHRINK) == 0 || (seals & F_SEAL_GROW) == 0) {
+    return "memory file not sealed against shrinking and growing";
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return "fstat: " + std::string(std::strerror(errno));
+  if (static_cast<std::size_t>(st.st_size) < bytes) {
+    return "memory file holds " + std::to_string(st.st_size) + " bytes, " + std::to_string(bytes) + " named";
+  }
+  return "";
+}
+
+void* map_shared(int fd, std::size_t bytes, std::size_t offset) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+int send_message(int sock, const void* buf, std::size_t len, const int* fds, int nfds) {
+  iovec iov{const_cast<void*>(buf), len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(static_cast<std::size_t>(nfds) * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(static_cast<std::size_t>(nfds) * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, static_cast<std::size_t>(nfds) * sizeof(int));
+  }
+  for (;;) {
+    const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n) == len ? 0 : EMSGSIZE;
+    if (errno != EINTR) return errno;
+  }
+}
+
+long recv_message(int sock, void* buf, std::size_t len, int* fds, int max_fds, int& nfds) {
+  nfds = 0;
+  iovec iov{buf, len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return -errno;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (nfds < max_fds) fds[nfds++] = fd;
+      else close(fd);
+    }
+  }
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    for (int i = 0; i < nfds; ++i) close(fds[i]);
+    nfds = 0;
+    return -EMSGSIZE;
+  }
+  return n;
+}
+
+}  // namespace uroce::service

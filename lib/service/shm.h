@@ -1,0 +1,79 @@
+// Shared memory between uroced and a client: the ring layout both sides map
+// (a header of cursors, then fixed-size slots), memory files, and messages
+// with file descriptors on a UNIX socket.
+//
+// Each side keeps its own cursor privately and only stores it into the
+// shared header; what it loads from there is the other side's word, which
+// the daemon treats as untrusted (a client may write anything into memory it
+// shares): every index is bounded before a slot is read, and a slot is
+// copied out before it is checked.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace uroce::service {
+
+// The cursors of one ring, each on a cache line of its own: the producer's
+// `head` (next slot it writes), the consumer's `tail` (next it reads).
+// Work-queue rings also carry `retired` (the daemon: requests the engine has
+// finished with, which bounds how far the client may post) and `state` (the
+// QP's state as the daemon last saw it). CQ rings carry `armed`
+// (ibv_req_notify_cq, written by the client: 0 none, 1 solicited, 2 next)
+// and `overflow` (the daemon: the CQ overflowed).
+struct RingHeader {
+  alignas(64) std::atomic<std::uint32_t> head{0};
+  alignas(64) std::atomic<std::uint32_t> tail{0};
+  alignas(64) std::atomic<std::uint32_t> retired{0};
+  std::atomic<std::uint32_t> state{0};
+  alignas(64) std::atomic<std::uint32_t> armed{0};
+  std::atomic<std::uint32_t> overflow{0};
+};
+static_assert(sizeof(RingHeader) == 256, "RingHeader is part of the protocol");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "cursors are shared between processes");
+
+// A ring of `slots` (a power of two) T after its header.
+template <typename T>
+struct Ring {
+  RingHeader* header = nullptr;
+  T* slot = nullptr;
+  std::uint32_t mask = 0;
+
+  static std::size_t bytes(std::uint32_t slots) { return sizeof(RingHeader) + sizeof(T) * slots; }
+  static Ring at(void* base, std::uint32_t slots) {
+    Ring r;
+    r.header = static_cast<RingHeader*>(base);
+    r.slot = reinterpret_cast<T*>(static_cast<char*>(base) + sizeof(RingHeader));
+    r.mask = slots - 1;
+    return r;
+  }
+  T& operator[](std::uint32_t i) const { return slot[i & mask]; }
+  std::uint32_t slots() const { return mask + 1; }
+};
+
+// The smallest power of two >= n (n >= 1).
+std::uint32_t ring_slots(std::uint32_t n);
+// `bytes` rounded up to whole pages.
+std::size_t page_round(std::size_t bytes);
+
+// A memory file of `bytes` (memfd, close-on-exec), sealed against shrinking
+// and growing (so a peer that maps it never meets SIGBUS), zero-filled. -1
+// and errno on failure.
+int make_memory_file(const char* name, std::size_t bytes);
+// Whether `fd` is a memory file of exactly `bytes` sealed against shrinking
+// and growing; "" or why not.
+std::string check_memory_file(int fd, std::size_t bytes);
+// Maps `bytes` of `fd` shared, read-write, at `offset`; nullptr and errno on failure.
+void* map_shared(int fd, std::size_t bytes, std::size_t offset = 0);
+
+// One message of `len` bytes with up to 4 descriptors on a SOCK_SEQPACKET
+// socket. send_message: 0 or an errno value. recv_message: the message's
+// length (0: the peer closed), or -errno; `fds` receives the descriptors
+// (`nfds` how many; extras beyond `max_fds` are closed); a message longer
+// than `len` is reported as -EMSGSIZE.
+int send_message(int sock, const void* buf, std::size_t len, const int* fds = nullptr, int nfds = 0);
+long recv_message(int sock, void* buf, std::size_t len, int* fds, int max_fds, int& nfds);
+
+}  // namespace uroce::service

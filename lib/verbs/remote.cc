@@ -1,0 +1,297 @@
+// A Context attached to uroced (Context::attach): the same objects as in
+// process, each call a control message to the daemon (lib/service), the data
+// path the shared rings. Object lists are guarded by control_mutex, as the
+// in-process calls guard them by control().
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "service/client.h"
+#include "transport/counters.h"
+#include "verbs/verbs_impl.h"
+
+namespace uroce {
+
+using internal::impl_of;
+
+CompletionQueue::Impl::~Impl() = default;
+QueuePair::Impl::~Impl() = default;
+Context::Impl::~Impl() = default;
+
+Context::Impl::Impl(std::unique_ptr<service::Client> client) : remote(std::move(client)), mrs(1) {
+  const service::HelloReply& h = remote->hello();
+  limits.max_qp = h.max_qp;
+  limits.max_qp_wr = h.max_qp_wr;
+  limits.max_sge = h.max_sge;
+  limits.max_inline_data = h.max_inline_data;
+  limits.max_cqe = h.max_cqe;
+  limits.max_mr = h.max_mr;
+  limits.max_qp_rd_atom = h.max_qp_rd_atom;
+  limits.max_qp_init_rd_atom = h.max_qp_init_rd_atom;
+  std::memcpy(port.mac, h.mac, sizeof port.mac);
+  port.gid = h.gid[1];
+  port.active_mtu = static_cast<ibv_mtu>(h.active_mtu);
+}
+
+namespace remote {
+namespace {
+
+template <typename T>
+bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  const auto it = std::find_if(v.begin(), v.end(), [p](const auto& u) { return u.get() == p; });
+  if (it == v.end()) return false;
+  v.erase(it);
+  return true;
+}
+
+// One call that names an object and returns nothing else.
+int simple(internal::ContextImpl& c, service::Op op, std::uint32_t handle, const char* what) {
+  service::Request req;
+  req.op = op;
+  req.handle = handle;
+  service::Reply reply;
+  std::string why;
+  const int e = c.remote->call(req, reply, nullptr, 0, nullptr, why);
+  return e == 0 ? 0 : c.fail(e, std::string(what) + ": " + why);
+}
+
+}  // namespace
+
+std::unique_ptr<internal::ContextImpl> attach(const std::string& path, std::string& error) {
+  auto client = service::Client::connect(path, error);
+  if (!client) return nullptr;
+  return std::make_unique<internal::ContextImpl>(std::move(client));
+}
+
+ProtectionDomain* alloc_pd(Context& ctx) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  service::Request req;
+  req.op = service::Op::kAllocPd;
+  service::Reply reply;
+  std::string why;
+  if (const int e = c.remote->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c.fail(e, "alloc_pd: " + why);
+    return nullptr;
+  }
+  c.pds.push_back(std::make_unique<ProtectionDomain>(&ctx, reply.handle));
+  return c.pds.back().get();
+}
+
+int dealloc_pd(Context& ctx, ProtectionDomain* pd) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (std::none_of(c.pds.begin(), c.pds.end(), [pd](const auto& p) { return p.get() == pd; })) {
+    return c.fail(EINVAL, "not a PD of this context");
+  }
+  if (const int e = simple(c, service::Op::kDeallocPd, pd->handle(), "dealloc_pd"); e != 0) return e;
+  erase_owned(c.pds, pd);
+  return 0;
+}
+
+CompletionQueue* create_cq(Context& ctx, int cqe, void (*on_event)(void*), void* arg) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c.limits.max_cqe) {
+    c.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
+    return nullptr;
+  }
+  std::string why;
+  int err = 0;
+  auto rcq = c.remote->create_cq(static_cast<std::uint32_t>(cqe), on_event, arg, why, err);
+  if (!rcq) {
+    c.fail(err, "create_cq: " + why);
+    return nullptr;
+  }
+  auto impl = std::make_unique<internal::CqImpl>(static_cast<std::uint32_t>(cqe), 0);
+  impl->events.fire = on_event;
+  impl->events.arg = arg;
+  impl->remote = std::move(rcq);
+  c.cqs.push_back(internal::Access::make_cq(std::move(impl)));
+  return c.cqs.back().get();
+}
+
+int destroy_cq(Context& ctx, CompletionQueue* cq) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (std::none_of(c.cqs.begin(), c.cqs.end(), [cq](const auto& p) { return p.get() == cq; })) {
+    return c.fail(EINVAL, "not a CQ of this context");
+  }
+  if (impl_of(*cq).users != 0) return c.fail(EBUSY, "QPs still use this CQ; destroy them first");
+  std::string why;
+  if (const int e = c.remote->destroy_cq(impl_of(*cq).remote.get(), why); e != 0) {
+    return c.fail(e, "destroy_cq: " + why);
+  }
+  erase_owned(c.cqs, cq);
+  return 0;
+}
+
+void* alloc_buffer(Context& ctx, std::size_t bytes) {
+  internal::ContextImpl& c = impl_of(ctx);
+  void* p = c.remote->alloc_buffer(bytes);
+  if (p == nullptr) c.fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte shared buffer");
+  return p;
+}
+
+void free_buffer(Context& ctx, void* buffer) { impl_of(ctx).remote->free_buffer(buffer); }
+
+MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access) {
+  internal::ContextImpl& c = impl_of(pd->context());
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (length == 0 || addr == nullptr) {
+    c.fail(EINVAL, "bad region: zero length or no address");
+    return nullptr;
+  }
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::string why;
+  if (const int e = c.remote->share(addr, length, fd, offset, why); e != 0) {
+    c.fail(e, "reg_mr: " + why);
+    return nullptr;
+  }
+  service::Request req;
+  req.op = service::Op::kRegMr;
+  req.reg_mr = service::RegMr{pd->handle(), access, iova, length, offset};
+  service::Reply reply;
+  if (const int e = c.remote->call(req, reply, &fd, 1, nullptr, why); e != 0) {
+    c.fail(e, "reg_mr: " + why);
+    return nullptr;
+  }
+  auto mr = std::make_unique<MemoryRegion>();
+  *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
+  c.remote_mrs[mr.get()] = reply.handle;
+  c.mrs_owned.push_back(std::move(mr));
+  return c.mrs_owned.back().get();
+}
+
+int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) {
+  internal::ContextImpl& c = impl_of(pd->context());
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  const auto it = c.remote_mrs.find(mr);
+  if (it == c.remote_mrs.end()) return c.fail(EINVAL, "not a registered memory region");
+  if (const int e = simple(c, service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
+  c.remote_mrs.erase(it);
+  erase_owned(c.mrs_owned, mr);
+  return 0;
+}
+
+QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
+  internal::ContextImpl& c = impl_of(pd->context());
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr || !impl_of(*attr.send_cq).remote ||
+      !impl_of(*attr.recv_cq).remote) {
+    c.fail(EINVAL, "send_cq and recv_cq are required, both of this context");
+    return nullptr;
+  }
+  service::CreateQp req{pd->handle(), impl_of(*attr.send_cq).remote->handle, impl_of(*attr.recv_cq).remote->handle,
+                        static_cast<std::uint32_t>(attr.qp_type), attr.sq_sig_all ? 1u : 0u, attr.cap};
+  std::string why;
+  int err = 0;
+  auto rqp = c.remote->create_qp(req, why, err);
+  if (!rqp) {
+    c.fail(err, "create_qp: " + why);
+    return nullptr;
+  }
+  auto impl = std::make_unique<internal::QpImpl>();
+  impl->pd = pd;
+  impl->init = attr;
+  impl->init.cap = rqp->cap;
+  impl->qp.qpn = rqp->qpn;
+  impl->remote = std::move(rqp);
+  auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
+  ++impl_of(*attr.send_cq).users;
+  ++impl_of(*attr.recv_cq).users;
+  c.qps.push_back(std::move(qp));
+  return c.qps.back().get();
+}
+
+int destroy_qp(ProtectionDomain* pd, QueuePair* qp) {
+  internal::ContextImpl& c = impl_of(pd->context());
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  if (std::none_of(c.qps.begin(), c.qps.end(), [qp](const auto& p) { return p.get() == qp; })) {
+    return c.fail(EINVAL, "not a QP of this context");
+  }
+  internal::QpImpl& q = impl_of(*qp);
+  std::string why;
+  if (const int e = c.remote->destroy_qp(q.remote.get(), why); e != 0) return c.fail(e, "destroy_qp: " + why);
+  --impl_of(*q.init.send_cq).users;
+  --impl_of(*q.init.recv_cq).users;
+  erase_owned(c.qps, qp);
+  return 0;
+}
+
+int modify_qp(Context& ctx, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  service::Request req;
+  req.op = service::Op::kModifyQp;
+  req.modify_qp.qp = q.remote->handle;
+  req.modify_qp.mask = attr_mask;
+  req.modify_qp.attr = attr;
+  service::Reply reply;
+  std::string why;
+  if (const int e = c.remote->call(req, reply, nullptr, 0, nullptr, why); e != 0) return c.fail(e, why);
+  if (attr_mask & IBV_QP_STATE) {
+    q.remote->state = attr.qp_state;
+    q.qp.app_state.store(attr.qp_state, std::memory_order_release);
+  }
+  return 0;
+}
+
+int query_qp(Context& ctx, internal::QpImpl& q, ibv_qp_attr& attr, QpInitAttr* init_attr) {
+  internal::ContextImpl& c = impl_of(ctx);
+  std::lock_guard<std::mutex> lock(c.control_mutex);
+  service::Request req;
+  req.op = service::Op::kQueryQp;
+  req.handle = q.remote->handle;
+  service::Reply reply;
+  std::string why;
+  if (const int e = c.remote->call(req, reply, nullptr, 0, nullptr, why); e != 0) return c.fail(e, "query_qp: " + why);
+  attr = reply.query_qp.attr;
+  q.remote->state = attr.qp_state;
+  q.qp.app_state.store(attr.qp_state, std::memory_order_release);
+  if (init_attr != nullptr) *init_attr = q.init;
+  return 0;
+}
+
+void refresh_counters(Context& ctx, internal::QpImpl& q) {
+  internal::ContextImpl& c = impl_of(ctx);
+  service::Request req;
+  req.op = service::Op::kQpCounters;
+  req.handle = q.remote->handle;
+  service::Reply reply;
+  std::string why;
+  if (c.remote->call(req, reply, nullptr, 0, nullptr, why) != 0) return;
+  const std::size_t n = std::min<std::size_t>(reply.counters.count, transport::kQpCounterCount);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<transport::QpCounter>(i);
+    q.qp.counters.add(k, reply.counters.value[i] - q.qp.counters.get(k));
+  }
+}
+
+int post_send(Context& ctx, internal::QpImpl& q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_send(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(ctx).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
+                                                : "bad send WR: opcode, SGE count, inline size or QP state");
+    }
+  }
+  return 0;
+}
+
+int post_recv(Context& ctx, internal::QpImpl& q, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_recv(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(ctx).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
+                                                : "bad receive WR: SGE count or QP state (RESET)");
+    }
+  }
+  return 0;
+}
+
+}  // namespace remote
+}  // namespace uroce
