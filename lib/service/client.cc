@@ -15,6 +15,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <vector>
 #include <sstream>
 
 namespace uroce::service {
@@ -178,8 +181,7 @@ Client::~Client() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
   // The daemon frees everything of ours when the socket closes; the shared
-  // ranges stay mapped (they hold the program's memory now).
-  for (auto& [begin, s] : segments_) close(s.fd);
+  // ranges stay mapped (they hold the program's memory now, see segments()).
   if (sock_ >= 0) close(sock_);
 }
 
@@ -235,9 +237,10 @@ std::string check_private_anonymous(std::uintptr_t a0, std::uintptr_t a1) {
     const std::uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
     if (hi <= covered || lo >= a1) continue;
     if (lo > covered) break;  // a hole
-    if (perms.compare(0, 2, "rw") != 0 || perms[3] != 'p' || inode != "0") {
-      std::string what;
-      in >> what;
+    std::string what;
+    in >> what;
+    const bool ours = perms.compare(0, 2, "rw") == 0 && what.rfind("/memfd:uroce-mr", 0) == 0;  // moved before
+    if (!ours && (perms.compare(0, 2, "rw") != 0 || perms[3] != 'p' || inode != "0")) {
       return "the pages are " + perms + " " + (what.empty() ? "memory" : what) +
              ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
     }
@@ -245,6 +248,25 @@ std::string check_private_anonymous(std::uintptr_t a0, std::uintptr_t a1) {
   }
   if (covered < a1) return "part of the range is not mapped";
   return "";
+}
+
+// Memory files behind shared ranges, by start address: [begin, end) of the
+// file's mapping. Process-wide and kept for good: once moved, a range lives
+// in its file, and a later context (a program that closes and reopens the
+// device) registers it again by passing the same file.
+struct Segment {
+  std::uintptr_t end = 0;
+  int fd = -1;
+  bool owned_buffer = false;  // alloc_buffer's (freed by free_buffer)
+  std::uint32_t regions = 0;  // live regions on it (Client::hold / unhold)
+};
+struct Segments {
+  std::mutex mutex;
+  std::map<std::uintptr_t, Segment> by_begin;
+};
+Segments& segments() {
+  static auto* s = new Segments;  // never freed: mappings outlive every Client
+  return *s;
 }
 
 bool fork_safe() { return std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr; }
@@ -256,9 +278,11 @@ int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, s
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   const std::uintptr_t a0 = a & ~(page - 1);
   const std::uintptr_t a1 = (a + len + page - 1) & ~(page - 1);
-  std::lock_guard<std::mutex> lock(segments_mutex_);
-  auto next = segments_.upper_bound(a0);
-  if (next != segments_.begin()) {
+  Segments& all = segments();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  auto& by_begin = all.by_begin;
+  auto next = by_begin.upper_bound(a0);
+  if (next != by_begin.begin()) {
     auto it = std::prev(next);
     if (it->first <= a0 && a1 <= it->second.end) {
       fd = it->second.fd;
@@ -267,20 +291,32 @@ int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, s
     }
     if (it->second.end > a0) next = it;
   }
-  if (next != segments_.end() && next->first < a1) {
-    char text[160];
-    std::snprintf(text, sizeof text, "pages %#lx-%#lx overlap part of an earlier registration's (%#lx-%#lx)",
-                  static_cast<unsigned long>(a0), static_cast<unsigned long>(a1),
-                  static_cast<unsigned long>(next->first), static_cast<unsigned long>(next->second.end));
-    why = std::string(text) +
-          "; in service mode a region must lie inside an earlier one's pages or share none with it";
-    return EINVAL;
+  // Earlier files over part of these pages: merged into one new file over
+  // the union when no region uses them any more (memory freed and
+  // allocated again, as heaps do); refused while one does, since its
+  // region in the daemon would keep reading the old file.
+  std::uintptr_t u0 = a0, u1 = a1;
+  std::vector<std::map<std::uintptr_t, Segment>::iterator> merged;
+  for (auto it = next; it != by_begin.end() && it->first < a1; ++it) {
+    if (it->second.regions != 0 || it->second.owned_buffer) {
+      char text[160];
+      std::snprintf(text, sizeof text, "pages %#lx-%#lx overlap part of an earlier registration's (%#lx-%#lx)",
+                    static_cast<unsigned long>(a0), static_cast<unsigned long>(a1),
+                    static_cast<unsigned long>(it->first), static_cast<unsigned long>(it->second.end));
+      why = std::string(text) +
+            ", still registered; in service mode a region must lie inside an earlier one's pages or share none with it";
+      return EINVAL;
+    }
+    u0 = std::min(u0, it->first);
+    u1 = std::max(u1, it->second.end);
+    merged.push_back(it);
   }
-  if (std::string e = check_private_anonymous(a0, a1); !e.empty()) {
+  if (std::string e = check_private_anonymous(u0, u1); !e.empty()) {
     why = "cannot share memory at " + std::to_string(a) + " with uroced: " + e;
     return EINVAL;
   }
-  const std::size_t bytes = a1 - a0;
+  const std::uintptr_t b0 = u0;  // the new file's pages
+  const std::size_t bytes = u1 - u0;
   const int file = make_memory_file("uroce-mr", bytes);
   if (file < 0) {
     why = std::string("memfd_create: ") + std::strerror(errno);
@@ -296,10 +332,10 @@ int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, s
   // Whole pages: the head and tail pages may hold other objects (malloc's
   // own among them). Writes by other threads between this copy and the
   // remap are lost: a buffer must be quiescent while it is registered.
-  std::memcpy(temp, reinterpret_cast<void*>(a0), bytes);
-  void* at = raw_mmap(reinterpret_cast<void*>(a0), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0);
+  std::memcpy(temp, reinterpret_cast<void*>(b0), bytes);
+  void* at = raw_mmap(reinterpret_cast<void*>(b0), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0);
   raw_munmap(temp, bytes);
-  if (at != reinterpret_cast<void*>(a0)) {
+  if (at != reinterpret_cast<void*>(b0)) {
     close(file);
     why = std::string("mmap over the region: ") + std::strerror(errno);
     return ENOMEM;
@@ -307,11 +343,25 @@ int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, s
   // As rdma-core after ibv_fork_init: a child does not inherit registered
   // pages. Without it a child shares them (MAP_SHARED), where private memory
   // would be copy-on-write: README "Running as a service" says so.
-  if (fork_safe()) madvise(reinterpret_cast<void*>(a0), bytes, MADV_DONTFORK);
-  segments_[a0] = Segment{a1, file, false};
+  if (fork_safe()) madvise(reinterpret_cast<void*>(b0), bytes, MADV_DONTFORK);
+  for (auto it : merged) {
+    close(it->second.fd);
+    by_begin.erase(it);
+  }
+  by_begin[b0] = Segment{u1, file, false};
   fd = file;
-  offset = a - a0;
+  offset = a - b0;
   return 0;
+}
+
+void Client::hold(void* addr, int delta) {
+  Segments& all = segments();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  auto it = all.by_begin.upper_bound(a);
+  if (it == all.by_begin.begin()) return;
+  --it;
+  if (a < it->second.end) it->second.regions = static_cast<std::uint32_t>(static_cast<int>(it->second.regions) + delta);
 }
 
 void* Client::alloc_buffer(std::size_t bytes) {
@@ -323,19 +373,21 @@ void* Client::alloc_buffer(std::size_t bytes) {
     close(file);
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(segments_mutex_);
+  Segments& all = segments();
+  std::lock_guard<std::mutex> lock(all.mutex);
   const auto b = reinterpret_cast<std::uintptr_t>(p);
-  segments_[b] = Segment{b + size, file, true};
+  all.by_begin[b] = Segment{b + size, file, true};
   return p;
 }
 
 void Client::free_buffer(void* p) {
-  std::lock_guard<std::mutex> lock(segments_mutex_);
-  auto it = segments_.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == segments_.end() || !it->second.owned_buffer) return;
+  Segments& all = segments();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  auto it = all.by_begin.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == all.by_begin.end() || !it->second.owned_buffer) return;
   raw_munmap(p, it->second.end - it->first);
   close(it->second.fd);
-  segments_.erase(it);
+  all.by_begin.erase(it);
 }
 
 // --- CQs, QPs and their events ---------------------------------------------------------------

@@ -80,6 +80,9 @@ class Client {
   // Returns 0, the file and the offset of `addr` in it; otherwise an errno
   // value and why.
   int share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, std::string& why);
+  // A region on the file of `addr` was made (delta 1) or is gone (-1): a file
+  // with regions is never merged into another.
+  void hold(void* addr, int delta);
   // Memory already in a file (Context::alloc_buffer in service mode).
   void* alloc_buffer(std::size_t bytes);
   void free_buffer(void* p);
@@ -97,16 +100,6 @@ class Client {
   int sock_ = -1;
   HelloReply hello_{};
   std::mutex call_mutex_;  // one call at a time on the socket
-
-  // Memory files behind shared ranges, by start address: [begin, end) of the
-  // file's mapping. Kept after dereg_mr (the range now lives in the file).
-  struct Segment {
-    std::uintptr_t end = 0;
-    int fd = -1;
-    bool owned_buffer = false;  // alloc_buffer's (freed by free_buffer)
-  };
-  std::mutex segments_mutex_;
-  std::map<std::uintptr_t, Segment> segments_;
 
   // Completion events: an epoll set of the CQs' eventfds.
   // The thread finds a CQ by handle under events_mutex_, so destroy_cq

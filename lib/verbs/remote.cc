@@ -159,6 +159,7 @@ MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::
     c.fail(e, "reg_mr: " + why);
     return nullptr;
   }
+  c.remote->hold(addr, 1);
   auto mr = std::make_unique<MemoryRegion>();
   *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
   c.remote_mrs[mr.get()] = reply.handle;
@@ -172,6 +173,7 @@ int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) {
   const auto it = c.remote_mrs.find(mr);
   if (it == c.remote_mrs.end()) return c.fail(EINVAL, "not a registered memory region");
   if (const int e = simple(c, service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
+  c.remote->hold(mr->addr, -1);
   c.remote_mrs.erase(it);
   erase_owned(c.mrs_owned, mr);
   return 0;
