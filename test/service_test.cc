@@ -321,8 +321,9 @@ TEST_F(Service, AClientCannotNameAnotherClientsObjects) {
   ASSERT_NE(pd, nullptr);
   uroce::CompletionQueue* cq = a->create_cq(16);
   ASSERT_NE(cq, nullptr);
-  std::vector<char> buf(8192);
-  uroce::MemoryRegion* mr = pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  // Anonymous pages of its own, not the heap: see README on moving the heap's top.
+  auto* buf = static_cast<char*>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  uroce::MemoryRegion* mr = pd->reg_mr(buf, 8192, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr) << a->last_error();
   // b names a's objects by a's handles: unknown to the daemon in b's table.
   uroce::service::Request req;
@@ -479,9 +480,9 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
     EXPECT_NE(ctx->last_error().find("max_qps"), std::string::npos) << ctx->last_error();
     attr.qp_type = IBV_QPT_UD;
     EXPECT_EQ(pd->create_qp(attr), nullptr);
-    std::vector<char> buf(4 * 4096);
-    ASSERT_NE(pd->reg_mr(buf.data(), 4096, IBV_ACCESS_LOCAL_WRITE), nullptr) << ctx->last_error();
-    EXPECT_EQ(pd->reg_mr(buf.data() + 8192, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+    auto* buf = static_cast<char*>(mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(pd->reg_mr(buf, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr) << ctx->last_error();
+    EXPECT_EQ(pd->reg_mr(buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
     EXPECT_NE(ctx->last_error().find("max_mrs"), std::string::npos) << ctx->last_error();
     // SIGTERM: the QP goes to error, the client is told (its next call
     // fails with a clear message), the daemon exits 0.

@@ -29,7 +29,9 @@
 # - ibverbs' Stock*, */StockPair.* and UroceRun* cases: they run rdma-core's own tools (ibv_devices,
 #   ibv_devinfo), not instrumented, which load our ASan-built provider
 #   library; the ASan runtime then refuses to start ("ASan runtime does not
-#   come first"). The rest of test_ibverbs runs.
+#   come first"). The rest of test_ibverbs runs. The same for service's
+#   StockRc* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw);
+#   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
 # ASan leaves alone.
@@ -41,7 +43,8 @@ results=${1:-}
 # Tests that need ASan options of their own (see above).
 declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
-declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:Ibverbs.UroceRun*')
+declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:Ibverbs.UroceRun*'
+                   [service]='-Service.StockRc*:Service.AClientKilled*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh
