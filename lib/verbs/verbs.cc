@@ -98,6 +98,7 @@ Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
     for (std::size_t i = 0; i < engines.size(); ++i) engines[i]->attach(handover.get(), static_cast<std::uint32_t>(i));
   }
   parked = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
+  polled = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
 }
 
 transport::Qp* Context::Impl::find_qp(std::uint32_t qpn) const {
@@ -212,6 +213,7 @@ int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
   c.workers_running.store(true, std::memory_order_release);
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     c.parked[i].store(0, std::memory_order_relaxed);
+    c.polled[i].store(0, std::memory_order_relaxed);
     c.workers.emplace_back([&c, i, cpu = cpus[i], hook] {
       cpu_set_t set;
       CPU_ZERO(&set);
@@ -242,6 +244,7 @@ int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
         // On a core of its own, sched_yield returns at once.
         std::size_t did = e.poll();
         if (hook.run != nullptr) did += hook.run(hook.arg, i);
+        c.polled[i].store(seq, std::memory_order_release);  // the next control call may hold it now
         idle = did != 0 ? 0 : idle + 1;
         if (idle >= kIdlePollsBeforeYield) sched_yield();
       }

@@ -92,7 +92,11 @@ struct Context::Impl {
   // The engines' threads. A control call holds them all: it makes
   // control_seq odd, waits until every worker has parked on that value
   // between two polls, runs in the caller's thread, and makes it even again.
-  // One control call at a time.
+  // One control call at a time, and never two in a row without a poll of
+  // every worker between them: a control call first waits until each
+  // worker has polled since the last one ended (`polled`), so a thread that
+  // makes control calls back to back (telemetry, a stats loop) slows the
+  // engines but cannot starve them.
   //
   // Without workers the engines run in whichever thread calls progress(),
   // and a control call may come from another one (telemetry's). progress()
@@ -106,6 +110,7 @@ struct Context::Impl {
   std::mutex control_mutex;
   std::atomic<std::uint64_t> control_seq{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> parked;  // per worker: the odd control_seq it holds for
+  std::unique_ptr<std::atomic<std::uint64_t>[]> polled;  // per worker: the even control_seq of its last poll
   std::atomic<bool> polling{false};                      // progress() is running the engines
 
   // Runs f as a control call. Unless it only reads, every engine then looks
@@ -126,6 +131,11 @@ struct Context::Impl {
       }
     } release{*this, workers_running.load(std::memory_order_acquire), access == Access::kChanges};
     const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
+    if (release.held) {
+      for (std::size_t i = 0; i < workers.size(); ++i) {
+        while (polled[i].load(std::memory_order_acquire) < seq - 1) std::this_thread::yield();
+      }
+    }
     control_seq.store(seq, std::memory_order_seq_cst);
     if (release.held) {
       for (std::size_t i = 0; i < workers.size(); ++i) {
