@@ -173,9 +173,9 @@ void Server::accept_client() {
 
 bool Server::serve(Client& c) {
   Request req;
-  int fds[4];
+  int fds[service::kMaxFds];
   int nfds = 0;
-  const long n = service::recv_message(c.sock, &req, sizeof req, fds, 4, nfds);
+  const long n = service::recv_message(c.sock, &req, sizeof req, fds, service::kMaxFds, nfds);
   if (n <= 0 && n != -EMSGSIZE) return false;  // closed (exit, kill) or broken
   Reply reply;
   std::vector<int> reply_fds;
@@ -254,11 +254,7 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       return;
     }
     case Op::kRegMr:
-      if (nfds != 1) {
-        fail(reply, EINVAL, "reg_mr needs one memory file with the request");
-        return;
-      }
-      reg_mr(c, req.reg_mr, fds[0], reply);
+      reg_mr(c, req.reg_mr, fds, nfds, reply);
       return;
     case Op::kDeregMr:
       if (const int e = dereg_mr(c, req.handle); e != 0) {
@@ -381,7 +377,7 @@ Server::Totals Server::totals() const {
 
 // --- Memory regions ------------------------------------------------------------------
 
-void Server::reg_mr(Client& c, const service::RegMr& r, int fd, Reply& reply) {
+void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, Reply& reply) {
   auto pd = c.pds.find(r.pd);
   if (pd == c.pds.end()) {
     fail(reply, EINVAL, "no PD " + std::to_string(r.pd) + " of this client");
@@ -392,65 +388,108 @@ void Server::reg_mr(Client& c, const service::RegMr& r, int fd, Reply& reply) {
                             " memory regions, its limit (uroced max_mrs)");
     return;
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    fail(reply, EINVAL, "the region's memory file: " + errno_text(errno));
+  if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
+    fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
+                            std::to_string(nfds) + " memory files: one file per piece, 1 to " +
+                            std::to_string(service::kMaxPieces));
     return;
   }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (r.length == 0 || r.offset > size || r.length > size - r.offset) {
+  // Every piece whole pages inside a sealed memory file; the new files
+  // within the client's limit.
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<std::uint64_t> inodes;
+  std::map<std::uint64_t, std::uint64_t> new_files;  // inode -> bytes
+  std::uint64_t total = 0;
+  for (std::uint32_t i = 0; i < r.pieces; ++i) {
+    const service::MemoryPiece& p = r.piece[i];
+    struct stat st {};
+    if (fstat(fds[i], &st) != 0) {
+      fail(reply, EINVAL, "the region's memory file: " + errno_text(errno));
+      return;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (p.bytes == 0 || p.file_offset % page != 0 || p.bytes % page != 0 || p.file_offset > size ||
+        p.bytes > size - p.file_offset) {
+      fail(reply, EINVAL, "piece " + std::to_string(i) + " of the region (offset " + std::to_string(p.file_offset) +
+                              ", " + std::to_string(p.bytes) + " bytes) is not whole pages of its memory file of " +
+                              std::to_string(size) + " bytes");
+      return;
+    }
+    const auto inode = static_cast<std::uint64_t>(st.st_ino);
+    if (c.files.count(inode) == 0 && new_files.count(inode) == 0) {
+      if (std::string e = service::check_memory_file(fds[i], size); !e.empty()) {
+        fail(reply, EINVAL, "the region's memory file: " + e);
+        return;
+      }
+      new_files[inode] = size;
+    }
+    inodes.push_back(inode);
+    total += p.bytes;
+  }
+  if (r.length == 0 || r.offset > total || r.length > total - r.offset) {
     fail(reply, EINVAL, "the region (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
-                            " bytes) leaves its memory file of " + std::to_string(size) + " bytes");
+                            " bytes) leaves its " + std::to_string(total) + " bytes of memory files");
     return;
   }
-  const std::uint64_t inode = static_cast<std::uint64_t>(st.st_ino);
-  auto m = c.mappings.find(inode);
-  if (m == c.mappings.end()) {
-    if (std::string e = service::check_memory_file(fd, size); !e.empty()) {
-      fail(reply, EINVAL, "the region's memory file: " + e);
-      return;
-    }
-    if (c.mapped + size > config_.limits.pinned_mb * kMiB) {
-      fail(reply, ENOMEM, "this client would have " + std::to_string((c.mapped + size) / kMiB) +
-                              " MiB registered, over its limit of " + std::to_string(config_.limits.pinned_mb) +
-                              " MiB (uroced max_pinned_mb)");
-      return;
-    }
-    void* base = service::map_shared(fd, size);
-    if (base == nullptr) {
-      fail(reply, ENOMEM, "mapping the region's memory file: " + errno_text(errno));
-      return;
-    }
-    m = c.mappings.emplace(inode, Mapping{base, size, 0}).first;
-    c.mapped += size;
+  std::uint64_t added = 0;
+  for (const auto& [inode, bytes] : new_files) added += bytes;
+  if (c.mapped + added > config_.limits.pinned_mb * kMiB) {
+    fail(reply, ENOMEM, "this client would have " + std::to_string((c.mapped + added) / kMiB) +
+                            " MiB registered, over its limit of " + std::to_string(config_.limits.pinned_mb) +
+                            " MiB (uroced max_pinned_mb)");
+    return;
   }
-  MemoryRegion* mr =
-      pd->second->reg_mr_iova(static_cast<char*>(m->second.base) + r.offset, r.length, r.iova, r.access);
+  // The view: one mapping, or an address range reserved and the pieces
+  // mapped over it side by side.
+  void* view = nullptr;
+  if (r.pieces == 1) {
+    view = service::map_shared(fds[0], r.piece[0].bytes, r.piece[0].file_offset);
+  } else {
+    void* base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    view = base == MAP_FAILED ? nullptr : base;
+    std::uint64_t at = 0;
+    for (std::uint32_t i = 0; view != nullptr && i < r.pieces; at += r.piece[i++].bytes) {
+      void* p = mmap(static_cast<char*>(base) + at, r.piece[i].bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                     fds[i], static_cast<off_t>(r.piece[i].file_offset));
+      if (p == MAP_FAILED) {
+        const int e = errno;
+        munmap(base, total);
+        errno = e;
+        view = nullptr;
+      }
+    }
+  }
+  if (view == nullptr) {
+    fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(errno));
+    return;
+  }
+  MemoryRegion* mr = pd->second->reg_mr_iova(static_cast<char*>(view) + r.offset, r.length, r.iova, r.access);
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
-    if (m->second.users == 0) {
-      munmap(m->second.base, m->second.bytes);
-      c.mapped -= m->second.bytes;
-      c.mappings.erase(m);
-    }
+    munmap(view, total);
     return;
   }
-  ++m->second.users;
+  for (const auto& [inode, bytes] : new_files) c.files[inode] = File{bytes, 0};
+  for (std::uint64_t inode : inodes) ++c.files[inode].users;
+  c.mapped += added;
   reply.handle = c.next_handle++;
   reply.reg_mr.lkey = mr->lkey;
   reply.reg_mr.rkey = mr->rkey;
-  c.mrs[reply.handle] = Mr{mr, inode};
+  c.mrs[reply.handle] = Mr{mr, view, total, std::move(inodes)};
 }
 
 int Server::dereg_mr(Client& c, std::uint32_t handle) {
   auto it = c.mrs.find(handle);
   if (it == c.mrs.end()) return EINVAL;
   if (const int e = it->second.mr->pd->dereg_mr(it->second.mr); e != 0) return e;
-  auto m = c.mappings.find(it->second.inode);
-  if (m != c.mappings.end() && --m->second.users == 0) {
-    munmap(m->second.base, m->second.bytes);
-    c.mapped -= m->second.bytes;
-    c.mappings.erase(m);
+  // dereg_mr returned: the engines no longer touch the view.
+  munmap(it->second.view, it->second.view_bytes);
+  for (std::uint64_t inode : it->second.inodes) {
+    auto f = c.files.find(inode);
+    if (f != c.files.end() && --f->second.users == 0) {
+      c.mapped -= f->second.bytes;
+      c.files.erase(f);
+    }
   }
   c.mrs.erase(it);
   return 0;
@@ -630,12 +669,16 @@ void Server::release(Client& c) {
     if (destroy_cq(c, c.cqs.begin()->first) != 0) c.cqs.erase(c.cqs.begin());
   }
   while (!c.mrs.empty()) {
-    if (dereg_mr(c, c.mrs.begin()->first) != 0) c.mrs.erase(c.mrs.begin());
+    // A region that cannot be deregistered keeps its view mapped (the
+    // engines may still read it): leaked, never unmapped under them.
+    if (dereg_mr(c, c.mrs.begin()->first) != 0) {
+      spdlog::warn("uroced: client {}: a region would not deregister; its memory stays mapped", c.id);
+      c.mrs.erase(c.mrs.begin());
+    }
   }
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();
-  for (auto& [inode, m] : c.mappings) munmap(m.base, m.bytes);
-  c.mappings.clear();
+  c.files.clear();
   c.mapped = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.sock, nullptr);
   close(c.sock);

@@ -43,14 +43,17 @@ class Server {
   Totals totals() const;
 
  private:
-  struct Mapping {
-    void* base = nullptr;
-    std::size_t bytes = 0;
-    std::uint32_t users = 0;  // regions on it
+  // A client's memory file, counted against its max_pinned_mb once
+  // however many regions lie on it.
+  struct File {
+    std::uint64_t bytes = 0;
+    std::uint32_t users = 0;  // pieces of regions on it
   };
   struct Mr {
     MemoryRegion* mr = nullptr;
-    std::uint64_t inode = 0;  // its memory file (Client::mappings)
+    void* view = nullptr;  // the region's pieces mapped side by side, as the client sees them
+    std::size_t view_bytes = 0;
+    std::vector<std::uint64_t> inodes;  // its pieces' files (Client::files)
   };
   struct Cq {
     CompletionQueue* cq = nullptr;
@@ -79,8 +82,8 @@ class Server {
     std::map<std::uint32_t, Mr> mrs;
     std::map<std::uint32_t, Cq> cqs;
     std::map<std::uint32_t, Qp> qps;
-    std::map<std::uint64_t, Mapping> mappings;  // by inode
-    std::uint64_t mapped = 0;                   // bytes of memory files
+    std::map<std::uint64_t, File> files;  // by inode
+    std::uint64_t mapped = 0;             // bytes of memory files
     std::uint64_t ring_bytes = 0;
   };
 
@@ -92,7 +95,7 @@ class Server {
               std::vector<int>& reply_fds);
   int fail(service::Reply& reply, int err, const std::string& why);
 
-  void reg_mr(Client& c, const service::RegMr& r, int fd, service::Reply& reply);
+  void reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply);
   void create_cq(Client& c, const service::CreateCq& r, service::Reply& reply, std::vector<int>& fds);
   void create_qp(Client& c, const service::CreateQp& r, service::Reply& reply, std::vector<int>& fds);
   int destroy_qp(Client& c, std::uint32_t handle);

@@ -182,7 +182,7 @@ Client::~Client() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
   // The daemon frees everything of ours when the socket closes; the shared
-  // ranges stay mapped (they hold the program's memory now, see segments()).
+  // ranges stay mapped (they hold the program's memory now, see memory.cc).
   if (sock_ >= 0) close(sock_);
 }
 
@@ -193,9 +193,9 @@ int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std
     message = std::string("uroced's socket: ") + std::strerror(e) + " (has the daemon stopped?)";
     return e == EPIPE ? ECONNRESET : e;
   }
-  int rfds[4];
+  int rfds[kMaxFds];
   int n = 0;
-  const long len = recv_message(sock_, &reply, sizeof reply, rfds, 4, n);
+  const long len = recv_message(sock_, &reply, sizeof reply, rfds, kMaxFds, n);
   if (len <= 0 || static_cast<std::size_t>(len) != sizeof reply) {
     for (int i = 0; i < n; ++i) close(rfds[i]);
     message = len == 0 ? "uroced closed the connection (it stopped, or refused this client)"
@@ -206,198 +206,6 @@ int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std
   else for (int i = 0; i < n; ++i) close(rfds[i]);
   if (reply.error != 0) message.assign(reply.message, strnlen(reply.message, sizeof reply.message));
   return reply.error;
-}
-
-// --- Memory -------------------------------------------------------------------------------
-
-namespace {
-
-std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
-
-// mmap and munmap straight to the kernel: allocators that hook them (UCX's
-// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
-// drop the very registration being made.
-void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
-  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-}
-int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
-
-// "" if every page of [a0, a1) is private anonymous read-write memory (heap,
-// stack, anonymous mmap): the only kind that may be replaced by a shared
-// file at the same address without changing the program's meaning.
-std::string check_private_anonymous(std::uintptr_t a0, std::uintptr_t a1) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  std::uintptr_t covered = a0;
-  while (std::getline(maps, line) && covered < a1) {
-    std::istringstream in(line);
-    std::string range, perms, offset, dev, inode;
-    in >> range >> perms >> offset >> dev >> inode;
-    const std::size_t dash = range.find('-');
-    const std::uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
-    const std::uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
-    if (hi <= covered || lo >= a1) continue;
-    if (lo > covered) break;  // a hole
-    std::string what;
-    in >> what;
-    const bool ours = perms.compare(0, 2, "rw") == 0 && what.rfind("/memfd:uroce-mr", 0) == 0;  // moved before
-    if (!ours && (perms.compare(0, 2, "rw") != 0 || perms[3] != 'p' || inode != "0")) {
-      return "the pages are " + perms + " " + (what.empty() ? "memory" : what) +
-             ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
-    }
-    covered = hi;
-  }
-  if (covered < a1) return "part of the range is not mapped";
-  return "";
-}
-
-// Memory files behind shared ranges, by start address: [begin, end) of the
-// file's mapping. Process-wide and kept for good: once moved, a range lives
-// in its file, and a later context (a program that closes and reopens the
-// device) registers it again by passing the same file.
-struct Segment {
-  std::uintptr_t end = 0;
-  int fd = -1;
-  bool owned_buffer = false;  // alloc_buffer's (freed by free_buffer)
-  std::uint32_t regions = 0;  // live regions on it (Client::hold / unhold)
-};
-struct Segments {
-  std::mutex mutex;
-  std::map<std::uintptr_t, Segment> by_begin;
-};
-Segments& segments() {
-  static auto* s = new Segments;  // never freed: mappings outlive every Client
-  return *s;
-}
-
-// Whole pages, other objects' bytes among them (freed ones too), copied by
-// the kernel: a sanitizer's memcpy would take the reads of freed chunks for
-// a use after free.
-void copy_pages(void* dst, const void* src, std::size_t bytes) {
-  iovec to{dst, bytes};
-  iovec from{const_cast<void*>(src), bytes};
-  if (process_vm_readv(getpid(), &to, 1, &from, 1, 0) != static_cast<ssize_t>(bytes)) std::memcpy(dst, src, bytes);
-}
-
-bool fork_safe() { return std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr; }
-
-}  // namespace
-
-int Client::share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, std::string& why) {
-  const std::uintptr_t page = page_size();
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  const std::uintptr_t a0 = a & ~(page - 1);
-  const std::uintptr_t a1 = (a + len + page - 1) & ~(page - 1);
-  Segments& all = segments();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  auto& by_begin = all.by_begin;
-  auto next = by_begin.upper_bound(a0);
-  if (next != by_begin.begin()) {
-    auto it = std::prev(next);
-    if (it->first <= a0 && a1 <= it->second.end) {
-      fd = it->second.fd;
-      offset = a - it->first;
-      return 0;
-    }
-    if (it->second.end > a0) next = it;
-  }
-  // Earlier files over part of these pages: merged into one new file over
-  // the union when no region uses them any more (memory freed and
-  // allocated again, as heaps do); refused while one does, since its
-  // region in the daemon would keep reading the old file.
-  std::uintptr_t u0 = a0, u1 = a1;
-  std::vector<std::map<std::uintptr_t, Segment>::iterator> merged;
-  for (auto it = next; it != by_begin.end() && it->first < a1; ++it) {
-    if (it->second.regions != 0 || it->second.owned_buffer) {
-      char text[160];
-      std::snprintf(text, sizeof text, "pages %#lx-%#lx overlap part of an earlier registration's (%#lx-%#lx)",
-                    static_cast<unsigned long>(a0), static_cast<unsigned long>(a1),
-                    static_cast<unsigned long>(it->first), static_cast<unsigned long>(it->second.end));
-      why = std::string(text) +
-            ", still registered; in service mode a region must lie inside an earlier one's pages or share none with it";
-      return EINVAL;
-    }
-    u0 = std::min(u0, it->first);
-    u1 = std::max(u1, it->second.end);
-    merged.push_back(it);
-  }
-  if (std::string e = check_private_anonymous(u0, u1); !e.empty()) {
-    why = "cannot share memory at " + std::to_string(a) + " with uroced: " + e;
-    return EINVAL;
-  }
-  const std::uintptr_t b0 = u0;  // the new file's pages
-  const std::size_t bytes = u1 - u0;
-  const int file = make_memory_file("uroce-mr", bytes);
-  if (file < 0) {
-    why = std::string("memfd_create: ") + std::strerror(errno);
-    return ENOMEM;
-  }
-  void* temp = raw_mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
-  if (temp == MAP_FAILED) {
-    const int e = errno;
-    close(file);
-    why = std::string("mmap: ") + std::strerror(e);
-    return ENOMEM;
-  }
-  // Whole pages: the head and tail pages may hold other objects (malloc's
-  // own among them). Writes by other threads between this copy and the
-  // remap are lost: a buffer must be quiescent while it is registered.
-  copy_pages(temp, reinterpret_cast<const void*>(b0), bytes);
-  void* at = raw_mmap(reinterpret_cast<void*>(b0), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0);
-  raw_munmap(temp, bytes);
-  if (at != reinterpret_cast<void*>(b0)) {
-    close(file);
-    why = std::string("mmap over the region: ") + std::strerror(errno);
-    return ENOMEM;
-  }
-  // As rdma-core after ibv_fork_init: a child does not inherit registered
-  // pages. Without it a child shares them (MAP_SHARED), where private memory
-  // would be copy-on-write: README "Running as a service" says so.
-  if (fork_safe()) madvise(reinterpret_cast<void*>(b0), bytes, MADV_DONTFORK);
-  for (auto it : merged) {
-    close(it->second.fd);
-    by_begin.erase(it);
-  }
-  by_begin[b0] = Segment{u1, file, false};
-  fd = file;
-  offset = a - b0;
-  return 0;
-}
-
-void Client::hold(void* addr, int delta) {
-  Segments& all = segments();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  auto it = all.by_begin.upper_bound(a);
-  if (it == all.by_begin.begin()) return;
-  --it;
-  if (a < it->second.end) it->second.regions = static_cast<std::uint32_t>(static_cast<int>(it->second.regions) + delta);
-}
-
-void* Client::alloc_buffer(std::size_t bytes) {
-  const std::size_t size = page_round(bytes == 0 ? 1 : bytes);
-  const int file = make_memory_file("uroce-buffer", size);
-  if (file < 0) return nullptr;
-  void* p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
-  if (p == MAP_FAILED) {
-    close(file);
-    return nullptr;
-  }
-  Segments& all = segments();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  const auto b = reinterpret_cast<std::uintptr_t>(p);
-  all.by_begin[b] = Segment{b + size, file, true};
-  return p;
-}
-
-void Client::free_buffer(void* p) {
-  Segments& all = segments();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  auto it = all.by_begin.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == all.by_begin.end() || !it->second.owned_buffer) return;
-  raw_munmap(p, it->second.end - it->first);
-  close(it->second.fd);
-  all.by_begin.erase(it);
 }
 
 // --- CQs, QPs and their events ---------------------------------------------------------------

@@ -57,6 +57,18 @@ struct RemoteQp {
   ~RemoteQp();
 };
 
+// Where a region lies: whole pages of memory files side by side, from the
+// page of its first byte to that of its last, and its offset in them.
+struct SharedRange {
+  struct Piece {
+    int fd = -1;  // the client's; stays open (owned by the client library)
+    std::uint64_t file_offset = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Piece> pieces;
+  std::uint64_t offset = 0;
+};
+
 class Client {
  public:
   // Attaches to the daemon at `path`. nullptr and a one-line `error` (what to
@@ -71,18 +83,17 @@ class Client {
 
   // One control call: 0 or the daemon's errno, its reason in `message`.
   // Descriptors sent with the request are not closed; those of the reply are
-  // returned in `fds` (up to 4).
+  // returned in `fds` (up to kMaxFds).
   int call(const Request& req, Reply& reply, const int* fds, int nfds, std::vector<int>* got, std::string& message);
 
-  // The memory file holding [addr, addr + len) at the same addresses, made
-  // now when no earlier one covers it: the pages are copied into a new file
-  // which is then mapped over them in place (research verbs-abi.md §7).
-  // Returns 0, the file and the offset of `addr` in it; otherwise an errno
-  // value and why.
-  int share(void* addr, std::size_t len, int& fd, std::uint64_t& offset, std::string& why);
-  // A region on the file of `addr` was made (delta 1) or is gone (-1): a file
-  // with regions is never merged into another.
-  void hold(void* addr, int delta);
+  // The memory files holding [addr, addr + len) at the same addresses
+  // (lib/service/memory.cc): private anonymous pages among them are moved
+  // onto a new file now (copied into it, which is then mapped over them in
+  // place); pages already on one of ours are passed as they are. Returns 0
+  // and the pieces; otherwise an errno value and why: EINVAL (pages that
+  // are not private anonymous memory, or too many pieces), EFAULT (pages
+  // not mapped), ENOMEM.
+  int share(void* addr, std::size_t len, SharedRange& out, std::string& why);
   // Memory already in a file (Context::alloc_buffer in service mode).
   void* alloc_buffer(std::size_t bytes);
   void free_buffer(void* p);

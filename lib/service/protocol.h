@@ -19,16 +19,19 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
+// Memory files of one region (RegMr::piece), and so descriptors of one message.
+inline constexpr std::uint32_t kMaxPieces = 16;
+inline constexpr int kMaxFds = static_cast<int>(kMaxPieces);
 
 enum class Op : std::uint32_t {
   kHello = 1,    // -> HelloReply
   kAllocPd,      // -> handle
   kDeallocPd,    // handle
-  kRegMr,        // RegMr + the memory file -> RegMrReply
+  kRegMr,        // RegMr + one memory file per piece -> RegMrReply
   kDeregMr,      // handle
   kCreateCq,     // CreateCq -> handle + ring file + eventfd
   kDestroyCq,    // handle
@@ -44,12 +47,22 @@ struct Hello {
   std::uint32_t version = kProtocolVersion;
 };
 
+// A region's pages, in the client's address order: each piece whole pages
+// of one memory file (the descriptors passed with the request, one per
+// piece, in the same order). The daemon maps the pieces side by side, as
+// the client sees them; the region starts `offset` bytes into the first.
+struct MemoryPiece {
+  std::uint64_t file_offset = 0;
+  std::uint64_t bytes = 0;
+};
 struct RegMr {
   std::uint32_t pd = 0;
   std::int32_t access = 0;
   std::uint64_t iova = 0;    // what SGEs and peers use (the client's address for ibv_reg_mr)
   std::uint64_t length = 0;
-  std::uint64_t offset = 0;  // where the region starts in the memory file
+  std::uint64_t offset = 0;  // where the region starts in the pieces laid side by side
+  std::uint32_t pieces = 0;
+  MemoryPiece piece[kMaxPieces];
 };
 
 struct CreateCq {

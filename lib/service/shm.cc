@@ -1,5 +1,7 @@
 #include "service/shm.h"
 
+#include "service/protocol.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -59,7 +61,8 @@ int send_message(int sock, const void* buf, std::size_t len, const int* fds, int
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
+  if (nfds > kMaxFds) return E2BIG;
   if (nfds > 0) {
     msg.msg_control = control;
     msg.msg_controllen = CMSG_SPACE(static_cast<std::size_t>(nfds) * sizeof(int));
@@ -82,7 +85,7 @@ long recv_message(int sock, void* buf, std::size_t len, int* fds, int max_fds, i
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;

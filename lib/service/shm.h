@@ -68,7 +68,7 @@ std::string check_memory_file(int fd, std::size_t bytes);
 // Maps `bytes` of `fd` shared, read-write, at `offset`; nullptr and errno on failure.
 void* map_shared(int fd, std::size_t bytes, std::size_t offset = 0);
 
-// One message of `len` bytes with up to 4 descriptors on a SOCK_SEQPACKET
+// One message of `len` bytes with up to kMaxFds descriptors on a SOCK_SEQPACKET
 // socket. send_message: 0 or an errno value. recv_message: the message's
 // length (0: the peer closed), or -errno; `fds` receives the descriptors
 // (`nfds` how many; extras beyond `max_fds` are closed); a message longer

@@ -144,22 +144,25 @@ MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::
     c.fail(EINVAL, "bad region: zero length or no address");
     return nullptr;
   }
-  int fd = -1;
-  std::uint64_t offset = 0;
+  service::SharedRange range;
   std::string why;
-  if (const int e = c.remote->share(addr, length, fd, offset, why); e != 0) {
+  if (const int e = c.remote->share(addr, length, range, why); e != 0) {
     c.fail(e, "reg_mr: " + why);
     return nullptr;
   }
   service::Request req;
   req.op = service::Op::kRegMr;
-  req.reg_mr = service::RegMr{pd->handle(), access, iova, length, offset};
+  req.reg_mr = service::RegMr{pd->handle(), access, iova, length, range.offset, 0, {}};
+  int fds[service::kMaxPieces];
+  for (const service::SharedRange::Piece& p : range.pieces) {
+    fds[req.reg_mr.pieces] = p.fd;
+    req.reg_mr.piece[req.reg_mr.pieces++] = service::MemoryPiece{p.file_offset, p.bytes};
+  }
   service::Reply reply;
-  if (const int e = c.remote->call(req, reply, &fd, 1, nullptr, why); e != 0) {
+  if (const int e = c.remote->call(req, reply, fds, static_cast<int>(req.reg_mr.pieces), nullptr, why); e != 0) {
     c.fail(e, "reg_mr: " + why);
     return nullptr;
   }
-  c.remote->hold(addr, 1);
   auto mr = std::make_unique<MemoryRegion>();
   *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
   c.remote_mrs[mr.get()] = reply.handle;
@@ -173,7 +176,6 @@ int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) {
   const auto it = c.remote_mrs.find(mr);
   if (it == c.remote_mrs.end()) return c.fail(EINVAL, "not a registered memory region");
   if (const int e = simple(c, service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
-  c.remote->hold(mr->addr, -1);
   c.remote_mrs.erase(it);
   erase_owned(c.mrs_owned, mr);
   return 0;

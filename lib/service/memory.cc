@@ -1,0 +1,376 @@
+// The client's memory in service mode (research verbs-abi.md §7): a region
+// the program registers must be pages of memory files the daemon can map,
+// at the addresses the program uses. Private anonymous pages (heap, stack,
+// anonymous mmap) are moved onto a new file in place: copied into it, then
+// the file is mapped over them. Pages already on one of our files are
+// passed as they are. So a region is a row of pieces, each whole pages of
+// one file, and a page is moved at most once however many regions cover it
+// (buffers that share a page with a live region, as neighbours on a heap
+// do, register as verbs allows).
+//
+// What is on which file is read from /proc/self/maps at each registration,
+// never remembered by address: a heap that gives pages back (brk shrinks,
+// munmap) and takes new ones at the same addresses has new anonymous pages
+// there, which are moved afresh.
+//
+// fork(): the moved pages were private memory, so a child must get a copy,
+// not the parent's pages (a child's malloc on shared heap pages would
+// corrupt the parent's heap). As the kernel copies pinned pages into a
+// child at fork (Linux >= 5.13, so rdma-core needs no ibv_fork_init
+// there), a fork handler makes every page of our files private in the
+// child, a copy taken while the parent's forking thread waits for it.
+// With RDMAV_FORK_SAFE or IBV_FORK_SAFE the pages are MADV_DONTFORK
+// instead, as rdma-core after ibv_fork_init: the child has none.
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "service/client.h"
+
+namespace uroce::service {
+namespace {
+
+std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+
+// mmap and munmap straight to the kernel: allocators that hook them (UCX's
+// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
+// drop the very registration being made.
+void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+}
+int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+
+// One line of /proc/self/maps.
+struct Vma {
+  std::uintptr_t lo = 0, hi = 0;
+  std::string perms;
+  std::uint64_t offset = 0;
+  std::uint64_t inode = 0;
+  std::string path;
+  bool private_anonymous() const { return perms.compare(0, 2, "rw") == 0 && perms[3] == 'p' && inode == 0; }
+};
+
+std::vector<Vma> read_maps() {
+  std::vector<Vma> all;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, offset, dev;
+    Vma v;
+    in >> range >> v.perms >> offset >> dev >> v.inode;
+    std::getline(in >> std::ws, v.path);
+    const std::size_t dash = range.find('-');
+    if (dash == std::string::npos || v.perms.size() < 4) continue;
+    v.lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    v.hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    v.offset = std::stoull(offset, nullptr, 16);
+    all.push_back(std::move(v));
+  }
+  return all;
+}
+
+// Our memory files, by inode: each kept open while the process maps it, to
+// be passed again for a later region on its pages. Process-wide: a later
+// context (a program that closes and reopens the device) finds them too.
+struct File {
+  int fd = -1;
+  bool buffer = false;  // alloc_buffer's, closed by free_buffer only
+};
+struct Files {
+  std::mutex mutex;
+  std::map<std::uint64_t, File> by_inode;
+  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> buffers;  // alloc_buffer's: bytes, inode
+};
+Files& files() {
+  static auto* f = new Files;  // never freed: mappings outlive every Client
+  return *f;
+}
+
+std::uint64_t inode_of(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// Whole pages, other objects' bytes among them (freed ones too), copied by
+// the kernel: a sanitizer's memcpy would take the reads of freed chunks for
+// a use after free.
+void copy_pages(void* dst, const void* src, std::size_t bytes) {
+  iovec to{dst, bytes};
+  iovec from{const_cast<void*>(src), bytes};
+  if (process_vm_readv(getpid(), &to, 1, &from, 1, 0) != static_cast<ssize_t>(bytes)) std::memcpy(dst, src, bytes);
+}
+
+// [lo, hi) becomes private anonymous memory with the same bytes.
+void make_private(std::uintptr_t lo, std::uintptr_t hi) {
+  const std::size_t bytes = hi - lo;
+  void* copy = raw_mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) return;
+  copy_pages(copy, reinterpret_cast<const void*>(lo), bytes);
+  // One step, so the range is never unmapped in between.
+  if (mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(lo)) == MAP_FAILED) {
+    raw_munmap(copy, bytes);
+  }
+}
+
+// --- fork ---------------------------------------------------------------------------------
+
+// The child's side: runs single-threaded in the child before fork()
+// returns there, so it allocates nothing (the heap may be on the very pages
+// it copies) and reads /proc/self/maps with read(2) into static buffers.
+constexpr std::size_t kForkRanges = 1024;
+std::pair<std::uintptr_t, std::uintptr_t> g_fork_ranges[kForkRanges];
+char g_maps_chunk[1 << 16];
+char g_maps_line[8192];
+
+// Up to kForkRanges of our files' shared mappings; how many.
+std::size_t collect_shared_ranges() {
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::size_t n = 0, len = 0;
+  for (;;) {
+    const ssize_t got = read(fd, g_maps_chunk, sizeof g_maps_chunk);
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got; ++i) {
+      const char ch = g_maps_chunk[i];
+      if (ch != '\n') {
+        if (len + 1 < sizeof g_maps_line) g_maps_line[len++] = ch;
+        continue;
+      }
+      g_maps_line[len] = '\0';
+      len = 0;
+      char* end = nullptr;
+      const std::uintptr_t lo = std::strtoul(g_maps_line, &end, 16);
+      if (end == nullptr || *end != '-') continue;
+      const std::uintptr_t hi = std::strtoul(end + 1, &end, 16);
+      if (end == nullptr || std::strncmp(end, " rw-s ", 6) != 0) continue;
+      if (std::strstr(end, " /memfd:uroce-") == nullptr) continue;
+      if (n < kForkRanges) g_fork_ranges[n++] = {lo, hi};
+    }
+  }
+  close(fd);
+  return n;
+}
+
+void fork_child_copies() {
+  for (;;) {
+    const std::size_t n = collect_shared_ranges();
+    for (std::size_t i = 0; i < n; ++i) make_private(g_fork_ranges[i].first, g_fork_ranges[i].second);
+    if (n < kForkRanges) break;  // more may be left: look again
+  }
+}
+
+int g_fork_pipe[2] = {-1, -1};  // the child tells the waiting parent it has its copy
+
+void fork_prepare() {
+  files().mutex.lock();  // no registration half done in another thread
+  if (pipe2(g_fork_pipe, O_CLOEXEC) != 0) g_fork_pipe[0] = g_fork_pipe[1] = -1;
+}
+void fork_parent() {
+  if (g_fork_pipe[1] >= 0) {
+    close(g_fork_pipe[1]);
+    // Until the child has copied the pages (or died: end of file): this
+    // thread must not change them meanwhile.
+    char done;
+    while (read(g_fork_pipe[0], &done, 1) < 0 && errno == EINTR) {
+    }
+    close(g_fork_pipe[0]);
+  }
+  files().mutex.unlock();
+}
+void fork_child() {
+  fork_child_copies();
+  if (g_fork_pipe[1] >= 0) {
+    const char done = 1;
+    [[maybe_unused]] const ssize_t w = write(g_fork_pipe[1], &done, 1);
+    close(g_fork_pipe[1]);
+    close(g_fork_pipe[0]);
+  }
+  files().mutex.unlock();
+}
+
+void install_fork_handlers() {
+  static const int once = pthread_atfork(fork_prepare, fork_parent, fork_child);
+  (void)once;
+}
+
+bool fork_safe() { return std::getenv("RDMAV_FORK_SAFE") != nullptr || std::getenv("IBV_FORK_SAFE") != nullptr; }
+
+std::string hex_range(std::uintptr_t a, std::uintptr_t b) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%#lx-%#lx", static_cast<unsigned long>(a), static_cast<unsigned long>(b));
+  return text;
+}
+
+// Moves the private anonymous pages [b0, b1) onto a new memory file in
+// place; its descriptor, or -1 and why.
+int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
+  const std::size_t bytes = b1 - b0;
+  const int file = make_memory_file("uroce-mr", bytes);
+  if (file < 0) {
+    why = std::string("memfd_create: ") + std::strerror(errno);
+    return -1;
+  }
+  void* temp = raw_mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  if (temp == MAP_FAILED) {
+    why = std::string("mmap: ") + std::strerror(errno);
+    close(file);
+    return -1;
+  }
+  // Whole pages: the head and tail pages may hold other objects (malloc's
+  // own among them). Writes by other threads between this copy and the
+  // remap are lost: a buffer must be quiescent while it is registered.
+  copy_pages(temp, reinterpret_cast<const void*>(b0), bytes);
+  void* at = raw_mmap(reinterpret_cast<void*>(b0), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0);
+  const int e = errno;
+  raw_munmap(temp, bytes);
+  if (at != reinterpret_cast<void*>(b0)) {
+    why = std::string("mmap over the region: ") + std::strerror(e);
+    close(file);
+    return -1;
+  }
+  // As rdma-core after ibv_fork_init: a child does not inherit registered
+  // pages. Without it a child shares them (MAP_SHARED), where private memory
+  // would be copy-on-write: README "Running as a service" says so.
+  if (fork_safe()) madvise(reinterpret_cast<void*>(b0), bytes, MADV_DONTFORK);
+  return file;
+}
+
+
+}  // namespace
+
+int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& why) {
+  const std::uintptr_t page = page_size();
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uintptr_t a0 = a & ~(page - 1);
+  const std::uintptr_t a1 = (a + len + page - 1) & ~(page - 1);
+  install_fork_handlers();
+  Files& all = files();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  const std::vector<Vma> maps = read_maps();
+
+  // Files no longer mapped here (their pages given back by the program) are
+  // closed: the daemon keeps its own mapping for the regions still on them.
+  std::set<std::uint64_t> mapped;
+  for (const Vma& v : maps) mapped.insert(v.inode);
+  for (auto it = all.by_inode.begin(); it != all.by_inode.end();) {
+    if (!it->second.buffer && mapped.count(it->first) == 0) {
+      close(it->second.fd);
+      it = all.by_inode.erase(it);
+    } else {
+      ++it;
+    }
+  }
+
+  // The plan: [a0, a1) as runs on our files and runs of anonymous pages
+  // (fd -1) to move, checked whole before anything moves.
+  struct Run {
+    std::uintptr_t lo, hi;
+    int fd;
+    std::uint64_t file_offset;
+  };
+  std::vector<Run> runs;
+  std::uintptr_t covered = a0;
+  for (const Vma& v : maps) {
+    if (v.hi <= covered || covered >= a1) continue;
+    if (v.lo > covered) break;  // a hole
+    const std::uintptr_t lo = covered, hi = std::min(v.hi, a1);
+    const auto ours = v.inode != 0 ? all.by_inode.find(v.inode) : all.by_inode.end();
+    if (ours != all.by_inode.end() && v.path.rfind("/memfd:uroce-", 0) == 0 && v.perms.compare(0, 2, "rw") == 0 &&
+        v.perms[3] == 's') {
+      const std::uint64_t off = v.offset + (lo - v.lo);
+      if (!runs.empty() && runs.back().fd == ours->second.fd &&
+          runs.back().file_offset + (runs.back().hi - runs.back().lo) == off) {
+        runs.back().hi = hi;  // the same file, continued (a VMA split by mprotect or madvise)
+      } else {
+        runs.push_back(Run{lo, hi, ours->second.fd, off});
+      }
+    } else if (v.private_anonymous()) {
+      if (!runs.empty() && runs.back().fd < 0) {
+        runs.back().hi = hi;
+      } else {
+        runs.push_back(Run{lo, hi, -1, 0});
+      }
+    } else {
+      why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " + hex_range(lo, hi) +
+            " are " + v.perms + " " + (v.path.empty() ? "memory" : v.path) +
+            ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
+      return EINVAL;
+    }
+    covered = hi;
+  }
+  if (covered < a1) {
+    why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " +
+          hex_range(covered, a1) + " are not mapped";
+    return EFAULT;
+  }
+  if (runs.size() > kMaxPieces) {
+    why = "the region lies on " + std::to_string(runs.size()) + " pieces of memory (pages moved for earlier "
+          "regions between others), more than " + std::to_string(kMaxPieces) +
+          " in one registration: register it in parts, or its buffer before those inside it";
+    return EINVAL;
+  }
+
+  out.pieces.clear();
+  for (Run& r : runs) {
+    if (r.fd < 0) {
+      r.fd = move_onto_file(r.lo, r.hi, why);
+      if (r.fd < 0) return ENOMEM;
+      all.by_inode[inode_of(r.fd)] = File{r.fd, false};
+    }
+    out.pieces.push_back(SharedRange::Piece{r.fd, r.file_offset, r.hi - r.lo});
+  }
+  out.offset = a - a0;
+  return 0;
+}
+
+void* Client::alloc_buffer(std::size_t bytes) {
+  const std::size_t size = page_round(bytes == 0 ? 1 : bytes);
+  const int file = make_memory_file("uroce-buffer", size);
+  if (file < 0) return nullptr;
+  install_fork_handlers();
+  void* p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  if (p == MAP_FAILED) {
+    close(file);
+    return nullptr;
+  }
+  Files& all = files();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  const std::uint64_t inode = inode_of(file);
+  all.by_inode[inode] = File{file, true};
+  all.buffers[reinterpret_cast<std::uintptr_t>(p)] = {size, inode};
+  return p;
+}
+
+void Client::free_buffer(void* p) {
+  Files& all = files();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  auto it = all.buffers.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == all.buffers.end()) return;
+  raw_munmap(p, it->second.first);
+  auto f = all.by_inode.find(it->second.second);
+  if (f != all.by_inode.end()) {
+    close(f->second.fd);
+    all.by_inode.erase(f);
+  }
+  all.buffers.erase(it);
+}
+
+}  // namespace uroce::service
