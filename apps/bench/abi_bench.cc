@@ -4,7 +4,8 @@
 // lib/ibverbs's libibverbs.so.1 with rdma-core's header
 // (uroce-bench-abi-verbs), built from this one file; the worker on CPU 1,
 // this thread on CPU 0 (EAL's -l 0). It measures
-//   latency: 8-byte SEND ping-pong between the QPs, half the round trip;
+//   latency: 8-byte SEND ping-pong between the QPs, half the round trip,
+//     and an 8-byte RDMA WRITE ping-pong polled in memory (ib_write_lat's way);
 //   bandwidth: 64 KiB RDMA WRITEs, 16 outstanding.
 // tools/bench-abi.sh runs the two in turns and prints their ratio.
 //
@@ -227,6 +228,51 @@ std::vector<double> ping_pong(Api& api, double seconds) {
   return half;
 }
 
+// Half round trips of an 8-byte RDMA WRITE ping-pong, as ib_write_lat
+// measures it: each QP writes a count into a word the other side polls in
+// memory; one WRITE in 16 is signaled (the others' slots come back with it).
+std::vector<double> write_ping_pong(Api& api, double seconds) {
+  volatile std::uint64_t* word[2] = {reinterpret_cast<volatile std::uint64_t*>(api.buf + 256),
+                                     reinterpret_cast<volatile std::uint64_t*>(api.buf + 320)};
+  std::uint64_t* source[2] = {reinterpret_cast<std::uint64_t*>(api.buf + 384),
+                              reinterpret_cast<std::uint64_t*>(api.buf + 448)};
+  *word[0] = 0;
+  *word[1] = 0;
+  std::vector<double> half;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  ibv_wc wc[16];
+  for (std::uint64_t v = 1; Clock::now() < end; ++v) {
+    const auto t0 = Clock::now();
+    for (int from = 0; from < 2; ++from) {
+      const int to = 1 - from;
+      *source[from] = v;
+      ibv_sge sge = {reinterpret_cast<std::uintptr_t>(source[from]), 8, api.lkey()};
+      ibv_send_wr w{};
+      w.sg_list = &sge;
+      w.num_sge = 1;
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.send_flags = v % 16 == 0 ? IBV_SEND_SIGNALED : 0;
+      w.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(word[to]);
+      w.wr.rdma.rkey = api.rkey();
+      if (api.post_send(from, &w) != 0) return {};
+      while (*word[to] != v) {
+        const int n = api.poll(from, 16, wc);
+        for (int i = 0; i < n; ++i) {
+          if (wc[i].status != IBV_WC_SUCCESS) return {};
+        }
+      }
+    }
+    half.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+  }
+  // The last signaled WRITEs' completions, so the queue is empty for what follows.
+  for (auto until = Clock::now() + std::chrono::milliseconds(100); Clock::now() < until;) {
+    api.poll(0, 16, wc);
+    api.poll(1, 16, wc);
+  }
+  std::sort(half.begin(), half.end());
+  return half;
+}
+
 // Gb/s of 64 KiB WRITEs from QP 0 into the region, kDepth outstanding.
 double write_bandwidth(Api& api, double seconds) {
   ibv_sge sge = {reinterpret_cast<std::uintptr_t>(api.buf), kBig, api.lkey()};
@@ -290,19 +336,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<double> lat = ping_pong(api, seconds);
+  const std::vector<double> wlat = write_ping_pong(api, seconds);
   const double gbps = write_bandwidth(api, seconds);
-  if (lat.empty() || gbps == 0) {
+  if (lat.empty() || wlat.empty() || gbps == 0) {
     std::fprintf(stderr, "uroce-bench-abi: a work request failed\n");
     return 1;
   }
   const double p50 = lat[lat.size() / 2];
   const double p99 = lat[lat.size() * 99 / 100];
-  std::printf("api %s: 8 B SEND half round trip p50 %.3f us, p99 %.3f us (%zu round trips); 64 KiB WRITE %.2f Gb/s\n",
-              kApi, p50, p99, lat.size(), gbps);
+  const double wp50 = wlat[wlat.size() / 2];
+  std::printf("api %s: 8 B SEND half round trip p50 %.3f us, p99 %.3f us (%zu round trips); "
+              "8 B WRITE half round trip p50 %.3f us; 64 KiB WRITE %.2f Gb/s\n",
+              kApi, p50, p99, lat.size(), wp50, gbps);
   if (!json.empty()) {
     if (FILE* f = std::fopen(json.c_str(), "a")) {
-      std::fprintf(f, "{\"api\":\"%s\",\"lat_p50_us\":%.4f,\"lat_p99_us\":%.4f,\"round_trips\":%zu,\"write_64k_gbps\":%.3f}\n",
-                   kApi, p50, p99, lat.size(), gbps);
+      std::fprintf(f,
+                   "{\"api\":\"%s\",\"lat_p50_us\":%.4f,\"lat_p99_us\":%.4f,\"round_trips\":%zu,"
+                   "\"write_lat_p50_us\":%.4f,\"write_64k_gbps\":%.3f}\n",
+                   kApi, p50, p99, lat.size(), wp50, gbps);
       std::fclose(f);
     }
   }

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
   if (std::string e = server.listen(); !e.empty()) return die(e);
   std::vector<int> cpus = config.workers;
   if (cpus.empty()) cpus.assign(config.queues, -1);
-  if (ctx.start_workers(cpus, uroce::Context::WorkerHook{&uroce::daemon::Server::pump, &server}) != 0) {
+  if (ctx.start_workers(cpus, uroce::Context::WorkerHook{&uroce::daemon::Server::pump_completions, &server,
+                                                               &uroce::daemon::Server::pump_requests}) != 0) {
     return die("workers did not start: " + ctx.last_error());
   }
   uroce::dpdk::telemetry_expose(&ctx, "uroced");

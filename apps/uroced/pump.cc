@@ -23,10 +23,17 @@ void Pump::remove(PumpQp* q) { with_lock([&] { erase(qps_, q); }); }
 void Pump::add(PumpCq* c) { with_lock([&] { cqs_.push_back(c); }); }
 void Pump::remove(PumpCq* c) { with_lock([&] { erase(cqs_, c); }); }
 
-std::size_t Pump::run() {
+std::size_t Pump::run_requests() {
   if (lock_.exchange(true, std::memory_order_acquire)) return 0;
   std::size_t moved = 0;
   for (PumpQp* q : qps_) moved += drain_rq(*q) + drain_sq(*q);
+  lock_.store(false, std::memory_order_release);
+  return moved;
+}
+
+std::size_t Pump::run_completions() {
+  if (lock_.exchange(true, std::memory_order_acquire)) return 0;
+  std::size_t moved = 0;
   for (PumpCq* c : cqs_) moved += fill(*c);
   lock_.store(false, std::memory_order_release);
   return moved;

@@ -52,7 +52,12 @@ struct PumpCq {
 // control call that holds the workers never waits for this.
 class Pump {
  public:
-  std::size_t run();  // one round; what moved
+  // One round, in two halves around each poll of the worker's engine:
+  // requests from the clients' rings to the QPs before it (so they go out
+  // in that poll), completions from the CQs to the rings after it (so they
+  // reach the clients before the next). Each returns what it moved.
+  std::size_t run_requests();
+  std::size_t run_completions();
   void add(PumpQp* q);
   void remove(PumpQp* q);
   void add(PumpCq* c);

@@ -31,9 +31,12 @@ class Server {
   // lets their completions out, and closes the clients. Returns 0.
   int run();
 
-  // Context::WorkerHook: worker `worker`'s pump.
-  static std::size_t pump(void* self, std::size_t worker) {
-    return static_cast<Server*>(self)->pumps_[worker].run();
+  // Context::WorkerHook: worker `worker`'s pump, before and after each poll.
+  static std::size_t pump_requests(void* self, std::size_t worker) {
+    return static_cast<Server*>(self)->pumps_[worker].run_requests();
+  }
+  static std::size_t pump_completions(void* self, std::size_t worker) {
+    return static_cast<Server*>(self)->pumps_[worker].run_completions();
   }
 
   struct Totals {

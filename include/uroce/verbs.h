@@ -175,14 +175,17 @@ class Context {
   // two bursts while it runs. Returns 0; EBUSY if workers already run;
   // EINVAL unless there is one CPU per engine (PortConfig::queues).
   int start_workers(const std::vector<int>& cpus);
-  // The same, and each worker also runs `hook(arg, i)` (i: its engine) after
-  // every poll of its engine, never while a control call holds it: how
-  // uroced moves work between its clients' shared rings and the QPs. The
-  // hook returns how much it did (0: nothing, so the worker may yield) and
-  // must not block or make control calls.
+  // The same, and each worker also runs `hook.run(arg, i)` (i: its engine)
+  // after every poll of its engine, and `hook.before(arg, i)` before it,
+  // never while a control call holds it: how uroced moves work between its
+  // clients' shared rings and the QPs (requests before a poll, so they go
+  // out in it; completions after). Each returns how much it did (0:
+  // nothing, so the worker may yield) and must not block or make control
+  // calls; either may be null.
   struct WorkerHook {
     std::size_t (*run)(void* arg, std::size_t worker) = nullptr;
     void* arg = nullptr;
+    std::size_t (*before)(void* arg, std::size_t worker) = nullptr;
   };
   int start_workers(const std::vector<int>& cpus, WorkerHook hook);
   int start_worker(int cpu) { return start_workers({cpu}); }

@@ -242,7 +242,8 @@ int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
         // a 2-core machine) a spinning worker would otherwise hold its core
         // for a whole time slice while the thread it waits for cannot run.
         // On a core of its own, sched_yield returns at once.
-        std::size_t did = e.poll();
+        std::size_t did = hook.before != nullptr ? hook.before(hook.arg, i) : 0;
+        did += e.poll();
         if (hook.run != nullptr) did += hook.run(hook.arg, i);
         c.polled[i].store(seq, std::memory_order_release);  // the next control call may hold it now
         idle = did != 0 ? 0 : idle + 1;
