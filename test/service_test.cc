@@ -86,12 +86,19 @@ std::string env_lib() { return "env -u UROCE_EAL -u UROCE_IP LD_LIBRARY_PATH=" U
 
 // A daemon on one end of a memif pair in `dir`.
 struct Daemon {
+  // Its EAL runtime folder, where its DPDK telemetry socket lies.
+  static std::string prefix(const std::string& name) {
+    return "uroce-svc-" + name + "-" + std::to_string(getpid());
+  }
   std::string socket;
+  std::string telemetry;
   Process proc;
   std::string error;
   Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "") {
     socket = dir + "/" + name + ".sock";
-    const std::string eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
+    telemetry = "/var/run/dpdk/" + prefix(name) + "/dpdk_telemetry.v2";
+    const std::string eal = kEal + " --file-prefix=" + prefix(name) + " -l " + std::to_string(cpu) +
+                            " --vdev=net_memif0,role=" +
                             (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192";
     proc = spawn(std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0." + (server ? "1" : "2") +
                      "/24 --socket " + socket + " " + extra,
@@ -464,6 +471,51 @@ TEST_F(Service, WithForkSafetyAChildDoesNotGetRegisteredPages) {
   waitpid(child, &st, 0);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "3: no attach, 4: no region, 5: the grandchild had the pages";
+}
+
+// One DPDK telemetry command on a daemon's telemetry socket: its JSON answer.
+std::string telemetry_query(const std::string& path, const std::string& command) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) close(fd);
+    return "cannot connect to " + path;
+  }
+  std::string buf(65536, '\0');
+  ssize_t n = read(fd, buf.data(), buf.size());  // the greeting: version, pid, max_output_len
+  if (n > 0 && write(fd, command.data(), command.size()) == static_cast<ssize_t>(command.size())) {
+    n = read(fd, buf.data(), buf.size());
+  }
+  close(fd);
+  return n > 0 ? buf.substr(0, static_cast<std::size_t>(n)) : "no answer";
+}
+
+// uroced's clients in DPDK telemetry (/uroced/clients): each client's pid,
+// objects and QP numbers, whose counters /uroce/qp gives.
+TEST_F(Service, TelemetryListsTheClientsAndTheirQps) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  uroce::ProtectionDomain* pd = ctx->alloc_pd();
+  uroce::CompletionQueue* cq = ctx->create_cq(8);
+  ASSERT_TRUE(pd && cq);
+  uroce::QpInitAttr attr;
+  attr.send_cq = attr.recv_cq = cq;
+  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  uroce::QueuePair* qp = pd->create_qp(attr);
+  ASSERT_NE(qp, nullptr) << ctx->last_error();
+  const std::string clients = telemetry_query(a_->telemetry, "/uroced/clients");
+  EXPECT_NE(clients.find("\"pid " + std::to_string(getpid()) + "\""), std::string::npos) << clients;
+  EXPECT_NE(clients.find("\"qpns " + std::to_string(qp->qp_num()) + "\""), std::string::npos) << clients;
+  EXPECT_NE(clients.find("\"qps 1\""), std::string::npos) << clients;
+  const std::string counters = telemetry_query(a_->telemetry, "/uroce/qp,0," + std::to_string(qp->qp_num()));
+  EXPECT_NE(counters.find("\"state\":\"RESET\""), std::string::npos) << counters;
+  EXPECT_NE(counters.find("\"tx_packets\":0"), std::string::npos) << counters;
+  EXPECT_EQ(pd->destroy_qp(qp), 0);
+  EXPECT_EQ(ctx->destroy_cq(cq), 0);
+  EXPECT_EQ(ctx->dealloc_pd(pd), 0);
 }
 
 // A daemon of its own with small limits, and what SIGTERM does.

@@ -20,6 +20,7 @@
 #include "cc/dcqcn.h"
 #include "compose/device.h"
 #include "compose/telemetry.h"
+#include "telemetry.h"
 #include "config.h"
 #include "dpdk/eal.h"
 #include "server.h"
@@ -139,12 +140,14 @@ int main(int argc, char** argv) {
     return die("workers did not start: " + ctx.last_error());
   }
   uroce::dpdk::telemetry_expose(&ctx, "uroced");
+  uroce::daemon::telemetry_expose_clients(&server);
   spdlog::info("uroced: serving {} on port {} ({} queue(s)); clients attach at {}", config.eal, config.port_id,
                config.queues, config.socket);
   // A line for whoever waits for us (tests, scripts): the socket is ready.
   std::printf("uroced: ready on %s\n", config.socket.c_str());
   std::fflush(stdout);
   const int rc = server.run();
+  uroce::daemon::telemetry_hide_clients();
   uroce::dpdk::telemetry_hide(&ctx);
   ctx.stop_workers();
   spdlog::info("uroced: stopped");

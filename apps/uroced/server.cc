@@ -141,7 +141,33 @@ int Server::run() {
         clients_.erase(it);
       }
     }
+    publish_client_table();
   }
+}
+
+void Server::publish_client_table() {
+  std::vector<ClientRow> rows;
+  rows.reserve(clients_.size());
+  for (const auto& [sock, c] : clients_) {
+    ClientRow r;
+    r.id = c->id;
+    r.pid = c->pid;
+    r.uid = c->uid;
+    r.pds = static_cast<std::uint32_t>(c->pds.size());
+    r.mrs = static_cast<std::uint32_t>(c->mrs.size());
+    r.cqs = static_cast<std::uint32_t>(c->cqs.size());
+    r.qps = static_cast<std::uint32_t>(c->qps.size());
+    r.mapped_bytes = c->mapped + c->ring_bytes;
+    for (const auto& [h, q] : c->qps) r.qpns.push_back(q.qp->qp_num());
+    rows.push_back(std::move(r));
+  }
+  std::lock_guard<std::mutex> lock(table_mutex_);
+  table_.swap(rows);
+}
+
+std::vector<Server::ClientRow> Server::client_table() const {
+  std::lock_guard<std::mutex> lock(table_mutex_);
+  return table_;
 }
 
 void Server::accept_client() {

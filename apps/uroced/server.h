@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,19 @@ class Server {
   static std::size_t pump_completions(void* self, std::size_t worker) {
     return static_cast<Server*>(self)->pumps_[worker].run_completions();
   }
+
+  // One client as DPDK telemetry's /uroced/clients reports it
+  // (apps/uroced/telemetry.cc): a copy the control loop publishes after
+  // every request, read from telemetry's thread.
+  struct ClientRow {
+    std::uint32_t id = 0;
+    std::int32_t pid = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint64_t mapped_bytes = 0;
+    std::vector<std::uint32_t> qpns;
+  };
+  std::vector<ClientRow> client_table() const;
 
   struct Totals {
     std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0;
@@ -105,6 +119,7 @@ class Server {
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
   void release(Client& c);  // everything of c, then its socket
+  void publish_client_table();
 
   Context& ctx_;
   Config config_;
@@ -115,6 +130,8 @@ class Server {
   int signal_fd_ = -1;
   std::uint32_t next_client_ = 1;
   std::map<int, std::unique_ptr<Client>> clients_;  // by socket
+  mutable std::mutex table_mutex_;
+  std::vector<ClientRow> table_;  // clients_ as last published
 };
 
 }  // namespace uroce::daemon

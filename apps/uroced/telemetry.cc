@@ -1,0 +1,54 @@
+#include "telemetry.h"
+
+#include <rte_telemetry.h>
+
+#include <atomic>
+#include <cerrno>
+#include <string>
+
+namespace uroce::daemon {
+namespace {
+
+std::atomic<const Server*> g_server{nullptr};
+
+// /uroced/clients: each client's process, objects and QP numbers (whose
+// counters are at /uroce/qp,0,QPN).
+int list_clients(const char*, const char*, rte_tel_data* d) {
+  const Server* server = g_server.load();
+  if (server == nullptr) return -ENODEV;
+  rte_tel_data_start_dict(d);
+  for (const Server::ClientRow& r : server->client_table()) {
+    // 22.11's telemetry nests arrays only: a client is an array of
+    // "field value" strings.
+    rte_tel_data* c = rte_tel_data_alloc();
+    if (c == nullptr) return -ENOMEM;
+    rte_tel_data_start_array(c, RTE_TEL_STRING_VAL);
+    std::string qpns;
+    for (std::uint32_t q : r.qpns) {
+      if (!qpns.empty()) qpns.push_back(' ');
+      qpns.append(std::to_string(q));
+    }
+    const std::string fields[] = {"pid " + std::to_string(r.pid),   "uid " + std::to_string(r.uid),
+                                  "pds " + std::to_string(r.pds),   "mrs " + std::to_string(r.mrs),
+                                  "cqs " + std::to_string(r.cqs),   "qps " + std::to_string(r.qps),
+                                  "mapped_bytes " + std::to_string(r.mapped_bytes), "qpns " + qpns};
+    for (const std::string& f : fields) rte_tel_data_add_array_string(c, f.c_str());
+    const std::string name = "client_" + std::to_string(r.id);  // names: [A-Za-z0-9_/] only
+    rte_tel_data_add_dict_container(d, name.c_str(), c, 0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void telemetry_expose_clients(const Server* server) {
+  static const bool registered =
+      rte_telemetry_register_cmd("/uroced/clients", list_clients,
+                                 "uroced's clients: pid, uid, objects, mapped bytes and QPNs (counters: /uroce/qp,0,QPN)") == 0;
+  (void)registered;
+  g_server.store(server);
+}
+
+void telemetry_hide_clients() { g_server.store(nullptr); }
+
+}  // namespace uroce::daemon
