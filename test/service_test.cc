@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -700,6 +701,43 @@ TEST_F(ServiceHeap, AForkedChildsMallocLeavesTheParentsHeapAlone) {
   malloc_trim(0);
   EXPECT_EQ(pda_->dereg_mr(held), 0);
   EXPECT_EQ(write_and_check(src.data(), dst.data(), src.size(), 32), "") << "after the fork";
+}
+
+// The library's own buffers (Context::alloc_buffer) are memory files from
+// the start, passed as they are: of hugepages when some are free (the test
+// reserves four, when the machine lets it), else of normal pages. A region
+// in the middle of one is placed exactly either way.
+TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
+  const std::string knob = "/proc/sys/vm/nr_hugepages";
+  const long reserved = std::atol(read_file(knob).c_str());
+  const bool more = std::system(("echo " + std::to_string(reserved + 4) + " > " + knob + " 2>/dev/null").c_str()) == 0 &&
+                    std::atol(read_file(knob).c_str()) >= reserved + 4;
+  const std::size_t bytes = 4u << 20;
+  auto* buf = static_cast<std::uint8_t*>(cb_->alloc_buffer(bytes));
+  ASSERT_NE(buf, nullptr) << cb_->last_error();
+  std::memset(buf, 0, bytes);
+  // Its mapping's page size, from smaps.
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_buf = false;
+  long page_kb = 0;
+  while (std::getline(smaps, line)) {
+    if (std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos) {
+      in_buf = std::stoull(line.substr(0, line.find('-')), nullptr, 16) == reinterpret_cast<std::uintptr_t>(buf);
+    } else if (in_buf && line.rfind("KernelPageSize:", 0) == 0) {
+      page_kb = std::atol(line.c_str() + 15);
+    }
+  }
+  if (more) {
+    EXPECT_EQ(page_kb, 2048) << "hugepages were free, the buffer is not on them";
+  }
+  std::vector<std::uint8_t> src(64 * 1024 + 100);
+  EXPECT_EQ(write_and_check(src.data(), buf + (1u << 20) + 100, src.size(), 41), "") << "pages of " << page_kb << " KiB";
+  cb_->free_buffer(buf);
+  if (more) {
+    EXPECT_EQ(std::system(("echo " + std::to_string(reserved) + " > " + knob).c_str()), 0);
+  }
+  std::printf("  the buffer was on %ld KiB pages\n", page_kb);
 }
 
 TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {

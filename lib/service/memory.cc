@@ -92,7 +92,8 @@ std::vector<Vma> read_maps() {
 // context (a program that closes and reopens the device) finds them too.
 struct File {
   int fd = -1;
-  bool buffer = false;  // alloc_buffer's, closed by free_buffer only
+  bool buffer = false;         // alloc_buffer's, closed by free_buffer only
+  std::uintptr_t page = 4096;  // its page size: 2 MiB for a hugepage buffer
 };
 struct Files {
   std::mutex mutex;
@@ -285,6 +286,7 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     std::uintptr_t lo, hi;
     int fd;
     std::uint64_t file_offset;
+    std::uintptr_t page;  // of its file: pieces are whole pages of it
   };
   std::vector<Run> runs;
   std::uintptr_t covered = a0;
@@ -300,13 +302,13 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
           runs.back().file_offset + (runs.back().hi - runs.back().lo) == off) {
         runs.back().hi = hi;  // the same file, continued (a VMA split by mprotect or madvise)
       } else {
-        runs.push_back(Run{lo, hi, ours->second.fd, off});
+        runs.push_back(Run{lo, hi, ours->second.fd, off, ours->second.page});
       }
     } else if (v.private_anonymous()) {
       if (!runs.empty() && runs.back().fd < 0) {
         runs.back().hi = hi;
       } else {
-        runs.push_back(Run{lo, hi, -1, 0});
+        runs.push_back(Run{lo, hi, -1, 0, page});
       }
     } else {
       why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " + hex_range(lo, hi) +
@@ -328,6 +330,21 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     return EINVAL;
   }
 
+  // A hugepage buffer's file is mapped in whole hugepages, at addresses
+  // aligned to them, which a row of pieces cannot promise: such a region
+  // lies inside its buffer, as one piece of whole hugepages.
+  for (Run& r : runs) {
+    if (r.page == page) continue;
+    if (runs.size() != 1) {
+      why = "a region at " + hex_range(a, a + len) + " reaches past its hugepage buffer (alloc_buffer): "
+            "in service mode it must lie inside it";
+      return EINVAL;
+    }
+    const std::uintptr_t head = r.lo & (r.page - 1);  // the VMA is hugepage-aligned, so this stays inside it
+    r.lo -= head;
+    r.file_offset -= head;
+    r.hi = (r.hi + r.page - 1) & ~(r.page - 1);
+  }
   out.pieces.clear();
   for (Run& r : runs) {
     if (r.fd < 0) {
@@ -337,24 +354,43 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     }
     out.pieces.push_back(SharedRange::Piece{r.fd, r.file_offset, r.hi - r.lo});
   }
-  out.offset = a - a0;
+  out.offset = a - runs.front().lo;
   return 0;
 }
 
 void* Client::alloc_buffer(std::size_t bytes) {
-  const std::size_t size = page_round(bytes == 0 ? 1 : bytes);
-  const int file = make_memory_file("uroce-buffer", size);
-  if (file < 0) return nullptr;
   install_fork_handlers();
-  void* p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
-  if (p == MAP_FAILED) {
-    close(file);
-    return nullptr;
+  // Hugepages when the buffer fills at least one and some are free (the
+  // mapping reserves them, so none free fails here, not on a later fault);
+  // normal pages otherwise.
+  constexpr std::size_t kHuge = 2u << 20;
+  std::size_t size = 0;
+  int file = -1;
+  void* p = MAP_FAILED;
+  if (bytes >= kHuge) {
+    size = (bytes + kHuge - 1) & ~(kHuge - 1);
+    file = make_memory_file("uroce-buffer", size, true);
+    if (file >= 0) p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+    if (p == MAP_FAILED && file >= 0) {
+      close(file);
+      file = -1;
+    }
+  }
+  const bool huge = p != MAP_FAILED;
+  if (!huge) {
+    size = page_round(bytes == 0 ? 1 : bytes);
+    file = make_memory_file("uroce-buffer", size);
+    if (file < 0) return nullptr;
+    p = raw_mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+    if (p == MAP_FAILED) {
+      close(file);
+      return nullptr;
+    }
   }
   Files& all = files();
   std::lock_guard<std::mutex> lock(all.mutex);
   const std::uint64_t inode = inode_of(file);
-  all.by_inode[inode] = File{file, true};
+  all.by_inode[inode] = File{file, true, huge ? kHuge : page_size()};
   all.buffers[reinterpret_cast<std::uintptr_t>(p)] = {size, inode};
   return p;
 }

@@ -24,8 +24,8 @@ std::size_t page_round(std::size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-int make_memory_file(const char* name, std::size_t bytes) {
-  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+int make_memory_file(const char* name, std::size_t bytes, bool huge) {
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u));
   if (fd < 0) return -1;
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {

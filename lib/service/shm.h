@@ -59,9 +59,10 @@ std::uint32_t ring_slots(std::uint32_t n);
 std::size_t page_round(std::size_t bytes);
 
 // A memory file of `bytes` (memfd, close-on-exec), sealed against shrinking
-// and growing (so a peer that maps it never meets SIGBUS), zero-filled. -1
-// and errno on failure.
-int make_memory_file(const char* name, std::size_t bytes);
+// and growing (so a peer that maps it never meets SIGBUS), zero-filled; of
+// 2 MiB hugepages with `huge` (bytes a multiple of 2 MiB; mapping it
+// reserves them). -1 and errno on failure.
+int make_memory_file(const char* name, std::size_t bytes, bool huge = false);
 // Whether `fd` is a memory file of exactly `bytes` sealed against shrinking
 // and growing; "" or why not.
 std::string check_memory_file(int fd, std::size_t bytes);
