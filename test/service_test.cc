@@ -33,6 +33,8 @@
 #include "service/protocol.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
+#include "telemetry_client.h"
+#include "work_requests.h"
 
 namespace {
 
@@ -474,25 +476,6 @@ TEST_F(Service, WithForkSafetyAChildDoesNotGetRegisteredPages) {
   EXPECT_EQ(WEXITSTATUS(st), 0) << "3: no attach, 4: no region, 5: the grandchild had the pages";
 }
 
-// One DPDK telemetry command on a daemon's telemetry socket: its JSON answer.
-std::string telemetry_query(const std::string& path, const std::string& command) {
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    if (fd >= 0) close(fd);
-    return "cannot connect to " + path;
-  }
-  std::string buf(65536, '\0');
-  ssize_t n = read(fd, buf.data(), buf.size());  // the greeting: version, pid, max_output_len
-  if (n > 0 && write(fd, command.data(), command.size()) == static_cast<ssize_t>(command.size())) {
-    n = read(fd, buf.data(), buf.size());
-  }
-  close(fd);
-  return n > 0 ? buf.substr(0, static_cast<std::size_t>(n)) : "no answer";
-}
-
 // uroced's clients in DPDK telemetry (/uroced/clients): each client's pid,
 // objects and QP numbers, whose counters /uroce/qp gives.
 TEST_F(Service, TelemetryListsTheClientsAndTheirQps) {
@@ -507,11 +490,11 @@ TEST_F(Service, TelemetryListsTheClientsAndTheirQps) {
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
   uroce::QueuePair* qp = pd->create_qp(attr);
   ASSERT_NE(qp, nullptr) << ctx->last_error();
-  const std::string clients = telemetry_query(a_->telemetry, "/uroced/clients");
+  const std::string clients = uroce::test::telemetry_query(a_->telemetry, "/uroced/clients");
   EXPECT_NE(clients.find("\"pid " + std::to_string(getpid()) + "\""), std::string::npos) << clients;
   EXPECT_NE(clients.find("\"qpns " + std::to_string(qp->qp_num()) + "\""), std::string::npos) << clients;
   EXPECT_NE(clients.find("\"qps 1\""), std::string::npos) << clients;
-  const std::string counters = telemetry_query(a_->telemetry, "/uroce/qp,0," + std::to_string(qp->qp_num()));
+  const std::string counters = uroce::test::telemetry_query(a_->telemetry, "/uroce/qp,0," + std::to_string(qp->qp_num()));
   EXPECT_NE(counters.find("\"state\":\"RESET\""), std::string::npos) << counters;
   EXPECT_NE(counters.find("\"tx_packets\":0"), std::string::npos) << counters;
   EXPECT_EQ(pd->destroy_qp(qp), 0);
@@ -576,18 +559,11 @@ class ServiceHeap : public Service {
       pda_->dereg_mr(ms);
       return "reg_mr of the destination: " + cb_->last_error();
     }
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), ms->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = seed;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(dst);
-    wr.wr.rdma.rkey = md->rkey;
-    ibv_send_wr* bad = nullptr;
     std::string what;
-    if (qa_->post_send(&wr, &bad) != 0) what = "post_send: " + ca_->last_error();
+    if (uroce::test::post_rdma(qa_, IBV_WR_RDMA_WRITE, src, static_cast<std::uint32_t>(len), ms->lkey, dst, md->rkey,
+                               seed) != 0) {
+      what = "post_send: " + ca_->last_error();
+    }
     ibv_wc wc{};
     int got = 0;
     for (auto end = std::chrono::steady_clock::now() + 10s; what.empty() && got == 0;) {

@@ -30,6 +30,7 @@
 #include "uroce/stats.h"
 #include "wire/parse_status.h"
 #include "work_requests.h"
+#include "telemetry_client.h"
 
 namespace uroce::test {
 namespace {
@@ -383,25 +384,9 @@ TEST(StatsDpdk, ReadBesideWorkers) {
   EXPECT_GT(value(d.pair->a->stats(), StatScope::kEngine, "rx_frames"), 0u);
 }
 
-// A client of DPDK's telemetry socket: one command, one answer.
+// The answer of this process's telemetry to `command`.
 std::string telemetry(const std::string& command) {
-  const std::string path = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    if (fd >= 0) close(fd);
-    return "cannot connect to " + path;
-  }
-  std::vector<char> buf(65536);
-  std::string answer = "no answer";
-  if (read(fd, buf.data(), buf.size()) > 0 && write(fd, command.data(), command.size()) > 0) {
-    const ssize_t n = read(fd, buf.data(), buf.size());
-    if (n > 0) answer.assign(buf.data(), static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return answer;
+  return telemetry_query(std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2", command);
 }
 
 // The telemetry index of the device called `name`, or "".

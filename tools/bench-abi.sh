@@ -29,7 +29,8 @@ command -v ib_write_bw >/dev/null || { echo "bench-abi: ib_write_bw missing; too
 tmp=$(mktemp -d /tmp/uroce-bench-abi.XXXXXX)
 trap '[[ -n ${UROCE_BENCH_KEEP:-} ]] && cp -r "$tmp" "$UROCE_BENCH_KEEP"; rm -rf "$tmp"' EXIT
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=tools/bench_lib.sh
+source tools/bench_lib.sh
 
 # --- 1. one process -------------------------------------------------------
 for ((r = 0; r < runs; r++)); do
@@ -85,12 +86,10 @@ p_bw=$(median <"$tmp/perf_workers")
 pi_bw=$(median <"$tmp/perf_inline")
 i_bw=$(median <"$tmp/ibw_bw")
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.3f", a / b }'; }
-diff_us() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.3f", a - b }'; }
 printf '%-58s %12s %12s %10s\n' "medians of $runs runs in turns" "uroce API" "libibverbs" "verbs/API"
-printf '%-58s %12s %12s %10s\n' "one process, 8 B SEND half round trip p50 (us)" "$u_lat" "$v_lat" "$(diff_us "$v_lat" "$u_lat") us"
-printf '%-58s %12s %12s %10s\n' "  the same, the best run of each" "$u_lat_min" "$v_lat_min" "$(diff_us "$v_lat_min" "$u_lat_min") us"
-printf '%-58s %12s %12s %10s\n' "one process, 8 B WRITE half round trip p50 (us)" "$u_wlat" "$v_wlat" "$(diff_us "$v_wlat" "$u_wlat") us"
+printf '%-58s %12s %12s %10s\n' "one process, 8 B SEND half round trip p50 (us)" "$u_lat" "$v_lat" "$(diff_us "$v_lat" "$u_lat")"
+printf '%-58s %12s %12s %10s\n' "  the same, the best run of each" "$u_lat_min" "$v_lat_min" "$(diff_us "$v_lat_min" "$u_lat_min")"
+printf '%-58s %12s %12s %10s\n' "one process, 8 B WRITE half round trip p50 (us)" "$u_wlat" "$v_wlat" "$(diff_us "$v_wlat" "$u_wlat")"
 printf '%-58s %12s %12s %10s\n' "one process, 64 KiB WRITE (Gb/s)" "$u_bw" "$v_bw" "$(ratio "$v_bw" "$u_bw")"
 printf '%-58s %12s %12s %10.3f\n' "  the same, median of each run pair's ratio" "" "" "$pair_bw"
 printf '%-58s %12s %12s %10s\n' "memif, 2 processes, 64 KiB WRITE (Gb/s): uroce-perf --workers" "$p_bw" "$i_bw" "$(ratio "$i_bw" "$p_bw")"

@@ -33,7 +33,8 @@ trap cleanup EXIT
 eal="--no-huge --no-shconf --no-pci -l 0 -m 512 --vdev=net_ring0 --log-level=lib.eal:error"
 seconds=${UROCE_BENCH_SECONDS:-2}
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=tools/bench_lib.sh
+source tools/bench_lib.sh
 field() { grep -o "\"$2\":[0-9.]*" "$1" | cut -d: -f2; }
 
 start_daemon() {
@@ -79,8 +80,6 @@ i_sl=$(field "$tmp/inproc.json" lat_p50_us | median)
 s_sl=$(field "$tmp/service.json" lat_p50_us | median)
 p_bw=$(median <"$tmp/pair_sum")
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.3f", a / b }'; }
-diff_us() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.3f us", a - b }'; }
 printf '%-52s %12s %14s %12s\n' "medians of $runs runs in turns" "in-process" "through uroced" "uroced/in"
 printf '%-52s %12s %14s %12s\n' "64 KiB WRITE, 16 outstanding (Gb/s)" "$i_bw" "$s_bw" "$(ratio "$s_bw" "$i_bw")"
 printf '%-52s %12s %14s %12s\n' "8 B WRITE half round trip p50 (us)" "$i_wl" "$s_wl" "$(diff_us "$s_wl" "$i_wl")"

@@ -34,9 +34,28 @@ std::size_t Pump::run_requests() {
 std::size_t Pump::run_completions() {
   if (lock_.exchange(true, std::memory_order_acquire)) return 0;
   std::size_t moved = 0;
+  // The slots of the work the poll completed are free before its
+  // completions are seen: a client that polls a completion may post again
+  // at once (verbs: at most max_send_wr outstanding, completions retire them).
+  for (PumpQp* q : qps_) publish_retired(*q);
   for (PumpCq* c : cqs_) moved += fill(*c);
   lock_.store(false, std::memory_order_release);
   return moved;
+}
+
+// The QP's work retired so far (completed, or rejected by the pump), told
+// to the client: its ring slots are free again.
+void Pump::publish_retired(PumpQp& q) {
+  const std::uint32_t sq = q.qp->send_retired() + q.sq_rejected;
+  if (sq != q.sq_retired) {
+    q.sq_retired = sq;
+    q.sq.header->retired.store(sq, std::memory_order_release);
+  }
+  const std::uint32_t rq = q.qp->recv_retired() + q.rq_rejected;
+  if (rq != q.rq_retired) {
+    q.rq_retired = rq;
+    q.rq.header->retired.store(rq, std::memory_order_release);
+  }
 }
 
 std::size_t Pump::drain_sq(PumpQp& q) {
@@ -92,11 +111,7 @@ std::size_t Pump::drain_sq(PumpQp& q) {
     ++q.sq_next;
     ++moved;
   }
-  const std::uint32_t retired = q.qp->send_retired() + q.sq_rejected;
-  if (retired != q.sq_retired) {
-    q.sq_retired = retired;
-    q.sq.header->retired.store(retired, std::memory_order_release);
-  }
+  publish_retired(q);
   return moved;
 }
 
@@ -127,11 +142,7 @@ std::size_t Pump::drain_rq(PumpQp& q) {
     ++q.rq_next;
     ++moved;
   }
-  const std::uint32_t retired = q.qp->recv_retired() + q.rq_rejected;
-  if (retired != q.rq_retired) {
-    q.rq_retired = retired;
-    q.rq.header->retired.store(retired, std::memory_order_release);
-  }
+  publish_retired(q);
   return moved;
 }
 

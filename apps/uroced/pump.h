@@ -72,6 +72,7 @@ class Pump {
   }
 
  private:
+  void publish_retired(PumpQp& q);
   std::size_t drain_sq(PumpQp& q);
   std::size_t drain_rq(PumpQp& q);
   std::size_t fill(PumpCq& c);

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "service/shm.h"
@@ -145,22 +146,24 @@ int Server::run() {
   }
 }
 
+Server::ClientRow Server::row_of(const Client& c) {
+  ClientRow r;
+  r.id = c.id;
+  r.pid = c.pid;
+  r.uid = c.uid;
+  r.pds = static_cast<std::uint32_t>(c.pds.size());
+  r.mrs = static_cast<std::uint32_t>(c.mrs.size());
+  r.cqs = static_cast<std::uint32_t>(c.cqs.size());
+  r.qps = static_cast<std::uint32_t>(c.qps.size());
+  r.mapped_bytes = c.mapped + c.ring_bytes;
+  for (const auto& [h, q] : c.qps) r.qpns.push_back(q.qp->qp_num());
+  return r;
+}
+
 void Server::publish_client_table() {
   std::vector<ClientRow> rows;
   rows.reserve(clients_.size());
-  for (const auto& [sock, c] : clients_) {
-    ClientRow r;
-    r.id = c->id;
-    r.pid = c->pid;
-    r.uid = c->uid;
-    r.pds = static_cast<std::uint32_t>(c->pds.size());
-    r.mrs = static_cast<std::uint32_t>(c->mrs.size());
-    r.cqs = static_cast<std::uint32_t>(c->cqs.size());
-    r.qps = static_cast<std::uint32_t>(c->qps.size());
-    r.mapped_bytes = c->mapped + c->ring_bytes;
-    for (const auto& [h, q] : c->qps) r.qpns.push_back(q.qp->qp_num());
-    rows.push_back(std::move(r));
-  }
+  for (const auto& [sock, c] : clients_) rows.push_back(row_of(*c));
   std::lock_guard<std::mutex> lock(table_mutex_);
   table_.swap(rows);
 }
@@ -367,20 +370,17 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       s.mapped_bytes = t.mapped_bytes;
       for (const auto& [sock, k] : clients_) {
         if (s.listed == service::StatsReply::kMaxClients) break;
+        const ClientRow r = row_of(*k);
         service::StatsReply::Client& e = s.client[s.listed++];
-        e.id = k->id;
-        e.pid = k->pid;
-        e.uid = k->uid;
-        e.pds = static_cast<std::uint32_t>(k->pds.size());
-        e.mrs = static_cast<std::uint32_t>(k->mrs.size());
-        e.cqs = static_cast<std::uint32_t>(k->cqs.size());
-        e.qps = static_cast<std::uint32_t>(k->qps.size());
-        e.mapped_bytes = k->mapped + k->ring_bytes;
-        std::size_t j = 0;
-        for (const auto& [h, q] : k->qps) {
-          if (j == 4) break;
-          e.qpn[j++] = q.qp->qp_num();
-        }
+        e.id = r.id;
+        e.pid = r.pid;
+        e.uid = r.uid;
+        e.pds = r.pds;
+        e.mrs = r.mrs;
+        e.cqs = r.cqs;
+        e.qps = r.qps;
+        e.mapped_bytes = r.mapped_bytes;
+        for (std::size_t j = 0; j < r.qpns.size() && j < std::size(e.qpn); ++j) e.qpn[j] = r.qpns[j];
       }
       return;
     }

@@ -119,6 +119,7 @@ class Server {
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
   void release(Client& c);  // everything of c, then its socket
+  static ClientRow row_of(const Client& c);
   void publish_client_table();
 
   Context& ctx_;
