@@ -129,6 +129,8 @@ struct Daemon {
       kill(proc.pid, SIGKILL);
       proc.wait(10s);
     }
+    // Its EAL runtime folder (the telemetry socket's), named for this test process.
+    std::system(("rm -rf '" + telemetry.substr(0, telemetry.rfind('/')) + "'").c_str());
   }
   // What the daemon says of itself (one client more: the asking one).
   uroce::service::StatsReply stats() const {
