@@ -59,6 +59,7 @@ class ProtectionDomain;
 class MemoryRegion;
 class CompletionQueue;
 class QueuePair;
+class SharedReceiveQueue;
 struct Stat;     // include/uroce/stats.h
 struct QpStats;  // include/uroce/stats.h
 
@@ -87,6 +88,17 @@ struct QpInitAttr {
   // The engine (port queue, worker) that serves the QP; -1: the one serving
   // the fewest QPs. EINVAL past PortConfig's queues.
   int worker = -1;
+  // Receives from this shared receive queue instead of a queue of its own
+  // (cap.max_recv_wr and max_recv_sge are then ignored, post_recv refused).
+  // The QP is served by the engine that serves the SRQ's other QPs.
+  SharedReceiveQueue* srq = nullptr;
+};
+
+// ibv_srq_init_attr's attributes.
+struct SrqInitAttr {
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 1;
+  std::uint32_t srq_limit = 0;  // armed at creation when non-zero
 };
 
 // Where a Context sends and receives frames, and its addresses.
@@ -229,6 +241,16 @@ class ProtectionDomain {
   QueuePair* create_qp(const QpInitAttr& attr);
   int destroy_qp(QueuePair* qp);
 
+  // ibv_create_srq: a shared receive queue of this PD. `on_limit(arg)` runs
+  // on the engine's thread when fewer WQEs than the armed limit remain
+  // (IBV_EVENT_SRQ_LIMIT_REACHED); it must not block or make control calls.
+  // nullptr on error: max_wr or max_sge over the device limits (EINVAL), or
+  // attached to uroced (EOPNOTSUPP, not yet).
+  SharedReceiveQueue* create_srq(const SrqInitAttr& attr, void (*on_limit)(void* arg) = nullptr,
+                                 void* arg = nullptr);
+  // EBUSY while QPs use it.
+  int destroy_srq(SharedReceiveQueue* srq);
+
   Context& context() { return *ctx_; }
   std::uint32_t handle() const { return handle_; }
 
@@ -275,6 +297,31 @@ class CompletionQueue {
   friend struct internal::Access;
   struct Impl;
   explicit CompletionQueue(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class SharedReceiveQueue {
+ public:
+  // ibv_post_srq_recv: 0, ENOMEM (full), EINVAL (too many SGEs); *bad_wr
+  // the first work request not posted. One thread at a time.
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  // ibv_modify_srq: IBV_SRQ_LIMIT arms the limit event (0 disarms); a limit
+  // over max_wr, or IBV_SRQ_MAX_WR (no resizing), is EINVAL.
+  int modify(const ibv_srq_attr& attr, int attr_mask);
+  // ibv_query_srq: max_wr, max_sge, and srq_limit (0 once the event fired).
+  int query(ibv_srq_attr& attr) const;
+  // WQEs posted and not yet taken by a QP.
+  std::uint32_t count() const;
+  ProtectionDomain* pd() const;
+
+  ~SharedReceiveQueue();
+  SharedReceiveQueue(const SharedReceiveQueue&) = delete;
+  SharedReceiveQueue& operator=(const SharedReceiveQueue&) = delete;
+
+ private:
+  friend struct internal::Access;
+  struct Impl;
+  explicit SharedReceiveQueue(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -61,6 +61,7 @@ namespace {
 void reset_queues(Qp& qp) {
   qp.sq_posted = qp.req_next = qp.comp_next = 0;
   qp.rq_posted = qp.rq_next = 0;
+  qp.srq_held = false;  // a WQE taken from the SRQ for a message cut short is gone, as RESET discards work
   qp.sq_published.store(0, std::memory_order_release);
   qp.sq_retired.store(0, std::memory_order_release);
   qp.rq_published.store(0, std::memory_order_release);
@@ -210,6 +211,13 @@ void qp_enter_error(Qp& qp) {
     push_flush(qp.recv_cq, qp.rq[qp.rq_next].wr_id, qp.qpn, IBV_WC_RECV);
     qp.counters.add(QpCounter::flushed);
   }
+  // On an SRQ only the WQE this QP held is its own to flush (IBTA
+  // 10.3.1.1: the others stay for the SRQ's other QPs).
+  if (qp.srq != nullptr && qp.srq_held) {
+    qp.srq_held = false;
+    push_flush(qp.recv_cq, qp.srq_wqe.wr_id, qp.qpn, IBV_WC_RECV);
+    qp.counters.add(QpCounter::flushed);
+  }
   // Only a fatal NAK may still leave; everything else owed is dropped.
   std::uint32_t keep = qp.resp.out_head;
   for (std::uint32_t i = qp.resp.out_head; i != qp.resp.out_tail; ++i) {
@@ -309,6 +317,43 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
   qp.rq_published.store(slot + 1, std::memory_order_release);
   ring_doorbell(qp);
   return 0;
+}
+
+int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {
+  const std::uint32_t slot = srq.published.load(std::memory_order_relaxed);
+  if (slot - srq.taken.load(std::memory_order_acquire) >= srq.ring.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > srq.max_sge) return EINVAL;
+  RecvWqe& w = srq.ring[slot];
+  w = RecvWqe{};
+  w.wr_id = wr.wr_id;
+  w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
+    total += wr.sg_list[i].length;
+  }
+  w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
+  srq.published.store(slot + 1, std::memory_order_release);
+  return 0;
+}
+
+bool srq_take(Srq& srq, RecvWqe& out) {
+  const std::uint32_t next = srq.taken.load(std::memory_order_relaxed);
+  const std::uint32_t posted = srq.published.load(std::memory_order_acquire);
+  if (next == posted) return false;
+  out = srq.ring[next];
+  srq.taken.store(next + 1, std::memory_order_release);
+  // The limit event: once, when what is left falls below the armed limit.
+  std::uint32_t limit = srq.limit.load(std::memory_order_relaxed);
+  if (limit != 0 && posted - (next + 1) < limit &&
+      srq.limit.compare_exchange_strong(limit, 0, std::memory_order_acq_rel) && srq.on_limit != nullptr) {
+    srq.on_limit(srq.arg);
+  }
+  return true;
+}
+
+std::uint32_t srq_count(const Srq& srq) {
+  return srq.published.load(std::memory_order_acquire) - srq.taken.load(std::memory_order_acquire);
 }
 
 void sync_from_app(Qp& qp) {

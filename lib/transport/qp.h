@@ -169,6 +169,33 @@ class FixedRing {
   std::uint32_t limit_ = 0;
 };
 
+// A shared receive queue (IBTA 10.2.9.5, 11.2.3): receive WQEs any RC QP
+// attached to it consumes, one per incoming message, in the order posted.
+// The application posts (one producer); the engine that serves every QP on
+// it takes (one consumer: lib/verbs puts those QPs on one engine), so it is
+// a single-producer single-consumer ring like a QP's own receive queue.
+struct Srq {
+  std::uint32_t pd = 0;
+  std::uint32_t max_sge = 0;
+  FixedRing<RecvWqe> ring;
+  std::atomic<std::uint32_t> published{0};  // application -> engine: the next free slot
+  std::atomic<std::uint32_t> taken{0};      // engine -> application: WQEs taken so far
+  // srq_limit (ibv_modify_srq): when fewer WQEs than this remain after a
+  // take, the engine calls on_limit once and disarms it (sets 0), as
+  // IBV_EVENT_SRQ_LIMIT_REACHED works. 0: not armed.
+  std::atomic<std::uint32_t> limit{0};
+  void (*on_limit)(void* arg) = nullptr;
+  void* arg = nullptr;
+};
+
+// ibv_post_srq_recv for one WR (application side): 0, ENOMEM (full) or
+// EINVAL (too many SGEs).
+int srq_post_recv(Srq& srq, const ibv_recv_wr& wr);
+// The engine takes the oldest WQE into `out`; false when none is posted.
+bool srq_take(Srq& srq, RecvWqe& out);
+// WQEs posted and not yet taken (either side may ask; a snapshot).
+std::uint32_t srq_count(const Srq& srq);
+
 struct QpCaps {
   std::uint32_t max_send_wr = 0;
   std::uint32_t max_recv_wr = 0;
@@ -275,6 +302,11 @@ struct Qp {
   FixedRing<RecvWqe> rq;
   std::uint32_t rq_posted = 0;
   std::uint32_t rq_next = 0;  // the WQE the next SEND consumes
+  // Or a shared one: a message's WQE is taken from it at its first packet
+  // and held here until the message completes.
+  Srq* srq = nullptr;
+  bool srq_held = false;
+  RecvWqe srq_wqe;
 
   struct Responder {
     std::uint32_t psn = 0;  // expected PSN
@@ -317,6 +349,12 @@ struct Env {
 // --- qp.cc: control path -----------------------------------------------------
 
 // Sizes the queues; the QP starts in RESET.
+// The receive WQE of the message in progress, or of the next one: the QP's
+// own queue's, or the one held from its SRQ.
+inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? qp.srq_wqe : qp.rq[qp.rq_next]; }
+// Whether a receive WQE is at hand without taking one from an SRQ.
+inline bool recv_in_use(const Qp& qp) { return qp.srq != nullptr ? qp.srq_held : qp.rq_next != qp.rq_posted; }
+
 void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
              CompletionRing* recv_cq);
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and

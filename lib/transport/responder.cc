@@ -62,7 +62,7 @@ void queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
 
 void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint32_t byte_len,
                    const wire::ParsedFrame* p) {
-  const RecvWqe& w = qp.rq[qp.rq_next];
+  const RecvWqe& w = recv_wqe(qp);
   ibv_wc wc{};
   wc.wr_id = w.wr_id;
   wc.status = status;
@@ -78,7 +78,11 @@ void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint
     wc.wc_flags |= IBV_WC_WITH_INV;
     wc.invalidated_rkey = p->ieth().rkey.get();
   }
-  ++qp.rq_next;
+  if (qp.srq != nullptr) {
+    qp.srq_held = false;
+  } else {
+    ++qp.rq_next;
+  }
   qp.counters.add(QpCounter::completions);
   if (status != IBV_WC_SUCCESS) qp.counters.add(QpCounter::completion_errors);
   publish_to_app(qp);  // the slot is free before the completion can be polled
@@ -138,7 +142,7 @@ void take_exit(Qp& qp, const Request& r) {
       // Classes B-D and J (IBTA 9.9.3): NAK, end the receive in use, ERR.
       count_nak_sent(qp, rule.answer);
       queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(nak_code(rule.answer))), true);
-      if (rule.status != kNoCompletion && qp.rq_next != qp.rq_posted) {
+      if (rule.status != kNoCompletion && recv_in_use(qp)) {
         complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
       }
       qp_enter_error(qp);
@@ -228,7 +232,7 @@ ResponderStep check_length(const Qp& qp, Request& r) {
 // The receive WQE in use may take bytes: its list resolved with local write,
 // and again if a region was deregistered since.
 bool recv_placeable(Qp& qp, Env& env, Request& r) {
-  RecvWqe& w = qp.rq[qp.rq_next];
+  RecvWqe& w = recv_wqe(qp);
   const bool was_resolved = w.resolved;
   if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
   leave(r, was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
@@ -237,7 +241,15 @@ bool recv_placeable(Qp& qp, Env& env, Request& r) {
 
 // A receive WQE for a SEND or WRITE with immediate (else the RNR exit).
 bool take_recv(Qp& qp, Env& env, Request& r) {
-  if (qp.rq_next == qp.rq_posted) {
+  if (qp.srq != nullptr) {
+    // A message's first packet takes a WQE from the SRQ; a retransmitted
+    // first packet finds it still held (the message did not complete).
+    if (!qp.srq_held && !srq_take(*qp.srq, qp.srq_wqe)) {
+      leave(r, ResponderExit::no_receive);
+      return false;
+    }
+    qp.srq_held = true;
+  } else if (qp.rq_next == qp.rq_posted) {
     leave(r, ResponderExit::no_receive);
     return false;
   }
@@ -254,7 +266,7 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
   } else if (!recv_placeable(qp, env, r)) {
     return ResponderStep::exit;
   }
-  RecvWqe& w = qp.rq[qp.rq_next];
+  RecvWqe& w = recv_wqe(qp);
   if (qp.resp.offset + p.payload_length > w.length) return leave(r, ResponderExit::recv_too_short);
   sgl_scatter(w.sge.data(), w.num_sge, qp.resp.offset, p.payload().data(), p.payload_length);
   qp.resp.offset += p.payload_length;

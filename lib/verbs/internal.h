@@ -25,22 +25,27 @@ struct Access {
   using ContextImpl = Context::Impl;
   using CqImpl = CompletionQueue::Impl;
   using QpImpl = QueuePair::Impl;
+  using SrqImpl = SharedReceiveQueue::Impl;
 
   static ContextImpl& impl(Context& c) { return *c.impl_; }
   static const ContextImpl& impl(const Context& c) { return *c.impl_; }
   static CqImpl& impl(CompletionQueue& cq) { return *cq.impl_; }
   static QpImpl& impl(QueuePair& qp) { return *qp.impl_; }
   static const QpImpl& impl(const QueuePair& qp) { return *qp.impl_; }
+  static SrqImpl& impl(SharedReceiveQueue& srq) { return *srq.impl_; }
+  static const SrqImpl& impl(const SharedReceiveQueue& srq) { return *srq.impl_; }
 
   // The constructors are private: a CQ or QP is made by its Context
   // (lib/verbs/verbs.cc, where the Impl types are complete).
   static std::unique_ptr<CompletionQueue> make_cq(std::unique_ptr<CqImpl> impl);
   static std::unique_ptr<QueuePair> make_qp(Context* ctx, std::unique_ptr<QpImpl> impl);
+  static std::unique_ptr<SharedReceiveQueue> make_srq(std::unique_ptr<SrqImpl> impl);
 };
 
 using ContextImpl = Access::ContextImpl;
 using CqImpl = Access::CqImpl;
 using QpImpl = Access::QpImpl;
+using SrqImpl = Access::SrqImpl;
 
 // The objects behind the public ones (defined in lib/verbs/verbs_impl.h).
 inline ContextImpl& impl_of(Context& c) { return Access::impl(c); }
@@ -48,6 +53,8 @@ inline const ContextImpl& impl_of(const Context& c) { return Access::impl(c); }
 inline CqImpl& impl_of(CompletionQueue& cq) { return Access::impl(cq); }
 inline QpImpl& impl_of(QueuePair& qp) { return Access::impl(qp); }
 inline const QpImpl& impl_of(const QueuePair& qp) { return Access::impl(qp); }
+inline SrqImpl& impl_of(SharedReceiveQueue& srq) { return Access::impl(srq); }
+inline const SrqImpl& impl_of(const SharedReceiveQueue& srq) { return Access::impl(srq); }
 
 // The context's engines, one per port queue (PortConfig::queues): engine i
 // serves queue i. engine_of throws std::out_of_range past engine_count().

@@ -442,9 +442,20 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
     c.fail(ENOMEM, "no QP number available");
     return nullptr;
   }
-  // The engine serving the fewest QPs, unless one is named.
+  // The engine serving the fewest QPs, unless one is named, or the SRQ's.
   std::size_t engine = 0;
-  if (attr.worker >= 0) {
+  internal::SrqImpl* srq = attr.srq != nullptr ? &impl_of(*attr.srq) : nullptr;
+  if (srq != nullptr && (srq->pd != pd || attr.qp_type != IBV_QPT_RC)) {
+    c.fail(EINVAL, "the SRQ belongs to another PD, or the QP is not RC");
+    return nullptr;
+  }
+  if (srq != nullptr && srq->engine >= 0) {
+    if (attr.worker >= 0 && attr.worker != srq->engine) {
+      c.fail(EINVAL, "the QPs of an SRQ share one worker: this SRQ's is " + std::to_string(srq->engine));
+      return nullptr;
+    }
+    engine = static_cast<std::size_t>(srq->engine);
+  } else if (attr.worker >= 0) {
     engine = static_cast<std::size_t>(attr.worker);
   } else {
     for (std::size_t i = 1; i < c.engines.size(); ++i) {
@@ -459,6 +470,7 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
                          cap.max_inline_data, attr.sq_sig_all};
   transport::qp_init(impl->qp, qpn, pd->handle(), caps, &impl_of(*attr.send_cq).ring_for(engine),
                      &impl_of(*attr.recv_cq).ring_for(engine));
+  if (srq != nullptr) impl->qp.srq = &srq->srq;
   auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
   if (!c.engines[engine]->add_qp(&impl_of(*qp).qp)) {
     c.fail(ENOMEM, "engine " + std::to_string(engine) + " serves as many QPs as it can; pick another worker");
@@ -466,6 +478,10 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   }
   ++impl_of(*attr.send_cq).users;
   ++impl_of(*attr.recv_cq).users;
+  if (srq != nullptr) {
+    srq->engine = static_cast<int>(engine);
+    ++srq->users;
+  }
   c.qps.push_back(std::move(qp));
   c.publish_owners();
   return c.qps.back().get();
@@ -518,6 +534,7 @@ int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
   c.engines[q.engine]->remove_qp(&q.qp);
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
+  if (q.init.srq != nullptr && --impl_of(*q.init.srq).users == 0) impl_of(*q.init.srq).engine = -1;
   erase_owned(c.qps, qp);
   c.publish_owners();
   return 0;
@@ -684,6 +701,10 @@ int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   if (impl_->remote) [[unlikely]] return remote::post_recv(*ctx_, *impl_, wr, bad_wr);
+  if (impl_->qp.srq != nullptr) [[unlikely]] {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return record_error(&impl_of(*ctx_), EINVAL, "this QP receives from an SRQ: post to the SRQ");
+  }
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;

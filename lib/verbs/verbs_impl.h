@@ -55,6 +55,14 @@ struct QueuePair::Impl {
   ~Impl();
 };
 
+struct SharedReceiveQueue::Impl {
+  transport::Srq srq;
+  ProtectionDomain* pd = nullptr;
+  SrqInitAttr init;
+  int engine = -1;          // the engine serving its QPs; -1 while none does (control path)
+  std::uint32_t users = 0;  // QPs attached (control path)
+};
+
 struct Context::Impl {
   explicit Impl(const PortConfig& p);
   explicit Impl(std::unique_ptr<service::Client> client);  // attached to uroced
@@ -74,6 +82,7 @@ struct Context::Impl {
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
+  std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::map<void*, mem::Buffer> buffers;
 
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).

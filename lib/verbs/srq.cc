@@ -1,0 +1,96 @@
+// Shared receive queues (include/uroce/verbs.h): the transport's Srq behind
+// the public object. Every QP on an SRQ is served by one engine, the SRQ's
+// only consumer (transport/qp.h), chosen when its first QP is made.
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+#include "verbs/verbs_impl.h"
+
+namespace uroce {
+
+using internal::impl_of;
+
+namespace internal {
+
+std::unique_ptr<SharedReceiveQueue> Access::make_srq(std::unique_ptr<SrqImpl> impl) {
+  return std::unique_ptr<SharedReceiveQueue>(new SharedReceiveQueue(std::move(impl)));
+}
+
+}  // namespace internal
+
+SharedReceiveQueue::SharedReceiveQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SharedReceiveQueue::~SharedReceiveQueue() = default;
+
+SharedReceiveQueue* ProtectionDomain::create_srq(const SrqInitAttr& attr, void (*on_limit)(void*), void* arg) {
+  internal::ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) {
+    c.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
+    return nullptr;
+  }
+  return c.control([&]() -> SharedReceiveQueue* {
+    const DeviceLimits& l = c.limits;
+    if (attr.max_wr == 0 || attr.max_wr > l.max_qp_wr || attr.max_sge == 0 || attr.max_sge > l.max_sge ||
+        attr.srq_limit > attr.max_wr) {
+      c.fail(EINVAL, "bad SRQ attributes: max_wr 1.." + std::to_string(l.max_qp_wr) + ", max_sge 1.." +
+                         std::to_string(l.max_sge) + ", srq_limit at most max_wr");
+      return nullptr;
+    }
+    auto impl = std::make_unique<internal::SrqImpl>();
+    impl->pd = this;
+    impl->init = attr;
+    impl->srq.pd = handle();
+    impl->srq.max_sge = attr.max_sge;
+    impl->srq.ring.init(attr.max_wr);
+    impl->srq.limit.store(attr.srq_limit, std::memory_order_relaxed);
+    impl->srq.on_limit = on_limit;
+    impl->srq.arg = arg;
+    c.srqs.push_back(internal::Access::make_srq(std::move(impl)));
+    return c.srqs.back().get();
+  });
+}
+
+int ProtectionDomain::destroy_srq(SharedReceiveQueue* srq) {
+  internal::ContextImpl& c = impl_of(*ctx_);
+  return c.control([&] {
+    auto it = std::find_if(c.srqs.begin(), c.srqs.end(), [srq](const auto& s) { return s.get() == srq; });
+    if (it == c.srqs.end()) return c.fail(EINVAL, "not an SRQ of this context");
+    if (impl_of(*srq).users != 0) {
+      return c.fail(EBUSY, "QPs still use this SRQ: destroy them first");
+    }
+    c.srqs.erase(it);
+    return 0;
+  });
+}
+
+int SharedReceiveQueue::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = transport::srq_post_recv(impl_->srq, *wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int SharedReceiveQueue::modify(const ibv_srq_attr& attr, int attr_mask) {
+  if ((attr_mask & IBV_SRQ_MAX_WR) != 0) return EINVAL;  // no resizing
+  if ((attr_mask & ~IBV_SRQ_LIMIT) != 0) return EINVAL;
+  if ((attr_mask & IBV_SRQ_LIMIT) != 0) {
+    if (attr.srq_limit > impl_->init.max_wr) return EINVAL;
+    impl_->srq.limit.store(attr.srq_limit, std::memory_order_release);
+  }
+  return 0;
+}
+
+int SharedReceiveQueue::query(ibv_srq_attr& attr) const {
+  attr.max_wr = impl_->init.max_wr;
+  attr.max_sge = impl_->init.max_sge;
+  attr.srq_limit = impl_->srq.limit.load(std::memory_order_acquire);
+  return 0;
+}
+
+std::uint32_t SharedReceiveQueue::count() const { return transport::srq_count(impl_->srq); }
+ProtectionDomain* SharedReceiveQueue::pd() const { return impl_->pd; }
+
+}  // namespace uroce
