@@ -494,6 +494,111 @@ static struct ibv_context *open_device(void) {
   return ctx;
 }
 
+/* --- shared receive queue (loopback) ----------------------------------- */
+
+/* `qp` to RTS, connected to `remote_qpn` at `gid`, PSN 0 both ways. */
+static int srq_connect(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid *gid) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remote_qpn,
+                          .max_dest_rd_atomic = 1, .min_rnr_timer = 1};
+  r.ah_attr.is_global = 1;
+  r.ah_attr.grh.dgid = *gid;
+  r.ah_attr.grh.sgid_index = 1;
+  r.ah_attr.grh.hop_limit = 64;
+  r.ah_attr.port_num = 1;
+  CHECK(ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  struct ibv_qp_attr t = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1};
+  CHECK(ibv_modify_qp(qp, &t, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                  IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+  return 0;
+}
+
+/* Two senders, each connected to a receiver QP; both receivers on one SRQ
+   (ibv_create_srq, the inline ibv_post_srq_recv): the messages take the
+   SRQ's receives in the order posted, the armed limit raises
+   IBV_EVENT_SRQ_LIMIT_REACHED once on the async fd, and the verbs refuse
+   what the spec forbids. */
+static int shared_receive_queue(struct ibv_context *ctx) {
+  struct ibv_pd *pd = ibv_alloc_pd(ctx);
+  CHECK(pd != NULL);
+  uint8_t *buf = NULL;
+  CHECK(posix_memalign((void **)&buf, 4096, 65536) == 0);
+  memset(buf, 0, 65536);
+  struct ibv_mr *mr = ibv_reg_mr(pd, buf, 65536, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr != NULL);
+  struct ibv_cq *scq = ibv_create_cq(ctx, 16, NULL, NULL, 0), *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  CHECK(scq != NULL && rcq != NULL);
+  struct ibv_srq_init_attr sa = {.srq_context = buf, .attr = {.max_wr = 8, .max_sge = 1, .srq_limit = 2}};
+  struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+  CHECK(srq != NULL && srq->context == ctx && srq->pd == pd && srq->srq_context == buf);
+  struct ibv_srq_attr q;
+  CHECK(ibv_query_srq(srq, &q) == 0 && q.max_wr == 8 && q.max_sge == 1 && q.srq_limit == 2);
+  struct ibv_qp *tx[2], *rx[2];
+  for (int i = 0; i < 2; ++i) {
+    struct ibv_qp_init_attr ta = {.send_cq = scq, .recv_cq = scq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+    CHECK((tx[i] = ibv_create_qp(pd, &ta)) != NULL);
+    struct ibv_qp_init_attr ra = {.send_cq = rcq, .recv_cq = rcq, .srq = srq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 4, .max_send_sge = 1}};
+    CHECK((rx[i] = ibv_create_qp(pd, &ra)) != NULL && rx[i]->srq == srq);
+  }
+  union ibv_gid gid;
+  CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0);
+  for (int i = 0; i < 2; ++i) {
+    RUN(srq_connect(tx[i], rx[i]->qp_num, &gid));
+    RUN(srq_connect(rx[i], tx[i]->qp_num, &gid));
+  }
+  /* A QP on an SRQ has no receive queue of its own. */
+  struct ibv_sge sge = {(uintptr_t)buf, 1024, mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 7, .sg_list = &sge, .num_sge = 1}, *rbad = NULL;
+  CHECK(ibv_post_recv(rx[0], &rwr, &rbad) == EINVAL && rbad == &rwr);
+  /* Three receives into 1 KiB slots 1..3, wr_id 1..3. */
+  for (int i = 1; i <= 3; ++i) {
+    struct ibv_sge g = {(uintptr_t)buf + 1024 * i, 1024, mr->lkey};
+    struct ibv_recv_wr w = {.wr_id = (uint64_t)i, .sg_list = &g, .num_sge = 1};
+    CHECK(ibv_post_srq_recv(srq, &w, &rbad) == 0);
+  }
+  /* Sender 1 first, then sender 0: receives 1 and 2, in that order. */
+  for (int k = 0; k < 2; ++k) {
+    const int from = 1 - k;
+    buf[32768 + k] = (uint8_t)(0xa0 + k);
+    struct ibv_sge g = {(uintptr_t)buf + 32768 + k, 1, mr->lkey};
+    struct ibv_send_wr w = {.wr_id = 50 + (uint64_t)k, .sg_list = &g, .num_sge = 1, .opcode = IBV_WR_SEND,
+                            .send_flags = IBV_SEND_SIGNALED}, *sbad = NULL;
+    CHECK(ibv_post_send(tx[from], &w, &sbad) == 0);
+    struct ibv_wc wc;
+    RUN(expect(rcq, IBV_WC_RECV, IBV_WC_SUCCESS, 1 + (uint64_t)k, &wc));
+    CHECK(wc.qp_num == rx[from]->qp_num && wc.byte_len == 1 && buf[1024 * (1 + k)] == 0xa0 + k);
+    RUN(expect(scq, IBV_WC_SEND, IBV_WC_SUCCESS, 50 + (uint64_t)k, NULL));
+  }
+  /* One receive left, under the limit of 2: the event, once, on the SRQ. */
+  CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+  const double end = now_s() + 10;
+  for (int found = 0; !found;) {
+    struct pollfd pfd = {.fd = ctx->async_fd, .events = POLLIN};
+    CHECK(poll(&pfd, 1, 10000) == 1 && now_s() < end);
+    struct ibv_async_event ev;
+    CHECK(ibv_get_async_event(ctx, &ev) == 0);
+    found = ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq;
+    ibv_ack_async_event(&ev);
+  }
+  CHECK(ibv_query_srq(srq, &q) == 0 && q.srq_limit == 0); /* the event disarmed it */
+  struct ibv_srq_attr m = {.max_wr = 16, .srq_limit = 1};
+  CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR) == EINVAL); /* no resizing */
+  CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_LIMIT) == 0);
+  CHECK(ibv_query_srq(srq, &q) == 0 && q.srq_limit == 1);
+  CHECK(ibv_destroy_srq(srq) == EBUSY); /* QPs still use it */
+  for (int i = 0; i < 2; ++i) CHECK(ibv_destroy_qp(tx[i]) == 0 && ibv_destroy_qp(rx[i]) == 0);
+  CHECK(ibv_destroy_srq(srq) == 0);
+  CHECK(ibv_destroy_cq(scq) == 0 && ibv_destroy_cq(rcq) == 0);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  free(buf);
+  return 0;
+}
+
 static int loopback(void) {
   struct ibv_context *ctx = open_device();
   CHECK(ctx != NULL);
@@ -525,6 +630,7 @@ static int loopback(void) {
   RUN(remote_access_error(&a, &b));
   RUN(close_side(&a));
   RUN(close_side(&b));
+  RUN(shared_receive_queue(ctx));
   CHECK(ibv_close_device(ctx) == 0);
   return 0;
 }

@@ -274,7 +274,7 @@ TEST_P(StockPair, CompletesWithItsFigures) {
     ASSERT_EQ(Namespaces::get().error(), "");
   }
   const LinkPair link(c.link);
-  const bool pingpong = std::string(c.program) == "ibv_rc_pingpong";
+  const bool pingpong = std::string(c.program).rfind("ibv_", 0) == 0;  // ibv_rc_pingpong, ibv_srq_pingpong
   const std::string cmd = program + " -d uroce0 -p " + std::to_string(next_tcp_port()) + " " + c.args;
   const Pair p = link.run(cmd, cmd + " " + link.server_host());
   EXPECT_EQ(p.server.status, 0) << p.server.out;
@@ -307,6 +307,16 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -e -s 65536 -n 100 -c"},
                       StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -n 500"},
                       StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -e -s 65536 -n 100 -c"}),
+    case_name);
+
+// Debian's ibv_srq_pingpong (16 QPs on one SRQ per side) and perftest's
+// SEND over an SRQ.
+INSTANTIATE_TEST_SUITE_P(
+    SharedReceiveQueue, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ibv_srq_pingpong", "-g 1 -n 200"},
+                      StockCase{Link::kMemif, "ibv_srq_pingpong", "-g 1 -e -s 65536 -q 4 -n 50"},
+                      StockCase{Link::kVeth, "ibv_srq_pingpong", "-g 1 -n 200"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1 --use-srq -q 2"}),
     case_name);
 
 // perftest, each binary with -x 1 over both links; the longer variants

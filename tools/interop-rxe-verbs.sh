@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stock verbs binaries on both ends, uroce on one: Debian's perftest and
-# ibv_rc_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
+# Stock verbs binaries on both ends, uroce on one: Debian's perftest,
+# ibv_rc_pingpong and ibv_srq_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
 # port) against the same stock binaries on Linux Soft-RoCE in a qemu guest
 # (../shared/tools/rxe-peer), both directions. Prints PASS/FAIL per case with
 # the figures of the uroce side, writes JSON, ends "N passed, M failed".
@@ -70,6 +70,10 @@ for dir in uroce-server uroce-client; do
   for a in "-g 1 -n 200" "-g 1 -e -n 200" "-g 1 -s 65536 -n 100 -c" "-g 1 -s 1 -n 200 -c"; do
     one "$dir" "ibv_rc_pingpong -d uroce0 $a" "ibv_rc_pingpong -d rxe0 $a"
   done
+  for a in "-g 1 -n 200" "-g 1 -e -s 4096 -n 100"; do
+    one "$dir" "ibv_srq_pingpong -d uroce0 $a" "ibv_srq_pingpong -d rxe0 $a"
+  done
+  one "$dir" "ib_send_bw -d uroce0 -x 1 --use-srq" "ib_send_bw -d rxe0 -x 1 --use-srq"
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat; do
     n=""
     [[ $t == *_lat ]] && n="-n 500"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian's own verbs binaries, unmodified, on uroce through uroce-run: two
 # processes over net_memif, and over a veth pair between two network
-# namespaces this script creates (net_af_packet). ibv_devinfo, ibv_rc_pingpong
-# and perftest's eight ib_*_{bw,lat} in the variants issue 12 lists.
+# namespaces this script creates (net_af_packet). ibv_devinfo, ibv_rc_pingpong,
+# ibv_srq_pingpong and perftest's eight ib_*_{bw,lat} in the variants issue
+# 12 lists (and ib_send_bw --use-srq).
 # Prints PASS/FAIL per case with perftest's own figures, then
 # "N passed, M failed"; exits 1 if any failed.
 #
@@ -117,6 +118,9 @@ matrix() {
   local pp=("-g 1" "-g 1 -e" "-g 1 -s 1 -c" "-g 1 -s 4096 -c" "-g 1 -s 65536 -c -n 200" "-g 1 -e -s 65536 -c -n 200")
   [[ -n $quick ]] && pp=("-g 1" "-g 1 -e -s 65536 -c -n 200")
   for a in "${pp[@]}"; do pair "$link" "ibv_rc_pingpong -d uroce0 $a"; done
+  local sp=("-g 1" "-g 1 -e -s 65536 -q 4 -n 50")
+  for a in "${sp[@]}"; do pair "$link" "ibv_srq_pingpong -d uroce0 $a"; done
+  [[ -z $quick ]] && pair "$link" "ib_send_bw -d uroce0 -x 1 --use-srq -q 2" 300
   local t v
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
     local variants=("-x 1")

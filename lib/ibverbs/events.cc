@@ -10,7 +10,10 @@
 //   IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR
 //                          a QP entered ERR as responder after NAKing an
 //                          invalid request / a remote access error
-//                          (IBTA 11.6.3.1, affiliated errors).
+//                          (IBTA 11.6.3.1, affiliated errors);
+//   IBV_EVENT_SRQ_LIMIT_REACHED
+//                          an SRQ's armed limit was crossed (its engine
+//                          flags it; srq.cc).
 // A QP that enters ERR as requester (retry exceeded, a NAK received)
 // reports it through its error completion only, as RNICs do.
 // Polling, not a hook in the engine: events are rare, and the engines'
@@ -56,6 +59,14 @@ void look_at(Ctx* x) {
       ibv_async_event e{};
       e.element.cq = ibv_cq_ex_to_cq(&cq->ex);
       e.event_type = IBV_EVENT_CQ_ERR;
+      post(x, e);
+    }
+  }
+  for (Srq* srq : x->srqs) {
+    if (srq->limit_reached.exchange(false, std::memory_order_acq_rel)) {
+      ibv_async_event e{};
+      e.element.srq = &srq->ibv;
+      e.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
       post(x, e);
     }
   }
@@ -107,6 +118,9 @@ void count_delivered(const ibv_async_event& e) {
     case IBV_EVENT_COMM_EST:
       reinterpret_cast<Qp*>(e.element.qp)->async_events.fetch_add(1);
       break;
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      reinterpret_cast<Srq*>(e.element.srq)->async_events.fetch_add(1);
+      break;
     default:
       break;
   }
@@ -116,7 +130,7 @@ void count_delivered(const ibv_async_event& e) {
 
 void forget_events(Ctx* x, const void* object) {
   std::erase_if(x->events, [object](const ibv_async_event& e) {
-    return e.element.qp == object || e.element.cq == object;
+    return e.element.qp == object || e.element.cq == object || e.element.srq == object;
   });
 }
 
@@ -187,6 +201,14 @@ void ibv_ack_async_event(ibv_async_event* event) {
       ++qp->events_completed;
       pthread_cond_broadcast(&qp->cond);
       pthread_mutex_unlock(&qp->mutex);
+      break;
+    }
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_broadcast(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
       break;
     }
     default:

@@ -78,6 +78,7 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
 
 struct Qp;
 struct Cq;
+struct Srq;
 
 // What makes ibv_post_send, ibv_post_recv and ibv_poll_cq safe from several
 // threads at once, as verbs promises: uroce's queues have one producer (or
@@ -106,6 +107,7 @@ struct Ctx {
   std::mutex mutex;               // guards qps and cqs (the event monitor reads them)
   std::vector<Qp*> qps;
   std::vector<Cq*> cqs;
+  std::vector<Srq*> srqs;
   std::deque<ibv_async_event> events;  // not yet read by ibv_get_async_event
 };
 Ctx* ctx_of(ibv_context* c);  // nullptr (errno ENODEV) for a context that is not ours
@@ -177,6 +179,19 @@ struct Qp {
   int pending_error = 0;
 };
 Qp* qp_of(ibv_qp* qp);
+
+// A shared receive queue (srq.cc). Its limit event is set by the engine's
+// thread and reported by the event monitor as IBV_EVENT_SRQ_LIMIT_REACHED.
+struct Srq {
+  ibv_srq ibv;
+  uroce::SharedReceiveQueue* srq = nullptr;
+  Ctx* ctx = nullptr;
+  SpinLock post_lock;
+  std::atomic<bool> limit_reached{false};
+  std::atomic<std::uint32_t> async_events{0};  // delivered by ibv_get_async_event
+};
+Srq* srq_of(ibv_srq* srq);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 
 // Fills the ops of a context (ops.cc): the data path and the unsupported
 // verbs' answers.

@@ -59,10 +59,6 @@ ibv_mw* alloc_mw_unsupported(ibv_pd*, ibv_mw_type) {
 }
 int bind_mw_unsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
 int dealloc_mw_unsupported(ibv_mw*) { return EOPNOTSUPP; }
-int post_srq_recv_unsupported(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (bad != nullptr) *bad = wr;
-  return EOPNOTSUPP;
-}
 // The _compat_* slots of libibverbs 1.0's table: nothing in v44 calls them.
 void* compat_unsupported() {
   errno = EOPNOTSUPP;
@@ -85,7 +81,7 @@ void fill_data_ops(ibv_context_ops& o) {
   o.dealloc_mw = dealloc_mw_unsupported;
   o.poll_cq = poll_cq;
   o.req_notify_cq = req_notify_cq;
-  o.post_srq_recv = post_srq_recv_unsupported;
+  o.post_srq_recv = post_srq_recv;
   o.post_send = post_send;
   o.post_recv = post_recv;
 }

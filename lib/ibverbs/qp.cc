@@ -1,7 +1,7 @@
 // Queue pairs: ibv_create_qp(_ex), ibv_modify_qp, ibv_query_qp,
 // ibv_destroy_qp, and the new post API (ibv_wr_*) on uroce's QueuePair.
-// RC only: UD, UC, XRC and SRQs come with a later issue and get EOPNOTSUPP
-// with one line on stderr.
+// RC only, on a receive queue of its own or an SRQ (srq.cc): UD, UC and XRC
+// come with a later issue and get EOPNOTSUPP with one line on stderr.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -41,10 +41,8 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
     errno = unsupported(EOPNOTSUPP, type_name(a.qp_type));
     return nullptr;
   }
-  if (a.srq != nullptr) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_qp: shared receive queues are not supported yet");
-    return nullptr;
-  }
+  Srq* srq = nullptr;
+  if (a.srq != nullptr && (srq = srq_of(a.srq)) == nullptr) return nullptr;
   if (a.send_cq == nullptr || a.recv_cq == nullptr || cq_of(a.send_cq) == nullptr || cq_of(a.recv_cq) == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -57,6 +55,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   init.cap = a.cap;
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = a.sq_sig_all != 0;
+  init.srq = srq != nullptr ? srq->srq : nullptr;
   auto* pd = reinterpret_cast<Pd*>(ibv_pd);
   qp->qp = pd->pd->create_qp(init);
   if (qp->qp == nullptr) {
@@ -73,7 +72,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   b.pd = ibv_pd;
   b.send_cq = a.send_cq;
   b.recv_cq = a.recv_cq;
-  b.srq = nullptr;
+  b.srq = a.srq;
   b.handle = qp->qp->qp_num();
   b.qp_num = qp->qp->qp_num();
   b.state = IBV_QPS_RESET;
@@ -196,7 +195,7 @@ int ibv_query_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_a
     init_attr->qp_context = ibv_qp->qp_context;
     init_attr->send_cq = ibv_qp->send_cq;
     init_attr->recv_cq = ibv_qp->recv_cq;
-    init_attr->srq = nullptr;
+    init_attr->srq = ibv_qp->srq;
     init_attr->cap = attr->cap;
     init_attr->qp_type = ibv_qp->qp_type;
     init_attr->sq_sig_all = init.sq_sig_all ? 1 : 0;

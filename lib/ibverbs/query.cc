@@ -105,13 +105,17 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->hw_ver = 0;
   attr->max_qp = static_cast<int>(l.max_qp);
   attr->max_qp_wr = static_cast<int>(l.max_qp_wr);
-  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;  // no IBV_DEVICE_SRQ_RESIZE: SRQs keep their size
   attr->max_sge = static_cast<int>(l.max_sge);
   attr->max_sge_rd = static_cast<int>(l.max_sge);
   attr->max_cq = static_cast<int>(l.max_qp) * 2;
   attr->max_cqe = static_cast<int>(l.max_cqe);
   attr->max_mr = static_cast<int>(l.max_mr);
   attr->max_pd = static_cast<int>(l.max_qp);
+  // SRQs as QPs: one per QP at most, each as deep and wide as a QP's queue.
+  attr->max_srq = static_cast<int>(l.max_qp);
+  attr->max_srq_wr = static_cast<int>(l.max_qp_wr);
+  attr->max_srq_sge = static_cast<int>(l.max_sge);
   attr->max_qp_rd_atom = static_cast<int>(l.max_qp_rd_atom);
   attr->max_qp_init_rd_atom = static_cast<int>(l.max_qp_init_rd_atom);
   attr->max_res_rd_atom = static_cast<int>(l.max_qp * l.max_qp_rd_atom);

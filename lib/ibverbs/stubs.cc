@@ -36,13 +36,6 @@ int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
   return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_attach_mcast: multicast needs UD QPs, not supported yet");
 }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
-  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_srq: shared receive queues are not supported yet");
-  return nullptr;
-}
-int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) {
