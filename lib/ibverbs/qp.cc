@@ -176,6 +176,9 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
     qp->nak_invalid_base = qp->qp->counter("nak_inv_req_sent");
   }
   qp->requested_state.store(rc == 0 && to_state ? attr->qp_state : now);
+  // rdma-core's returns the errno value and leaves it in errno too (its
+  // command's write(2) set it): UCX reports a failed modify with %m.
+  if (rc != 0) errno = rc;
   return rc;
 }
 
