@@ -589,6 +589,10 @@ static int shared_receive_queue(struct ibv_context *ctx) {
   CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR) == EINVAL); /* no resizing */
   CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_LIMIT) == 0);
   CHECK(ibv_query_srq(srq, &q) == 0 && q.srq_limit == 1);
+  /* A QP on the SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED for it. */
+  struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};
+  CHECK(ibv_modify_qp(rx[0], &err, IBV_QP_STATE) == 0);
+  RUN(wait_async(ctx, rx[0], IBV_EVENT_QP_LAST_WQE_REACHED));
   CHECK(ibv_destroy_srq(srq) == EBUSY); /* QPs still use it */
   for (int i = 0; i < 2; ++i) CHECK(ibv_destroy_qp(tx[i]) == 0 && ibv_destroy_qp(rx[i]) == 0);
   CHECK(ibv_destroy_srq(srq) == 0);

@@ -11,6 +11,10 @@
 //                          a QP entered ERR as responder after NAKing an
 //                          invalid request / a remote access error
 //                          (IBTA 11.6.3.1, affiliated errors);
+//   IBV_EVENT_QP_LAST_WQE_REACHED
+//                          a QP on an SRQ is in ERR, for whatever reason
+//                          (the application's modify too): it takes no
+//                          more WQEs from the SRQ (IBTA 11.6.3.2, 10.3.1.1);
 //   IBV_EVENT_SRQ_LIMIT_REACHED
 //                          an SRQ's armed limit was crossed (its engine
 //                          flags it; srq.cc).
@@ -80,6 +84,11 @@ void look_at(Ctx* x) {
       e.event_type = IBV_EVENT_COMM_EST;
       post(x, e);
     }
+    if (s == IBV_QPS_ERR && !qp->last_wqe_reported && qp->ex.qp_base.srq != nullptr) {
+      qp->last_wqe_reported = true;
+      e.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+      post(x, e);
+    }
     if (s != IBV_QPS_ERR || qp->fatal_reported || qp->requested_state.load() == IBV_QPS_ERR) continue;
     qp->fatal_reported = true;
     const bool cq_overflow = cq_of(qp->ex.qp_base.send_cq)->cq->overflowed() ||
@@ -116,6 +125,7 @@ void count_delivered(const ibv_async_event& e) {
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
     case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
       reinterpret_cast<Qp*>(e.element.qp)->async_events.fetch_add(1);
       break;
     case IBV_EVENT_SRQ_LIMIT_REACHED:
@@ -195,7 +205,8 @@ void ibv_ack_async_event(ibv_async_event* event) {
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST: {
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
       ibv_qp* qp = event->element.qp;
       pthread_mutex_lock(&qp->mutex);
       ++qp->events_completed;

@@ -164,6 +164,7 @@ struct Qp {
   std::atomic<int> requested_state{IBV_QPS_RESET};
   bool fatal_reported = false;
   bool established_reported = false;
+  bool last_wqe_reported = false;  // IBV_EVENT_QP_LAST_WQE_REACHED (a QP on an SRQ)
   // The QP's counters when it last entered RESET: what came after counts.
   std::uint64_t rx_base = 0, nak_access_base = 0, nak_invalid_base = 0;
   // Between ibv_wr_start and ibv_wr_complete.

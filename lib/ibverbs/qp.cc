@@ -170,7 +170,7 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   if (rc == 0 && to_state && attr->qp_state == IBV_QPS_RESET) {
     // A QP used again reports its events afresh.
     std::lock_guard<std::mutex> lock(qp->ctx->mutex);
-    qp->fatal_reported = qp->established_reported = false;
+    qp->fatal_reported = qp->established_reported = qp->last_wqe_reported = false;
     qp->rx_base = qp->qp->counter("rx_packets");
     qp->nak_access_base = qp->qp->counter("nak_rem_access_sent");
     qp->nak_invalid_base = qp->qp->counter("nak_inv_req_sent");
