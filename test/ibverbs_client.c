@@ -146,10 +146,15 @@ static int configured(void) {
   errno = 0;
   CHECK(ibv_create_qp(pd, &ud) == NULL);
   CHECK(errno == EOPNOTSUPP);
-  struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+  /* SRQs exist (ibverbs_rc.c drives them); one of no depth is refused. */
+  struct ibv_srq_init_attr sa = {.attr = {.max_wr = 0, .max_sge = 1}};
   errno = 0;
   CHECK(ibv_create_srq(pd, &sa) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(errno == EINVAL);
+  sa.attr.max_wr = 4;
+  struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+  CHECK(srq != NULL);
+  CHECK(ibv_destroy_srq(srq) == 0);
   struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
   errno = 0;
   CHECK(ibv_create_ah(pd, &ah) == NULL);
@@ -157,12 +162,6 @@ static int configured(void) {
   errno = 0;
   CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL);
   CHECK(errno == EOPNOTSUPP);
-  struct ibv_srq fake_srq;
-  memset(&fake_srq, 0, sizeof fake_srq);
-  fake_srq.context = ctx;
-  struct ibv_recv_wr rwr = {.wr_id = 1}, *bad_rwr = NULL;
-  CHECK(ibv_post_srq_recv(&fake_srq, &rwr, &bad_rwr) == EOPNOTSUPP);
-  CHECK(bad_rwr == &rwr);
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
 
