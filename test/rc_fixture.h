@@ -12,6 +12,21 @@
 
 namespace uroce::test {
 
+// Steps `net` until `n` completions have been polled from `cq` (or the
+// virtual time limit passes); returns what was polled.
+inline std::vector<ibv_wc> wait_completions(sim::SimPair& net, CompletionQueue* cq, std::size_t n,
+                                            std::uint64_t limit_ns) {
+  std::vector<ibv_wc> got;
+  ibv_wc wc[64];
+  net.run_until(
+      [&] {
+        for (int k; (k = cq->poll(64, wc)) > 0;) got.insert(got.end(), wc, wc + k);
+        return got.size() >= n;
+      },
+      limit_ns);
+  return got;
+}
+
 struct RcPair {
   RcPair(std::uint64_t seed, std::size_t bytes, const sim::ConnectParams& params = {},
          sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {}, std::uint32_t depth = 1024,
@@ -43,15 +58,7 @@ struct RcPair {
   // Steps the link until `n` completions have been polled from `cq` (or the
   // virtual time limit passes); returns what was polled.
   std::vector<ibv_wc> wait(CompletionQueue* cq, std::size_t n, std::uint64_t limit_ns = 60'000'000'000ull) {
-    std::vector<ibv_wc> got;
-    ibv_wc wc[64];
-    net.run_until(
-        [&] {
-          for (int k; (k = cq->poll(64, wc)) > 0;) got.insert(got.end(), wc, wc + k);
-          return got.size() >= n;
-        },
-        limit_ns);
-    return got;
+    return wait_completions(net, cq, n, limit_ns);
   }
 
   int post_send(ibv_wr_opcode op, std::uint64_t local_off, std::uint32_t len, std::uint64_t remote_off,

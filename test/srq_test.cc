@@ -65,26 +65,10 @@ struct SrqRig {
   }
   // A SEND of `len` bytes from slot `slot` of A's buffer on A's QP `q`.
   int send(int q, std::uint32_t slot, std::uint32_t len, std::uint64_t wr_id) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufa + slot * kSlot), len, mra->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    return qa[q]->post_send(&wr, &bad);
+    return post_rdma(qa[q], IBV_WR_SEND, bufa + slot * kSlot, len, mra->lkey, std::uint64_t{0}, 0, wr_id);
   }
   std::vector<ibv_wc> wait(CompletionQueue* cq, std::size_t n, std::uint64_t limit_ns = 20'000'000'000ull) {
-    std::vector<ibv_wc> got;
-    ibv_wc wc[64];
-    net.run_until(
-        [&] {
-          for (int k; (k = cq->poll(64, wc)) > 0;) got.insert(got.end(), wc, wc + k);
-          return got.size() >= n;
-        },
-        limit_ns);
-    return got;
+    return wait_completions(net, cq, n, limit_ns);
   }
 
   static constexpr std::uint32_t kSlot = 8192;

@@ -26,7 +26,10 @@ void Pump::remove(PumpCq* c) { with_lock([&] { erase(cqs_, c); }); }
 std::size_t Pump::run_requests() {
   if (lock_.exchange(true, std::memory_order_acquire)) return 0;
   std::size_t moved = 0;
-  for (PumpQp* q : qps_) moved += drain_rq(*q) + drain_sq(*q);
+  for (PumpQp* q : qps_) {
+    moved += drain_rq(*q) + drain_sq(*q);
+    publish_retired(*q);  // rejected requests free their slots at once
+  }
   lock_.store(false, std::memory_order_release);
   return moved;
 }
@@ -111,7 +114,6 @@ std::size_t Pump::drain_sq(PumpQp& q) {
     ++q.sq_next;
     ++moved;
   }
-  publish_retired(q);
   return moved;
 }
 
@@ -142,7 +144,6 @@ std::size_t Pump::drain_rq(PumpQp& q) {
     ++q.rq_next;
     ++moved;
   }
-  publish_retired(q);
   return moved;
 }
 

@@ -194,34 +194,19 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 void ibv_ack_async_event(ibv_async_event* event) {
   if (event == nullptr) return;
   switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
-      ibv_cq* cq = event->element.cq;
-      pthread_mutex_lock(&cq->mutex);
-      ++cq->async_events_completed;
-      pthread_cond_broadcast(&cq->cond);
-      pthread_mutex_unlock(&cq->mutex);
+    case IBV_EVENT_CQ_ERR:
+      uroce::ibverbs::count_ack(event->element.cq, &ibv_cq::async_events_completed);
       break;
-    }
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
     case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
-      ibv_qp* qp = event->element.qp;
-      pthread_mutex_lock(&qp->mutex);
-      ++qp->events_completed;
-      pthread_cond_broadcast(&qp->cond);
-      pthread_mutex_unlock(&qp->mutex);
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      uroce::ibverbs::count_ack(event->element.qp, &ibv_qp::events_completed);
       break;
-    }
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
-      ibv_srq* srq = event->element.srq;
-      pthread_mutex_lock(&srq->mutex);
-      ++srq->events_completed;
-      pthread_cond_broadcast(&srq->cond);
-      pthread_mutex_unlock(&srq->mutex);
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      uroce::ibverbs::count_ack(event->element.srq, &ibv_srq::events_completed);
       break;
-    }
     default:
       break;
   }

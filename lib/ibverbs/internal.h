@@ -216,6 +216,26 @@ void unwatch_events(Ctx* ctx);
 // the kernel drops them.
 void forget_events(Ctx* x, const void* object);
 
+// An asynchronous event of `o` (ibv_cq, ibv_qp, ibv_srq) acknowledged:
+// counted in its `acked` field under its mutex, waking a destroy that waits.
+template <typename T, typename F>
+void count_ack(T* o, F T::*acked) {
+  pthread_mutex_lock(&o->mutex);
+  ++(o->*acked);
+  pthread_cond_broadcast(&o->cond);
+  pthread_mutex_unlock(&o->mutex);
+}
+// As rdma-core's destroy calls: until the `delivered` events of `o` (ibv_qp,
+// ibv_srq) are acknowledged; then its mutex and condition go.
+template <typename T>
+void await_acks(T* o, std::uint32_t delivered) {
+  pthread_mutex_lock(&o->mutex);
+  while (o->events_completed != delivered) pthread_cond_wait(&o->cond, &o->mutex);
+  pthread_mutex_unlock(&o->mutex);
+  pthread_cond_destroy(&o->cond);
+  pthread_mutex_destroy(&o->mutex);
+}
+
 // A new verbs object, value-initialised; nullptr with errno ENOMEM when
 // memory is short (verbs' convention for the create calls).
 template <typename T>

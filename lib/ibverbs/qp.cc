@@ -225,12 +225,7 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
     x->qps.push_back(qp);
     return rc;
   }
-  // As rdma-core does: wait until its asynchronous events are acknowledged.
-  pthread_mutex_lock(&ibv_qp->mutex);
-  while (ibv_qp->events_completed != qp->async_events.load()) pthread_cond_wait(&ibv_qp->cond, &ibv_qp->mutex);
-  pthread_mutex_unlock(&ibv_qp->mutex);
-  pthread_cond_destroy(&ibv_qp->cond);
-  pthread_mutex_destroy(&ibv_qp->mutex);
+  uroce::ibverbs::await_acks(ibv_qp, qp->async_events.load());
   delete qp;
   return 0;
 }

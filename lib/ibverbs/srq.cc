@@ -99,12 +99,7 @@ int ibv_destroy_srq(ibv_srq* ibv_srq) {
     x->srqs.push_back(srq);
     return rc;  // EBUSY: QPs still use it
   }
-  // As for QPs: until its asynchronous events are acknowledged.
-  pthread_mutex_lock(&ibv_srq->mutex);
-  while (ibv_srq->events_completed != srq->async_events.load()) pthread_cond_wait(&ibv_srq->cond, &ibv_srq->mutex);
-  pthread_mutex_unlock(&ibv_srq->mutex);
-  pthread_cond_destroy(&ibv_srq->cond);
-  pthread_mutex_destroy(&ibv_srq->mutex);
+  uroce::ibverbs::await_acks(ibv_srq, srq->async_events.load());
   delete srq;
   return 0;
 }

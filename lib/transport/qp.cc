@@ -299,12 +299,10 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
   return 0;
 }
 
-int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
-  if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
-  const std::uint32_t slot = qp.rq_published.load(std::memory_order_relaxed);
-  if (slot - qp.rq_retired.load(std::memory_order_acquire) >= qp.rq.limit()) return ENOMEM;
-  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
-  RecvWqe& w = qp.rq[slot];
+namespace {
+
+// A receive WR as the responder reads it (the QP's own queue or an SRQ).
+void fill_recv_wqe(RecvWqe& w, const ibv_recv_wr& wr) {
   w = RecvWqe{};
   w.wr_id = wr.wr_id;
   w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
@@ -314,6 +312,16 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
     total += wr.sg_list[i].length;
   }
   w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
+}
+
+}  // namespace
+
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
+  if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
+  const std::uint32_t slot = qp.rq_published.load(std::memory_order_relaxed);
+  if (slot - qp.rq_retired.load(std::memory_order_acquire) >= qp.rq.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
+  fill_recv_wqe(qp.rq[slot], wr);
   qp.rq_published.store(slot + 1, std::memory_order_release);
   ring_doorbell(qp);
   return 0;
@@ -323,16 +331,7 @@ int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {
   const std::uint32_t slot = srq.published.load(std::memory_order_relaxed);
   if (slot - srq.taken.load(std::memory_order_acquire) >= srq.ring.limit()) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > srq.max_sge) return EINVAL;
-  RecvWqe& w = srq.ring[slot];
-  w = RecvWqe{};
-  w.wr_id = wr.wr_id;
-  w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
-  std::uint64_t total = 0;
-  for (int i = 0; i < wr.num_sge; ++i) {
-    w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
-    total += wr.sg_list[i].length;
-  }
-  w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
+  fill_recv_wqe(srq.ring[slot], wr);
   srq.published.store(slot + 1, std::memory_order_release);
   return 0;
 }
