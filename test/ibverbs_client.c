@@ -15,6 +15,16 @@ int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned i
 
 #include "ibverbs_check.h"
 
+/* RFC 791: the header checksum of a 20-byte IPv4 header. */
+static void set_ipv4_checksum(unsigned char *ip) {
+  ip[10] = ip[11] = 0;
+  unsigned sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += (unsigned)(ip[i] << 8 | ip[i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  ip[10] = (unsigned char)((~sum >> 8) & 0xff);
+  ip[11] = (unsigned char)(~sum & 0xff);
+}
+
 static int ours(void) {
   /* Which file ibv_get_device_list came from (ISO C has no function to
      object pointer cast, so copy the bits). */
@@ -131,7 +141,7 @@ static int configured(void) {
   CHECK(pkey == 0xffff);
   CHECK(ibv_query_pkey(ctx, 1, 1, &pkey) == -1);
 
-  /* What uroce does not have yet (UD, SRQ, memory windows) answers
+  /* UD and UC QPs exist; XRC, raw packet QPs and memory windows answer
      EOPNOTSUPP, through the exported calls and the inline ops alike. */
   struct ibv_pd *pd = ibv_alloc_pd(ctx);
   CHECK(pd != NULL && pd->context == ctx);
@@ -139,10 +149,19 @@ static int configured(void) {
   CHECK(cq != NULL);
   struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
                                 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-  errno = 0;
-  CHECK(ibv_create_qp(pd, &ud) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  struct ibv_qp *udqp = ibv_create_qp(pd, &ud);
+  CHECK(udqp != NULL && udqp->qp_type == IBV_QPT_UD);
+  struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+  CHECK(ibv_modify_qp(udqp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
+  struct ibv_qp_init_attr got_init;
+  CHECK(ibv_query_qp(udqp, &qa, IBV_QP_QKEY, &got_init) == 0);
+  CHECK(qa.qkey == 0x11111111 && got_init.qp_type == IBV_QPT_UD);
+  CHECK(ibv_destroy_qp(udqp) == 0);
   ud.qp_type = IBV_QPT_UC;
+  struct ibv_qp *ucqp = ibv_create_qp(pd, &ud);
+  CHECK(ucqp != NULL && ucqp->qp_type == IBV_QPT_UC);
+  CHECK(ibv_destroy_qp(ucqp) == 0);
+  ud.qp_type = IBV_QPT_RAW_PACKET;
   errno = 0;
   CHECK(ibv_create_qp(pd, &ud) == NULL);
   CHECK(errno == EOPNOTSUPP);
@@ -155,10 +174,30 @@ static int configured(void) {
   struct ibv_srq *srq = ibv_create_srq(pd, &sa);
   CHECK(srq != NULL);
   CHECK(ibv_destroy_srq(srq) == 0);
-  struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
+  /* Address handles: RoCE needs the GRH. */
+  struct ibv_ah_attr ah = {.is_global = 0, .port_num = 1};
   errno = 0;
   CHECK(ibv_create_ah(pd, &ah) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(errno == EINVAL);
+  /* The address of a datagram's sender from its GRH: an IPv4 header in
+     the last 20 bytes, 10.0.0.9 -> our own address (GID index 1). */
+  union ibv_gid ours;
+  CHECK(ibv_query_gid(ctx, 1, 1, &ours) == 0);
+  unsigned char grh[40] = {0};
+  unsigned char *ip = grh + 20;
+  ip[0] = 0x45, ip[1] = 0x08, ip[3] = 60, ip[8] = 64, ip[9] = 17;
+  ip[12] = 10, ip[15] = 9;
+  memcpy(ip + 16, ours.raw + 12, 4);
+  set_ipv4_checksum(ip);
+  struct ibv_wc wc = {.wc_flags = IBV_WC_GRH, .src_qp = 0x42};
+  struct ibv_ah_attr from;
+  CHECK(ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)grh, &from) == 0);
+  CHECK(from.is_global == 1 && from.grh.sgid_index == 1 && from.grh.traffic_class == 0x08);
+  CHECK(from.grh.dgid.raw[10] == 0xff && from.grh.dgid.raw[11] == 0xff && from.grh.dgid.raw[12] == 10 &&
+        from.grh.dgid.raw[15] == 9);
+  ip[19] ^= 1; /* sent to an address that is not ours */
+  set_ipv4_checksum(ip);
+  CHECK(ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)grh, &from) == ENOENT);
   errno = 0;
   CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL);
   CHECK(errno == EOPNOTSUPP);

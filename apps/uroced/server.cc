@@ -613,9 +613,15 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   attr.qp_type = static_cast<ibv_qp_type>(r.qp_type);
   attr.sq_sig_all = r.sq_sig_all != 0;
   attr.worker = static_cast<int>(worker);
+  if (attr.qp_type != IBV_QPT_RC) {
+    // UD's address handles and UC's sends that complete without an ACK are
+    // not carried by the service protocol yet.
+    fail(reply, EOPNOTSUPP, "UC and UD QPs through uroced are not supported yet: run the program in-process");
+    return;
+  }
   QueuePair* qp = pd->second->create_qp(attr);
   if (qp == nullptr) {
-    fail(reply, attr.qp_type == IBV_QPT_RC ? EINVAL : EOPNOTSUPP, ctx_.last_error());
+    fail(reply, EINVAL, ctx_.last_error());
     return;
   }
   ibv_qp_attr got{};

@@ -60,6 +60,7 @@ class MemoryRegion;
 class CompletionQueue;
 class QueuePair;
 class SharedReceiveQueue;
+class AddressHandle;
 struct Stat;     // include/uroce/stats.h
 struct QpStats;  // include/uroce/stats.h
 
@@ -83,7 +84,10 @@ struct QpInitAttr {
   CompletionQueue* send_cq = nullptr;
   CompletionQueue* recv_cq = nullptr;
   ibv_qp_cap cap{};                  // max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data
-  ibv_qp_type qp_type = IBV_QPT_RC;  // RC only, so far
+  // RC; UC (SENDs and WRITEs without ACKs: a message hit by loss is
+  // dropped whole); UD (datagrams of at most the port's MTU, each to the
+  // address handle of its WR, received behind a 40-byte GRH).
+  ibv_qp_type qp_type = IBV_QPT_RC;
   bool sq_sig_all = false;
   // The engine (port queue, worker) that serves the QP; -1: the one serving
   // the fewest QPs. EINVAL past PortConfig's queues.
@@ -236,8 +240,8 @@ class ProtectionDomain {
   MemoryRegion* reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access);
   int dereg_mr(MemoryRegion* mr);
 
-  // Creates an RC QP in RESET. nullptr on error (unsupported type, caps over
-  // the device limits, CQ missing).
+  // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
+  // type, caps over the device limits, CQ missing).
   QueuePair* create_qp(const QpInitAttr& attr);
   int destroy_qp(QueuePair* qp);
 
@@ -250,6 +254,13 @@ class ProtectionDomain {
                                  void* arg = nullptr);
   // EBUSY while QPs use it.
   int destroy_srq(SharedReceiveQueue* srq);
+
+  // ibv_create_ah: where UD sends go. RoCEv2 needs the GRH (is_global 1,
+  // dgid the peer's GID, sgid_index 0 or 1 of the same family); the peer's
+  // Ethernet address is resolved now (ARP/ND), EHOSTUNREACH if it cannot
+  // be. nullptr on error (Context::last_error()).
+  AddressHandle* create_ah(const ibv_ah_attr& attr);
+  int destroy_ah(AddressHandle* ah);
 
   Context& context() { return *ctx_; }
   std::uint32_t handle() const { return handle_; }
@@ -325,6 +336,30 @@ class SharedReceiveQueue {
   std::unique_ptr<Impl> impl_;
 };
 
+// An address handle (ibv_ah): put ibv() in ibv_send_wr.wr.ud.ah. The
+// headers it stands for are copied into each WR at post time, so it may be
+// destroyed once the posts that use it have returned.
+class AddressHandle {
+ public:
+  // The verbs handle. Its context and pd fields are left for a verbs
+  // library to fill; handle is unique within the Context.
+  ibv_ah* ibv();
+  // The AddressHandle behind an ibv() pointer; nullptr if it is not one.
+  static AddressHandle* of(const ibv_ah* ah);
+  const ibv_ah_attr& attr() const;
+  ProtectionDomain* pd() const;
+
+  ~AddressHandle();
+  AddressHandle(const AddressHandle&) = delete;
+  AddressHandle& operator=(const AddressHandle&) = delete;
+
+ private:
+  friend struct internal::Access;
+  struct Impl;
+  explicit AddressHandle(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 class QueuePair {
  public:
   std::uint32_t qp_num() const;
@@ -337,8 +372,10 @@ class QueuePair {
   ibv_qp_state state() const;
 
   // ibv_post_send / ibv_post_recv. Returns 0, or ENOMEM (queue full), EINVAL
-  // (bad opcode, too many SGEs, inline too long, QP state), and sets *bad_wr
-  // to the first work request not posted.
+  // (bad opcode, too many SGEs, inline too long, QP state; UD: no address
+  // handle of this PD, or longer than the MTU), and sets *bad_wr to the
+  // first work request not posted. UC and UD sends complete as soon as
+  // they have left (no ACK is awaited).
   int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
   // Work requests the engine has finished with since the QP was created or

@@ -184,6 +184,19 @@ void Engine::receive() {
   io_.rx_release(rx_.data(), n);
 }
 
+namespace {
+
+// The transport field of the opcodes a QP of this type takes.
+wire::Transport service_of(ibv_qp_type type) {
+  switch (type) {
+    case IBV_QPT_UC: return wire::Transport::kUc;
+    case IBV_QPT_UD: return wire::Transport::kUd;
+    default: return wire::Transport::kRc;
+  }
+}
+
+}  // namespace
+
 std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
   // Handed-in frames passed every check on the worker that received them;
   // their ICRC is not computed twice.
@@ -205,7 +218,8 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     const bool cnp = p.info->has(wire::kCnpOp);
     if (cnp) [[unlikely]] {
       add_counter(EngineCounter::rx_cnp);
-    } else if (p.info->transport != wire::Transport::kRc) [[unlikely]] {
+    } else if (p.info->transport != wire::Transport::kRc && p.info->transport != wire::Transport::kUc &&
+               p.info->transport != wire::Transport::kUd) [[unlikely]] {
       add_counter(EngineCounter::rx_unsupported_transport);
       continue;
     }
@@ -240,7 +254,12 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       if (p.ecn() == 3 && env_.dcqcn != nullptr && transport::np_on_ce(*qp, env_)) [[unlikely]] {
         cnp_due_.push_back(qp->qpn);
       }
-      if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
+      if (p.info->transport != service_of(qp->type)) [[unlikely]] {
+        add_counter(EngineCounter::rx_wrong_service);
+        continue;
+      }
+      if (p.info->transport == wire::Transport::kUd) transport::ud_on_datagram(*qp, env_, p);
+      else if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
       else transport::completer_on_response(*qp, env_, p);
     }
     touch(qp);

@@ -31,7 +31,8 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_bad_pkey, "packets with a P_Key other than the default")        \
   X(rx_wrong_address, "packets for a connected QP not from its peer's address to ours") \
   X(rx_cnp, "congestion notification packets received (any QP)")       \
-  X(rx_unsupported_transport, "UC/UD/other packets (RC only so far)") \
+  X(rx_unsupported_transport, "RD, XRC and other packets of no service uroce has") \
+  X(rx_wrong_service, "packets of another service than their QP's (a UC packet for an RC QP, ...)") \
   X(rx_handed_over, "packets passed to the worker that serves their QP") \
   X(rx_handed_in, "packets another worker passed to this one")         \
   X(rx_handover_full, "packets dropped: the ring to the serving worker was full")
@@ -143,7 +144,9 @@ class Engine {
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
   // Heads for the frames of the next bursts, taken from the top: the port's
   // (refilled in bulk), or blocks of own_heads_ for ports that have none.
-  static constexpr std::uint16_t kOwnHeadBytes = 128;  // Ethernet .. the largest extension headers
+  // Ethernet .. the largest extension headers, and room for a whole UC/UD
+  // packet at the largest path MTU (those are copied into their heads).
+  static constexpr std::uint16_t kOwnHeadBytes = 128 + 4096 + 8;
   std::array<wire::TxHead, 2 * kBurst> heads_{};
   std::uint16_t nheads_ = 0;
   std::vector<std::uint8_t> own_heads_;

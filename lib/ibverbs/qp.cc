@@ -1,7 +1,7 @@
 // Queue pairs: ibv_create_qp(_ex), ibv_modify_qp, ibv_query_qp,
 // ibv_destroy_qp, and the new post API (ibv_wr_*) on uroce's QueuePair.
-// RC only, on a receive queue of its own or an SRQ (srq.cc): UD, UC and XRC
-// come with a later issue and get EOPNOTSUPP with one line on stderr.
+// RC, UC and UD, on a receive queue of their own or an SRQ (srq.cc); XRC
+// and raw packet QPs get EOPNOTSUPP with one line on stderr.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,12 +14,10 @@ namespace {
 
 const char* type_name(ibv_qp_type t) {
   switch (t) {
-    case IBV_QPT_UC: return "ibv_create_qp: UC QPs are not supported yet (RC only)";
-    case IBV_QPT_UD: return "ibv_create_qp: UD QPs are not supported yet (RC only)";
-    case IBV_QPT_RAW_PACKET: return "ibv_create_qp: raw packet QPs are not supported (RC only)";
+    case IBV_QPT_RAW_PACKET: return "ibv_create_qp: raw packet QPs are not supported (RC, UC and UD are)";
     case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV: return "ibv_create_qp: XRC QPs are not supported (RC only)";
-    default: return "ibv_create_qp: this QP type is not supported (RC only)";
+    case IBV_QPT_XRC_RECV: return "ibv_create_qp: XRC QPs are not supported (RC, UC and UD are)";
+    default: return "ibv_create_qp: this QP type is not supported (RC, UC and UD are)";
   }
 }
 
@@ -37,7 +35,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   }
   Ctx* x = ctx_of(ibv_pd->context);
   if (x == nullptr) return nullptr;
-  if (a.qp_type != IBV_QPT_RC) {
+  if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UC && a.qp_type != IBV_QPT_UD) {
     errno = unsupported(EOPNOTSUPP, type_name(a.qp_type));
     return nullptr;
   }
@@ -53,14 +51,18 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   init.send_cq = cq_of(a.send_cq)->cq;
   init.recv_cq = cq_of(a.recv_cq)->cq;
   init.cap = a.cap;
-  init.qp_type = IBV_QPT_RC;
+  init.qp_type = a.qp_type;
   init.sq_sig_all = a.sq_sig_all != 0;
   init.srq = srq != nullptr ? srq->srq : nullptr;
   auto* pd = reinterpret_cast<Pd*>(ibv_pd);
   qp->qp = pd->pd->create_qp(init);
   if (qp->qp == nullptr) {
-    // Caps over the device's limits (EINVAL), or no QP left (ENOMEM).
-    errno = x->ctx->last_error().find("no QP") != std::string::npos ? ENOMEM : EINVAL;
+    // Caps over the device's limits (EINVAL), no QP left (ENOMEM), a type
+    // the service does not carry (EOPNOTSUPP).
+    const std::string& why = x->ctx->last_error();
+    errno = why.find("no QP") != std::string::npos        ? ENOMEM
+            : why.find("not supported") != std::string::npos ? EOPNOTSUPP
+                                                             : EINVAL;
     delete qp;
     return nullptr;
   }
@@ -76,7 +78,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   b.handle = qp->qp->qp_num();
   b.qp_num = qp->qp->qp_num();
   b.state = IBV_QPS_RESET;
-  b.qp_type = IBV_QPT_RC;
+  b.qp_type = a.qp_type;
   pthread_mutex_init(&b.mutex, nullptr);
   pthread_cond_init(&b.cond, nullptr);
   if (new_post_api) fill_wr_ops(qp->ex);

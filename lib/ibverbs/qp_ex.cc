@@ -129,9 +129,16 @@ void refuse(ibv_qp_ex* ex) { of(ex)->pending_error = EOPNOTSUPP; }
 void wr_bind_mw(ibv_qp_ex* ex, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { refuse(ex); }
 void wr_local_inv(ibv_qp_ex* ex, std::uint32_t) { refuse(ex); }
 void wr_send_tso(ibv_qp_ex* ex, void*, std::uint16_t, std::uint16_t) { refuse(ex); }
-void wr_set_ud_addr(ibv_qp_ex* ex, ibv_ah*, std::uint32_t, std::uint32_t) { refuse(ex); }
 void wr_set_xrc_srqn(ibv_qp_ex* ex, std::uint32_t) { refuse(ex); }
 void wr_atomic_write(ibv_qp_ex* ex, std::uint32_t, std::uint64_t, const void*) { refuse(ex); }
+
+void wr_set_ud_addr(ibv_qp_ex* ex, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) {
+  Qp::Pending* p = current(ex);
+  if (p == nullptr) return;
+  p->wr.wr.ud.ah = ah;
+  p->wr.wr.ud.remote_qpn = remote_qpn;
+  p->wr.wr.ud.remote_qkey = remote_qkey;
+}
 
 void wr_set_sge(ibv_qp_ex* ex, std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) {
   Qp::Pending* p = current(ex);

@@ -116,6 +116,8 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->max_srq = static_cast<int>(l.max_qp);
   attr->max_srq_wr = static_cast<int>(l.max_qp_wr);
   attr->max_srq_sge = static_cast<int>(l.max_sge);
+  // Address handles: as many as memory allows; a bound like rxe's.
+  attr->max_ah = 1 << 15;
   attr->max_qp_rd_atom = static_cast<int>(l.max_qp_rd_atom);
   attr->max_qp_init_rd_atom = static_cast<int>(l.max_qp_init_rd_atom);
   attr->max_res_rd_atom = static_cast<int>(l.max_qp * l.max_qp_rd_atom);

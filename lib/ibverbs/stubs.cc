@@ -17,23 +17,11 @@
 
 extern "C" {
 
-// --- public verbs uroce does not have yet (UD and SRQ come with a later
-// issue): EOPNOTSUPP, with one line on stderr the first time ----------------
+// --- public verbs uroce does not have: EOPNOTSUPP, with one line on stderr
+// the first time ----------------------------------------------------------
 
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
-  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_ah: address handles (UD) are not supported yet");
-  return nullptr;
-}
-int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, std::uint8_t) {
-  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_create_ah_from_wc: address handles (UD) are not supported yet");
-  return nullptr;
-}
-int ibv_init_ah_from_wc(ibv_context*, std::uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_init_ah_from_wc: address handles (UD) are not supported yet");
-}
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
-  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_attach_mcast: multicast needs UD QPs, not supported yet");
+  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_attach_mcast: multicast is not supported");
 }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }

@@ -31,7 +31,9 @@ void start_rate(Qp& qp, const Env& env) {
 
 bool np_on_ce(Qp& qp, Env& env) {
   qp.counters.add(QpCounter::ce_marked_received);
-  if (env.dcqcn == nullptr || !env.dcqcn->enabled || !qp.receives()) return false;
+  // A UD QP has no one path back to answer on: its marks are counted only
+  // (a datagram's sender would need a CNP to its own address per source).
+  if (env.dcqcn == nullptr || !env.dcqcn->enabled || !qp.receives() || qp.type == IBV_QPT_UD) return false;
   Qp::Congestion& c = qp.congestion;
   // At most one CNP per QP per interval, counted from the mark that asked
   // for the last one.

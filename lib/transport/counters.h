@@ -54,6 +54,8 @@ namespace uroce::transport {
   X(drop_misaligned_atomic, "atomics NAKed: address not 8-byte aligned")               \
   X(drop_reserved_syndrome, "responses dropped: reserved AETH syndrome (requester)")   \
   X(drop_answer_ring_full, "ACKs/NAKs not sent: the response queue was full (responder)") \
+  X(messages_dropped, "UC/UD messages dropped unanswered: no receive WQE, too long, refused, or cut by a lost packet") \
+  X(drop_bad_qkey, "UD datagrams dropped: their Q_Key is not the QP's")                 \
   X(completions, "work completions generated")                                         \
   X(completion_errors, "work completions with an error status")                        \
   X(flushed, "work requests flushed by the QP entering ERR")                            \

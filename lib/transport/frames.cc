@@ -24,6 +24,23 @@ void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::u
   qp.counters.add(QpCounter::tx_bytes, payload_bytes);
 }
 
+void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
+                 std::uint32_t payload_bytes) {
+  f.head = env.heads[--env.heads_left];
+  const wire::PacketOptions options{env.crc32, !env.ipv4_checksum_offload, UINT32_MAX};
+  if (!wire::write_packet(path, th, payload_bytes, f, options) || f.npieces != 0) [[unlikely]] {
+    // No path, or a head too small for the whole packet (every port's heads
+    // hold one at the port's MTU): nothing may point into the application's
+    // buffer once its WR has completed, so the frame goes empty (dropped and
+    // counted by the port).
+    f.head_len = 0;
+    f.npieces = 0;
+    f.trailer_len = 0;
+  }
+  qp.counters.add(QpCounter::tx_packets);
+  qp.counters.add(QpCounter::tx_bytes, payload_bytes);
+}
+
 wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
   wire::Bth b = qp.bth_base;
   b.opcode = static_cast<std::uint8_t>(op);
@@ -39,7 +56,7 @@ wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_
 // guesses a QPN and PSN cannot write into it, and a stray CNP cannot slow
 // it down.
 bool from_peer(const Qp& qp, const wire::ParsedFrame& p) {
-  if (!qp.receives()) return true;
+  if (!qp.receives() || qp.type == IBV_QPT_UD) return true;  // datagrams come from anyone (the Q_Key guards)
   const wire::PathHeader& path = qp.path;
   if (p.ip_version != path.ip_version) return false;
   const auto same = [](std::span<const std::uint8_t> a, const auto& b) {

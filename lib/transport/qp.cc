@@ -40,8 +40,9 @@ int CompletionRing::poll(int n, ibv_wc* out) {
 }
 
 void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
-             CompletionRing* recv_cq) {
+             CompletionRing* recv_cq, ibv_qp_type type) {
   qp.qpn = qpn;
+  qp.type = type;
   qp.pd = pd;
   qp.caps = caps;
   qp.send_cq = send_cq;
@@ -49,6 +50,7 @@ void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, Co
   qp.sq.init(std::max<std::uint32_t>(caps.max_send_wr, 1));
   qp.rq.init(std::max<std::uint32_t>(caps.max_recv_wr, 1));
   qp.inline_buf.assign(static_cast<std::size_t>(qp.sq.capacity()) * std::max<std::uint32_t>(caps.max_inline_data, 1), 0);
+  qp.ud_dest.assign(type == IBV_QPT_UD ? qp.sq.capacity() : 0, UdDest{});
   qp.state = IBV_QPS_RESET;
   qp.app_state.store(IBV_QPS_RESET, std::memory_order_release);
   qp.attr = ibv_qp_attr{};
@@ -118,6 +120,7 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   }
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp.attr.max_rd_atomic = attr.max_rd_atomic;
   if (mask & IBV_QP_MIN_RNR_TIMER) qp.attr.min_rnr_timer = attr.min_rnr_timer;
+  if (mask & IBV_QP_QKEY) qp.attr.qkey = attr.qkey;
   if (mask & IBV_QP_TIMEOUT) qp.attr.timeout = attr.timeout;
   if (mask & IBV_QP_RETRY_CNT) {
     qp.attr.retry_cnt = attr.retry_cnt;
@@ -129,29 +132,9 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   }
   if (mask & IBV_QP_AV) {
     qp.attr.ah_attr = attr.ah_attr;
-    wire::FrameSpec& t = qp.path_spec;
-    std::memcpy(t.eth_dst.data(), peer_mac, 6);
-    std::memcpy(t.eth_src.data(), local_mac, 6);
-    const std::uint8_t* dgid = attr.ah_attr.grh.dgid.raw;
-    static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (std::memcmp(dgid, kV4Mapped, 12) == 0) {
-      t.ip_version = 4;
-      std::memcpy(t.dst4.data(), dgid + 12, 4);
-      std::memcpy(t.src4.data(), local_gid.raw + 12, 4);
-      t.tos = attr.ah_attr.grh.traffic_class;
-      t.ttl = attr.ah_attr.grh.hop_limit ? attr.ah_attr.grh.hop_limit : 64;
-    } else {
-      t.ip_version = 6;
-      std::memcpy(t.dst6.data(), dgid, 16);
-      std::memcpy(t.src6.data(), local_gid.raw, 16);
-      t.traffic_class = attr.ah_attr.grh.traffic_class;
-      t.flow_label = attr.ah_attr.grh.flow_label;
-      t.hop_limit = attr.ah_attr.grh.hop_limit ? attr.ah_attr.grh.hop_limit : 64;
-    }
-    // The source port spreads QPs over the fabric's ECMP paths and the
-    // peer's receive queues (A17.5.1 leaves the choice to the sender).
-    t.udp_src_port = static_cast<std::uint16_t>(0xc000 | (qp.qpn & 0x3fff));
-    t.udp_dst_port = wire::kRoceV2Port;
+    const auto vlan = qp.path_spec.vlan_tci;  // a tag set on the path stays
+    qp.path_spec = av_frame_spec(attr.ah_attr, peer_mac, local_mac, local_gid, qp.qpn);
+    qp.path_spec.vlan_tci = vlan;
     qp_build_paths(qp, dcqcn);
   }
   qp.bth_base.pkey.set(0xffff);
@@ -169,16 +152,47 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   }
 }
 
-void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn) {
-  wire::FrameSpec data = qp.path_spec;
-  const bool cc_on = dcqcn != nullptr && dcqcn->enabled;
-  if (cc_on) {
+wire::FrameSpec av_frame_spec(const ibv_ah_attr& ah, const std::uint8_t peer_mac[6], const std::uint8_t local_mac[6],
+                              const ibv_gid& local_gid, std::uint32_t flow) {
+  wire::FrameSpec t;
+  std::memcpy(t.eth_dst.data(), peer_mac, 6);
+  std::memcpy(t.eth_src.data(), local_mac, 6);
+  const std::uint8_t* dgid = ah.grh.dgid.raw;
+  static constexpr std::uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(dgid, kV4Mapped, 12) == 0) {
+    t.ip_version = 4;
+    std::memcpy(t.dst4.data(), dgid + 12, 4);
+    std::memcpy(t.src4.data(), local_gid.raw + 12, 4);
+    t.tos = ah.grh.traffic_class;
+    t.ttl = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
+  } else {
+    t.ip_version = 6;
+    std::memcpy(t.dst6.data(), dgid, 16);
+    std::memcpy(t.src6.data(), local_gid.raw, 16);
+    t.traffic_class = ah.grh.traffic_class;
+    t.flow_label = ah.grh.flow_label;
+    t.hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
+  }
+  // The source port spreads flows over the fabric's ECMP paths and the
+  // peer's receive queues (A17.5.1 leaves the choice to the sender).
+  t.udp_src_port = static_cast<std::uint16_t>(0xc000 | (flow & 0x3fff));
+  t.udp_dst_port = wire::kRoceV2Port;
+  return t;
+}
+
+wire::PathHeader data_path(wire::FrameSpec data, const cc::DcqcnParams* dcqcn) {
+  if (dcqcn != nullptr && dcqcn->enabled) {
     // ECN-capable transport on everything the QP sends, so congested
     // switches mark it instead of dropping it (RFC 3168).
     data.tos = static_cast<std::uint8_t>((data.tos & 0xfc) | dcqcn->data_ecn);
     data.traffic_class = static_cast<std::uint8_t>((data.traffic_class & 0xfc) | dcqcn->data_ecn);
   }
-  qp.path = wire::build_path_header(data);
+  return wire::build_path_header(data);
+}
+
+void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn) {
+  const bool cc_on = dcqcn != nullptr && dcqcn->enabled;
+  qp.path = data_path(qp.path_spec, dcqcn);
   if (!cc_on) {
     qp.cnp_path = qp.path;
     return;
@@ -236,12 +250,36 @@ void ring_doorbell(Qp& qp) {
 
 }  // namespace
 
-int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
+namespace {
+
+// The operations each service carries (IBTA table 39): UC has SENDs and
+// WRITEs, UD only SENDs (with immediate data or not); neither invalidates.
+bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (type) {
+    case IBV_QPT_UD: return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    case IBV_QPT_UC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   const std::uint32_t slot = qp.sq_published.load(std::memory_order_relaxed);
   if (slot - qp.sq_retired.load(std::memory_order_acquire) >= qp.sq.limit()) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_send_sge) return EINVAL;
+  if (!service_allows(qp.type, wr.opcode)) return EINVAL;
+  if (qp.type == IBV_QPT_UD) {
+    if (ud == nullptr || !ud->built()) return EINVAL;
+    UdDest& d = qp.ud_dest[qp.sq.slot(slot)];
+    d.path = *ud;
+    d.qpn = wr.wr.ud.remote_qpn & 0xffffff;
+    d.qkey = wr.wr.ud.remote_qkey;
+  }
 
   SendWqe& w = qp.sq[slot];
   w = SendWqe{};
@@ -292,6 +330,9 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr) {
   if (total > (1ull << 31)) return EINVAL;  // IBTA: messages up to 2^31 bytes
   w.length = static_cast<std::uint32_t>(total);
   if (w.kind == WqeKind::kAtomic && (w.num_sge != 1 || w.length != 8)) return EINVAL;
+  // A datagram is one packet (IBTA 9.8.x): at most the path MTU (rxe refuses
+  // a longer one at post time too).
+  if (qp.type == IBV_QPT_UD && w.length > qp.mtu) return EINVAL;
   // Posting to a QP in ERR is allowed: the engine flushes the WR at its
   // next poll (sync_from_app).
   qp.sq_published.store(slot + 1, std::memory_order_release);

@@ -196,6 +196,20 @@ bool srq_take(Srq& srq, RecvWqe& out);
 // WQEs posted and not yet taken (either side may ask; a snapshot).
 std::uint32_t srq_count(const Srq& srq);
 
+// Where a UD send goes (ibv_send_wr.wr.ud): the address handle's headers,
+// copied at post time (the AH may be destroyed once the post returns, as
+// RNICs copy the address vector into the WQE), the destination QP and Q_Key.
+struct UdDest {
+  wire::PathHeader path;
+  std::uint32_t qpn = 0;
+  std::uint32_t qkey = 0;  // as given: the high bit set means "the QP's own Q_Key" (IBTA 10.2.5)
+};
+
+// The 40 bytes a UD receive places before the payload (IBTA 11.4.1.1: the
+// GRH). RoCEv2 carries an IP header instead: IPv6's fills them, IPv4's 20
+// bytes go in the last 20 (as rdma-core's ibv_init_ah_from_wc reads them).
+inline constexpr std::uint32_t kGrhBytes = 40;
+
 struct QpCaps {
   std::uint32_t max_send_wr = 0;
   std::uint32_t max_recv_wr = 0;
@@ -208,6 +222,9 @@ struct QpCaps {
 struct Qp {
   // Identity and configuration (control path).
   std::uint32_t qpn = 0;
+  // RC, UC (requests without ACKs, IBTA 9.8) or UD (datagrams, 9.8.x):
+  // the roles below branch on it where the rules differ.
+  ibv_qp_type type = IBV_QPT_RC;
   std::uint32_t pd = 0;
   QpCaps caps;
   ibv_qp_state state = IBV_QPS_RESET;
@@ -270,6 +287,7 @@ struct Qp {
   // Send queue. Cursors run free; a slot is sq[i].
   FixedRing<SendWqe> sq;
   std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
+  std::vector<UdDest> ud_dest;           // UD: the destination of each SQ slot
   std::uint32_t sq_posted = 0;  // next slot the application fills
   std::uint32_t req_next = 0;   // the WQE the requester is sending
   std::uint32_t comp_next = 0;  // the oldest WQE not completed
@@ -326,6 +344,7 @@ struct Qp {
     std::uint32_t out_tail = 0;
   } resp;
 
+  bool reliable() const { return type == IBV_QPT_RC; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   bool receives() const {
     return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
@@ -356,11 +375,19 @@ inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? qp.srq_wqe : qp.rq
 inline bool recv_in_use(const Qp& qp) { return qp.srq != nullptr ? qp.srq_held : qp.rq_next != qp.rq_posted; }
 
 void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
-             CompletionRing* recv_cq);
+             CompletionRing* recv_cq, ibv_qp_type type = IBV_QPT_RC);
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
 // `local` fill the frame template when the mask has IBV_QP_AV.
 void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
               const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn = nullptr);
+// The frame fields of an address vector (ibv_ah_attr with its GRH: the
+// peer's GID, traffic class, hop limit, flow label), from `local_gid` and
+// `local_mac` to `peer_mac`; `flow` picks the UDP source port.
+wire::FrameSpec av_frame_spec(const ibv_ah_attr& ah, const std::uint8_t peer_mac[6], const std::uint8_t local_mac[6],
+                              const ibv_gid& local_gid, std::uint32_t flow);
+// The headers data packets on `spec` carry (ECN-capable with congestion
+// control on).
+wire::PathHeader data_path(wire::FrameSpec spec, const cc::DcqcnParams* dcqcn);
 // Builds qp.path and qp.cnp_path from qp.path_spec: with congestion control
 // on, data carries ECN-capable transport and CNPs their own DSCP and 802.1p
 // priority. Control path.
@@ -369,7 +396,8 @@ void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn);
 void qp_enter_error(Qp& qp);
 // ibv_post_send / ibv_post_recv for one WR, on the application's side of
 // the queues: 0, ENOMEM or EINVAL. The engine sees the WR at its next poll.
-int qp_post_send(Qp& qp, const ibv_send_wr& wr);
+// A UD QP's WR goes to `ud` (the headers of its wr.ud.ah; required).
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr);
 int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
 // The engine's side, once per poll: take in what the application posted
 // (flushing it at once in ERR), and publish what has been retired.
@@ -397,8 +425,13 @@ void completer_on_timer(Qp& qp, Env& env);
 // to ERR and flushes the rest).
 void complete_send(Qp& qp, ibv_wc_status status);
 
-// responder.cc
+// responder.cc (RC and UC; UD's datagrams go to ud_on_datagram)
 void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
+// datagram.cc: a UD SEND for this QP (IBTA 9.8.x, 11.4.1.1): Q_Key and
+// length checks, a receive WQE, the GRH then the payload.
+void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
+// UD requests: up to `room` datagrams, each to its WR's address.
+std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 
 // congestion.cc: DCQCN. A RoCE packet for this QP arrived marked CE (the
@@ -428,6 +461,11 @@ void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::u
 // the QP's traffic (CNPs).
 void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
                 std::uint32_t payload_bytes);
+// A UC or UD packet, whose WR completes once it is built (no ACK comes):
+// the payload is copied into the frame's head, so the application may
+// reuse its buffer as soon as it sees the completion.
+void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
+                 std::uint32_t payload_bytes);
 // The BTH of the QP's next packet: its fixed fields, and these.
 wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited);
 

@@ -73,7 +73,84 @@ TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to) {
   return {};
 }
 
-ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask,
+namespace {
+
+// UC: RC's states with what a connection without ACKs needs (no timeouts,
+// retries, RNR timer or READ/atomic depth).
+TransitionRule uc_transition(ibv_qp_state from, ibv_qp_state to) {
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {true, 0, 0};
+  constexpr int kRts = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0};
+      break;
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
+      if (to == IBV_QPS_RTR) {
+        return {true, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+      }
+      break;
+    case IBV_QPS_RTR:
+      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kRts};
+      break;
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS) return {true, 0, kRts};
+      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+      break;
+    case IBV_QPS_SQD:
+      if (to == IBV_QPS_RTS) return {true, 0, kRts};
+      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_AV | kRts};
+      break;
+    case IBV_QPS_SQE:
+      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
+      break;
+    default: break;
+  }
+  return {};
+}
+
+// UD: no path and no peer; a Q_Key instead, set at INIT, changeable later.
+TransitionRule ud_transition(ibv_qp_state from, ibv_qp_state to) {
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {true, 0, 0};
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0};
+      break;
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
+      if (to == IBV_QPS_RTR) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      break;
+    case IBV_QPS_RTR:
+      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      break;
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+      break;
+    case IBV_QPS_SQD:
+      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      break;
+    case IBV_QPS_SQE:
+      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      break;
+    default: break;
+  }
+  return {};
+}
+
+}  // namespace
+
+TransitionRule qp_transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to) {
+  switch (type) {
+    case IBV_QPT_UC: return uc_transition(from, to);
+    case IBV_QPT_UD: return ud_transition(from, to);
+    default: return rc_transition(from, to);
+  }
+}
+
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
                          const ModifyLimits& limits) {
   ModifyCheck c;
   c.next = (mask & IBV_QP_STATE) ? attr.qp_state : current;
@@ -86,8 +163,8 @@ ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask
   if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != current) {
     return fail("cur_qp_state does not match the QP's current state");
   }
-  const TransitionRule rule = rc_transition(current, c.next);
-  if (!rule.valid) return fail("this state transition is not allowed for an RC QP (IBTA 10.3.1)");
+  const TransitionRule rule = qp_transition(type, current, c.next);
+  if (!rule.valid) return fail("this state transition is not allowed for a QP of this type (IBTA 10.3.1)");
   const int given = mask & ~IBV_QP_STATE;
   if ((given & rule.required) != rule.required) {
     return fail("the attribute mask lacks an attribute this transition requires (IBTA table 91)");
@@ -96,6 +173,8 @@ ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask
     return fail("the attribute mask has an attribute this transition does not allow (IBTA table 91)");
   }
   if ((mask & IBV_QP_ACCESS_FLAGS) && (attr.qp_access_flags & ~kAllFlags)) {
+    // (UC takes the same bits, as the kernel does; only REMOTE_WRITE and
+    // LOCAL_WRITE matter to it.)
     return fail("qp_access_flags has bits other than REMOTE_READ/WRITE/ATOMIC and LOCAL_WRITE");
   }
   if ((mask & IBV_QP_PORT) && attr.port_num != 1) return fail("port_num must be 1");

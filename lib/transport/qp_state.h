@@ -1,5 +1,5 @@
-// The RC QP state machine (IBTA 10.3.1, figure 124) and what each
-// ibv_modify_qp transition requires and allows (IBTA table 91 for RC;
+// The QP state machine (IBTA 10.3.1, figure 124) and what each
+// ibv_modify_qp transition requires and allows (IBTA table 91 for RC, UC, UD;
 // the same rules the kernel's ib_modify_qp_is_ok applies).
 #pragma once
 
@@ -19,6 +19,8 @@ struct TransitionRule {
 
 // The rule for an RC QP going from `from` to `to`.
 TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to);
+// The same for a QP of `type` (RC, UC or UD: IBTA table 91's columns).
+TransitionRule qp_transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to);
 
 struct ModifyLimits {
   std::uint32_t max_rd_atomic = 128;
@@ -35,7 +37,10 @@ struct ModifyCheck {
 // Checks an ibv_modify_qp call on an RC QP in state `current`: the
 // transition, the mask against the rule, IBV_QP_CUR_STATE, and each given
 // attribute's range.
-ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask,
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
                          const ModifyLimits& limits);
+inline ModifyCheck check_modify(ibv_qp_state current, const ibv_qp_attr& attr, int mask, const ModifyLimits& limits) {
+  return check_modify(IBV_QPT_RC, current, attr, mask, limits);
+}
 
 }  // namespace uroce::transport

@@ -17,6 +17,14 @@ std::uint32_t packets_for(const SendWqe& w, std::uint32_t mtu) {
   return w.length == 0 ? 1 : (w.length + mtu - 1) / mtu;
 }
 
+// UC's opcodes are RC's in the UC range (IBTA table 38: 001xxxxx for 000xxxxx).
+constexpr std::uint8_t kUcOffset = static_cast<std::uint8_t>(Opcode::kUcSendFirst) - static_cast<std::uint8_t>(Opcode::kRcSendFirst);
+static_assert(static_cast<std::uint8_t>(Opcode::kRcWriteOnlyImm) + kUcOffset == static_cast<std::uint8_t>(Opcode::kUcWriteOnlyImm));
+
+Opcode for_service(const Qp& qp, Opcode rc) {
+  return qp.reliable() ? rc : static_cast<Opcode>(static_cast<std::uint8_t>(rc) + kUcOffset);
+}
+
 Opcode send_opcode(const SendWqe& w, bool first, bool last) {
   const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
   const bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
@@ -87,10 +95,13 @@ std::uint64_t requester_wakeup(const Qp& qp) { return qp.req.rnr_wait ? qp.req.r
 
 std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
   if (!qp.active()) return 0;
+  if (qp.type == IBV_QPT_UD) return ud_requester_fill(qp, env, out, room);
   if (rnr_waiting(qp, env)) return 0;
+  const bool reliable = qp.reliable();
   std::uint16_t n = 0;
   while (n < room && qp.req_next != qp.sq_posted) {
-    if (psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;
+    // UC keeps no window: nothing is acknowledged, nothing resent (IBTA 9.8.2).
+    if (reliable && psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;
     if (!pace_allows(qp, env)) break;
     SendWqe& w = qp.sq[qp.req_next];
     if (!w.started) {
@@ -132,13 +143,16 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         payload = std::min(qp.mtu, w.length - offset);
         const bool first = qp.req.pkt_index == 0;
         const bool last = qp.req.pkt_index + 1 == w.npackets;
-        const bool ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery;
-        if (ack_req) qp.req.since_ack_req = 0;
+        bool ack_req = false;
+        if (reliable) {
+          ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery;
+          if (ack_req) qp.req.since_ack_req = 0;
+        }
         if (w.kind == WqeKind::kSend) {
-          th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
+          th.bth = packet_bth(qp, for_service(qp, send_opcode(w, first, last)), psn, ack_req, last && solicited);
           if (last) th.ieth.rkey.set(w.invalidate_rkey);
         } else {
-          th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
+          th.bth = packet_bth(qp, for_service(qp, write_opcode(w, first, last)), psn, ack_req, last && solicited);
           if (first) {
             th.reth.va.set(w.remote_addr);
             th.reth.rkey.set(w.rkey);
@@ -179,7 +193,11 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     }
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
-    emit(qp, env, f, th, payload);
+    if (reliable) {
+      emit(qp, env, f, th, payload);
+    } else {
+      emit_copied(qp.path, qp, env, f, th, payload);
+    }
     paced_sent(qp, env, f.frame_bytes());
     ++n;
     // The local ACK timeout runs from the last packet that asked for a
@@ -194,7 +212,44 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (qp.req.pkt_index >= w.npackets) {
       ++qp.req_next;
       qp.req.pkt_index = 0;
+      // UC: the WR is done once its last packet is built (its payload
+      // copied into the frames); no response will come (IBTA 9.8.2).
+      if (!reliable) complete_send(qp, IBV_WC_SUCCESS);
     }
+  }
+  return n;
+}
+
+// UD (IBTA 9.8.x): each WR is one datagram, SEND Only with a DETH, to the
+// address, QP and Q_Key of its WR; no ACK, no window, no retransmission;
+// the WR completes once its packet is built.
+std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
+  std::uint16_t n = 0;
+  while (n < room && qp.req_next != qp.sq_posted) {
+    SendWqe& w = qp.sq[qp.req_next];
+    if (qp.state == IBV_QPS_SQD) break;
+    if (wqe_resolve(w, *env.mrs, qp.pd, 0) != mem::AccessResult::kOk) [[unlikely]] {
+      complete_send(qp, IBV_WC_LOC_PROT_ERR);
+      break;
+    }
+    const UdDest& d = qp.ud_dest[qp.sq.slot(qp.req_next)];
+    wire::TxFrame& f = out[n];
+    f.npieces = 0;
+    wire::TransportHeaders th;
+    const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+    th.bth = packet_bth(qp, imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly, qp.req.psn, false,
+                        (w.send_flags & IBV_SEND_SOLICITED) != 0);
+    th.bth.dest_qp.set(d.qpn);
+    // A Q_Key with its high bit set means the QP's own (IBTA 10.2.5, C10-15).
+    th.deth.qkey.set((d.qkey & 0x80000000u) ? qp.attr.qkey : d.qkey);
+    th.deth.src_qp.set(qp.qpn);
+    std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
+    f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, w.length, f.pieces.data());
+    emit_copied(d.path, qp, env, f, th, w.length);
+    qp.req.psn = psn_add(qp.req.psn, 1);
+    ++n;
+    ++qp.req_next;
+    complete_send(qp, IBV_WC_SUCCESS);
   }
   return n;
 }

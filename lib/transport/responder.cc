@@ -2,6 +2,9 @@
 // executes new requests in order (after every key, bounds, access and PD
 // check), answers duplicates without executing them twice, and queues its
 // answers (ACKs, NAKs, READ responses, atomic ACKs) to leave in PSN order.
+#include <array>
+#include <cstring>
+
 #include "transport/psn.h"
 #include "transport/rules.h"
 #include "transport/sgl.h"
@@ -60,15 +63,27 @@ void queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
   }
 }
 
+// Ends the receive WQE in use with `wc` (wr_id and qp_num filled here).
+void finish_recv(Qp& qp, ibv_wc& wc, bool solicited) {
+  wc.wr_id = recv_wqe(qp).wr_id;
+  wc.qp_num = qp.qpn;
+  if (qp.srq != nullptr) {
+    qp.srq_held = false;
+  } else {
+    ++qp.rq_next;
+  }
+  qp.counters.add(QpCounter::completions);
+  if (wc.status != IBV_WC_SUCCESS) qp.counters.add(QpCounter::completion_errors);
+  publish_to_app(qp);  // the slot is free before the completion can be polled
+  if (!qp.recv_cq->push(wc, solicited)) qp_enter_error(qp);
+}
+
 void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint32_t byte_len,
                    const wire::ParsedFrame* p) {
-  const RecvWqe& w = recv_wqe(qp);
   ibv_wc wc{};
-  wc.wr_id = w.wr_id;
   wc.status = status;
   wc.opcode = opcode;
   wc.byte_len = byte_len;
-  wc.qp_num = qp.qpn;
   wc.src_qp = qp.attr.dest_qp_num;
   if (p != nullptr && p->has(wire::ExtHdr::kImmDt)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -78,15 +93,7 @@ void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint
     wc.wc_flags |= IBV_WC_WITH_INV;
     wc.invalidated_rkey = p->ieth().rkey.get();
   }
-  if (qp.srq != nullptr) {
-    qp.srq_held = false;
-  } else {
-    ++qp.rq_next;
-  }
-  qp.counters.add(QpCounter::completions);
-  if (status != IBV_WC_SUCCESS) qp.counters.add(QpCounter::completion_errors);
-  publish_to_app(qp);  // the slot is free before the completion can be polled
-  if (!qp.recv_cq->push(wc, p != nullptr && p->bth().se())) qp_enter_error(qp);
+  finish_recv(qp, wc, p != nullptr && p->bth().se());
 }
 
 // A request that executes no further: its exit's row (rules.h) says what
@@ -120,7 +127,42 @@ constexpr NakCode nak_code(Answer a) {
   }
 }
 
+bool starts_message(const wire::OpcodeInfo& info) { return info.has(wire::kFirst); }  // First or Only (kOnly = kFirst | kLast)
+
+// UC (IBTA 9.8.3, classes D and E of 9.9.3): the responder answers nothing.
+// A request it cannot execute ends the message in progress silently: its
+// receive WQE stays for the next message (taken from an SRQ, it completes
+// with REM_INV_REQ_ERR if the SEND did not fit, as rxe does), and every
+// packet up to the next First or Only is dropped. Only a receive WQE that
+// fails its own checks is a local error that ends the QP (as for RC).
+void take_unreliable_exit(Qp& qp, const Request& r) {
+  const ExitRule& rule = rule_of(r.exit);
+  if (r.exit == ResponderExit::not_receiving) {
+    qp.counters.add(rule.counter);
+    return;
+  }
+  // Counters of answers UC never sends stay untouched.
+  if (rule.answer != Answer::kRnrNak && rule.answer != Answer::kSequenceNak) qp.counters.add(rule.counter);
+  if (r.exit == ResponderExit::recv_bad_lkey || r.exit == ResponderExit::recv_revoked) {
+    if (recv_in_use(qp)) complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
+    qp.resp.in_msg = Msg::kNone;
+    qp_enter_error(qp);
+    return;
+  }
+  if (r.exit == ResponderExit::recv_too_short && qp.srq != nullptr && qp.srq_held) {
+    complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, qp.resp.offset, nullptr);
+  }
+  if (qp.resp.in_msg != Msg::kNone || starts_message(*r.p.info)) qp.counters.add(QpCounter::messages_dropped);
+  qp.resp.in_msg = Msg::kNone;
+  qp.resp.offset = 0;
+  qp.resp.psn = psn_add(r.psn, 1);
+}
+
 void take_exit(Qp& qp, const Request& r) {
+  if (!qp.reliable()) {
+    take_unreliable_exit(qp, r);
+    return;
+  }
   const ExitRule& rule = rule_of(r.exit);
   qp.counters.add(rule.counter);
   switch (rule.answer) {
@@ -167,6 +209,19 @@ ResponderStep check_state(const Qp& qp, Request& r) {
 
 ResponderStep check_psn(Qp& qp, Request& r) {
   const std::int32_t d = psn_diff(r.psn, qp.resp.psn);
+  if (!qp.reliable()) {
+    // UC (IBTA 9.8.3): nothing is resent, so any other PSN means packets
+    // were lost. The message in progress is abandoned (its receive WQE is
+    // used again); a First or Only starts the next one from its PSN, the
+    // rest of a cut message is dropped.
+    if (d == 0) return ResponderStep::check_op_sequence;
+    qp.counters.add(QpCounter::out_of_sequence);
+    if (qp.resp.in_msg != Msg::kNone) qp.counters.add(QpCounter::messages_dropped);
+    qp.resp.in_msg = Msg::kNone;
+    qp.resp.offset = 0;
+    qp.resp.psn = r.psn;
+    return starts_message(*r.p.info) ? ResponderStep::check_op_sequence : leave(r, ResponderExit::op_sequence);
+  }
   if (d > 0) return leave(r, ResponderExit::psn_ahead);
   if (d < 0) return ResponderStep::duplicate;
   qp.resp.nak_sent = false;
@@ -175,7 +230,7 @@ ResponderStep check_psn(Qp& qp, Request& r) {
 
 // Middle and Last only inside a message of the same kind, First/Only only
 // outside one.
-ResponderStep check_op_sequence(const Qp& qp, Request& r) {
+ResponderStep check_op_sequence(Qp& qp, Request& r) {
   const wire::OpcodeInfo& info = *r.p.info;
   const bool continues = info.has_any(wire::kMiddle) || (info.has(wire::kLast) && !info.has(wire::kFirst));
   bool fits = false;
@@ -183,6 +238,15 @@ ResponderStep check_op_sequence(const Qp& qp, Request& r) {
     case Msg::kNone: fits = !continues; break;
     case Msg::kSend: fits = continues && info.has(wire::kSend); break;
     case Msg::kWrite: fits = continues && info.has(wire::kWrite); break;
+  }
+  if (!fits && !qp.reliable() && !continues) {
+    // UC: a First or Only inside a message means the end of that one was
+    // lost with no PSN gap (rxe: missing Last, class D1E): it is abandoned
+    // and this one starts.
+    qp.counters.add(QpCounter::messages_dropped);
+    qp.resp.in_msg = Msg::kNone;
+    qp.resp.offset = 0;
+    return ResponderStep::check_op_allowed;
   }
   return fits ? ResponderStep::check_op_allowed : leave(r, ResponderExit::op_sequence);
 }
@@ -281,7 +345,7 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
     complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp.resp.offset, &p);
   }
   qp.resp.psn = psn_add(r.psn, 1);
-  if (p.bth().ack_req()) queue_ack(qp, r.psn);
+  if (p.bth().ack_req() && qp.reliable()) queue_ack(qp, r.psn);
   return ResponderStep::done;
 }
 
@@ -328,7 +392,7 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     if (p.has(wire::ExtHdr::kImmDt)) complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp.resp.write_len, &p);
   }
   qp.resp.psn = psn_add(r.psn, 1);
-  if (p.bth().ack_req()) queue_ack(qp, r.psn);
+  if (p.bth().ack_req() && qp.reliable()) queue_ack(qp, r.psn);
   return ResponderStep::done;
 }
 
@@ -486,6 +550,72 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
 }
 
 }  // namespace
+
+// --- UD ------------------------------------------------------------------------------
+
+// A datagram (IBTA 9.8.x; C10-15: a Q_Key other than the QP's is dropped
+// silently; classes D and E of 9.9.3 for the rest): no answer ever goes
+// back. The receive WQE gets the 40-byte GRH, then the payload; the
+// completion names the sender's QP and says a GRH is there.
+void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
+  if (!qp.receives()) {
+    qp.counters.add(QpCounter::drop_bad_state);
+    return;
+  }
+  const wire::Deth deth = p.deth();
+  if (deth.qkey.get() != qp.attr.qkey) {
+    qp.counters.add(QpCounter::drop_bad_qkey);
+    return;
+  }
+  if (p.payload_length > qp.mtu) {
+    qp.counters.add(QpCounter::drop_bad_length);
+    qp.counters.add(QpCounter::messages_dropped);
+    return;
+  }
+  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, qp.srq_wqe)) : qp.rq_next != qp.rq_posted;
+  if (!have) {
+    qp.counters.add(QpCounter::messages_dropped);  // UD has no RNR: the datagram is gone
+    return;
+  }
+  if (qp.srq != nullptr) qp.srq_held = true;
+  RecvWqe& w = recv_wqe(qp);
+  const bool was_resolved = w.resolved;
+  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
+    const ExitRule& rule = rule_of(was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
+    qp.counters.add(rule.counter);
+    complete_recv(qp, rule.status, IBV_WC_RECV, 0, nullptr);
+    qp_enter_error(qp);
+    return;
+  }
+  if (kGrhBytes + p.payload_length > w.length) {
+    qp.counters.add(QpCounter::drop_recv_too_short);
+    qp.counters.add(QpCounter::messages_dropped);
+    // From an SRQ the WQE is ended (class E); a QP's own stays for the next.
+    if (qp.srq != nullptr) complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, nullptr);
+    return;
+  }
+  std::array<std::uint8_t, kGrhBytes> grh{};
+  if (p.ip_version == 4) {
+    std::memcpy(grh.data() + kGrhBytes - 20, &p.frame[p.l3_offset], 20);
+  } else {
+    std::memcpy(grh.data(), &p.frame[p.l3_offset], kGrhBytes);
+  }
+  sgl_scatter(w.sge.data(), w.num_sge, 0, grh.data(), kGrhBytes);
+  sgl_scatter(w.sge.data(), w.num_sge, kGrhBytes, p.payload().data(), p.payload_length);
+  qp.counters.add(QpCounter::rx_packets);
+  qp.counters.add(QpCounter::rx_bytes, p.payload_length);
+  ibv_wc wc{};
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = IBV_WC_RECV;
+  wc.byte_len = kGrhBytes + p.payload_length;
+  wc.src_qp = deth.src_qp.get();
+  wc.wc_flags = IBV_WC_GRH;
+  if (p.has(wire::ExtHdr::kImmDt)) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    std::memcpy(&wc.imm_data, &p.frame[p.bth_offset + p.info->offset_of(wire::ExtHdr::kImmDt)], 4);
+  }
+  finish_recv(qp, wc, p.bth().se());
+}
 
 // The responder's state machine (rules.h: UROCE_RESPONDER_STEPS): each step
 // returns the next, until the packet is done with or leaves by an exit.

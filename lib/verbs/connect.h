@@ -24,9 +24,13 @@ struct ConnectParams {
 };
 
 // Moves `qp` (on `ctx`) to RTS connected to `remote_qpn` at `remote_gid`.
-// Returns 0 or the first failing modify's errno.
+// Returns 0 or the first failing modify's errno. A UC QP gets the
+// attributes UC takes (no timeouts, retries or READ depth).
 int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qpn, std::uint32_t send_psn,
                std::uint32_t recv_psn, const ConnectParams& p);
+
+// Moves a UD QP to RTS with Q_Key `qkey` and send PSN `send_psn`.
+int ready_ud(QueuePair* qp, std::uint32_t qkey, std::uint32_t send_psn);
 
 
 }  // namespace uroce

@@ -26,6 +26,7 @@ struct Access {
   using CqImpl = CompletionQueue::Impl;
   using QpImpl = QueuePair::Impl;
   using SrqImpl = SharedReceiveQueue::Impl;
+  using AhImpl = AddressHandle::Impl;
 
   static ContextImpl& impl(Context& c) { return *c.impl_; }
   static const ContextImpl& impl(const Context& c) { return *c.impl_; }
@@ -40,12 +41,15 @@ struct Access {
   static std::unique_ptr<CompletionQueue> make_cq(std::unique_ptr<CqImpl> impl);
   static std::unique_ptr<QueuePair> make_qp(Context* ctx, std::unique_ptr<QpImpl> impl);
   static std::unique_ptr<SharedReceiveQueue> make_srq(std::unique_ptr<SrqImpl> impl);
+  static std::unique_ptr<AddressHandle> make_ah(std::unique_ptr<AhImpl> impl);
+  static AhImpl& impl(AddressHandle& ah) { return *ah.impl_; }
 };
 
 using ContextImpl = Access::ContextImpl;
 using CqImpl = Access::CqImpl;
 using QpImpl = Access::QpImpl;
 using SrqImpl = Access::SrqImpl;
+using AhImpl = Access::AhImpl;
 
 // The objects behind the public ones (defined in lib/verbs/verbs_impl.h).
 inline ContextImpl& impl_of(Context& c) { return Access::impl(c); }

@@ -284,6 +284,9 @@ int dealloc_pd_now(ContextImpl& c, ProtectionDomain* pd) {
   for (const auto& qp : c.qps) {
     if (impl_of(*qp).pd == pd) return c.fail(EBUSY, "the PD still has QPs; destroy them first");
   }
+  for (const auto& ah : c.ahs) {
+    if (ah->pd() == pd) return c.fail(EBUSY, "the PD still has address handles; destroy them first");
+  }
   return erase_owned(c.pds, pd) ? 0 : c.fail(EINVAL, "not a PD of this context");
 }
 
@@ -418,8 +421,8 @@ namespace testing {
 
 QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn) {
   ContextImpl& c = impl_of(pd->context());
-  if (attr.qp_type != IBV_QPT_RC) {
-    c.fail(EOPNOTSUPP, "only RC QPs are supported so far (qp_type IBV_QPT_RC)");
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) {
+    c.fail(EOPNOTSUPP, "qp_type must be IBV_QPT_RC, IBV_QPT_UC or IBV_QPT_UD (XRC and raw packet QPs are not supported)");
     return nullptr;
   }
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
@@ -445,8 +448,8 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   // The engine serving the fewest QPs, unless one is named, or the SRQ's.
   std::size_t engine = 0;
   internal::SrqImpl* srq = attr.srq != nullptr ? &impl_of(*attr.srq) : nullptr;
-  if (srq != nullptr && (srq->pd != pd || attr.qp_type != IBV_QPT_RC)) {
-    c.fail(EINVAL, "the SRQ belongs to another PD, or the QP is not RC");
+  if (srq != nullptr && srq->pd != pd) {
+    c.fail(EINVAL, "the SRQ belongs to another PD");
     return nullptr;
   }
   if (srq != nullptr && srq->engine >= 0) {
@@ -469,7 +472,9 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                          cap.max_inline_data, attr.sq_sig_all};
   transport::qp_init(impl->qp, qpn, pd->handle(), caps, &impl_of(*attr.send_cq).ring_for(engine),
-                     &impl_of(*attr.recv_cq).ring_for(engine));
+                     &impl_of(*attr.recv_cq).ring_for(engine), attr.qp_type);
+  // A datagram is one packet of at most the port's MTU (UD has no path MTU).
+  if (attr.qp_type == IBV_QPT_UD) impl->qp.mtu = 128u << c.port.active_mtu;
   if (srq != nullptr) impl->qp.srq = &srq->srq;
   auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
   if (!c.engines[engine]->add_qp(&impl_of(*qp).qp)) {
@@ -626,7 +631,7 @@ int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int
   // max_rd_atomic (initiator) is bounded by max_qp_init_rd_atom,
   // max_dest_rd_atomic (responder) by max_qp_rd_atom (ibv_query_device(3)).
   const transport::ModifyLimits limits{c.limits.max_qp_init_rd_atom, c.limits.max_qp_rd_atom, c.port.active_mtu};
-  const transport::ModifyCheck check = transport::check_modify(qp.state, attr, attr_mask, limits);
+  const transport::ModifyCheck check = transport::check_modify(qp.type, qp.state, attr, attr_mask, limits);
   if (check.error != 0) {
     return c.fail(check.error, std::string("modify QP ") + transport::qp_state_name(qp.state) + "->" +
                                    transport::qp_state_name(check.next) + ": " + check.why);
@@ -688,12 +693,24 @@ int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) co
 
 int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   if (impl_->remote) [[unlikely]] return remote::post_send(*ctx_, *impl_, wr, bad_wr);
+  const bool ud = impl_->qp.type == IBV_QPT_UD;
   for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = transport::qp_post_send(impl_->qp, *wr); rc != 0) {
+    const wire::PathHeader* to = nullptr;
+    if (ud) {
+      // The AH must be one of ours, of the QP's PD (IBTA 10.2.1.x).
+      const AddressHandle* ah = AddressHandle::of(wr->wr.ud.ah);
+      if (ah == nullptr || ah->pd() != impl_->pd) [[unlikely]] {
+        if (bad_wr != nullptr) *bad_wr = wr;
+        return record_error(&impl_of(*ctx_), EINVAL, "UD send WR: wr.ud.ah is not an address handle of the QP's PD");
+      }
+      to = &internal::Access::impl(const_cast<AddressHandle&>(*ah)).path;
+    }
+    if (const int rc = transport::qp_post_send(impl_->qp, *wr, to); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
       return record_error(&impl_of(*ctx_), rc,
                           rc == ENOMEM ? "send queue full (max_send_wr)"
-                                       : "bad send WR: opcode, SGE count, inline size or QP state");
+                                       : "bad send WR: opcode (for the QP type), SGE count, inline size, "
+                                         "length (UD: at most the MTU) or QP state");
     }
   }
   return 0;

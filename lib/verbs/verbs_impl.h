@@ -63,6 +63,18 @@ struct SharedReceiveQueue::Impl {
   std::uint32_t users = 0;  // QPs attached (control path)
 };
 
+// Standard layout with the verbs handle first: AddressHandle::of() finds
+// the Impl from the ibv_ah* a WR carries.
+struct AddressHandle::Impl {
+  static constexpr std::uint64_t kMagic = 0x75726f6365414821;  // "uroceAH!"
+  ibv_ah ah{};
+  std::uint64_t magic = kMagic;
+  AddressHandle* self = nullptr;
+  ProtectionDomain* pd = nullptr;
+  ibv_ah_attr attr{};
+  wire::PathHeader path;  // the headers each UD WR to it copies
+};
+
 struct Context::Impl {
   explicit Impl(const PortConfig& p);
   explicit Impl(std::unique_ptr<service::Client> client);  // attached to uroced
@@ -83,6 +95,8 @@ struct Context::Impl {
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
+  std::vector<std::unique_ptr<AddressHandle>> ahs;
+  std::uint32_t next_ah = 1;
   std::map<void*, mem::Buffer> buffers;
 
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
