@@ -256,7 +256,7 @@ std::string case_name(const ::testing::TestParamInfo<StockCase>& param) {
   for (const char* c = param.param.program; *c != '\0'; ++c) name += *c == '_' ? '_' : *c;
   name += '_';
   for (const char* c = param.param.args; *c != '\0'; ++c) {
-    if ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')) name += *c;
+    if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) name += *c;
     else if (*c == ' ') name += '_';
   }
   return name;
@@ -274,7 +274,7 @@ TEST_P(StockPair, CompletesWithItsFigures) {
     ASSERT_EQ(Namespaces::get().error(), "");
   }
   const LinkPair link(c.link);
-  const bool pingpong = std::string(c.program).rfind("ibv_", 0) == 0;  // ibv_rc_pingpong, ibv_srq_pingpong
+  const bool pingpong = std::string(c.program).rfind("ibv_", 0) == 0;  // ibv_{rc,srq,ud,uc}_pingpong
   const std::string cmd = program + " -d uroce0 -p " + std::to_string(next_tcp_port()) + " " + c.args;
   const Pair p = link.run(cmd, cmd + " " + link.server_host());
   EXPECT_EQ(p.server.status, 0) << p.server.out;
@@ -317,6 +317,23 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kMemif, "ibv_srq_pingpong", "-g 1 -e -s 65536 -q 4 -n 50"},
                       StockCase{Link::kVeth, "ibv_srq_pingpong", "-g 1 -n 200"},
                       StockCase{Link::kMemif, "ib_send_bw", "-x 1 --use-srq -q 2"}),
+    case_name);
+
+// Debian's ibv_ud_pingpong and ibv_uc_pingpong, and perftest's SEND over
+// UD and SEND and WRITE over UC.
+INSTANTIATE_TEST_SUITE_P(
+    UnreliableServices, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ibv_ud_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kMemif, "ibv_ud_pingpong", "-g 1 -e -s 4000 -n 200"},
+                      StockCase{Link::kVeth, "ibv_ud_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kMemif, "ibv_uc_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kMemif, "ibv_uc_pingpong", "-g 1 -e -s 65536 -n 100"},
+                      StockCase{Link::kVeth, "ibv_uc_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1 -c UD"},
+                      StockCase{Link::kMemif, "ib_send_lat", "-x 1 -c UD"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1 -c UC"},
+                      StockCase{Link::kMemif, "ib_write_bw", "-x 1 -c UC"},
+                      StockCase{Link::kVeth, "ib_send_bw", "-x 1 -c UD"}),
     case_name);
 
 // perftest, each binary with -x 1 over both links; the longer variants

@@ -18,6 +18,8 @@
 #include "scripted_port.h"
 #include "sim/step.h"
 #include "test_seed.h"
+#include "engine/engine.h"
+#include "uroce/stats.h"
 #include "verbs/connect.h"
 #include "wire/frame.h"
 #include "wire/headers.h"
@@ -315,6 +317,84 @@ TEST(Ud, ManyDatagramsUnderLossDuplicationAndReorderingArriveWholeOrNotAtAll) {
   // has no sequence to catch them), unless it found no receive posted.
   EXPECT_EQ(got + r.qb->counter("messages_dropped"), s.delivered) << "delivered " << s.delivered;
   EXPECT_GT(seen.size(), kMessages * 8 / 10);
+}
+
+// Hostile datagrams on a scripted port: a UD QP (Q_Key kQkey) and an RC
+// QP of the same device get packets of the wrong service, too long, or cut
+// short; each is dropped and counted, nothing is answered, nothing breaks.
+TEST(Ud, HostileDatagramsAreDroppedCountedAndUnanswered) {
+  sim::VirtualClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{4, 4, 1, 1, 0}, 64);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  ASSERT_EQ(connect_rc(dev.qp, ipv4_gid({10, 0, 0, 2}), 0x99, 1, 1, ConnectParams{}), 0);
+  QpInitAttr init;
+  init.qp_type = IBV_QPT_UD;
+  init.cap = ibv_qp_cap{4, 8, 1, 1, 0};
+  init.send_cq = init.recv_cq = dev.cq;
+  QueuePair* ud = dev.pd->create_qp(init);
+  ASSERT_NE(ud, nullptr);
+  ASSERT_EQ(ready_ud(ud, kQkey, 1), 0);
+  std::vector<std::uint8_t> buf(1 << 16);
+  MemoryRegion* mr = dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  for (int i = 0; i < 4; ++i) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data() + i * 8192), 8192, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ud->post_recv(&wr, &bad), 0);
+  }
+  auto frame = [&](wire::Opcode op, std::uint32_t dest, std::uint32_t qkey, std::size_t len) {
+    wire::FrameSpec s;
+    s.src4 = {10, 0, 0, 2};  // the RC QP's peer: past its address check
+    s.dst4 = {10, 0, 0, 1};
+    s.bth.opcode = static_cast<std::uint8_t>(op);
+    s.bth.pkey.set(0xffff);
+    s.bth.dest_qp.set(dest);
+    s.deth.qkey.set(qkey);
+    s.deth.src_qp.set(0x33);
+    std::vector<std::uint8_t> payload(len, 0x5a);
+    std::vector<std::uint8_t> f(len + 256);
+    f.resize(wire::build_frame(s, payload, f));
+    return f;
+  };
+  const auto& e = internal::engine_of(*dev.ctx);
+  auto push = [&](std::vector<std::uint8_t> f) {
+    dev.port.inbox.push_back(std::move(f));
+    dev.ctx->progress();
+  };
+  push(frame(wire::Opcode::kUdSendOnly, dev.qp->qp_num(), kQkey, 64));  // a datagram for the RC QP
+  push(frame(wire::Opcode::kUcSendOnly, ud->qp_num(), 0, 64));          // UC for the UD QP
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_wrong_service), 2u);
+  push(frame(wire::Opcode::kUdSendOnly, ud->qp_num(), kQkey, 4100));    // over any MTU: the parser's
+  std::uint64_t too_long = 0;
+  for (const Stat& st : dev.ctx->stats()) {
+    if (std::string(st.name) == "drop_payload_length") too_long = st.value;
+  }
+  EXPECT_EQ(too_long, 1u);
+  push(frame(wire::Opcode::kUdSendOnly, ud->qp_num(), 0x80010000, 8));  // QP1's well-known Q_Key
+  EXPECT_EQ(ud->counter("drop_bad_qkey"), 1u);
+  // Cut inside the DETH: the parser refuses it before any QP sees it.
+  std::vector<std::uint8_t> cut = frame(wire::Opcode::kUdSendOnly, ud->qp_num(), kQkey, 0);
+  wire::ParsedFrame p;
+  ASSERT_EQ(wire::parse_frame(cut, p), wire::ParseStatus::kOk);
+  cut.resize(p.bth_offset + 12 + 4);
+  const std::uint64_t parse_drops_before = e.counter(engine::EngineCounter::rx_frames);
+  push(cut);
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_frames), parse_drops_before + 1);
+  ibv_wc wc;
+  EXPECT_EQ(dev.cq->poll(1, &wc), 0) << "nothing completed";
+  EXPECT_EQ(ud->counter("rx_packets"), 0u);
+  EXPECT_TRUE(dev.port.sent.empty()) << "nothing answered";
+  // A good one still lands.
+  push(frame(wire::Opcode::kUdSendOnly, ud->qp_num(), kQkey, 100));
+  ASSERT_EQ(dev.cq->poll(1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.src_qp, 0x33u);
+  EXPECT_EQ(wc.byte_len, kGrhBytes + 100);
+  EXPECT_EQ(dev.qp->state(), IBV_QPS_RTS);
+  EXPECT_EQ(ud->state(), IBV_QPS_RTS);
 }
 
 // --- UC ------------------------------------------------------------------------------

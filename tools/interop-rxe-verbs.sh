@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Stock verbs binaries on both ends, uroce on one: Debian's perftest,
-# ibv_rc_pingpong and ibv_srq_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
+# Stock verbs binaries on both ends, uroce on one: Debian's perftest (RC,
+# and SEND/WRITE over UD and UC), ibv_rc_pingpong, ibv_srq_pingpong,
+# ibv_ud_pingpong and ibv_uc_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
 # port) against the same stock binaries on Linux Soft-RoCE in a qemu guest
 # (../shared/tools/rxe-peer), both directions. Prints PASS/FAIL per case with
 # the figures of the uroce side, writes JSON, ends "N passed, M failed".
 # Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
+# UROCE_INTEROP_ONLY=REGEX runs only the cases whose command matches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -30,6 +32,7 @@ figures() { grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+|iters in' "$1" | tail -1 | tr -s
 # side's kernel end of the bridge, 10.99.0.254).
 one() {
   local dir=$1 ourcmd=$2 guestcmd=$3 log glog urc grc
+  [[ -n ${UROCE_INTEROP_ONLY:-} && ! $ourcmd =~ $UROCE_INTEROP_ONLY ]] && return 0
   log=$(mktemp)
   glog=$(mktemp)
   if [[ $dir == uroce-server ]]; then
@@ -74,6 +77,18 @@ for dir in uroce-server uroce-client; do
     one "$dir" "ibv_srq_pingpong -d uroce0 $a" "ibv_srq_pingpong -d rxe0 $a"
   done
   one "$dir" "ib_send_bw -d uroce0 -x 1 --use-srq" "ib_send_bw -d rxe0 -x 1 --use-srq"
+  # UD and UC. The guest's rxe port has a 1500-byte netdev: its MTU is 1024,
+  # and ibv_ud_pingpong refuses datagrams larger than that.
+  for a in "-g 1 -s 1024 -n 200" "-g 1 -e -s 512 -n 200"; do
+    one "$dir" "ibv_ud_pingpong -d uroce0 $a" "ibv_ud_pingpong -d rxe0 $a"
+  done
+  for a in "-g 1 -n 200" "-g 1 -e -s 4096 -n 100"; do
+    one "$dir" "ibv_uc_pingpong -d uroce0 $a" "ibv_uc_pingpong -d rxe0 $a"
+  done
+  one "$dir" "ib_send_bw -d uroce0 -x 1 -c UD" "ib_send_bw -d rxe0 -x 1 -c UD"
+  one "$dir" "ib_send_lat -d uroce0 -x 1 -c UD -n 500" "ib_send_lat -d rxe0 -x 1 -c UD -n 500"
+  one "$dir" "ib_send_bw -d uroce0 -x 1 -c UC" "ib_send_bw -d rxe0 -x 1 -c UC"
+  one "$dir" "ib_write_bw -d uroce0 -x 1 -c UC" "ib_write_bw -d rxe0 -x 1 -c UC"
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat; do
     n=""
     [[ $t == *_lat ]] && n="-n 500"

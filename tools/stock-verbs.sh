@@ -2,8 +2,9 @@
 # Debian's own verbs binaries, unmodified, on uroce through uroce-run: two
 # processes over net_memif, and over a veth pair between two network
 # namespaces this script creates (net_af_packet). ibv_devinfo, ibv_rc_pingpong,
-# ibv_srq_pingpong and perftest's eight ib_*_{bw,lat} in the variants issue
-# 12 lists (and ib_send_bw --use-srq).
+# ibv_srq_pingpong, ibv_ud_pingpong, ibv_uc_pingpong and perftest's eight
+# ib_*_{bw,lat} in the variants issue 12 lists (and ib_send_bw --use-srq,
+# SEND over UD, SEND and WRITE over UC).
 # Prints PASS/FAIL per case with perftest's own figures, then
 # "N passed, M failed"; exits 1 if any failed.
 #
@@ -121,6 +122,16 @@ matrix() {
   local sp=("-g 1" "-g 1 -e -s 65536 -q 4 -n 50")
   for a in "${sp[@]}"; do pair "$link" "ibv_srq_pingpong -d uroce0 $a"; done
   [[ -z $quick ]] && pair "$link" "ib_send_bw -d uroce0 -x 1 --use-srq -q 2" 300
+  local up=("-g 1" "-g 1 -e -s 4000")
+  for a in "${up[@]}"; do pair "$link" "ibv_ud_pingpong -d uroce0 $a"; done
+  local cp=("-g 1" "-g 1 -e -s 65536 -n 200")
+  for a in "${cp[@]}"; do pair "$link" "ibv_uc_pingpong -d uroce0 $a"; done
+  local u
+  for u in "ib_send_bw -x 1 -c UD" "ib_send_lat -x 1 -c UD" "ib_send_bw -x 1 -c UC" "ib_write_bw -x 1 -c UC" \
+           "ib_send_lat -x 1 -c UC" "ib_write_lat -x 1 -c UC"; do
+    [[ -n $quick && $u == *_lat* ]] && continue
+    pair "$link" "${u/ -x/ -d uroce0 -x}" 300
+  done
   local t v
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
     local variants=("-x 1")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # UCX (Debian's ucx-utils) on uroce through uroce-run: ucx_perftest at the
-# UCT level on rc_verbs, two processes over a veth pair between two network
+# UCT level on rc_verbs and ud_verbs, two processes over a veth pair between two network
 # namespaces this script creates (net_af_packet). Prints PASS/FAIL per case
 # with UCX's "Final" figures and ends "N passed, M failed".
 #
@@ -49,21 +49,25 @@ eal=(--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error)
 port() { echo "--vdev=net_af_packet0,iface=$1,blocksz=16384,framesz=8192,framecnt=512"; }
 passed=0
 failed=0
-for t in "-t am_lat -s 8 -n 2000" "-t put_lat -s 8 -n 2000" "-t add_lat -n 2000" \
-         "-t put_bw -D zcopy -s 65536 -n 5000" "-t am_bw -D bcopy -s 4096 -n 5000"; do
+# "TRANSPORT ARGS": UD carries active messages only (no put or atomics).
+for c in "rc_verbs -t am_lat -s 8 -n 2000" "rc_verbs -t put_lat -s 8 -n 2000" "rc_verbs -t add_lat -n 2000" \
+         "rc_verbs -t put_bw -D zcopy -s 65536 -n 5000" "rc_verbs -t am_bw -D bcopy -s 4096 -n 5000" \
+         "ud_verbs -t am_lat -s 8 -n 2000" "ud_verbs -t am_bw -D bcopy -s 1024 -n 5000"; do
+  tl=${c%% *}
+  t=${c#* }
   timeout 60 ip netns exec "$nsa" "$run" "${eal[@]}" -l 0 "$(port ucxv0)" -- --ip 10.95.0.11/24 \
-    ucx_perftest -d uroce0:1 -x rc_verbs >"$tmp/server" 2>&1 &
+    ucx_perftest -d uroce0:1 -x "$tl" >"$tmp/server" 2>&1 &
   sleep 3
   timeout 60 ip netns exec "$nsb" "$run" "${eal[@]}" -l 1 "$(port ucxv1)" -- --ip 10.95.0.12/24 \
-    ucx_perftest 10.95.0.1 -d uroce0:1 -x rc_verbs $t >"$tmp/client" 2>&1
+    ucx_perftest 10.95.0.1 -d uroce0:1 -x "$tl" $t >"$tmp/client" 2>&1
   rc=$?
   wait
   final=$(grep -E '^Final' "$tmp/client" | tr -s ' ')
   if [[ $rc -eq 0 && -n $final ]]; then
-    printf 'PASS  ucx_perftest -x rc_verbs %-34s %s\n' "$t" "$final"
+    printf 'PASS  ucx_perftest -x %s %-34s %s\n' "$tl" "$t" "$final"
     passed=$((passed + 1))
   else
-    printf 'FAIL  ucx_perftest -x rc_verbs %-34s rc %s\n' "$t" "$rc"
+    printf 'FAIL  ucx_perftest -x %s %-34s rc %s\n' "$tl" "$t" "$rc"
     grep -E 'ERROR' "$tmp/client" | head -3 | sed 's/^/    /'
     failed=$((failed + 1))
   fi

@@ -1,4 +1,4 @@
-// libFuzzer harness: the receive path of a live RC QP. Each input gets a
+// libFuzzer harness: the receive path of a live RC, UC or UD QP. Each input gets a
 // fresh QP and region on one long-lived device on a ScriptedPort (virtual
 // clock; opening a device per input would cost 5 ms of table set-up under
 // ASan), connected to a peer that the fuzzer plays: receives posted, a region open for remote
@@ -16,7 +16,9 @@
 // (retransmit and RNR timers), bit 4 runs the engine before this frame,
 // bit 5 carries it in an 802.1Q tag (its VLAN ID from the PSN).
 // Bit 6 of the first frame's flags connects this input's QP over IPv6
-// (link-local GIDs, index 0) and wraps every frame in IPv6 instead.
+// (link-local GIDs, index 0) and wraps every frame in IPv6 instead; bit 7
+// makes it a UC QP (a SEND and a WRITE outstanding), or with bit 5 too a
+// UD QP (Q_Key 0x11111111, one datagram sent to the peer).
 //
 // Checked besides sanitizer reports: the QP is in RTS or ERR (nothing
 // else is reachable from the wire), completions are only for work requests
@@ -59,7 +61,7 @@ void check(bool ok) {
 }
 
 int post(QueuePair* qp, ibv_wr_opcode op, std::uint8_t* local, std::uint32_t len, std::uint32_t lkey,
-         std::uint64_t wr_id) {
+         std::uint64_t wr_id, AddressHandle* ah = nullptr) {
   ibv_sge sge{reinterpret_cast<std::uint64_t>(local), len, lkey};
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
@@ -72,6 +74,10 @@ int post(QueuePair* qp, ibv_wr_opcode op, std::uint8_t* local, std::uint32_t len
     wr.wr.atomic.rkey = 0x77;
     wr.wr.atomic.compare_add = 1;
     wr.wr.atomic.swap = 2;
+  } else if (ah != nullptr) {
+    wr.wr.ud.ah = ah->ibv();
+    wr.wr.ud.remote_qpn = kPeerQpn;
+    wr.wr.ud.remote_qkey = 0x11111111;
   } else {
     wr.wr.rdma.remote_addr = 0x10000;
     wr.wr.rdma.rkey = 0x77;
@@ -147,6 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   QpInitAttr init;
   init.send_cq = init.recv_cq = fx.cq;
   init.cap = ibv_qp_cap{16, 16, 2, 2, 64};
+  if (size > 0 && (data[0] & 0x80) != 0) init.qp_type = (data[0] & 0x20) != 0 ? IBV_QPT_UD : IBV_QPT_UC;
   QueuePair* qp = fx.pd->create_qp(init);
   check(qp != nullptr);
   ConnectParams params;
@@ -164,7 +171,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } else {
     path.peer = ipv4_gid({10, 0, 0, 2});
   }
-  check(connect_rc(qp, path.peer, kPeerQpn, kSqPsn, kRqPsn, params) == 0);
+  AddressHandle* ah = nullptr;
+  if (init.qp_type == IBV_QPT_UD) {
+    check(ready_ud(qp, 0x11111111, kSqPsn) == 0);
+    ibv_ah_attr a{};
+    a.is_global = 1;
+    a.port_num = 1;
+    a.grh.dgid = path.peer;
+    a.grh.sgid_index = params.sgid_index;
+    ah = fx.pd->create_ah(a);
+    check(ah != nullptr);
+  } else {
+    check(connect_rc(qp, path.peer, kPeerQpn, kSqPsn, kRqPsn, params) == 0);
+  }
 
   // The region sits between guard bytes that nothing may touch.
   std::vector<std::uint8_t> memory(kGuard + kRegion + kGuard, kGuardByte);
@@ -180,10 +199,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ibv_recv_wr* bad = nullptr;
     check(qp->post_recv(&wr, &bad) == 0);
   }
-  check(post(qp, IBV_WR_SEND, region, 64, mr->lkey, 1) == 0);
-  check(post(qp, IBV_WR_RDMA_WRITE, region, 2000, mr->lkey, 2) == 0);
-  check(post(qp, IBV_WR_RDMA_READ, region + 2048, 1500, mr->lkey, 3) == 0);
-  check(post(qp, IBV_WR_ATOMIC_CMP_AND_SWP, region + 4088, 8, mr->lkey, 4) == 0);
+  check(post(qp, IBV_WR_SEND, region, 64, mr->lkey, 1, ah) == 0);
+  if (init.qp_type != IBV_QPT_UD) check(post(qp, IBV_WR_RDMA_WRITE, region, 2000, mr->lkey, 2) == 0);
+  if (init.qp_type == IBV_QPT_RC) {
+    check(post(qp, IBV_WR_RDMA_READ, region + 2048, 1500, mr->lkey, 3) == 0);
+    check(post(qp, IBV_WR_ATOMIC_CMP_AND_SWP, region + 4088, 8, mr->lkey, 4) == 0);
+  }
   fx.ctx->progress();
 
   std::size_t at = 0;
@@ -242,6 +263,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(n == 0 && completions <= 8);
   check(fx.pd->destroy_qp(qp) == 0);
   check(fx.pd->dereg_mr(mr) == 0);
+  if (ah != nullptr) check(fx.pd->destroy_ah(ah) == 0);
   fx.port.inbox.clear();
   fx.ctx->progress();
   check(fx.cq->poll(16, wc) == 0);  // nothing completes for a destroyed QP
