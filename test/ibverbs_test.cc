@@ -326,6 +326,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StockCase{Link::kMemif, "ibv_ud_pingpong", "-g 1 -n 500"},
                       StockCase{Link::kMemif, "ibv_ud_pingpong", "-g 1 -e -s 4000 -n 200"},
                       StockCase{Link::kVeth, "ibv_ud_pingpong", "-g 1 -n 500"},
+                      StockCase{Link::kVeth, "ibv_ud_pingpong", "-g 0 -n 200"},
                       StockCase{Link::kMemif, "ibv_uc_pingpong", "-g 1 -n 500"},
                       StockCase{Link::kMemif, "ibv_uc_pingpong", "-g 1 -e -s 65536 -n 100"},
                       StockCase{Link::kVeth, "ibv_uc_pingpong", "-g 1 -n 500"},
