@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "wire/cm_mad.h"
 #include "wire/icrc.h"
 
 namespace uroce::dump {
@@ -148,20 +149,7 @@ std::string cm_mad_name(const FrameReport& r) {
   const auto p = r.parsed.payload();
   // MAD common header (IBTA 13.4.2): class at byte 1, attribute ID at 16..17.
   if (p.size() < 24 || p[1] != 0x07) return "";
-  switch (p[16] << 8 | p[17]) {
-    case 0x10: return "ConnectRequest";
-    case 0x11: return "MRA";
-    case 0x12: return "Reject";
-    case 0x13: return "ConnectReply";
-    case 0x14: return "ReadyToUse";
-    case 0x15: return "DisconnectRequest";
-    case 0x16: return "DisconnectReply";
-    case 0x17: return "SIDRRequest";
-    case 0x18: return "SIDRReply";
-    case 0x19: return "LoadAlternatePath";
-    case 0x1a: return "AlternatePathResponse";
-    default: return "CM";
-  }
+  return wire::cm_attr_name(static_cast<std::uint16_t>(p[16] << 8 | p[17]));
 }
 
 std::string format_text(const FrameReport& r) {

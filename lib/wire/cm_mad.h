@@ -1,0 +1,258 @@
+// Communication Management MADs (IBTA 12.6, 13.4): the 256-byte messages
+// two CMs exchange as UD datagrams to QP1 (Q_Key 0x80010000) to connect RC
+// and UC QPs: REQ, MRA, REJ, REP, RTU, DREQ, DREP. Each decodes from and
+// encodes to the exact bytes of the wire (big-endian, bit fields packed as
+// the tables of 12.6 give them), so that decode then encode reproduces what
+// Soft-RoCE sent. The rdma_cm header that rdma_cm puts at the start of a
+// REQ's private data (its IP addresses and port) is here too, with the
+// service ID rdma_cm derives from the port space and port.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace uroce::wire {
+
+inline constexpr std::size_t kMadBytes = 256;
+inline constexpr std::uint32_t kGsiQpn = 1;
+inline constexpr std::uint32_t kGsiQkey = 0x80010000;  // IBTA 13.4.6.4: the GSI's well-known Q_Key
+inline constexpr std::uint8_t kMgmtClassCm = 0x07;
+inline constexpr std::uint8_t kCmClassVersion = 2;
+inline constexpr std::uint8_t kMadMethodSend = 0x03;
+
+// CM attribute IDs (IBTA table 106).
+enum class CmAttr : std::uint16_t {
+  kClassPortInfo = 0x0001,
+  kReq = 0x0010,
+  kMra = 0x0011,
+  kRej = 0x0012,
+  kRep = 0x0013,
+  kRtu = 0x0014,
+  kDreq = 0x0015,
+  kDrep = 0x0016,
+  kSidrReq = 0x0017,
+  kSidrRep = 0x0018,
+  kLap = 0x0019,
+  kApr = 0x001a,
+};
+// Its name as uroce-dump prints it ("ConnectRequest", ...; "CM" if unknown).
+const char* cm_attr_name(std::uint16_t attr);
+
+// The MAD common header (IBTA 13.4.2).
+struct MadHeader {
+  std::uint8_t base_version = 1;
+  std::uint8_t mgmt_class = kMgmtClassCm;
+  std::uint8_t class_version = kCmClassVersion;
+  std::uint8_t method = kMadMethodSend;
+  std::uint16_t status = 0;
+  std::uint16_t class_specific = 0;
+  std::uint64_t tid = 0;
+  std::uint16_t attr_id = 0;
+  std::uint32_t attr_modifier = 0;
+};
+
+// A path as REQ carries it (primary or alternate; IBTA table 99's path fields).
+struct CmPath {
+  std::uint16_t local_lid = 0xffff;   // RoCE: the permissive LID, as rxe sends
+  std::uint16_t remote_lid = 0xffff;
+  std::array<std::uint8_t, 16> local_gid{};
+  std::array<std::uint8_t, 16> remote_gid{};
+  std::uint32_t flow_label = 0;       // 20 bits
+  std::uint8_t packet_rate = 0;       // 6 bits
+  std::uint8_t traffic_class = 0;
+  std::uint8_t hop_limit = 0;
+  std::uint8_t sl = 0;                // 4 bits
+  bool subnet_local = false;
+  std::uint8_t local_ack_timeout = 0; // 5 bits
+};
+
+// REQ (IBTA 12.6.5, table 99).
+struct CmReq {
+  std::uint32_t local_comm_id = 0;
+  std::uint64_t service_id = 0;
+  std::uint64_t local_ca_guid = 0;    // as on the wire (big-endian value)
+  std::uint32_t local_qkey = 0;
+  std::uint32_t local_qpn = 0;        // 24 bits
+  std::uint8_t responder_resources = 0;
+  std::uint32_t local_eecn = 0;       // 24 bits
+  std::uint8_t initiator_depth = 0;
+  std::uint32_t remote_eecn = 0;      // 24 bits
+  std::uint8_t remote_cm_response_timeout = 0;  // 5 bits
+  std::uint8_t transport = 0;         // 2 bits: 0 RC, 1 UC, 3 RD (table 99)
+  bool end_to_end_flow_control = false;
+  std::uint32_t starting_psn = 0;     // 24 bits
+  std::uint8_t local_cm_response_timeout = 0;   // 5 bits
+  std::uint8_t retry_count = 0;       // 3 bits
+  std::uint16_t pkey = 0xffff;
+  std::uint8_t path_mtu = 0;          // 4 bits, ibv_mtu
+  bool rdc_exists = false;
+  std::uint8_t rnr_retry_count = 0;   // 3 bits
+  std::uint8_t max_cm_retries = 0;    // 4 bits
+  bool srq = false;
+  std::uint8_t extended_transport = 0;  // 3 bits
+  CmPath primary;
+  CmPath alternate;
+  bool has_alternate = false;         // an alternate path (LIDs or GIDs non-zero)
+  std::array<std::uint8_t, 92> private_data{};
+};
+
+// REP (IBTA 12.6.8, table 103).
+struct CmRep {
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  std::uint32_t local_qkey = 0;
+  std::uint32_t local_qpn = 0;        // 24 bits
+  std::uint32_t local_eecn = 0;       // 24 bits
+  std::uint32_t starting_psn = 0;     // 24 bits
+  std::uint8_t responder_resources = 0;
+  std::uint8_t initiator_depth = 0;
+  std::uint8_t target_ack_delay = 0;  // 5 bits
+  std::uint8_t failover_accepted = 0; // 2 bits
+  bool end_to_end_flow_control = false;
+  std::uint8_t rnr_retry_count = 0;   // 3 bits
+  bool srq = false;
+  std::uint64_t local_ca_guid = 0;
+  std::array<std::uint8_t, 196> private_data{};
+};
+
+// RTU, DREP (IBTA 12.6.9, 12.6.11): the two comm IDs and private data.
+struct CmRtu {
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  std::array<std::uint8_t, 224> private_data{};
+};
+using CmDrep = CmRtu;
+
+// DREQ (IBTA 12.6.10, table 104).
+struct CmDreq {
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  std::uint32_t remote_qpn = 0;  // 24 bits: the receiver's QP (or EEC)
+  std::array<std::uint8_t, 220> private_data{};
+};
+
+// REJ (IBTA 12.6.7, table 102) and its reasons (table 103).
+enum class RejReason : std::uint16_t {
+  kNoQp = 1,
+  kNoEec = 2,
+  kNoResources = 3,
+  kTimeout = 4,
+  kUnsupportedReq = 5,
+  kInvalidCommId = 6,
+  kInvalidCommInstance = 7,
+  kInvalidServiceId = 8,
+  kInvalidTransportType = 9,
+  kStaleConn = 10,
+  kRdcNotExist = 11,
+  kInvalidGid = 12,
+  kInvalidLid = 13,
+  kInvalidSl = 14,
+  kInvalidTrafficClass = 15,
+  kInvalidHopLimit = 16,
+  kInvalidPacketRate = 17,
+  kInvalidAltGid = 18,
+  kInvalidAltLid = 19,
+  kInvalidAltSl = 20,
+  kInvalidAltTrafficClass = 21,
+  kInvalidAltHopLimit = 22,
+  kInvalidAltPacketRate = 23,
+  kPortCmRedirect = 24,
+  kPortRedirect = 25,
+  kInvalidMtu = 26,
+  kInsufficientRespResources = 27,
+  kConsumerReject = 28,
+  kRnrRetryCountReject = 29,
+  kDuplicateLocalCommId = 30,
+  kUnsupportedClassVersion = 31,
+  kInvalidFlowLabel = 32,
+  kInvalidAltFlowLabel = 33,
+};
+// Which message a REJ or MRA answers (2 bits).
+enum class CmMsgKind : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };
+
+struct CmRej {
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  CmMsgKind rejected = CmMsgKind::kReq;
+  std::uint8_t ari_length = 0;  // 7 bits
+  std::uint16_t reason = 0;
+  std::array<std::uint8_t, 72> ari{};
+  std::array<std::uint8_t, 148> private_data{};
+};
+
+// MRA (IBTA 12.6.6, table 100).
+struct CmMra {
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  CmMsgKind mraed = CmMsgKind::kReq;
+  std::uint8_t service_timeout = 0;  // 5 bits
+  std::array<std::uint8_t, 222> private_data{};
+};
+
+// Why a MAD was refused (counted by its receiver).
+enum class MadStatus : std::uint8_t {
+  kOk,
+  kTooShort,        // fewer than 256 bytes
+  kNotCm,           // another management class or base version
+  kBadClassVersion, // a CM class version other than 2
+  kNotSend,         // a method other than Send (GET, responses: not for a CM)
+  kUnknownAttr,     // an attribute this CM does not take (SIDR, LAP, APR, ClassPortInfo)
+};
+const char* mad_status_name(MadStatus s);
+
+// One decoded CM MAD.
+struct CmMad {
+  MadHeader header;
+  CmReq req;
+  CmRep rep;
+  CmRtu rtu;  // also DREP
+  CmDreq dreq;
+  CmRej rej;
+  CmMra mra;
+  CmAttr attr() const { return static_cast<CmAttr>(header.attr_id); }
+};
+
+// Decodes `mad` (the datagram's payload). kOk fills `out` for its attribute.
+MadStatus decode_cm_mad(std::span<const std::uint8_t> mad, CmMad& out);
+// Encodes the header and the attribute header.attr_id names into `out`.
+// False for an attribute it cannot encode.
+bool encode_cm_mad(const CmMad& mad, std::array<std::uint8_t, kMadBytes>& out);
+
+// --- rdma_cm ---------------------------------------------------------------------
+
+// rdma_cm's port spaces (rdma_port_space), the top of the service ID.
+inline constexpr std::uint16_t kRdmaPsTcp = 0x0106;
+inline constexpr std::uint16_t kRdmaPsUdp = 0x0111;
+inline constexpr std::uint16_t kRdmaPsIpoib = 0x0002;
+inline constexpr std::uint16_t kRdmaPsIb = 0x013f;
+// rdma_cm's service ID for a port of a port space: 0x0000000001PPpppp.
+constexpr std::uint64_t rdma_cm_service_id(std::uint16_t ps, std::uint16_t port) {
+  return std::uint64_t{ps} << 16 | port;
+}
+// The port space and port of an rdma_cm service ID; nullopt when it is not one.
+struct RdmaCmService {
+  std::uint16_t ps = 0;
+  std::uint16_t port = 0;
+};
+std::optional<RdmaCmService> rdma_cm_service(std::uint64_t service_id);
+
+// The header rdma_cm puts in the first 36 bytes of a REQ's private data
+// (the user's private data follows): version 0, the IP version in the top
+// nibble of byte 1, the source port, then the source and destination
+// addresses (IPv4 in the last 4 bytes of each 16).
+struct RdmaCmHeader {
+  std::uint8_t version = 0;
+  std::uint8_t ip_version = 4;
+  std::uint16_t src_port = 0;
+  std::array<std::uint8_t, 16> src_addr{};
+  std::array<std::uint8_t, 16> dst_addr{};
+};
+inline constexpr std::size_t kRdmaCmHeaderBytes = 36;
+// Decodes the header; nullopt when its version or IP version is not one
+// rdma_cm sends (0; 4 or 6).
+std::optional<RdmaCmHeader> decode_rdma_cm_header(std::span<const std::uint8_t> private_data);
+void encode_rdma_cm_header(const RdmaCmHeader& h, std::span<std::uint8_t> private_data);
+
+}  // namespace uroce::wire
