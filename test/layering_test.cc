@@ -57,6 +57,8 @@ const std::vector<Layer> kLayers = {
     // The client's half of the service protocol: sockets and shared memory.
     {"service", "lib/service", {}, false},
     {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce"}, true},
+    // The communication manager (QP1, IB CM) on the API and verbs' internals.
+    {"cm", "lib/cm", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, false},
     {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, true, true},
     // libibverbs.so.1 on top of the stack: starts EAL and opens a compose::Device.
     {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose"}, true, true},

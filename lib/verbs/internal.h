@@ -67,5 +67,13 @@ inline const SrqImpl& impl_of(const SharedReceiveQueue& srq) { return Access::im
 engine::Engine& engine_of(Context& ctx, std::size_t i = 0);
 std::size_t engine_count(const Context& ctx);
 
+// The General Services QP of `pd`'s context (IBTA 13.4.6: QP1, a UD QP
+// that takes the GSI Q_Key 0x80010000), for the communication manager
+// (lib/cm). `attr.qp_type` is ignored (UD). nullptr, with last_error(), if
+// the context has one already or is attached to uroced.
+QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
+// The context's clock, in nanoseconds (virtual on a simulated link).
+std::uint64_t now_ns(Context& ctx);
+
 }  // namespace internal
 }  // namespace uroce

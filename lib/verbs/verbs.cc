@@ -506,6 +506,23 @@ transport::Qp& transport_qp(QueuePair* qp) { return impl_of(*qp).qp; }
 
 }  // namespace testing
 
+namespace internal {
+
+QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
+  ContextImpl& c = impl_of(pd->context());
+  if (c.remote) {
+    c.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
+    return nullptr;
+  }
+  QpInitAttr gsi = attr;
+  gsi.qp_type = IBV_QPT_UD;
+  return c.control([&] { return testing::create_qp_with_qpn(pd, gsi, 1); });
+}
+
+std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
+
+}  // namespace internal
+
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::create_qp(this, attr);

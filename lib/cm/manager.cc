@@ -1,0 +1,662 @@
+#include "cm/manager.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "verbs/internal.h"
+
+namespace uroce::cm {
+namespace {
+
+constexpr std::uint32_t kSlots = 64;               // receive and send buffers of QP1
+constexpr std::uint32_t kRecvBytes = 40 + wire::kMadBytes;  // GRH + MAD
+constexpr std::uint8_t kMinRnrTimer = 12;          // 0.64 ms, as rdma_cm's default
+constexpr std::uint8_t kTargetAckDelay = 15;       // as rxe's REPs say
+constexpr std::uint8_t kCmResponseTimeout = 20;    // 4.3 s, as rxe's REQs say
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC;
+
+using Gid = std::array<std::uint8_t, 16>;
+
+Gid gid_bytes(const ibv_gid& g) {
+  Gid b;
+  std::memcpy(b.data(), g.raw, 16);
+  return b;
+}
+ibv_gid to_gid(const Gid& b) {
+  ibv_gid g;
+  std::memcpy(g.raw, b.data(), 16);
+  return g;
+}
+
+}  // namespace
+
+const char* event_name(EventType t) {
+  switch (t) {
+    case EventType::kRequest: return "connect request";
+    case EventType::kEstablished: return "established";
+    case EventType::kRejected: return "rejected";
+    case EventType::kUnreachable: return "unreachable";
+    case EventType::kDisconnected: return "disconnected";
+  }
+  return "unknown";
+}
+
+struct Manager::Impl {
+  enum class State { kReqSent, kReqRcvd, kRepSent, kEstablished, kDreqSent };
+  struct Conn {
+    State state = State::kReqSent;
+    bool active = false;
+    std::uint32_t local_id = 0;
+    std::uint32_t remote_id = 0;
+    std::uint64_t tid = 0;
+    QueuePair* qp = nullptr;
+    Gid peer{};
+    std::uint8_t sgid_index = 1;
+    wire::CmReq req;                 // ours (active) or theirs (passive)
+    std::uint32_t peer_qpn = 0;
+    ConnectParams params;            // active side
+    std::array<std::uint8_t, wire::kMadBytes> last{};  // what to send again
+    std::uint64_t sent_at = 0;
+    std::uint64_t wait_ns = 0;       // extended by an MRA
+    int resends = 0;
+  };
+
+  Context* ctx = nullptr;
+  Timing timing;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* cq = nullptr;
+  QueuePair* qp1 = nullptr;
+  std::uint8_t* buffer = nullptr;  // kSlots receive buffers, then kSlots send buffers
+  MemoryRegion* mr = nullptr;
+  std::uint32_t next_send = 0;
+  std::map<Gid, AddressHandle*> ahs;  // by the peer's GID (its family picks our sgid)
+  std::map<std::uint64_t, void*> listeners;
+  std::map<std::uint32_t, Conn> conns;  // by our comm ID
+  std::mt19937_64 rng;
+  std::uint32_t tid_counter = 0;
+  std::uint64_t guid = 0;
+  Counters counters;
+
+  std::uint64_t now() { return internal::now_ns(*ctx); }
+
+  std::uint8_t* recv_slot(std::uint32_t i) { return buffer + std::size_t{i} * kRecvBytes; }
+  std::uint8_t* send_slot(std::uint32_t i) { return buffer + std::size_t{kSlots} * kRecvBytes + std::size_t{i} * wire::kMadBytes; }
+
+  int post_recv(std::uint32_t i) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(recv_slot(i)), kRecvBytes, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return qp1->post_recv(&wr, &bad);
+  }
+
+  // The AH to `peer`'s QP1, made once; our GID of its family.
+  AddressHandle* ah_to(const Gid& peer) {
+    if (auto it = ahs.find(peer); it != ahs.end()) return it->second;
+    ibv_ah_attr a{};
+    a.is_global = 1;
+    a.port_num = 1;
+    a.grh.dgid = to_gid(peer);
+    a.grh.sgid_index = is_ipv4_gid(a.grh.dgid) ? 1 : 0;
+    a.grh.hop_limit = 64;
+    AddressHandle* ah = pd->create_ah(a);
+    if (ah != nullptr) ahs[peer] = ah;
+    return ah;
+  }
+
+  // Sends `mad` to `peer`'s QP1. False when it could not go (no route, a
+  // full queue): the resend timer covers it.
+  bool send(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
+    AddressHandle* ah = ah_to(peer);
+    if (ah == nullptr) return false;
+    const std::uint32_t slot = next_send++ % kSlots;
+    std::memcpy(send_slot(slot), mad.data(), mad.size());
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(send_slot(slot)), wire::kMadBytes, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1000 + slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah->ibv();
+    wr.wr.ud.remote_qpn = wire::kGsiQpn;
+    wr.wr.ud.remote_qkey = wire::kGsiQkey;
+    ibv_send_wr* bad = nullptr;
+    if (qp1->post_send(&wr, &bad) != 0) return false;
+    ++counters.mads_sent;
+    return true;
+  }
+
+  wire::CmMad header_for(wire::CmAttr attr, std::uint64_t tid) {
+    wire::CmMad m;
+    m.header.tid = tid;
+    m.header.attr_id = static_cast<std::uint16_t>(attr);
+    return m;
+  }
+
+  // Sends and remembers it for resending until answered.
+  void send_tracked(Conn& c, const wire::CmMad& m) {
+    wire::encode_cm_mad(m, c.last);
+    c.sent_at = now();
+    c.wait_ns = timing.resend_ns;
+    c.resends = 0;
+    send(c.peer, c.last);
+  }
+
+  void send_once(const Gid& peer, const wire::CmMad& m) {
+    std::array<std::uint8_t, wire::kMadBytes> bytes{};
+    wire::encode_cm_mad(m, bytes);
+    send(peer, bytes);
+  }
+
+  std::uint32_t new_comm_id() {
+    for (;;) {
+      const auto id = static_cast<std::uint32_t>(rng());
+      if (id != 0 && !conns.count(id)) return id;
+    }
+  }
+
+  std::uint32_t new_psn() { return static_cast<std::uint32_t>(rng()) & 0xffffff; }
+
+  // RC QP transitions as rdma_cm makes them.
+  int to_init(QueuePair* qp) {
+    if (qp->state() == IBV_QPS_INIT) return 0;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = kAllAccess;
+    return qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  }
+  int to_rtr(QueuePair* qp, const Gid& peer, std::uint8_t sgid_index, std::uint8_t mtu, std::uint32_t dest_qpn,
+             std::uint32_t rq_psn, std::uint8_t responder_resources) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = static_cast<ibv_mtu>(mtu);
+    a.dest_qp_num = dest_qpn;
+    a.rq_psn = rq_psn;
+    a.max_dest_rd_atomic = responder_resources;
+    a.min_rnr_timer = kMinRnrTimer;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = to_gid(peer);
+    a.ah_attr.grh.sgid_index = sgid_index;
+    a.ah_attr.grh.hop_limit = 64;
+    return qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  }
+  int to_rts(QueuePair* qp, std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry, std::uint8_t rnr_retry,
+             std::uint8_t initiator_depth) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = sq_psn;
+    a.timeout = timeout;
+    a.retry_cnt = retry;
+    a.rnr_retry = rnr_retry;
+    a.max_rd_atomic = initiator_depth;
+    return qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
+  }
+  void to_err(QueuePair* qp) {
+    if (qp == nullptr) return;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    qp->modify(a, IBV_QP_STATE);
+  }
+
+  Conn* find(std::uint32_t local_id) {
+    auto it = conns.find(local_id);
+    return it == conns.end() ? nullptr : &it->second;
+  }
+  Conn* find_remote(std::uint32_t remote_id, const Gid& peer) {
+    for (auto& [id, c] : conns) {
+      if (c.remote_id == remote_id && c.peer == peer) return &c;
+    }
+    return nullptr;
+  }
+
+  void reject(const Gid& peer, std::uint64_t tid, std::uint32_t local_id, std::uint32_t remote_id,
+              wire::CmMsgKind what, wire::RejReason reason, const std::vector<std::uint8_t>& private_data = {}) {
+    wire::CmMad m = header_for(wire::CmAttr::kRej, tid);
+    m.rej.local_comm_id = local_id;
+    m.rej.remote_comm_id = remote_id;
+    m.rej.rejected = what;
+    m.rej.reason = static_cast<std::uint16_t>(reason);
+    std::copy_n(private_data.begin(), std::min(private_data.size(), m.rej.private_data.size()),
+                m.rej.private_data.begin());
+    send_once(peer, m);
+  }
+
+  // --- what arrives --------------------------------------------------------------
+
+  void on_req(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    const wire::CmReq& req = m.req;
+    if (Conn* c = find_remote(req.local_comm_id, peer)) {
+      // The REQ again: our REP was lost (resend it) or is still to come.
+      ++counters.duplicates;
+      if (c->state == State::kRepSent || c->state == State::kEstablished) send(peer, c->last);
+      return;
+    }
+    const auto l = listeners.find(req.service_id);
+    if (l == listeners.end()) {
+      ++counters.rej_sent_no_service;
+      reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kInvalidServiceId);
+      return;
+    }
+    if (req.transport != 0) {  // RC only
+      reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kInvalidTransportType);
+      return;
+    }
+    Conn c;
+    c.state = State::kReqRcvd;
+    c.local_id = new_comm_id();
+    c.remote_id = req.local_comm_id;
+    c.tid = m.header.tid;
+    c.peer = peer;
+    c.req = req;
+    c.peer_qpn = req.local_qpn;
+    Event e;
+    e.type = EventType::kRequest;
+    e.comm_id = c.local_id;
+    e.listener = l->second;
+    e.req = req;
+    e.peer_gid = to_gid(peer);
+    // The consumer's private data: behind rdma_cm's header on its services.
+    std::size_t skip = 0;
+    if (wire::rdma_cm_service(req.service_id) && wire::decode_rdma_cm_header(req.private_data)) {
+      skip = wire::kRdmaCmHeaderBytes;
+    }
+    e.private_data.assign(req.private_data.begin() + static_cast<std::ptrdiff_t>(skip), req.private_data.end());
+    conns.emplace(c.local_id, std::move(c));
+    events.push_back(std::move(e));
+  }
+
+  void on_rep(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    const wire::CmRep& rep = m.rep;
+    Conn* c = find(rep.remote_comm_id);
+    if (c == nullptr || c->peer != peer) {
+      // A REP for no connection of ours: REJ invalid comm ID (IBTA 12.9.8.x).
+      ++counters.rej_sent_unknown_conn;
+      reject(peer, m.header.tid, rep.remote_comm_id, rep.local_comm_id, wire::CmMsgKind::kRep,
+             wire::RejReason::kInvalidCommId);
+      return;
+    }
+    if (c->state == State::kEstablished) {
+      ++counters.duplicates;  // our RTU was lost: send it again
+      wire::CmMad rtu = header_for(wire::CmAttr::kRtu, c->tid);
+      rtu.rtu.local_comm_id = c->local_id;
+      rtu.rtu.remote_comm_id = c->remote_id;
+      send_once(peer, rtu);
+      return;
+    }
+    if (c->state != State::kReqSent) return;
+    c->remote_id = rep.local_comm_id;
+    c->peer_qpn = rep.local_qpn;
+    const ConnectParams& p = c->params;
+    const std::uint8_t responder = std::min(p.responder_resources, rep.initiator_depth);
+    const std::uint8_t initiator = std::min(p.initiator_depth, rep.responder_resources);
+    if (to_rtr(c->qp, c->peer, c->sgid_index, c->req.path_mtu, rep.local_qpn, rep.starting_psn, responder) != 0 ||
+        to_rts(c->qp, c->req.starting_psn, p.timeout, p.retry_count, rep.rnr_retry_count, initiator) != 0) {
+      reject(peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kRep, wire::RejReason::kNoResources);
+      Event e;
+      e.type = EventType::kRejected;
+      e.comm_id = c->local_id;
+      e.reason = static_cast<std::uint16_t>(wire::RejReason::kNoResources);
+      conns.erase(c->local_id);
+      events.push_back(std::move(e));
+      return;
+    }
+    wire::CmMad rtu = header_for(wire::CmAttr::kRtu, c->tid);
+    rtu.rtu.local_comm_id = c->local_id;
+    rtu.rtu.remote_comm_id = c->remote_id;
+    send_once(peer, rtu);
+    c->state = State::kEstablished;
+    Event e;
+    e.type = EventType::kEstablished;
+    e.comm_id = c->local_id;
+    e.private_data.assign(rep.private_data.begin(), rep.private_data.end());
+    events.push_back(std::move(e));
+  }
+
+  void on_rtu(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    Conn* c = find(m.rtu.remote_comm_id);
+    if (c == nullptr || c->peer != peer || c->remote_id != m.rtu.local_comm_id) {
+      ++counters.unknown_conn_dropped;
+      return;
+    }
+    if (c->state != State::kRepSent) return;  // a duplicate RTU
+    c->state = State::kEstablished;
+    Event e;
+    e.type = EventType::kEstablished;
+    e.comm_id = c->local_id;
+    events.push_back(std::move(e));
+  }
+
+  void on_rej(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    Conn* c = find(m.rej.remote_comm_id);
+    if (c == nullptr || c->peer != peer || (c->state != State::kReqSent && c->state != State::kRepSent)) {
+      ++counters.unknown_conn_dropped;
+      return;
+    }
+    Event e;
+    e.type = EventType::kRejected;
+    e.comm_id = c->local_id;
+    e.reason = m.rej.reason;
+    e.private_data.assign(m.rej.private_data.begin(), m.rej.private_data.end());
+    if (!c->active) to_err(c->qp);
+    conns.erase(c->local_id);
+    events.push_back(std::move(e));
+  }
+
+  void on_mra(const wire::CmMad& m, const Gid& peer) {
+    Conn* c = find(m.mra.remote_comm_id);
+    if (c == nullptr || c->peer != peer) {
+      ++counters.unknown_conn_dropped;
+      return;
+    }
+    // The peer needs longer: wait its service timeout (4.096 us * 2^t) on top.
+    c->wait_ns = timing.resend_ns + (4096ull << std::min<std::uint8_t>(m.mra.service_timeout, 31));
+  }
+
+  void on_dreq(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    wire::CmMad drep = header_for(wire::CmAttr::kDrep, m.header.tid);
+    drep.rtu.local_comm_id = m.dreq.remote_comm_id;
+    drep.rtu.remote_comm_id = m.dreq.local_comm_id;
+    Conn* c = find(m.dreq.remote_comm_id);
+    if (c == nullptr || c->peer != peer || c->remote_id != m.dreq.local_comm_id) {
+      // Gone already (or never ours): a DREP all the same, so the peer
+      // stops asking (IBTA 12.9.8.x).
+      ++counters.drep_sent_unknown_conn;
+      send_once(peer, drep);
+      return;
+    }
+    send_once(peer, drep);
+    to_err(c->qp);
+    Event e;
+    e.type = EventType::kDisconnected;
+    e.comm_id = c->local_id;
+    e.private_data.assign(m.dreq.private_data.begin(), m.dreq.private_data.end());
+    conns.erase(c->local_id);
+    events.push_back(std::move(e));
+  }
+
+  void on_drep(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    Conn* c = find(m.rtu.remote_comm_id);
+    if (c == nullptr || c->peer != peer || c->state != State::kDreqSent) {
+      ++counters.unknown_conn_dropped;
+      return;
+    }
+    Event e;
+    e.type = EventType::kDisconnected;
+    e.comm_id = c->local_id;
+    conns.erase(c->local_id);
+    events.push_back(std::move(e));
+  }
+
+  void receive(const ibv_wc& wc, std::vector<Event>& events) {
+    ++counters.mads_received;
+    const std::uint8_t* slot = recv_slot(static_cast<std::uint32_t>(wc.wr_id));
+    Gid peer{};
+    // The sender's address from the GRH: IPv4 in its last 20 bytes, or IPv6.
+    if (slot[20] == 0x45) {
+      peer[10] = peer[11] = 0xff;
+      std::memcpy(peer.data() + 12, slot + 32, 4);
+    } else {
+      std::memcpy(peer.data(), slot + 8, 16);
+    }
+    wire::CmMad m;
+    const std::size_t len = wc.byte_len > 40 ? wc.byte_len - 40 : 0;
+    if (wc.status != IBV_WC_SUCCESS || wire::decode_cm_mad(std::span(slot + 40, len), m) != wire::MadStatus::kOk) {
+      ++counters.mads_refused;
+      return;
+    }
+    switch (m.attr()) {
+      case wire::CmAttr::kReq: on_req(m, peer, events); break;
+      case wire::CmAttr::kRep: on_rep(m, peer, events); break;
+      case wire::CmAttr::kRtu: on_rtu(m, peer, events); break;
+      case wire::CmAttr::kRej: on_rej(m, peer, events); break;
+      case wire::CmAttr::kMra: on_mra(m, peer); break;
+      case wire::CmAttr::kDreq: on_dreq(m, peer, events); break;
+      case wire::CmAttr::kDrep: on_drep(m, peer, events); break;
+      default: ++counters.mads_refused; break;
+    }
+  }
+
+  void resend_overdue(std::vector<Event>& events) {
+    const std::uint64_t t = now();
+    for (auto it = conns.begin(); it != conns.end();) {
+      Conn& c = it->second;
+      const bool waiting = c.state == State::kReqSent || c.state == State::kRepSent || c.state == State::kDreqSent;
+      if (!waiting || t - c.sent_at < c.wait_ns) {
+        ++it;
+        continue;
+      }
+      if (c.resends < timing.max_resends) {
+        ++c.resends;
+        ++counters.mads_resent;
+        c.sent_at = t;
+        c.wait_ns = timing.resend_ns;
+        send(c.peer, c.last);
+        ++it;
+        continue;
+      }
+      Event e;
+      e.type = c.state == State::kDreqSent ? EventType::kDisconnected : EventType::kUnreachable;
+      e.comm_id = c.local_id;
+      if (c.state == State::kRepSent) to_err(c.qp);
+      events.push_back(std::move(e));
+      it = conns.erase(it);
+    }
+  }
+};
+
+Manager::Manager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Manager::~Manager() {
+  if (!impl_ || impl_->pd == nullptr) return;
+  ProtectionDomain* pd = impl_->pd;
+  if (impl_->qp1 != nullptr) pd->destroy_qp(impl_->qp1);
+  for (auto& [gid, ah] : impl_->ahs) pd->destroy_ah(ah);
+  if (impl_->mr != nullptr) pd->dereg_mr(impl_->mr);
+  if (impl_->cq != nullptr) impl_->ctx->destroy_cq(impl_->cq);
+  if (impl_->buffer != nullptr) impl_->ctx->free_buffer(impl_->buffer);
+  impl_->ctx->dealloc_pd(pd);
+}
+
+std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing timing) {
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = &ctx;
+  impl->timing = timing;
+  impl->rng.seed(internal::now_ns(ctx) ^ reinterpret_cast<std::uintptr_t>(impl.get()));
+  impl->tid_counter = static_cast<std::uint32_t>(impl->rng());
+  std::unique_ptr<Manager> m(new Manager(std::move(impl)));
+  Impl& i = *m->impl_;
+  i.pd = ctx.alloc_pd();
+  i.cq = i.pd != nullptr ? ctx.create_cq(4 * kSlots) : nullptr;
+  const std::size_t bytes = std::size_t{kSlots} * (kRecvBytes + wire::kMadBytes);
+  i.buffer = i.cq != nullptr ? static_cast<std::uint8_t*>(ctx.alloc_buffer(bytes)) : nullptr;
+  i.mr = i.buffer != nullptr ? i.pd->reg_mr(i.buffer, bytes, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  if (i.mr == nullptr) {
+    error = "CM: cannot set up QP1's PD, CQ and buffers: " + ctx.last_error();
+    return nullptr;
+  }
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = i.cq;
+  init.cap = ibv_qp_cap{kSlots, kSlots, 1, 1, 0};
+  i.qp1 = internal::create_gsi_qp(i.pd, init);
+  if (i.qp1 == nullptr) {
+    error = "CM: cannot create QP1: " + ctx.last_error();
+    return nullptr;
+  }
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = wire::kGsiQkey;
+  ibv_qp_attr rtr{};
+  rtr.qp_state = IBV_QPS_RTR;
+  if (i.qp1->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0 ||
+      i.qp1->modify(rtr, IBV_QP_STATE) != 0) {
+    error = "CM: cannot ready QP1: " + ctx.last_error();
+    return nullptr;
+  }
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  if (i.qp1->modify(rts, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
+    error = "CM: cannot ready QP1: " + ctx.last_error();
+    return nullptr;
+  }
+  for (std::uint32_t s = 0; s < kSlots; ++s) {
+    if (i.post_recv(s) != 0) {
+      error = "CM: cannot post QP1's receives: " + ctx.last_error();
+      return nullptr;
+    }
+  }
+  // Our CA GUID: the EUI-64 in the link-local GID's low half.
+  ibv_gid ll{};
+  if (ctx.query_gid(0, ll) == 0) {
+    for (int b = 8; b < 16; ++b) i.guid = i.guid << 8 | ll.raw[b];
+  }
+  return m;
+}
+
+const Counters& Manager::counters() const { return impl_->counters; }
+
+int Manager::listen(std::uint64_t service_id, void* owner) {
+  if (!impl_->listeners.emplace(service_id, owner).second) return EADDRINUSE;
+  return 0;
+}
+
+int Manager::unlisten(std::uint64_t service_id) { return impl_->listeners.erase(service_id) ? 0 : ENOENT; }
+
+int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
+  Impl& i = *impl_;
+  if (p.qp == nullptr || p.private_data.size() > 92 || p.mtu < IBV_MTU_256 || p.mtu > IBV_MTU_4096) return EINVAL;
+  ibv_qp_attr qa{};
+  QpInitAttr init;
+  if (p.qp->query(qa, IBV_QP_STATE, &init) != 0 || init.qp_type != IBV_QPT_RC) return EINVAL;
+  if (p.qp->state() != IBV_QPS_RESET && p.qp->state() != IBV_QPS_INIT) return EINVAL;
+  if (const int rc = i.to_init(p.qp); rc != 0) return rc;
+  ibv_gid local{};
+  if (i.ctx->query_gid(p.sgid_index, local) != 0) return EINVAL;
+  Impl::Conn c;
+  c.state = Impl::State::kReqSent;
+  c.active = true;
+  c.local_id = i.new_comm_id();
+  c.tid = std::uint64_t{++i.tid_counter} | std::uint64_t{c.local_id} << 32;
+  c.qp = p.qp;
+  c.peer = gid_bytes(p.remote_gid);
+  c.sgid_index = p.sgid_index;
+  c.params = p;
+  wire::CmReq& q = c.req;
+  q.local_comm_id = c.local_id;
+  q.service_id = p.service_id;
+  q.local_ca_guid = i.guid;
+  q.local_qpn = p.qp->qp_num();
+  q.responder_resources = p.responder_resources;
+  q.initiator_depth = p.initiator_depth;
+  q.remote_cm_response_timeout = kCmResponseTimeout;
+  q.transport = 0;
+  q.starting_psn = i.new_psn();
+  q.local_cm_response_timeout = kCmResponseTimeout;
+  q.retry_count = p.retry_count;
+  q.path_mtu = static_cast<std::uint8_t>(std::min(p.mtu, i.ctx->active_mtu()));
+  q.rnr_retry_count = p.rnr_retry_count;
+  q.max_cm_retries = 15;
+  q.primary.local_gid = gid_bytes(local);
+  q.primary.remote_gid = c.peer;
+  q.primary.hop_limit = 64;
+  q.primary.local_ack_timeout = p.timeout;
+  std::copy(p.private_data.begin(), p.private_data.end(), q.private_data.begin());
+  wire::CmMad m = i.header_for(wire::CmAttr::kReq, c.tid);
+  m.req = q;
+  comm_id = c.local_id;
+  auto [it, inserted] = i.conns.emplace(c.local_id, std::move(c));
+  (void)inserted;
+  i.send_tracked(it->second, m);
+  return 0;
+}
+
+int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
+  Impl& i = *impl_;
+  Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
+  if (p.qp == nullptr || p.private_data.size() > 196) return EINVAL;
+  const wire::CmReq& req = c->req;
+  // Our GID the REQ was sent to picks the source address.
+  std::uint8_t sgid_index = 0;
+  for (std::uint8_t g = 0; g < 2; ++g) {
+    ibv_gid ours{};
+    if (i.ctx->query_gid(g, ours) == 0 && gid_bytes(ours) == req.primary.remote_gid) sgid_index = g;
+  }
+  const std::uint8_t responder = std::min(p.responder_resources, req.initiator_depth);
+  const std::uint8_t initiator = std::min(p.initiator_depth, req.responder_resources);
+  const std::uint32_t psn = i.new_psn();
+  if (i.to_init(p.qp) != 0 ||
+      i.to_rtr(p.qp, req.primary.local_gid, sgid_index, req.path_mtu, req.local_qpn, req.starting_psn, responder) != 0 ||
+      i.to_rts(p.qp, psn, 14, req.retry_count, p.rnr_retry_count, initiator) != 0) {
+    return EINVAL;
+  }
+  c->qp = p.qp;
+  c->sgid_index = sgid_index;
+  wire::CmMad m = i.header_for(wire::CmAttr::kRep, c->tid);
+  wire::CmRep& rep = m.rep;
+  rep.local_comm_id = c->local_id;
+  rep.remote_comm_id = c->remote_id;
+  rep.local_qpn = p.qp->qp_num();
+  rep.starting_psn = psn;
+  rep.responder_resources = responder;
+  rep.initiator_depth = initiator;
+  rep.target_ack_delay = kTargetAckDelay;
+  rep.rnr_retry_count = p.rnr_retry_count;
+  rep.local_ca_guid = i.guid;
+  std::copy(p.private_data.begin(), p.private_data.end(), rep.private_data.begin());
+  c->state = Impl::State::kRepSent;
+  i.send_tracked(*c, m);
+  return 0;
+}
+
+int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) {
+  Impl& i = *impl_;
+  Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
+  i.reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kConsumerReject,
+           private_data);
+  i.conns.erase(comm_id);
+  return 0;
+}
+
+int Manager::disconnect(std::uint32_t comm_id) {
+  Impl& i = *impl_;
+  Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr || (c->state != Impl::State::kEstablished && c->state != Impl::State::kRepSent)) return ENOENT;
+  wire::CmMad m = i.header_for(wire::CmAttr::kDreq, c->tid);
+  m.dreq.local_comm_id = c->local_id;
+  m.dreq.remote_comm_id = c->remote_id;
+  m.dreq.remote_qpn = c->peer_qpn;
+  i.to_err(c->qp);
+  c->state = Impl::State::kDreqSent;
+  i.send_tracked(*c, m);
+  return 0;
+}
+
+std::size_t Manager::poll(std::vector<Event>& events) {
+  Impl& i = *impl_;
+  const std::size_t before = events.size();
+  ibv_wc wc[16];
+  for (int n; (n = i.cq->poll(16, wc)) > 0;) {
+    for (int k = 0; k < n; ++k) {
+      if (wc[k].wr_id >= 1000) continue;  // a send of ours completed
+      if (wc[k].status == IBV_WC_WR_FLUSH_ERR) continue;
+      i.receive(wc[k], events);
+      i.post_recv(static_cast<std::uint32_t>(wc[k].wr_id));
+    }
+  }
+  i.resend_overdue(events);
+  return events.size() - before;
+}
+
+}  // namespace uroce::cm

@@ -1,0 +1,123 @@
+// The communication manager of one Context (IBTA chapter 12): QP1, and the
+// IB CM protocol that connects RC QPs with MADs to the peer's QP1 as RoCEv2
+// peers send them (REQ -> REP -> RTU; DREQ -> DREP; REJ, MRA), with
+// rdma_cm's service IDs and private-data header so that Linux's rdma_cm
+// (rping, perftest -R, over Soft-RoCE or an RNIC) talks to it.
+//
+// Single-threaded: the owner calls poll() often (it takes in MADs, resends
+// unanswered ones, and reports events); every other call is from the same
+// thread. The QPs it connects move through their states here, as the
+// kernel's CM moves them for rdma_cm: INIT at connect(), RTR and RTS when
+// the REP is in (active side) or at accept() (passive: RTR, then RTS at the
+// RTU), ERR at a disconnect.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uroce/verbs.h"
+#include "wire/cm_mad.h"
+
+namespace uroce::cm {
+
+// What poll() reports.
+enum class EventType {
+  kRequest,       // passive: a REQ for a service we listen on (accept() or reject() it)
+  kEstablished,   // both: the connection is up (active: REP taken, RTU sent; passive: RTU in)
+  kRejected,      // active or passive: a REJ came (reason, private data)
+  kUnreachable,   // a REQ, REP or DREQ went unanswered through every retry
+  kDisconnected,  // a DREQ came (answered with DREP), or our DREQ's DREP did, or it timed out
+};
+const char* event_name(EventType t);
+
+struct Event {
+  EventType type = EventType::kRequest;
+  std::uint32_t comm_id = 0;   // ours: the handle for accept(), reject(), disconnect()
+  void* listener = nullptr;    // kRequest: the owner given to listen()
+  wire::CmReq req;             // kRequest: the REQ as it came
+  ibv_gid peer_gid{};          // kRequest: the address it came from
+  std::uint16_t reason = 0;    // kRejected: the REJ's reason (wire::RejReason)
+  std::vector<std::uint8_t> private_data;  // REQ (after rdma_cm's header), REP, REJ, DREQ
+};
+
+// The counters of the manager, for tests and telemetry.
+struct Counters {
+  std::uint64_t mads_received = 0;
+  std::uint64_t mads_sent = 0;
+  std::uint64_t mads_resent = 0;
+  std::uint64_t mads_refused = 0;         // malformed or not for a CM (wire::MadStatus)
+  std::uint64_t rej_sent_no_service = 0;  // REQ for a service nobody listens on
+  std::uint64_t rej_sent_unknown_conn = 0;// REP for a connection we do not know
+  std::uint64_t drep_sent_unknown_conn = 0;  // DREQ for a connection we do not know
+  std::uint64_t unknown_conn_dropped = 0; // RTU, DREP, REJ, MRA for one we do not know
+  std::uint64_t duplicates = 0;           // a REQ, REP or DREQ seen again (answered again)
+};
+
+struct Timing {
+  std::uint64_t resend_ns = 200'000'000;  // a REQ, REP or DREQ unanswered this long is sent again
+  int max_resends = 10;
+};
+
+class Manager {
+ public:
+  // QP1 on `ctx`: a UD QP with the GSI Q_Key, its receives posted. nullptr
+  // and `error` if the context has a QP1 already or is attached to uroced.
+  static std::unique_ptr<Manager> open(Context& ctx, std::string& error, Timing timing = {});
+  ~Manager();
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // REQs for `service_id` become kRequest events carrying `owner`.
+  // EADDRINUSE if someone listens on it already.
+  int listen(std::uint64_t service_id, void* owner);
+  int unlisten(std::uint64_t service_id);
+
+  struct ConnectParams {
+    QueuePair* qp = nullptr;     // RC, in RESET or INIT
+    ibv_gid remote_gid{};
+    std::uint8_t sgid_index = 1; // our GID of the remote's family
+    std::uint64_t service_id = 0;
+    ibv_mtu mtu = IBV_MTU_1024;
+    std::uint8_t responder_resources = 16;  // READs/atomics we take
+    std::uint8_t initiator_depth = 16;      // READs/atomics we issue
+    std::uint8_t retry_count = 7;
+    std::uint8_t rnr_retry_count = 7;
+    std::uint8_t timeout = 14;
+    std::vector<std::uint8_t> private_data;  // up to 92 bytes (rdma_cm's header first, if any)
+  };
+  // Sends a REQ; `comm_id` names the connection in later events. EINVAL
+  // for a QP not RC or in another state, too much private data.
+  int connect(const ConnectParams& p, std::uint32_t& comm_id);
+
+  struct AcceptParams {
+    QueuePair* qp = nullptr;  // RC, in RESET or INIT
+    std::uint8_t responder_resources = 16;
+    std::uint8_t initiator_depth = 16;
+    std::uint8_t rnr_retry_count = 7;
+    std::vector<std::uint8_t> private_data;  // up to 196 bytes
+  };
+  // Answers a kRequest: the QP goes to RTR with the REQ's path and PSN, a
+  // REP goes back; kEstablished follows the RTU. ENOENT for no such request.
+  int accept(std::uint32_t comm_id, const AcceptParams& p);
+  // Answers a kRequest with a REJ (reason: consumer reject).
+  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data);
+  // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
+  int disconnect(std::uint32_t comm_id);
+
+  // Takes in the MADs that arrived, resends what is overdue, and appends
+  // what happened to `events`. Returns the number of events added. The
+  // engines run elsewhere (workers, or the caller's progress()).
+  std::size_t poll(std::vector<Event>& events);
+
+  const Counters& counters() const;
+
+ private:
+  struct Impl;
+  explicit Manager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uroce::cm
