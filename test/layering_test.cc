@@ -62,6 +62,8 @@ const std::vector<Layer> kLayers = {
     {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, true, true},
     // libibverbs.so.1 on top of the stack: starts EAL and opens a compose::Device.
     {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose"}, true, true},
+    // librdmacm.so.1: lib/cm on libibverbs.so.1's device.
+    {"rdmacm", "lib/rdmacm", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose", "cm", "ibverbs"}, false, true},
 };
 
 const std::regex kInclude(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");

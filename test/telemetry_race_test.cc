@@ -393,6 +393,17 @@ void expect_listed_existed(const Watch& w, const QpChurn& churn) {
   }
 }
 
+// Lets the threads run 2 s, and on a loaded machine (sanitizers, a build
+// beside) longer, up to 20 s, until the watcher has made enough rounds for
+// the test to mean something.
+void let_run(const std::atomic<int>& rounds) {
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  while (rounds.load() <= 10 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // The reproducer of D12: create_qp/destroy_qp (control calls, run here in
 // the churning thread: no workers) reallocate the engine's QP list and index
 // and free QPs while the telemetry thread answers.
@@ -406,7 +417,7 @@ TEST(TelemetryRace, QpsComeAndGoWithoutWorkers) {
   ASSERT_NE(dev, "");
   QpChurn churn(l.pda, l.cqa);
   Watch w(dev, l.qa->qp_num(), "RESET", &churn);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  let_run(w.rounds);
   w.join();
   churn.join();
   EXPECT_EQ(w.findings.count(), 0) << w.findings.first();
@@ -432,7 +443,7 @@ TEST(TelemetryRace, QpsComeAndGoWhileWorkersRun) {
   ASSERT_NE(dev, "");
   QpChurn churn(l.pda, l.cqa, std::chrono::microseconds(500));
   Watch w(dev, l.qa->qp_num(), "RESET", &churn);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  let_run(w.rounds);
   w.join();
   churn.join();
   EXPECT_EQ(w.findings.count(), 0) << w.findings.first();

@@ -167,8 +167,12 @@ int main(int argc, char** argv) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);
   }
+  // Our librdmacm.so.1 too: beside libibverbs.so.1 when installed, in
+  // lib/rdmacm/ of the build tree.
+  std::string libs = lib;
+  if (!is_file(lib + "/librdmacm.so.1") && is_file(lib + "/../rdmacm/librdmacm.so.1")) libs += ":" + lib + "/../rdmacm";
   const char* old = std::getenv("LD_LIBRARY_PATH");
-  const std::string path = old != nullptr && *old != '\0' ? lib + ":" + old : lib;
+  const std::string path = old != nullptr && *old != '\0' ? libs + ":" + old : libs;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   std::vector<char*> args;
   for (std::string& a : o.program) args.push_back(a.data());

@@ -79,6 +79,12 @@ struct Manager::Impl {
   std::uint32_t tid_counter = 0;
   std::uint64_t guid = 0;
   Counters counters;
+  ModifyFn modify_fn = nullptr;
+  void* modify_arg = nullptr;
+
+  int modify(QueuePair* qp, ibv_qp_attr& a, int mask) {
+    return modify_fn != nullptr ? modify_fn(modify_arg, qp, a, mask) : qp->modify(a, mask);
+  }
 
   std::uint64_t now() { return internal::now_ns(*ctx); }
 
@@ -165,15 +171,17 @@ struct Manager::Impl {
 
   // RC QP transitions as rdma_cm makes them.
   int to_init(QueuePair* qp) {
+    if (qp == nullptr) return EINVAL;
     if (qp->state() == IBV_QPS_INIT) return 0;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
     a.qp_access_flags = kAllAccess;
-    return qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    return modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   }
   int to_rtr(QueuePair* qp, const Gid& peer, std::uint8_t sgid_index, std::uint8_t mtu, std::uint32_t dest_qpn,
              std::uint32_t rq_psn, std::uint8_t responder_resources) {
+    if (qp == nullptr) return EINVAL;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = static_cast<ibv_mtu>(mtu);
@@ -186,11 +194,12 @@ struct Manager::Impl {
     a.ah_attr.grh.dgid = to_gid(peer);
     a.ah_attr.grh.sgid_index = sgid_index;
     a.ah_attr.grh.hop_limit = 64;
-    return qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+    return modify(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   }
   int to_rts(QueuePair* qp, std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry, std::uint8_t rnr_retry,
              std::uint8_t initiator_depth) {
+    if (qp == nullptr) return EINVAL;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTS;
     a.sq_psn = sq_psn;
@@ -198,14 +207,14 @@ struct Manager::Impl {
     a.retry_cnt = retry;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = initiator_depth;
-    return qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+    return modify(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                              IBV_QP_MAX_QP_RD_ATOMIC);
   }
   void to_err(QueuePair* qp) {
     if (qp == nullptr) return;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_ERR;
-    qp->modify(a, IBV_QP_STATE);
+    modify(qp, a, IBV_QP_STATE);
   }
 
   Conn* find(std::uint32_t local_id) {
@@ -525,6 +534,11 @@ std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing 
 
 const Counters& Manager::counters() const { return impl_->counters; }
 
+void Manager::set_modify(ModifyFn fn, void* arg) {
+  impl_->modify_fn = fn;
+  impl_->modify_arg = arg;
+}
+
 int Manager::listen(std::uint64_t service_id, void* owner) {
   if (!impl_->listeners.emplace(service_id, owner).second) return EADDRINUSE;
   return 0;
@@ -641,6 +655,13 @@ int Manager::disconnect(std::uint32_t comm_id) {
   c->state = Impl::State::kDreqSent;
   i.send_tracked(*c, m);
   return 0;
+}
+
+void Manager::forget_qp(QueuePair* qp) {
+  for (auto& [id, c] : impl_->conns) {
+    if (c.qp == qp) c.qp = nullptr;
+    if (c.params.qp == qp) c.params.qp = nullptr;
+  }
 }
 
 std::size_t Manager::poll(std::vector<Event>& events) {

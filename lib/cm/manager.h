@@ -106,6 +106,9 @@ class Manager {
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data);
   // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
   int disconnect(std::uint32_t comm_id);
+  // `qp` is being destroyed: the connections it served go on without it
+  // (a later DREQ or DREP moves no QP).
+  void forget_qp(QueuePair* qp);
 
   // Takes in the MADs that arrived, resends what is overdue, and appends
   // what happened to `events`. Returns the number of events added. The
@@ -113,6 +116,12 @@ class Manager {
   std::size_t poll(std::vector<Event>& events);
 
   const Counters& counters() const;
+
+  // How the manager moves the QPs it connects through their states:
+  // QueuePair::modify by default; a verbs library sets its own
+  // (ibv_modify_qp, which keeps its own view of the QP's state in step).
+  using ModifyFn = int (*)(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask);
+  void set_modify(ModifyFn fn, void* arg);
 
  private:
   struct Impl;

@@ -1,0 +1,724 @@
+// librdmacm.so.1: rdma_cm's library ABI (rdma-core's <rdma/rdma_cma.h>) on
+// uroce, so that rping and perftest's -R run unmodified. Our own code,
+// written from the header and the man pages.
+//
+// One device (our libibverbs.so.1's uroce0) and one communication manager
+// (lib/cm: QP1 and the IB CM protocol) per process. A thread of ours polls
+// the manager and turns what it reports into rdma_cm events, queued on the
+// event channel of the ID they concern; a channel is a pipe with one byte
+// per event, so its fd polls as the kernel's does. Address resolution is
+// ours: the device's IPv4 address is the only local one, and the peer's
+// Ethernet address is found by the stack's ARP when the first MAD goes out.
+// QP state changes go through ibv_modify_qp, so that libibverbs's view of
+// each QP stays right.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cm/manager.h"
+#include "ibverbs/internal.h"
+
+namespace uroce::rdmacm {
+namespace {
+
+// An rdma_cm_id and what we keep beside it; the public struct first.
+struct Id {
+  rdma_cm_id cm{};
+  std::uint32_t comm_id = 0;   // the manager's, once connecting or requested
+  bool listening = false;
+  bool connected = false;      // ESTABLISHED reported, not yet disconnected
+  std::uint16_t port = 0;      // our port (host order)
+};
+
+// An event and the private data it points to.
+struct EventBox {
+  rdma_cm_event ev{};
+  std::vector<std::uint8_t> data;
+};
+
+struct Channel {
+  rdma_event_channel ch{};
+  int write_fd = -1;
+  std::deque<EventBox*> queue;
+  std::atomic<int> readers{0};  // threads inside rdma_get_cm_event
+};
+
+struct State {
+  std::mutex mutex;            // everything below, and the manager
+  bool initialised = false;
+  std::string error;
+  ibv_context* verbs = nullptr;
+  std::unique_ptr<cm::Manager> manager;
+  std::array<std::uint8_t, 4> ip{};  // the device's IPv4 address
+  std::map<std::uint32_t, Id*> by_comm;      // connecting / connected IDs by the manager's comm ID
+  std::map<std::uint16_t, Id*> listeners;    // by port
+  std::map<QueuePair*, ibv_qp*> qps;         // uroce QP -> the verbs QP over it
+  std::uint16_t next_port = 40000;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: the thread may outlive static destructors
+  return *s;
+}
+
+void push(Channel* c, EventBox* e) {
+  c->queue.push_back(e);
+  const char one = 1;
+  if (write(c->write_fd, &one, 1) != 1) std::perror("uroce librdmacm: event channel");
+}
+
+Channel* channel_of(rdma_cm_id* id) { return reinterpret_cast<Channel*>(id->channel); }
+
+EventBox* make_event(Id* id, rdma_cm_event_type type, int status) {
+  auto* e = new EventBox();
+  e->ev.id = &id->cm;
+  e->ev.event = type;
+  e->ev.status = status;
+  return e;
+}
+
+void set_conn_data(EventBox* e, const std::vector<std::uint8_t>& data) {
+  e->data = data;
+  e->ev.param.conn.private_data = e->data.empty() ? nullptr : e->data.data();
+  e->ev.param.conn.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(e->data.size(), 255));
+}
+
+sockaddr_in ipv4(const std::array<std::uint8_t, 4>& ip, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  std::memcpy(&a.sin_addr, ip.data(), 4);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// QP transitions through libibverbs (the manager's hook).
+int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) {
+  auto* s = static_cast<State*>(arg);
+  auto it = s->qps.find(qp);
+  if (it == s->qps.end()) return ENOENT;  // destroyed (rdma_destroy_qp) before its connection ended
+  return ibv_modify_qp(it->second, &attr, mask);
+}
+
+// What the manager reported, as rdma_cm events. Under the state's mutex.
+void deliver(State& s, cm::Event& e) {
+  if (e.type == cm::EventType::kRequest) {
+    auto* listener = static_cast<Id*>(e.listener);
+    auto* id = new Id();
+    id->cm = listener->cm;  // channel, context, port space, verbs
+    id->cm.qp = nullptr;
+    id->cm.event = nullptr;
+    id->cm.pd = nullptr;
+    id->cm.send_cq = id->cm.recv_cq = nullptr;
+    id->listening = false;
+    id->comm_id = e.comm_id;
+    id->port = listener->port;
+    id->cm.qp_type = IBV_QPT_RC;
+    std::array<std::uint8_t, 4> peer{};
+    std::memcpy(peer.data(), e.peer_gid.raw + 12, 4);
+    std::uint16_t peer_port = 0;
+    if (auto h = wire::decode_rdma_cm_header(e.req.private_data)) peer_port = h->src_port;
+    const sockaddr_in src = ipv4(s.ip, id->port);
+    const sockaddr_in dst = ipv4(peer, peer_port);
+    std::memcpy(&id->cm.route.addr.src_addr, &src, sizeof src);
+    std::memcpy(&id->cm.route.addr.dst_addr, &dst, sizeof dst);
+    s.by_comm[e.comm_id] = id;
+    EventBox* box = make_event(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+    box->ev.listen_id = &listener->cm;
+    set_conn_data(box, e.private_data);
+    rdma_conn_param& c = box->ev.param.conn;
+    c.responder_resources = e.req.responder_resources;
+    c.initiator_depth = e.req.initiator_depth;
+    c.flow_control = e.req.end_to_end_flow_control;
+    c.retry_count = e.req.retry_count;
+    c.rnr_retry_count = e.req.rnr_retry_count;
+    c.srq = e.req.srq;
+    c.qp_num = e.req.local_qpn;
+    push(channel_of(&listener->cm), box);
+    return;
+  }
+  auto it = s.by_comm.find(e.comm_id);
+  if (it == s.by_comm.end()) return;  // its ID was destroyed meanwhile
+  Id* id = it->second;
+  EventBox* box = nullptr;
+  switch (e.type) {
+    case cm::EventType::kEstablished:
+      id->connected = true;
+      box = make_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+      set_conn_data(box, e.private_data);
+      break;
+    case cm::EventType::kRejected:
+      // The IB reject reason, as the kernel's rdma_cm reports it.
+      box = make_event(id, RDMA_CM_EVENT_REJECTED, e.reason);
+      set_conn_data(box, e.private_data);
+      s.by_comm.erase(it);
+      break;
+    case cm::EventType::kUnreachable:
+      box = make_event(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+      s.by_comm.erase(it);
+      break;
+    case cm::EventType::kDisconnected:
+      id->connected = false;
+      box = make_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      s.by_comm.erase(it);
+      break;
+    case cm::EventType::kRequest:
+      break;
+  }
+  if (box != nullptr) push(channel_of(&id->cm), box);
+}
+
+void run(State& s) {
+  std::vector<cm::Event> events;
+  while (!s.stop.load()) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      events.clear();
+      s.manager->poll(events);
+      for (cm::Event& e : events) deliver(s, e);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Opens the device and the manager once. Under the mutex. 0 or an errno.
+int init(State& s) {
+  if (s.initialised) return s.manager ? 0 : ENODEV;
+  s.initialised = true;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n == 0) {
+    s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
+    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    if (list != nullptr) ibv_free_device_list(list);
+    return ENODEV;
+  }
+  s.verbs = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  ibverbs::Ctx* x = s.verbs != nullptr ? ibverbs::ctx_of(s.verbs) : nullptr;
+  if (x == nullptr) return ENODEV;
+  ibv_gid g{};
+  if (x->ctx->query_gid(1, g) != 0) return ENODEV;
+  std::memcpy(s.ip.data(), g.raw + 12, 4);
+  s.manager = cm::Manager::open(*x->ctx, s.error);
+  if (!s.manager) {
+    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    return ENODEV;
+  }
+  s.manager->set_modify(modify_through_verbs, &s);
+  s.thread = std::thread([&s] { run(s); });
+  s.thread.detach();
+  return 0;
+}
+
+int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
+
+bool ours(const sockaddr* a, const State& s) {
+  if (a == nullptr || a->sa_family != AF_INET) return false;
+  const auto* in = reinterpret_cast<const sockaddr_in*>(a);
+  return in->sin_addr.s_addr == INADDR_ANY || std::memcmp(&in->sin_addr, s.ip.data(), 4) == 0;
+}
+
+std::uint16_t port_of(const sockaddr* a) { return ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port); }
+
+}  // namespace
+}  // namespace uroce::rdmacm
+
+using uroce::rdmacm::Channel;
+using uroce::rdmacm::EventBox;
+using uroce::rdmacm::Id;
+using uroce::rdmacm::fail;
+using uroce::rdmacm::id_of;
+using uroce::rdmacm::state;
+
+extern "C" {
+
+rdma_event_channel* rdma_create_event_channel(void) {
+  auto& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (const int rc = uroce::rdmacm::init(s); rc != 0) {
+      errno = rc;
+      return nullptr;
+    }
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  auto* c = new Channel();
+  c->ch.fd = fds[0];
+  c->write_fd = fds[1];
+  return &c->ch;
+}
+
+void rdma_destroy_event_channel(rdma_event_channel* channel) {
+  if (channel == nullptr) return;
+  auto* c = reinterpret_cast<Channel*>(channel);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  for (EventBox* e : c->queue) delete e;
+  c->queue.clear();
+  close(c->ch.fd);
+  if (c->readers.load() != 0) {
+    // A thread still waits in rdma_get_cm_event (rping's event thread
+    // while its main thread tears down): as with the kernel's channel, it
+    // goes on waiting, never woken with an error. So the write end stays
+    // open (closing it would end the wait with EOF) and the channel with it.
+    return;
+  }
+  close(c->write_fd);
+  delete c;
+}
+
+int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps) {
+  auto& s = state();
+  if (id == nullptr || channel == nullptr) return fail(EINVAL);
+  if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB) {
+    std::fprintf(stderr, "uroce librdmacm: only RDMA_PS_TCP and RDMA_PS_IB (RC) are supported\n");
+    return fail(EPROTONOSUPPORT);
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (const int rc = uroce::rdmacm::init(s); rc != 0) return fail(rc);
+  auto* i = new Id();
+  i->cm.verbs = s.verbs;
+  i->cm.channel = channel;
+  i->cm.context = context;
+  i->cm.ps = ps;
+  i->cm.port_num = 1;
+  i->cm.qp_type = IBV_QPT_RC;
+  *id = &i->cm;
+  return 0;
+}
+
+int rdma_destroy_id(rdma_cm_id* id) {
+  if (id == nullptr) return fail(EINVAL);
+  auto& s = state();
+  Id* i = id_of(id);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (i->listening) {
+    s.manager->unlisten(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port));
+    s.listeners.erase(i->port);
+  }
+  if (i->comm_id != 0) {
+    if (i->connected) s.manager->disconnect(i->comm_id);
+    s.by_comm.erase(i->comm_id);
+  }
+  delete i;
+  return 0;
+}
+
+int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
+  auto& s = state();
+  if (id == nullptr || addr == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!uroce::rdmacm::ours(addr, s)) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_bind_addr: not this device's address (IPv4 %u.%u.%u.%u, or any)\n",
+                 s.ip[0], s.ip[1], s.ip[2], s.ip[3]);
+    return fail(EADDRNOTAVAIL);
+  }
+  Id* i = id_of(id);
+  i->port = uroce::rdmacm::port_of(addr);
+  if (i->port == 0) i->port = s.next_port++;
+  const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
+  std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
+  id->verbs = s.verbs;
+  return 0;
+}
+
+int rdma_listen(rdma_cm_id* id, int /*backlog*/) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  if (i->port == 0) i->port = s.next_port++;
+  const int rc = s.manager->listen(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port), i);
+  if (rc != 0) return fail(rc);
+  i->listening = true;
+  s.listeners[i->port] = i;
+  return 0;
+}
+
+int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int /*timeout_ms*/) {
+  auto& s = state();
+  if (id == nullptr || dst_addr == nullptr) return fail(EINVAL);
+  if (dst_addr->sa_family != AF_INET) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_resolve_addr: IPv4 destinations only\n");
+    return fail(EAFNOSUPPORT);
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  if (src_addr != nullptr && !uroce::rdmacm::ours(src_addr, s)) return fail(EADDRNOTAVAIL);
+  if (i->port == 0) i->port = src_addr != nullptr && uroce::rdmacm::port_of(src_addr) != 0
+                                  ? uroce::rdmacm::port_of(src_addr)
+                                  : s.next_port++;
+  const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
+  std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
+  std::memcpy(&id->route.addr.dst_addr, dst_addr, sizeof(sockaddr_in));
+  id->verbs = s.verbs;
+  // The neighbour is resolved when the first MAD leaves (the stack's ARP).
+  uroce::rdmacm::push(uroce::rdmacm::channel_of(id), uroce::rdmacm::make_event(i, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
+  return 0;
+}
+
+int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  // RoCE: the route is the address; one path, no SA.
+  uroce::rdmacm::push(uroce::rdmacm::channel_of(id),
+                      uroce::rdmacm::make_event(id_of(id), RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+  return 0;
+}
+
+int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (pd == nullptr) pd = id->pd;
+  if (pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: give a PD and both CQs\n");
+    return fail(EINVAL);
+  }
+  if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
+  ibv_qp* qp = ibv_create_qp(pd, attr);
+  if (qp == nullptr) return -1;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                      IBV_ACCESS_REMOTE_ATOMIC;
+  if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+    ibv_destroy_qp(qp);
+    return fail(rc);
+  }
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  uroce::ibverbs::Qp* q = uroce::ibverbs::qp_of(qp);
+  s.qps[q->qp] = qp;
+  id->qp = qp;
+  id->pd = pd;
+  id->send_cq = attr->send_cq;
+  id->recv_cq = attr->recv_cq;
+  id->srq = attr->srq;
+  return 0;
+}
+
+int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+  if (attr == nullptr) return fail(EINVAL);
+  ibv_qp_init_attr a{};
+  a.qp_context = attr->qp_context;
+  a.send_cq = attr->send_cq;
+  a.recv_cq = attr->recv_cq;
+  a.srq = attr->srq;
+  a.cap = attr->cap;
+  a.qp_type = attr->qp_type;
+  a.sq_sig_all = attr->sq_sig_all;
+  const int rc = rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr, &a);
+  if (rc == 0) attr->cap = a.cap;
+  return rc;
+}
+
+void rdma_destroy_qp(rdma_cm_id* id) {
+  if (id == nullptr || id->qp == nullptr) return;
+  auto& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    uroce::QueuePair* qp = uroce::ibverbs::qp_of(id->qp)->qp;
+    s.qps.erase(qp);
+    s.manager->forget_qp(qp);
+  }
+  ibv_destroy_qp(id->qp);
+  id->qp = nullptr;
+}
+
+int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  auto& s = state();
+  if (id == nullptr || id->qp == nullptr) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_connect: create the QP first (rdma_create_qp)\n");
+    return fail(EINVAL);
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  const auto* dst = reinterpret_cast<const sockaddr_in*>(&id->route.addr.dst_addr);
+  uroce::cm::Manager::ConnectParams p;
+  p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  std::array<std::uint8_t, 4> peer{};
+  std::memcpy(peer.data(), &dst->sin_addr, 4);
+  p.remote_gid = uroce::ipv4_gid(peer);
+  p.service_id = uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), ntohs(dst->sin_port));
+  // rdma_cm's header, then the caller's private data.
+  uroce::wire::RdmaCmHeader h;
+  h.src_port = i->port;
+  std::memcpy(h.src_addr.data() + 12, s.ip.data(), 4);
+  std::memcpy(h.dst_addr.data() + 12, peer.data(), 4);
+  p.private_data.assign(uroce::wire::kRdmaCmHeaderBytes, 0);
+  uroce::wire::encode_rdma_cm_header(h, p.private_data);
+  if (conn_param != nullptr) {
+    if (conn_param->private_data_len > 92 - uroce::wire::kRdmaCmHeaderBytes) return fail(EINVAL);
+    const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
+    if (d != nullptr) p.private_data.insert(p.private_data.end(), d, d + conn_param->private_data_len);
+    p.responder_resources = conn_param->responder_resources;
+    p.initiator_depth = conn_param->initiator_depth;
+    p.retry_count = std::min<std::uint8_t>(conn_param->retry_count, 7);
+    p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
+  }
+  ibv_port_attr pa{};
+  if (ibv_query_port(id->verbs, 1, &pa) == 0) p.mtu = pa.active_mtu;
+  std::uint32_t comm = 0;
+  if (const int rc = s.manager->connect(p, comm); rc != 0) return fail(rc);
+  i->comm_id = comm;
+  s.by_comm[comm] = i;
+  return 0;
+}
+
+int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  auto& s = state();
+  if (id == nullptr || id->qp == nullptr) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_accept: create the QP first (rdma_create_qp)\n");
+    return fail(EINVAL);
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  uroce::cm::Manager::AcceptParams p;
+  p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  if (conn_param != nullptr) {
+    const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
+    if (d != nullptr) p.private_data.assign(d, d + conn_param->private_data_len);
+    p.responder_resources = conn_param->responder_resources;
+    p.initiator_depth = conn_param->initiator_depth;
+    p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
+  }
+  if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
+  return 0;
+}
+
+int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  const auto* d = static_cast<const std::uint8_t*>(private_data);
+  std::vector<std::uint8_t> data;
+  if (d != nullptr) data.assign(d, d + private_data_len);
+  if (const int rc = s.manager->reject(i->comm_id, data); rc != 0) return fail(rc);
+  s.by_comm.erase(i->comm_id);
+  i->comm_id = 0;
+  return 0;
+}
+
+int rdma_disconnect(rdma_cm_id* id) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  if (i->comm_id == 0) return fail(EINVAL);
+  // Already disconnected by the peer (its DREQ came first): nothing to do.
+  if (s.manager->disconnect(i->comm_id) != 0 && !s.by_comm.count(i->comm_id)) return 0;
+  return 0;
+}
+
+int rdma_establish(rdma_cm_id* /*id*/) { return 0; }
+
+int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+  if (channel == nullptr || event == nullptr) return fail(EINVAL);
+  auto* c = reinterpret_cast<Channel*>(channel);
+  char one;
+  c->readers.fetch_add(1);
+  for (;;) {
+    const ssize_t n = read(c->ch.fd, &one, 1);
+    if (n == 1) break;
+    if (n < 0 && errno == EINTR) continue;
+    c->readers.fetch_sub(1);
+    return -1;  // EAGAIN on a non-blocking channel with nothing queued
+  }
+  c->readers.fetch_sub(1);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (c->queue.empty()) return fail(EAGAIN);
+  EventBox* e = c->queue.front();
+  c->queue.pop_front();
+  e->ev.id->event = &e->ev;
+  *event = &e->ev;
+  return 0;
+}
+
+int rdma_ack_cm_event(rdma_cm_event* event) {
+  if (event == nullptr) return fail(EINVAL);
+  delete reinterpret_cast<EventBox*>(event);
+  return 0;
+}
+
+const char* rdma_event_str(rdma_cm_event_type event) {
+  switch (event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED: return "RDMA_CM_EVENT_ADDR_RESOLVED";
+    case RDMA_CM_EVENT_ADDR_ERROR: return "RDMA_CM_EVENT_ADDR_ERROR";
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+    case RDMA_CM_EVENT_ROUTE_ERROR: return "RDMA_CM_EVENT_ROUTE_ERROR";
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case RDMA_CM_EVENT_CONNECT_RESPONSE: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+    case RDMA_CM_EVENT_CONNECT_ERROR: return "RDMA_CM_EVENT_CONNECT_ERROR";
+    case RDMA_CM_EVENT_UNREACHABLE: return "RDMA_CM_EVENT_UNREACHABLE";
+    case RDMA_CM_EVENT_REJECTED: return "RDMA_CM_EVENT_REJECTED";
+    case RDMA_CM_EVENT_ESTABLISHED: return "RDMA_CM_EVENT_ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED: return "RDMA_CM_EVENT_DISCONNECTED";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL: return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+    case RDMA_CM_EVENT_MULTICAST_JOIN: return "RDMA_CM_EVENT_MULTICAST_JOIN";
+    case RDMA_CM_EVENT_MULTICAST_ERROR: return "RDMA_CM_EVENT_MULTICAST_ERROR";
+    case RDMA_CM_EVENT_ADDR_CHANGE: return "RDMA_CM_EVENT_ADDR_CHANGE";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+  }
+  return "UNKNOWN EVENT";
+}
+
+// Options are taken and ignored: one traffic class, no timeouts to tune.
+int rdma_set_option(rdma_cm_id* id, int /*level*/, int /*optname*/, void* /*optval*/, size_t /*optlen*/) {
+  return id == nullptr ? fail(EINVAL) : 0;
+}
+
+__be16 rdma_get_src_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>(&id->route.addr.src_addr)->sin_port; }
+__be16 rdma_get_dst_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>(&id->route.addr.dst_addr)->sin_port; }
+
+ibv_context** rdma_get_devices(int* num_devices) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const bool have = uroce::rdmacm::init(s) == 0;
+  auto** list = static_cast<ibv_context**>(calloc(2, sizeof(ibv_context*)));
+  if (list != nullptr && have) list[0] = s.verbs;
+  if (num_devices != nullptr) *num_devices = have ? 1 : 0;
+  return list;
+}
+void rdma_free_devices(ibv_context** list) { free(list); }
+
+// node:service as rdma_addrinfo: IPv4, RC in the TCP port space.
+int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
+  if (res == nullptr) return fail(EINVAL);
+  addrinfo h{};
+  h.ai_family = AF_INET;
+  h.ai_socktype = SOCK_STREAM;
+  const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE);
+  if (passive) h.ai_flags |= AI_PASSIVE;
+  if (hints != nullptr && (hints->ai_flags & RAI_NUMERICHOST)) h.ai_flags |= AI_NUMERICHOST;
+  addrinfo* got = nullptr;
+  if (const int rc = getaddrinfo(node, service, &h, &got); rc != 0) {
+    errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+    return -1;
+  }
+  auto* r = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+  auto* addr = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
+  std::memcpy(addr, got->ai_addr, sizeof(sockaddr_in));
+  freeaddrinfo(got);
+  r->ai_flags = hints != nullptr ? hints->ai_flags : 0;
+  r->ai_family = AF_INET;
+  r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
+  r->ai_port_space = hints != nullptr && hints->ai_port_space != 0 ? hints->ai_port_space : RDMA_PS_TCP;
+  if (passive) {
+    r->ai_src_addr = reinterpret_cast<sockaddr*>(addr);
+    r->ai_src_len = sizeof(sockaddr_in);
+  } else {
+    r->ai_dst_addr = reinterpret_cast<sockaddr*>(addr);
+    r->ai_dst_len = sizeof(sockaddr_in);
+  }
+  *res = r;
+  return 0;
+}
+
+void rdma_freeaddrinfo(rdma_addrinfo* res) {
+  while (res != nullptr) {
+    rdma_addrinfo* next = res->ai_next;
+    free(res->ai_src_addr);
+    free(res->ai_dst_addr);
+    free(res->ai_src_canonname);
+    free(res->ai_dst_canonname);
+    free(res->ai_route);
+    free(res->ai_connect);
+    free(res);
+    res = next;
+  }
+}
+
+int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+  if (id == nullptr || channel == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  id->channel = channel;
+  return 0;
+}
+
+int rdma_notify(rdma_cm_id* id, ibv_event_type /*event*/) { return id == nullptr ? fail(EINVAL) : 0; }
+
+// --- what uroce's rdma_cm does not have: one line on stderr, ENOSYS ---------
+
+namespace {
+int unsupported(const char* what) {
+  std::fprintf(stderr, "uroce librdmacm: %s is not supported\n", what);
+  return fail(ENOSYS);
+}
+}  // namespace
+
+int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) { return unsupported("rdma_init_qp_attr"); }
+int rdma_create_ep(rdma_cm_id**, rdma_addrinfo*, ibv_pd*, ibv_qp_init_attr*) { return unsupported("rdma_create_ep"); }
+void rdma_destroy_ep(rdma_cm_id*) {}
+int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return unsupported("rdma_create_srq"); }
+int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return unsupported("rdma_create_srq_ex"); }
+void rdma_destroy_srq(rdma_cm_id*) {}
+int rdma_get_request(rdma_cm_id*, rdma_cm_id**) { return unsupported("rdma_get_request (synchronous IDs)"); }
+int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return unsupported("multicast"); }
+int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return unsupported("multicast"); }
+int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return unsupported("multicast"); }
+int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return unsupported("ECE"); }
+int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return unsupported("ECE"); }
+int rdma_reject_ece(rdma_cm_id*, const void*, uint8_t) { return unsupported("ECE"); }
+
+// rsockets: not provided. rpoll on plain fds is poll(2) (rping polls its
+// event channel's fd with it); the rest fail with ENOSYS (returning -1 as
+// a long, so callers of the ssize_t and off_t ones see -1 too).
+int rpoll(pollfd* fds, nfds_t nfds, int timeout) { return poll(fds, nfds, timeout); }
+#define UROCE_NO_RSOCKET(name) \
+  long name(...) {             \
+    errno = ENOSYS;            \
+    return -1;                 \
+  }
+UROCE_NO_RSOCKET(rsocket)
+UROCE_NO_RSOCKET(rbind)
+UROCE_NO_RSOCKET(rlisten)
+UROCE_NO_RSOCKET(raccept)
+UROCE_NO_RSOCKET(rconnect)
+UROCE_NO_RSOCKET(rshutdown)
+UROCE_NO_RSOCKET(rclose)
+UROCE_NO_RSOCKET(rrecv)
+UROCE_NO_RSOCKET(rrecvfrom)
+UROCE_NO_RSOCKET(rrecvmsg)
+UROCE_NO_RSOCKET(rsend)
+UROCE_NO_RSOCKET(rsendto)
+UROCE_NO_RSOCKET(rsendmsg)
+UROCE_NO_RSOCKET(rread)
+UROCE_NO_RSOCKET(rreadv)
+UROCE_NO_RSOCKET(rwrite)
+UROCE_NO_RSOCKET(rwritev)
+UROCE_NO_RSOCKET(rselect)
+UROCE_NO_RSOCKET(rgetpeername)
+UROCE_NO_RSOCKET(rgetsockname)
+UROCE_NO_RSOCKET(rsetsockopt)
+UROCE_NO_RSOCKET(rgetsockopt)
+UROCE_NO_RSOCKET(rfcntl)
+UROCE_NO_RSOCKET(riomap)
+UROCE_NO_RSOCKET(riounmap)
+UROCE_NO_RSOCKET(riowrite)
+#undef UROCE_NO_RSOCKET
+
+}  // extern "C"
