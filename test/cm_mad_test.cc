@@ -109,6 +109,22 @@ TEST(CmMad, RpingsConnectionDecodesAndEncodesBackByteForByte) {
   EXPECT_EQ(d[4].rtu.remote_comm_id, client);
   // One transaction per exchange: REP answers the REQ's TID.
   EXPECT_EQ(d[1].header.tid, d[0].header.tid);
+  // A starting PSN is the one the *other* side sends from: the server's
+  // first request (a READ) carries the REQ's, the client's first SEND the REP's.
+  std::uint32_t client_first = 0, server_first = 0;
+  bool client_seen = false, server_seen = false;
+  for (const auto& fr : load_golden("rping.pcap")) {
+    wire::ParsedFrame p;
+    if (wire::parse_frame(fr.data, p) != wire::ParseStatus::kOk || p.info->transport != wire::Transport::kRc ||
+        !p.info->has(wire::kRequest)) {
+      continue;
+    }
+    const bool from_client = std::equal(mads[0].src_ip.begin(), mads[0].src_ip.end(), p.ipv4().src.begin());
+    if (from_client && !client_seen) client_first = p.bth().psn.get(), client_seen = true;
+    if (!from_client && !server_seen) server_first = p.bth().psn.get(), server_seen = true;
+  }
+  EXPECT_EQ(server_first, req.starting_psn);
+  EXPECT_EQ(client_first, d[1].rep.starting_psn);
 }
 
 TEST(CmMad, PerftestsTwoConnectionsDecodeAndEncodeBack) {

@@ -365,9 +365,12 @@ TEST(Cm, TheGoldenRpingRequestIsAnsweredAsSoftRoceAnsweredIt) {
   EXPECT_EQ(a.local_qpn, dev.qp->qp_num());
   EXPECT_EQ(dev.qp->state(), IBV_QPS_RTS);
   ibv_qp_attr qa{};
-  ASSERT_EQ(dev.qp->query(qa, IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU), 0);
+  ASSERT_EQ(dev.qp->query(qa, IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_SQ_PSN | IBV_QP_PATH_MTU), 0);
   EXPECT_EQ(qa.dest_qp_num, req.req.local_qpn);
-  EXPECT_EQ(qa.rq_psn, req.req.starting_psn);
+  // A starting PSN is the one its receiver sends from (in the capture rxe's
+  // server READs from the REQ's PSN, its client SENDs from the REP's).
+  EXPECT_EQ(qa.sq_psn, req.req.starting_psn);
+  EXPECT_EQ(qa.rq_psn, a.starting_psn);
   EXPECT_EQ(qa.path_mtu, static_cast<ibv_mtu>(req.req.path_mtu));
   // rxe's RTU, fed in, completes the connection.
   dev.port.inbox.push_back(frames[2]);

@@ -337,6 +337,77 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kVeth, "ib_send_bw", "-x 1 -c UD"}),
     case_name);
 
+// rdma_cm through our librdmacm.so.1: Debian's rping (100 verified pings)
+// and perftest's -R, between two processes over both links. The server
+// listens on its RoCE address; the client names it.
+struct CmCase {
+  Link link;
+  const char* command;  // "rping" or a perftest binary with its options
+};
+
+void PrintTo(const CmCase& c, std::ostream* os) {
+  *os << (c.link == Link::kMemif ? "memif " : "veth ") << c.command;
+}
+
+class RdmaCmPair : public ::testing::TestWithParam<CmCase> {};
+
+TEST_P(RdmaCmPair, ConnectsMovesDataAndDisconnects) {
+  const CmCase& c = GetParam();
+  const std::string command = c.command;
+  const bool rping = command == "rping";
+  const std::string program = "/usr/bin/" + command.substr(0, command.find(' '));
+  if (!have(program.c_str())) FAIL() << "no " << program << ": tools/setup.sh installs rdmacm-utils and perftest";
+  if (c.link == Link::kVeth) {
+    ASSERT_EQ(Namespaces::get().error(), "");
+  }
+  const LinkPair link(c.link);
+  const std::string server_ip = c.link == Link::kMemif ? "10.0.0.1" : "10.97.0.11";
+  const std::string port = std::to_string(next_tcp_port());
+  Pair p;
+  if (rping) {
+    const std::string args = " -a " + server_ip + " -p " + port + " -C 100 -v";
+    p = link.run("/usr/bin/rping -s" + args, "/usr/bin/rping -c" + args);
+  } else {
+    const std::string cmd = "/usr/bin/" + command + " -d uroce0 -p " + port;
+    p = link.run(cmd, cmd + " " + server_ip);
+  }
+  EXPECT_EQ(p.server.status, 0) << p.server.out;
+  EXPECT_EQ(p.client.status, 0) << p.client.out;
+  if (rping) {
+    std::size_t pings = 0;
+    for (std::size_t at = 0; (at = p.client.out.find("ping data: rdma-ping-", at)) != std::string::npos; ++at) ++pings;
+    EXPECT_EQ(pings, 100u) << p.client.out;
+    std::printf("%s rping: %zu pings verified\n", c.link == Link::kMemif ? "memif" : "veth", pings);
+    return;
+  }
+  EXPECT_NE(p.client.out.find("#bytes"), std::string::npos) << p.client.out;
+  for (const Outcome* o : {&p.server, &p.client}) {
+    EXPECT_EQ(o->out.find("Couldn't"), std::string::npos) << o->out;
+    EXPECT_EQ(o->out.find("Failed status"), std::string::npos) << o->out;
+  }
+  const std::size_t at = p.client.out.find("#bytes");
+  const std::size_t row = at == std::string::npos ? std::string::npos : p.client.out.find('\n', at);
+  const std::string figures =
+      row == std::string::npos ? "" : p.client.out.substr(row + 1, p.client.out.find('\n', row + 1) - row - 1);
+  std::printf("%s %s:\n  %s\n", c.link == Link::kMemif ? "memif" : "veth", c.command, figures.c_str());
+}
+
+std::string cm_case_name(const ::testing::TestParamInfo<CmCase>& param) {
+  std::string name = param.param.link == Link::kMemif ? "memif_" : "veth_";
+  for (const char* c = param.param.command; *c != '\0'; ++c) {
+    if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) name += *c;
+    else if (*c == ' ' || *c == '_') name += '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RdmaCm, RdmaCmPair,
+    ::testing::Values(CmCase{Link::kMemif, "rping"}, CmCase{Link::kVeth, "rping"},
+                      CmCase{Link::kMemif, "ib_write_bw -R -x 1"}, CmCase{Link::kVeth, "ib_send_lat -R -x 1 -n 300"},
+                      CmCase{Link::kMemif, "ib_read_bw -R -x 1"}),
+    cm_case_name);
+
 // perftest, each binary with -x 1 over both links; the longer variants
 // (-a, -x 0, sizes, -q 4) run in tools/stock-verbs.sh.
 INSTANTIATE_TEST_SUITE_P(

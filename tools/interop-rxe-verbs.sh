@@ -24,14 +24,23 @@ results=()
 pass=0
 fail=0
 
-# The last figures line: perftest's table row, or the pingpong's "iters in".
-figures() { grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+|iters in' "$1" | tail -1 | tr -s ' \t' ' ' | sed 's/^ //'; }
+# The last figures line: perftest's table row, the pingpong's "iters in", or
+# rping's count of pings.
+figures() {
+  if grep -q 'ping data' "$1"; then
+    echo "$(grep -c 'ping data' "$1") pings verified"
+    return
+  fi
+  grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+|iters in' "$1" | tail -1 | tr -s ' \t' ' ' | sed 's/^ //'
+}
 
-# one DIRECTION "OUR COMMAND" "GUEST COMMAND" MARKER: the server side starts
+# one DIRECTION "OUR COMMAND" "GUEST COMMAND" [own]: the server side starts
 # first; the client gets the server's address (the guest 10.99.0.2, or our
-# side's kernel end of the bridge, 10.99.0.254).
+# side's kernel end of the bridge, 10.99.0.254, for the TCP exchange), unless
+# "own": then the commands name their addresses themselves (rdma_cm: our
+# RoCE address 10.99.0.1).
 one() {
-  local dir=$1 ourcmd=$2 guestcmd=$3 log glog urc grc
+  local dir=$1 ourcmd=$2 guestcmd=$3 own=${4:-} log glog urc grc
   [[ -n ${UROCE_INTEROP_ONLY:-} && ! $ourcmd =~ $UROCE_INTEROP_ONLY ]] && return 0
   log=$(mktemp)
   glog=$(mktemp)
@@ -39,7 +48,9 @@ one() {
     timeout 120 "${ours[@]}" $ourcmd >"$log" 2>&1 &
     local upid=$!
     sleep 2
-    timeout 120 "$peer" run -t 110 "$guestcmd 10.99.0.254" >"$glog" 2>&1
+    local to=" 10.99.0.254"
+    [[ -n $own ]] && to=""
+    timeout 120 "$peer" run -t 110 "$guestcmd$to" >"$glog" 2>&1
     grc=$?
     wait $upid
     urc=$?
@@ -47,7 +58,9 @@ one() {
     timeout 120 "$peer" run -t 110 "$guestcmd" >"$glog" 2>&1 &
     local gpid=$!
     sleep 3
-    timeout 120 "${ours[@]}" $ourcmd 10.99.0.2 >"$log" 2>&1
+    local to=10.99.0.2
+    [[ -n $own ]] && to=""
+    timeout 120 "${ours[@]}" $ourcmd $to >"$log" 2>&1
     urc=$?
     wait $gpid
     grc=$?
@@ -89,6 +102,17 @@ for dir in uroce-server uroce-client; do
   one "$dir" "ib_send_lat -d uroce0 -x 1 -c UD -n 500" "ib_send_lat -d rxe0 -x 1 -c UD -n 500"
   one "$dir" "ib_send_bw -d uroce0 -x 1 -c UC" "ib_send_bw -d rxe0 -x 1 -c UC"
   one "$dir" "ib_write_bw -d uroce0 -x 1 -c UC" "ib_write_bw -d rxe0 -x 1 -c UC"
+  # rdma_cm (our librdmacm.so.1): rping and perftest -R.
+  srv=10.99.0.1 us=s them=c
+  [[ $dir == uroce-client ]] && srv=10.99.0.2 us=c them=s
+  one "$dir" "rping -$us -a $srv -C 100 -v" "rping -$them -a $srv -C 100 -v" own
+  for t in "ib_write_bw -x 1 -R" "ib_send_lat -x 1 -R -n 500" "ib_read_bw -x 1 -R"; do
+    if [[ $dir == uroce-server ]]; then
+      one "$dir" "${t/ -x/ -d uroce0 -x}" "${t/ -x/ -d rxe0 -x} $srv" own
+    else
+      one "$dir" "${t/ -x/ -d uroce0 -x} $srv" "${t/ -x/ -d rxe0 -x}" own
+    fi
+  done
   for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat; do
     n=""
     [[ $t == *_lat ]] && n="-n 500"

@@ -308,8 +308,11 @@ struct Manager::Impl {
     const ConnectParams& p = c->params;
     const std::uint8_t responder = std::min(p.responder_resources, rep.initiator_depth);
     const std::uint8_t initiator = std::min(p.initiator_depth, rep.responder_resources);
-    if (to_rtr(c->qp, c->peer, c->sgid_index, c->req.path_mtu, rep.local_qpn, rep.starting_psn, responder) != 0 ||
-        to_rts(c->qp, c->req.starting_psn, p.timeout, p.retry_count, rep.rnr_retry_count, initiator) != 0) {
+    // Each side's starting PSN is the one the other sends from: ours (the
+    // REQ's) is what we receive, the REP's what we send (IBTA 12.6.5 and
+    // 12.6.8; Linux's CM and Soft-RoCE in rping.pcap do the same).
+    if (to_rtr(c->qp, c->peer, c->sgid_index, c->req.path_mtu, rep.local_qpn, c->req.starting_psn, responder) != 0 ||
+        to_rts(c->qp, rep.starting_psn, p.timeout, p.retry_count, rep.rnr_retry_count, initiator) != 0) {
       reject(peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kRep, wire::RejReason::kNoResources);
       Event e;
       e.type = EventType::kRejected;
@@ -610,8 +613,8 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   const std::uint8_t initiator = std::min(p.initiator_depth, req.responder_resources);
   const std::uint32_t psn = i.new_psn();
   if (i.to_init(p.qp) != 0 ||
-      i.to_rtr(p.qp, req.primary.local_gid, sgid_index, req.path_mtu, req.local_qpn, req.starting_psn, responder) != 0 ||
-      i.to_rts(p.qp, psn, 14, req.retry_count, p.rnr_retry_count, initiator) != 0) {
+      i.to_rtr(p.qp, req.primary.local_gid, sgid_index, req.path_mtu, req.local_qpn, psn, responder) != 0 ||
+      i.to_rts(p.qp, req.starting_psn, 14, req.retry_count, p.rnr_retry_count, initiator) != 0) {
     return EINVAL;
   }
   c->qp = p.qp;
