@@ -18,6 +18,8 @@ PACKAGES=(
   tshark                        # the tests check that our frames dissect as InfiniBand
   ibverbs-utils                 # stock ibv_devinfo, ibv_devices, ibv_rc_pingpong, run on our libibverbs.so.1 by the tests
   perftest                      # stock ib_write_bw & co., run on our libibverbs.so.1 by the tests
+  librdmacm-dev                 # rdma-core's <rdma/rdma_cma.h>, the ABI lib/rdmacm implements (header only)
+  rdmacm-utils                  # stock rping, run on our librdmacm.so.1 by the tests
 )
 
 missing=()

@@ -4,7 +4,8 @@
 # namespaces this script creates (net_af_packet). ibv_devinfo, ibv_rc_pingpong,
 # ibv_srq_pingpong, ibv_ud_pingpong, ibv_uc_pingpong and perftest's eight
 # ib_*_{bw,lat} in the variants issue 12 lists (and ib_send_bw --use-srq,
-# SEND over UD, SEND and WRITE over UC).
+# SEND over UD, SEND and WRITE over UC), and rdma_cm's rping and perftest -R
+# on our librdmacm.so.1.
 # Prints PASS/FAIL per case with perftest's own figures, then
 # "N passed, M failed"; exits 1 if any failed.
 #
@@ -104,6 +105,42 @@ single() {
   fi
 }
 
+# rdma_cm (our librdmacm.so.1): the client names the server's RoCE address,
+# not the TCP one. cmpair LINK "rping" | "PERFTEST ARGS".
+roce_server() { [[ $1 == memif ]] && echo 10.0.0.1 || echo 10.96.0.11; }
+cmpair() {
+  local link=$1 cmd=$2 p=$((port++)) srv scmd ccmd
+  srv=$(roce_server "$link")
+  if [[ $cmd == rping ]]; then
+    scmd="rping -s -a $srv -p $p -C 100 -v"
+    ccmd="rping -c -a $srv -p $p -C 100 -v"
+  else
+    scmd="$cmd -p $p"
+    ccmd="$cmd -p $p $srv"
+  fi
+  rm -f "$tmp/memif.sock"
+  timeout 120 $(side "$link" server) $scmd >"$tmp/srv" 2>&1 &
+  local spid=$!
+  sleep 1.5
+  timeout 120 $(side "$link" client) $ccmd >"$tmp/cli" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$? f
+  if [[ $cmd == rping ]]; then
+    f="$(grep -c 'ping data' "$tmp/cli") pings verified"
+    [[ $f == "100 pings verified" ]] || f=""
+  else
+    f=$(figures "$tmp/cli")
+  fi
+  if [[ $crc -eq 0 && $src -eq 0 && -n $f ]]; then
+    report PASS "$link" "$cmd (rdma_cm)" "$f"
+  else
+    report FAIL "$link" "$cmd (rdma_cm)" "server rc=$src client rc=$crc"
+    grep -v 'EAL:\|memif_probe\|TELEMETRY' "$tmp/srv" | tail -3 | sed 's/^/    server: /'
+    grep -v 'EAL:\|memif_probe\|TELEMETRY' "$tmp/cli" | tail -3 | sed 's/^/    client: /'
+  fi
+}
+
 make_veth() {
   ip netns add "$nsa" && ip netns add "$nsb" || { echo "stock-verbs: cannot create namespaces (root?)" >&2; exit 1; }
   ip -n "$nsa" link add svveth0 mtu 9000 type veth peer name svveth1 mtu 9000 netns "$nsb"
@@ -126,6 +163,12 @@ matrix() {
   for a in "${up[@]}"; do pair "$link" "ibv_ud_pingpong -d uroce0 $a"; done
   local cp=("-g 1" "-g 1 -e -s 65536 -n 200")
   for a in "${cp[@]}"; do pair "$link" "ibv_uc_pingpong -d uroce0 $a"; done
+  cmpair "$link" rping
+  local r
+  for r in "ib_write_bw -d uroce0 -x 1 -R" "ib_read_bw -d uroce0 -x 1 -R" "ib_send_lat -d uroce0 -x 1 -R -n 500"; do
+    [[ -n $quick && $r != ib_write_bw* ]] && continue
+    cmpair "$link" "$r"
+  done
   local u
   for u in "ib_send_bw -x 1 -c UD" "ib_send_lat -x 1 -c UD" "ib_send_bw -x 1 -c UC" "ib_write_bw -x 1 -c UC" \
            "ib_send_lat -x 1 -c UC" "ib_write_lat -x 1 -c UC"; do
