@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "cm/manager.h"
@@ -392,6 +393,79 @@ TEST(Cm, TheGoldenRpingRequestIsAnsweredAsSoftRoceAnsweredIt) {
   m->poll(events);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].type, EventType::kEstablished);
+}
+
+// perftest -R's two connections (ib_write_bw_rdma_cm.pcap): each of
+// Soft-RoCE's REQs, replayed into our listening manager, gets a REP that
+// answers it as rxe's REP did, on a QP of ours per connection.
+TEST(Cm, PerftestsGoldenRequestsAreEachAnsweredAsSoftRoceAnswered) {
+  struct Mad {
+    wire::CmMad d;
+    std::vector<std::uint8_t> frame;
+    std::array<std::uint8_t, 4> dst{};
+  };
+  std::vector<Mad> reqs;
+  std::map<std::uint32_t, wire::CmMad> rxe_reps;  // by the REQ's comm ID
+  for (const auto& fr : load_golden("ib_write_bw_rdma_cm.pcap")) {
+    wire::ParsedFrame p;
+    if (wire::parse_frame(fr.data, p) != wire::ParseStatus::kOk || p.bth().dest_qp.get() != wire::kGsiQpn) continue;
+    Mad m;
+    ASSERT_EQ(wire::decode_cm_mad(p.payload(), m.d), wire::MadStatus::kOk);
+    m.frame = fr.data;
+    const wire::Ipv4Hdr ip = p.ipv4();
+    std::copy(ip.dst.begin(), ip.dst.end(), m.dst.begin());
+    if (m.d.attr() == wire::CmAttr::kReq) reqs.push_back(m);
+    if (m.d.attr() == wire::CmAttr::kRep) rxe_reps[m.d.rep.remote_comm_id] = m.d;
+  }
+  ASSERT_EQ(reqs.size(), 2u);
+  ASSERT_EQ(rxe_reps.size(), 2u);
+  sim::VirtualClock clock;
+  ScriptedDevice dev(clock, ipv4_gid(reqs[0].dst), ibv_qp_cap{16, 16, 1, 1, 0}, 16);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  std::string error;
+  auto m = cm::Manager::open(*dev.ctx, error);
+  ASSERT_NE(m, nullptr) << error;
+  int owner = 0;
+  for (const Mad& r : reqs) m->listen(r.d.req.service_id, &owner);  // one port: the second listen is EADDRINUSE
+  std::vector<QueuePair*> qps;
+  for (const Mad& r : reqs) {
+    SCOPED_TRACE("REQ comm ID " + std::to_string(r.d.req.local_comm_id));
+    const wire::CmRep& theirs = rxe_reps.at(r.d.req.local_comm_id).rep;
+    std::vector<Event> events;
+    dev.port.sent.clear();
+    dev.port.inbox.push_back(r.frame);
+    dev.ctx->progress();
+    m->poll(events);
+    ASSERT_EQ(events.size(), 1u);
+    ASSERT_EQ(events[0].type, EventType::kRequest);
+    QpInitAttr init;
+    init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+    init.send_cq = init.recv_cq = dev.cq;
+    QueuePair* qp = dev.pd->create_qp(init);
+    ASSERT_NE(qp, nullptr);
+    qps.push_back(qp);
+    cm::Manager::AcceptParams ap;
+    ap.qp = qp;
+    ap.responder_resources = theirs.responder_resources;
+    ap.initiator_depth = theirs.initiator_depth;
+    ASSERT_EQ(m->accept(events[0].comm_id, ap), 0);
+    dev.ctx->progress();
+    ASSERT_EQ(dev.port.sent.size(), 1u);
+    wire::ParsedFrame p;
+    ASSERT_EQ(wire::parse_frame(dev.port.sent[0], p), wire::ParseStatus::kOk);
+    wire::CmMad ours;
+    ASSERT_EQ(wire::decode_cm_mad(p.payload(), ours), wire::MadStatus::kOk);
+    ASSERT_EQ(ours.attr(), wire::CmAttr::kRep);
+    EXPECT_EQ(ours.header.tid, r.d.header.tid);
+    EXPECT_EQ(ours.rep.remote_comm_id, theirs.remote_comm_id);
+    EXPECT_EQ(ours.rep.responder_resources, theirs.responder_resources);
+    EXPECT_EQ(ours.rep.initiator_depth, theirs.initiator_depth);
+    EXPECT_EQ(ours.rep.target_ack_delay, theirs.target_ack_delay);
+    EXPECT_EQ(ours.rep.rnr_retry_count, theirs.rnr_retry_count);
+    EXPECT_EQ(ours.rep.local_qpn, qp->qp_num());
+    EXPECT_EQ(qp->state(), IBV_QPS_RTS);
+  }
+  EXPECT_NE(qps[0]->qp_num(), qps[1]->qp_num());
 }
 
 }  // namespace

@@ -57,7 +57,9 @@ one() {
   else
     timeout 120 "$peer" run -t 110 "$guestcmd" >"$glog" 2>&1 &
     local gpid=$!
-    sleep 3
+    # rdma_cm servers in the guest take longer to listen; a REQ before that
+    # is rejected (invalid service ID), as it would be from any client.
+    if [[ -n $own ]]; then sleep 6; else sleep 3; fi
     local to=10.99.0.2
     [[ -n $own ]] && to=""
     timeout 120 "${ours[@]}" $ourcmd $to >"$log" 2>&1

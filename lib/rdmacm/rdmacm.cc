@@ -25,6 +25,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -68,6 +69,10 @@ struct State {
   std::map<std::uint32_t, Id*> by_comm;      // connecting / connected IDs by the manager's comm ID
   std::map<std::uint16_t, Id*> listeners;    // by port
   std::map<QueuePair*, ibv_qp*> qps;         // uroce QP -> the verbs QP over it
+  // What exists, so that a call on a destroyed ID or channel (a program's
+  // error path) fails with EINVAL or EBADF instead of touching freed memory.
+  std::set<const Id*> ids;
+  std::set<const Channel*> channels;
   std::uint16_t next_port = 40000;
   std::thread thread;
   std::atomic<bool> stop{false};
@@ -79,6 +84,10 @@ State& state() {
 }
 
 void push(Channel* c, EventBox* e) {
+  if (!state().channels.count(c)) {  // destroyed: the event has nowhere to go
+    delete e;
+    return;
+  }
   c->queue.push_back(e);
   const char one = 1;
   if (write(c->write_fd, &one, 1) != 1) std::perror("uroce librdmacm: event channel");
@@ -139,6 +148,7 @@ void deliver(State& s, cm::Event& e) {
     std::memcpy(&id->cm.route.addr.src_addr, &src, sizeof src);
     std::memcpy(&id->cm.route.addr.dst_addr, &dst, sizeof dst);
     s.by_comm[e.comm_id] = id;
+    s.ids.insert(id);
     EventBox* box = make_event(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
     box->ev.listen_id = &listener->cm;
     set_conn_data(box, e.private_data);
@@ -268,6 +278,8 @@ rdma_event_channel* rdma_create_event_channel(void) {
   auto* c = new Channel();
   c->ch.fd = fds[0];
   c->write_fd = fds[1];
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.channels.insert(c);
   return &c->ch;
 }
 
@@ -275,6 +287,7 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
   auto* c = reinterpret_cast<Channel*>(channel);
   std::lock_guard<std::mutex> lock(state().mutex);
+  if (state().channels.erase(c) == 0) return;  // not a channel (any more)
   for (EventBox* e : c->queue) delete e;
   c->queue.clear();
   close(c->ch.fd);
@@ -298,7 +311,9 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
   }
   std::lock_guard<std::mutex> lock(s.mutex);
   if (const int rc = uroce::rdmacm::init(s); rc != 0) return fail(rc);
+  if (!s.channels.count(reinterpret_cast<Channel*>(channel))) return fail(EBADF);
   auto* i = new Id();
+  s.ids.insert(i);
   i->cm.verbs = s.verbs;
   i->cm.channel = channel;
   i->cm.context = context;
@@ -314,6 +329,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
   auto& s = state();
   Id* i = id_of(id);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.ids.erase(i) == 0) return fail(EINVAL);
   if (i->listening) {
     s.manager->unlisten(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port));
     s.listeners.erase(i->port);
@@ -330,6 +346,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   auto& s = state();
   if (id == nullptr || addr == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   if (!uroce::rdmacm::ours(addr, s)) {
     std::fprintf(stderr, "uroce librdmacm: rdma_bind_addr: not this device's address (IPv4 %u.%u.%u.%u, or any)\n",
                  s.ip[0], s.ip[1], s.ip[2], s.ip[3]);
@@ -348,6 +365,7 @@ int rdma_listen(rdma_cm_id* id, int /*backlog*/) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   if (i->port == 0) i->port = s.next_port++;
   const int rc = s.manager->listen(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port), i);
@@ -365,6 +383,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
     return fail(EAFNOSUPPORT);
   }
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   if (src_addr != nullptr && !uroce::rdmacm::ours(src_addr, s)) return fail(EADDRNOTAVAIL);
   if (i->port == 0) i->port = src_addr != nullptr && uroce::rdmacm::port_of(src_addr) != 0
@@ -383,6 +402,7 @@ int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   // RoCE: the route is the address; one path, no SA.
   uroce::rdmacm::push(uroce::rdmacm::channel_of(id),
                       uroce::rdmacm::make_event(id_of(id), RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
@@ -391,6 +411,10 @@ int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (!state().ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  }
   if (pd == nullptr) pd = id->pd;
   if (pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
     std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: give a PD and both CQs\n");
@@ -455,6 +479,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return fail(EINVAL);
   }
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   const auto* dst = reinterpret_cast<const sockaddr_in*>(&id->route.addr.dst_addr);
   uroce::cm::Manager::ConnectParams p;
@@ -495,6 +520,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return fail(EINVAL);
   }
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   uroce::cm::Manager::AcceptParams p;
   p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
@@ -513,6 +539,7 @@ int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_d
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   const auto* d = static_cast<const std::uint8_t*>(private_data);
   std::vector<std::uint8_t> data;
@@ -527,6 +554,7 @@ int rdma_disconnect(rdma_cm_id* id) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   if (i->comm_id == 0) return fail(EINVAL);
   // Already disconnected by the peer (its DREQ came first): nothing to do.
