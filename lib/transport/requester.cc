@@ -240,6 +240,7 @@ std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint1
     th.bth = packet_bth(qp, imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly, qp.req.psn, false,
                         (w.send_flags & IBV_SEND_SOLICITED) != 0);
     th.bth.dest_qp.set(d.qpn);
+    th.deth = wire::Deth{};  // its reserved byte is 0 on the wire
     // A Q_Key with its high bit set means the QP's own (IBTA 10.2.5, C10-15).
     th.deth.qkey.set((d.qkey & 0x80000000u) ? qp.attr.qkey : d.qkey);
     th.deth.src_qp.set(qp.qpn);

@@ -2,6 +2,10 @@
 // built and resolved once (ibv_create_ah), copied into each UD WR that names
 // it.
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -14,6 +18,36 @@ namespace uroce {
 
 using internal::impl_of;
 
+namespace {
+
+// The live address handles of the process, by handle: AddressHandle::of()
+// trusts an ibv_ah* only if its handle's slot holds that very pointer, so a
+// stale or foreign one is refused without reading past it. Written on the
+// control path (create/destroy, under the mutex), read lock-free at post.
+constexpr std::uint32_t kMaxAh = 1u << 15;  // ibv_query_device's max_ah
+std::array<std::atomic<const ibv_ah*>, kMaxAh> g_live{};
+std::mutex g_mutex;
+std::vector<std::uint32_t> g_free;
+std::uint32_t g_next = 1;  // 0 is never a handle
+
+std::uint32_t take_handle() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_free.empty()) {
+    const std::uint32_t h = g_free.back();
+    g_free.pop_back();
+    return h;
+  }
+  return g_next < kMaxAh ? g_next++ : 0;
+}
+
+void give_handle(std::uint32_t h) {
+  g_live[h].store(nullptr, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_free.push_back(h);
+}
+
+}  // namespace
+
 namespace internal {
 
 std::unique_ptr<AddressHandle> Access::make_ah(std::unique_ptr<AhImpl> impl) {
@@ -22,8 +56,11 @@ std::unique_ptr<AddressHandle> Access::make_ah(std::unique_ptr<AhImpl> impl) {
 
 }  // namespace internal
 
-AddressHandle::AddressHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->self = this; }
-AddressHandle::~AddressHandle() { impl_->magic = 0; }
+AddressHandle::AddressHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->self = this;
+  g_live[impl_->ah.handle].store(&impl_->ah, std::memory_order_release);
+}
+AddressHandle::~AddressHandle() { give_handle(impl_->ah.handle); }
 
 ibv_ah* AddressHandle::ibv() { return &impl_->ah; }
 const ibv_ah_attr& AddressHandle::attr() const { return impl_->attr; }
@@ -32,9 +69,9 @@ ProtectionDomain* AddressHandle::pd() const { return impl_->pd; }
 AddressHandle* AddressHandle::of(const ibv_ah* ah) {
   static_assert(std::is_standard_layout_v<Impl> && offsetof(Impl, ah) == 0,
                 "the Impl starts at its ibv_ah's address");
-  if (ah == nullptr) return nullptr;
-  const auto* impl = reinterpret_cast<const Impl*>(ah);
-  return impl->magic == Impl::kMagic ? impl->self : nullptr;
+  if (ah == nullptr || ah->handle == 0 || ah->handle >= kMaxAh) return nullptr;
+  if (g_live[ah->handle].load(std::memory_order_acquire) != ah) return nullptr;
+  return reinterpret_cast<const Impl*>(ah)->self;
 }
 
 AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
@@ -64,8 +101,13 @@ AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
       c.fail(EHOSTUNREACH, "ibv_create_ah: cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
       return nullptr;
     }
+    const std::uint32_t handle = take_handle();
+    if (handle == 0) {
+      c.fail(ENOMEM, "ibv_create_ah: every one of the 32767 address handles is in use; destroy some");
+      return nullptr;
+    }
     auto impl = std::make_unique<internal::AhImpl>();
-    impl->ah.handle = c.next_ah++;
+    impl->ah.handle = handle;
     impl->pd = this;
     impl->attr = attr;
     impl->path = transport::data_path(transport::av_frame_spec(attr, peer_mac, c.port.mac, local, impl->ah.handle),

@@ -64,11 +64,10 @@ struct SharedReceiveQueue::Impl {
 };
 
 // Standard layout with the verbs handle first: AddressHandle::of() finds
-// the Impl from the ibv_ah* a WR carries.
+// the Impl from the ibv_ah* a WR carries (after checking, by its handle,
+// that it is a live one: lib/verbs/ah.cc).
 struct AddressHandle::Impl {
-  static constexpr std::uint64_t kMagic = 0x75726f6365414821;  // "uroceAH!"
   ibv_ah ah{};
-  std::uint64_t magic = kMagic;
   AddressHandle* self = nullptr;
   ProtectionDomain* pd = nullptr;
   ibv_ah_attr attr{};
@@ -96,7 +95,6 @@ struct Context::Impl {
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
-  std::uint32_t next_ah = 1;
   std::map<void*, mem::Buffer> buffers;
 
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
