@@ -102,7 +102,9 @@ for dir in uroce-server uroce-client; do
   done
   one "$dir" "ib_send_bw -d uroce0 -x 1 -c UD" "ib_send_bw -d rxe0 -x 1 -c UD"
   one "$dir" "ib_send_lat -d uroce0 -x 1 -c UD -n 500" "ib_send_lat -d rxe0 -x 1 -c UD -n 500"
-  one "$dir" "ib_send_bw -d uroce0 -x 1 -c UC" "ib_send_bw -d rxe0 -x 1 -c UC"
+  # UC SENDs have no flow control: a bandwidth run loses messages whenever the
+  # sender outpaces the receiver, and perftest then waits for them forever.
+  one "$dir" "ib_send_lat -d uroce0 -x 1 -c UC -n 500" "ib_send_lat -d rxe0 -x 1 -c UC -n 500"
   one "$dir" "ib_write_bw -d uroce0 -x 1 -c UC" "ib_write_bw -d rxe0 -x 1 -c UC"
   # rdma_cm (our librdmacm.so.1): rping and perftest -R.
   srv=10.99.0.1 us=s them=c

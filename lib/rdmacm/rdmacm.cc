@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -237,10 +238,15 @@ int init(State& s) {
   return 0;
 }
 
-int fail(int err) {
+// A failed call: errno and -1, as librdmacm's. With UROCE_RDMACM_DEBUG set,
+// one line on stderr names the call and the reason.
+int fail_in(const char* where, int err) {
+  static const bool debug = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
+  if (debug) std::fprintf(stderr, "uroce librdmacm: %s: %s\n", where, std::strerror(err));
   errno = err;
   return -1;
 }
+#define fail(err) fail_in(__func__, err)
 
 Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
@@ -258,7 +264,7 @@ std::uint16_t port_of(const sockaddr* a) { return ntohs(reinterpret_cast<const s
 using uroce::rdmacm::Channel;
 using uroce::rdmacm::EventBox;
 using uroce::rdmacm::Id;
-using uroce::rdmacm::fail;
+using uroce::rdmacm::fail_in;
 using uroce::rdmacm::id_of;
 using uroce::rdmacm::state;
 
@@ -506,6 +512,11 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   }
   ibv_port_attr pa{};
   if (ibv_query_port(id->verbs, 1, &pa) == 0) p.mtu = pa.active_mtu;
+  if (std::getenv("UROCE_RDMACM_DEBUG") != nullptr) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_connect: REQ to %u.%u.%u.%u, service 0x%llx, %zu bytes of private data\n",
+                 peer[0], peer[1], peer[2], peer[3], static_cast<unsigned long long>(p.service_id),
+                 p.private_data.size());
+  }
   std::uint32_t comm = 0;
   if (const int rc = s.manager->connect(p, comm); rc != 0) return fail(rc);
   i->comm_id = comm;
