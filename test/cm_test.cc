@@ -155,7 +155,8 @@ TEST(Cm, NoListenerGetsInvalidServiceIdAndAConsumerRejectCarriesItsData) {
   ASSERT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kRejected) != nullptr; }));
   EXPECT_EQ(CmPair::find(p.ea, EventType::kRejected)->reason,
             static_cast<std::uint16_t>(wire::RejReason::kInvalidServiceId));
-  EXPECT_EQ(p.mb->counters().rej_sent_no_service, 1u);
+  EXPECT_EQ(p.mb->counters().rej_sent_no_service, 6u) << "the REQ, and five tries after it";
+  EXPECT_EQ(p.ma->counters().req_retried_no_service, 5u);
   // Now listened, and refused by the consumer.
   p.ea.clear();
   ASSERT_EQ(p.mb->listen(kService, &p.owner), 0);
@@ -168,6 +169,30 @@ TEST(Cm, NoListenerGetsInvalidServiceIdAndAConsumerRejectCarriesItsData) {
   EXPECT_EQ(rej->private_data[0], 0xde);
   EXPECT_EQ(rej->private_data[1], 0xad);
   EXPECT_EQ(p.mb->accept(12345, accept_params(p.qb)), ENOENT);
+}
+
+// A REQ that comes before the peer listens (perftest -R's server re-listens
+// after a handshake its client has already passed) is refused, sent again
+// 100 ms later, and connects once the listener is there.
+TEST(Cm, ARequestBeforeTheListenerIsTriedAgainAndConnects) {
+  CmPair p(5);
+  ASSERT_TRUE(p.ma && p.mb) << p.why;
+  std::uint32_t id = 0;
+  ASSERT_EQ(p.ma->connect(p.connect_params(), id), 0);
+  ASSERT_TRUE(p.run([&] { return p.mb->counters().rej_sent_no_service >= 2; }));
+  EXPECT_EQ(CmPair::find(p.ea, EventType::kRejected), nullptr) << "not reported while tries remain";
+  ASSERT_EQ(p.mb->listen(kService, &p.owner), 0);
+  bool accepted = false;
+  ASSERT_TRUE(p.run([&] {
+    const Event* r = CmPair::find(p.eb, EventType::kRequest);
+    if (r != nullptr && !accepted) {
+      EXPECT_EQ(p.mb->accept(r->comm_id, accept_params(p.qb)), 0);
+      accepted = true;
+    }
+    return CmPair::find(p.ea, EventType::kEstablished) != nullptr;
+  }));
+  EXPECT_EQ(CmPair::find(p.ea, EventType::kRejected), nullptr);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
 }
 
 TEST(Cm, LostMadsAreSentAgainUntilTheConnectionIsUp) {

@@ -62,6 +62,7 @@ struct Manager::Impl {
     std::uint64_t sent_at = 0;
     std::uint64_t wait_ns = 0;       // extended by an MRA
     int resends = 0;
+    int no_service_retries = 0;      // REJ invalid service ID taken so far (Timing)
   };
 
   Context* ctx = nullptr;
@@ -352,6 +353,15 @@ struct Manager::Impl {
     Conn* c = find(m.rej.remote_comm_id);
     if (c == nullptr || c->peer != peer || (c->state != State::kReqSent && c->state != State::kRepSent)) {
       ++counters.unknown_conn_dropped;
+      return;
+    }
+    if (c->state == State::kReqSent && m.rej.reason == static_cast<std::uint16_t>(wire::RejReason::kInvalidServiceId) &&
+        c->no_service_retries < timing.no_service_retries) {
+      // Perhaps not listening *yet*: the resend timer sends the REQ again.
+      ++c->no_service_retries;
+      ++counters.req_retried_no_service;
+      c->sent_at = now();
+      c->wait_ns = timing.no_service_wait_ns;
       return;
     }
     Event e;

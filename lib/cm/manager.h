@@ -54,11 +54,19 @@ struct Counters {
   std::uint64_t drep_sent_unknown_conn = 0;  // DREQ for a connection we do not know
   std::uint64_t unknown_conn_dropped = 0; // RTU, DREP, REJ, MRA for one we do not know
   std::uint64_t duplicates = 0;           // a REQ, REP or DREQ seen again (answered again)
+  std::uint64_t req_retried_no_service = 0;  // REQs sent again after a REJ invalid service ID
 };
 
 struct Timing {
   std::uint64_t resend_ns = 200'000'000;  // a REQ, REP or DREQ unanswered this long is sent again
   int max_resends = 10;
+  // A REQ refused with "invalid service ID" is sent again this many times,
+  // this far apart, before the refusal is reported: a peer's listener may be
+  // a moment behind its own client (perftest -R's server re-listens after a
+  // handshake its client has already passed, and perftest 4.5's retry of a
+  // refused connection does not work). Linux's CM reports it at once.
+  int no_service_retries = 5;
+  std::uint64_t no_service_wait_ns = 100'000'000;
 };
 
 class Manager {
