@@ -146,6 +146,7 @@ TEST(Ud, ADatagramLandsBehindTheGrhWithItsSendersQpAndAddress) {
   EXPECT_EQ(ntohl(b[0].imm_data), 0xabcd1234u);
   EXPECT_EQ(b[0].src_qp, r.qa->qp_num());
   EXPECT_EQ(b[0].qp_num, r.qb->qp_num());
+  EXPECT_EQ(b[0].sl, 2) << "the GRH holds an IPv4 header (mlx5's packet type in sl)";
   // RoCEv2 over IPv4: 20 bytes of nothing, then the IPv4 header as it came.
   const std::uint8_t* grh = r.bufb;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(grh[i], 0) << "byte " << i;

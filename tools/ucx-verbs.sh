@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # UCX (Debian's ucx-utils) on uroce through uroce-run: ucx_perftest at the
-# UCT level on rc_verbs (and ud_verbs with UROCE_UCX_UD=1), two processes over a veth pair between two network
+# UCT level on rc_verbs and ud_verbs, two processes over a veth pair between two network
 # namespaces this script creates (net_af_packet). Prints PASS/FAIL per case
 # with UCX's "Final" figures and ends "N passed, M failed".
 #
@@ -49,12 +49,10 @@ eal=(--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error)
 port() { echo "--vdev=net_af_packet0,iface=$1,blocksz=16384,framesz=8192,framecnt=512"; }
 passed=0
 failed=0
-# "TRANSPORT ARGS". UROCE_UCX_UD=1 adds ud_verbs (active messages only),
-# which does not connect yet: the client receives the server's connection
-# requests and never answers (README, "Running existing RDMA programs").
+# "TRANSPORT ARGS"; UD carries active messages only (no puts or atomics).
 cases=("rc_verbs -t am_lat -s 8 -n 2000" "rc_verbs -t put_lat -s 8 -n 2000" "rc_verbs -t add_lat -n 2000"
-       "rc_verbs -t put_bw -D zcopy -s 65536 -n 5000" "rc_verbs -t am_bw -D bcopy -s 4096 -n 5000")
-[[ -n ${UROCE_UCX_UD:-} ]] && cases+=("ud_verbs -t am_lat -s 8 -n 2000" "ud_verbs -t am_bw -D bcopy -s 1024 -n 5000")
+       "rc_verbs -t put_bw -D zcopy -s 65536 -n 5000" "rc_verbs -t am_bw -D bcopy -s 4096 -n 5000"
+       "ud_verbs -t am_lat -s 8 -n 2000" "ud_verbs -t am_bw -D bcopy -s 1024 -n 5000")
 for c in "${cases[@]}"; do
   tl=${c%% *}
   t=${c#* }

@@ -610,6 +610,10 @@ void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   wc.byte_len = kGrhBytes + p.payload_length;
   wc.src_qp = deth.src_qp.get();
   wc.wc_flags = IBV_WC_GRH;
+  // RoCE has no service level; like mlx5 (its PRM: the L3 header type of a
+  // UD datagram over RoCE), sl says which header the GRH holds: 2 IPv4, 1
+  // IPv6. UCX's UD transport reads it to find the destination GID in the GRH.
+  wc.sl = p.ip_version == 4 ? 2 : 1;
   if (p.has(wire::ExtHdr::kImmDt)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     std::memcpy(&wc.imm_data, &p.frame[p.bth_offset + p.info->offset_of(wire::ExtHdr::kImmDt)], 4);
