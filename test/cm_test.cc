@@ -125,12 +125,7 @@ TEST(Cm, ConnectAcceptCarryTrafficAndDisconnect) {
   auto* bufb = static_cast<std::uint8_t*>(p.net.b->alloc_buffer(4096));
   MemoryRegion* mra = p.pda->reg_mr(bufa, 4096, IBV_ACCESS_LOCAL_WRITE);
   MemoryRegion* mrb = p.pdb->reg_mr(bufb, 4096, IBV_ACCESS_LOCAL_WRITE);
-  ibv_sge rs{reinterpret_cast<std::uint64_t>(bufb), 4096, mrb->lkey};
-  ibv_recv_wr rw{};
-  rw.sg_list = &rs;
-  rw.num_sge = 1;
-  ibv_recv_wr* rbad = nullptr;
-  ASSERT_EQ(p.qb->post_recv(&rw, &rbad), 0);
+  ASSERT_EQ(post_recv_one(p.qb, bufb, 4096, mrb->lkey, 0), 0);
   std::memcpy(bufa, "over rdma_cm", 13);
   ASSERT_EQ(post_rdma(p.qa, IBV_WR_SEND, bufa, 13, mra->lkey, std::uint64_t{0}, 0, 7), 0);
   const auto got = wait_completions(p.net, p.cqb, 1, 1'000'000'000);

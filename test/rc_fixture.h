@@ -67,13 +67,7 @@ struct RcPair {
   }
 
   int post_recv_b(std::uint64_t off, std::uint32_t len, std::uint64_t wr_id = 2) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufb + off), len, mrb->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return qb->post_recv(&wr, &bad);
+    return post_recv_one(qb, bufb + off, len, mrb->lkey, wr_id);
   }
 
   sim::SimPair net;

@@ -17,6 +17,7 @@
 #include "verbs/connect.h"
 #include "verbs/verbs_impl.h"
 #include "wire/frame.h"
+#include "work_requests.h"
 
 namespace uroce::test {
 namespace {
@@ -70,13 +71,7 @@ struct OurSide {
     ctx->progress();
   }
   int post_recv(std::uint32_t slot, std::uint64_t wr_id) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + slot * kSlot), kSlot, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return qp->post_recv(&wr, &bad);
+    return post_recv_one(qp, buf + slot * kSlot, kSlot, mr->lkey, wr_id);
   }
   static constexpr std::uint32_t kSlot = 8192;
   static constexpr std::size_t kBytes = 64 * kSlot;

@@ -76,13 +76,7 @@ struct Rig {
   }
 
   int post_recv_b(std::uint32_t slot, std::uint32_t len, std::uint64_t wr_id) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(bufb + slot * kSlot), len, mrb->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return qb->post_recv(&wr, &bad);
+    return post_recv_one(qb, bufb + slot * kSlot, len, mrb->lkey, wr_id);
   }
   // A UD SEND of `len` bytes from A's slot `slot` to B's QP with `qkey`.
   int send_ud(std::uint32_t slot, std::uint32_t len, std::uint64_t wr_id, std::uint32_t qkey = kQkey,
@@ -338,14 +332,7 @@ TEST(Ud, HostileDatagramsAreDroppedCountedAndUnanswered) {
   std::vector<std::uint8_t> buf(1 << 16);
   MemoryRegion* mr = dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr);
-  for (int i = 0; i < 4; ++i) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data() + i * 8192), 8192, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ud->post_recv(&wr, &bad), 0);
-  }
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post_recv_one(ud, buf.data() + i * 8192, 8192, mr->lkey, 0), 0);
   auto frame = [&](wire::Opcode op, std::uint32_t dest, std::uint32_t qkey, std::size_t len) {
     wire::FrameSpec s;
     s.src4 = {10, 0, 0, 2};  // the RC QP's peer: past its address check
@@ -480,13 +467,7 @@ struct ScriptedUc {
     dev.ctx->progress();
   }
   int post_recv(std::uint64_t wr_id, std::uint32_t off, std::uint32_t len) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data() + off), len, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return qp->post_recv(&wr, &bad);
+    return post_recv_one(qp, buf.data() + off, len, mr->lkey, wr_id);
   }
   sim::VirtualClock clock;
   ScriptedDevice dev;

@@ -32,4 +32,16 @@ inline int post_rdma(QueuePair* qp, ibv_wr_opcode op, const void* local, std::ui
   return post_rdma(qp, op, local, len, lkey, reinterpret_cast<std::uint64_t>(remote), rkey, wr_id, flags);
 }
 
+// One receive of `len` bytes at `addr` (under `lkey`), one SGE. Returns
+// post_recv()'s status.
+inline int post_recv_one(QueuePair* qp, const void* addr, std::uint32_t len, std::uint32_t lkey, std::uint64_t wr_id) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return qp->post_recv(&wr, &bad);
+}
+
 }  // namespace uroce::test
