@@ -16,6 +16,7 @@
 #include <future>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace {
@@ -251,15 +252,21 @@ void PrintTo(const StockCase& c, std::ostream* os) {
   *os << (c.link == Link::kMemif ? "memif " : "veth ") << c.program << " " << c.args;
 }
 
-std::string case_name(const ::testing::TestParamInfo<StockCase>& param) {
-  std::string name = param.param.link == Link::kMemif ? "memif_" : "veth_";
-  for (const char* c = param.param.program; *c != '\0'; ++c) name += *c == '_' ? '_' : *c;
-  name += '_';
-  for (const char* c = param.param.args; *c != '\0'; ++c) {
-    if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) name += *c;
-    else if (*c == ' ') name += '_';
+// The letters and digits of `words` for a test name, blanks as '_'
+// (underscores too, if `keep_underscores`); a prefix for the link.
+std::string name_chars(std::string_view words, bool keep_underscores) {
+  std::string name;
+  for (const char c : words) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) name += c;
+    else if (c == ' ' || (keep_underscores && c == '_')) name += '_';
   }
   return name;
+}
+std::string link_prefix(Link link) { return link == Link::kMemif ? "memif_" : "veth_"; }
+
+std::string case_name(const ::testing::TestParamInfo<StockCase>& param) {
+  return link_prefix(param.param.link) + name_chars(param.param.program, true) + "_" +
+         name_chars(param.param.args, false);
 }
 
 class StockPair : public ::testing::TestWithParam<StockCase> {};
@@ -396,12 +403,7 @@ TEST_P(RdmaCmPair, ConnectsMovesDataAndDisconnects) {
 }
 
 std::string cm_case_name(const ::testing::TestParamInfo<CmCase>& param) {
-  std::string name = param.param.link == Link::kMemif ? "memif_" : "veth_";
-  for (const char* c = param.param.command; *c != '\0'; ++c) {
-    if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) name += *c;
-    else if (*c == ' ' || *c == '_') name += '_';
-  }
-  return name;
+  return link_prefix(param.param.link) + name_chars(param.param.command, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -31,6 +31,27 @@ using transport::kGrhBytes;
 constexpr std::uint32_t kQkey = 0x11111111;  // as ibv_ud_pingpong
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
+// A frame from the scripted peer 10.0.0.2 to us, 10.0.0.1: `op` to QP
+// `dest` with PSN `psn`, `len` bytes of `fill`, and (UD) a DETH with `qkey`
+// from the peer's QP 0x33.
+std::vector<std::uint8_t> peer_frame(wire::Opcode op, std::uint32_t dest, std::uint32_t psn, std::size_t len,
+                                     std::uint8_t fill, std::uint32_t qkey = 0) {
+  wire::FrameSpec s;
+  std::memset(s.eth_src.data(), 0x52, 6);
+  s.src4 = {10, 0, 0, 2};
+  s.dst4 = {10, 0, 0, 1};
+  s.bth.opcode = static_cast<std::uint8_t>(op);
+  s.bth.pkey.set(0xffff);
+  s.bth.dest_qp.set(dest);
+  s.bth.psn.set(psn);
+  s.deth.qkey.set(qkey);
+  s.deth.src_qp.set(0x33);
+  const std::vector<std::uint8_t> payload(len, fill);
+  std::vector<std::uint8_t> f(len + 256);
+  f.resize(wire::build_frame(s, payload, f));
+  return f;
+}
+
 // One QP of `type` on each side of a simulated link, each with a CQ and a
 // registered buffer; UD QPs in RTS with kQkey and an AH on A for B (and on
 // B for A), UC QPs connected.
@@ -333,19 +354,9 @@ TEST(Ud, HostileDatagramsAreDroppedCountedAndUnanswered) {
   MemoryRegion* mr = dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(post_recv_one(ud, buf.data() + i * 8192, 8192, mr->lkey, 0), 0);
-  auto frame = [&](wire::Opcode op, std::uint32_t dest, std::uint32_t qkey, std::size_t len) {
-    wire::FrameSpec s;
-    s.src4 = {10, 0, 0, 2};  // the RC QP's peer: past its address check
-    s.dst4 = {10, 0, 0, 1};
-    s.bth.opcode = static_cast<std::uint8_t>(op);
-    s.bth.pkey.set(0xffff);
-    s.bth.dest_qp.set(dest);
-    s.deth.qkey.set(qkey);
-    s.deth.src_qp.set(0x33);
-    std::vector<std::uint8_t> payload(len, 0x5a);
-    std::vector<std::uint8_t> f(len + 256);
-    f.resize(wire::build_frame(s, payload, f));
-    return f;
+  // From 10.0.0.2, the RC QP's peer: past its address check.
+  auto frame = [](wire::Opcode op, std::uint32_t dest, std::uint32_t qkey, std::size_t len) {
+    return peer_frame(op, dest, 0, len, 0x5a, qkey);
   };
   const auto& e = internal::engine_of(*dev.ctx);
   auto push = [&](std::vector<std::uint8_t> f) {
@@ -451,19 +462,7 @@ struct ScriptedUc {
   }
   // A packet from the peer: `op` with PSN `psn` and `len` bytes of `fill`.
   void feed(wire::Opcode op, std::uint32_t psn, std::uint32_t len, std::uint8_t fill) {
-    wire::FrameSpec s;
-    std::memset(s.eth_src.data(), 0x52, 6);
-    s.ip_version = 4;
-    s.src4 = {10, 0, 0, 2};
-    s.dst4 = {10, 0, 0, 1};
-    s.bth.opcode = static_cast<std::uint8_t>(op);
-    s.bth.pkey.set(0xffff);
-    s.bth.dest_qp.set(qp->qp_num());
-    s.bth.psn.set(psn);
-    std::vector<std::uint8_t> payload(len, fill);
-    std::vector<std::uint8_t> f(len + 256);
-    f.resize(wire::build_frame(s, payload, f));
-    dev.port.inbox.push_back(f);
+    dev.port.inbox.push_back(peer_frame(op, qp->qp_num(), psn, len, fill));
     dev.ctx->progress();
   }
   int post_recv(std::uint64_t wr_id, std::uint32_t off, std::uint32_t len) {

@@ -673,7 +673,6 @@ int Manager::disconnect(std::uint32_t comm_id) {
 void Manager::forget_qp(QueuePair* qp) {
   for (auto& [id, c] : impl_->conns) {
     if (c.qp == qp) c.qp = nullptr;
-    if (c.params.qp == qp) c.params.qp = nullptr;
   }
 }
 

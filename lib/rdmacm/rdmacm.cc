@@ -238,11 +238,15 @@ int init(State& s) {
   return 0;
 }
 
-// A failed call: errno and -1, as librdmacm's. With UROCE_RDMACM_DEBUG set,
-// one line on stderr names the call and the reason.
+// UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
+bool debug() {
+  static const bool on = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
+  return on;
+}
+
+// A failed call: errno and -1, as librdmacm's.
 int fail_in(const char* where, int err) {
-  static const bool debug = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
-  if (debug) std::fprintf(stderr, "uroce librdmacm: %s: %s\n", where, std::strerror(err));
+  if (debug()) std::fprintf(stderr, "uroce librdmacm: %s: %s\n", where, std::strerror(err));
   errno = err;
   return -1;
 }
@@ -512,7 +516,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   }
   ibv_port_attr pa{};
   if (ibv_query_port(id->verbs, 1, &pa) == 0) p.mtu = pa.active_mtu;
-  if (std::getenv("UROCE_RDMACM_DEBUG") != nullptr) {
+  if (uroce::rdmacm::debug()) {
     std::fprintf(stderr, "uroce librdmacm: rdma_connect: REQ to %u.%u.%u.%u, service 0x%llx, %zu bytes of private data\n",
                  peer[0], peer[1], peer[2], peer[3], static_cast<unsigned long long>(p.service_id),
                  p.private_data.size());

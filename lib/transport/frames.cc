@@ -5,40 +5,47 @@
 
 namespace uroce::transport {
 
-void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
-                std::uint32_t payload_bytes) {
+namespace {
+
+// Writes the packet into a head taken from env.heads, copying payloads up
+// to `copy_limit` bytes into it. `self_contained`: the frame may not point
+// into the payload's buffer (the WR completes without an ACK). A frame that
+// cannot be written so (no path, a head too small) goes out empty, which
+// the port drops and counts.
+void write_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
+                 std::uint32_t payload_bytes, std::uint32_t copy_limit, bool self_contained) {
   f.head = env.heads[--env.heads_left];
-  const wire::PacketOptions options{env.crc32, !env.ipv4_checksum_offload, env.copy_limit};
-  if (!wire::write_packet(path, th, payload_bytes, f, options)) [[unlikely]] {
-    // Only a QP without a path or a head too small for the headers gets
-    // here: an empty frame, which the port drops and counts.
+  const wire::PacketOptions options{env.crc32, !env.ipv4_checksum_offload, copy_limit};
+  if (!wire::write_packet(path, th, payload_bytes, f, options) || (self_contained && f.npieces != 0)) [[unlikely]] {
     f.head_len = 0;
     f.npieces = 0;
     f.trailer_len = 0;
   }
+}
+
+void count_sent(Qp& qp, std::uint32_t payload_bytes) {
+  qp.counters.add(QpCounter::tx_packets);
+  qp.counters.add(QpCounter::tx_bytes, payload_bytes);
+}
+
+}  // namespace
+
+void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
+                std::uint32_t payload_bytes) {
+  write_frame(path, env, f, th, payload_bytes, env.copy_limit, false);
 }
 
 void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::uint32_t payload_bytes) {
-  emit_frame(qp.path, env, f, th, payload_bytes);
-  qp.counters.add(QpCounter::tx_packets);
-  qp.counters.add(QpCounter::tx_bytes, payload_bytes);
+  write_frame(qp.path, env, f, th, payload_bytes, env.copy_limit, false);
+  count_sent(qp, payload_bytes);
 }
 
+// Every port's heads hold a whole packet at the port's MTU, so the copy
+// always fits.
 void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
                  std::uint32_t payload_bytes) {
-  f.head = env.heads[--env.heads_left];
-  const wire::PacketOptions options{env.crc32, !env.ipv4_checksum_offload, UINT32_MAX};
-  if (!wire::write_packet(path, th, payload_bytes, f, options) || f.npieces != 0) [[unlikely]] {
-    // No path, or a head too small for the whole packet (every port's heads
-    // hold one at the port's MTU): nothing may point into the application's
-    // buffer once its WR has completed, so the frame goes empty (dropped and
-    // counted by the port).
-    f.head_len = 0;
-    f.npieces = 0;
-    f.trailer_len = 0;
-  }
-  qp.counters.add(QpCounter::tx_packets);
-  qp.counters.add(QpCounter::tx_bytes, payload_bytes);
+  write_frame(path, env, f, th, payload_bytes, UINT32_MAX, true);
+  count_sent(qp, payload_bytes);
 }
 
 wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
