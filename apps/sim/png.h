@@ -1,5 +1,5 @@
 // A small RGB canvas written as PNG (deflate by ISA-L, our CRC-32): enough
-// for the scenario plots of uroce-sim.
+// for the scenario plots of uroce-sim and the charts of uroce-plot.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ class Canvas {
   void rect(int x0, int y0, int x1, int y1, Rgb c);  // outline
   void fill(int x0, int y0, int x1, int y1, Rgb c);  // inclusive
   // `s` in a 5x7 font scaled by `scale`, its top left corner at (x, y);
-  // letters, digits and ( ) / . , - % : = (anything else is a blank).
+  // printable ASCII (anything else is a blank).
   void text(int x, int y, const std::string& s, Rgb c, int scale = 2);
   static int text_width(const std::string& s, int scale = 2);
   static int text_height(int scale = 2) { return 7 * scale; }
