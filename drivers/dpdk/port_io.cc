@@ -99,39 +99,78 @@ bool PortIo::neighbor(const ibv_gid& gid, std::uint8_t mac[6]) const {
   return true;
 }
 
+namespace {
+
+// ARP, ICMPv6 (neighbour discovery) and anything neither IPv4 nor IPv6 nor
+// VLAN-tagged: the port's to answer, never the engine's.
+bool is_control(const std::uint8_t* data, std::uint16_t len) {
+  const bool icmp6 = len >= 54 && data[12] == 0x86 && data[13] == 0xdd && data[20] == 58;
+  return icmp6 || (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
+                   (data[12] != 0x81 || data[13] != 0x00));
+}
+
+// A chain the engine takes as it lies: few enough segments, none empty, and
+// a first one long enough to tell a RoCE frame from a control frame.
+bool passes_in_segments(const rte_mbuf* m) {
+  if (m->nb_segs > 1 + engine::RxFrame::kMaxMore || m->data_len < 54) return false;
+  for (const rte_mbuf* s = m; s != nullptr; s = s->next) {
+    if (s->data_len == 0) return false;
+  }
+  return !is_control(rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len);
+}
+
+}  // namespace
+
+rte_mbuf* PortIo::linearize(rte_mbuf* m) {
+  // Gathered into one mbuf of the pool (sized to the largest frame), which
+  // any worker can release.
+  const std::uint32_t pkt_len = rte_pktmbuf_pkt_len(m);
+  auto* pool = static_cast<rte_mempool*>(port_.pool());
+  rte_mbuf* flat = pkt_len <= kMaxFrame ? rte_pktmbuf_alloc(pool) : nullptr;
+  auto* dst = flat != nullptr && rte_pktmbuf_tailroom(flat) >= pkt_len
+                  ? reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(flat, static_cast<std::uint16_t>(pkt_len)))
+                  : nullptr;
+  if (dst == nullptr) {
+    ++(flat == nullptr && pkt_len <= kMaxFrame ? counters_.rx_dropped_no_mbuf : counters_.rx_dropped_too_long);
+    if (flat != nullptr) rte_pktmbuf_free(flat);
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  const void* p = rte_pktmbuf_read(m, 0, pkt_len, dst);
+  if (p != dst) std::memcpy(dst, p, pkt_len);
+  rte_pktmbuf_free(m);
+  ++counters_.rx_linearized;
+  return flat;
+}
+
 std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
   auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
   const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
   std::uint16_t n = 0;
-  auto* pool = static_cast<rte_mempool*>(port_.pool());
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
-    const std::uint32_t pkt_len = rte_pktmbuf_pkt_len(m);
     if (m->nb_segs > 1) [[unlikely]] {
-      // Gather the segments into one mbuf of the pool (sized to the largest
-      // frame): the engine parses contiguous frames, and a frame stays a
-      // single mbuf that any worker can release.
-      rte_mbuf* flat = pkt_len <= kMaxFrame ? rte_pktmbuf_alloc(pool) : nullptr;
-      auto* dst = flat != nullptr && rte_pktmbuf_tailroom(flat) >= pkt_len
-                      ? reinterpret_cast<std::uint8_t*>(rte_pktmbuf_append(flat, static_cast<std::uint16_t>(pkt_len)))
-                      : nullptr;
-      if (dst == nullptr) {
-        ++(flat == nullptr && pkt_len <= kMaxFrame ? counters_.rx_dropped_no_mbuf : counters_.rx_dropped_too_long);
-        if (flat != nullptr) rte_pktmbuf_free(flat);
+      if (rte_pktmbuf_pkt_len(m) > kMaxFrame) {
+        ++counters_.rx_dropped_too_long;
         rte_pktmbuf_free(m);
         continue;
       }
-      const void* p = rte_pktmbuf_read(m, 0, pkt_len, dst);
-      if (p != dst) std::memcpy(dst, p, pkt_len);
-      rte_pktmbuf_free(m);
-      m = flat;
-      ++counters_.rx_linearized;
+      if (passes_in_segments(m)) {
+        // One copy on RX: the engine reads the headers from a copy and
+        // places the payload from the segments.
+        engine::RxFrame& f = frames[n++];
+        f = engine::RxFrame{rte_pktmbuf_mtod(m, std::uint8_t*), m->data_len, m};
+        for (const rte_mbuf* s = m->next; s != nullptr; s = s->next) {
+          f.more[f.nmore++] = std::span<const std::uint8_t>(rte_pktmbuf_mtod(s, const std::uint8_t*), s->data_len);
+        }
+        ++counters_.rx_in_segments;
+        continue;
+      }
+      if ((m = linearize(m)) == nullptr) continue;
     }
     auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);
-    const auto len = static_cast<std::uint16_t>(pkt_len);
-    const bool icmp6 = len >= 54 && data[12] == 0x86 && data[13] == 0xdd && data[20] == 58;
-    if (icmp6 || (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
-                  (data[12] != 0x81 || data[13] != 0x00))) [[unlikely]] {
+    const auto len = static_cast<std::uint16_t>(rte_pktmbuf_pkt_len(m));
+    if (is_control(data, len)) [[unlikely]] {
       handle_control(data, len);
       rte_pktmbuf_free(m);
       continue;

@@ -14,6 +14,8 @@
 #include "dpdk/port.h"
 #include "engine/packet_io.h"
 
+struct rte_mbuf;
+
 namespace uroce::dpdk {
 
 class TscClock : public engine::Clock {
@@ -43,6 +45,7 @@ class TscClock : public engine::Clock {
   X(tx_dropped_too_long, "frames not sent: longer than the port's max_frame")                   \
   X(tx_ipv4_checksum_offloaded, "frames whose IPv4 header checksum the port fills")             \
   X(rx_linearized, "multi-segment frames copied into one mbuf")                                 \
+  X(rx_in_segments, "multi-segment frames passed on as they lie (payload placed from the segments)") \
   X(rx_dropped_too_long, "frames dropped: longer than the largest frame taken")                 \
   X(rx_dropped_no_mbuf, "multi-segment frames dropped: no mbuf to linearize into")              \
   X(rx_other, "frames dropped: neither RoCEv2 nor ARP/ND for us")                               \
@@ -131,6 +134,9 @@ class PortIo : public engine::PacketIo {
 
   // ARP and other non-RoCE frames: answered or learned here, never passed on.
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
+  // A multi-segment frame gathered into one mbuf (`m` is freed); nullptr,
+  // counted, when it is too long or no mbuf is free.
+  rte_mbuf* linearize(rte_mbuf* m);
   void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
                 const std::array<std::uint8_t, 4>& dst_ip);
   bool handle_icmp6(const std::uint8_t* frame, std::uint16_t len);

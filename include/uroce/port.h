@@ -69,11 +69,26 @@ struct TxFrame {
   }
 };
 
-// A received frame in a buffer the port owns until rx_release().
+// A received frame in a buffer the port owns until rx_release(). A frame
+// that arrived in a chain of buffers (a multi-segment mbuf: a NIC's
+// scattered RX, or net_ring carrying a zero-copy TX chain) may be passed as
+// it lies: `data`/`len` are its first segment and `more` the ones after it,
+// in order, none empty. The engine then reads the headers from a copy and
+// places the payload straight from the segments (one copy on RX, not two).
 struct RxFrame {
+  static constexpr int kMaxMore = 3;  // segments after the first
+
   std::uint8_t* data = nullptr;
-  std::uint16_t len = 0;
+  std::uint16_t len = 0;  // bytes at `data`: the whole frame when nmore == 0
   void* cookie = nullptr;  // the port's handle (an mbuf)
+  std::uint8_t nmore = 0;
+  std::array<std::span<const std::uint8_t>, kMaxMore> more{};
+
+  std::uint32_t frame_bytes() const {
+    std::uint32_t n = len;
+    for (int i = 0; i < nmore; ++i) n += static_cast<std::uint32_t>(more[i].size());
+    return n;
+  }
 };
 
 // One queue of a port (PortConfig::io, or each of PortConfig::queues). The

@@ -197,6 +197,17 @@ wire::Transport service_of(ibv_qp_type type) {
 
 }  // namespace
 
+wire::ParseStatus Engine::parse(const RxFrame& frame, wire::ParsedFrame& p, const wire::ParseOptions& options) {
+  if (frame.nmore == 0) [[likely]] return wire::parse_frame_in_place(std::span(frame.data, frame.len), p, options);
+  // In segments: the headers from a copy, the payload placed from where it
+  // lies.
+  std::array<std::span<const std::uint8_t>, 1 + RxFrame::kMaxMore> segs;
+  segs[0] = std::span<const std::uint8_t>(frame.data, frame.len);
+  const int nmore = std::min<int>(frame.nmore, RxFrame::kMaxMore);
+  for (int i = 0; i < nmore; ++i) segs[1 + static_cast<std::size_t>(i)] = frame.more[static_cast<std::size_t>(i)];
+  return wire::parse_frame_scattered(std::span(segs.data(), 1 + static_cast<std::size_t>(nmore)), head_copy_, p, options);
+}
+
 std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
   // Handed-in frames passed every check on the worker that received them;
   // their ICRC is not computed twice.
@@ -208,7 +219,7 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     const RxFrame frame = frames[i];
     frames[keep++] = frame;
     wire::ParsedFrame p;
-    const wire::ParseStatus s = wire::parse_frame_in_place(std::span(frame.data, frame.len), p, options);
+    const wire::ParseStatus s = parse(frame, p, options);
     if (s != wire::ParseStatus::kOk) [[unlikely]] {
       if (wire::is_not_roce(s)) add_counter(EngineCounter::rx_not_roce);
       else add_parse_drop(s);

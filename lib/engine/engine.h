@@ -112,6 +112,9 @@ class Engine {
   // Classifies and processes frames; those passed to another worker are
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
+  // Parses a received frame, contiguous or in segments (whose headers are
+  // copied into head_copy_, which `p` then refers to until the next call).
+  wire::ParseStatus parse(const RxFrame& frame, wire::ParsedFrame& p, const wire::ParseOptions& options);
   void transmit();
   void transmit_frames();
   // The engine's own counters: only its thread (or a control call) adds.
@@ -140,6 +143,7 @@ class Engine {
   TimerWheel timers_;
   std::size_t tx_cursor_ = 0;  // round-robin start among active QPs
   std::array<RxFrame, kBurst> rx_;
+  std::array<std::uint8_t, wire::kHeadCopyBytes> head_copy_{};
   std::array<wire::TxFrame, kBurst> tx_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
   // Heads for the frames of the next bursts, taken from the top: the port's

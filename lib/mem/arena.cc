@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
+
 namespace uroce::mem {
 namespace {
 
@@ -27,6 +29,21 @@ Buffer map_buffer(std::size_t bytes, bool allow_huge) {
 
 void unmap_buffer(const Buffer& b) {
   if (b.addr != nullptr) munmap(b.addr, b.bytes);
+}
+
+void populate(void* addr, std::size_t len) {
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+  constexpr int kPopulateRead = MADV_POPULATE_READ;
+#else
+  constexpr int kPopulateWrite = 23;  // Linux 5.14's values, for older headers
+  constexpr int kPopulateRead = 22;
+#endif
+  if (addr == nullptr || len == 0) return;
+  const auto first = reinterpret_cast<std::uintptr_t>(addr) / kPage * kPage;
+  const std::size_t n = round_up(reinterpret_cast<std::uintptr_t>(addr) + len - first, kPage);
+  void* start = reinterpret_cast<void*>(first);
+  if (madvise(start, n, kPopulateWrite) != 0) madvise(start, n, kPopulateRead);
 }
 
 }  // namespace uroce::mem

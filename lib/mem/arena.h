@@ -20,4 +20,11 @@ struct Buffer {
 Buffer map_buffer(std::size_t bytes, bool allow_huge);
 void unmap_buffer(const Buffer& b);
 
+// Faults in every page of [addr, addr + len) now, writable where the mapping
+// allows, as an RNIC's registration pins them: a transfer into a fresh
+// region then takes no page fault (the kernel clearing pages inside a timed
+// run cost a third of its CPU). Best effort: pages it cannot populate (a
+// kernel before 5.14, a mapping that refuses) fault in on first touch.
+void populate(void* addr, std::size_t len);
+
 }  // namespace uroce::mem

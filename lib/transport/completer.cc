@@ -244,7 +244,7 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
   if (r.p.info->has(wire::kLast) != last || r.p.payload_length != expect) {
     return leave(r, CompleterExit::bad_read_response);
   }
-  sgl_scatter(w.sge.data(), w.num_sge, offset, r.p.payload().data(), expect);
+  sgl_scatter_payload(w.sge.data(), w.num_sge, offset, r.p);
   qp.counters.add(QpCounter::rx_bytes, expect);
   answered(qp, env, r.psn, last);
   return CompleterStep::done;

@@ -332,7 +332,7 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
   }
   RecvWqe& w = recv_wqe(qp);
   if (qp.resp.offset + p.payload_length > w.length) return leave(r, ResponderExit::recv_too_short);
-  sgl_scatter(w.sge.data(), w.num_sge, qp.resp.offset, p.payload().data(), p.payload_length);
+  sgl_scatter_payload(w.sge.data(), w.num_sge, qp.resp.offset, p);
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kSend;
@@ -383,7 +383,8 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
   }
   // WRITE with immediate consumes a receive WQE with its last packet.
   if (p.has(wire::ExtHdr::kImmDt) && !take_recv(qp, env, r)) return ResponderStep::exit;
-  if (p.payload_length > 0) std::memcpy(qp.resp.write_dst + qp.resp.offset, p.payload().data(), p.payload_length);
+  std::uint8_t* const dst = qp.resp.write_dst + qp.resp.offset;
+  p.visit_payload([dst](const std::uint8_t* data, std::size_t len, std::size_t at) { std::memcpy(dst + at, data, len); });
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kWrite;
@@ -601,7 +602,7 @@ void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     std::memcpy(grh.data(), &p.frame[p.l3_offset], kGrhBytes);
   }
   sgl_scatter(w.sge.data(), w.num_sge, 0, grh.data(), kGrhBytes);
-  sgl_scatter(w.sge.data(), w.num_sge, kGrhBytes, p.payload().data(), p.payload_length);
+  sgl_scatter_payload(w.sge.data(), w.num_sge, kGrhBytes, p);
   qp.counters.add(QpCounter::rx_packets);
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   ibv_wc wc{};

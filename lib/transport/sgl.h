@@ -70,6 +70,13 @@ inline void sgl_scatter(const Sge* sge, std::uint8_t n, std::uint32_t offset, co
   }
 }
 
+// The payload of `p` (contiguous or in segments) into the list at `offset`.
+inline void sgl_scatter_payload(const Sge* sge, std::uint8_t n, std::uint32_t offset, const wire::ParsedFrame& p) {
+  p.visit_payload([&](const std::uint8_t* data, std::size_t len, std::size_t at) {
+    sgl_scatter(sge, n, offset + static_cast<std::uint32_t>(at), data, static_cast<std::uint32_t>(len));
+  });
+}
+
 inline bool is_read_or_atomic(const SendWqe& w) {
   return w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic;
 }

@@ -384,6 +384,7 @@ MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::
                             : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
     return nullptr;
   }
+  mem::populate(addr, length);  // as pinning does: no first-touch faults in transfers
   c.port.io->register_memory(addr, length);
   auto mr = std::make_unique<MemoryRegion>();
   mr->addr = addr;

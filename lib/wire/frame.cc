@@ -1,6 +1,8 @@
 #include "wire/frame.h"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "wire/icrc.h"
 
@@ -49,11 +51,12 @@ std::uint32_t ParsedFrame::icrc() const { return icrc_load(frame.data() + icrc_o
 
 namespace {
 
-// Everything parse_frame() checks but the ICRC.
-ParseStatus parse_headers(std::span<const std::uint8_t> frame, ParsedFrame& out) {
+// Everything parse_frame() checks but the ICRC, on a frame of `size` bytes
+// whose first frame.size() bytes are at hand: all of them, or at least
+// kHeadCopyBytes, which hold every header this reads.
+ParseStatus parse_headers(std::span<const std::uint8_t> frame, std::size_t size, ParsedFrame& out) {
   out = ParsedFrame{};
   out.frame = frame;
-  const std::size_t size = frame.size();
   if (size < kEthBytes) return ParseStatus::kTruncatedL2;
 
   std::size_t l3 = kEthBytes;
@@ -140,7 +143,7 @@ ParseStatus parse_headers(std::span<const std::uint8_t> frame, ParsedFrame& out)
 
 ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
                         const ParseOptions& options) {
-  const ParseStatus s = parse_headers(frame, out);
+  const ParseStatus s = parse_headers(frame, frame.size(), out);
   if (s != ParseStatus::kOk || !options.verify_icrc) return s;
   return icrc_compute(options.crc32, out.icrc_covered()) == out.icrc() ? ParseStatus::kOk
                                                                        : ParseStatus::kIcrcMismatch;
@@ -148,11 +151,67 @@ ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
 
 ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
                                  const ParseOptions& options) {
-  const ParseStatus s = parse_headers(frame, out);
+  const ParseStatus s = parse_headers(frame, frame.size(), out);
   if (s != ParseStatus::kOk || !options.verify_icrc) return s;
   const std::uint32_t icrc = icrc_compute_in_place(
       options.crc32, frame.subspan(out.l3_offset, out.icrc_offset - out.l3_offset));
   return icrc == out.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
+}
+
+namespace {
+
+// Bytes [from, to) of the frame in `segments`, as pieces of them (at most
+// `max`); returns how many.
+int pieces_of(std::span<const std::span<const std::uint8_t>> segments, std::size_t from, std::size_t to,
+              std::span<const std::uint8_t>* out, int max) {
+  int n = 0;
+  std::size_t start = 0;
+  for (const std::span<const std::uint8_t> seg : segments) {
+    const std::size_t end = start + seg.size();
+    if (end > from && start < to && n < max) {
+      const std::size_t a = std::max(from, start);
+      const std::size_t b = std::min(to, end);
+      out[n++] = seg.subspan(a - start, b - a);
+    }
+    start = end;
+  }
+  return n;
+}
+
+}  // namespace
+
+ParseStatus parse_frame_scattered(std::span<const std::span<const std::uint8_t>> segments,
+                                  std::array<std::uint8_t, kHeadCopyBytes>& head, ParsedFrame& out,
+                                  const ParseOptions& options) {
+  constexpr int kMax = ParsedFrame::kMaxPayloadPieces;
+  std::size_t size = 0;
+  std::size_t copied = 0;
+  for (const std::span<const std::uint8_t> seg : segments) {
+    const std::size_t take = std::min(seg.size(), head.size() - copied);
+    std::memcpy(head.data() + copied, seg.data(), take);
+    copied += take;
+    size += seg.size();
+  }
+  const ParseStatus s = parse_headers(std::span<const std::uint8_t>(head.data(), copied), size, out);
+  if (s != ParseStatus::kOk) return s;
+  out.npayload_pieces = static_cast<std::uint8_t>(
+      pieces_of(segments, out.payload_offset, out.payload_offset + out.payload_length, out.payload_pieces.data(), kMax));
+  if (!options.verify_icrc) return s;
+  // The masked headers from the copy, the rest where it lies.
+  const std::size_t split = std::min<std::size_t>(copied, out.icrc_offset);
+  std::array<std::span<const std::uint8_t>, kMax> rest;
+  const int nrest = pieces_of(segments, split, out.icrc_offset, rest.data(), kMax);
+  const std::uint32_t icrc = icrc_compute(options.crc32, out.frame.subspan(out.l3_offset, split - out.l3_offset),
+                                          std::span<const std::span<const std::uint8_t>>(rest.data(), nrest));
+  std::array<std::span<const std::uint8_t>, kMax> at;
+  const int nat = pieces_of(segments, out.icrc_offset, out.icrc_offset + kIcrcBytes, at.data(), kMax);
+  std::array<std::uint8_t, kIcrcBytes> carried{};
+  std::size_t k = 0;
+  for (int i = 0; i < nat; ++i) {
+    std::memcpy(carried.data() + k, at[i].data(), at[i].size());
+    k += at[i].size();
+  }
+  return icrc == icrc_load(carried.data()) ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
 }
 
 HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,

@@ -3,6 +3,7 @@
 // table names, payload, pad and ICRC.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,8 @@ struct ParseOptions {
 // Header accessors return copies: the structs are small, and a copy is
 // well-defined at any alignment.
 struct ParsedFrame {
+  static constexpr int kMaxPayloadPieces = 4;
+
   std::span<const std::uint8_t> frame;
   bool has_vlan = false;
   std::uint16_t vlan_tci = 0;
@@ -42,6 +45,11 @@ struct ParsedFrame {
   std::uint16_t icrc_offset = 0;
   std::uint8_t opcode = 0;
   const OpcodeInfo* info = nullptr;  // set once the BTH has been read
+  // A frame parsed in segments (parse_frame_scattered()): `frame` holds a
+  // copy of its first bytes (every header), and the payload is left in the
+  // segments, as these pieces in order. None for a contiguous frame.
+  std::uint8_t npayload_pieces = 0;
+  std::array<std::span<const std::uint8_t>, kMaxPayloadPieces> payload_pieces{};
 
   template <typename H>
   H at(std::size_t offset) const {
@@ -68,14 +76,31 @@ struct ParsedFrame {
   Feth feth() const { return ext<Feth>(ExtHdr::kFeth); }
 
   std::uint8_t ecn() const { return ip_version == 6 ? ipv6().ecn() : ipv4().ecn(); }
+  // The payload of a contiguous frame (npayload_pieces == 0); use
+  // visit_payload() where the frame may have come in segments.
   std::span<const std::uint8_t> payload() const {
     return frame.subspan(payload_offset, payload_length);
+  }
+  // Calls visit(data, length, offset into the payload) for each run of
+  // payload bytes, in order: one for a contiguous frame, one per piece for a
+  // scattered one. Nothing for an empty payload.
+  template <typename Visit>
+  void visit_payload(Visit&& visit) const {
+    if (npayload_pieces == 0) {
+      if (payload_length > 0) visit(frame.data() + payload_offset, std::size_t{payload_length}, std::size_t{0});
+      return;
+    }
+    std::size_t at = 0;
+    for (int i = 0; i < npayload_pieces; ++i) {
+      visit(payload_pieces[i].data(), payload_pieces[i].size(), at);
+      at += payload_pieces[i].size();
+    }
   }
   // From the IP header to the byte before the ICRC: what the ICRC covers.
   std::span<const std::uint8_t> icrc_covered() const {
     return frame.subspan(l3_offset, icrc_offset - l3_offset);
   }
-  std::uint32_t icrc() const;  // as carried in the frame
+  std::uint32_t icrc() const;  // as carried in a contiguous frame
 };
 
 // Parses `frame`. Returns kOk, one of the not-RoCE statuses (kNotIp, kNotUdp,
@@ -166,6 +191,21 @@ std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> pay
 // parse_frame(). The buffer is unchanged on return; `out` refers to it.
 ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
                                  const ParseOptions& options = {});
+
+// Every header of a RoCEv2 frame lies in its first kHeadCopyBytes bytes:
+// Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (40).
+inline constexpr std::size_t kHeadCopyBytes = 128;
+
+// The same for a frame that arrived in segments (a chain of buffers, as a
+// multi-segment mbuf), without gathering it: its first bytes (up to
+// kHeadCopyBytes) are copied into `head`, which `out.frame` then refers to,
+// the ICRC runs over the segments where they are, and the payload stays in
+// them (out.payload_pieces). The caller passes at most
+// ParsedFrame::kMaxPayloadPieces segments (RxFrame holds no more), none of
+// them empty. `head` must outlive `out`.
+ParseStatus parse_frame_scattered(std::span<const std::span<const std::uint8_t>> segments,
+                                  std::array<std::uint8_t, kHeadCopyBytes>& head, ParsedFrame& out,
+                                  const ParseOptions& options = {});
 
 // The fields of a parsed RoCEv2 frame, so that build_frame() reproduces it.
 FrameSpec spec_from_parsed(const ParsedFrame& parsed);
