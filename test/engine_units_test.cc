@@ -48,6 +48,25 @@ TEST(QpnMap, SequentialQpnsNeedTwiceTheirNumberOfSlots) {
   for (std::uint32_t q = 0x11 + 1000; q < 0x11 + 1000 + 4096; ++q) ASSERT_EQ(m.find(q), nullptr) << q;
 }
 
+// QPs added and removed one at a time change the table in place (10,000
+// QPs are set up in linear time); an insert that would collide or fill it
+// past half is refused, for the caller to rebuild.
+TEST(QpnMap, InsertsAndErasesInPlace) {
+  engine::QpnMap<int> m;
+  ASSERT_EQ(m.capacity(), 64u);
+  for (int i = 0; i < 31; ++i) ASSERT_TRUE(m.insert(0x11 + static_cast<std::uint32_t>(i), i, i + 1u)) << i;
+  EXPECT_FALSE(m.insert(0x11 + 31, 31, 32)) << "32 entries need 66 slots: rebuild";
+  EXPECT_FALSE(m.insert(0x11 + 64, 99, 31)) << "same low bits as 0x11";
+  EXPECT_EQ(*m.find(0x11), 0);
+  m.erase(0x11 + 64);  // not there: nothing changes
+  EXPECT_EQ(*m.find(0x11), 0);
+  m.erase(0x11);
+  EXPECT_EQ(m.find(0x11), nullptr);
+  EXPECT_TRUE(m.insert(0x11 + 64, 99, 31)) << "the slot is free again";
+  EXPECT_EQ(*m.find(0x11 + 64), 99);
+  for (int i = 1; i < 31; ++i) EXPECT_EQ(*m.find(0x11 + static_cast<std::uint32_t>(i)), i);
+}
+
 // create_qp gives out QPNs whose low bits no live QP shares, however QPs
 // come and go (the QPN counter runs past 200 QPs' worth many times), and
 // never QP0 or QP1.

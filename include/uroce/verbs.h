@@ -66,7 +66,9 @@ struct QpStats;  // include/uroce/stats.h
 
 // Device limits, as ibv_query_device reports them.
 struct DeviceLimits {
-  std::uint32_t max_qp = 1024;
+  // 10,000 connected QPs per core with room to spare (docs/performance.md
+  // measures them): a QP costs its queues plus a few KiB.
+  std::uint32_t max_qp = 16384;
   std::uint32_t max_qp_wr = 16384;
   std::uint32_t max_sge = 16;
   std::uint32_t max_inline_data = 256;

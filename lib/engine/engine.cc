@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 
@@ -61,10 +62,14 @@ bool Engine::add_qp(transport::Qp* qp) {
   qp_list_.push_back(qp);
   // Each QP is on the active list and the CNP due list at most once: sized
   // here, they never grow on the data path.
-  active_.reserve(qp_list_.size());
-  cnp_due_.reserve(qp_list_.size());
+  // (Doubling: 10,000 QPs must not copy the lists 10,000 times.)
+  const std::size_t room = std::bit_ceil(qp_list_.size());
+  active_.reserve(room);
+  still_active_.reserve(room);
+  cnp_due_.reserve(room);
   timers_.reserve(slots_.size());
-  rebuild_index();
+  // In place while the table has room (creating 10,000 QPs stays linear).
+  if (!index_.insert(qp->qpn, qp, qp_list_.size())) rebuild_index();
   touch(qp);
   return true;
 }
@@ -78,7 +83,7 @@ void Engine::remove_qp(transport::Qp* qp) {
   free_slots_.push_back(qp->sched.slot);
   qp->doorbell = nullptr;
   tx_cursor_ = 0;
-  rebuild_index();
+  index_.erase(qp->qpn);  // in place: destroying 10,000 QPs stays linear
 }
 
 void Engine::wake_all() {
@@ -86,6 +91,12 @@ void Engine::wake_all() {
     transport::sync_from_app(*qp);
     touch(qp);
   }
+}
+
+void Engine::wake(transport::Qp* qp) {
+  if (slots_[qp->sched.slot] != qp) return;  // not (or no longer) ours
+  transport::sync_from_app(*qp);
+  touch(qp);
 }
 
 void Engine::attach(Handover* handover, std::uint32_t self) {
@@ -161,7 +172,21 @@ void Engine::finish() {
       qp->sched.timer_at = want;
     }
   }
-  if (burst_full_) return;
+  if (burst_full_) {
+    // Only the QPs that may have more to send stay, in turn order from the
+    // cursor: with thousands of QPs, the ones served to the full would
+    // otherwise be visited by every poll while bursts fill.
+    const std::size_t nq = active_.size();
+    still_active_.clear();
+    for (std::size_t k = 0; k < nq; ++k) {
+      transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
+      if (qp->sched.sated) qp->sched.active = false;
+      else still_active_.push_back(qp);
+    }
+    active_.swap(still_active_);
+    tx_cursor_ = 0;
+    return;
+  }
   for (transport::Qp* qp : active_) qp->sched.active = false;
   active_.clear();
   tx_cursor_ = 0;
@@ -307,10 +332,16 @@ void Engine::transmit_frames() {
   for (std::size_t k = 0; k < nq && room() > 0; ++k) {
     transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
     count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, room()));
+    // All its answers out and nothing to request: done (a responder whose
+    // ACKs fill every burst would otherwise keep each QP it ever answered).
+    qp->sched.sated = room() > 0 && !qp->requests_unsent();
   }
   for (std::size_t k = 0; k < nq && room() > 0; ++k) {
     last = (tx_cursor_ + k) % nq;
     count = static_cast<std::uint16_t>(count + transport::requester_fill(*active_[last], env_, tx_.data() + count, room()));
+    // Room left: its answers and requests are all out (the responder pass
+    // ran to the end, as room only shrinks).
+    active_[last]->sched.sated = room() > 0;
   }
   nheads_ = env_.heads_left;
   burst_full_ = room() == 0;  // a full burst, or out of heads: QPs may have more

@@ -73,6 +73,8 @@ class Engine {
   // After a control call changed QPs (state, attributes): every QP is
   // looked at in the next poll.
   void wake_all();
+  // The same for one QP of this engine's (a control call changed only it).
+  void wake(transport::Qp* qp);
 
   // One iteration of the loop. Returns frames received + sent. It looks only
   // at the QPs with something to do: those whose doorbell rang (new work
@@ -106,6 +108,7 @@ class Engine {
   void touch(transport::Qp* qp) {
     if (!qp->sched.active) {
       qp->sched.active = true;
+      qp->sched.sated = false;
       active_.push_back(qp);
     }
   }
@@ -138,6 +141,7 @@ class Engine {
   std::vector<transport::Qp*> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<transport::Qp*> active_;  // QPs to serve in this poll
+  std::vector<transport::Qp*> still_active_;  // finish()'s scratch, sized like active_
   std::vector<std::uint32_t> cnp_due_;  // QPNs that owe their peer a CNP
   bool burst_full_ = false;             // the last transmit filled its burst
   TimerWheel timers_;

@@ -23,6 +23,22 @@ class QpnMap {
     while (!place(entries, capacity)) capacity *= 2;
   }
 
+  // Adds one entry in place when its slot is free and the table stays at
+  // most half full; false when the caller must rebuild() instead.
+  bool insert(std::uint32_t qpn, const V& value, std::size_t entries_after) {
+    if (2 * (entries_after + 1) > slots_.size()) return false;
+    Slot& s = slots_[qpn & mask_];
+    if (s.qpn != kEmpty) return false;
+    s = Slot{qpn, value};
+    return true;
+  }
+
+  // Removes `qpn`'s entry, if it has one (the table keeps its size).
+  void erase(std::uint32_t qpn) {
+    Slot& s = slots_[qpn & mask_];
+    if (s.qpn == qpn) s = Slot{};
+  }
+
   // The value for `qpn`, or nullptr.
   const V* find(std::uint32_t qpn) const {
     const Slot& s = slots_[qpn & mask_];

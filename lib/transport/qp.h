@@ -276,6 +276,9 @@ struct Qp {
   struct Sched {
     std::uint32_t slot = 0;
     bool active = false;
+    // Sent all it could in this poll's burst, with room to spare: it leaves
+    // the engine's active list even while bursts fill (set by the engine).
+    bool sated = false;
     std::uint64_t timer_at = 0;
     // What publish_to_app last stored in sq_retired / rq_retired: a cursor
     // that has not moved is not stored again (the application thread's
@@ -346,6 +349,9 @@ struct Qp {
 
   bool reliable() const { return type == IBV_QPT_RC; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
+  // Posted WQEs the requester has not sent (a go-back-N restart moves
+  // req_next back, so a retransmission counts too).
+  bool requests_unsent() const { return req_next != sq_posted; }
   bool receives() const {
     return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
   }

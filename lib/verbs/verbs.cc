@@ -155,6 +155,11 @@ int record_error(const ContextImpl* c, int err, std::string message) {
 }  // namespace
 
 // Every failed control call passes here.
+void Context::Impl::wake_one(Impl& c, QueuePair& qp) {
+  const internal::QpImpl& q = impl_of(qp);
+  c.engines[q.engine]->wake(const_cast<transport::Qp*>(&q.qp));
+}
+
 int Context::Impl::fail(int err, std::string message) {
   logger().debug("{} ({})", message, std::strerror(err));
   return record_error(this, err, std::move(message));
@@ -527,24 +532,26 @@ std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::create_qp(this, attr);
+  QueuePair* made = nullptr;  // the engine's add_qp has it looked at: no other QP to wake
   return c.control([&] {
     // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
     // the engines index QPs by those bits (engine/qpn_map.h), so they stay
     // a direct, collision-free table even after the QPN space wraps.
     std::uint32_t low = 64;
     while (low < 2 * (c.qps.size() + 1)) low *= 2;
-    auto taken = [&](std::uint32_t qpn) {
-      if (qpn < 2) return true;
-      for (const auto& q : c.qps) {
-        if ((q->qp_num() & (low - 1)) == (qpn & (low - 1))) return true;
-      }
-      return false;
-    };
+    std::vector<std::uint8_t>& used = c.qpn_low_used;
+    if (used.size() != low) {
+      used.assign(low, 0);
+      for (const auto& q : c.qps) used[q->qp_num() & (low - 1)] = 1;
+    }
+    auto taken = [&](std::uint32_t qpn) { return qpn < 2 || used[qpn & (low - 1)] != 0; };
     for (std::uint32_t tries = 0; taken(c.next_qpn) && tries < 0x1000000; ++tries) {
       c.next_qpn = (c.next_qpn + 1) & 0xffffff;
     }
-    return testing::create_qp_with_qpn(this, attr, c.next_qpn++);
-  });
+    made = testing::create_qp_with_qpn(this, attr, c.next_qpn++);
+    if (made != nullptr) used[made->qp_num() & (low - 1)] = 1;
+    return made;
+  }, ContextImpl::Access::kOneQp, &made);
 }
 
 namespace {
@@ -555,6 +562,7 @@ int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
     return c.fail(EINVAL, "not a QP of this context");
   }
   c.engines[q.engine]->remove_qp(&q.qp);
+  c.qpn_low_used.clear();  // rebuilt by the next create_qp
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
   if (q.init.srq != nullptr && --impl_of(*q.init.srq).users == 0) impl_of(*q.init.srq).engine = -1;
@@ -700,7 +708,8 @@ int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpIni
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
-  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); });
+  QueuePair* self = this;
+  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); }, ContextImpl::Access::kOneQp, &self);
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {

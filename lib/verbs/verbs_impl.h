@@ -93,6 +93,9 @@ struct Context::Impl {
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
+  // By QPN & (size - 1): whether a live QP has those low bits (create_qp's
+  // choice of QPN; rebuilt when the size changes, cleared by destroy_qp).
+  std::vector<std::uint8_t> qpn_low_used;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
   std::map<void*, mem::Buffer> buffers;
@@ -134,23 +137,32 @@ struct Context::Impl {
   std::unique_ptr<std::atomic<std::uint64_t>[]> polled;  // per worker: the even control_seq of its last poll
   std::atomic<bool> polling{false};                      // progress() is running the engines
 
+  // The engine serving `qp` looks at it in its next poll.
+  static void wake_one(Impl& c, QueuePair& qp);
+
   // Runs f as a control call. Unless it only reads, every engine then looks
-  // at all its QPs once (f may have changed their state or attributes).
-  enum class Access { kChanges, kReadsOnly };
+  // at all its QPs once (f may have changed their state or attributes);
+  // with kOneQp, only the engine of `*one` at that QP, if f left it in
+  // place (a call on one QP: with 10,000 QPs, waking them all made their
+  // set-up quadratic).
+  enum class Access { kChanges, kReadsOnly, kOneQp };
   template <typename F>
-  auto control(F&& f, Access access = Access::kChanges) -> decltype(f()) {
+  auto control(F&& f, Access access = Access::kChanges, QueuePair* const* one = nullptr) -> decltype(f()) {
     std::lock_guard<std::mutex> lock(control_mutex);
     struct Release {
       Impl& c;
       bool held;
-      bool wake;
+      Access access;
+      QueuePair* const* one;
       ~Release() {
-        for (auto& e : c.engines) {
-          if (wake) e->wake_all();
+        if (access == Access::kOneQp) {
+          if (*one != nullptr) wake_one(c, **one);
+        } else if (access == Access::kChanges) {
+          for (auto& e : c.engines) e->wake_all();
         }
         c.control_seq.fetch_add(1, std::memory_order_release);
       }
-    } release{*this, workers_running.load(std::memory_order_acquire), access == Access::kChanges};
+    } release{*this, workers_running.load(std::memory_order_acquire), access, one};
     const std::uint64_t seq = control_seq.load(std::memory_order_relaxed) + 1;
     if (release.held) {
       for (std::size_t i = 0; i < workers.size(); ++i) {
