@@ -3,6 +3,7 @@
 // figures are the stack's own CPU cost, not a network's. With --ring, on two
 // DPDK ports joined by net_ring; with --ip, in two processes (remote.cc).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +43,25 @@ double cpu_seconds() {
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// This process's resident memory, bytes (0 if /proc cannot tell).
+std::uint64_t resident_bytes() {
+  unsigned long long pages = 0;
+  unsigned long long resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%llu %llu", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Page faults of this process so far (minor and major): a timed run that
+// takes some is paying for memory touched for the first time.
+std::uint64_t page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::uint64_t>(u.ru_minflt + u.ru_majflt);
 }
 
 // The work no RoCE stack can skip, per 4 KiB packet of payload: the ICRC
@@ -89,6 +109,9 @@ struct Result {
   std::string error;
   std::uint64_t retransmitted = 0;
   std::uint64_t timeouts = 0;
+  double verify_seconds = 0;  // --verify's fills and compares, left out of seconds and cpu
+  std::uint64_t page_faults = 0;  // taken during the timed run
+  double idle_qp_bytes = 0;  // resident memory each idle QP added (both sides' QPs counted)
 };
 
 Result failed(std::string error) {
@@ -126,7 +149,7 @@ template <typename Fabric>
 bool add_idle_qps(const Options& o, Fabric& net, const Side& a, const Side& b, const ConnectParams& params) {
   for (std::uint32_t i = 0; i < o.idle_qps; ++i) {
     QpInitAttr idle;
-    idle.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+    idle.cap = ibv_qp_cap{o.idle_depth, o.idle_depth, 1, 1, 0};
     idle.send_cq = idle.recv_cq = a.cq;
     QueuePair* ia = a.pd->create_qp(idle);
     idle.send_cq = idle.recv_cq = b.cq;
@@ -145,6 +168,7 @@ class Transfer {
       : o_(o), net_(net), a_(a), b_(b), layout_(o), pattern_(o.size), flight_(o.depth, o.lat) {}
 
   Result run() {
+    const std::uint64_t faults0 = page_faults();
     const double cpu0 = cpu_seconds();
     const auto t0 = Clock::now();
     const std::uint64_t v0 = net_.clock.now_ns();
@@ -158,8 +182,12 @@ class Transfer {
       if (!poll_requests() || (send() && !poll_receives())) return failed(error_);
     }
     Result r;
-    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    r.cpu = cpu_seconds() - cpu0;
+    // --verify's own work (pattern fills, compares) is timed apart and left
+    // out, so a verified run's figures are the transfer's.
+    r.verify_seconds = std::chrono::duration<double>(verify_time_).count();
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - r.verify_seconds;
+    r.cpu = cpu_seconds() - cpu0 - r.verify_seconds;
+    r.page_faults = page_faults() - faults0;
     r.virtual_seconds = static_cast<double>(net_.clock.now_ns() - v0) / 1e9;
     collect(r);
     return r;
@@ -169,11 +197,15 @@ class Transfer {
   bool send() const { return o_.op == Op::kSend; }
   std::string errors() const { return net_.a->last_error() + net_.b->last_error(); }
 
-  bool post_recv(std::uint32_t s) {
+  // Message i goes to QP pair i mod N: the messages in flight rotate over
+  // every QP, whatever the depth (each QP visit may find its state cold).
+  std::uint32_t qp_of(std::uint64_t msg) const { return static_cast<std::uint32_t>(msg % o_.qps); }
+
+  bool post_recv(std::uint32_t s, std::uint64_t msg) {
     ibv_sge sge = app::local_sge(b_.slot(layout_, s), o_.size, *b_.mr);
     ibv_recv_wr wr = app::recv_wr(s, sge);
     ibv_recv_wr* bad = nullptr;
-    return b_.qps[s % o_.qps]->post_recv(&wr, &bad) == 0;
+    return b_.qps[qp_of(msg)]->post_recv(&wr, &bad) == 0;
   }
 
   bool post(std::uint64_t msg) {
@@ -182,12 +214,16 @@ class Transfer {
     const auto remote_slot = reinterpret_cast<std::uint64_t>(b_.slot(layout_, s));
     const auto remote_counter = reinterpret_cast<std::uint64_t>(b_.buf + layout_.counter_offset());
     ibv_send_wr wr = perf::message_wr(o_.op, s, sge, remote_slot, remote_counter, b_.mr->rkey);
-    if (o_.verify && perf::source_is_local(o_.op)) pattern_.fill(a_.slot(layout_, s), msg);
-    if (o_.verify && o_.op == Op::kRead) pattern_.fill(b_.slot(layout_, s), msg);
-    if (send() && !post_recv(s)) return false;
+    if (o_.verify) {
+      const auto v0 = Clock::now();
+      if (perf::source_is_local(o_.op)) pattern_.fill(a_.slot(layout_, s), msg);
+      if (o_.op == Op::kRead) pattern_.fill(b_.slot(layout_, s), msg);
+      verify_time_ += Clock::now() - v0;
+    }
+    if (send() && !post_recv(s, msg)) return false;
     flight_.posted(msg);
     ibv_send_wr* bad = nullptr;
-    return a_.qps[s % o_.qps]->post_send(&wr, &bad) == 0;
+    return a_.qps[qp_of(msg)]->post_send(&wr, &bad) == 0;
   }
 
   // Nothing completed for 20 s.
@@ -203,6 +239,12 @@ class Transfer {
   // --verify of the message in slot `s`. The source slot still holds the
   // message: it is reused only after this completion.
   void check(std::uint32_t s, std::uint64_t msg) {
+    const auto v0 = Clock::now();
+    compare(s, msg);
+    verify_time_ += Clock::now() - v0;
+  }
+
+  void compare(std::uint32_t s, std::uint64_t msg) {
     if (o_.op == Op::kAtomic) {
       // The final value is checked for any number of QPs, in collect().
       if (o_.qps == 1 && !perf::fetch_add_result_matches(a_.slot(layout_, s), msg)) verified_ = false;
@@ -275,6 +317,7 @@ class Transfer {
   std::uint64_t last_done_ = 0;
   Clock::time_point last_progress_;
   bool verified_ = true;
+  Clock::duration verify_time_{};
   std::string error_;
 };
 
@@ -296,10 +339,14 @@ Result run(const Options& o, Fabric& net) {
       return failed("connect failed: " + net.a->last_error() + net.b->last_error());
     }
   }
+  const std::uint64_t rss0 = resident_bytes();
   if (!add_idle_qps(o, net, a, b, params)) {
     return failed("idle QP set-up failed: " + net.a->last_error() + net.b->last_error());
   }
-  return Transfer<Fabric>(o, net, a, b).run();
+  const std::uint64_t idle_bytes = resident_bytes() - rss0;
+  Result r = Transfer<Fabric>(o, net, a, b).run();
+  r.idle_qp_bytes = o.idle_qps > 0 ? static_cast<double>(idle_bytes) / (2.0 * o.idle_qps) : 0;
+  return r;
 }
 
 Result run_sim(const Options& o) {
@@ -396,7 +443,15 @@ void print_result(const Options& o, const Result& r, const Figures& f) {
   std::printf("bare ICRC (TX and RX) + copies, 4 KiB packets: %.2f GB/s; this run: %.2f GB/s of payload per CPU second; "
               "ratio %.3f\n",
               f.bare, f.payload_gbytes_per_cpu_s, f.payload_gbytes_per_cpu_s / f.bare);
-  if (o.verify) std::printf("verification: %s\n", r.verified ? "PASSED (every byte and atomic result)" : "FAILED");
+  std::printf("page faults during the timed run: %llu\n", static_cast<unsigned long long>(r.page_faults));
+  if (o.idle_qps > 0) {
+    std::printf("idle QPs: %u pairs (%u QPs), %.0f bytes resident each (%u send + %u receive WQEs)\n", o.idle_qps,
+                2 * o.idle_qps, r.idle_qp_bytes, o.idle_depth, o.idle_depth);
+  }
+  if (o.verify) {
+    std::printf("verification: %s; its fills and compares (%.3f s) are not in the figures\n",
+                r.verified ? "PASSED (every byte and atomic result)" : "FAILED", r.verify_seconds);
+  }
 }
 
 bool write_json(const Options& o, const Result& r, const Figures& f) {
@@ -407,7 +462,9 @@ bool write_json(const Options& o, const Result& r, const Figures& f) {
   j.number("retransmitted", r.retransmitted).number("timeouts", r.timeouts).number("wall_s", r.seconds);
   j.number("cpu_s", r.cpu).number("virtual_s", r.virtual_seconds).number("bare_icrc_copy_gbytes_s", f.bare);
   j.number("ratio_to_bare", f.payload_gbytes_per_cpu_s / f.bare).latency(f.latency);
-  if (o.verify) j.boolean("verified", r.verified);
+  j.number("page_faults", r.page_faults).number("qps", o.qps).number("idle_qps", o.idle_qps);
+  if (o.idle_qps > 0) j.number("idle_depth", o.idle_depth).number("idle_qp_bytes", r.idle_qp_bytes);
+  if (o.verify) j.boolean("verified", r.verified).number("verify_s", r.verify_seconds);
   return j.write(o.json);
 }
 

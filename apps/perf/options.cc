@@ -8,6 +8,7 @@
 #include "common/args.h"
 #include "common/path_mtu.h"
 #include "common/text_file.h"
+#include "uroce/verbs.h"
 
 namespace uroce::perf {
 namespace {
@@ -38,10 +39,14 @@ constexpr const char* kUsage =
     "      --counters        print the QP, engine and port counters on exit\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
-    "  -q, --qps N           spread the messages over N QP pairs (default 1;\n"
-    "                        message slot s goes to QP s mod N, so -t should be a multiple of N)\n"
+    "  -q, --qps N           spread the messages over N QP pairs (default 1, at most 16384;\n"
+    "                        --sim/--ring: message i goes to QP i mod N, so the messages in flight\n"
+    "                        rotate over all N; --ip: message slot s goes to QP s mod N, so -t\n"
+    "                        must be at least N, best a multiple of it)\n"
     "      --idle-qps N      with --sim or --ring: N more connected QP pairs that carry\n"
-    "                        nothing (what the engine pays per poll for QPs it serves)\n"
+    "                        nothing (what the engine pays per poll for QPs it serves);\n"
+    "                        their resident memory per QP is printed\n"
+    "      --idle-depth N    send and receive queue depth of each idle QP (default 16)\n"
     "      --workers         with --ring: each device's engine on its own thread (CPUs 0, 1);\n"
     "                        this thread only posts and polls (wants a third core: with two,\n"
     "                        the three busy threads time-slice); with --ip: the device's\n"
@@ -51,6 +56,7 @@ constexpr const char* kUsage =
     "Exit status: 0 ok; 1 a transfer or verification failed; 2 bad usage.\n";
 
 constexpr Op kOps[] = {Op::kWrite, Op::kRead, Op::kSend, Op::kAtomic};
+constexpr std::uint32_t kMaxQp = DeviceLimits{}.max_qp;
 
 // --dcqcn on|off|FILE: on and FILE set `dcqcn`; off leaves it as it is.
 void dcqcn_option(const std::string& v, std::optional<cc::DcqcnParams>& dcqcn) {
@@ -98,6 +104,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--workers") o.workers = true;
     else if (a == "-q" || a == "--qps") o.qps = u32("--qps");
     else if (a == "--idle-qps") o.idle_qps = u32("--idle-qps");
+    else if (a == "--idle-depth") o.idle_depth = u32("--idle-depth");
     else if (a == "--ip") ip_option(args.value("--ip"), o);
     else if (a == "--port-id") o.port_id = static_cast<std::uint16_t>(args.number("--port-id"));
     else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(args.number("-p"));
@@ -116,10 +123,10 @@ void check_fabric(const Options& o) {
   if (!o.server.empty() && o.fabric != "port") usage_error("a server name goes with --ip (two processes)");
   if (o.workers && o.fabric != "ring" && o.fabric != "port") usage_error("--workers goes with --ring or --ip");
   if (o.idle_qps > 0 && o.fabric != "sim" && o.fabric != "ring") usage_error("--idle-qps goes with --sim or --ring");
-  if (o.idle_qps > 1000) usage_error("--idle-qps: at most 1000 (the device's max_qp is 1024)");
-  if (o.qps == 0 || o.qps > 1000) usage_error("--qps: 1 to 1000");
-  if (o.qps + o.idle_qps > 1024) usage_error("--qps plus --idle-qps: at most 1024 (the device's max_qp)");
-  if (o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps");
+  if (o.idle_depth == 0 || o.idle_depth > 16384) usage_error("--idle-depth: 1 to 16384 (the device's max_qp_wr)");
+  if (o.qps == 0 || o.qps > kMaxQp) usage_error("--qps: 1 to 16384 (the device's max_qp)");
+  if (o.qps + o.idle_qps > kMaxQp) usage_error("--qps plus --idle-qps: at most 16384 (the device's max_qp)");
+  if (o.fabric == "port" && o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps with --ip");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
 }
@@ -137,7 +144,7 @@ void check_test(Options& o, const std::string& op) {
   if (o.op == Op::kAtomic) o.size = 8;
   if (o.size > (1u << 30)) usage_error("-s: at most 1 GiB");
   if (o.iters == 0) usage_error("-n must be at least 1");
-  if (o.depth == 0 || o.depth > 4096) usage_error("-t must be 1..4096");
+  if (o.depth == 0 || o.depth > 16384) usage_error("-t must be 1..16384");
   if (!app::is_path_mtu(o.mtu)) usage_error("-m must be 256, 512, 1024, 2048 or 4096");
   if (o.loss < 0 || o.loss >= 1) usage_error("--loss must be in [0, 1)");
   if (o.lat) o.depth = 1;

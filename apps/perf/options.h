@@ -37,6 +37,7 @@ struct Options {
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
   std::uint32_t idle_qps = 0;
+  std::uint32_t idle_depth = 16;  // send and receive WQEs of each idle QP
   std::uint32_t qps = 1;  // message slot s goes to QP s mod qps
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;

@@ -229,7 +229,7 @@ void qp_enter_error(Qp& qp) {
   // 10.3.1.1: the others stay for the SRQ's other QPs).
   if (qp.srq != nullptr && qp.srq_held) {
     qp.srq_held = false;
-    push_flush(qp.recv_cq, qp.srq_wqe.wr_id, qp.qpn, IBV_WC_RECV);
+    push_flush(qp.recv_cq, qp.srq_wqe->wr_id, qp.qpn, IBV_WC_RECV);
     qp.counters.add(QpCounter::flushed);
   }
   // Only a fatal NAK may still leave; everything else owed is dropped.
@@ -282,7 +282,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   }
 
   SendWqe& w = qp.sq[slot];
-  w = SendWqe{};
+  static_cast<SendWqeFields&>(w) = SendWqeFields{};  // the SGEs in use are written below
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags | (qp.caps.sq_sig_all ? IBV_SEND_SIGNALED : 0);

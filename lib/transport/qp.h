@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cc/dcqcn.h"
@@ -84,7 +85,10 @@ struct Sge {
 
 enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic };
 
-struct SendWqe {
+// A send WQE's fields but its SGE list: what post_send resets (the whole
+// WQE is 480 bytes; zeroing it per post was a fifth of an 8-byte WRITE's
+// posting cost).
+struct SendWqeFields {
   std::uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   WqeKind kind = WqeKind::kSend;
@@ -99,11 +103,14 @@ struct SendWqe {
   std::uint8_t num_sge = 0;
   bool resolved = false;
   std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
-  std::array<Sge, kMaxSge> sge{};
   // Requester: the PSNs this WQE occupies, fixed when it is first sent.
   bool started = false;
   std::uint32_t first_psn = 0;
   std::uint32_t npackets = 0;
+};
+
+struct SendWqe : SendWqeFields {
+  std::array<Sge, kMaxSge> sge{};  // num_sge of them in use
 };
 
 struct RecvWqe {
@@ -127,25 +134,27 @@ struct ResponderResource {
 };
 
 // What the responder owes the requester, sent strictly in PSN order.
+// Fields ordered by size: 64 bytes, one cache line (a QP's ring of them is
+// most of an idle QP's memory).
 struct Response {
   enum class Kind : std::uint8_t { kAck, kRead, kAtomicAck };
   Kind kind = Kind::kAck;
-  std::uint32_t psn = 0;       // ACK/NAK, atomic ACK: the BTH PSN; READ: next to send
   std::uint8_t syndrome = 0;
+  bool fatal = false;          // a NAK after which the QP is in ERR
+  std::uint32_t psn = 0;       // ACK/NAK, atomic ACK: the BTH PSN; READ: next to send
   std::uint32_t msn = 0;
   // READ: the next bytes to send, at `va` under `rkey`; `src` is their host
   // address as resolved at `mr_epoch` (checked again once the epoch moves)
-  const std::uint8_t* src = nullptr;
-  std::uint64_t va = 0;
   std::uint32_t rkey = 0;
-  std::uint64_t mr_epoch = 0;
   std::uint32_t remaining = 0;
   std::uint32_t first_psn = 0;  // of the resource: decides First vs Middle
   std::uint32_t last_psn = 0;
-  // atomic ACK
-  std::uint64_t orig = 0;
-  bool fatal = false;  // a NAK after which the QP is in ERR
+  const std::uint8_t* src = nullptr;
+  std::uint64_t va = 0;
+  std::uint64_t mr_epoch = 0;
+  std::uint64_t orig = 0;  // atomic ACK
 };
+static_assert(sizeof(Response) == 64);
 
 template <typename T>
 class FixedRing {
@@ -327,7 +336,9 @@ struct Qp {
   // and held here until the message completes.
   Srq* srq = nullptr;
   bool srq_held = false;
-  RecvWqe srq_wqe;
+  // Allocated by attach_srq() for QPs on an SRQ only: a WQE is 408 bytes,
+  // a fifth of a QP's own size.
+  std::unique_ptr<RecvWqe> srq_wqe;
 
   struct Responder {
     std::uint32_t psn = 0;  // expected PSN
@@ -376,7 +387,13 @@ struct Env {
 // Sizes the queues; the QP starts in RESET.
 // The receive WQE of the message in progress, or of the next one: the QP's
 // own queue's, or the one held from its SRQ.
-inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? qp.srq_wqe : qp.rq[qp.rq_next]; }
+inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? *qp.srq_wqe : qp.rq[qp.rq_next]; }
+
+// Puts `qp` on `srq` (at creation, before it receives).
+inline void attach_srq(Qp& qp, Srq* srq) {
+  qp.srq = srq;
+  qp.srq_wqe = std::make_unique<RecvWqe>();
+}
 // Whether a receive WQE is at hand without taking one from an SRQ.
 inline bool recv_in_use(const Qp& qp) { return qp.srq != nullptr ? qp.srq_held : qp.rq_next != qp.rq_posted; }
 

@@ -308,7 +308,7 @@ bool take_recv(Qp& qp, Env& env, Request& r) {
   if (qp.srq != nullptr) {
     // A message's first packet takes a WQE from the SRQ; a retransmitted
     // first packet finds it still held (the message did not complete).
-    if (!qp.srq_held && !srq_take(*qp.srq, qp.srq_wqe)) {
+    if (!qp.srq_held && !srq_take(*qp.srq, *qp.srq_wqe)) {
       leave(r, ResponderExit::no_receive);
       return false;
     }
@@ -573,7 +573,7 @@ void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     qp.counters.add(QpCounter::messages_dropped);
     return;
   }
-  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, qp.srq_wqe)) : qp.rq_next != qp.rq_posted;
+  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, *qp.srq_wqe)) : qp.rq_next != qp.rq_posted;
   if (!have) {
     qp.counters.add(QpCounter::messages_dropped);  // UD has no RNR: the datagram is gone
     return;
