@@ -222,29 +222,41 @@ wire::Transport service_of(ibv_qp_type type) {
 
 }  // namespace
 
-wire::ParseStatus Engine::parse(const RxFrame& frame, wire::ParsedFrame& p, const wire::ParseOptions& options) {
-  if (frame.nmore == 0) [[likely]] return wire::parse_frame_in_place(std::span(frame.data, frame.len), p, options);
+wire::ParseStatus Engine::parse(const RxFrame& frame, std::uint16_t i, bool verify_icrc) {
+  wire::ParsedFrame& p = parsed_[i];
+  masked_[i] = false;
+  if (frame.nmore == 0) [[likely]] {
+    const std::span<std::uint8_t> bytes(frame.data, frame.len);
+    if (!verify_icrc) return wire::parse_frame_in_place(bytes, p, wire::ParseOptions{false});
+    const wire::ParseStatus s = wire::parse_and_mask(bytes, p, masks_[i]);
+    masked_[i] = s == wire::ParseStatus::kOk;
+    return s;
+  }
   // In segments: the headers from a copy, the payload placed from where it
   // lies.
   std::array<std::span<const std::uint8_t>, 1 + RxFrame::kMaxMore> segs;
   segs[0] = std::span<const std::uint8_t>(frame.data, frame.len);
   const int nmore = std::min<int>(frame.nmore, RxFrame::kMaxMore);
-  for (int i = 0; i < nmore; ++i) segs[1 + static_cast<std::size_t>(i)] = frame.more[static_cast<std::size_t>(i)];
-  return wire::parse_frame_scattered(std::span(segs.data(), 1 + static_cast<std::size_t>(nmore)), head_copy_, p, options);
+  for (int k = 0; k < nmore; ++k) segs[1 + static_cast<std::size_t>(k)] = frame.more[static_cast<std::size_t>(k)];
+  wire::ParseOptions options;
+  options.verify_icrc = verify_icrc;
+  return wire::parse_frame_scattered(std::span(segs.data(), 1 + static_cast<std::size_t>(nmore)), head_copies_[i], p,
+                                     options);
 }
 
 std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
   // Handed-in frames passed every check on the worker that received them;
-  // their ICRC is not computed twice.
-  wire::ParseOptions options;
-  options.verify_icrc = !handed_in;
+  // their ICRC is not computed twice. The others are all parsed and masked
+  // before any CRC runs (see wire::icrc_mask()).
   Handover* const handover = handed_in ? nullptr : handover_;
+  for (std::uint16_t i = 0; i < n; ++i) status_[i] = parse(frames[i], i, !handed_in);
   std::uint16_t keep = 0;
   for (std::uint16_t i = 0; i < n; ++i) {
     const RxFrame frame = frames[i];
     frames[keep++] = frame;
-    wire::ParsedFrame p;
-    const wire::ParseStatus s = parse(frame, p, options);
+    const wire::ParsedFrame& p = parsed_[i];
+    const wire::ParseStatus s =
+        masked_[i] ? wire::finish_icrc(std::span(frame.data, frame.len), p, masks_[i]) : status_[i];
     if (s != wire::ParseStatus::kOk) [[unlikely]] {
       if (wire::is_not_roce(s)) add_counter(EngineCounter::rx_not_roce);
       else add_parse_drop(s);

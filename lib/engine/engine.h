@@ -115,9 +115,11 @@ class Engine {
   // Classifies and processes frames; those passed to another worker are
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
-  // Parses a received frame, contiguous or in segments (whose headers are
-  // copied into head_copy_, which `p` then refers to until the next call).
-  wire::ParseStatus parse(const RxFrame& frame, wire::ParsedFrame& p, const wire::ParseOptions& options);
+  // Parses frame `i` of a burst into parsed_[i]: a contiguous one whose
+  // ICRC is to be verified is left masked (masked_[i]; process() finishes
+  // it), one in segments is verified at once (its headers copied into
+  // head_copies_[i], which parsed_[i] refers to).
+  wire::ParseStatus parse(const RxFrame& frame, std::uint16_t i, bool verify_icrc);
   void transmit();
   void transmit_frames();
   // The engine's own counters: only its thread (or a control call) adds.
@@ -147,7 +149,12 @@ class Engine {
   TimerWheel timers_;
   std::size_t tx_cursor_ = 0;  // round-robin start among active QPs
   std::array<RxFrame, kBurst> rx_;
-  std::array<std::uint8_t, wire::kHeadCopyBytes> head_copy_{};
+  // The burst being processed, frame by frame.
+  std::array<wire::ParsedFrame, kBurst> parsed_{};
+  std::array<wire::ParseStatus, kBurst> status_{};
+  std::array<wire::IcrcMask, kBurst> masks_{};
+  std::array<bool, kBurst> masked_{};
+  std::array<std::array<std::uint8_t, wire::kHeadCopyBytes>, kBurst> head_copies_{};
   std::array<wire::TxFrame, kBurst> tx_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
   // Heads for the frames of the next bursts, taken from the top: the port's

@@ -282,7 +282,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   }
 
   SendWqe& w = qp.sq[slot];
-  static_cast<SendWqeFields&>(w) = SendWqeFields{};  // the SGEs in use are written below
+  reset_fields(w);  // the SGEs in use are written below
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags | (qp.caps.sq_sig_all ? IBV_SEND_SIGNALED : 0);

@@ -113,6 +113,30 @@ struct SendWqe : SendWqeFields {
   std::array<Sge, kMaxSge> sge{};  // num_sge of them in use
 };
 
+// Every field of SendWqeFields to its default, written in place: assigning
+// a zeroed temporary made the compiler fill one on the stack and copy it,
+// a store-forwarding stall on every post.
+inline void reset_fields(SendWqe& w) {
+  static_assert(sizeof(SendWqeFields) == 96, "a field was added or removed: reset it here");
+  w.wr_id = 0;
+  w.opcode = IBV_WR_SEND;
+  w.kind = WqeKind::kSend;
+  w.send_flags = 0;
+  w.imm_data = 0;
+  w.invalidate_rkey = 0;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.length = 0;
+  w.num_sge = 0;
+  w.resolved = false;
+  w.mr_epoch = 0;
+  w.started = false;
+  w.first_psn = 0;
+  w.npackets = 0;
+}
+
 struct RecvWqe {
   std::uint64_t wr_id = 0;
   std::uint32_t length = 0;

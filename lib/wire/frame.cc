@@ -158,6 +158,19 @@ ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out
   return icrc == out.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
 }
 
+ParseStatus parse_and_mask(std::span<std::uint8_t> frame, ParsedFrame& out, IcrcMask& mask) {
+  const ParseStatus s = parse_headers(frame, frame.size(), out);
+  if (s == ParseStatus::kOk) mask = icrc_mask(frame.subspan(out.l3_offset, out.icrc_offset - out.l3_offset));
+  return s;
+}
+
+ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, const IcrcMask& mask, Crc32Fn crc32) {
+  const std::span<std::uint8_t> covered = frame.subspan(p.l3_offset, p.icrc_offset - p.l3_offset);
+  const std::uint32_t icrc = icrc_masked(crc32, covered);
+  icrc_unmask(covered, mask);
+  return icrc == p.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
+}
+
 namespace {
 
 // Bytes [from, to) of the frame in `segments`, as pieces of them (at most

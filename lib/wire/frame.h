@@ -12,6 +12,7 @@
 
 #include "wire/crc32.h"
 #include "wire/headers.h"
+#include "wire/icrc.h"
 #include "wire/opcode.h"
 #include "wire/parse_status.h"
 
@@ -191,6 +192,16 @@ std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> pay
 // parse_frame(). The buffer is unchanged on return; `out` refers to it.
 ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
                                  const ParseOptions& options = {});
+
+// parse_frame_in_place() in two halves, for a burst (see icrc_mask()):
+// parse_and_mask() checks the headers and, on kOk, masks the ICRC's variant
+// fields in place (`mask` keeps them); once every frame of the burst is
+// masked, finish_icrc() runs the CRC, restores the frame and returns kOk or
+// kIcrcMismatch. Call finish_icrc() exactly for the frames parse_and_mask()
+// returned kOk for.
+ParseStatus parse_and_mask(std::span<std::uint8_t> frame, ParsedFrame& out, IcrcMask& mask);
+ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, const IcrcMask& mask,
+                        Crc32Fn crc32 = crc32_default);
 
 // Every header of a RoCEv2 frame lies in its first kHeadCopyBytes bytes:
 // Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (40).

@@ -22,21 +22,42 @@ constexpr std::uint8_t kMaskedV6[] = {1, 2, 3, 7, 40 + 6, 40 + 7, 48 + 4};
 
 }  // namespace
 
-std::uint32_t icrc_compute_in_place(Crc32Fn crc32, std::span<std::uint8_t> packet) {
+namespace {
+
+std::span<const std::uint8_t> masked_offsets(const std::uint8_t* p) {
+  return (p[0] >> 4) == 6 ? std::span<const std::uint8_t>(kMaskedV6) : std::span<const std::uint8_t>(kMaskedV4);
+}
+
+}  // namespace
+
+IcrcMask icrc_mask(std::span<std::uint8_t> packet) {
   std::uint8_t* p = packet.data();
-  const bool v6 = (p[0] >> 4) == 6;
-  const std::span<const std::uint8_t> offsets = v6 ? std::span<const std::uint8_t>(kMaskedV6)
-                                                   : std::span<const std::uint8_t>(kMaskedV4);
-  std::array<std::uint8_t, 8> saved;
-  saved[7] = p[0];
+  const std::span<const std::uint8_t> offsets = masked_offsets(p);
+  IcrcMask m;
+  m.saved[7] = p[0];
   for (std::size_t i = 0; i < offsets.size(); ++i) {
-    saved[i] = p[offsets[i]];
+    m.saved[i] = p[offsets[i]];
     p[offsets[i]] = 0xff;
   }
-  if (v6) p[0] |= 0x0f;
-  const std::uint32_t crc = crc32(kLrhSeed, p, packet.size());
-  for (std::size_t i = 0; i < offsets.size(); ++i) p[offsets[i]] = saved[i];
-  p[0] = saved[7];
+  if ((m.saved[7] >> 4) == 6) p[0] |= 0x0f;
+  return m;
+}
+
+std::uint32_t icrc_masked(Crc32Fn crc32, std::span<const std::uint8_t> packet) {
+  return crc32(kLrhSeed, packet.data(), packet.size());
+}
+
+void icrc_unmask(std::span<std::uint8_t> packet, const IcrcMask& mask) {
+  std::uint8_t* p = packet.data();
+  p[0] = mask.saved[7];  // first: it says which offsets were masked
+  const std::span<const std::uint8_t> offsets = masked_offsets(p);
+  for (std::size_t i = 0; i < offsets.size(); ++i) p[offsets[i]] = mask.saved[i];
+}
+
+std::uint32_t icrc_compute_in_place(Crc32Fn crc32, std::span<std::uint8_t> packet) {
+  const IcrcMask m = icrc_mask(packet);
+  const std::uint32_t crc = icrc_masked(crc32, packet);
+  icrc_unmask(packet, m);
   return crc;
 }
 
