@@ -481,7 +481,7 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
                      &impl_of(*attr.recv_cq).ring_for(engine), attr.qp_type);
   // A datagram is one packet of at most the port's MTU (UD has no path MTU).
   if (attr.qp_type == IBV_QPT_UD) impl->qp.mtu = 128u << c.port.active_mtu;
-  if (srq != nullptr) impl->qp.srq = &srq->srq;
+  if (srq != nullptr) transport::attach_srq(impl->qp, &srq->srq);
   auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
   if (!c.engines[engine]->add_qp(&impl_of(*qp).qp)) {
     c.fail(ENOMEM, "engine " + std::to_string(engine) + " serves as many QPs as it can; pick another worker");
