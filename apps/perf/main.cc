@@ -146,7 +146,8 @@ bool set_up_side(Context& ctx, const Options& o, const perf::BufferLayout& layou
 
 // --idle-qps: connected pairs that carry nothing.
 template <typename Fabric>
-bool add_idle_qps(const Options& o, Fabric& net, const Side& a, const Side& b, const ConnectParams& params) {
+bool add_idle_qps(const Options& o, Fabric& net, const Side& a, const Side& b, ConnectParams params) {
+  params.max_rd_atomic = static_cast<std::uint8_t>(o.idle_rd_atomic);
   for (std::uint32_t i = 0; i < o.idle_qps; ++i) {
     QpInitAttr idle;
     idle.cap = ibv_qp_cap{o.idle_depth, o.idle_depth, 1, 1, 0};
@@ -445,8 +446,9 @@ void print_result(const Options& o, const Result& r, const Figures& f) {
               f.bare, f.payload_gbytes_per_cpu_s, f.payload_gbytes_per_cpu_s / f.bare);
   std::printf("page faults during the timed run: %llu\n", static_cast<unsigned long long>(r.page_faults));
   if (o.idle_qps > 0) {
-    std::printf("idle QPs: %u pairs (%u QPs), %.0f bytes resident each (%u send + %u receive WQEs)\n", o.idle_qps,
-                2 * o.idle_qps, r.idle_qp_bytes, o.idle_depth, o.idle_depth);
+    std::printf("idle QPs: %u pairs (%u QPs), %.0f bytes resident each (%u send + %u receive WQEs, "
+                "max_dest_rd_atomic %u)\n",
+                o.idle_qps, 2 * o.idle_qps, r.idle_qp_bytes, o.idle_depth, o.idle_depth, o.idle_rd_atomic);
   }
   if (o.verify) {
     std::printf("verification: %s; its fills and compares (%.3f s) are not in the figures\n",
@@ -463,7 +465,9 @@ bool write_json(const Options& o, const Result& r, const Figures& f) {
   j.number("cpu_s", r.cpu).number("virtual_s", r.virtual_seconds).number("bare_icrc_copy_gbytes_s", f.bare);
   j.number("ratio_to_bare", f.payload_gbytes_per_cpu_s / f.bare).latency(f.latency);
   j.number("page_faults", r.page_faults).number("qps", o.qps).number("idle_qps", o.idle_qps);
-  if (o.idle_qps > 0) j.number("idle_depth", o.idle_depth).number("idle_qp_bytes", r.idle_qp_bytes);
+  if (o.idle_qps > 0) {
+    j.number("idle_depth", o.idle_depth).number("idle_rd_atomic", o.idle_rd_atomic).number("idle_qp_bytes", r.idle_qp_bytes);
+  }
   if (o.verify) j.boolean("verified", r.verified).number("verify_s", r.verify_seconds);
   return j.write(o.json);
 }

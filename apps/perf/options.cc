@@ -47,6 +47,8 @@ constexpr const char* kUsage =
     "                        nothing (what the engine pays per poll for QPs it serves);\n"
     "                        their resident memory per QP is printed\n"
     "      --idle-depth N    send and receive queue depth of each idle QP (default 16)\n"
+    "      --idle-rd-atomic N  READs/atomics each idle QP may have outstanding, each way\n"
+    "                        (max_rd_atomic and max_dest_rd_atomic, 0-128; default 16)\n"
     "      --workers         with --ring: each device's engine on its own thread (CPUs 0, 1);\n"
     "                        this thread only posts and polls (wants a third core: with two,\n"
     "                        the three busy threads time-slice); with --ip: the device's\n"
@@ -105,6 +107,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "-q" || a == "--qps") o.qps = u32("--qps");
     else if (a == "--idle-qps") o.idle_qps = u32("--idle-qps");
     else if (a == "--idle-depth") o.idle_depth = u32("--idle-depth");
+    else if (a == "--idle-rd-atomic") o.idle_rd_atomic = u32("--idle-rd-atomic");
     else if (a == "--ip") ip_option(args.value("--ip"), o);
     else if (a == "--port-id") o.port_id = static_cast<std::uint16_t>(args.number("--port-id"));
     else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(args.number("-p"));
@@ -123,6 +126,7 @@ void check_fabric(const Options& o) {
   if (!o.server.empty() && o.fabric != "port") usage_error("a server name goes with --ip (two processes)");
   if (o.workers && o.fabric != "ring" && o.fabric != "port") usage_error("--workers goes with --ring or --ip");
   if (o.idle_qps > 0 && o.fabric != "sim" && o.fabric != "ring") usage_error("--idle-qps goes with --sim or --ring");
+  if (o.idle_rd_atomic > 128) usage_error("--idle-rd-atomic: 0 to 128 (the device's max_qp_rd_atom)");
   if (o.idle_depth == 0 || o.idle_depth > 16384) usage_error("--idle-depth: 1 to 16384 (the device's max_qp_wr)");
   if (o.qps == 0 || o.qps > kMaxQp) usage_error("--qps: 1 to 16384 (the device's max_qp)");
   if (o.qps + o.idle_qps > kMaxQp) usage_error("--qps plus --idle-qps: at most 16384 (the device's max_qp)");

@@ -38,6 +38,7 @@ struct Options {
   std::optional<cc::DcqcnParams> dcqcn;
   std::uint32_t idle_qps = 0;
   std::uint32_t idle_depth = 16;  // send and receive WQEs of each idle QP
+  std::uint32_t idle_rd_atomic = 16;  // max_rd_atomic / max_dest_rd_atomic of each idle QP
   std::uint32_t qps = 1;  // message slot s goes to QP s mod qps
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
