@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,25 @@ namespace uroce::test {
 
 class ScriptedPort : public engine::PacketIo {
  public:
+  // Nonzero: received frames longer than this come in segments (see rx_burst).
+  std::size_t split_rx = 0;
   std::uint16_t rx_burst(engine::RxFrame* frames, std::uint16_t max) override {
     std::uint16_t n = 0;
     while (n < max && !inbox.empty()) {
       in_use.push_back(std::move(inbox.front()));
       inbox.pop_front();
-      frames[n++] = engine::RxFrame{in_use.back().data(), static_cast<std::uint16_t>(in_use.back().size()), nullptr};
+      std::vector<std::uint8_t>& f = in_use.back();
+      frames[n] = engine::RxFrame{f.data(), static_cast<std::uint16_t>(f.size()), nullptr};
+      if (split_rx > 0 && f.size() > split_rx + 1) {
+        // In three segments, as a multi-segment mbuf would come: the first
+        // split_rx bytes, then the rest in two halves.
+        const std::size_t rest = f.size() - split_rx;
+        frames[n].len = static_cast<std::uint16_t>(split_rx);
+        frames[n].more[0] = std::span<const std::uint8_t>(f.data() + split_rx, rest / 2);
+        frames[n].more[1] = std::span<const std::uint8_t>(f.data() + split_rx + rest / 2, rest - rest / 2);
+        frames[n].nmore = 2;
+      }
+      ++n;
     }
     return n;
   }

@@ -81,6 +81,7 @@ for i in $(seq 1 $((reps > 1 ? 3 : 1))); do
   ring "idle_0_r$i" 0 write -s 65536 -n "$(scale 20000)"
   ring "idle_10000_r$i" 0 write -s 65536 -n "$(scale 20000)" --idle-qps 10000
 done
+ring verify_qps10000 0 write -s 4096 -n "$(scale 100000)" -q 10000 -t 64 --verify
 ring idle_10000_d1 0 write -s 65536 -n "$(scale 2000)" --idle-qps 10000 --idle-depth 1
 ring idle_10000_d1_rd1 0 write -s 65536 -n "$(scale 2000)" --idle-qps 10000 --idle-depth 1 --idle-rd-atomic 1
 # Cores: on this 2-core machine each core runs both ends of its own
@@ -150,6 +151,8 @@ for i in $(seq 1 $((reps > 1 ? 5 : 1))); do
 done
 raw_pair raw_rate4170_memif memif rate --size 4170 --seconds 3
 perf_pair bw64k_memif memif write -s 65536 -n "$(scale 20000)"
+perf_pair verify_memif memif write -s 65536 -n "$(scale 5000)" -q 4 -t 64 --verify
+perf_pair verify_memif_send memif send -s 8 -n "$(scale 200000)" -t 512 -q 16 --verify
 perf_pair bw4k_memif memif write -s 4096 -n "$(scale 200000)"
 stock ib_write_bw_memif memif "ib_write_bw -s 65536 -n $(scale 20000) -F"
 stock ib_write_lat_memif memif "ib_write_lat -s 8 -n $(scale 20000) -F"
@@ -165,6 +168,7 @@ raw_pair raw_pingpong_veth veth pingpong --size 82 -n "$(scale 5000)"
 raw_pair raw_rate4170_veth veth rate --size 4170 --seconds 3
 perf_pair bw64k_veth veth write -s 65536 -n "$(scale 20000)"
 perf_pair lat8_veth veth write -s 8 -n "$(scale 10000)" --lat
+perf_pair verify_veth veth read -s 65536 -n "$(scale 2000)" --verify
 ip netns exec $nsa iperf3 -s -1 -D --logfile "$res/iperf.server" >/dev/null 2>&1
 sleep 1
 ip netns exec $nsb iperf3 -c 10.93.0.1 -t 5 -J >"$res/iperf3_veth.json" 2>/dev/null || echo "  FAILED: iperf3"

@@ -92,6 +92,12 @@ def collect(res):
     ring["demo_verified"] = get(load(res, "demo_r1"), "verified")
     ring["verified"] = {op: get(load(res, f"verify_{op}"), "verified") for op in ("read", "send", "atomic")}
     ring["verified"]["write"] = ring["demo_verified"]
+    ring["verified"]["write, 10,000 QPs"] = get(load(res, "verify_qps10000"), "verified")
+    r["verified_two_processes"] = {
+        "memif write 64 KiB, 4 QPs": get(load(res, "verify_memif"), "verified"),
+        "memif send 8 B, 16 QPs": get(load(res, "verify_memif_send"), "verified"),
+        "veth read 64 KiB": get(load(res, "verify_veth"), "verified"),
+    }
     ring["bw"] = {}
     ring["lat_p50_us"] = {}
     for s in (8, 64, 512, 4096, 65536, 1048576):
@@ -283,6 +289,9 @@ def markdown(r):
           f"({fmt(get(b, 'ratio_to_1'), 3)}) |")
     w("")
     w("### Two processes, one core each")
+    w("")
+    w("With --verify: " + ", ".join(f"{k} {'PASSED' if v else 'FAILED' if v is False else 'n/a'}"
+                                    for k, v in r["verified_two_processes"].items()) + ".")
     w("")
     w("| link | figure | uroce | baseline |")
     w("|---|---|---|---|")

@@ -173,19 +173,17 @@ ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, con
 
 namespace {
 
-// Bytes [from, to) of the frame in `segments`, as pieces of them (at most
-// `max`); returns how many.
+// Bytes [from, to) of the frame in `segments`, as non-empty pieces of them
+// (at most `max`); returns how many (0 for an empty range).
 int pieces_of(std::span<const std::span<const std::uint8_t>> segments, std::size_t from, std::size_t to,
               std::span<const std::uint8_t>* out, int max) {
   int n = 0;
   std::size_t start = 0;
   for (const std::span<const std::uint8_t> seg : segments) {
     const std::size_t end = start + seg.size();
-    if (end > from && start < to && n < max) {
-      const std::size_t a = std::max(from, start);
-      const std::size_t b = std::min(to, end);
-      out[n++] = seg.subspan(a - start, b - a);
-    }
+    const std::size_t a = std::max(from, start);
+    const std::size_t b = std::min(to, end);
+    if (b > a && n < max) out[n++] = seg.subspan(a - start, b - a);  // no empty pieces
     start = end;
   }
   return n;

@@ -3,7 +3,11 @@
 // caller relies on: every offset an accepted frame reports lies inside it,
 // both parsers agree, the in-place parser leaves the buffer as it found it,
 // and a frame rebuilt from an accepted one (build_frame(spec_from_parsed()))
-// parses again.
+// parses again. The burst parser's two halves (parse_and_mask, finish_icrc)
+// and the parser of frames in segments (split where the input's last byte
+// says) agree with them, field for field and byte for byte of payload.
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -63,6 +67,43 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(uroce::wire::parse_frame_in_place(copy, q, options) == s);
     check(size == 0 || std::memcmp(copy.data(), data, size) == 0);
     if (s == ParseStatus::kOk || s == ParseStatus::kIcrcMismatch) g_sink = g_sink + touch(q);
+
+    // The burst parser: the same verdict, the buffer restored.
+    if (verify) {
+      std::vector<std::uint8_t> burst(in.begin(), in.end());
+      ParsedFrame b;
+      uroce::wire::IcrcMask mask;
+      ParseStatus sb = uroce::wire::parse_and_mask(burst, b, mask);
+      if (sb == ParseStatus::kOk) sb = uroce::wire::finish_icrc(burst, b, mask);
+      check(sb == s);
+      check(size == 0 || std::memcmp(burst.data(), data, size) == 0);
+    }
+
+    // In segments: up to four, cut at points the last input byte picks.
+    if (size >= 2) {
+      const std::uint8_t key = data[size - 1];
+      std::vector<std::span<const std::uint8_t>> segs;
+      std::size_t at = 0;
+      for (int k = 0; k < (key & 3) && at < size; ++k) {
+        const std::size_t cut = std::min(size, at + 1 + (static_cast<std::size_t>(key >> 2) * (k + 7)) % size);
+        segs.emplace_back(data + at, cut - at);
+        at = cut;
+      }
+      if (at < size) segs.emplace_back(data + at, size - at);
+      std::array<std::uint8_t, uroce::wire::kHeadCopyBytes> head;
+      ParsedFrame g;
+      check(uroce::wire::parse_frame_scattered(segs, head, g, options) == s);
+      if (s == ParseStatus::kOk || s == ParseStatus::kIcrcMismatch) {
+        check(g.opcode == p.opcode && g.payload_offset == p.payload_offset && g.payload_length == p.payload_length);
+        std::size_t seen = 0;
+        g.visit_payload([&](const std::uint8_t* d, std::size_t n, std::size_t off) {
+          check(off == seen && off + n <= p.payload_length);
+          check(std::memcmp(d, p.payload().data() + off, n) == 0);
+          seen += n;
+        });
+        check(seen == p.payload_length);
+      }
+    }
 
     if (s == ParseStatus::kOk && p.info->supported()) {
       std::vector<std::uint8_t> rebuilt(size + 64);
