@@ -151,11 +151,6 @@ class PortIo : public engine::PacketIo {
   std::array<std::uint8_t, 6> mac_{};
   std::shared_ptr<Neighbors> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
-  // Shared info of the region memory chained into TX frames: its free
-  // callback does nothing, as regions outlive the frames that carry them (a
-  // WR's buffers are the application's again only after its completion,
-  // which follows the peer's ACK of frames long sent).
-  alignas(16) std::array<std::uint8_t, 32> ext_shinfo_{};
   PortIoCounters counters_;
 };
 

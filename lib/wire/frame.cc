@@ -216,13 +216,16 @@ ParseStatus parse_frame_scattered(std::span<const std::span<const std::uint8_t>>
                                           std::span<const std::span<const std::uint8_t>>(rest.data(), nrest));
   std::array<std::span<const std::uint8_t>, kMax> at;
   const int nat = pieces_of(segments, out.icrc_offset, out.icrc_offset + kIcrcBytes, at.data(), kMax);
-  std::array<std::uint8_t, kIcrcBytes> carried{};
-  std::size_t k = 0;
-  for (int i = 0; i < nat; ++i) {
-    std::memcpy(carried.data() + k, at[i].data(), at[i].size());
-    k += at[i].size();
+  std::uint32_t carried = 0;
+  if (nat == 1) {
+    carried = icrc_load(at[0].data());  // the usual case: all four bytes in one segment
+  } else {
+    std::size_t k = 0;  // split across segments, byte by byte, least significant first
+    for (int i = 0; i < nat; ++i) {
+      for (const std::uint8_t b : at[static_cast<std::size_t>(i)]) carried |= std::uint32_t{b} << (8 * k++);
+    }
   }
-  return icrc == icrc_load(carried.data()) ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
+  return icrc == carried ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
 }
 
 HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
