@@ -67,6 +67,52 @@ TEST(QpnMap, InsertsAndErasesInPlace) {
   for (int i = 1; i < 31; ++i) EXPECT_EQ(*m.find(0x11 + static_cast<std::uint32_t>(i)), i);
 }
 
+// Posts reach the engine through two levels of doorbells (a bit per QP, a
+// summary bit per 64 QPs): 4,200 QPs span two summary words, and a post on
+// any QP, alone or beside posts on QPs sharing its words, is sent in the
+// next poll, once.
+TEST(Doorbells, EveryPostIsSeenWhateverItsWord) {
+  ManualClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{4, 4, 1, 1, 16}, 64);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  dev.port.keep_sent = false;
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = dev.cq;
+  init.cap = ibv_qp_cap{4, 4, 1, 1, 16};
+  std::vector<QueuePair*> qps{dev.qp};
+  while (qps.size() < 4200) {
+    QueuePair* q = dev.pd->create_qp(init);
+    ASSERT_NE(q, nullptr) << dev.ctx->last_error();
+    qps.push_back(q);
+  }
+  ConnectParams params;
+  for (QueuePair* q : qps) ASSERT_EQ(connect_rc(q, ipv4_gid({10, 0, 0, 2}), 0x99, 0x100, 0x200, params), 0);
+  dev.ctx->progress();
+  std::uint8_t byte = 0;
+  auto post = [&](QueuePair* q) {
+    ibv_send_wr wr{};
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(&byte), 1, 0};
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_INLINE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    return q->post_send(&wr, &bad);
+  };
+  const std::size_t picks[][3] = {{4199, 4199, 4199}, {0, 63, 64}, {4095, 4096, 4097}, {100, 4150, 2000}, {4163, 4164, 0}};
+  for (const auto& pick : picks) {
+    const std::uint64_t before = dev.port.tx_count;
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(post(qps[pick[k]]), 0) << pick[k];
+    }
+    dev.ctx->progress();
+    EXPECT_EQ(dev.port.tx_count - before, 3u) << "posts on QPs " << pick[0] << ", " << pick[1] << ", " << pick[2];
+    dev.ctx->progress();
+    EXPECT_EQ(dev.port.tx_count - before, 3u) << "sent again";
+    // Their ACKs are never coming: the QPs just keep them outstanding.
+  }
+}
+
 // create_qp gives out QPNs whose low bits no live QP shares, however QPs
 // come and go (the QPN counter runs past 200 QPs' worth many times), and
 // never QP0 or QP1.

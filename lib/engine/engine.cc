@@ -23,7 +23,10 @@ const char* engine_counter_name(EngineCounter c) {
 }
 
 Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
-    : io_(io), clock_(clock), doorbells_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64)) {
+    : io_(io),
+      clock_(clock),
+      doorbells_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64)),
+      doorbell_summary_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64 / 64)) {
   env_.mrs = &mrs;
   env_.ipv4_checksum_offload = io.ipv4_checksum_offload();
   if (io.provides_tx_heads()) {
@@ -52,6 +55,7 @@ bool Engine::add_qp(transport::Qp* qp) {
     slot = static_cast<std::uint32_t>(slots_.size());
     slots_.push_back(nullptr);
     doorbell_words_ = static_cast<std::uint32_t>(slots_.size() + 63) / 64;
+    summary_words_ = (doorbell_words_ + 63) / 64;
   } else {
     return false;
   }
@@ -59,6 +63,8 @@ bool Engine::add_qp(transport::Qp* qp) {
   qp->sched = transport::Qp::Sched{slot, false, 0};
   qp->doorbell = &doorbells_[slot / 64];
   qp->doorbell_bit = std::uint64_t{1} << (slot % 64);
+  qp->doorbell_summary = &doorbell_summary_[slot / 64 / 64];
+  qp->summary_bit = std::uint64_t{1} << (slot / 64 % 64);
   qp_list_.push_back(qp);
   // Each QP is on the active list and the CNP due list at most once: sized
   // here, they never grow on the data path.
@@ -133,14 +139,21 @@ std::size_t Engine::poll() {
 }
 
 void Engine::ring_in() {
-  for (std::uint32_t w = 0; w < doorbell_words_; ++w) {
-    if (doorbells_[w].load(std::memory_order_relaxed) == 0) continue;
-    for (std::uint64_t bits = doorbells_[w].exchange(0, std::memory_order_acq_rel); bits != 0; bits &= bits - 1) {
-      transport::Qp* qp = slots_[w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits))];
-      if (qp == nullptr) continue;  // a slot freed since
-      transport::sync_from_app(*qp);
-      touch(qp);
+  for (std::uint32_t s = 0; s < summary_words_; ++s) {
+    if (doorbell_summary_[s].load(std::memory_order_relaxed) == 0) continue;
+    for (std::uint64_t words = doorbell_summary_[s].exchange(0, std::memory_order_acq_rel); words != 0;
+         words &= words - 1) {
+      ring_in_word(s * 64 + static_cast<std::uint32_t>(__builtin_ctzll(words)));
     }
+  }
+}
+
+void Engine::ring_in_word(std::uint32_t w) {
+  for (std::uint64_t bits = doorbells_[w].exchange(0, std::memory_order_acq_rel); bits != 0; bits &= bits - 1) {
+    transport::Qp* qp = slots_[w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits))];
+    if (qp == nullptr) continue;  // a slot freed since
+    transport::sync_from_app(*qp);
+    touch(qp);
   }
 }
 

@@ -102,6 +102,7 @@ class Engine {
 
  private:
   void ring_in();
+  void ring_in_word(std::uint32_t w);  // the QPs of doorbell word w with new work
   void receive();
   void run_timers();
   void finish();
@@ -140,6 +141,9 @@ class Engine {
   // a slot back to its QP (nullptr: free).
   std::unique_ptr<std::atomic<std::uint64_t>[]> doorbells_;
   std::uint32_t doorbell_words_ = 0;  // words in use (the highest slot's + 1)
+  // One bit per doorbell word that may have bits (transport::ring_doorbell).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> doorbell_summary_;
+  std::uint32_t summary_words_ = 0;
   std::vector<transport::Qp*> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<transport::Qp*> active_;  // QPs to serve in this poll

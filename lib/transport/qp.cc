@@ -243,9 +243,15 @@ void qp_enter_error(Qp& qp) {
 namespace {
 
 // After publishing: an atomic read-modify-write, so the engine, which clears
-// the word and then reads the cursors, never misses a post.
+// the word and then reads the cursors, never misses a post. The post that
+// finds the word empty marks it in the summary after setting its bit (the
+// engine clears the summary before the words it names, so a word with bits
+// is always named by a summary bit set or still to be set).
 void ring_doorbell(Qp& qp) {
-  if (qp.doorbell != nullptr) qp.doorbell->fetch_or(qp.doorbell_bit, std::memory_order_acq_rel);
+  if (qp.doorbell == nullptr) return;
+  if (qp.doorbell->fetch_or(qp.doorbell_bit, std::memory_order_acq_rel) == 0) {
+    qp.doorbell_summary->fetch_or(qp.summary_bit, std::memory_order_acq_rel);
+  }
 }
 
 }  // namespace

@@ -290,6 +290,11 @@ struct Qp {
   // every QP. Set by the engine before the application can post.
   std::atomic<std::uint64_t>* doorbell = nullptr;
   std::uint64_t doorbell_bit = 0;
+  // The summary word with one bit per doorbell word: set by the post that
+  // finds its doorbell word empty, so a poll reads one summary word per 64
+  // doorbell words (10,000 idle QPs: 3 words, not 157).
+  std::atomic<std::uint64_t>* doorbell_summary = nullptr;
+  std::uint64_t summary_bit = 0;
 
   // Congestion control (congestion.cc): DCQCN's reaction point (the rate
   // of what this QP sends) and its notification point (CNPs for marked
