@@ -21,8 +21,8 @@ END = "<!-- perf-report:end -->"
 def load(res, name):
     try:
         with open(os.path.join(res, name + ".json")) as f:
-            return json.loads(f.read().strip().splitlines()[-1]) if name != "iperf3_veth" else json.load(f)
-    except (OSError, ValueError, IndexError):
+            return json.load(f)  # one object each (the tools write one line, iperf3 several)
+    except (OSError, ValueError):
         return None
 
 

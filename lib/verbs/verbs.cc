@@ -532,7 +532,6 @@ std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::create_qp(this, attr);
-  QueuePair* made = nullptr;  // the engine's add_qp has it looked at: no other QP to wake
   return c.control([&] {
     // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
     // the engines index QPs by those bits (engine/qpn_map.h), so they stay
@@ -548,10 +547,10 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
     for (std::uint32_t tries = 0; taken(c.next_qpn) && tries < 0x1000000; ++tries) {
       c.next_qpn = (c.next_qpn + 1) & 0xffffff;
     }
-    made = testing::create_qp_with_qpn(this, attr, c.next_qpn++);
+    QueuePair* made = testing::create_qp_with_qpn(this, attr, c.next_qpn++);
     if (made != nullptr) used[made->qp_num() & (low - 1)] = 1;
     return made;
-  }, ContextImpl::Access::kOneQp, &made);
+  }, ContextImpl::Access::kAddsQp);
 }
 
 namespace {
@@ -708,8 +707,7 @@ int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpIni
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
-  QueuePair* self = this;
-  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); }, ContextImpl::Access::kOneQp, &self);
+  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); }, ContextImpl::Access::kOneQp, this);
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {

@@ -141,22 +141,22 @@ struct Context::Impl {
   static void wake_one(Impl& c, QueuePair& qp);
 
   // Runs f as a control call. Unless it only reads, every engine then looks
-  // at all its QPs once (f may have changed their state or attributes);
-  // with kOneQp, only the engine of `*one` at that QP, if f left it in
-  // place (a call on one QP: with 10,000 QPs, waking them all made their
-  // set-up quadratic).
-  enum class Access { kChanges, kReadsOnly, kOneQp };
+  // at all its QPs once (f may have changed their state or attributes). A
+  // call on one QP wakes only it (kOneQp: `one`), and creating a QP wakes
+  // none (kAddsQp: the engine's add_qp looks at the new one): with 10,000
+  // QPs, waking them all made their set-up quadratic.
+  enum class Access { kChanges, kReadsOnly, kOneQp, kAddsQp };
   template <typename F>
-  auto control(F&& f, Access access = Access::kChanges, QueuePair* const* one = nullptr) -> decltype(f()) {
+  auto control(F&& f, Access access = Access::kChanges, QueuePair* one = nullptr) -> decltype(f()) {
     std::lock_guard<std::mutex> lock(control_mutex);
     struct Release {
       Impl& c;
       bool held;
       Access access;
-      QueuePair* const* one;
+      QueuePair* one;
       ~Release() {
         if (access == Access::kOneQp) {
-          if (*one != nullptr) wake_one(c, **one);
+          wake_one(c, *one);
         } else if (access == Access::kChanges) {
           for (auto& e : c.engines) e->wake_all();
         }

@@ -151,11 +151,10 @@ ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
 
 ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
                                  const ParseOptions& options) {
-  const ParseStatus s = parse_headers(frame, frame.size(), out);
-  if (s != ParseStatus::kOk || !options.verify_icrc) return s;
-  const std::uint32_t icrc = icrc_compute_in_place(
-      options.crc32, frame.subspan(out.l3_offset, out.icrc_offset - out.l3_offset));
-  return icrc == out.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
+  if (!options.verify_icrc) return parse_headers(frame, frame.size(), out);
+  IcrcMask mask;
+  const ParseStatus s = parse_and_mask(frame, out, mask);
+  return s == ParseStatus::kOk ? finish_icrc(frame, out, mask, options.crc32) : s;
 }
 
 ParseStatus parse_and_mask(std::span<std::uint8_t> frame, ParsedFrame& out, IcrcMask& mask) {
