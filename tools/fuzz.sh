@@ -14,6 +14,9 @@
 # by tools/fuzz_corpus.py into a temporary directory each run), and the few
 # committed inputs of test/fuzz/corpus/<harness>/.
 #
+# UROCE_FUZZ_RUNS=N runs each harness for N executions instead of SECONDS
+# (the long runs of the README: UROCE_FUZZ_RUNS=10000000 tools/fuzz.sh).
+#
 # usage: [UROCE_FUZZ_HARNESSES="rc_rx"] tools/fuzz.sh [SECONDS] [RESULTS_DIR]
 #   RESULTS_DIR: one GoogleTest XML report per harness, fuzz-<harness>.xml,
 #   one case each (fuzz.<harness>: passed when it found nothing), counted by
@@ -79,16 +82,25 @@ for h in "${harnesses[@]}"; do
   [[ -d test/fuzz/corpus/$h ]] && committed=("test/fuzz/corpus/$h")
   log=$build/findings/$h.log
   before=$(ls "$build/findings" | grep -c "^$h-")
+  limit=(-max_total_time="$seconds")
+  span="in ${seconds} s"
+  if [[ -n ${UROCE_FUZZ_RUNS:-} ]]; then
+    limit=(-runs="$UROCE_FUZZ_RUNS")
+    span="in %d s"
+  fi
+  started=$SECONDS
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
     ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" \
-    timeout $((seconds + 120)) "$build/test/fuzz/fuzz_$h" -max_total_time="$seconds" -print_final_stats=1 \
+    timeout $((${UROCE_FUZZ_RUNS:+86400 +} seconds + 120)) "$build/test/fuzz/fuzz_$h" "${limit[@]}" -print_final_stats=1 \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$build/findings/$h-" ${extra[$h]:-} \
     "$build/corpus/$h" "$seeds/$h" "${committed[@]}" >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   found=$(($(ls "$build/findings" | grep -c "^$h-") - before))
+  # shellcheck disable=SC2059
+  span=$(printf "$span" $((SECONDS - started)))
   if ((rc == 0 && found == 0)); then
-    echo "fuzz: $h: OK, ${execs:-0} executions in ${seconds} s, no finding"
+    echo "fuzz: $h: OK, ${execs:-0} executions $span, no finding"
     report "$h" 0 ""
     continue
   fi
