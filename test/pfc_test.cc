@@ -132,6 +132,7 @@ struct Bed {
     edge.gbps = 10;
     edge.delay_ns = 1'000;
     edge.buffer_bytes = 1u << 20;
+    edge.nic_frames = 512;  // A's NIC takes every frame at once
     a = &sw.add_port(kMacA, ibv_gid{}, edge);
     sim::EgressConfig slow = edge;
     slow.gbps = b_gbps;

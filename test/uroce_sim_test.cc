@@ -75,7 +75,7 @@ TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   SCOPED_TRACE(seed_note(seed));
   const SimRun on = run_sim("fairness --seed " + std::to_string(seed));
   ASSERT_EQ(on.status, 0) << on.output;
-  EXPECT_EQ(on.csv_header, "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops");
+  EXPECT_EQ(on.csv_header, "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops,pauses,paused_us");
   EXPECT_EQ(on.png_magic, std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(field(on.summary, "data_intact"), 1) << on.summary;
   EXPECT_EQ(field(on.summary, "drops"), 0) << "buffer = Kmax + one BDP";

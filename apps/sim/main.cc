@@ -1,8 +1,10 @@
 // uroce-sim: congestion scenarios on the simulated switch, on virtual time.
-// Senders WRITE continuously through one bottleneck port into one receiver;
+// Senders WRITE continuously through one bottleneck port into one receiver
+// (and in the victim scenario one of them also to a port of its own);
 // every sample period the flows' delivery rates, the bottleneck's queue,
-// marks and drops go to timeseries.csv; summary.json holds the figures the
-// scenario is judged by; plot.png draws rates and the queue over time.
+// marks and drops, and with PFC the pauses each sender took, go to
+// timeseries.csv; summary.json holds the figures the scenario is judged by;
+// plot.png draws rates, the queue and pauses over time.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -33,12 +35,15 @@ using app::usage_error;
 using simapp::Scenario;
 
 constexpr const char* kUsage =
-    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--dcqcn on|off|FILE] --out DIR\n"
+    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--dcqcn on|off|FILE] [--pfc on|off] --out DIR\n"
     "  SCENARIO: fairness (flows start together, default 2), incast (N-to-1, default 8),\n"
-    "            join-leave (flows join and leave one by one, default 3), or a file of\n"
-    "            'name = value' lines: base (one of the three), flows, duration_us,\n"
-    "            sample_us, gbps, buffer_kb, kmin_kb, kmax_kb, pmax\n"
+    "            join-leave (flows join and leave one by one, default 3), victim (an\n"
+    "            N-to-1 incast, default 16, plus a flow from flow 0's host to an idle port),\n"
+    "            or a file of 'name = value' lines: base (one of the four), flows,\n"
+    "            duration_us, sample_us, gbps, buffer_kb, kmin_kb, kmax_kb, pmax, dscp,\n"
+    "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1)\n"
     "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file\n"
+    "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
     "  --out     directory for timeseries.csv, summary.json and plot.png\n"
     "Exit status: 0 ok; 1 the run failed (data not intact, a transfer error); 2 bad usage.\n";
 
@@ -70,6 +75,7 @@ Run parse_command_line(int argc, char** argv) {
   std::string name;
   int flows = 0;
   std::string dcqcn_arg = "on";
+  std::string pfc_arg;
   Run run;
   app::ArgReader args(std::vector<std::string>(argv, argv + argc));
   for (std::string a; args.next(a);) {
@@ -77,6 +83,7 @@ Run parse_command_line(int argc, char** argv) {
     else if (a == "--seed") run.seed = std::strtoull(args.value("--seed").c_str(), nullptr, 0);
     else if (a == "--out") run.out = args.value("--out");
     else if (a == "--dcqcn") dcqcn_arg = args.value("--dcqcn");
+    else if (a == "--pfc") pfc_arg = args.value("--pfc");
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -86,7 +93,9 @@ Run parse_command_line(int argc, char** argv) {
   if (name.empty()) usage_error("no scenario given");
   if (run.out.empty()) usage_error("no --out DIR given");
   if (flows < 0 || flows > 64) usage_error("--flows takes 1 to 64");
+  if (!pfc_arg.empty() && pfc_arg != "on" && pfc_arg != "off") usage_error("--pfc takes on or off, not '" + pfc_arg + "'");
   run.sc = simapp::load_scenario(name, flows);
+  if (!pfc_arg.empty()) simapp::set_pfc(run.sc, pfc_arg == "on");
   run.dcqcn = dcqcn_option(dcqcn_arg, run.sc);
   if (mkdir(run.out.c_str(), 0755) != 0 && errno != EEXIST) {
     usage_error("cannot create --out " + run.out + ": " + std::strerror(errno));
@@ -101,13 +110,21 @@ std::uint8_t pattern(std::size_t flow, std::uint64_t msg, std::size_t i) {
   return static_cast<std::uint8_t>(i * 31 + msg * 7 + flow * 101);
 }
 
+// A host on the switch: host i is on port i; host 0 is the bottleneck's.
+struct Host {
+  Context* ctx = nullptr;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* cq = nullptr;
+};
+
 struct Flow {
-  Context* host = nullptr;
+  std::size_t src = 0, dst = 0;  // hosts
   QueuePair* qp = nullptr;
   QueuePair* rqp = nullptr;
-  CompletionQueue* cq = nullptr;
   std::uint8_t* buf = nullptr;  // kSlots source slots
   MemoryRegion* mr = nullptr;
+  std::uint8_t* rbuf = nullptr;  // kSlots target slots at dst
+  MemoryRegion* rmr = nullptr;
   std::uint64_t posted = 0, completed = 0;
   std::uint64_t delivered_prev = 0;
   std::vector<double> rate;  // per sample, b/s
@@ -117,16 +134,20 @@ struct Flow {
 // The bottleneck's figures over the run, sampled every sample_us.
 struct Samples {
   std::vector<double> queue;  // per sample, bytes
+  std::vector<double> paused;  // per sample, the share of the senders' time paused (0-1)
+  std::uint64_t paused_prev_ns = 0;
   std::uint64_t busy_delivered_bytes = 0, busy_samples = 0;
   std::uint64_t max_queue_last_half = 0;  // the standing queue, after the start-up burst
 };
 
 // The scenario on the simulated switch: the receiver on the bottleneck
 // port, each sender on a port of its own with one QP connected to one of
-// the receiver's.
+// the receiver's (the victim flow: from flow 0's host to a host of its own).
 class ScenarioRun {
  public:
-  explicit ScenarioRun(const Run& run) : run_(run), sc_(run.sc), fabric_(run.seed, run.dcqcn ? &*run.dcqcn : nullptr) {}
+  explicit ScenarioRun(const Run& run) : run_(run), sc_(run.sc), fabric_(run.seed, run.dcqcn ? &*run.dcqcn : nullptr) {
+    fabric_.sw.set_pfc(sc_.pfc);
+  }
 
   bool set_up();
   void run(std::ofstream& csv);
@@ -138,64 +159,81 @@ class ScenarioRun {
   const std::vector<Flow>& flows() const { return flows_; }
   const Samples& samples() const { return samples_; }
   const sim::EgressStats& bottleneck() { return fabric_.sw.stats(0); }
+  sim::SimSwitch& sw() { return fabric_.sw; }
+  const Scenario& sc() const { return sc_; }
+  std::size_t hosts() const { return hosts_.size(); }
+  // Senders: the hosts of flows 0 to N-1.
+  std::size_t senders() const { return static_cast<std::size_t>(sc_.flows); }
 
  private:
-  bool add_flow(Flow& x, const sim::EgressConfig& edge);
+  Host add_host(const sim::EgressConfig& egress);
+  bool add_flow(Flow& x);
   void keep_sending(std::size_t f, std::uint64_t now_us);
-  void poll(std::size_t f);
+  void poll(std::size_t h);
+  std::size_t flow_of(std::size_t h, std::uint32_t qpn) const;
   void sample(std::uint64_t t_us, std::ofstream& csv);
 
   const Run& run_;
   const Scenario& sc_;
   sim::SimFabric fabric_;
-  Context* rx_ = nullptr;
-  ProtectionDomain* rpd_ = nullptr;
-  CompletionQueue* rcq_ = nullptr;
-  std::uint8_t* rbuf_ = nullptr;  // kSlots target slots per flow
-  MemoryRegion* rmr_ = nullptr;
+  std::vector<Host> hosts_;
   std::vector<Flow> flows_;
   Samples samples_;
   bool ok_ = true;
   std::string failure_;
 };
 
+Host ScenarioRun::add_host(const sim::EgressConfig& egress) {
+  Host h;
+  h.ctx = &fabric_.add_host(egress);
+  h.pd = h.ctx->alloc_pd();
+  h.cq = h.ctx->create_cq(4096);
+  return h;
+}
+
 bool ScenarioRun::set_up() {
-  rx_ = &fabric_.add_host(sc_.bottleneck);
+  hosts_.push_back(add_host(sc_.bottleneck));
   sim::EgressConfig edge;
   edge.gbps = sc_.gbps;
   edge.buffer_bytes = 64u << 20;
-  rpd_ = rx_->alloc_pd();
-  rcq_ = rx_->create_cq(4096);
-  const std::size_t rbytes = static_cast<std::size_t>(sc_.flows) * kSlots * kMsg;
-  rbuf_ = static_cast<std::uint8_t*>(rx_->alloc_buffer(rbytes));
-  rmr_ = rpd_->reg_mr(rbuf_, rbytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  flows_.resize(static_cast<std::size_t>(sc_.flows));
-  for (Flow& x : flows_) {
-    if (!add_flow(x, edge)) {
-      std::fprintf(stderr, "uroce-sim: set-up failed: %s%s\n", x.host->last_error().c_str(), rx_->last_error().c_str());
+  // Incast flow f from host f + 1 to host 0; the victim from host 1 to the
+  // last host.
+  for (int f = 0; f < sc_.flows; ++f) hosts_.push_back(add_host(edge));
+  if (sc_.victim) hosts_.push_back(add_host(edge));
+  flows_.resize(static_cast<std::size_t>(sc_.flows) + (sc_.victim ? 1 : 0));
+  for (std::size_t f = 0; f < flows_.size(); ++f) {
+    Flow& x = flows_[f];
+    const bool victim = f == static_cast<std::size_t>(sc_.flows);
+    x.src = victim ? 1 : f + 1;
+    x.dst = victim ? hosts_.size() - 1 : 0;
+    if (!add_flow(x)) {
+      std::fprintf(stderr, "uroce-sim: set-up failed: %s%s\n", hosts_[x.src].ctx->last_error().c_str(),
+                   hosts_[x.dst].ctx->last_error().c_str());
       return false;
     }
   }
   return true;
 }
 
-bool ScenarioRun::add_flow(Flow& x, const sim::EgressConfig& edge) {
-  x.host = &fabric_.add_host(edge);
-  ProtectionDomain* pd = x.host->alloc_pd();
-  x.cq = x.host->create_cq(4096);
+bool ScenarioRun::add_flow(Flow& x) {
+  const Host& from = hosts_[x.src];
+  const Host& to = hosts_[x.dst];
   QpInitAttr init;
   init.cap = ibv_qp_cap{64, 4, 1, 1, 0};
-  init.send_cq = init.recv_cq = x.cq;
-  x.qp = pd->create_qp(init);
-  init.send_cq = init.recv_cq = rcq_;
-  x.rqp = rpd_->create_qp(init);
-  x.buf = static_cast<std::uint8_t*>(x.host->alloc_buffer(kSlots * kMsg));
-  x.mr = pd->reg_mr(x.buf, kSlots * kMsg, IBV_ACCESS_LOCAL_WRITE);
+  init.send_cq = init.recv_cq = from.cq;
+  x.qp = from.pd->create_qp(init);
+  init.send_cq = init.recv_cq = to.cq;
+  x.rqp = to.pd->create_qp(init);
+  x.buf = static_cast<std::uint8_t*>(from.ctx->alloc_buffer(kSlots * kMsg));
+  x.mr = from.pd->reg_mr(x.buf, kSlots * kMsg, IBV_ACCESS_LOCAL_WRITE);
+  x.rbuf = static_cast<std::uint8_t*>(to.ctx->alloc_buffer(kSlots * kMsg));
+  x.rmr = to.pd->reg_mr(x.rbuf, kSlots * kMsg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ConnectParams params;
   params.mtu = IBV_MTU_4096;
-  return x.qp != nullptr && x.rqp != nullptr && x.mr != nullptr && rmr_ != nullptr &&
-         connect_rc(x.qp, rx_->gid(), x.rqp->qp_num(), 0x100, 0x200, params) == 0 &&
-         connect_rc(x.rqp, x.host->gid(), x.qp->qp_num(), 0x200, 0x100, params) == 0;
+  params.traffic_class = static_cast<std::uint8_t>(sc_.dscp << 2);
+  return x.qp != nullptr && x.rqp != nullptr && x.mr != nullptr && x.rmr != nullptr &&
+         connect_rc(x.qp, to.ctx->gid(), x.rqp->qp_num(), 0x100, 0x200, params) == 0 &&
+         connect_rc(x.rqp, from.ctx->gid(), x.qp->qp_num(), 0x200, 0x100, params) == 0;
 }
 
 // Keeps kSlots messages in flight while the flow is on.
@@ -208,52 +246,69 @@ void ScenarioRun::keep_sending(std::size_t f, std::uint64_t now_us) {
     std::uint8_t* src = x.buf + slot * kMsg;
     for (std::uint32_t i = 0; i < kMsg; ++i) src[i] = pattern(f, m, i);
     ibv_sge sge = app::local_sge(src, kMsg, *x.mr);
-    ibv_send_wr wr = app::rdma_wr(IBV_WR_RDMA_WRITE, m, sge,
-                                  reinterpret_cast<std::uint64_t>(rbuf_ + (f * kSlots + slot) * kMsg), rmr_->rkey);
+    ibv_send_wr wr = app::rdma_wr(IBV_WR_RDMA_WRITE, m, sge, reinterpret_cast<std::uint64_t>(x.rbuf + slot * kMsg),
+                                  x.rmr->rkey);
     ibv_send_wr* bad = nullptr;
     if (x.qp->post_send(&wr, &bad) != 0) break;
     ++x.posted;
   }
 }
 
-void ScenarioRun::poll(std::size_t f) {
-  Flow& x = flows_[f];
+// Completions of host h's QPs, counted to their flows.
+void ScenarioRun::poll(std::size_t h) {
   ibv_wc wc[32];
-  for (int k; (k = x.cq->poll(32, wc)) > 0;) {
+  for (int k; (k = hosts_[h].cq->poll(32, wc)) > 0;) {
     for (int i = 0; i < k; ++i) {
+      const std::size_t f = flow_of(h, wc[i].qp_num);
       if (wc[i].status != IBV_WC_SUCCESS) {
         ok_ = false;
         failure_ = std::string("flow ") + std::to_string(f) + ": " + wc_status_str(wc[i].status);
       }
+      if (f < flows_.size()) ++flows_[f].completed;
     }
-    x.completed += static_cast<std::uint64_t>(k);
   }
 }
 
-// One row per flow at t_us: its rate over the sample, and the bottleneck's
-// queue, marks and drops.
+std::size_t ScenarioRun::flow_of(std::size_t h, std::uint32_t qpn) const {
+  for (std::size_t f = 0; f < flows_.size(); ++f) {
+    if (flows_[f].src == h && flows_[f].qp->qp_num() == qpn) return f;
+  }
+  return flows_.size();
+}
+
+// One row per flow at t_us: its rate over the sample, the bottleneck's
+// queue, marks and drops, and the PFC pauses its sender took (XOFF frames
+// and paused time, since the start).
 void ScenarioRun::sample(std::uint64_t t_us, std::ofstream& csv) {
-  const sim::EgressStats& st = fabric_.sw.stats(0);
-  const std::uint64_t q = fabric_.sw.queue_bytes(0);
+  sim::SimSwitch& sw = fabric_.sw;
+  const sim::EgressStats& st = sw.stats(0);
+  const std::uint64_t q = sw.queue_bytes(0);
   const bool last_half = t_us > sc_.duration_us / 2;
   samples_.queue.push_back(static_cast<double>(q));
   if (last_half) samples_.max_queue_last_half = std::max(samples_.max_queue_last_half, q);
+  std::uint64_t paused = 0;
+  for (std::size_t h = 1; h <= senders(); ++h) paused += sw.paused_ns(static_cast<int>(h));
+  samples_.paused.push_back(static_cast<double>(paused - samples_.paused_prev_ns) /
+                            (static_cast<double>(senders()) * static_cast<double>(sc_.sample_us) * 1000));
+  samples_.paused_prev_ns = paused;
   std::uint64_t sample_bytes = 0;
   const double sample_s = static_cast<double>(sc_.sample_us) * 1e-6;
   for (std::size_t f = 0; f < flows_.size(); ++f) {
     Flow& x = flows_[f];
     const std::uint64_t d = x.rqp->counter("rx_bytes");
     const double r = static_cast<double>(d - x.delivered_prev) * 8 / sample_s;
-    sample_bytes += d - x.delivered_prev;
+    if (x.dst == 0) sample_bytes += d - x.delivered_prev;
     x.delivered_prev = d;
     x.rate.push_back(r);
     if (last_half) x.delivered_last_half += static_cast<std::uint64_t>(r * static_cast<double>(sc_.sample_us) * 1e-6 / 8);
+    const int port = static_cast<int>(x.src);
     csv << t_us << ',' << f << ',' << static_cast<std::uint64_t>(r) << ',' << d << ',' << q << ',' << st.marked << ','
-        << st.dropped << '\n';
+        << st.dropped << ',' << sw.pfc_stats(port).xoff_sent << ',' << sw.paused_ns(port) / 1000 << '\n';
   }
   bool any_on = false;
   for (const auto& [start, stop] : sc_.active) any_on = any_on || (t_us > start && t_us <= stop);
-  // Utilisation over the last half (as Jain's index), while a flow sends.
+  // Utilisation of the bottleneck over the last half (as Jain's index),
+  // while a flow sends.
   if (any_on && last_half) {
     samples_.busy_delivered_bytes += sample_bytes;
     ++samples_.busy_samples;
@@ -261,16 +316,14 @@ void ScenarioRun::sample(std::uint64_t t_us, std::ofstream& csv) {
 }
 
 void ScenarioRun::run(std::ofstream& csv) {
-  csv << "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops\n";
+  csv << "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops,pauses,paused_us\n";
   const std::uint64_t t0 = fabric_.clock.now_ns();
   std::uint64_t next_sample = t0 + sc_.sample_us * 1000;
   const std::uint64_t end = t0 + sc_.duration_us * 1000;
   while (fabric_.clock.now_ns() < end && ok_) {
     const std::uint64_t now_us = (fabric_.clock.now_ns() - t0) / 1000;
-    for (std::size_t f = 0; f < flows_.size(); ++f) {
-      keep_sending(f, now_us);
-      poll(f);
-    }
+    for (std::size_t f = 0; f < flows_.size(); ++f) keep_sending(f, now_us);
+    for (std::size_t h = 1; h <= senders(); ++h) poll(h);
     if (!fabric_.step()) break;
     while (fabric_.clock.now_ns() >= next_sample && next_sample <= end) {
       sample((next_sample - t0) / 1000, csv);
@@ -283,12 +336,9 @@ void ScenarioRun::run(std::ofstream& csv) {
 void ScenarioRun::drain() {
   fabric_.run_until(
       [&] {
-        ibv_wc wc[32];
         bool all = true;
-        for (Flow& x : flows_) {
-          for (int k; (k = x.cq->poll(32, wc)) > 0;) x.completed += static_cast<std::uint64_t>(k);
-          all = all && x.completed >= x.posted;
-        }
+        for (std::size_t h = 1; h <= senders(); ++h) poll(h);
+        for (const Flow& x : flows_) all = all && x.completed >= x.posted;
         return all;
       },
       1'000'000'000ull);
@@ -304,7 +354,7 @@ bool ScenarioRun::data_intact() {
       failure_ = "flow " + std::to_string(f) + " did not finish";
     }
     for (std::uint64_t m = x.posted > kSlots ? x.posted - kSlots : 0; m < x.posted; ++m) {
-      const std::uint8_t* dst = rbuf_ + (f * kSlots + m % kSlots) * kMsg;
+      const std::uint8_t* dst = x.rbuf + (m % kSlots) * kMsg;
       for (std::uint32_t i = 0; i < kMsg; i += 97) intact = intact && dst[i] == pattern(f, m, i);
     }
   }
@@ -333,6 +383,10 @@ struct Results {
   sim::EgressStats bottleneck;
   std::uint64_t max_queue_last_half = 0;
   bool intact = false;
+  // PFC, per sender (flow f's host): XOFF frames it was sent, time paused.
+  std::vector<std::uint64_t> pauses, paused_us;
+  std::uint64_t pauses_total = 0, headroom_drops = 0, max_ingress_bytes = 0, headroom_bytes = 0;
+  double victim_bps = -1;  // the victim flow's rate over the last half; -1: none
 };
 
 // Summary over the last half: throughputs, Jain's index, utilisation.
@@ -342,7 +396,7 @@ void summarize_last_half(const Scenario& sc, const std::vector<Flow>& fl, const 
   double sum = 0, sq = 0;
   std::size_t on_last_half = 0;
   for (std::size_t f = 0; f < fl.size(); ++f) {
-    if (sc.active[f].second <= sc.duration_us / 2) continue;
+    if (sc.active[f].second <= sc.duration_us / 2 || fl[f].dst != 0) continue;
     sum += r.tput[f];
     sq += r.tput[f] * r.tput[f];
     ++on_last_half;
@@ -353,6 +407,22 @@ void summarize_last_half(const Scenario& sc, const std::vector<Flow>& fl, const 
                             (static_cast<double>(samples.busy_samples * sc.sample_us) * 1e-6) / (sc.gbps * 1e9)
                       : 0;
   r.max_queue_last_half = samples.max_queue_last_half;
+  if (sc.victim) r.victim_bps = r.tput.back();
+}
+
+void summarize_pfc(ScenarioRun& run, Results& r) {
+  sim::SimSwitch& sw = run.sw();
+  for (std::size_t h = 1; h <= run.senders(); ++h) {
+    const sim::PfcStats& p = sw.pfc_stats(static_cast<int>(h));
+    r.pauses.push_back(p.xoff_sent);
+    r.paused_us.push_back(sw.paused_ns(static_cast<int>(h)) / 1000);
+    r.pauses_total += p.xoff_sent;
+    r.headroom_drops += p.headroom_drops;
+    r.max_ingress_bytes = std::max(r.max_ingress_bytes, p.max_ingress_bytes);
+  }
+  const sim::EgressConfig edge;  // the senders' links: the scenario's rate, edge delay
+  r.headroom_bytes = sw.pfc().headroom_bytes != 0 ? sw.pfc().headroom_bytes
+                                                  : sim::pfc_headroom_bytes(sw.pfc(), run.sc().gbps, edge.delay_ns);
 }
 
 // The phase from events[e] to events[e + 1]; false if no flow sends all of
@@ -362,7 +432,7 @@ bool judge_phase(const Scenario& sc, const std::vector<Flow>& fl, std::uint64_t 
   ph.to_us = to;
   std::vector<double> mean;
   for (std::size_t f = 0; f < fl.size(); ++f) {
-    if (sc.active[f].first > from || sc.active[f].second < ph.to_us) continue;
+    if (sc.active[f].first > from || sc.active[f].second < ph.to_us || fl[f].dst != 0) continue;
     double sum_rate = 0;
     std::size_t n = 0;
     // Sample i covers ((i) * sample_us, (i + 1) * sample_us].
@@ -411,7 +481,19 @@ void write_summary(const Run& run, const Results& r) {
   for (std::size_t f = 0; f < r.tput.size(); ++f) js << (f ? ", " : "") << static_cast<std::uint64_t>(r.tput[f]);
   js << "],\n  \"jain_last_half\": " << r.jain << ",\n  \"utilisation\": " << r.utilisation
      << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"max_queue_last_half_bytes\": " << r.max_queue_last_half
-     << ",\n  \"marks\": " << st.marked << ",\n  \"drops\": " << st.dropped << ",\n  \"phases\": [";
+     << ",\n  \"marks\": " << st.marked << ",\n  \"drops\": " << st.dropped;
+  // PFC: the switch's thresholds, and per sender (flow f's host) the XOFF
+  // frames it was sent and the time it was paused, over the run.
+  js << ",\n  \"pfc\": " << (sc.pfc.enabled ? "true" : "false") << ",\n  \"pfc_xoff_bytes\": " << sc.pfc.xoff_bytes
+     << ",\n  \"pfc_xon_bytes\": " << sc.pfc.xon_bytes << ",\n  \"pfc_headroom_bytes\": " << r.headroom_bytes
+     << ",\n  \"pauses\": " << r.pauses_total << ",\n  \"headroom_drops\": " << r.headroom_drops
+     << ",\n  \"max_ingress_bytes\": " << r.max_ingress_bytes << ",\n  \"pauses_per_sender\": [";
+  for (std::size_t h = 0; h < r.pauses.size(); ++h) js << (h ? ", " : "") << r.pauses[h];
+  js << "],\n  \"paused_us_per_sender\": [";
+  for (std::size_t h = 0; h < r.paused_us.size(); ++h) js << (h ? ", " : "") << r.paused_us[h];
+  js << "]";
+  if (sc.victim) js << ",\n  \"victim_last_half_bps\": " << static_cast<std::uint64_t>(r.victim_bps);
+  js << ",\n  \"phases\": [";
   for (std::size_t i = 0; i < r.phases.size(); ++i) {
     const Phase& ph = r.phases[i];
     js << (i ? "," : "") << "\n    {\"from_us\": " << ph.from_us << ", \"to_us\": " << ph.to_us << ", \"flows\": " << ph.flows
@@ -425,10 +507,14 @@ void draw(const Run& run, const std::vector<Flow>& fl, const Samples& samples) {
   std::vector<const std::vector<double>*> rates;
   for (const Flow& x : fl) rates.push_back(&x.rate);
   char title[160];
-  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s, seed %llu", sc.name.c_str(), sc.flows,
-                run.dcqcn ? "on" : "off", static_cast<unsigned long long>(run.seed));
-  simapp::PlotSpec spec{title, sc.gbps, sc.sample_us, sc.bottleneck.kmax_bytes, sc.bottleneck.buffer_bytes};
-  if (std::string err; !simapp::draw_plot(spec, rates, samples.queue, run.out + "/plot.png", err)) {
+  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s, seed %llu", sc.name.c_str(), sc.flows,
+                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", static_cast<unsigned long long>(run.seed));
+  simapp::PlotSpec spec{title, sc.gbps, sc.sample_us, sc.bottleneck.kmax_bytes, sc.bottleneck.buffer_bytes, {}};
+  if (sc.victim) spec.last_flow_name = "victim";
+  // The pause strip when PFC is on.
+  const std::vector<double> none;
+  if (std::string err;
+      !simapp::draw_plot(spec, rates, samples.queue, sc.pfc.enabled ? samples.paused : none, run.out + "/plot.png", err)) {
     std::fprintf(stderr, "uroce-sim: %s\n", err.c_str());
   }
 }
@@ -436,9 +522,16 @@ void draw(const Run& run, const std::vector<Flow>& fl, const Samples& samples) {
 void print_report(const Run& run, const Results& r) {
   const Scenario& sc = run.sc;
   const sim::EgressStats& st = r.bottleneck;
-  std::printf("uroce-sim %s: %d flows, DCQCN %s, %llu us\n", sc.name.c_str(), sc.flows, run.dcqcn ? "on" : "off",
-              static_cast<unsigned long long>(sc.duration_us));
-  for (std::size_t f = 0; f < r.tput.size(); ++f) std::printf("  flow %zu: %.2f Gb/s over the last half\n", f, r.tput[f] / 1e9);
+  std::printf("uroce-sim %s: %d flows, DCQCN %s, PFC %s, %llu us\n", sc.name.c_str(), sc.flows, run.dcqcn ? "on" : "off",
+              sc.pfc.enabled ? "on" : "off", static_cast<unsigned long long>(sc.duration_us));
+  // Every flow up to 16; beyond, the first 8 and the last.
+  for (std::size_t f = 0; f < r.tput.size(); ++f) {
+    if (r.tput.size() > 16 && f >= 8 && f + 1 < r.tput.size()) {
+      if (f == 8) std::printf("  ...\n");
+      continue;
+    }
+    std::printf("  flow %zu: %.2f Gb/s over the last half\n", f, r.tput[f] / 1e9);
+  }
   std::printf("  per phase (last half): flows, worst deviation from the fair share, Jain, utilisation:");
   for (const Phase& ph : r.phases) {
     std::printf(" [%zu %.0f%% %.3f %.2f]", ph.flows, ph.worst_deviation * 100, ph.jain, ph.utilisation);
@@ -446,6 +539,14 @@ void print_report(const Run& run, const Results& r) {
   std::printf("\n  Jain %.3f, utilisation %.2f, max queue %llu B, marks %llu, drops %llu, data %s\n", r.jain, r.utilisation,
               static_cast<unsigned long long>(st.max_queue_bytes), static_cast<unsigned long long>(st.marked),
               static_cast<unsigned long long>(st.dropped), r.intact ? "intact" : "NOT intact");
+  if (sc.pfc.enabled) {
+    std::uint64_t most = 0;
+    for (std::uint64_t us : r.paused_us) most = std::max(most, us);
+    std::printf("  PFC: %llu pauses sent, senders paused up to %.2f ms, headroom drops %llu, largest ingress count %llu B\n",
+                static_cast<unsigned long long>(r.pauses_total), static_cast<double>(most) / 1000,
+                static_cast<unsigned long long>(r.headroom_drops), static_cast<unsigned long long>(r.max_ingress_bytes));
+  }
+  if (sc.victim) std::printf("  victim flow: %.2f Gb/s over the last half\n", r.victim_bps / 1e9);
 }
 
 }  // namespace
@@ -462,10 +563,11 @@ int main(int argc, char** argv) {
   if (!sim.set_up()) return 1;
   std::ofstream csv(run.out + "/timeseries.csv");
   sim.run(csv);
+  Results r;
+  summarize_pfc(sim, r);
   // Let the last messages complete, then check the data of each flow's
   // last slots.
   sim.drain();
-  Results r;
   r.intact = sim.data_intact();
   summarize_last_half(run.sc, sim.flows(), sim.samples(), r);
   r.phases = judge_phases(run.sc, sim.flows());

@@ -28,9 +28,10 @@ std::string number(double v) {
 }  // namespace
 
 bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>*>& rates, const std::vector<double>& queue,
-               const std::string& path, std::string& err) {
+               const std::vector<double>& paused, const std::string& path, std::string& err) {
   const std::string& title = spec.title;
-  Canvas cv(1000, 640, {255, 255, 255});
+  const bool pauses = !paused.empty();
+  Canvas cv(1000, pauses ? 760 : 640, {255, 255, 255});
   const Rgb grey{215, 215, 215}, black{0, 0, 0}, red{214, 39, 40}, dim{120, 120, 120};
   const Rgb colours[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {148, 103, 189},
                          {140, 86, 75}, {227, 119, 194}, {127, 127, 127}, {23, 190, 207}};
@@ -38,20 +39,34 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
   // Title on the left, the legend right-aligned; a second line if they meet.
   const int left = 80, right = 980;
   cv.text(left, 8, title, black);
-  int legend_w = 0;
-  for (std::size_t f = 0; f < rates.size(); ++f) legend_w += 18 + Canvas::text_width("flow " + std::to_string(f)) + 14;
+  // At most 8 flows named (colours repeat past 8), then how many more.
+  auto name = [&](std::size_t f) -> std::string {
+    if (f + 1 == rates.size() && !spec.last_flow_name.empty()) return spec.last_flow_name;
+    char b[24];
+    std::snprintf(b, sizeof b, "flow %zu", f);
+    return b;
+  };
+  std::vector<std::size_t> named;
+  for (std::size_t f = 0; f < rates.size() && named.size() < 8; ++f) named.push_back(f);
+  if (rates.size() > 8 && !spec.last_flow_name.empty()) named.back() = rates.size() - 1;
+  char more_text[32] = "";
+  if (rates.size() > named.size()) std::snprintf(more_text, sizeof more_text, "+%zu more", rates.size() - named.size());
+  const std::string more = more_text;
+  int legend_w = more.empty() ? 0 : Canvas::text_width(more);
+  for (std::size_t f : named) legend_w += 18 + Canvas::text_width(name(f)) + 14;
   int lx = right - legend_w, ly = 8;
   if (lx < left + Canvas::text_width(title) + 20) {
     lx = std::max(left, right - legend_w);
     ly = 8 + th + 8;
   }
-  for (std::size_t f = 0; f < rates.size(); ++f) {
-    const std::string name = "flow " + std::to_string(f);
+  for (std::size_t f : named) {
     cv.fill(lx, ly + 2, lx + 12, ly + th - 3, colours[f % 8]);
-    cv.text(lx + 18, ly, name, black);
-    lx += 18 + Canvas::text_width(name) + 14;
+    cv.text(lx + 18, ly, name(f), black);
+    lx += 18 + Canvas::text_width(name(f)) + 14;
   }
-  const int top1 = ly + th + 16, bottom1 = 380, top2 = 410, bottom2 = 580;
+  if (!more.empty()) cv.text(lx, ly, more, dim);
+  const int top1 = ly + th + 16, bottom1 = 380, top2 = 410, bottom2 = 580, top3 = 610, bottom3 = 700;
+  const int axis = pauses ? bottom3 : bottom2;  // the time axis under the lowest panel
   const std::size_t samples = queue.size();
   const double span_ms = static_cast<double>(samples * spec.sample_us) / 1000;
   auto xpos = [&](double ms) { return left + static_cast<int>(ms / std::max(span_ms, 1e-9) * (right - left)); };
@@ -63,11 +78,12 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
     const int x = xpos(t);
     cv.line(x, top1 + 1, x, bottom1 - 1, grey);
     cv.line(x, top2 + 1, x, bottom2 - 1, grey);
-    cv.line(x, bottom2, x, bottom2 + 5, black);
+    if (pauses) cv.line(x, top3 + 1, x, bottom3 - 1, grey);
+    cv.line(x, axis, x, axis + 5, black);
     const std::string label = number(t);
-    cv.text(x - Canvas::text_width(label) / 2, bottom2 + 9, label, black);
+    cv.text(x - Canvas::text_width(label) / 2, axis + 9, label, black);
   }
-  cv.text(right - Canvas::text_width("time (ms)"), bottom2 + 9 + th + 8, "time (ms)", black);
+  cv.text(right - Canvas::text_width("time (ms)"), axis + 9 + th + 8, "time (ms)", black);
 
   // Rates, 0 to the link rate in quarters.
   const double link = spec.gbps * 1e9;
@@ -117,6 +133,20 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
     cv.text(right - 6 - Canvas::text_width("buffer"), y - th - 3, "buffer", dim);
   }
   cv.rect(left, top2, right, bottom2, black);
+
+  // Pauses: the share of the senders' time paused in each sample, 0-100%.
+  if (pauses) {
+    auto yp = [&](double share) { return bottom3 - static_cast<int>(std::clamp(share, 0.0, 1.0) * (bottom3 - top3)); };
+    for (int k = 0; k <= 2; ++k) {
+      const int y = yp(k / 2.0);
+      if (k > 0) cv.line(left + 1, y, right - 1, y, grey);
+      const std::string label = number(50.0 * k);
+      cv.text(left - 8 - Canvas::text_width(label), y - th / 2, label, black);
+    }
+    cv.text(left + 6, top3 + 6, "senders paused (PFC, % of time)", dim);
+    for (std::size_t i = 1; i < paused.size(); ++i) cv.line(xs(i - 1), yp(paused[i - 1]), xs(i), yp(paused[i]), red);
+    cv.rect(left, top3, right, bottom3, black);
+  }
   return cv.write_png(path, err);
 }
 

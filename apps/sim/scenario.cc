@@ -34,6 +34,14 @@ Scenario builtin(const std::string& name, int flows) {
     s.flows = flows > 0 ? flows : 8;
     s.duration_us = 10'000;
     s.bottleneck.buffer_bytes = 4'000'000;
+  } else if (name == "victim") {
+    // An incast of `flows` (16) into the bottleneck, and flow 0's host also
+    // sending to an idle port: with PFC alone the pauses the incast brings
+    // stop that flow too (head-of-line blocking); DCQCN should spare it.
+    s.flows = flows > 0 ? flows : 16;
+    s.duration_us = 20'000;
+    s.bottleneck.buffer_bytes = 4'000'000;
+    s.victim = true;
   } else if (name == "join-leave") {
     s.flows = flows > 0 ? flows : 3;
     // Phases of 50 ms (3 flows): a flow that joins at line rate with
@@ -42,7 +50,7 @@ Scenario builtin(const std::string& name, int flows) {
     // A flow joins at line rate: room for that burst above Kmax.
     s.bottleneck.buffer_bytes = 1'000'000;
   } else {
-    usage_error("unknown scenario '" + name + "' (fairness, incast, join-leave, or a file)");
+    usage_error("unknown scenario '" + name + "' (fairness, incast, join-leave, victim, or a file)");
   }
   return s;
 }
@@ -59,6 +67,7 @@ void set_activity(Scenario& s) {
       s.active.emplace_back(0, s.duration_us);
     }
   }
+  if (s.victim) s.active.emplace_back(0, s.duration_us);
 }
 
 Scenario from_file(const std::string& path, int flows) {
@@ -94,13 +103,31 @@ Scenario from_file(const std::string& path, int flows) {
     else if (k == "kmin_kb") s.bottleneck.kmin_bytes = static_cast<std::uint64_t>(x * 1000);
     else if (k == "kmax_kb") s.bottleneck.kmax_bytes = static_cast<std::uint64_t>(x * 1000);
     else if (k == "pmax") s.bottleneck.pmax = x;
+    else if (k == "pfc") set_pfc(s, x != 0);
+    else if (k == "pfc_xoff_kb") s.pfc.xoff_bytes = static_cast<std::uint64_t>(x * 1000);
+    else if (k == "pfc_xon_kb") s.pfc.xon_bytes = static_cast<std::uint64_t>(x * 1000);
+    else if (k == "pfc_headroom_kb") s.pfc.headroom_bytes = static_cast<std::uint64_t>(x * 1000);
+    else if (k == "pfc_quanta") {
+      if (x < 1 || x > 0xffff) usage_error(path + ": pfc_quanta takes 1 to 65535, not '" + v + "'");
+      s.pfc.quanta = static_cast<std::uint16_t>(x);
+    } else if (k == "dscp") {
+      if (x > 63) usage_error(path + ": dscp takes 0 to 63, not '" + v + "'");
+      s.dscp = static_cast<std::uint8_t>(x);
+      set_pfc(s, s.pfc.enabled);
+    } else if (k == "victim") s.victim = x != 0;
     else usage_error(path + ": unknown name '" + k + "'");
   }
   s.name = base;
+  if (s.pfc.xon_bytes > s.pfc.xoff_bytes) usage_error(path + ": pfc_xon_kb must not exceed pfc_xoff_kb");
   return s;
 }
 
 }  // namespace
+
+void set_pfc(Scenario& s, bool on) {
+  s.pfc.enabled = on;
+  s.pfc.lossless = static_cast<std::uint8_t>(1u << (s.dscp >> 3));
+}
 
 Scenario load_scenario(const std::string& name, int flows) {
   struct stat st{};

@@ -10,10 +10,6 @@
 namespace uroce::sim {
 namespace {
 
-// Frames a host's NIC holds before it refuses more (its TX ring): the
-// engine keeps the rest and offers them again.
-constexpr std::size_t kNicFrames = 512;
-
 // The 802.1p priority of a frame: its VLAN PCP, or else the top three bits
 // of its DSCP (IPv4 TOS, IPv6 traffic class), or 0.
 std::uint8_t frame_priority(const std::vector<std::uint8_t>& f) {
@@ -72,13 +68,13 @@ class SimSwitch::Port : public engine::PacketIo {
   void rx_release(engine::RxFrame*, std::uint16_t) override { in_use_.clear(); }
 
   // The host's NIC takes the frames into its queue, as many as it has room
-  // for; they go onto the link one after another at its rate, each
+  // for (the engine keeps the rest and offers them again); they go onto the link one after another at its rate, each
   // priority stopping while the switch has it paused.
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
     const std::uint64_t now = sw_.clock_.now_ns();
     sw_.advance(now);
     std::uint16_t taken = 0;
-    for (; taken < n && nic_frames_ < kNicFrames; ++taken) {
+    for (; taken < n && nic_frames_ < egress_.nic_frames; ++taken) {
       std::vector<std::uint8_t> bytes(frames[taken].frame_bytes());
       frames[taken].copy_to(bytes.data());
       const std::uint8_t prio = frame_priority(bytes);
