@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs uroce-sim's built-in scenarios and copies their plots to apps/sim/plots/
-# for the README (rates above, the bottleneck queue and Kmax below), with the
-# summaries beside them. Rerun after changing the transport or DCQCN.
+# for the README (rates above, the bottleneck queue and Kmax below, with PFC
+# the senders' paused time under that), with the summaries beside them, and
+# prints the README's incast table (N-to-1 with and without PFC and DCQCN).
+# Rerun after changing the transport, DCQCN or the switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh >/dev/null
@@ -22,4 +24,29 @@ run incast incast --flows 8
 run incast-dcqcn-off incast --flows 8 --dcqcn off
 run join-leave join-leave
 run join-leave-dcqcn-off join-leave --dcqcn off
+run incast-64-pfc incast --flows 64 --pfc on
+run incast-64 incast --flows 64
+run victim-pfc victim --pfc on --dcqcn off
+run victim-pfc-dcqcn victim --pfc on
 echo "plots in apps/sim/plots/"
+
+# Incast at 8 to 64 flows: where drops begin without PFC, and what PFC
+# costs in pauses.
+echo
+echo "| N-to-1 | PFC | DCQCN | drops | utilisation | max queue | pauses | most paused sender | Jain |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for n in 8 16 32 64; do
+  for pfc in off on; do
+    for dcqcn in on off; do
+      "$build/apps/sim/uroce-sim" incast --flows "$n" --pfc "$pfc" --dcqcn "$dcqcn" --out "$tmp/t" >/dev/null
+      python3 - "$tmp/t/summary.json" "$n" "$pfc" "$dcqcn" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+paused = max(s["paused_us_per_sender"]) / 1000 if s["pfc"] else 0
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {s['drops']:,} | {s['utilisation']:.2f} | "
+      f"{s['max_queue_bytes'] / 1e6:.2f} MB | {s['pauses']:,} | "
+      f"{f'{paused:.1f} of 10 ms' if s['pfc'] else '-'} | {s['jain_last_half']:.3f} |")
+PY
+    done
+  done
+done

@@ -6,6 +6,8 @@
 // parses again. The burst parser's two halves (parse_and_mask, finish_icrc)
 // and the parser of frames in segments (split where the input's last byte
 // says) agree with them, field for field and byte for byte of payload.
+// And wire::parse_mac_control: a PAUSE or PFC frame is never taken for
+// RoCE, and what it asks survives a rebuild.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "wire/frame.h"
+#include "wire/pfc.h"
 
 namespace {
 
@@ -51,10 +54,29 @@ std::uint64_t touch(const ParsedFrame& p) {
 
 volatile std::uint64_t g_sink;
 
+// MAC Control frames: never RoCE; a PAUSE or PFC request rebuilds to the
+// same request.
+void check_mac_control(std::span<const std::uint8_t> in) {
+  namespace wire = uroce::wire;
+  wire::PauseRequest req;
+  const wire::MacControl kind = wire::parse_mac_control(in, req);
+  if (kind == wire::MacControl::kNone) return;
+  ParsedFrame p;
+  check(wire::parse_frame(in, p) != ParseStatus::kOk);
+  if (kind != wire::MacControl::kPause && kind != wire::MacControl::kPfc) return;
+  std::array<std::uint8_t, wire::kMacControlFrameBytes> out;
+  check(wire::build_mac_control(wire::MacAddr{}, req, out) == out.size());
+  wire::PauseRequest again;
+  check(wire::parse_mac_control(out, again) == kind);
+  check(again.enabled == req.enabled);
+  for (int i = 0; i < wire::kPriorities; ++i) check((req.enabled >> i & 1) == 0 || again.quanta[i] == req.quanta[i]);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::uint8_t> in(data, size);
+  check_mac_control(in);
   for (bool verify : {false, true}) {
     uroce::wire::ParseOptions options;
     options.verify_icrc = verify;
