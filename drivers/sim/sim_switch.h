@@ -62,8 +62,9 @@ struct EgressConfig {
 struct PfcConfig {
   bool enabled = false;
   std::uint8_t lossless = 1u << 3;   // priorities paused, never dropped (bit i: priority i)
-  // Per ingress port and priority. XOFF well above Kmin, so that ECN marks
-  // before PFC pauses (DCQCN paper, section 5): in the victim scenario (16
+  // Per ingress port and priority. XOFF well above what each ingress holds
+  // when the egress marks, so that ECN and DCQCN act first and PFC is the
+  // last resort (the order DCQCN is designed for): in the victim scenario (16
   // flows, Kmax 200 KB) 20 KB paused the incast's senders a fifth of the
   // time even with DCQCN on (the victim got 2.7-8.2 Gb/s over seeds), 40 KB
   // a tenth of that (9.1-9.2 Gb/s).
