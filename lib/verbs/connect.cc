@@ -29,6 +29,7 @@ int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qp
   a.ah_attr.grh.dgid = remote_gid;
   a.ah_attr.grh.sgid_index = p.sgid_index;
   a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.traffic_class = p.traffic_class;
   a.ah_attr.port_num = 1;
   if (uc) {
     if (int rc = qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN)) return rc;
