@@ -24,6 +24,17 @@ inline std::uint64_t parse_number(const std::string& v, const char* flag) {
   return x;
 }
 
+// --pfc PRIO: the lossless 802.1p priority, 0 to 7, or "off" (-1).
+inline int parse_pfc_priority(const std::string& v, const char* flag) {
+  if (v == "off") return -1;
+  char* end = nullptr;
+  const unsigned long x = std::strtoul(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x > 7) {
+    usage_error(std::string(flag) + ": give the lossless 802.1p priority, 0 to 7, or off (not '" + v + "')");
+  }
+  return static_cast<int>(x);
+}
+
 // The arguments one at a time; args[0] is the program's name and skipped.
 class ArgReader {
  public:

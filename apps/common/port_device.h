@@ -14,8 +14,10 @@ namespace uroce::app {
 // EAL must be running. Prints a warning to stderr when its regions sit on
 // normal pages. nullptr, after printing "TOOL: why" to stderr, if the port
 // is missing or cannot start. `dcqcn`: congestion control (nullptr: off).
+// `pfc_priority`: the lossless priority (--pfc; -1 none), as
+// dpdk::Device::open takes it.
 std::unique_ptr<dpdk::Device> open_port_device(const char* tool, std::uint16_t port_id,
                                                const std::array<std::uint8_t, 4>& ip,
-                                               const cc::DcqcnParams* dcqcn = nullptr);
+                                               const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
 
 }  // namespace uroce::app

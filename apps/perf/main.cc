@@ -374,7 +374,7 @@ std::unique_ptr<dpdk::RingPair> start_ring(const Options& o, std::vector<std::st
   if (const std::string w = dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   rc = 1;
   std::string err;
-  auto ring = dpdk::RingPair::create("uroce_perf", err, 1, o.dcqcn_params());
+  auto ring = dpdk::RingPair::create("uroce_perf", err, 1, o.dcqcn_params(), o.pfc_priority);
   if (!ring) {
     std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
     return nullptr;

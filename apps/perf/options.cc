@@ -39,6 +39,9 @@ constexpr const char* kUsage =
     "      --counters        print the QP, engine and port counters on exit\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
+    "      --pfc PRIO        with --ring or --ip: the lossless 802.1p priority, 0-7 (default off):\n"
+    "                        PFC enabled on the port where its driver can (else one warning), and\n"
+    "                        data sent with DSCP PRIO*8 (README \"PFC and traffic classes\")\n"
     "  -q, --qps N           spread the messages over N QP pairs (default 1, at most 16384;\n"
     "                        --sim/--ring: message i goes to QP i mod N, so the messages in flight\n"
     "                        rotate over all N; --ip: message slot s goes to QP s mod N, so -t\n"
@@ -103,6 +106,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--pcap") o.pcap = args.value("--pcap");
     else if (a == "--counters") o.counters = true;
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
+    else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(args.value("--pfc"), "--pfc");
     else if (a == "--workers") o.workers = true;
     else if (a == "-q" || a == "--qps") o.qps = u32("--qps");
     else if (a == "--idle-qps") o.idle_qps = u32("--idle-qps");
@@ -131,6 +135,7 @@ void check_fabric(const Options& o) {
   if (o.qps == 0 || o.qps > kMaxQp) usage_error("--qps: 1 to 16384 (the device's max_qp)");
   if (o.qps + o.idle_qps > kMaxQp) usage_error("--qps plus --idle-qps: at most 16384 (the device's max_qp)");
   if (o.fabric == "port" && o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps with --ip");
+  if (o.pfc_priority >= 0 && o.fabric == "sim") usage_error("--pfc sets up a DPDK port; use --ring or --ip");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
 }

@@ -36,6 +36,7 @@ struct Options {
   bool counters = false;
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
+  int pfc_priority = -1;  // --pfc: the lossless priority; -1 none
   std::uint32_t idle_qps = 0;
   std::uint32_t idle_depth = 16;  // send and receive WQEs of each idle QP
   std::uint32_t idle_rd_atomic = 16;  // max_rd_atomic / max_dest_rd_atomic of each idle QP

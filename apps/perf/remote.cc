@@ -370,7 +370,7 @@ int Endpoint::run_client() {
 }  // namespace
 
 int run_remote(const Options& o) {
-  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params());
+  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params(), o.pfc_priority);
   if (!device) return 1;
   // --workers: the engine on its own thread, this one posting and polling,
   // as a verbs program runs on lib/ibverbs.

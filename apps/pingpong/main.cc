@@ -47,6 +47,8 @@ constexpr const char* kUsage =
     "  -c, --chk            validate the received buffer\n"
     "  -e, --events         accepted for compatibility; completions are polled\n"
     "      --counters       print the QP, engine and port counters on exit\n"
+    "      --pfc PRIO       the lossless 802.1p priority, 0-7 (default off): PFC enabled on the\n"
+    "                       port where its driver can (else one warning), data sent with DSCP PRIO*8\n"
     "Example (af_packet on eth1, as root):\n"
     "  uroce-pingpong --no-pci --no-huge -m 512 --vdev=net_af_packet0,iface=eth1,framesz=8192,blocksz=16384 \\\n"
     "      -- --ip 10.99.0.1/24 -g 1 10.99.0.2\n";
@@ -66,6 +68,7 @@ struct Options {
   std::uint32_t iters = 1000;
   bool validate = false;
   bool counters = false;
+  int pfc_priority = -1;  // --pfc; -1 none
   std::string server;
 };
 
@@ -98,6 +101,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "-n" || a == "--iters") o.iters = u32("-n");
     else if (a == "-c" || a == "--chk") o.validate = true;
     else if (a == "--counters") o.counters = true;
+    else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(reader.value("--pfc"), "--pfc");
     else if (a == "-e" || a == "--events") {
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
@@ -396,7 +400,7 @@ int Pingpong::run() {
 }
 
 int run(const Options& o) {
-  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-pingpong", o.port_id, o.ip);
+  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-pingpong", o.port_id, o.ip, nullptr, o.pfc_priority);
   if (!device) return 1;
   Pingpong pingpong(o, *device->ctx, *device->io);
   if (!pingpong.set_up() || !pingpong.exchange()) return 1;

@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--dcqcn FILE] [--pfc PRIO] [--lib DIR] PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -32,13 +32,15 @@ constexpr const char* kUsage =
     "  --queues N      port queues, one engine each (default 1)\n"
     "  --workers CPUS  the CPU of each queue's worker thread, e.g. 2,3 (default: not pinned)\n"
     "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
+    "  --pfc PRIO      the lossless 802.1p priority, 0-7 (default off): PFC on the port where its\n"
+    "                  driver can (else one warning), data sent with DSCP PRIO*8\n"
     "  --lib DIR       where uroce's libibverbs.so.1 is (default: found beside this program)\n"
     "\n"
     "  --service       run PROGRAM against the uroced daemon instead (README \"Running as a\n"
     "                  service\"): no EAL args, no --ip; the daemon owns the port and its cores\n"
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
-    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN and\n"
+    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN, UROCE_PFC and\n"
     "prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
@@ -64,7 +66,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, dcqcn, lib;
+  std::string ip, port_id, queues, workers, dcqcn, pfc, lib;
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
 };
@@ -119,6 +121,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--queues") value(o.queues);
     else if (a == "--workers") value(o.workers);
     else if (a == "--dcqcn") value(o.dcqcn);
+    else if (a == "--pfc") {
+      value(o.pfc);
+      uroce::app::parse_pfc_priority(o.pfc, "--pfc");  // checked here, where the user typed it
+    }
     else if (a == "--lib") value(o.lib);
     else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
   }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
-      {"UROCE_DCQCN", &o.dcqcn}};
+      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

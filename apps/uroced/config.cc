@@ -8,7 +8,8 @@ namespace uroce::daemon {
 
 const char* const kUsage =
     "usage: uroced [--conf FILE] [--eal \"EAL ARGS\"] [--ip ADDR/LEN] [--port-id N] [--queues N]\n"
-    "              [--workers CPUS] [--dcqcn FILE] [--hugepages auto|on|off] [--socket PATH]\n"
+    "              [--workers CPUS] [--dcqcn FILE] [--pfc-priority 0-7|off] [--hugepages auto|on|off]\n"
+    "              [--socket PATH]\n"
     "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
     "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--log-level LEVEL]\n"
     "       uroced --stats [--socket PATH]\n"
@@ -19,7 +20,9 @@ const char* const kUsage =
     "keys the flags override (--max-qps is the key max_qps).\n"
     "  --stats   lists the clients of the daemon at --socket, their QPs and counters.\n"
     "SIGTERM or SIGINT: every client's QPs move to the error state, the clients are told\n"
-    "(their socket closes), and the daemon exits.\n";
+    "(their socket closes), and the daemon exits.\n"
+    "  --pfc-priority (or --pfc) P: PFC on priority P on the port where its driver can (else one\n"
+    "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n";
 
 namespace {
 
@@ -84,6 +87,14 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     }
   } else if (key == "dcqcn") {
     c.dcqcn = value;
+  } else if (key == "pfc_priority" || key == "pfc") {  // --pfc as the tools spell it
+    if (value == "off") {
+      c.pfc_priority = -1;
+    } else if (!parse_uint(value, 7, x)) {
+      return key + ": '" + value + "' is not a priority; give the lossless 802.1p priority, 0 to 7, or off";
+    } else {
+      c.pfc_priority = static_cast<int>(x);
+    }
   } else if (key == "hugepages") {
     if (value != "auto" && value != "on" && value != "off") return "hugepages: give auto, on or off";
     c.hugepages = value;

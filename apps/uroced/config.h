@@ -26,6 +26,7 @@ struct Config {
   std::uint16_t queues = 1;
   std::vector<int> workers;        // one CPU per queue; empty: not pinned
   std::string dcqcn;               // DCQCN parameter file; "" off
+  int pfc_priority = -1;           // the lossless 802.1p priority (PFC on the port, data's DSCP); -1 off
   std::string hugepages = "auto";  // auto | on | off: regions on hugepages (on: required)
   std::string socket = "/run/uroce/uroced.sock";
   std::uint32_t socket_mode = 0660;

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   if (std::string e = uroce::dpdk::eal_init(eal); !e.empty()) return die(e);
   std::string error;
   auto device = uroce::dpdk::Device::open(config.port_id, config.ip, "uroced", error, config.queues,
-                                          dcqcn ? &*dcqcn : nullptr);
+                                          dcqcn ? &*dcqcn : nullptr, config.pfc_priority);
   if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
   uroce::Context& ctx = *device->ctx;
   uroce::daemon::Server server(ctx, config.queues, config);

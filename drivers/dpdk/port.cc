@@ -16,6 +16,34 @@ rte_mempool* as_pool(void* p) { return static_cast<rte_mempool*>(p); }
 
 std::string errno_text(int rc) { return rte_strerror(rc < 0 ? -rc : rc); }
 
+std::string device_name(std::uint16_t port) {
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  return rte_eth_dev_get_name_by_port(port, name) == 0 ? name : "?";
+}
+
+// 802.1Qbb on `priority`, both ways (RTE_ETH_FC_FULL: the port sends PFC
+// frames for it when its receive buffer fills, and holds that priority's
+// transmission when paused). Thresholds and pause time are taken from the
+// port's link-level settings where it reports them: their units and bounds
+// are the device's own (ixgbe counts KB of its receive buffer and refuses
+// 0), so the driver's values are the only safe guess. Returns what
+// rte_eth_dev_priority_flow_ctrl_set returned.
+int set_pfc(std::uint16_t port, int priority) {
+  rte_eth_pfc_conf pfc{};
+  if (rte_eth_dev_flow_ctrl_get(port, &pfc.fc) != 0) pfc.fc = rte_eth_fc_conf{};
+  pfc.fc.mode = RTE_ETH_FC_FULL;
+  if (pfc.fc.pause_time == 0) pfc.fc.pause_time = 0xffff;  // the longest; the port resumes with XON (time 0)
+  pfc.fc.mac_ctrl_frame_fwd = 0;
+  pfc.priority = static_cast<std::uint8_t>(priority);
+  logger().debug("port {}: PFC on priority {}: high water {}, low water {}, pause time {}, send XON {}", port,
+                 priority, pfc.fc.high_water, pfc.fc.low_water, pfc.fc.pause_time, pfc.fc.send_xon);
+  return rte_eth_dev_priority_flow_ctrl_set(port, &pfc);
+}
+
+// A driver's ways of saying it has no PFC: ethdev answers -ENOTSUP when the
+// driver leaves the op out, and some drivers return -ENOSYS from a stub.
+bool pfc_unsupported(int rc) { return rc == -ENOTSUP || rc == -EOPNOTSUPP || rc == -ENOSYS; }
+
 }  // namespace
 
 std::uint16_t port_count() { return rte_eth_dev_count_avail(); }
@@ -35,13 +63,16 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   if (!rte_eth_dev_is_valid_port(port)) {
     return fail("no DPDK port " + std::to_string(port) + " (EAL found " + std::to_string(port_count()) + ")");
   }
+  if (config.pfc_priority < -1 || config.pfc_priority > 7) {
+    return fail("PFC priority " + std::to_string(config.pfc_priority) + ": give an 802.1p priority from 0 to 7");
+  }
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) {
     return fail("cannot query port " + std::to_string(port) + ": " + errno_text(rc));
   }
+  const char* driver = info.driver_name != nullptr ? info.driver_name : "?";
   logger().debug("port {}: driver {}, at most {} RX / {} TX queues, max RX frame {}, TX offloads {:#x}", port,
-                 info.driver_name != nullptr ? info.driver_name : "?", info.max_rx_queues, info.max_tx_queues,
-                 info.max_rx_pktlen, info.tx_offload_capa);
+                 driver, info.max_rx_queues, info.max_tx_queues, info.max_rx_pktlen, info.tx_offload_capa);
   if (config.queues > info.max_rx_queues || config.queues > info.max_tx_queues) {
     return fail("port " + std::to_string(port) + " has at most " +
                 std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) + " queue pairs, " +
@@ -81,12 +112,39 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
     rte_mempool_free(pool);
     return fail("cannot start port " + std::to_string(port) + ": " + errno_text(rc));
   }
+  PortPfc pfc = PortPfc::kOff;
+  if (config.pfc_priority >= 0) {
+    const int p = config.pfc_priority;
+    rc = set_pfc(port, p);
+    if (rc == 0) {
+      pfc = PortPfc::kOn;
+    } else if (pfc_unsupported(rc)) {
+      // Not fatal: where the PMD cannot, the NIC can still be told by the
+      // kernel side (a bifurcated driver's netdev, or before binding) and
+      // the switch by its own configuration; the stack's traffic class
+      // rule holds either way.
+      pfc = PortPfc::kUnsupported;
+      logger().warn("port {} ({}, driver {}): PFC on priority {} not enabled: the driver has no priority flow "
+                    "control; enable it on the NIC (its vendor tool, or `dcb pfc set dev IFACE prio-pfc {}:on`) "
+                    "and on the switch port",
+                    port, device_name(port), driver, p, p);
+    } else {
+      rte_eth_dev_stop(port);
+      rte_mempool_free(pool);
+      return fail("port " + std::to_string(port) + " (" + device_name(port) + ", driver " + driver +
+                  ") refused PFC on priority " + std::to_string(p) + ": " + errno_text(rc) +
+                  " (check the NIC's DCB settings, or run without a PFC priority)");
+    }
+  }
   logger().info("port {} ({}): {} queue pair(s) of {} RX / {} TX descriptors, max frame {}, MTU {}, "
-                "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}",
-                port, info.driver_name != nullptr ? info.driver_name : "?", config.queues, config.rx_desc,
-                config.tx_desc, config.max_frame, conf.rxmode.mtu != 0 ? std::to_string(conf.rxmode.mtu) : "default",
-                multi_seg ? "on" : "off", ipv4_cksum ? "on" : "off");
-  return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame));
+                "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}; PFC {}",
+                port, driver, config.queues, config.rx_desc, config.tx_desc, config.max_frame,
+                conf.rxmode.mtu != 0 ? std::to_string(conf.rxmode.mtu) : "default", multi_seg ? "on" : "off",
+                ipv4_cksum ? "on" : "off",
+                pfc == PortPfc::kOn            ? "on priority " + std::to_string(config.pfc_priority)
+                : pfc == PortPfc::kUnsupported ? std::string("not supported by the driver")
+                                               : std::string("not asked"));
+  return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame, pfc));
 }
 
 namespace {

@@ -22,12 +22,25 @@ struct PortConfig {
   std::uint16_t max_frame = 1518;  // largest frame to receive (Ethernet header included)
   bool zero_copy_tx = true;        // chain region memory into TX frames where the port takes chains
   bool ipv4_checksum_offload = true;  // let the port fill IPv4 header checksums where it can
+  // The lossless priority (802.1p, 0-7) to enable 802.1Qbb priority flow
+  // control for on the port; -1: leave the port's flow control as it is.
+  int pfc_priority = -1;
+};
+
+// What became of PortConfig::pfc_priority.
+enum class PortPfc : std::uint8_t {
+  kOff,          // none asked
+  kOn,           // the driver enabled PFC on that priority
+  kUnsupported,  // the driver has no PFC control (every virtual one): configure the NIC and switch instead
 };
 
 class Port {
  public:
   // Configures and starts the port. nullptr and a one-line `error` on failure
-  // (no such port, not enough memory for the pool, the device refused).
+  // (no such port, not enough memory for the pool, the device refused, a
+  // PFC priority outside 0-7 or one the driver refused). A driver without
+  // PFC support is no failure: one warning names the port and the driver
+  // and says where to enable PFC instead, and pfc() says kUnsupported.
   static std::unique_ptr<Port> open(const PortConfig& config, std::string& error);
   ~Port();
   Port(const Port&) = delete;
@@ -41,6 +54,7 @@ class Port {
   bool ipv4_checksum_offload() const { return ipv4_cksum_; }
   // The largest frame sent or received (PortConfig::max_frame).
   std::uint16_t max_frame() const { return max_frame_; }
+  PortPfc pfc() const { return pfc_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -51,13 +65,15 @@ class Port {
                                std::uint16_t max = 32);
 
  private:
-  Port(std::uint16_t port_id, void* pool, bool multi_seg, bool ipv4_cksum, std::uint16_t max_frame)
-      : port_id_(port_id), pool_(pool), multi_seg_tx_(multi_seg), ipv4_cksum_(ipv4_cksum), max_frame_(max_frame) {}
+  Port(std::uint16_t port_id, void* pool, bool multi_seg, bool ipv4_cksum, std::uint16_t max_frame, PortPfc pfc)
+      : port_id_(port_id), pool_(pool), multi_seg_tx_(multi_seg), ipv4_cksum_(ipv4_cksum), max_frame_(max_frame),
+        pfc_(pfc) {}
   std::uint16_t port_id_;
   void* pool_;  // rte_mempool
   bool multi_seg_tx_;
   bool ipv4_cksum_;
   std::uint16_t max_frame_;
+  PortPfc pfc_;
 };
 
 // Ports EAL found (physical and virtual).

@@ -16,6 +16,7 @@
 #include "dpdk/rte.h"
 #include "uroce/verbs.h"
 #include "wire/headers.h"
+#include "wire/pfc.h"
 
 namespace uroce::dpdk {
 namespace {
@@ -97,7 +98,8 @@ bool PortIo::neighbor(const ibv_gid& gid, std::uint8_t mac[6]) const {
 namespace {
 
 // ARP, ICMPv6 (neighbour discovery) and anything neither IPv4 nor IPv6 nor
-// VLAN-tagged: the port's to answer, never the engine's.
+// VLAN-tagged (MAC Control among them): the port's to answer or count,
+// never the engine's.
 bool is_control(const std::uint8_t* data, std::uint16_t len) {
   const bool icmp6 = len >= 54 && data[12] == 0x86 && data[13] == 0xdd && data[20] == 58;
   return icmp6 || (len >= 14 && (data[12] != 0x08 || data[13] != 0x00) && (data[12] != 0x86 || data[13] != 0xdd) &&
@@ -339,7 +341,27 @@ void PortIo::unregister_memory(void* addr, std::size_t len) {
   rte_extmem_unregister(base, bytes);
 }
 
+bool PortIo::count_mac_control(const std::uint8_t* frame, std::uint16_t len) {
+  // Flow control is the MAC's job on both sides of the link: a NIC acts on
+  // PAUSE and PFC frames in hardware and does not pass them up, so one here
+  // came through a virtual device or a NIC set to forward them. Software
+  // cannot pause the NIC's transmit queue in time, so they are counted,
+  // to show the link is pausing, and dropped.
+  wire::PauseRequest req;
+  switch (wire::parse_mac_control(std::span<const std::uint8_t>(frame, len), req)) {
+    case wire::MacControl::kNone: return false;
+    case wire::MacControl::kPause: ++counters_.rx_pause; break;
+    case wire::MacControl::kPfc: ++counters_.rx_pfc; break;
+    case wire::MacControl::kOther: ++counters_.rx_mac_control_other; break;
+    case wire::MacControl::kMalformed: ++counters_.rx_mac_control_malformed; break;
+  }
+  return true;
+}
+
 bool PortIo::handle_control(const std::uint8_t* frame, std::uint16_t len) {
+  // MAC Control first, before anything reads further into the frame (a
+  // truncated one may end right after its ether_type).
+  if (count_mac_control(frame, len)) return false;
   if (len >= 54 && frame[12] == 0x86 && frame[13] == 0xdd) return handle_icmp6(frame, len);
   if (len < 14 + sizeof(wire::ArpHdr) || frame[12] != 0x08 || frame[13] != 0x06) {
     ++counters_.rx_other;

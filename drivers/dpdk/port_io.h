@@ -49,6 +49,10 @@ class TscClock : public engine::Clock {
   X(rx_dropped_too_long, "frames dropped: longer than the largest frame taken")                 \
   X(rx_dropped_no_mbuf, "multi-segment frames dropped: no mbuf to linearize into")              \
   X(rx_other, "frames dropped: neither RoCEv2 nor ARP/ND for us")                               \
+  X(rx_pause, "802.3x PAUSE frames that reached the stack (a NIC's MAC normally takes them): dropped") \
+  X(rx_pfc, "802.1Qbb PFC frames that reached the stack (a NIC's MAC normally takes them): dropped") \
+  X(rx_mac_control_other, "MAC Control frames (ether_type 0x8808) of another opcode: dropped")  \
+  X(rx_mac_control_malformed, "MAC Control frames too short for their opcode: dropped")         \
   X(regions_registered, "memory regions registered with DPDK as external memory")               \
   X(regions_dma_mapped, "memory regions DMA-mapped for the device")                             \
   X(regions_dma_unneeded, "memory regions the device needs no mapping for (virtual devices)")   \
@@ -134,6 +138,9 @@ class PortIo : public engine::PacketIo {
 
   // ARP and other non-RoCE frames: answered or learned here, never passed on.
   bool handle_control(const std::uint8_t* frame, std::uint16_t len);
+  // A MAC Control frame (PAUSE, PFC, ...) is counted by kind, never acted
+  // on: true. False for any other frame.
+  bool count_mac_control(const std::uint8_t* frame, std::uint16_t len);
   // A multi-segment frame gathered into one mbuf (`m` is freed); nullptr,
   // counted, when it is too long or no mbuf is free.
   rte_mbuf* linearize(rte_mbuf* m);

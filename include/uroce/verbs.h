@@ -128,6 +128,15 @@ struct PortConfig {
   // is sent, CNPs for CE-marked packets received, a rate per QP cut by the
   // CNPs it receives. nullptr: off. Not owned; must outlive the Context.
   const cc::DcqcnParams* dcqcn = nullptr;
+  // The fabric's lossless priority (802.1p, 0-7), the one PFC protects;
+  // -1: none. Switches and NICs that trust DSCP map it to a priority as
+  // DSCP >> 3, so an address vector (QP or AH) whose DSCP is 0 sends with
+  // DSCP pfc_priority << 3 instead (its ECN bits kept); one whose DSCP maps
+  // to another priority sends as asked, counted in the engine counter
+  // paths_outside_pfc_priority and warned about once. CNPs keep their own
+  // DSCP (dcqcn->cnp_dscp): a warning at open if it maps to this priority.
+  // The port's own PFC is set where the port is opened (DPDK: dpdk::PortConfig).
+  int pfc_priority = -1;
 };
 
 class Context {

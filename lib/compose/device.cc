@@ -38,7 +38,7 @@ std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, co
 
 std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
                                      const std::string& name, std::string& error, std::uint16_t queues,
-                                     const cc::DcqcnParams* dcqcn) {
+                                     const cc::DcqcnParams* dcqcn, int pfc_priority) {
   if (port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
     logger().debug("{}", error);
@@ -52,22 +52,25 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   // Room for a 4096-byte path MTU frame (af_packet needs framesz=8192 and
   // mbufs that hold a whole frame).
   pc.max_frame = 9018;
+  pc.pfc_priority = pfc_priority;
   d->port = Port::open(pc, error);
   if (!d->port) return nullptr;  // Port::open logged why
   d->queues = open_queues(*d->port, queues, ip);
   d->io = d->queues[0].get();
   uroce::PortConfig config = device_config(d->queues, d->clock);
   config.dcqcn = dcqcn;
+  config.pfc_priority = pfc_priority;
   d->ctx = Context::open(config, error);
   if (!d->ctx) {
     logger().debug("device '{}': {}", name, error);
     return nullptr;
   }
   telemetry_expose(d->ctx.get(), name);
-  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}",
+  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}, "
+                "PFC priority {}",
                 name, port_id, ip[0], ip[1], ip[2], ip[3], queues, 128 << config.active_mtu,
                 config.buffer_pages == uroce::PortConfig::Pages::kHuge ? "huge" : "normal",
-                dcqcn != nullptr ? "on" : "off");
+                dcqcn != nullptr ? "on" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none");
   return d;
 }
 

@@ -20,9 +20,12 @@ struct Device {
   // start (or has fewer than `queues` queue pairs). `name` is the device's
   // name in telemetry. One engine per queue.
   // `dcqcn`: congestion control (nullptr: off); not owned.
+  // `pfc_priority`: the lossless 802.1p priority (0-7; -1 none): PFC
+  // enabled on the port for it where the driver can (one warning where it
+  // cannot), and the device's default traffic class (uroce::PortConfig).
   static std::unique_ptr<Device> open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
                                       const std::string& name, std::string& error, std::uint16_t queues = 1,
-                                      const cc::DcqcnParams* dcqcn = nullptr);
+                                      const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
   ~Device();
 
   std::unique_ptr<Port> port;

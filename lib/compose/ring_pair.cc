@@ -8,7 +8,7 @@
 namespace uroce::dpdk {
 
 std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues,
-                                           const cc::DcqcnParams* dcqcn) {
+                                           const cc::DcqcnParams* dcqcn, int pfc_priority) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
   if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) {
@@ -21,6 +21,7 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   cfg.mbufs = 4095u * queues;
   cfg.queues = queues;
   cfg.max_frame = 9018;
+  cfg.pfc_priority = pfc_priority;
   cfg.port_id = ida;
   pair->port_a = Port::open(cfg, error);
   if (!pair->port_a) return nullptr;
@@ -38,6 +39,7 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   uroce::PortConfig ca = device_config(pair->queues_a, pair->clock);
   uroce::PortConfig cb = device_config(pair->queues_b, pair->clock);
   ca.dcqcn = cb.dcqcn = dcqcn;
+  ca.pfc_priority = cb.pfc_priority = pfc_priority;
   pair->a = Context::open(ca, error);
   pair->b = Context::open(cb, error);
   if (!pair->a || !pair->b) {

@@ -21,8 +21,10 @@ class RingPair {
   // `queues` queue pairs per port (one engine each), queue i of one port
   // sends to queue i of the other.
   // `dcqcn`: congestion control on both devices (nullptr: off); not owned.
+  // `pfc_priority`: both devices' lossless priority (-1 none), as
+  // Device::open takes it (net_ring has no PFC: one warning per port).
   static std::unique_ptr<RingPair> create(const std::string& name, std::string& error, std::uint16_t queues = 1,
-                                          const cc::DcqcnParams* dcqcn = nullptr);
+                                          const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
   ~RingPair();
 
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

@@ -35,7 +35,8 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_wrong_service, "packets of another service than their QP's (a UC packet for an RC QP, ...)") \
   X(rx_handed_over, "packets passed to the worker that serves their QP") \
   X(rx_handed_in, "packets another worker passed to this one")         \
-  X(rx_handover_full, "packets dropped: the ring to the serving worker was full")
+  X(rx_handover_full, "packets dropped: the ring to the serving worker was full") \
+  X(paths_outside_pfc_priority, "QPs and address handles set to a DSCP whose priority (DSCP >> 3) is not the PFC one: lossy")
 
 enum class EngineCounter : std::uint8_t {
 #define UROCE_X(name, description) name,
@@ -95,6 +96,11 @@ class Engine {
   std::uint64_t parse_drops(wire::ParseStatus s) const {
     return transport::counter_load(parse_drops_[static_cast<std::size_t>(s)]);
   }
+  // The engine's own counters: only its thread (or a control call, which
+  // holds it: paths_outside_pfc_priority) adds.
+  void add_counter(EngineCounter c, std::uint64_t n = 1) {
+    transport::counter_add(counters_[static_cast<std::size_t>(c)], n);
+  }
   const std::vector<transport::Qp*>& qps() const { return qp_list_; }
   PacketIo& io() { return io_; }
   Clock& clock() { return clock_; }
@@ -123,10 +129,6 @@ class Engine {
   wire::ParseStatus parse(const RxFrame& frame, std::uint16_t i, bool verify_icrc);
   void transmit();
   void transmit_frames();
-  // The engine's own counters: only its thread (or a control call) adds.
-  void add_counter(EngineCounter c, std::uint64_t n = 1) {
-    transport::counter_add(counters_[static_cast<std::size_t>(c)], n);
-  }
   void add_parse_drop(wire::ParseStatus s) { transport::counter_add(parse_drops_[static_cast<std::size_t>(s)], 1); }
 
   PacketIo& io_;

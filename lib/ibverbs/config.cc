@@ -94,6 +94,17 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
     }
   }
   if (const char* d = env("UROCE_DCQCN"); d != nullptr) config.dcqcn_file = d;
+  if (const char* p = env("UROCE_PFC"); p != nullptr && std::string_view(p) != "off") {
+    const std::string_view v(p);
+    unsigned prio = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), prio);
+    if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || prio > 7) {
+      message = std::string("uroce libibverbs: UROCE_PFC must be the lossless 802.1p priority, 0 to 7, or off, not '") +
+                p + "'";
+      return ConfigStatus::kInvalid;
+    }
+    config.pfc_priority = static_cast<int>(prio);
+  }
   config.eal = {"uroce-ibverbs"};
   std::istringstream words(eal);
   for (std::string w; words >> w;) config.eal.push_back(w);

@@ -127,7 +127,8 @@ void start() {
     return;
   }
   std::string error;
-  auto port = dpdk::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn);
+  auto port = dpdk::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn,
+                                 config.pfc_priority);
   if (!port) {
     std::fprintf(stderr, "uroce libibverbs: no device on DPDK port %u (UROCE_PORT_ID): %s\n", config.port_id,
                  error.c_str());

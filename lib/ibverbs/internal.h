@@ -63,12 +63,13 @@ struct Config {
   std::uint16_t queues = 1;       // port queues, one engine and worker each
   std::vector<int> workers;       // one CPU per queue; -1 not pinned
   std::string dcqcn_file;         // "" congestion control off
+  int pfc_priority = -1;          // the lossless 802.1p priority; -1 none
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
 // Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
 // (default 0), UROCE_QUEUES (default 1), UROCE_WORKERS (CPU list like
-// "2,3"; default: unpinned) and UROCE_DCQCN (a conf/dcqcn.conf file)
-// through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
+// "2,3"; default: unpinned), UROCE_DCQCN (a conf/dcqcn.conf file) and
+// UROCE_PFC (the lossless priority, 0-7 or off) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
 // unset; kInvalid with a one-line `message` when one is missing or
 // malformed.
 ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message);

@@ -110,7 +110,12 @@ AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
     impl->ah.handle = handle;
     impl->pd = this;
     impl->attr = attr;
-    impl->path = transport::data_path(transport::av_frame_spec(attr, peer_mac, c.port.mac, local, impl->ah.handle),
+    // As sent: a PFC priority fills in DSCP 0 (verbs/traffic_class.h);
+    // impl->attr keeps the one asked. A UD QP on any engine may use it, so
+    // engine 0 counts it.
+    ibv_ah_attr sent = attr;
+    sent.grh.traffic_class = c.sent_traffic_class(attr, 0, "address handle " + std::to_string(handle));
+    impl->path = transport::data_path(transport::av_frame_spec(sent, peer_mac, c.port.mac, local, impl->ah.handle),
                                       c.port.dcqcn);
     c.ahs.push_back(internal::Access::make_ah(std::move(impl)));
     return c.ahs.back().get();

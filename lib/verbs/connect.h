@@ -19,7 +19,7 @@ struct ConnectParams {
   std::uint8_t min_rnr_timer = 12;  // 0.64 ms
   std::uint8_t max_rd_atomic = 16;
   std::uint8_t sgid_index = 1;      // our GID: 1 IPv4-mapped, 0 IPv6 link-local
-  std::uint8_t traffic_class = 0;   // IP DSCP << 2 (ECN bits are the stack's)
+  std::uint8_t traffic_class = 0;   // DSCP << 2 | ECN; 0: the device's default (PortConfig::pfc_priority)
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;
 };

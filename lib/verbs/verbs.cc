@@ -9,6 +9,7 @@
 #include "service/client.h"
 #include "transport/qp_state.h"
 #include "verbs/log.h"
+#include "verbs/traffic_class.h"
 #include "verbs/verbs_impl.h"
 #include "wire/headers.h"
 
@@ -71,6 +72,11 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
     error = "PortConfig::queues must all be set, and io be nullptr or queues[0]";
     return nullptr;
   }
+  if (port.pfc_priority < -1 || port.pfc_priority > 7) {
+    error = "PortConfig::pfc_priority " + std::to_string(port.pfc_priority) +
+            ": give the lossless 802.1p priority, 0 to 7, or -1 for none";
+    return nullptr;
+  }
   auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_ = std::make_unique<Impl>(port);
   return ctx;
@@ -99,6 +105,33 @@ Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
   }
   parked = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
   polled = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
+  // A CNP tells a sender to slow down; paused behind the very data it is
+  // about, it arrives late when it matters most. ConnectX sends them on
+  // priority 6 (DSCP 48), apart from the lossless data.
+  if (const int lossless = port.pfc_priority;
+      lossless >= 0 && port.dcqcn != nullptr && port.dcqcn->enabled &&
+      (internal::dscp_priority(port.dcqcn->cnp_dscp) == lossless || port.dcqcn->cnp_priority == lossless)) {
+    logger().warn("CNPs (np_cnp_dscp {}, np_cnp_priority {}) share the PFC priority {}: pauses delay them; give "
+                  "np_cnp_dscp and np_cnp_priority another priority (ConnectX: 48 and 6)",
+                  port.dcqcn->cnp_dscp, port.dcqcn->cnp_priority, lossless);
+  }
+}
+
+std::uint8_t Context::Impl::sent_traffic_class(const ibv_ah_attr& ah, std::size_t engine, const std::string& what) {
+  const internal::SentClass s = internal::sent_traffic_class(ah.grh.traffic_class, port.pfc_priority);
+  if (s.outside_pfc) {
+    engines.at(engine)->add_counter(engine::EngineCounter::paths_outside_pfc_priority);
+    if (!warned_outside_pfc) {
+      warned_outside_pfc = true;
+      const int dscp = ah.grh.traffic_class >> 2;
+      logger().warn("{}: traffic class {:#x} is DSCP {}, priority {}, not the PFC priority {}: its packets are not "
+                    "lossless; leave the traffic class 0 or give a DSCP from {} to {} (warned once; counted in "
+                    "paths_outside_pfc_priority)",
+                    what, ah.grh.traffic_class, dscp, internal::dscp_priority(static_cast<std::uint8_t>(dscp)),
+                    port.pfc_priority, port.pfc_priority * 8, port.pfc_priority * 8 + 7);
+    }
+  }
+  return s.traffic_class;
 }
 
 transport::Qp* Context::Impl::find_qp(std::uint32_t qpn) const {
@@ -677,7 +710,14 @@ int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int
     return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
   }
   const ibv_qp_state from = qp.state;
-  transport::qp_apply(qp, attr, attr_mask, check.next, peer_mac, c.port.mac, local, c.port.dcqcn);
+  // The address vector as sent (a PFC priority fills in DSCP 0); the QP's
+  // attributes keep the one asked, which query_qp returns.
+  ibv_qp_attr sent = attr;
+  if (attr_mask & IBV_QP_AV) {
+    sent.ah_attr.grh.traffic_class = c.sent_traffic_class(attr.ah_attr, q.engine, fmt::format("qp {:#x}", qp.qpn));
+  }
+  transport::qp_apply(qp, sent, attr_mask, check.next, peer_mac, c.port.mac, local, c.port.dcqcn);
+  if (attr_mask & IBV_QP_AV) qp.attr.ah_attr.grh.traffic_class = attr.ah_attr.grh.traffic_class;
   if (from != check.next) {
     logger().debug("qp {:#x}: {} -> {}", qp.qpn, transport::qp_state_name(from), transport::qp_state_name(check.next));
   } else {

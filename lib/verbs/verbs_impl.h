@@ -110,6 +110,13 @@ struct Context::Impl {
   // The same without logging: post_send and post_recv (the data path).
   int note(int err, std::string message);
 
+  // The traffic class frames on the address vector `ah` carry: as
+  // verbs/traffic_class.h rules with port.pfc_priority. One whose DSCP maps
+  // outside the PFC priority is counted on engine `engine` (and warned
+  // about, the first time, naming `what`). In a control call.
+  std::uint8_t sent_traffic_class(const ibv_ah_attr& ah, std::size_t engine, const std::string& what);
+  bool warned_outside_pfc = false;  // control path
+
   transport::Qp* find_qp(std::uint32_t qpn) const;  // on any engine
   void publish_owners();  // the handover's QPN -> engine table (control path)
 
