@@ -27,9 +27,12 @@ struct Seen {
   std::vector<std::uint8_t> frame;
 };
 
+// Paced at line rate from the first packet: these tests are about CNPs and
+// pacing, not about where a new QP's rate starts.
 cc::DcqcnParams params() {
   cc::DcqcnParams p;
   p.line_rate_bps = 10e9;
+  p.start_rate_fraction = 1;
   p.cnp_interval_ns = 50'000;
   p.cnp_dscp = 46;
   p.data_ecn = 2;
@@ -229,6 +232,7 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   cc::DcqcnParams cp;
   cp.line_rate_bps = 25e6;
   cp.min_rate_bps = 1e6;
+  cp.start_rate_fraction = 1;
   sim::SimPair net(11, {}, {}, &cp);
   ProtectionDomain* pda = net.a->alloc_pd();
   ProtectionDomain* pdb = net.b->alloc_pd();
@@ -276,6 +280,33 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   EXPECT_GT(ns, expect_ns * 0.98) << "faster than the rates allow";
   EXPECT_LT(ns, expect_ns * 1.05) << "the pacing schedule lost time";
   EXPECT_EQ(dst[4095], 0x42);
+}
+
+// A new QP starts at its start rate, not at line rate: its first frames
+// leave 8 times as far apart as a line-rate QP's (rp_start_rate_percent =
+// 12.5, the default).
+TEST(Congestion, ANewQpStartsAtItsStartRate) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 10e9;
+  ASSERT_EQ(cp.start_rate_fraction, 0.125);
+  ConnectParams mtu4k;
+  mtu4k.mtu = IBV_MTU_4096;
+  RcPair p(12, 2u << 20, mtu4k, {}, {}, 1024, &cp);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::vector<std::uint64_t> sent;
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    if (from == 0 && f.size() > 4096) sent.push_back(p.net.clock.now_ns());
+  });
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 1u << 20, 1u << 20), 0);
+  ASSERT_EQ(p.wait(p.cqa, 1).size(), 1u);
+  ASSERT_GT(sent.size(), 20u);
+  // Past the first 8 us (a quiet QP's burst), frames of 4,096 bytes of
+  // payload and 58 of headers and ICRC (+24 on the wire) leave
+  // 4,178 * 8 / 1.25 Gb/s = 26,739 ns apart; the rate timer's first steps
+  // are fast recovery with nothing to recover.
+  for (std::size_t i = 4; i < 12; ++i) {
+    EXPECT_NEAR(static_cast<double>(sent[i] - sent[i - 1]), 26'739, 2) << "frame " << i;
+  }
 }
 
 // A CNP built by hand for `dest_qp`, as the peer (10.0.0.1) would send it.
