@@ -15,6 +15,7 @@
 #include "pcap/pcap_file.h"
 #include "rc_fixture.h"
 #include "scripted_port.h"
+#include "transport/qp.h"
 #include "wire/frame.h"
 #include "work_requests.h"
 
@@ -307,6 +308,43 @@ TEST(Congestion, ANewQpStartsAtItsStartRate) {
   for (std::size_t i = 4; i < 12; ++i) {
     EXPECT_NEAR(static_cast<double>(sent[i] - sent[i - 1]), 26'739, 2) << "frame " << i;
   }
+}
+
+// A rate change applies to the wait already running, as a token bucket's
+// would: a cut stretches what is left of it (without this, a cut took
+// effect one frame late, 27 us at 1.25 Gb/s), an increase shrinks it.
+TEST(Congestion, ARateChangeStretchesOrShrinksTheWaitForTheNextDeparture) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 1e9;
+  cp.start_rate_fraction = 1;
+  cp.alpha_period_ns = 1ull << 60;
+  cp.byte_counter = 0;
+  cp.rate_period_ns = 20'000;
+  transport::Qp qp;
+  transport::Env env;
+  env.dcqcn = &cp;
+  env.now = 100'000;
+  ASSERT_TRUE(transport::pace_allows(qp, env));  // the rate starts: 1 Gb/s
+  // 4,072 bytes + 24 (preamble, IFG, FCS) = 32,768 bits: 32,768 ns at
+  // 1 Gb/s, from 8 us back (a quiet QP's burst): next at 124,768.
+  transport::paced_sent(qp, env, 4072);
+  ASSERT_EQ(qp.congestion.next_send_ns, 124'768u);
+  // A CNP at 108,768 halves the rate (alpha = 1): the 16,000 ns left
+  // become 32,000.
+  env.now = 108'768;
+  transport::rp_on_cnp(qp, env);
+  EXPECT_EQ(qp.congestion.rate.rate_bps(), 0.5e9);
+  EXPECT_EQ(qp.congestion.next_send_ns, 140'768u);
+  // The rate timer's step at 128,768 (fast recovery: (1 + 0.5) / 2 = 0.75
+  // Gb/s), seen at 130,768: the 10,000 ns left become 6,666.
+  env.now = 130'768;
+  EXPECT_FALSE(transport::pace_allows(qp, env));
+  EXPECT_EQ(qp.congestion.rate.rate_bps(), 0.75e9);
+  EXPECT_EQ(qp.congestion.next_send_ns, 137'434u);
+  env.now = 137'433;
+  EXPECT_FALSE(transport::pace_allows(qp, env));
+  env.now = 137'434;
+  EXPECT_TRUE(transport::pace_allows(qp, env));
 }
 
 // A CNP built by hand for `dest_qp`, as the peer (10.0.0.1) would send it.
