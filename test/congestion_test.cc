@@ -15,6 +15,7 @@
 #include "pcap/pcap_file.h"
 #include "rc_fixture.h"
 #include "scripted_port.h"
+#include "transport/qp.h"
 #include "wire/frame.h"
 #include "work_requests.h"
 
@@ -27,9 +28,12 @@ struct Seen {
   std::vector<std::uint8_t> frame;
 };
 
+// Paced at line rate from the first packet: these tests are about CNPs and
+// pacing, not about where a new QP's rate starts.
 cc::DcqcnParams params() {
   cc::DcqcnParams p;
   p.line_rate_bps = 10e9;
+  p.start_rate_fraction = 1;
   p.cnp_interval_ns = 50'000;
   p.cnp_dscp = 46;
   p.data_ecn = 2;
@@ -229,6 +233,7 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   cc::DcqcnParams cp;
   cp.line_rate_bps = 25e6;
   cp.min_rate_bps = 1e6;
+  cp.start_rate_fraction = 1;
   sim::SimPair net(11, {}, {}, &cp);
   ProtectionDomain* pda = net.a->alloc_pd();
   ProtectionDomain* pdb = net.b->alloc_pd();
@@ -276,6 +281,70 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   EXPECT_GT(ns, expect_ns * 0.98) << "faster than the rates allow";
   EXPECT_LT(ns, expect_ns * 1.05) << "the pacing schedule lost time";
   EXPECT_EQ(dst[4095], 0x42);
+}
+
+// A new QP starts at its start rate, not at line rate: its first frames
+// leave 8 times as far apart as a line-rate QP's (rp_start_rate_percent =
+// 12.5, the default).
+TEST(Congestion, ANewQpStartsAtItsStartRate) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 10e9;
+  ASSERT_EQ(cp.start_rate_fraction, 0.125);
+  ConnectParams mtu4k;
+  mtu4k.mtu = IBV_MTU_4096;
+  RcPair p(12, 2u << 20, mtu4k, {}, {}, 1024, &cp);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::vector<std::uint64_t> sent;
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    if (from == 0 && f.size() > 4096) sent.push_back(p.net.clock.now_ns());
+  });
+  ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 1u << 20, 1u << 20), 0);
+  ASSERT_EQ(p.wait(p.cqa, 1).size(), 1u);
+  ASSERT_GT(sent.size(), 20u);
+  // Past the first 8 us (a quiet QP's burst), frames of 4,096 bytes of
+  // payload and 58 of headers and ICRC (+24 on the wire) leave
+  // 4,178 * 8 / 1.25 Gb/s = 26,739 ns apart; the rate timer's first steps
+  // are fast recovery with nothing to recover.
+  for (std::size_t i = 4; i < 12; ++i) {
+    EXPECT_NEAR(static_cast<double>(sent[i] - sent[i - 1]), 26'739, 2) << "frame " << i;
+  }
+}
+
+// A rate change applies to the wait already running, as a token bucket's
+// would: a cut stretches what is left of it (without this, a cut took
+// effect one frame late, 27 us at 1.25 Gb/s), an increase shrinks it.
+TEST(Congestion, ARateChangeStretchesOrShrinksTheWaitForTheNextDeparture) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 1e9;
+  cp.start_rate_fraction = 1;
+  cp.alpha_period_ns = 1ull << 60;
+  cp.byte_counter = 0;
+  cp.rate_period_ns = 20'000;
+  transport::Qp qp;
+  transport::Env env;
+  env.dcqcn = &cp;
+  env.now = 100'000;
+  ASSERT_TRUE(transport::pace_allows(qp, env));  // the rate starts: 1 Gb/s
+  // 4,072 bytes + 24 (preamble, IFG, FCS) = 32,768 bits: 32,768 ns at
+  // 1 Gb/s, from 8 us back (a quiet QP's burst): next at 124,768.
+  transport::paced_sent(qp, env, 4072);
+  ASSERT_EQ(qp.congestion.next_send_ns, 124'768u);
+  // A CNP at 108,768 halves the rate (alpha = 1): the 16,000 ns left
+  // become 32,000.
+  env.now = 108'768;
+  transport::rp_on_cnp(qp, env);
+  EXPECT_EQ(qp.congestion.rate.rate_bps(), 0.5e9);
+  EXPECT_EQ(qp.congestion.next_send_ns, 140'768u);
+  // The rate timer's step at 128,768 (fast recovery: (1 + 0.5) / 2 = 0.75
+  // Gb/s), seen at 130,768: the 10,000 ns left become 6,666.
+  env.now = 130'768;
+  EXPECT_FALSE(transport::pace_allows(qp, env));
+  EXPECT_EQ(qp.congestion.rate.rate_bps(), 0.75e9);
+  EXPECT_EQ(qp.congestion.next_send_ns, 137'434u);
+  env.now = 137'433;
+  EXPECT_FALSE(transport::pace_allows(qp, env));
+  env.now = 137'434;
+  EXPECT_TRUE(transport::pace_allows(qp, env));
 }
 
 // A CNP built by hand for `dest_qp`, as the peer (10.0.0.1) would send it.

@@ -12,9 +12,14 @@ namespace {
 
 constexpr std::uint64_t kNever = 1ull << 60;
 
+// The paper's 40 Gb/s setting, starting at line rate and clamping the
+// target on every CNP (as the paper does), so the arithmetic below follows
+// the paper's rules one by one.
 cc::DcqcnParams params_40g() {
   cc::DcqcnParams p;
   p.line_rate_bps = 40e9;
+  p.start_rate_fraction = 1;
+  p.clamp_tgt_rate = true;
   p.min_rate_bps = 10e6;
   p.g = 1.0 / 256;
   p.ai_rate_bps = 40e6;
@@ -29,6 +34,79 @@ TEST(Dcqcn, StartsAtLineRateWithAlphaOne) {
   EXPECT_EQ(r.rate_bps(), 40e9);
   EXPECT_EQ(r.target_bps(), 40e9);
   EXPECT_EQ(r.alpha(), 1.0);
+}
+
+TEST(Dcqcn, StartsAtTheStartRateAndClimbsFromIt) {
+  cc::DcqcnParams p = params_40g();
+  p.start_rate_fraction = 0.125;
+  p.alpha_period_ns = kNever;
+  p.byte_counter = 0;
+  p.rate_period_ns = 55'000;
+  cc::DcqcnRate r(&p, 0);
+  // Rc = Rt = 40 / 8 = 5 Gb/s.
+  EXPECT_EQ(r.rate_bps(), 5e9);
+  EXPECT_EQ(r.target_bps(), 5e9);
+  // Fast recovery has nothing to recover (Rt = Rc) for F = 5 steps; the
+  // 6th adds R_AI: Rt = 5.04, Rc = (5.04 + 5) / 2 = 5.02.
+  r.advance(5 * 55'000);
+  EXPECT_EQ(r.rate_bps(), 5e9);
+  r.advance(6 * 55'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 5.04e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 5.02e9);
+  // Never below the floor: 0.01% of 40 Gb/s is 4 Mb/s, the floor 10 Mb/s.
+  p.start_rate_fraction = 0.0001;
+  r.reset(&p, 0);
+  EXPECT_EQ(r.rate_bps(), 10e6);
+}
+
+// ConnectX's default (rp_clamp_tgt_rate = 0, rp_clamp_tgt_rate_after_time_inc
+// = 1): a CNP sets Rt = Rc only when an increase event came since the last
+// cut; CNPs in a row keep the target the series started from.
+TEST(Dcqcn, WithoutClampingOnlyTheFirstCnpAfterAnIncreaseSetsTheTarget) {
+  cc::DcqcnParams p = params_40g();
+  p.clamp_tgt_rate = false;
+  p.alpha_period_ns = kNever;
+  p.byte_counter = 0;
+  p.rate_period_ns = 55'000;
+  cc::DcqcnRate r(&p, 0);
+  r.on_cnp(0);
+  r.on_cnp(1000);
+  // Rt stays 40; Rc = 40 / 2 / 2 = 10 (alpha = 1 throughout: (255/256) * 1 + 1/256).
+  EXPECT_DOUBLE_EQ(r.target_bps(), 40e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 10e9);
+  // A timer step 55 us after the last CNP: Rc = (40 + 10) / 2 = 25.
+  r.advance(56'000);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 25e9);
+  // That step was an increase event: this CNP sets Rt = 25, Rc = 12.5.
+  r.on_cnp(57'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 25e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 12.5e9);
+  // And the next one, with no increase between, keeps Rt: Rc = 6.25.
+  r.on_cnp(58'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 25e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 6.25e9);
+}
+
+// rp_clamp_tgt_rate_after_time_inc = 0: only byte-counter increases count.
+TEST(Dcqcn, WithoutClampingAfterTimeIncreasesOnlyAByteCounterStepSetsTheTarget) {
+  cc::DcqcnParams p = params_40g();
+  p.clamp_tgt_rate = false;
+  p.clamp_tgt_rate_after_time_inc = false;
+  p.alpha_period_ns = kNever;
+  p.byte_counter = 1'000'000;
+  p.rate_period_ns = 55'000;
+  cc::DcqcnRate r(&p, 0);
+  r.on_cnp(0);
+  r.on_cnp(1000);
+  r.advance(56'000);  // timer step: Rc = (40 + 10) / 2 = 25
+  r.on_cnp(57'000);   // not a byte step: Rt stays 40; Rc = 12.5
+  EXPECT_DOUBLE_EQ(r.target_bps(), 40e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 12.5e9);
+  r.on_sent(1'000'000);  // byte step: Rc = (40 + 12.5) / 2 = 26.25
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 26.25e9);
+  r.on_cnp(58'000);  // Rt = 26.25; Rc = 13.125
+  EXPECT_DOUBLE_EQ(r.target_bps(), 26.25e9);
+  EXPECT_DOUBLE_EQ(r.rate_bps(), 13.125e9);
 }
 
 TEST(Dcqcn, ACnpCutsByHalfAlphaAndRemembersTheRateAsTarget) {
@@ -154,11 +232,14 @@ TEST(Dcqcn, TheDocumentedDefaultsAreTheCodesDefaults) {
   ASSERT_TRUE(in) << "conf/dcqcn.conf";
   std::stringstream text;
   text << in.rdbuf();
+  const cc::DcqcnParams d;
   cc::DcqcnParams parsed;
   parsed.line_rate_bps = parsed.min_rate_bps = parsed.g = 0;  // all must come from the file
   parsed.alpha_period_ns = parsed.rate_period_ns = parsed.byte_counter = 0;
+  parsed.start_rate_fraction = 0;
+  parsed.clamp_tgt_rate = !d.clamp_tgt_rate;
+  parsed.clamp_tgt_rate_after_time_inc = !d.clamp_tgt_rate_after_time_inc;
   ASSERT_EQ(cc::parse_dcqcn_params(text.str(), parsed), "");
-  const cc::DcqcnParams d;
   EXPECT_EQ(parsed.enabled, d.enabled);
   EXPECT_EQ(parsed.line_rate_bps, d.line_rate_bps);
   EXPECT_EQ(parsed.min_rate_bps, d.min_rate_bps);
@@ -170,6 +251,9 @@ TEST(Dcqcn, TheDocumentedDefaultsAreTheCodesDefaults) {
   EXPECT_EQ(parsed.fast_recovery_steps, d.fast_recovery_steps);
   EXPECT_EQ(parsed.ai_rate_bps, d.ai_rate_bps);
   EXPECT_EQ(parsed.hai_rate_bps, d.hai_rate_bps);
+  EXPECT_EQ(parsed.start_rate_fraction, d.start_rate_fraction);
+  EXPECT_EQ(parsed.clamp_tgt_rate, d.clamp_tgt_rate);
+  EXPECT_EQ(parsed.clamp_tgt_rate_after_time_inc, d.clamp_tgt_rate_after_time_inc);
   EXPECT_EQ(parsed.cnp_interval_ns, d.cnp_interval_ns);
   EXPECT_EQ(parsed.cnp_dscp, d.cnp_dscp);
   EXPECT_EQ(parsed.cnp_priority, d.cnp_priority);
@@ -187,6 +271,26 @@ TEST(Dcqcn, BadConfigLinesAreNamed) {
   EXPECT_EQ(cc::parse_dcqcn_params("np_cnp_dscp = 64", p),
             "line 1: unknown name or value out of range: np_cnp_dscp = 64");
   EXPECT_EQ(cc::parse_dcqcn_params("rp_g = 2", p), "line 1: rp_g and rp_initial_alpha are fractions between 0 and 1");
+}
+
+TEST(Dcqcn, StartRateAndClampingParse) {
+  cc::DcqcnParams p;
+  ASSERT_EQ(cc::parse_dcqcn_params("rp_start_rate_percent = 25\nrp_clamp_tgt_rate = 1\n"
+                                   "rp_clamp_tgt_rate_after_time_inc = 0\n",
+                                   p),
+            "");
+  EXPECT_EQ(p.start_rate_fraction, 0.25);
+  EXPECT_TRUE(p.clamp_tgt_rate);
+  EXPECT_FALSE(p.clamp_tgt_rate_after_time_inc);
+  ASSERT_EQ(cc::parse_dcqcn_params("rp_start_rate_percent = 100", p), "");
+  EXPECT_EQ(p.start_rate_fraction, 1.0);
+  EXPECT_EQ(cc::parse_dcqcn_params("rp_start_rate_percent = 0", p),
+            "line 1: rp_start_rate_percent is a share of the line rate: above 0, at most 100, not '0'");
+  EXPECT_EQ(cc::parse_dcqcn_params("\nrp_start_rate_percent = 120", p),
+            "line 2: rp_start_rate_percent is a share of the line rate: above 0, at most 100, not '120'");
+  EXPECT_EQ(cc::parse_dcqcn_params("rp_clamp_tgt_rate = 2", p), "line 1: rp_clamp_tgt_rate takes 0 or 1, not '2'");
+  EXPECT_EQ(cc::parse_dcqcn_params("rp_clamp_tgt_rate_after_time_inc = 0.5", p),
+            "line 1: rp_clamp_tgt_rate_after_time_inc takes 0 or 1, not '0.5'");
 }
 
 }  // namespace

@@ -485,6 +485,7 @@ TEST(DpdkTelemetry, DcqcnStateOfEachQpIsVisible) {
   ASSERT_EQ(EalEnvironment::error(), "");
   cc::DcqcnParams params;
   params.line_rate_bps = 25e9;
+  params.start_rate_fraction = 1;  // from the first packet at line rate, not at the default eighth
   // No alpha decay and no rate increase within the test: the CNP's cut
   // below stays as it was made.
   params.alpha_period_ns = params.rate_period_ns = 100'000'000'000ull;

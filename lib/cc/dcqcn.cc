@@ -9,7 +9,8 @@ namespace uroce::cc {
 
 void DcqcnRate::reset(const DcqcnParams* params, std::uint64_t now_ns) {
   p_ = params;
-  rc_ = rt_ = p_->line_rate_bps;
+  rc_ = rt_ = p_->line_rate_bps * p_->start_rate_fraction;
+  bound_rates();
   alpha_ = p_->initial_alpha;
   t_ = bc_ = 0;
   bytes_ = 0;
@@ -18,18 +19,23 @@ void DcqcnRate::reset(const DcqcnParams* params, std::uint64_t now_ns) {
   cnps_ = 0;
 }
 
-void DcqcnRate::clamp() {
+void DcqcnRate::bound_rates() {
   rt_ = std::clamp(rt_, p_->min_rate_bps, p_->line_rate_bps);
   rc_ = std::clamp(rc_, p_->min_rate_bps, p_->line_rate_bps);
+}
+
+bool DcqcnRate::clamps_target() const {
+  // T and BC count the timer and byte-counter expiries since the last cut.
+  return p_->clamp_tgt_rate || bc_ > 0 || (p_->clamp_tgt_rate_after_time_inc && t_ > 0);
 }
 
 void DcqcnRate::on_cnp(std::uint64_t now_ns) {
   advance(now_ns);
   ++cnps_;
-  rt_ = rc_;
+  if (clamps_target()) rt_ = rc_;
   rc_ = rc_ * (1 - alpha_ / 2);
   alpha_ = (1 - p_->g) * alpha_ + p_->g;
-  clamp();
+  bound_rates();
   // The increase starts over; alpha decays only after a whole period
   // without a CNP.
   t_ = bc_ = 0;
@@ -48,7 +54,7 @@ void DcqcnRate::increase() {
     rt_ += p_->ai_rate_bps;
   }
   rc_ = (rt_ + rc_) / 2;
-  clamp();
+  bound_rates();
 }
 
 void DcqcnRate::on_sent(std::uint64_t bytes) {
@@ -116,7 +122,13 @@ std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p) {
     else if (key == "rp_fast_recovery_steps") p.fast_recovery_steps = static_cast<std::uint32_t>(u64);
     else if (key == "rp_ai_rate_mbps") p.ai_rate_bps = v * 1e6;
     else if (key == "rp_hai_rate_mbps") p.hai_rate_bps = v * 1e6;
-    else if (key == "np_cnp_interval_us") p.cnp_interval_ns = u64 * 1000;
+    else if (key == "rp_start_rate_percent") {
+      if (v <= 0 || v > 100) return where + "rp_start_rate_percent is a share of the line rate: above 0, at most 100, not '" + value + "'";
+      p.start_rate_fraction = v / 100;
+    } else if (key == "rp_clamp_tgt_rate" || key == "rp_clamp_tgt_rate_after_time_inc") {
+      if (v != 0 && v != 1) return where + key + " takes 0 or 1, not '" + value + "'";
+      (key == "rp_clamp_tgt_rate" ? p.clamp_tgt_rate : p.clamp_tgt_rate_after_time_inc) = v != 0;
+    } else if (key == "np_cnp_interval_us") p.cnp_interval_ns = u64 * 1000;
     else if (key == "np_cnp_dscp" && v <= 63) p.cnp_dscp = u8;
     else if (key == "np_cnp_priority" && v <= 7) p.cnp_priority = u8;
     else if (key == "data_ecn" && (v == 1 || v == 2)) p.data_ecn = u8;

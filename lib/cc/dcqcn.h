@@ -4,7 +4,13 @@
 // allocation; the engine feeds it CNPs, bytes sent and the time.
 //
 // Reaction point, per QP: current rate Rc, target rate Rt, and alpha.
-//   CNP:          Rt = Rc; Rc = Rc * (1 - alpha/2); alpha = (1 - g) * alpha + g;
+//   start:        Rc = Rt = start_rate_fraction * line_rate (not line rate:
+//                 see DcqcnParams::start_rate_fraction).
+//   CNP:          Rt = Rc if clamp_tgt_rate, or if an increase event came
+//                 since the last cut (a byte-counter one; a timer one too
+//                 with clamp_tgt_rate_after_time_inc), as ConnectX does; the
+//                 paper clamps on every CNP (clamp_tgt_rate = 1). Then
+//                 Rc = Rc * (1 - alpha/2); alpha = (1 - g) * alpha + g;
 //                 the increase counters and timers restart.
 //   alpha timer:  every alpha_period without a CNP, alpha = (1 - g) * alpha.
 //   increase:     each time the rate timer (rate_period) or the byte counter
@@ -33,10 +39,25 @@ struct DcqcnParams {
   std::uint64_t rate_period_ns = 55'000;   // rate-increase timer T (rp_time_reset)
   std::uint64_t byte_counter = 10'000'000; // bytes per byte-counter expiry B (rp_byte_reset)
   std::uint32_t fast_recovery_steps = 5;   // F (rp_threshold)
-  double ai_rate_bps = 40e6;        // R_AI (rp_ai_rate)
-  double hai_rate_bps = 400e6;      // R_HAI (rp_hai_rate)
+  // R_AI, R_HAI: half the paper's 40 Mb/s (chosen for 40 Gb/s links);
+  // conf/dcqcn.conf says why.
+  double ai_rate_bps = 20e6;        // R_AI (rp_ai_rate)
+  double hai_rate_bps = 200e6;      // R_HAI (rp_hai_rate)
+  // The rate a QP starts at, current and target, as a fraction of
+  // line_rate_bps (ours; ConnectX starts at rp_max_rate). At line rate, N
+  // QPs starting together overrun a buffer of Kmax + one BDP before the
+  // port can mark a packet of each: conf/dcqcn.conf has the arithmetic.
+  double start_rate_fraction = 0.125;
+  // A CNP sets Rt = Rc always (the paper), or only as the first cut after
+  // an increase event (ConnectX's default), so a QP cut several times in a
+  // row recovers towards the rate before the series.
+  bool clamp_tgt_rate = false;                // (rp_clamp_tgt_rate)
+  bool clamp_tgt_rate_after_time_inc = true;  // timer increases count as events (rp_clamp_tgt_rate_after_time_inc)
   // Notification point (ConnectX: np_*).
-  std::uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval (np_min_time_between_cnps)
+  // At most one CNP per QP per interval (np_min_time_between_cnps: 4 us in
+  // NVIDIA's note; the paper: 50 us, which let a QP that was cut just
+  // before the queue passed Kmax go 50 us uncut above it).
+  std::uint64_t cnp_interval_ns = 4'000;
   std::uint8_t cnp_dscp = 48;       // (np_cnp_dscp)
   std::uint8_t cnp_priority = 6;    // 802.1p priority of CNPs when VLAN-tagged (np_cnp_prio)
   std::uint8_t data_ecn = 2;        // ECN codepoint on our data packets: 2 = ECT(0), 1 = ECT(1)
@@ -50,7 +71,7 @@ class DcqcnRate {
  public:
   DcqcnRate() = default;
   DcqcnRate(const DcqcnParams* params, std::uint64_t now_ns) { reset(params, now_ns); }
-  // Line rate, alpha at its initial value, timers starting at `now_ns`.
+  // The start rate, alpha at its initial value, timers starting at `now_ns`.
   void reset(const DcqcnParams* params, std::uint64_t now_ns);
 
   // A CNP arrived for this QP.
@@ -70,7 +91,9 @@ class DcqcnRate {
 
  private:
   void increase();
-  void clamp();
+  void bound_rates();
+  // An increase event since the last cut that lets the next cut set Rt = Rc.
+  bool clamps_target() const;
 
   const DcqcnParams* p_ = nullptr;
   double rc_ = 0;
