@@ -1,8 +1,8 @@
 // uroce-sim with PFC: incast at 16, 32 and 64 to 1 with PFC and DCQCN loses
 // nothing and keeps the link busy with a bounded queue; without PFC the
-// buffer overflows from 32 to 1; and PFC alone stops a victim flow that
+// buffer overflows at 64 to 1; and PFC alone stops a victim flow that
 // shares an ingress with the incast (head-of-line blocking), which DCQCN
-// mostly undoes.
+// undoes.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -39,7 +39,11 @@ TEST(UroceSimPfc, IncastUpTo64To1WithPfcAndDcqcnLosesNothingWithTheLinkBusyAndTh
     // Pauses are counted, per sender, and add up.
     const std::vector<double> per_sender = list_field(r.summary, "pauses_per_sender");
     ASSERT_EQ(per_sender.size(), static_cast<std::size_t>(n));
-    EXPECT_GT(field(r.summary, "pauses"), 0) << "flows start at line rate: PFC holds them before DCQCN does";
+    // 64 QPs starting at an eighth of line rate offer 80 Gb/s: PFC holds
+    // them before DCQCN does.
+    if (n == 64) {
+      EXPECT_GT(field(r.summary, "pauses"), 0);
+    }
     EXPECT_EQ(std::accumulate(per_sender.begin(), per_sender.end(), 0.0), field(r.summary, "pauses"));
     EXPECT_EQ(list_field(r.summary, "paused_us_per_sender").size(), static_cast<std::size_t>(n));
     EXPECT_EQ(r.csv_header, "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops,pauses,paused_us");
@@ -47,29 +51,28 @@ TEST(UroceSimPfc, IncastUpTo64To1WithPfcAndDcqcnLosesNothingWithTheLinkBusyAndTh
   }
 }
 
-// The 4 MB buffer without PFC: DCQCN alone keeps 16 to 1 lossless, but
-// from 32 to 1 the flows' line-rate start overflows it before the CNPs
-// have cut them enough (the README's table has the figures).
-TEST(UroceSimPfc, WithoutPfcTheBufferOverflowsFrom32To1) {
+// The 4 MB buffer without PFC: DCQCN alone keeps 32 to 1 lossless, but at
+// 64 to 1 the flows' start (64 x 1.25 Gb/s) overflows it before the CNPs
+// have cut them enough (the README's table has the figures: drops begin
+// between 48 and 56 flows).
+TEST(UroceSimPfc, WithoutPfcTheBufferOverflowsAt64To1) {
   const std::uint64_t seed = test_seed(1);
   SCOPED_TRACE(seed_note(seed));
-  const SimRun at16 = run_sim("incast --flows 16" + seed_arg(seed));
-  ASSERT_EQ(at16.status, 0) << at16.output;
-  EXPECT_EQ(field(at16.summary, "pfc"), 0);
-  EXPECT_EQ(field(at16.summary, "drops"), 0) << at16.summary;
-  EXPECT_EQ(field(at16.summary, "pauses"), 0);
-  for (int n : {32, 64}) {
-    const SimRun r = run_sim("incast --flows " + std::to_string(n) + seed_arg(seed));
-    ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_GT(field(r.summary, "drops"), 0) << n << " to 1: " << r.summary;
-    EXPECT_EQ(field(r.summary, "data_intact"), 1) << "go-back-N repairs what was dropped";
-  }
+  const SimRun at32 = run_sim("incast --flows 32" + seed_arg(seed));
+  ASSERT_EQ(at32.status, 0) << at32.output;
+  EXPECT_EQ(field(at32.summary, "pfc"), 0);
+  EXPECT_EQ(field(at32.summary, "drops"), 0) << at32.summary;
+  EXPECT_EQ(field(at32.summary, "pauses"), 0);
+  const SimRun at64 = run_sim("incast --flows 64" + seed_arg(seed));
+  ASSERT_EQ(at64.status, 0) << at64.output;
+  EXPECT_GT(field(at64.summary, "drops"), 0) << at64.summary;
+  EXPECT_EQ(field(at64.summary, "data_intact"), 1) << "go-back-N repairs what was dropped";
 }
 
 // Victim: 16 flows into the bottleneck; flow 0's host also sends to an
 // idle port, which could take 10 Gb/s less that host's share of the
 // bottleneck (10/16): 9.375 Gb/s.
-TEST(UroceSimPfc, PfcAloneBlocksAVictimFlowAndDcqcnRemovesMostOfIt) {
+TEST(UroceSimPfc, PfcAloneBlocksAVictimFlowAndDcqcnRemovesIt) {
   const std::uint64_t seed = test_seed(1);
   SCOPED_TRACE(seed_note(seed));
   const double ideal = 10e9 - 10e9 / 16;
@@ -83,7 +86,7 @@ TEST(UroceSimPfc, PfcAloneBlocksAVictimFlowAndDcqcnRemovesMostOfIt) {
   EXPECT_LT(blocked, 0.2 * ideal) << alone.summary;
   const std::vector<double> paused = list_field(alone.summary, "paused_us_per_sender");
   ASSERT_FALSE(paused.empty());
-  EXPECT_GT(paused[0], 0.5 * 20'000) << "flow 0's host paused most of the 20 ms";
+  EXPECT_GT(paused[0], 0.5 * 40'000) << "flow 0's host paused most of the 40 ms";
   for (std::uint64_t k = 0; k < 3; ++k) {
     SCOPED_TRACE("scenario seed " + std::to_string(seed + k));
     const SimRun with = run_sim("victim --pfc on" + seed_arg(seed + k));
@@ -91,8 +94,8 @@ TEST(UroceSimPfc, PfcAloneBlocksAVictimFlowAndDcqcnRemovesMostOfIt) {
     EXPECT_EQ(field(with.summary, "drops"), 0) << with.summary;
     EXPECT_GE(field(with.summary, "utilisation"), 0.9) << with.summary;
     const double freed = field(with.summary, "victim_last_half_bps");
-    // Most of what PFC alone took is back.
-    EXPECT_GT(freed - blocked, 0.75 * (ideal - blocked)) << with.summary;
+    // Nearly all of what PFC alone took is back (9.1-9.2 of 9.375 Gb/s).
+    EXPECT_GT(freed - blocked, 0.9 * (ideal - blocked)) << with.summary;
     EXPECT_LT(field(with.summary, "pauses"), field(alone.summary, "pauses") / 2) << with.summary;
   }
 }

@@ -39,7 +39,10 @@ Scenario builtin(const std::string& name, int flows) {
     // sending to an idle port: with PFC alone the pauses the incast brings
     // stop that flow too (head-of-line blocking); DCQCN should spare it.
     s.flows = flows > 0 ? flows : 16;
-    s.duration_us = 20'000;
+    // 40 ms: a QP starts at an eighth of line rate (rp_start_rate_percent)
+    // and the victim's, never marked, takes ~20 ms to climb to its due;
+    // the last half then shows only what pauses take from it.
+    s.duration_us = 40'000;
     s.bottleneck.buffer_bytes = 4'000'000;
     s.victim = true;
   } else if (name == "join-leave") {
