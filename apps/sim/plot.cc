@@ -39,6 +39,9 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
   // Title on the left, the legend right-aligned; a second line if they meet.
   const int left = 80, right = 980;
   cv.text(left, 8, title, black);
+  // A named last flow (the victim) in black, drawn last, over the others.
+  const bool named_last = !spec.last_flow_name.empty();
+  auto colour = [&](std::size_t f) { return named_last && f + 1 == rates.size() ? black : colours[f % 8]; };
   // At most 8 flows named (colours repeat past 8), then how many more.
   auto name = [&](std::size_t f) -> std::string {
     if (f + 1 == rates.size() && !spec.last_flow_name.empty()) return spec.last_flow_name;
@@ -60,7 +63,7 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
     ly = 8 + th + 8;
   }
   for (std::size_t f : named) {
-    cv.fill(lx, ly + 2, lx + 12, ly + th - 3, colours[f % 8]);
+    cv.fill(lx, ly + 2, lx + 12, ly + th - 3, colour(f));
     cv.text(lx + 18, ly, name(f), black);
     lx += 18 + Canvas::text_width(name(f)) + 14;
   }
@@ -104,7 +107,7 @@ bool draw_plot(const PlotSpec& spec, const std::vector<const std::vector<double>
     for (std::size_t i = 0; i < r.size(); ++i) {
       sum += r[i] - (i >= window ? r[i - window] : 0);
       const double mean = sum / static_cast<double>(std::min(i + 1, window));
-      if (i > 0) cv.line(xs(i - 1), yrate(prev), xs(i), yrate(mean), colours[f % 8]);
+      if (i > 0) cv.line(xs(i - 1), yrate(prev), xs(i), yrate(mean), colour(f));
       prev = mean;
     }
   }
