@@ -2,73 +2,15 @@
 // what DCQCN achieves against what happens without it.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
+#include <string>
 #include <vector>
 
+#include "sim_run.h"
 #include "test_seed.h"
 
 namespace uroce::test {
 namespace {
-
-namespace fs = std::filesystem;
-
-struct SimRun {
-  int status = -1;
-  std::string output;
-  std::string summary;
-  std::string csv_header;
-  std::string png_magic;
-};
-
-SimRun run_sim(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("uroce-sim-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SimRun r;
-  FILE* p = popen((std::string(UROCE_SIM_BIN) + " " + args + " --out " + dir.string() + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  r.status = WEXITSTATUS(pclose(p));
-  std::ifstream s(dir / "summary.json");
-  std::stringstream ss;
-  ss << s.rdbuf();
-  r.summary = ss.str();
-  std::ifstream csv(dir / "timeseries.csv");
-  std::getline(csv, r.csv_header);
-  std::ifstream png(dir / "plot.png", std::ios::binary);
-  r.png_magic.resize(8);
-  png.read(r.png_magic.data(), 8);
-  fs::remove_all(dir);
-  return r;
-}
-
-double field(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\": ([0-9.e+-]+|true|false)"))) return -1;
-  if (m[1] == "true") return 1;
-  if (m[1] == "false") return 0;
-  return std::stod(m[1]);
-}
-
-struct Phase {
-  double flows, jain, utilisation, worst_deviation;
-};
-
-std::vector<Phase> phases(const std::string& summary) {
-  std::vector<Phase> out;
-  const std::regex re(R"(\{"from_us": [0-9]+, "to_us": [0-9]+, "flows": ([0-9]+), "jain": ([0-9.e+-]+), "utilisation": ([0-9.e+-]+), "worst_deviation": ([0-9.e+-]+)\})");
-  for (auto it = std::sregex_iterator(summary.begin(), summary.end(), re); it != std::sregex_iterator(); ++it) {
-    out.push_back(Phase{std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])});
-  }
-  return out;
-}
 
 TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   const std::uint64_t seed = test_seed(1);
