@@ -4,6 +4,7 @@
 // digits, then "done" from the client) over an ordinary kernel socket; RoCE
 // goes to the GID in the message, through the DPDK port this process owns.
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/args.h"
@@ -153,6 +155,9 @@ class Pingpong {
  public:
   Pingpong(const Options& o, Context& ctx, dpdk::PortIo& io) : o_(o), ctx_(ctx), io_(io) {}
 
+  ~Pingpong() {
+    if (oob_fd_ >= 0) close(oob_fd_);
+  }
   bool set_up();
   bool exchange();
   int run();
@@ -178,6 +183,7 @@ class Pingpong {
   int on_completion(const ibv_wc& wc);
   void report(double usec) const;
   int check_pages() const;
+  void part();
 
   const Options& o_;
   Context& ctx_;
@@ -194,6 +200,7 @@ class Pingpong {
   std::uint64_t pending_ = kRecvWrid;  // the work requests to complete before the next send
   std::uint32_t rcnt_ = 0;
   std::uint32_t scnt_ = 0;
+  int oob_fd_ = -1;  // the exchange's socket, open until part()
 };
 
 // The buffer, its MR, the CQ and the QP in INIT with every receive posted.
@@ -262,7 +269,8 @@ bool Pingpong::exchange_as_client(const std::string& msg, char* in) {
   const int fd = oob::connect_to(o_.server, o_.tcp_port, error);
   if (fd < 0) return fail(error.c_str());
   const bool ok = ask_server(fd, msg, in);
-  close(fd);
+  if (ok) oob_fd_ = fd;  // kept for part()
+  else close(fd);
   return ok;
 }
 
@@ -282,7 +290,8 @@ bool Pingpong::exchange_as_server(const std::string& msg, char* in) {
   const int fd = oob::accept_one(o_.tcp_port, error, idle_);
   if (fd < 0) return fail(error.c_str());
   const bool ok = answer_client(fd, msg, in);
-  close(fd);
+  if (ok) oob_fd_ = fd;  // kept for part()
+  else close(fd);
   return ok;
 }
 
@@ -396,7 +405,27 @@ int Pingpong::run() {
   const auto linger = Clock::now() + std::chrono::milliseconds(100);
   while (Clock::now() < linger) ctx_.progress();
   print_counters();
+  part();
   return rc;
+}
+
+// memif in DPDK 22.11 unmaps a link's shared memory on EAL's interrupt
+// thread when the peer closes its port, while this side may be inside
+// rx_burst on it: a SIGSEGV (seen about once in a CI run of the pingpong
+// tests). So no side closes its port before both have stopped polling:
+// each says "bye" on the exchange's socket and waits, without polling, for
+// the other's. A stock rc_pingpong peer has closed its socket after "done":
+// end of file, nothing to wait for (MSG_NOSIGNAL: no SIGPIPE either). The
+// server then leaves the client a moment to close first.
+void Pingpong::part() {
+  if (oob_fd_ < 0) return;
+  std::fflush(stdout);
+  (void)send(oob_fd_, "bye", 4, MSG_NOSIGNAL);
+  char bye[4];
+  const bool heard = oob::read_full(oob_fd_, bye, sizeof bye, nullptr);
+  close(oob_fd_);
+  oob_fd_ = -1;
+  if (heard && !client()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 int run(const Options& o) {
@@ -427,6 +456,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rc = run(o);
+  // Closing a memif port wakes EAL's interrupt thread, which walks its
+  // sources, among them memif's listener handle, freed in DPDK 22.11
+  // without being unregistered; eal_cleanup unmaps it under that walk (a
+  // SIGSEGV about one exit in ten, see uroce-bench-raw). The walk takes
+  // microseconds.
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   uroce::dpdk::eal_cleanup();
   return rc;
 }
