@@ -1,6 +1,7 @@
 #include "perf/remote.h"
 
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,6 +44,7 @@ class Endpoint {
   // The TCP exchange and the QPs connected to the peer's: 0, or the exit status.
   int exchange();
   int serve();
+  void part();
   int run_client();
 
  private:
@@ -262,6 +264,20 @@ bool Endpoint::serve_verdict() {
   return verified;
 }
 
+// memif in DPDK 22.11 unmaps a link's shared memory on EAL's interrupt
+// thread when the peer closes its port, while this side may be inside
+// rx_burst on it (a SIGSEGV; uroce-pingpong met it in CI). So no side closes
+// its port while the other still polls: after the verdict each stops its
+// engine (the worker too, with --workers), says "bye" and waits, without
+// polling, for the other's (or for its socket to close).
+void Endpoint::part() {
+  ctx_.stop_workers();
+  (void)send(fd_, "bye", 4, MSG_NOSIGNAL);  // a peer gone: no SIGPIPE
+  char bye[4];
+  (void)oob::read_full(fd_, bye, sizeof bye, nullptr);
+  close(fd_);
+}
+
 // The server serves: it keeps its engine running until the client says it
 // is done, then tells the client its verdict.
 int Endpoint::serve() {
@@ -270,7 +286,7 @@ int Endpoint::serve() {
   verified_ = serve_verdict();
   const char verdict = verified_ ? 'y' : 'n';
   oob::write_full(fd_, &verdict, 1);
-  close(fd_);
+  part();
   if (o_.counters) print_counters();
   const bool send = o_.op == Op::kSend;
   std::printf("uroce-perf server: %s test done%s%s\n", op_name(o_.op),
@@ -355,7 +371,7 @@ int Endpoint::run_client() {
   const std::string failure = transfer(flight, seconds);
   char verdict = 'n';
   const bool told = oob::write_full(fd_, "done\0\0\0", 8) && oob::read_full(fd_, &verdict, 1, idle_);
-  close(fd_);
+  part();
   if (!failure.empty()) {
     std::fprintf(stderr, "uroce-perf: %s\n", failure.c_str());
     if (o_.counters) print_counters();
