@@ -82,6 +82,14 @@ bool read_full(int fd, char* buf, std::size_t n, const std::function<void()>& id
   return true;
 }
 
+bool part(int fd) {
+  (void)send(fd, "bye", 4, MSG_NOSIGNAL);
+  char bye[4];
+  const bool heard = read_full(fd, bye, sizeof bye, nullptr);
+  close(fd);
+  return heard;
+}
+
 bool write_full(int fd, const char* buf, std::size_t n) {
   std::size_t done = 0;
   while (done < n) {

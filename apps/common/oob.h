@@ -20,6 +20,15 @@ int accept_one(std::uint16_t port, std::string& error, const std::function<void(
 bool read_full(int fd, char* buf, std::size_t n, const std::function<void()>& idle);
 bool write_full(int fd, const char* buf, std::size_t n);
 
+// Ends an exchange once this side has stopped polling its port: says "bye",
+// waits without polling for the peer's (or for its socket to close: a stock
+// peer closes after its exchange; no SIGPIPE either) and closes `fd`. True
+// if the peer said it. memif in DPDK 22.11 unmaps a link's shared memory on
+// EAL's interrupt thread when the peer closes its port, while this side may
+// be inside rx_burst on it (a SIGSEGV): neither side closes its port before
+// both have parted.
+bool part(int fd);
+
 // A GID as the exchanges write it (rc_pingpong's and perftest's): 32 hex
 // digits, no separators.
 std::string gid_to_hex(const ibv_gid& gid);

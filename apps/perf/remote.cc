@@ -1,7 +1,6 @@
 #include "perf/remote.h"
 
 #include <sched.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -264,18 +263,12 @@ bool Endpoint::serve_verdict() {
   return verified;
 }
 
-// memif in DPDK 22.11 unmaps a link's shared memory on EAL's interrupt
-// thread when the peer closes its port, while this side may be inside
-// rx_burst on it (a SIGSEGV; uroce-pingpong met it in CI). So no side closes
-// its port while the other still polls: after the verdict each stops its
-// engine (the worker too, with --workers), says "bye" and waits, without
-// polling, for the other's (or for its socket to close).
+// After the verdict each side stops its engine (the worker too, with
+// --workers), then parts (oob::part): no side closes its port while the
+// other still polls.
 void Endpoint::part() {
   ctx_.stop_workers();
-  (void)send(fd_, "bye", 4, MSG_NOSIGNAL);  // a peer gone: no SIGPIPE
-  char bye[4];
-  (void)oob::read_full(fd_, bye, sizeof bye, nullptr);
-  close(fd_);
+  oob::part(fd_);
 }
 
 // The server serves: it keeps its engine running until the client says it

@@ -4,7 +4,6 @@
 // digits, then "done" from the client) over an ordinary kernel socket; RoCE
 // goes to the GID in the message, through the DPDK port this process owns.
 #include <arpa/inet.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -409,21 +408,14 @@ int Pingpong::run() {
   return rc;
 }
 
-// memif in DPDK 22.11 unmaps a link's shared memory on EAL's interrupt
-// thread when the peer closes its port, while this side may be inside
-// rx_burst on it: a SIGSEGV (seen about once in a CI run of the pingpong
-// tests). So no side closes its port before both have stopped polling:
-// each says "bye" on the exchange's socket and waits, without polling, for
-// the other's. A stock rc_pingpong peer has closed its socket after "done":
-// end of file, nothing to wait for (MSG_NOSIGNAL: no SIGPIPE either). The
-// server then leaves the client a moment to close first.
+// Both sides stop polling before either closes its port (oob::part: memif
+// in DPDK 22.11 crashes a side still polling when the other closes; seen
+// about once in a CI run of the pingpong tests). The server then leaves
+// the client a moment to close first.
 void Pingpong::part() {
   if (oob_fd_ < 0) return;
   std::fflush(stdout);
-  (void)send(oob_fd_, "bye", 4, MSG_NOSIGNAL);
-  char bye[4];
-  const bool heard = oob::read_full(oob_fd_, bye, sizeof bye, nullptr);
-  close(oob_fd_);
+  const bool heard = oob::part(oob_fd_);
   oob_fd_ = -1;
   if (heard && !client()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }

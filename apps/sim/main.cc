@@ -160,7 +160,6 @@ class ScenarioRun {
   const Samples& samples() const { return samples_; }
   const sim::EgressStats& bottleneck() { return fabric_.sw.stats(0); }
   sim::SimSwitch& sw() { return fabric_.sw; }
-  const Scenario& sc() const { return sc_; }
   std::size_t hosts() const { return hosts_.size(); }
   // Senders: the hosts of flows 0 to N-1.
   std::size_t senders() const { return static_cast<std::size_t>(sc_.flows); }
@@ -420,9 +419,7 @@ void summarize_pfc(ScenarioRun& run, Results& r) {
     r.headroom_drops += p.headroom_drops;
     r.max_ingress_bytes = std::max(r.max_ingress_bytes, p.max_ingress_bytes);
   }
-  const sim::EgressConfig edge;  // the senders' links: the scenario's rate, edge delay
-  r.headroom_bytes = sw.pfc().headroom_bytes != 0 ? sw.pfc().headroom_bytes
-                                                  : sim::pfc_headroom_bytes(sw.pfc(), run.sc().gbps, edge.delay_ns);
+  r.headroom_bytes = sw.pfc_headroom(1);  // the senders' links are all alike
 }
 
 // The phase from events[e] to events[e + 1]; false if no flow sends all of

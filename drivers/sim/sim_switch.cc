@@ -356,6 +356,7 @@ std::uint64_t SimSwitch::queue_bytes(int port) {
 }
 const EgressStats& SimSwitch::stats(int port) const { return ports_[static_cast<std::size_t>(port)]->stats_; }
 const PfcStats& SimSwitch::pfc_stats(int port) const { return ports_[static_cast<std::size_t>(port)]->pfc_; }
+std::uint64_t SimSwitch::pfc_headroom(int port) const { return ports_[static_cast<std::size_t>(port)]->headroom_; }
 std::uint64_t SimSwitch::paused_ns(int port) {
   advance(clock_.now_ns());
   return ports_[static_cast<std::size_t>(port)]->paused_ns(clock_.now_ns());

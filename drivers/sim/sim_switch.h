@@ -125,6 +125,9 @@ class SimSwitch {
   std::uint64_t queue_bytes(int port);
   const EgressStats& stats(int port) const;
   const PfcStats& pfc_stats(int port) const;
+  // The PFC headroom of ingress `port` (PfcConfig::headroom_bytes, or
+  // pfc_headroom_bytes() of its link).
+  std::uint64_t pfc_headroom(int port) const;
   // How long the host on `port` has had a priority paused until now (the
   // sum over priorities), in ns.
   std::uint64_t paused_ns(int port);
