@@ -426,8 +426,10 @@ TEST_F(ServiceConn, AnotherUserSeesOnlyItsOwnClientsInStats) {
                      c.qpn[0]);
       }
     }
-    if (reply.stats.clients != 1 || reply.stats.pds != 0) {
-      std::fprintf(stderr, "uid 65534 sees totals: clients %u pds %u\n", reply.stats.clients, reply.stats.pds);
+    const svc::StatsReply& t = reply.stats;
+    if (t.clients != 1 || t.pds != 0 || t.mrs != 0 || t.cqs != 0 || t.qps != 0 || t.mapped_bytes != 0) {
+      std::fprintf(stderr, "uid 65534 sees totals: clients %u pds %u mrs %u cqs %u qps %u mapped %llu\n", t.clients,
+                   t.pds, t.mrs, t.cqs, t.qps, static_cast<unsigned long long>(t.mapped_bytes));
       ++others;
     }
     [[maybe_unused]] ssize_t w = write(ready[1], "x", 1);

@@ -612,6 +612,7 @@ void Server::stats(const Client& asking, service::StatsReply& s) const {
   // root sees every client (uroced --stats); any other uid its own clients
   // only: another user's pids and QPNs are not its business.
   const bool all = asking.uid == 0;
+  s = service::StatsReply{};  // the reply's union was a HelloReply until now
   for (const auto& [sock, k] : clients_) {
     if (!all && k->uid != asking.uid) continue;
     ++s.clients;
