@@ -230,10 +230,10 @@ bool Server::expire() {
   const auto reply_by = std::chrono::milliseconds(config_.reply_timeout_ms);
   std::vector<std::pair<int, std::string>> late;
   for (const auto& [sock, c] : clients_) {
-    if (c->out && now - c->since > reply_by) {
+    if (c->out && now - c->held > reply_by) {
       late.emplace_back(sock, "left its replies unread for " + std::to_string(config_.reply_timeout_ms) +
                                   " ms (reply_timeout_ms): dropped");
-    } else if (!c->attached && now - c->since > hello_by) {
+    } else if (!c->attached && now - c->accepted > hello_by) {
       late.emplace_back(sock, "");  // no hello in hello_timeout_ms: closed (debug)
     }
   }
@@ -374,7 +374,7 @@ void Server::accept_client() {
   c->id = next_client_++;
   c->pid = cred.pid;
   c->uid = cred.uid;
-  c->since = Clock::now();
+  c->accepted = Clock::now();
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = sock;
@@ -424,7 +424,7 @@ bool Server::send_reply(Client& c, const Reply& reply, std::vector<int>& fds) {
     // requests (so nothing more piles up), drop it after reply_timeout_ms.
     c.out = std::make_unique<Reply>(reply);
     c.out_fds.swap(fds);
-    c.since = Clock::now();
+    c.held = Clock::now();
     watch(c);
     return true;
   }

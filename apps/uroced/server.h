@@ -116,11 +116,12 @@ class Server {
     Limits limits;              // its uid's (limits_for)
     bool attached = false;      // said hello (until then: only hello and stats, and hello_timeout_ms)
     bool leaving = false;       // refused: closed once its last reply is out
-    Clock::time_point since;    // accepted; or, while `out` is held, when it was held
+    Clock::time_point accepted;  // for the hello deadline
     // A reply the socket would not take (the client does not read): held,
     // with its descriptors, and the client not read until it is out.
     std::unique_ptr<service::Reply> out;
     std::vector<int> out_fds;
+    Clock::time_point held;      // since when `out` waits
     std::uint32_t next_handle = 1;
     std::map<std::uint32_t, ProtectionDomain*> pds;
     std::map<std::uint32_t, Mr> mrs;
