@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 namespace uroce::daemon {
 
@@ -11,7 +12,10 @@ const char* const kUsage =
     "              [--workers CPUS] [--dcqcn FILE] [--pfc-priority 0-7|off] [--hugepages auto|on|off]\n"
     "              [--socket PATH]\n"
     "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
-    "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--log-level LEVEL]\n"
+    "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--max-pds N]\n"
+    "              [--uid-max-connections N] [--uid-max-pds N] [--uid-max-qps N] [--uid-max-cqs N]\n"
+    "              [--uid-max-mrs N] [--uid.UID.KEY N] [--hello-timeout-ms N] [--reply-timeout-ms N]\n"
+    "              [--log-level LEVEL]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -21,6 +25,8 @@ const char* const kUsage =
     "  --stats   lists the clients of the daemon at --socket, their QPs and counters.\n"
     "SIGTERM or SIGINT: every client's QPs move to the error state, the clients are told\n"
     "(their socket closes), and the daemon exits.\n"
+    "  --max-*   budgets per client; --uid-max-* budgets per uid (all its clients together);\n"
+    "            --uid.1000.uid-max-qps 2048 (key uid.1000.uid_max_qps) sets one for uid 1000 only.\n"
     "  --pfc-priority (or --pfc) P: PFC on priority P on the port where its driver can (else one\n"
     "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n";
 
@@ -55,7 +61,50 @@ bool parse_ip(const std::string& v, std::array<std::uint8_t, 4>& ip) {
   return i == 4;
 }
 
+// A budget key (Limits) into `l`: "" or why not; `known` false for a key
+// that is not a budget.
+std::string set_limit(Limits& l, const std::string& key, const std::string& value, bool& known) {
+  known = true;
+  std::uint64_t x = 0;
+  auto number = [&](std::uint64_t max, auto& field) -> std::string {
+    if (!parse_uint(value, max, x)) return key + ": '" + value + "' is not a number up to " + std::to_string(max);
+    field = static_cast<std::remove_reference_t<decltype(field)>>(x);
+    return "";
+  };
+  if (key == "max_qps") return number(1u << 20, l.qps);
+  if (key == "max_cqs") return number(1u << 20, l.cqs);
+  if (key == "max_mrs") return number(1u << 20, l.mrs);
+  if (key == "max_pinned_mb") return number(1ull << 30, l.pinned_mb);
+  if (key == "max_clients") return number(4096, l.clients);
+  if (key == "max_pds") return number(1u << 20, l.pds);
+  if (key == "uid_max_connections") return number(4096, l.uid_connections);
+  if (key == "uid_max_pds") return number(1u << 24, l.uid_pds);
+  if (key == "uid_max_qps") return number(1u << 24, l.uid_qps);
+  if (key == "uid_max_cqs") return number(1u << 24, l.uid_cqs);
+  if (key == "uid_max_mrs") return number(1u << 24, l.uid_mrs);
+  known = false;
+  return "";
+}
+
+// "uid.N.KEY": N and KEY, false if `key` is not of that form.
+bool split_uid_key(const std::string& key, std::uint64_t& uid, std::string& rest) {
+  if (key.rfind("uid.", 0) != 0) return false;
+  const auto dot = key.find('.', 4);
+  if (dot == std::string::npos || !parse_uint(key.substr(4, dot - 4), 0xfffffffe, uid)) return false;
+  rest = key.substr(dot + 1);
+  return true;
+}
+
 }  // namespace
+
+Limits limits_for(const Config& config, std::uint32_t uid) {
+  Limits l = config.limits;
+  for (const UidKey& k : config.uid_keys) {
+    bool known = false;
+    if (k.uid == uid) set_limit(l, k.key, k.value, known);  // checked when read
+  }
+  return l;
+}
 
 std::string set_key(Config& c, const std::string& raw_key, const std::string& value) {
   std::string key = raw_key;
@@ -68,6 +117,22 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     field = static_cast<std::remove_reference_t<decltype(field)>>(x);
     return "";
   };
+  std::uint64_t uid = 0;
+  std::string uid_key;
+  if (split_uid_key(key, uid, uid_key)) {
+    Limits scratch;
+    bool known = false;
+    const std::string e = set_limit(scratch, uid_key, value, known);
+    if (!known || uid_key == "max_clients") {
+      return raw_key + ": '" + uid_key + "' is not a budget one uid can have (max_qps, uid_max_qps, ...)";
+    }
+    if (!e.empty()) return raw_key + ": " + e;
+    c.uid_keys.push_back(UidKey{static_cast<std::uint32_t>(uid), uid_key, value});
+    return "";
+  }
+  if (key.rfind("uid.", 0) == 0) return raw_key + ": give uid.NUMBER.KEY, e.g. uid.1000.uid_max_qps";
+  bool budget = false;
+  if (std::string e = set_limit(c.limits, key, value, budget); budget) return e;
   if (key == "eal") {
     c.eal = value;
   } else if (key == "ip") {
@@ -105,16 +170,14 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     c.socket_mode = static_cast<std::uint32_t>(x);
   } else if (key == "socket_group") {
     c.socket_group = value;
-  } else if (key == "max_qps") {
-    return number(1u << 20, c.limits.qps);
-  } else if (key == "max_cqs") {
-    return number(1u << 20, c.limits.cqs);
-  } else if (key == "max_mrs") {
-    return number(1u << 20, c.limits.mrs);
-  } else if (key == "max_pinned_mb") {
-    return number(1ull << 30, c.limits.pinned_mb);
-  } else if (key == "max_clients") {
-    return number(4096, c.limits.clients);
+  } else if (key == "hello_timeout_ms") {
+    if (std::string e = number(3600000, c.hello_timeout_ms); !e.empty() || c.hello_timeout_ms == 0) {
+      return "hello_timeout_ms: give 1 to 3600000";
+    }
+  } else if (key == "reply_timeout_ms") {
+    if (std::string e = number(3600000, c.reply_timeout_ms); !e.empty() || c.reply_timeout_ms == 0) {
+      return "reply_timeout_ms: give 1 to 3600000";
+    }
   } else if (key == "log_level") {
     c.log_level = value;
   } else {

@@ -3,6 +3,7 @@
 // of the same name (--workers 2,3 overrides workers = 1).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -10,12 +11,33 @@
 
 namespace uroce::daemon {
 
+// Budgets: per client, and per uid (what all the clients of one uid hold
+// together, so that one user cannot take every client slot or the device's
+// max_qp / max_mr through many connections). Every key but max_clients can
+// be set for one uid: "uid.1000.uid_max_qps = 2048" (limits_for).
 struct Limits {
   std::uint32_t qps = 256;         // QPs per client
   std::uint32_t cqs = 512;         // CQs per client
   std::uint32_t mrs = 4096;        // memory regions per client
   std::uint64_t pinned_mb = 4096;  // MiB of registered memory per client
-  std::uint32_t clients = 64;      // clients at once
+  std::uint32_t clients = 64;      // clients at once (all uids)
+  std::uint32_t pds = 256;         // PDs per client
+  std::uint32_t uid_connections = 0;  // clients of one uid at once; 0: max_clients / 4, at least 4
+  std::uint32_t uid_pds = 1024;    // PDs of one uid's clients together
+  std::uint32_t uid_qps = 1024;
+  std::uint32_t uid_cqs = 2048;
+  std::uint32_t uid_mrs = 16384;
+
+  // uid_connections with its default resolved.
+  std::uint32_t connections_per_uid() const {
+    return uid_connections != 0 ? uid_connections : std::max<std::uint32_t>(clients / 4, 4);
+  }
+};
+
+// A "uid.N.KEY = VALUE" line: KEY's budget for uid N's clients.
+struct UidKey {
+  std::uint32_t uid = 0;
+  std::string key, value;
 };
 
 struct Config {
@@ -32,9 +54,15 @@ struct Config {
   std::uint32_t socket_mode = 0660;
   std::string socket_group;        // "" the daemon's
   Limits limits;
+  std::vector<UidKey> uid_keys;    // in the order given; the last one of a key wins
+  std::uint32_t hello_timeout_ms = 2000;  // a connection that has not said hello by then is closed
+  std::uint32_t reply_timeout_ms = 2000;  // a client that leaves a reply unread this long is dropped
   std::string log_level = "info";
   bool stats = false;              // --stats: print the clients of a running daemon and exit
 };
+
+// The budgets of `uid`'s clients: config.limits with the uid's own keys.
+Limits limits_for(const Config& config, std::uint32_t uid);
 
 // Reads `file` into `config`: "" or "FILE:LINE: why".
 std::string read_config_file(const std::string& file, Config& config);

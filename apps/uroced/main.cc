@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -53,7 +54,9 @@ int print_stats(const Config& config) {
   std::string why;
   if (client->call(req, reply, nullptr, 0, nullptr, why) != 0) return die(why);
   const uroce::service::StatsReply& s = reply.stats;
-  // This query is a client too (the last one listed, with nothing).
+  // This query is a client too (the last one listed, with nothing). The
+  // daemon tells root of every client, anyone else of their own uid's.
+  if (geteuid() != 0) std::printf("(the clients of uid %u only: run as root for all)\n", geteuid());
   std::printf("clients %u  pds %u  mrs %u  cqs %u  qps %u  mapped %llu bytes\n", s.clients, s.pds, s.mrs, s.cqs,
               s.qps, static_cast<unsigned long long>(s.mapped_bytes));
   for (std::uint32_t i = 0; i < s.listed; ++i) {

@@ -40,18 +40,68 @@ void set_message(Reply& reply, const std::string& why) {
   std::snprintf(reply.message, sizeof reply.message, "%s", why.c_str());
 }
 
+// A warning any local user can cause at will (refused connections): at
+// most one line a second, with the count of those held back.
+struct Hushed {
+  std::chrono::steady_clock::time_point next{};
+  std::uint64_t held = 0;
+  void warn(const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next) {
+      ++held;
+      return;
+    }
+    if (held != 0) spdlog::warn("{} (and {} more like it in the last second)", line, held);
+    else spdlog::warn("{}", line);
+    held = 0;
+    next = now + std::chrono::seconds(1);
+  }
+};
+Hushed refusals;
+
+// The socket's folder: only root (or the daemon's own user) may rename or
+// replace names in it, or it is sticky (only a name's owner may) and
+// root's. Otherwise another user could swap the socket for a link between
+// bind() and the chown that sets its group (or remove a live daemon's).
+std::string check_socket_folder(int dir_fd, const std::string& dir) {
+  struct stat st {};
+  if (fstat(dir_fd, &st) != 0) return "socket folder " + dir + ": " + errno_text(errno);
+  if (st.st_uid != 0 && st.st_uid != geteuid()) {
+    return "socket folder " + dir + " belongs to uid " + std::to_string(st.st_uid) +
+           ", who could replace the socket: give a folder of root's (e.g. /run/uroce) with --socket";
+  }
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  if (others_write && !((st.st_mode & S_ISVTX) != 0 && st.st_uid == 0)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return "socket folder " + dir + " (mode " + mode +
+           ") is writable by other users and not sticky: they could swap the socket for a link; "
+           "chmod go-w it, or give a folder only root writes (e.g. /run/uroce) with --socket";
+  }
+  return "";
+}
+
+bool known_op(Op op) {
+  const auto n = static_cast<std::uint32_t>(op);
+  return n >= static_cast<std::uint32_t>(Op::kHello) && n <= static_cast<std::uint32_t>(Op::kStats);
+}
+
 }  // namespace
 
 Server::Server(Context& ctx, std::size_t workers, const Config& config)
     : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {}
 
 Server::~Server() {
-  for (auto& [fd, c] : clients_) release(*c);
-  clients_.clear();
+  while (!clients_.empty()) drop(clients_.begin()->first, "");
   if (listen_fd_ >= 0) {
     close(listen_fd_);
-    unlink(config_.socket.c_str());
+    // Ours if it is still a socket (in a folder nobody else can change).
+    struct stat st {};
+    if (fstatat(socket_dir_, socket_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode)) {
+      unlinkat(socket_dir_, socket_name_.c_str(), 0);
+    }
   }
+  if (socket_dir_ >= 0) close(socket_dir_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (signal_fd_ >= 0) close(signal_fd_);
 }
@@ -62,27 +112,55 @@ std::string Server::listen() {
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return "socket path '" + path + "' is too long for a UNIX socket";
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const std::string dir = path.substr(0, path.rfind('/'));
-  if (!dir.empty() && dir != path) mkdir(dir.c_str(), 0755);  // /run/uroce; EEXIST is fine
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  socket_name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (socket_name_.empty() || socket_name_ == "." || socket_name_ == "..") {
+    return "socket '" + path + "' names a folder: give a file in it, e.g. /run/uroce/uroced.sock";
+  }
+  mkdir(dir.c_str(), 0755);  // /run/uroce; EEXIST is fine
+  socket_dir_ = open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (socket_dir_ < 0) {
+    const int e = errno;
+    return "socket folder " + dir + ": " + errno_text(e) +
+           (e == ENOTDIR || e == ELOOP ? " (a link or not a folder: give the real folder in --socket)" : "");
+  }
+  if (std::string e = check_socket_folder(socket_dir_, dir); !e.empty()) return e;
   // A socket file left by a daemon that died is removed; one that answers
-  // belongs to a running daemon.
+  // belongs to a running daemon; anything else is not ours to remove.
   const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     close(probe);
     return "socket " + path + " is in use by a running uroced: stop it, or give another --socket";
   }
   close(probe);
-  unlink(path.c_str());
+  const char* name = socket_name_.c_str();
+  struct stat st {};
+  if (fstatat(socket_dir_, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return path + " exists and is not a socket (" + (S_ISLNK(st.st_mode) ? "a link" : "a file") +
+             "): remove it, or give another --socket";
+    }
+    unlinkat(socket_dir_, name, 0);
+  }
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return "socket: " + errno_text(errno);
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    return "cannot bind " + path + ": " + errno_text(errno) + " (is its folder there and writable?)";
+  // Made with its mode (bind applies the umask): no chmod by path after.
+  const mode_t umask_was = umask(~static_cast<mode_t>(config_.socket_mode) & 0777);
+  const int bound = bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  const int bind_errno = errno;
+  umask(umask_was);
+  if (bound != 0) {
+    return "cannot bind " + path + ": " + errno_text(bind_errno) + " (is its folder there and writable?)";
   }
-  if (chmod(path.c_str(), config_.socket_mode) != 0) return "chmod " + path + ": " + errno_text(errno);
   if (!config_.socket_group.empty()) {
     const group* g = getgrnam(config_.socket_group.c_str());
     if (g == nullptr) return "socket_group '" + config_.socket_group + "' does not exist (groupadd it, or unset it)";
-    if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+    // The name, not a link it might have become: fchownat never follows one.
+    if (fstatat(socket_dir_, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+      return "socket " + path + " changed under uroced after bind: is another program using its folder?";
+    }
+    if (fchownat(socket_dir_, name, static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0) {
       return "chown " + path + " to group " + config_.socket_group + ": " + errno_text(errno);
     }
   }
@@ -106,9 +184,9 @@ std::string Server::listen() {
 int Server::run() {
   epoll_event evs[32];
   for (;;) {
-    const int n = epoll_wait(epoll_fd_, evs, 32, -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return 1;
+    int n = epoll_wait(epoll_fd_, evs, 32, static_cast<int>(kTick.count()));
+    if (n < 0 && errno != EINTR) return 1;
+    n = std::max(n, 0);
     for (int i = 0; i < n; ++i) {
       const int fd = evs[i].data.fd;
       if (fd == signal_fd_) {
@@ -124,8 +202,7 @@ int Server::run() {
           for (auto& [h, q] : c->qps) q.qp->modify(attr, IBV_QP_STATE);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        for (auto& [sock, c] : clients_) release(*c);
-        clients_.clear();
+        while (!clients_.empty()) drop(clients_.begin()->first, "");
         return 0;
       }
       if (fd == listen_fd_) {
@@ -134,16 +211,105 @@ int Server::run() {
       }
       auto it = clients_.find(fd);
       if (it == clients_.end()) continue;
-      if (!serve(*it->second)) {
-        Client& c = *it->second;
-        spdlog::info("uroced: client {} (pid {}) gone: its {} QP(s), {} CQ(s), {} region(s) freed", c.id, c.pid,
-                      c.qps.size(), c.cqs.size(), c.mrs.size());
-        release(c);
-        clients_.erase(it);
-      }
+      Client& c = *it->second;
+      // A held reply goes first; the client is read again once it is out.
+      const bool stays = c.out ? flush(c) : serve(c);
+      if (!stays) drop(fd, c.leaving ? "" : c.attached ? "gone" : "gone before hello");
     }
-    publish_client_table();
+    const bool expired = expire();
+    tick();
+    if (n > 0 || expired) publish_client_table();
   }
+}
+
+void Server::tick() {}
+
+bool Server::expire() {
+  const auto now = Clock::now();
+  const auto hello_by = std::chrono::milliseconds(config_.hello_timeout_ms);
+  const auto reply_by = std::chrono::milliseconds(config_.reply_timeout_ms);
+  std::vector<std::pair<int, std::string>> late;
+  for (const auto& [sock, c] : clients_) {
+    if (c->out && now - c->held > reply_by) {
+      late.emplace_back(sock, "left its replies unread for " + std::to_string(config_.reply_timeout_ms) +
+                                  " ms (reply_timeout_ms): dropped");
+    } else if (!c->attached && now - c->accepted > hello_by) {
+      late.emplace_back(sock, "");  // no hello in hello_timeout_ms: closed (debug)
+    }
+  }
+  for (const auto& [sock, why] : late) {
+    if (why.empty()) {
+      const Client& c = *clients_.at(sock);
+      spdlog::debug("uroced: connection of pid {} (uid {}) closed: no hello in {} ms", c.pid, c.uid,
+                    config_.hello_timeout_ms);
+    }
+    drop(sock, why);
+  }
+  return !late.empty();
+}
+
+void Server::drop(int sock, const std::string& why) {
+  auto it = clients_.find(sock);
+  if (it == clients_.end()) return;
+  Client& c = *it->second;
+  if (!why.empty()) {
+    spdlog::info("uroced: client {} (pid {}, uid {}) {}: its {} QP(s), {} CQ(s), {} region(s) freed", c.id, c.pid,
+                 c.uid, why, c.qps.size(), c.cqs.size(), c.mrs.size());
+  }
+  for (int fd : c.out_fds) close(fd);
+  c.out_fds.clear();
+  release(c);
+  clients_.erase(it);
+}
+
+void Server::watch(const Client& c) {
+  epoll_event ev{};
+  ev.events = c.out ? EPOLLOUT : EPOLLIN;
+  ev.data.fd = c.sock;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.sock, &ev);
+}
+
+Server::UidUsage Server::usage(uid_t uid) const {
+  UidUsage u;
+  for (const auto& [sock, c] : clients_) {
+    if (c->uid != uid) continue;
+    ++(c->attached ? u.connections : u.waiting);
+    u.pds += static_cast<std::uint32_t>(c->pds.size());
+    u.mrs += static_cast<std::uint32_t>(c->mrs.size());
+    u.cqs += static_cast<std::uint32_t>(c->cqs.size());
+    u.qps += static_cast<std::uint32_t>(c->qps.size());
+  }
+  return u;
+}
+
+std::string Server::over_budget(const Client& c, Op op) const {
+  struct Budget {
+    std::size_t mine;
+    std::uint32_t limit;
+    std::uint32_t Server::UidUsage::*ours;
+    std::uint32_t uid_limit;
+    const char* what;
+    const char* key;
+  };
+  const Limits& l = c.limits;
+  Budget b{};
+  switch (op) {
+    case Op::kAllocPd: b = {c.pds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs", "max_pds"}; break;
+    case Op::kRegMr: b = {c.mrs.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions", "max_mrs"}; break;
+    case Op::kCreateCq: b = {c.cqs.size(), l.cqs, &UidUsage::cqs, l.uid_cqs, "CQs", "max_cqs"}; break;
+    case Op::kCreateQp: b = {c.qps.size(), l.qps, &UidUsage::qps, l.uid_qps, "QPs", "max_qps"}; break;
+    default: return "";
+  }
+  if (b.mine >= b.limit) {
+    return "this client has " + std::to_string(b.mine) + " " + b.what + ", its limit (uroced " + b.key + ")";
+  }
+  const std::uint32_t ours = usage(c.uid).*b.ours;
+  if (ours >= b.uid_limit) {
+    const std::string uid = std::to_string(c.uid);
+    return "the clients of uid " + uid + " have " + std::to_string(ours) + " " + b.what + ", its limit (uroced uid_" +
+           b.key + ", or uid." + uid + ".uid_" + b.key + " for this uid)";
+  }
+  return "";
 }
 
 Server::ClientRow Server::row_of(const Client& c) {
@@ -174,7 +340,8 @@ std::vector<Server::ClientRow> Server::client_table() const {
 }
 
 void Server::accept_client() {
-  const int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  // Non-blocking: a reply is never waited for (send_reply).
+  const int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (sock < 0) return;
   ucred cred{};
   socklen_t len = sizeof cred;
@@ -182,22 +349,51 @@ void Server::accept_client() {
     close(sock);
     return;
   }
-  if (clients_.size() >= config_.limits.clients) {
-    spdlog::warn("uroced: refused pid {}: {} clients attached (max_clients)", cred.pid, clients_.size());
+  // Connections that have not said hello: per uid at most as many as it may
+  // have attached, its oldest giving way to its newest (so its own idle
+  // ones never keep its next client out, and never another uid's), at most
+  // max_clients in all, each closed after hello_timeout_ms. The budgets of
+  // attached clients apply at hello (admit).
+  auto c = std::make_unique<Client>();
+  c->limits = limits_for(config_, cred.uid);
+  if (usage(cred.uid).waiting >= c->limits.connections_per_uid()) {
+    const Client* oldest = nullptr;
+    for (const auto& [s, k] : clients_) {
+      if (k->uid == cred.uid && !k->attached && (oldest == nullptr || k->id < oldest->id)) oldest = k.get();
+    }
+    if (oldest != nullptr) drop(oldest->sock, "");
+  }
+  const auto waiting = std::count_if(clients_.begin(), clients_.end(), [](const auto& k) { return !k.second->attached; });
+  if (static_cast<std::uint32_t>(waiting) >= config_.limits.clients) {
+    refusals.warn("uroced: refused a connection of pid " + std::to_string(cred.pid) + " (uid " +
+                  std::to_string(cred.uid) + "): " + std::to_string(waiting) + " connections wait for their hello");
     close(sock);  // the client reads "uroced closed the connection"
     return;
   }
-  auto c = std::make_unique<Client>();
   c->sock = sock;
   c->id = next_client_++;
   c->pid = cred.pid;
   c->uid = cred.uid;
+  c->accepted = Clock::now();
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = sock;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sock, &ev);
-  spdlog::info("uroced: client {} attached: pid {}, uid {}", c->id, cred.pid, cred.uid);
   clients_[sock] = std::move(c);
+}
+
+std::string Server::admit(const Client& c) const {
+  const auto attached = std::count_if(clients_.begin(), clients_.end(), [](const auto& k) { return k.second->attached; });
+  if (static_cast<std::uint32_t>(attached) >= config_.limits.clients) {
+    return "uroced serves " + std::to_string(attached) + " clients, its limit (max_clients): try again later";
+  }
+  const std::uint32_t mine = usage(c.uid).connections;
+  if (mine >= c.limits.connections_per_uid()) {
+    const std::string uid = std::to_string(c.uid);
+    return "uid " + uid + " has " + std::to_string(mine) + " clients attached, its limit (uroced uid_max_connections, or uid." +
+           uid + ".uid_max_connections for this uid)";
+  }
+  return "";
 }
 
 bool Server::serve(Client& c) {
@@ -205,7 +401,8 @@ bool Server::serve(Client& c) {
   int fds[service::kMaxFds];
   int nfds = 0;
   const long n = service::recv_message(c.sock, &req, sizeof req, fds, service::kMaxFds, nfds);
-  if (n <= 0 && n != -EMSGSIZE) return false;  // closed (exit, kill) or broken
+  if (n == -EAGAIN || n == -EWOULDBLOCK) return true;  // nothing after all
+  if (n <= 0 && n != -EMSGSIZE) return false;         // closed (exit, kill) or broken
   Reply reply;
   std::vector<int> reply_fds;
   if (n != static_cast<long>(sizeof req)) {
@@ -216,9 +413,36 @@ bool Server::serve(Client& c) {
     handle(c, req, fds, nfds, reply, reply_fds);
     for (int i = 0; i < nfds; ++i) close(fds[i]);  // what was kept is mapped, or dup'd
   }
-  const int e = service::send_message(c.sock, &reply, sizeof reply, reply_fds.data(), static_cast<int>(reply_fds.size()));
-  for (int fd : reply_fds) close(fd);
+  return send_reply(c, reply, reply_fds) && !(c.leaving && !c.out);
+}
+
+bool Server::send_reply(Client& c, const Reply& reply, std::vector<int>& fds) {
+  // The socket is non-blocking, so this sendmsg never sleeps (MSG_DONTWAIT).
+  const int e = service::send_message(c.sock, &reply, sizeof reply, fds.data(), static_cast<int>(fds.size()));
+  if (e == EAGAIN || e == EWOULDBLOCK) {
+    // The client is not reading: hold this reply, stop reading its
+    // requests (so nothing more piles up), drop it after reply_timeout_ms.
+    c.out = std::make_unique<Reply>(reply);
+    c.out_fds.swap(fds);
+    c.held = Clock::now();
+    watch(c);
+    return true;
+  }
+  for (int fd : fds) close(fd);
+  fds.clear();
   return e == 0;
+}
+
+bool Server::flush(Client& c) {
+  const int e = service::send_message(c.sock, c.out.get(), sizeof *c.out, c.out_fds.data(),
+                                      static_cast<int>(c.out_fds.size()));
+  if (e == EAGAIN || e == EWOULDBLOCK) return true;  // still no room
+  for (int fd : c.out_fds) close(fd);
+  c.out_fds.clear();
+  c.out.reset();
+  if (e != 0 || c.leaving) return false;
+  watch(c);
+  return true;
 }
 
 int Server::fail(Reply& reply, int err, const std::string& why) {
@@ -229,12 +453,30 @@ int Server::fail(Reply& reply, int err, const std::string& why) {
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
+  if (!c.attached && known_op(req.op) && req.op != Op::kHello && req.op != Op::kStats) {
+    fail(reply, EINVAL, "no hello yet: a client's first request is hello (uroce's library says it)");
+    return;
+  }
+  if (std::string why = over_budget(c, req.op); !why.empty()) {
+    fail(reply, ENOMEM, why);
+    return;
+  }
   switch (req.op) {
     case Op::kHello: {
       if (req.hello.version != service::kProtocolVersion) {
         fail(reply, EPROTO, "protocol version " + std::to_string(req.hello.version) + ", this uroced speaks " +
                                 std::to_string(service::kProtocolVersion) + ": use the library of the same uroce");
         return;
+      }
+      if (!c.attached) {
+        if (std::string why = admit(c); !why.empty()) {
+          refusals.warn("uroced: refused pid " + std::to_string(c.pid) + ": " + why);
+          fail(reply, EUSERS, why);
+          c.leaving = true;  // closed once this reply is out
+          return;
+        }
+        c.attached = true;
+        spdlog::info("uroced: client {} attached: pid {}, uid {}", c.id, c.pid, c.uid);
       }
       service::HelloReply& h = reply.hello;
       h.client = c.id;
@@ -249,12 +491,12 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       h.mac[4] = h.gid[0].raw[14];
       h.mac[5] = h.gid[0].raw[15];
       const DeviceLimits& l = ctx_.limits();
-      h.max_qp = std::min(l.max_qp, config_.limits.qps);
+      h.max_qp = std::min(l.max_qp, c.limits.qps);
       h.max_qp_wr = l.max_qp_wr;
       h.max_sge = std::min<std::uint32_t>(l.max_sge, service::kMaxSge);
       h.max_inline_data = std::min<std::uint32_t>(l.max_inline_data, service::kMaxInline);
       h.max_cqe = l.max_cqe;
-      h.max_mr = std::min(l.max_mr, config_.limits.mrs);
+      h.max_mr = std::min(l.max_mr, c.limits.mrs);
       h.max_qp_rd_atom = l.max_qp_rd_atom;
       h.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
       return;
@@ -359,33 +601,42 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       for (std::size_t i = 0; i < reply.counters.count; ++i) reply.counters.value[i] = rows[i].value;
       return;
     }
-    case Op::kStats: {
-      const Totals t = totals();
-      service::StatsReply& s = reply.stats;
-      s.clients = t.clients;
-      s.pds = t.pds;
-      s.mrs = t.mrs;
-      s.cqs = t.cqs;
-      s.qps = t.qps;
-      s.mapped_bytes = t.mapped_bytes;
-      for (const auto& [sock, k] : clients_) {
-        if (s.listed == service::StatsReply::kMaxClients) break;
-        const ClientRow r = row_of(*k);
-        service::StatsReply::Client& e = s.client[s.listed++];
-        e.id = r.id;
-        e.pid = r.pid;
-        e.uid = r.uid;
-        e.pds = r.pds;
-        e.mrs = r.mrs;
-        e.cqs = r.cqs;
-        e.qps = r.qps;
-        e.mapped_bytes = r.mapped_bytes;
-        for (std::size_t j = 0; j < r.qpns.size() && j < std::size(e.qpn); ++j) e.qpn[j] = r.qpns[j];
-      }
+    case Op::kStats:
+      stats(c, reply.stats);
       return;
-    }
   }
   fail(reply, EINVAL, "unknown request " + std::to_string(static_cast<std::uint32_t>(req.op)));
+}
+
+void Server::stats(const Client& asking, service::StatsReply& s) const {
+  // root sees every client (uroced --stats); any other uid its own clients
+  // only: another user's pids and QPNs are not its business.
+  const bool all = asking.uid == 0;
+  s = service::StatsReply{};  // the reply's union was a HelloReply until now
+  for (const auto& [sock, k] : clients_) {
+    if (!all && k->uid != asking.uid) continue;
+    ++s.clients;
+    s.pds += static_cast<std::uint32_t>(k->pds.size());
+    s.mrs += static_cast<std::uint32_t>(k->mrs.size());
+    s.cqs += static_cast<std::uint32_t>(k->cqs.size());
+    s.qps += static_cast<std::uint32_t>(k->qps.size());
+    s.mapped_bytes += k->mapped + k->ring_bytes;
+  }
+  for (const auto& [sock, k] : clients_) {
+    if (s.listed == service::StatsReply::kMaxClients) break;
+    if (!all && k->uid != asking.uid) continue;
+    const ClientRow r = row_of(*k);
+    service::StatsReply::Client& e = s.client[s.listed++];
+    e.id = r.id;
+    e.pid = r.pid;
+    e.uid = r.uid;
+    e.pds = r.pds;
+    e.mrs = r.mrs;
+    e.cqs = r.cqs;
+    e.qps = r.qps;
+    e.mapped_bytes = r.mapped_bytes;
+    for (std::size_t j = 0; j < r.qpns.size() && j < std::size(e.qpn); ++j) e.qpn[j] = r.qpns[j];
+  }
 }
 
 Server::Totals Server::totals() const {
@@ -409,7 +660,7 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
     fail(reply, EINVAL, "no PD " + std::to_string(r.pd) + " of this client");
     return;
   }
-  if (c.mrs.size() >= config_.limits.mrs) {
+  if (c.mrs.size() >= c.limits.mrs) {
     fail(reply, ENOMEM, "this client has " + std::to_string(c.mrs.size()) +
                             " memory regions, its limit (uroced max_mrs)");
     return;
@@ -459,9 +710,9 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
   }
   std::uint64_t added = 0;
   for (const auto& [inode, bytes] : new_files) added += bytes;
-  if (c.mapped + added > config_.limits.pinned_mb * kMiB) {
+  if (c.mapped + added > c.limits.pinned_mb * kMiB) {
     fail(reply, ENOMEM, "this client would have " + std::to_string((c.mapped + added) / kMiB) +
-                            " MiB registered, over its limit of " + std::to_string(config_.limits.pinned_mb) +
+                            " MiB registered, over its limit of " + std::to_string(c.limits.pinned_mb) +
                             " MiB (uroced max_pinned_mb)");
     return;
   }
@@ -524,7 +775,7 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
 // --- CQs and QPs ---------------------------------------------------------------------
 
 void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std::vector<int>& fds) {
-  if (c.cqs.size() >= config_.limits.cqs) {
+  if (c.cqs.size() >= c.limits.cqs) {
     fail(reply, ENOMEM, "this client has " + std::to_string(c.cqs.size()) + " CQs, its limit (uroced max_cqs)");
     return;
   }
@@ -591,7 +842,7 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
     fail(reply, EINVAL, "create_qp names a PD or CQ that is not this client's");
     return;
   }
-  if (c.qps.size() >= config_.limits.qps) {
+  if (c.qps.size() >= c.limits.qps) {
     fail(reply, ENOMEM, "this client has " + std::to_string(c.qps.size()) + " QPs, its limit (uroced max_qps)");
     return;
   }

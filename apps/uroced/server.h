@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -25,12 +26,19 @@ class Server {
   ~Server();
 
   // Binds the socket (its mode and group as configured). "" or a one-line
-  // reason ("socket ... is in use by a running uroced").
+  // reason ("socket ... is in use by a running uroced"). Nothing is done by
+  // path that a link could redirect: the socket's folder must be one only
+  // root (or this user) can change, or sticky and root's; the socket is
+  // created with its mode (umask) and its group set without following links.
   std::string listen();
   // Serves until SIGTERM or SIGINT (blocked by the caller, read here
   // through a signalfd), then moves every client's QPs to the error state,
-  // lets their completions out, and closes the clients. Returns 0.
+  // lets their completions out, and closes the clients. Returns 0. Never
+  // blocks on a client: sockets are non-blocking, a reply the client does
+  // not take is held (and the client not read) until it does, or dropped
+  // after reply_timeout_ms. Wakes at least every kTick to run tick().
   int run();
+  static constexpr std::chrono::milliseconds kTick{20};
 
   // Context::WorkerHook: worker `worker`'s pump, before and after each poll.
   static std::size_t pump_requests(void* self, std::size_t worker) {
@@ -52,6 +60,16 @@ class Server {
     std::vector<std::uint32_t> qpns;
   };
   std::vector<ClientRow> client_table() const;
+
+  // What the clients of one uid hold together, against its budgets
+  // (config.h Limits, uid_*). Summed from the clients when a request would
+  // add to it (at most connections_per_uid() clients attached, as many again
+  // waiting for hello), so it is never out of step with them.
+  struct UidUsage {
+    std::uint32_t connections = 0;  // attached (said hello)
+    std::uint32_t waiting = 0;      // not yet said hello
+    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+  };
 
   struct Totals {
     std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0;
@@ -89,11 +107,21 @@ class Server {
     std::size_t worker = 0;
     std::unique_ptr<PumpQp> pump;
   };
+  using Clock = std::chrono::steady_clock;
   struct Client {
     int sock = -1;
     std::uint32_t id = 0;
     pid_t pid = 0;
     uid_t uid = 0;
+    Limits limits;              // its uid's (limits_for)
+    bool attached = false;      // said hello (until then: only hello and stats, and hello_timeout_ms)
+    bool leaving = false;       // refused: closed once its last reply is out
+    Clock::time_point accepted;  // for the hello deadline
+    // A reply the socket would not take (the client does not read): held,
+    // with its descriptors, and the client not read until it is out.
+    std::unique_ptr<service::Reply> out;
+    std::vector<int> out_fds;
+    Clock::time_point held;      // since when `out` waits
     std::uint32_t next_handle = 1;
     std::map<std::uint32_t, ProtectionDomain*> pds;
     std::map<std::uint32_t, Mr> mrs;
@@ -108,6 +136,22 @@ class Server {
   // Handles one request; false when the client must go (its socket closed,
   // or a message the protocol does not allow).
   bool serve(Client& c);
+  // Sends `reply` without waiting; held in c.out if the socket is full.
+  // false when the client must go.
+  bool send_reply(Client& c, const service::Reply& reply, std::vector<int>& fds);
+  bool flush(Client& c);  // c.out, once the socket takes it; false: the client must go
+  void watch(const Client& c);  // epoll: its requests, or (c.out held) room for its reply
+  // Closes clients past their hello or reply deadline; true if any.
+  bool expire();
+  // "" or why `c` may not attach (say hello): max_clients, its uid's connections.
+  std::string admit(const Client& c) const;
+  // Pending work of the control path, once per loop (at least every kTick).
+  void tick();
+  void drop(int sock, const std::string& why);  // release() and forget
+  UidUsage usage(uid_t uid) const;
+  // "" or why `c` may not make one more object of the kind `op` makes
+  // (its budgets and its uid's).
+  std::string over_budget(const Client& c, service::Op op) const;
   void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
               std::vector<int>& reply_fds);
   int fail(service::Reply& reply, int err, const std::string& why);
@@ -121,12 +165,15 @@ class Server {
   void release(Client& c);  // everything of c, then its socket
   static ClientRow row_of(const Client& c);
   void publish_client_table();
+  void stats(const Client& asking, service::StatsReply& s) const;
 
   Context& ctx_;
   Config config_;
   std::vector<Pump> pumps_;
   std::size_t next_worker_ = 0;
   int listen_fd_ = -1;
+  int socket_dir_ = -1;  // the socket's folder (O_PATH), for *at() calls that follow no link
+  std::string socket_name_;
   int epoll_fd_ = -1;
   int signal_fd_ = -1;
   std::uint32_t next_client_ = 1;
