@@ -73,10 +73,11 @@ TEST(SecurityKeys, TwoFreshContextsDoNotGiveOutTheSameKeysOrQpns) {
   }
 }
 
-// Keys stay keys: each opens its own region and nothing else, a key that
-// outlived its region opens nothing (also not the region registered next
-// in its place), and 64 registrations, 8 live at a time, never repeat a
-// key.
+// A client that registers regions and sees its keys cannot tell the next
+// key (another client's, in uroced) from them: it is not the last one plus
+// one slot. And keys stay keys: each opens its own region, a key that
+// outlived its region opens nothing, and 64 registrations, 8 live at a
+// time, never repeat a key.
 TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
   sim::SimPair net(3);
   ProtectionDomain* pd = net.a->alloc_pd();
@@ -84,9 +85,13 @@ TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
   const mem::MrTable& table = internal::impl_of(*net.a).mrs;
   std::set<std::uint32_t> stale;
   std::vector<MemoryRegion*> live;
+  std::uint32_t last = 0;
+  int guessed = 0;
   for (int round = 0; round < 64; ++round) {
     MemoryRegion* mr = pd->reg_mr(buf + (round % 16) * 64, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     ASSERT_NE(mr, nullptr) << round;
+    guessed += mr->rkey == last + 0x100;
+    last = mr->rkey;
     EXPECT_EQ(stale.count(mr->rkey), 0u) << "a stale key came back at once";
     std::uint8_t* host = nullptr;
     EXPECT_EQ(table.check(mr->rkey, true, pd->id(), mr->iova, 64, IBV_ACCESS_REMOTE_READ, host), mem::AccessResult::kOk);
@@ -103,10 +108,12 @@ TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
       EXPECT_EQ(table.check(k, true, pd->id(), 0, 1, 0, host), mem::AccessResult::kBadKey) << std::hex << k;
     }
   }
+  EXPECT_LT(guessed, 8) << "the next key is the last one plus one slot";
 }
 
-// 10,000 QPs on one context: every QPN distinct, none 0 or 1, made in
-// bounded time (a generous margin: the choice is O(1) per QP).
+// 10,000 QPs on one context, some destroyed as it goes: the QPN after one
+// an attacker saw is not that one plus one; every QPN distinct, none 0 or
+// 1, made in bounded time (a generous margin: the choice is O(1) per QP).
 TEST(SecurityKeys, TenThousandQpsGetDistinctQpnsQuickly) {
   sim::SimPair net(4);
   ProtectionDomain* pd = net.a->alloc_pd();
@@ -116,11 +123,15 @@ TEST(SecurityKeys, TenThousandQpsGetDistinctQpnsQuickly) {
   init.send_cq = init.recv_cq = cq;
   std::set<std::uint32_t> qpns;
   std::vector<QueuePair*> qps;
+  std::uint32_t last = 0;
+  int guessed = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 10000; ++i) {
     QueuePair* qp = pd->create_qp(init);
     ASSERT_NE(qp, nullptr) << i << ": " << net.a->last_error();
     ASSERT_GE(qp->qp_num(), 2u);
+    guessed += qp->qp_num() == last + 1;
+    last = qp->qp_num();
     ASSERT_TRUE(qpns.insert(qp->qp_num()).second) << "QPN given twice: " << qp->qp_num();
     qps.push_back(qp);
     // Churn: every tenth QP goes again, so numbers are freed and chosen anew.
@@ -132,6 +143,7 @@ TEST(SecurityKeys, TenThousandQpsGetDistinctQpnsQuickly) {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(guessed, 100) << "the next QPN is the last one plus one";
   EXPECT_LT(seconds, 120.0);
   std::printf("10000 create_qp (1000 destroy_qp): %.2f s\n", seconds);
   for (QueuePair* qp : qps) ASSERT_EQ(pd->destroy_qp(qp), 0);

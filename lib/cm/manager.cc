@@ -313,7 +313,7 @@ struct Manager::Impl {
       return;
     }
     // Requests are state any peer makes: bounded per listener (its backlog)
-    // and overall. "No resources" (IBTA 12.6.7.2, REJ reason 3): the peer
+    // and overall. "No resources" (IBTA 12.6.7, table 103, reason 3): the peer
     // may try again later.
     Listener& listener = l->second;
     if (listener.pending >= listener.backlog || pending_requests >= timing.max_pending_requests) {
@@ -536,7 +536,7 @@ struct Manager::Impl {
       if (c == nullptr) continue;
       c->due = 0;
       if (c->state == State::kReqRcvd) {
-        // Nobody answered it: refuse it (REJ timeout, IBTA 12.6.7.2) so the
+        // Nobody answered it: refuse it (REJ timeout, IBTA 12.6.7, reason 4) so the
         // peer stops asking, and tell the owner it is gone.
         ++counters.req_timed_out;
         reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kTimeout);

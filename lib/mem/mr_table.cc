@@ -82,21 +82,22 @@ int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std:
   if (i == 0 || i >= slots_.size()) return EINVAL;
   if (slots_[i].valid) return EEXIST;
   slots_[i] = Region{static_cast<std::uint8_t*>(base), iova, length, access, pd, key, true, true, false};
+  ++pd_regions_[pd];
   return 0;
 }
 
 int MrTable::remove(std::uint32_t key) {
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
+  if (auto n = pd_regions_.find(slots_[i].pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
   slots_[i] = Region{};
   ++epoch_;
   return 0;
 }
 
 std::uint32_t MrTable::regions_in_pd(std::uint64_t pd) const {
-  std::uint32_t n = 0;
-  for (const Region& r : slots_) n += r.valid && r.pd == pd;
-  return n;
+  const auto n = pd_regions_.find(pd);
+  return n == pd_regions_.end() ? 0 : n->second;
 }
 
 const Region* MrTable::find(std::uint32_t key) const {

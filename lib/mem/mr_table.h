@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace uroce::mem {
@@ -84,6 +85,8 @@ class MrTable {
   std::uint32_t slot_mask_ = 0;
   std::uint32_t next_slot_ = 1;  // next-fit: where the search for a free slot starts
   std::uint64_t epoch_ = 0;
+  // Live regions per PD identity: dealloc_pd asks without scanning the table.
+  std::unordered_map<std::uint64_t, std::uint32_t> pd_regions_;
 };
 
 }  // namespace uroce::mem

@@ -43,10 +43,23 @@ void random_bytes(void* dst, std::size_t bytes) {
   }
 }
 
-std::uint32_t random_u32() {
-  std::uint32_t v = 0;
-  random_bytes(&v, sizeof v);
-  return v;
+// A bijection of the 24-bit QPN space under `key`: four Feistel rounds on
+// 12-bit halves, each round a 64-bit mix (splitmix64's finaliser) of the
+// other half and its round key. Distinct counters give distinct QPNs, and
+// without the key one QPN says little about the next.
+std::uint32_t permute_qpn(std::uint32_t n, const std::array<std::uint64_t, 4>& key) {
+  std::uint32_t left = n >> 12 & 0xfff;
+  std::uint32_t right = n & 0xfff;
+  for (const std::uint64_t k : key) {
+    std::uint64_t x = right ^ k;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    const std::uint32_t next = left ^ static_cast<std::uint32_t>(x & 0xfff);
+    left = right;
+    right = next;
+  }
+  return left << 12 | right;
 }
 
 // PD identities, for the whole process and never reused: 64 bits do not
@@ -602,11 +615,11 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::create_qp(this, attr);
   return c.control([&] {
-    // A random QPN that is not QP0/QP1 and whose low bits no live QP has:
-    // the engines index QPs by those bits (engine/qpn_map.h), so they stay
-    // a direct, collision-free table; and a peer cannot guess the QPNs (a
-    // spoofed packet must name one). The table is at most half full, so a
-    // random pick is free with odds of at least one half.
+    // An unpredictable QPN (a spoofed packet must name one) that is not
+    // QP0/QP1 and whose low bits no live QP has: the engines index QPs by
+    // those bits (engine/qpn_map.h), so they stay a direct, collision-free
+    // table. The table is at most half full, so each pick is free with odds
+    // of at least one half.
     std::size_t low = std::max<std::size_t>(64, c.qpn_low_used.size());
     while (low < 2 * (c.qps.size() + 1)) low *= 2;
     std::vector<std::uint32_t>& used = c.qpn_low_used;
@@ -615,9 +628,15 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
       for (const auto& q : c.qps) ++used[q->qp_num() & (low - 1)];
     }
     auto taken = [&](std::uint32_t qpn) { return qpn < 2 || used[qpn & (low - 1)] != 0; };
-    std::uint32_t qpn = random_u32() & 0xffffff;
-    for (int tries = 0; taken(qpn) && tries < 64; ++tries) qpn = random_u32() & 0xffffff;
-    for (std::uint32_t step = 0; taken(qpn) && step < 0x1000000; ++step) qpn = (qpn + 1) & 0xffffff;
+    if (!c.qpn_keyed) {
+      random_bytes(c.qpn_key.data(), sizeof c.qpn_key);
+      random_bytes(&c.next_qpn, sizeof c.next_qpn);
+      c.qpn_keyed = true;
+    }
+    std::uint32_t qpn = permute_qpn(c.next_qpn++ & 0xffffff, c.qpn_key);
+    for (std::uint32_t tries = 0; taken(qpn) && tries < 0x1000000; ++tries) {
+      qpn = permute_qpn(c.next_qpn++ & 0xffffff, c.qpn_key);
+    }
     return testing::create_qp_with_qpn(this, attr, qpn);  // counts itself into `used`
   }, ContextImpl::Access::kAddsQp);
 }

@@ -4,6 +4,7 @@
 // rkey).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -87,6 +88,12 @@ struct Context::Impl {
   mem::MrTable mrs;
   std::vector<std::unique_ptr<engine::Engine>> engines;
   std::unique_ptr<engine::Handover> handover;  // with more than one engine
+  // create_qp's QPNs: a keyed permutation of the 24-bit space applied to a
+  // counter, so they are unpredictable yet none comes back before 2^24 more
+  // QPs were made (the key is drawn at the first create_qp).
+  std::uint32_t next_qpn = 0;
+  std::array<std::uint64_t, 4> qpn_key{};
+  bool qpn_keyed = false;
   std::vector<std::unique_ptr<ProtectionDomain>> pds;
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
