@@ -458,7 +458,7 @@ struct Manager::Impl {
     }
     // The peer needs longer: wait its service timeout (4.096 us * 2^t) on top.
     c->wait_ns = timing.resend_ns + (4096ull << std::min<std::uint8_t>(m.mra.service_timeout, 31));
-    if (c->due != 0) arm(*c, c->sent_at + c->wait_ns);
+    if (c->state != State::kReqRcvd && c->due != 0) arm(*c, c->sent_at + c->wait_ns);
   }
 
   void on_dreq(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
@@ -780,7 +780,11 @@ std::size_t Manager::poll(std::vector<Event>& events) {
   Impl& i = *impl_;
   const std::size_t before = events.size();
   ibv_wc wc[16];
-  for (int n; (n = i.cq->poll(16, wc)) > 0;) {
+  // A bounded share per call: under a flood the caller (librdmacm's thread,
+  // holding the library's mutex) gets out between shares, and what QP1
+  // cannot take meanwhile is dropped by its engine (no receive posted).
+  int budget = 4 * static_cast<int>(kSlots);
+  for (int n; budget > 0 && (n = i.cq->poll(16, wc)) > 0; budget -= n) {
     for (int k = 0; k < n; ++k) {
       if (wc[k].wr_id >= 1000) continue;  // a send of ours completed
       if (wc[k].status == IBV_WC_WR_FLUSH_ERR) continue;
