@@ -274,13 +274,19 @@ class ProtectionDomain {
   int destroy_ah(AddressHandle* ah);
 
   Context& context() { return *ctx_; }
-  std::uint32_t handle() const { return handle_; }
+  // In-process: its identity, a 64-bit number no other PD of this process
+  // ever has (the memory-region table's PD check compares it, so a PD made
+  // after any number of others never passes for a live one). Attached to
+  // uroced: the daemon's handle of it.
+  std::uint64_t id() const { return id_; }
+  // ibv_pd's 32-bit handle: the low half of id() (not unique in-process).
+  std::uint32_t handle() const { return static_cast<std::uint32_t>(id_); }
 
-  ProtectionDomain(Context* ctx, std::uint32_t handle) : ctx_(ctx), handle_(handle) {}
+  ProtectionDomain(Context* ctx, std::uint64_t id) : ctx_(ctx), id_(id) {}
 
  private:
   Context* ctx_;
-  std::uint32_t handle_;
+  std::uint64_t id_;
 };
 
 class MemoryRegion {

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <set>
+#include <utility>
 
 #include "verbs/internal.h"
 
@@ -63,7 +65,17 @@ struct Manager::Impl {
     std::uint64_t wait_ns = 0;       // extended by an MRA
     int resends = 0;
     int no_service_retries = 0;      // REJ invalid service ID taken so far (Timing)
+    std::uint64_t due = 0;           // its entry in `timers` (0: none)
+    std::uint64_t listen_service = 0;     // kReqRcvd: the listener it counts against
+    std::uint64_t listen_generation = 0;
   };
+  struct Listener {
+    void* owner = nullptr;
+    std::uint32_t backlog = kMaxBacklog;
+    std::uint32_t pending = 0;      // its connections in kReqRcvd
+    std::uint64_t generation = 0;   // which listen() (a service listened on again starts afresh)
+  };
+  using RemoteKey = std::pair<Gid, std::uint32_t>;  // the peer and its comm ID
 
   Context* ctx = nullptr;
   Timing timing;
@@ -74,8 +86,16 @@ struct Manager::Impl {
   MemoryRegion* mr = nullptr;
   std::uint32_t next_send = 0;
   std::map<Gid, AddressHandle*> ahs;  // by the peer's GID (its family picks our sgid)
-  std::map<std::uint64_t, void*> listeners;
+  std::map<std::uint64_t, Listener> listeners;
+  std::uint64_t listen_generation = 0;
   std::map<std::uint32_t, Conn> conns;  // by our comm ID
+  // Every connection whose peer comm ID is known, by (peer, its comm ID):
+  // a REQ is matched to its connection without a scan.
+  std::map<RemoteKey, std::uint32_t> by_remote;
+  // (when, our comm ID) of each connection waiting for something: the
+  // resend or expiry due first is the first entry.
+  std::set<std::pair<std::uint64_t, std::uint32_t>> timers;
+  std::uint32_t pending_requests = 0;  // connections in kReqRcvd
   std::mt19937_64 rng;
   std::uint32_t tid_counter = 0;
   std::uint64_t guid = 0;
@@ -152,7 +172,40 @@ struct Manager::Impl {
     c.sent_at = now();
     c.wait_ns = timing.resend_ns;
     c.resends = 0;
+    arm(c, c.sent_at + c.wait_ns);
     send(c.peer, c.last);
+  }
+
+  // --- connection bookkeeping: timers, the remote index, request counts --------
+
+  void arm(Conn& c, std::uint64_t due) {
+    disarm(c);
+    c.due = due == 0 ? 1 : due;
+    timers.emplace(c.due, c.local_id);
+  }
+  void disarm(Conn& c) {
+    if (c.due != 0) timers.erase({c.due, c.local_id});
+    c.due = 0;
+  }
+  void index_remote(const Conn& c) { by_remote[{c.peer, c.remote_id}] = c.local_id; }
+  // A connection stops waiting as kReqRcvd (answered, refused, withdrawn).
+  void leave_req_rcvd(Conn& c) {
+    if (c.state != State::kReqRcvd) return;
+    --pending_requests;
+    auto l = listeners.find(c.listen_service);
+    if (l != listeners.end() && l->second.generation == c.listen_generation) --l->second.pending;
+    c.state = State::kRepSent;  // the caller sets the state that follows
+  }
+  void erase_conn(std::uint32_t local_id) {
+    auto it = conns.find(local_id);
+    if (it == conns.end()) return;
+    Conn& c = it->second;
+    leave_req_rcvd(c);
+    disarm(c);
+    if (auto r = by_remote.find({c.peer, c.remote_id}); r != by_remote.end() && r->second == local_id) {
+      by_remote.erase(r);
+    }
+    conns.erase(it);
   }
 
   void send_once(const Gid& peer, const wire::CmMad& m) {
@@ -223,10 +276,8 @@ struct Manager::Impl {
     return it == conns.end() ? nullptr : &it->second;
   }
   Conn* find_remote(std::uint32_t remote_id, const Gid& peer) {
-    for (auto& [id, c] : conns) {
-      if (c.remote_id == remote_id && c.peer == peer) return &c;
-    }
-    return nullptr;
+    auto it = by_remote.find({peer, remote_id});
+    return it == by_remote.end() ? nullptr : find(it->second);
   }
 
   void reject(const Gid& peer, std::uint64_t tid, std::uint32_t local_id, std::uint32_t remote_id,
@@ -261,6 +312,15 @@ struct Manager::Impl {
       reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kInvalidTransportType);
       return;
     }
+    // Requests are state any peer makes: bounded per listener (its backlog)
+    // and overall. "No resources" (IBTA 12.6.7, table 103, reason 3): the peer
+    // may try again later.
+    Listener& listener = l->second;
+    if (listener.pending >= listener.backlog || pending_requests >= timing.max_pending_requests) {
+      ++(listener.pending >= listener.backlog ? counters.req_refused_backlog : counters.req_refused_full);
+      reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kNoResources);
+      return;
+    }
     Conn c;
     c.state = State::kReqRcvd;
     c.local_id = new_comm_id();
@@ -269,10 +329,14 @@ struct Manager::Impl {
     c.peer = peer;
     c.req = req;
     c.peer_qpn = req.local_qpn;
+    c.listen_service = req.service_id;
+    c.listen_generation = listener.generation;
+    ++listener.pending;
+    ++pending_requests;
     Event e;
     e.type = EventType::kRequest;
     e.comm_id = c.local_id;
-    e.listener = l->second;
+    e.listener = listener.owner;
     e.req = req;
     e.peer_gid = to_gid(peer);
     // The consumer's private data: behind rdma_cm's header on its services.
@@ -281,7 +345,11 @@ struct Manager::Impl {
       skip = wire::kRdmaCmHeaderBytes;
     }
     e.private_data.assign(req.private_data.begin() + static_cast<std::ptrdiff_t>(skip), req.private_data.end());
-    conns.emplace(c.local_id, std::move(c));
+    auto [it, inserted] = conns.emplace(c.local_id, std::move(c));
+    (void)inserted;
+    index_remote(it->second);
+    // Unanswered, it goes after request_ns (REJ timeout).
+    arm(it->second, now() + timing.request_ns);
     events.push_back(std::move(e));
   }
 
@@ -305,6 +373,7 @@ struct Manager::Impl {
     }
     if (c->state != State::kReqSent) return;
     c->remote_id = rep.local_comm_id;
+    index_remote(*c);
     c->peer_qpn = rep.local_qpn;
     const ConnectParams& p = c->params;
     const std::uint8_t responder = std::min(p.responder_resources, rep.initiator_depth);
@@ -319,7 +388,7 @@ struct Manager::Impl {
       e.type = EventType::kRejected;
       e.comm_id = c->local_id;
       e.reason = static_cast<std::uint16_t>(wire::RejReason::kNoResources);
-      conns.erase(c->local_id);
+      erase_conn(c->local_id);
       events.push_back(std::move(e));
       return;
     }
@@ -328,6 +397,7 @@ struct Manager::Impl {
     rtu.rtu.remote_comm_id = c->remote_id;
     send_once(peer, rtu);
     c->state = State::kEstablished;
+    disarm(*c);
     Event e;
     e.type = EventType::kEstablished;
     e.comm_id = c->local_id;
@@ -343,6 +413,7 @@ struct Manager::Impl {
     }
     if (c->state != State::kRepSent) return;  // a duplicate RTU
     c->state = State::kEstablished;
+    disarm(*c);
     Event e;
     e.type = EventType::kEstablished;
     e.comm_id = c->local_id;
@@ -351,7 +422,11 @@ struct Manager::Impl {
 
   void on_rej(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
     Conn* c = find(m.rej.remote_comm_id);
-    if (c == nullptr || c->peer != peer || (c->state != State::kReqSent && c->state != State::kRepSent)) {
+    // kReqRcvd: the peer withdraws a request not answered yet (its REQ
+    // timed out): it stops counting against the backlog at once.
+    const bool withdrawn = c != nullptr && c->state == State::kReqRcvd && c->remote_id == m.rej.local_comm_id;
+    if (c == nullptr || c->peer != peer ||
+        (c->state != State::kReqSent && c->state != State::kRepSent && !withdrawn)) {
       ++counters.unknown_conn_dropped;
       return;
     }
@@ -362,6 +437,7 @@ struct Manager::Impl {
       ++counters.req_retried_no_service;
       c->sent_at = now();
       c->wait_ns = timing.no_service_wait_ns;
+      arm(*c, c->sent_at + c->wait_ns);
       return;
     }
     Event e;
@@ -370,7 +446,7 @@ struct Manager::Impl {
     e.reason = m.rej.reason;
     e.private_data.assign(m.rej.private_data.begin(), m.rej.private_data.end());
     if (!c->active) to_err(c->qp);
-    conns.erase(c->local_id);
+    erase_conn(c->local_id);
     events.push_back(std::move(e));
   }
 
@@ -382,6 +458,7 @@ struct Manager::Impl {
     }
     // The peer needs longer: wait its service timeout (4.096 us * 2^t) on top.
     c->wait_ns = timing.resend_ns + (4096ull << std::min<std::uint8_t>(m.mra.service_timeout, 31));
+    if (c->state != State::kReqRcvd && c->due != 0) arm(*c, c->sent_at + c->wait_ns);
   }
 
   void on_dreq(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
@@ -402,7 +479,7 @@ struct Manager::Impl {
     e.type = EventType::kDisconnected;
     e.comm_id = c->local_id;
     e.private_data.assign(m.dreq.private_data.begin(), m.dreq.private_data.end());
-    conns.erase(c->local_id);
+    erase_conn(c->local_id);
     events.push_back(std::move(e));
   }
 
@@ -415,7 +492,7 @@ struct Manager::Impl {
     Event e;
     e.type = EventType::kDisconnected;
     e.comm_id = c->local_id;
-    conns.erase(c->local_id);
+    erase_conn(c->local_id);
     events.push_back(std::move(e));
   }
 
@@ -448,30 +525,45 @@ struct Manager::Impl {
     }
   }
 
+  // What is due: a resend, a connection that gave up, an unanswered request.
+  // Only the due entries of `timers` are visited.
   void resend_overdue(std::vector<Event>& events) {
     const std::uint64_t t = now();
-    for (auto it = conns.begin(); it != conns.end();) {
-      Conn& c = it->second;
-      const bool waiting = c.state == State::kReqSent || c.state == State::kRepSent || c.state == State::kDreqSent;
-      if (!waiting || t - c.sent_at < c.wait_ns) {
-        ++it;
+    while (!timers.empty() && timers.begin()->first <= t) {
+      const std::uint32_t id = timers.begin()->second;
+      timers.erase(timers.begin());
+      Conn* c = find(id);
+      if (c == nullptr) continue;
+      c->due = 0;
+      if (c->state == State::kReqRcvd) {
+        // Nobody answered it: refuse it (REJ timeout, IBTA 12.6.7, reason 4) so the
+        // peer stops asking, and tell the owner it is gone.
+        ++counters.req_timed_out;
+        reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kTimeout);
+        Event e;
+        e.type = EventType::kUnreachable;
+        e.comm_id = c->local_id;
+        erase_conn(id);
+        events.push_back(std::move(e));
         continue;
       }
-      if (c.resends < timing.max_resends) {
-        ++c.resends;
+      const bool waiting = c->state == State::kReqSent || c->state == State::kRepSent || c->state == State::kDreqSent;
+      if (!waiting) continue;
+      if (c->resends < timing.max_resends) {
+        ++c->resends;
         ++counters.mads_resent;
-        c.sent_at = t;
-        c.wait_ns = timing.resend_ns;
-        send(c.peer, c.last);
-        ++it;
+        c->sent_at = t;
+        c->wait_ns = timing.resend_ns;
+        arm(*c, t + c->wait_ns);
+        send(c->peer, c->last);
         continue;
       }
       Event e;
-      e.type = c.state == State::kDreqSent ? EventType::kDisconnected : EventType::kUnreachable;
-      e.comm_id = c.local_id;
-      if (c.state == State::kRepSent) to_err(c.qp);
+      e.type = c->state == State::kDreqSent ? EventType::kDisconnected : EventType::kUnreachable;
+      e.comm_id = c->local_id;
+      if (c->state == State::kRepSent) to_err(c->qp);
+      erase_conn(id);
       events.push_back(std::move(e));
-      it = conns.erase(it);
     }
   }
 };
@@ -552,8 +644,15 @@ void Manager::set_modify(ModifyFn fn, void* arg) {
   impl_->modify_arg = arg;
 }
 
-int Manager::listen(std::uint64_t service_id, void* owner) {
-  if (!impl_->listeners.emplace(service_id, owner).second) return EADDRINUSE;
+std::size_t Manager::connections() const { return impl_->conns.size(); }
+std::size_t Manager::pending_requests() const { return impl_->pending_requests; }
+
+int Manager::listen(std::uint64_t service_id, void* owner, std::uint32_t backlog) {
+  Impl::Listener l;
+  l.owner = owner;
+  l.backlog = backlog == 0 || backlog > kMaxBacklog ? kMaxBacklog : backlog;
+  l.generation = ++impl_->listen_generation;
+  if (!impl_->listeners.emplace(service_id, l).second) return EADDRINUSE;
   return 0;
 }
 
@@ -641,6 +740,7 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   rep.rnr_retry_count = p.rnr_retry_count;
   rep.local_ca_guid = i.guid;
   std::copy(p.private_data.begin(), p.private_data.end(), rep.private_data.begin());
+  i.leave_req_rcvd(*c);
   c->state = Impl::State::kRepSent;
   i.send_tracked(*c, m);
   return 0;
@@ -652,7 +752,7 @@ int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& priv
   if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
   i.reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kConsumerReject,
            private_data);
-  i.conns.erase(comm_id);
+  i.erase_conn(comm_id);
   return 0;
 }
 
@@ -680,7 +780,11 @@ std::size_t Manager::poll(std::vector<Event>& events) {
   Impl& i = *impl_;
   const std::size_t before = events.size();
   ibv_wc wc[16];
-  for (int n; (n = i.cq->poll(16, wc)) > 0;) {
+  // A bounded share per call: under a flood the caller (librdmacm's thread,
+  // holding the library's mutex) gets out between shares, and what QP1
+  // cannot take meanwhile is dropped by its engine (no receive posted).
+  int budget = 4 * static_cast<int>(kSlots);
+  for (int n; budget > 0 && (n = i.cq->poll(16, wc)) > 0; budget -= n) {
     for (int k = 0; k < n; ++k) {
       if (wc[k].wr_id >= 1000) continue;  // a send of ours completed
       if (wc[k].status == IBV_WC_WR_FLUSH_ERR) continue;

@@ -27,8 +27,10 @@ namespace uroce::cm {
 enum class EventType {
   kRequest,       // passive: a REQ for a service we listen on (accept() or reject() it)
   kEstablished,   // both: the connection is up (active: REP taken, RTU sent; passive: RTU in)
-  kRejected,      // active or passive: a REJ came (reason, private data)
-  kUnreachable,   // a REQ, REP or DREQ went unanswered through every retry
+  kRejected,      // active or passive: a REJ came (reason, private data); passive: also
+                  // for a request not answered yet, which the peer withdrew
+  kUnreachable,   // a REQ, REP or DREQ went unanswered through every retry, or a
+                  // kRequest was not answered within Timing::request_ns (REJ timeout sent)
   kDisconnected,  // a DREQ came (answered with DREP), or our DREQ's DREP did, or it timed out
 };
 const char* event_name(EventType t);
@@ -55,7 +57,14 @@ struct Counters {
   std::uint64_t unknown_conn_dropped = 0; // RTU, DREP, REJ, MRA for one we do not know
   std::uint64_t duplicates = 0;           // a REQ, REP or DREQ seen again (answered again)
   std::uint64_t req_retried_no_service = 0;  // REQs sent again after a REJ invalid service ID
+  std::uint64_t req_refused_backlog = 0;  // REQ beyond its listener's backlog (REJ no resources)
+  std::uint64_t req_refused_full = 0;     // REQ beyond Timing::max_pending_requests (REJ no resources)
+  std::uint64_t req_timed_out = 0;        // kRequest not answered within Timing::request_ns (REJ timeout)
 };
+
+// rdma_listen's backlog when none (or more) is asked: Linux's default
+// net.rdma_ucm.max_backlog.
+constexpr std::uint32_t kMaxBacklog = 1024;
 
 struct Timing {
   std::uint64_t resend_ns = 200'000'000;  // a REQ, REP or DREQ unanswered this long is sent again
@@ -67,6 +76,11 @@ struct Timing {
   // refused connection does not work). Linux's CM reports it at once.
   int no_service_retries = 5;
   std::uint64_t no_service_wait_ns = 100'000'000;
+  // Requests (kRequest) are state a peer makes at will: each lives at most
+  // this long unanswered (then REJ timeout, kUnreachable), and at most this
+  // many wait at once over all listeners (each listener: its backlog).
+  std::uint64_t request_ns = 10'000'000'000;
+  std::uint32_t max_pending_requests = 4096;
 };
 
 class Manager {
@@ -78,9 +92,11 @@ class Manager {
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
 
-  // REQs for `service_id` become kRequest events carrying `owner`.
-  // EADDRINUSE if someone listens on it already.
-  int listen(std::uint64_t service_id, void* owner);
+  // REQs for `service_id` become kRequest events carrying `owner`; while
+  // `backlog` of them (1..kMaxBacklog; 0: kMaxBacklog) wait for accept() or
+  // reject(), more are refused with REJ "no resources". EADDRINUSE if
+  // someone listens on it already.
+  int listen(std::uint64_t service_id, void* owner, std::uint32_t backlog = kMaxBacklog);
   int unlisten(std::uint64_t service_id);
 
   struct ConnectParams {
@@ -120,10 +136,14 @@ class Manager {
 
   // Takes in the MADs that arrived, resends what is overdue, and appends
   // what happened to `events`. Returns the number of events added. The
-  // engines run elsewhere (workers, or the caller's progress()).
+  // engines run elsewhere (workers, or the caller's progress()). Each MAD
+  // and each timer costs O(log n) in the connections held, never O(n).
   std::size_t poll(std::vector<Event>& events);
 
   const Counters& counters() const;
+  // Connections held, and those of them waiting as kRequest (for tests).
+  std::size_t connections() const;
+  std::size_t pending_requests() const;
 
   // How the manager moves the QPs it connects through their states:
   // QueuePair::modify by default; a verbs library sets its own

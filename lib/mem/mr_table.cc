@@ -18,7 +18,9 @@ constexpr int kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | 
 // next-fit, round the table, so a slot comes back only after every other
 // free one has been used, and its key only after 2^generation-bits more
 // registrations of it: a key that outlives its region is not honoured by a
-// later one for as long as the key space allows.
+// later one for as long as the key space allows. Each slot's generation
+// starts at a random value (MrTable's RandomFill), so a peer cannot guess a
+// key from the slot alone (RNICs randomise a key byte the same way).
 std::uint32_t MrTable::key_of(std::uint32_t slot, std::uint32_t generation) const {
   const std::uint32_t high = generation >> 8 << (8 + slot_bits_);
   return high | slot << 8 | (generation & 0xff);
@@ -35,14 +37,22 @@ const char* access_result_name(AccessResult r) {
   return "invalid";
 }
 
-MrTable::MrTable(std::uint32_t capacity) : slots_(capacity + 1), generation_(capacity + 1, 1) {
+MrTable::MrTable(std::uint32_t capacity, RandomFill random) : slots_(capacity + 1), generation_(capacity + 1, 1) {
   while ((1ull << slot_bits_) < slots_.size()) ++slot_bits_;
   if (slot_bits_ > 24) slot_bits_ = 24;
   slot_mask_ = (1u << slot_bits_) - 1;
   if (slots_.size() > slot_mask_ + 1ull) slots_.resize(slot_mask_ + 1ull);
+  generation_.resize(slots_.size());
+  if (random == nullptr) return;
+  random(generation_.data(), generation_.size() * sizeof generation_[0]);
+  const std::uint32_t bits = 32 - slot_bits_;
+  for (std::uint32_t& g : generation_) g &= bits >= 32 ? ~0u : (1u << bits) - 1;
+  std::uint32_t start = 0;
+  random(&start, sizeof start);
+  if (slots_.size() > 1) next_slot_ = 1 + start % static_cast<std::uint32_t>(slots_.size() - 1);
 }
 
-int MrTable::add(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
+int MrTable::add(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
                  std::uint32_t& key) {
   // Slot 0 is never used, so key 0 is never valid.
   const auto n = static_cast<std::uint32_t>(slots_.size());
@@ -60,7 +70,7 @@ int MrTable::add(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t
   return ENOMEM;
 }
 
-int MrTable::add_with_key(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length,
+int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
                           int access, std::uint32_t key) {
   if (length == 0 || (access & ~kValidAccess)) return EINVAL;
   // Remote write and remote atomic need local write (ibv_reg_mr, IBTA 10.6.3.1).
@@ -72,21 +82,22 @@ int MrTable::add_with_key(std::uint32_t pd, void* base, std::uint64_t iova, std:
   if (i == 0 || i >= slots_.size()) return EINVAL;
   if (slots_[i].valid) return EEXIST;
   slots_[i] = Region{static_cast<std::uint8_t*>(base), iova, length, access, pd, key, true, true, false};
+  ++pd_regions_[pd];
   return 0;
 }
 
 int MrTable::remove(std::uint32_t key) {
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
+  if (auto n = pd_regions_.find(slots_[i].pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
   slots_[i] = Region{};
   ++epoch_;
   return 0;
 }
 
-std::uint32_t MrTable::regions_in_pd(std::uint32_t pd) const {
-  std::uint32_t n = 0;
-  for (const Region& r : slots_) n += r.valid && r.pd == pd;
-  return n;
+std::uint32_t MrTable::regions_in_pd(std::uint64_t pd) const {
+  const auto n = pd_regions_.find(pd);
+  return n == pd_regions_.end() ? 0 : n->second;
 }
 
 const Region* MrTable::find(std::uint32_t key) const {
@@ -95,7 +106,7 @@ const Region* MrTable::find(std::uint32_t key) const {
   return &slots_[i];
 }
 
-AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint32_t pd, std::uint64_t iova,
+AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova,
                             std::uint64_t len, int need, std::uint8_t*& host) const {
   const Region* r = find(key);
   if (r == nullptr || (remote && !r->rkey_valid)) return AccessResult::kBadKey;
@@ -108,7 +119,7 @@ AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint32_t pd, st
   return AccessResult::kOk;
 }
 
-AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint32_t pd) {
+AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint64_t pd) {
   const std::uint32_t i = slot_of(rkey);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != rkey) return AccessResult::kBadKey;
   if (slots_[i].pd != pd) return AccessResult::kBadPd;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace uroce::mem {
@@ -24,7 +25,7 @@ struct Region {
   std::uint64_t iova = 0;        // the address peers and SGEs use
   std::uint64_t length = 0;
   int access = 0;                // ibv_access_flags
-  std::uint32_t pd = 0;
+  std::uint64_t pd = 0;          // the PD's identity (never reused in a process)
   std::uint32_t key = 0;         // lkey == rkey
   bool valid = false;
   bool rkey_valid = false;       // cleared by SEND with Invalidate
@@ -34,31 +35,37 @@ struct Region {
   bool remote_invalidatable = false;
 };
 
+// Fills `bytes` bytes at `dst` with unpredictable ones (a CSPRNG).
+using RandomFill = void (*)(void* dst, std::size_t bytes);
+
 class MrTable {
  public:
-  explicit MrTable(std::uint32_t capacity);
+  // With `random`, keys are unpredictable: each slot's generation starts at
+  // a random value, and the search for a free slot at a random one. Without
+  // (unit tests), generations start at 1 from slot 1.
+  explicit MrTable(std::uint32_t capacity, RandomFill random = nullptr);
 
   // Registers a region. Returns 0 and the key, or EINVAL (zero length, bad
   // flags: remote write or atomic without local write) or ENOMEM (table full).
-  int add(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
+  int add(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
           std::uint32_t& key);
   // A caller-chosen key (tests that replay captured traffic need the peer's
   // rkey); EEXIST if its slot is taken.
-  int add_with_key(std::uint32_t pd, void* base, std::uint64_t iova, std::uint64_t length,
+  int add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
                    int access, std::uint32_t key);
   int remove(std::uint32_t key);
-  std::uint32_t regions_in_pd(std::uint32_t pd) const;
+  std::uint32_t regions_in_pd(std::uint64_t pd) const;
 
   // Resolves [iova, iova + len) under `key` for a peer (`remote`: rkey) or a
   // local SGE (lkey) asking for `need` (ibv_access_flags bits; 0 for a local
   // read). On kOk sets `host` to the first byte.
-  AccessResult check(std::uint32_t key, bool remote, std::uint32_t pd, std::uint64_t iova,
+  AccessResult check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova,
                      std::uint64_t len, int need, std::uint8_t*& host) const;
 
   // SEND with Invalidate: the rkey stops working for peers (IBTA 10.6.6.1).
   // kBadKey if unknown, kBadPd if in another PD, kNoAccess if the region may
   // not be invalidated remotely (every reg_mr region).
-  AccessResult invalidate(std::uint32_t rkey, std::uint32_t pd);
+  AccessResult invalidate(std::uint32_t rkey, std::uint64_t pd);
 
   const Region* find(std::uint32_t key) const;
 
@@ -78,6 +85,8 @@ class MrTable {
   std::uint32_t slot_mask_ = 0;
   std::uint32_t next_slot_ = 1;  // next-fit: where the search for a free slot starts
   std::uint64_t epoch_ = 0;
+  // Live regions per PD identity: dealloc_pd asks without scanning the table.
+  std::unordered_map<std::uint64_t, std::uint32_t> pd_regions_;
 };
 
 }  // namespace uroce::mem

@@ -4,9 +4,10 @@
 //
 // One device (our libibverbs.so.1's uroce0) and one communication manager
 // (lib/cm: QP1 and the IB CM protocol) per process. A thread of ours polls
-// the manager and turns what it reports into rdma_cm events, queued on the
-// event channel of the ID they concern; a channel is a pipe with one byte
-// per event, so its fd polls as the kernel's does. Address resolution is
+// the manager and turns what it reports into rdma_cm events, queued in
+// memory on the event channel of the ID they concern; the channel's pipe
+// holds one byte while its queue is not empty (a wake-up, written without
+// blocking), so its fd polls as the kernel's does. Address resolution is
 // ours: the device's IPv4 address is the only local one, and the peer's
 // Ethernet address is found by the stack's ARP when the first MAD goes out.
 // QP state changes go through ibv_modify_qp, so that libibverbs's view of
@@ -16,6 +17,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,7 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <list>
 #include <map>
 #include <set>
 #include <memory>
@@ -38,6 +40,13 @@
 namespace uroce::rdmacm {
 namespace {
 
+// An event and the private data it points to.
+struct EventBox {
+  rdma_cm_event ev{};
+  std::vector<std::uint8_t> data;
+};
+using EventQueue = std::list<EventBox*>;
+
 // An rdma_cm_id and what we keep beside it; the public struct first.
 struct Id {
   rdma_cm_id cm{};
@@ -45,18 +54,17 @@ struct Id {
   bool listening = false;
   bool connected = false;      // ESTABLISHED reported, not yet disconnected
   std::uint16_t port = 0;      // our port (host order)
-};
-
-// An event and the private data it points to.
-struct EventBox {
-  rdma_cm_event ev{};
-  std::vector<std::uint8_t> data;
+  // A request's ID while its CONNECT_REQUEST is still queued: the program
+  // has not seen it, so if the request goes (timed out, withdrawn by the
+  // peer), the event and the ID go with it.
+  bool request_queued = false;
+  EventQueue::iterator request_event;
 };
 
 struct Channel {
   rdma_event_channel ch{};
-  int write_fd = -1;
-  std::deque<EventBox*> queue;
+  int write_fd = -1;           // non-blocking: at most one byte is ever in the pipe
+  EventQueue queue;
   std::atomic<int> readers{0};  // threads inside rdma_get_cm_event
 };
 
@@ -84,14 +92,37 @@ State& state() {
   return *s;
 }
 
-void push(Channel* c, EventBox* e) {
+// The wake-up byte: written when the queue becomes non-empty, read away when
+// it becomes empty (both under the state's mutex), so the pipe never holds
+// more than one byte and a write never blocks, however many events wait.
+void wake(Channel* c) {
+  const char one = 1;
+  while (write(c->write_fd, &one, 1) < 0 && errno == EINTR) {
+  }
+}
+void drain(Channel* c) {
+  int n = 0;
+  if (ioctl(c->ch.fd, FIONREAD, &n) != 0) return;
+  char bytes[16];
+  while (n > 0) {  // only what is there: the program's fd may be blocking
+    const ssize_t got = read(c->ch.fd, bytes, std::min<std::size_t>(sizeof bytes, static_cast<std::size_t>(n)));
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      return;
+    }
+    n -= static_cast<int>(got);
+  }
+}
+
+// Queues `e` on `c`; false (and `e` freed) if the channel is gone.
+bool push(Channel* c, EventBox* e) {
   if (!state().channels.count(c)) {  // destroyed: the event has nowhere to go
     delete e;
-    return;
+    return false;
   }
   c->queue.push_back(e);
-  const char one = 1;
-  if (write(c->write_fd, &one, 1) != 1) std::perror("uroce librdmacm: event channel");
+  if (c->queue.size() == 1) wake(c);
+  return true;
 }
 
 Channel* channel_of(rdma_cm_id* id) { return reinterpret_cast<Channel*>(id->channel); }
@@ -126,6 +157,21 @@ int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) 
   return ibv_modify_qp(it->second, &attr, mask);
 }
 
+// Takes a request's still-queued CONNECT_REQUEST out of its channel and
+// frees the request's ID. Under the state's mutex.
+void withdraw_request(State& s, Id* id) {
+  Channel* c = channel_of(&id->cm);
+  if (id->request_queued) {
+    delete *id->request_event;
+    c->queue.erase(id->request_event);
+    if (c->queue.empty()) drain(c);
+    id->request_queued = false;
+  }
+  s.by_comm.erase(id->comm_id);
+  s.ids.erase(id);
+  delete id;
+}
+
 // What the manager reported, as rdma_cm events. Under the state's mutex.
 void deliver(State& s, cm::Event& e) {
   if (e.type == cm::EventType::kRequest) {
@@ -152,6 +198,7 @@ void deliver(State& s, cm::Event& e) {
     s.ids.insert(id);
     EventBox* box = make_event(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
     box->ev.listen_id = &listener->cm;
+    Channel* channel = channel_of(&listener->cm);
     set_conn_data(box, e.private_data);
     rdma_conn_param& c = box->ev.param.conn;
     c.responder_resources = e.req.responder_resources;
@@ -161,12 +208,22 @@ void deliver(State& s, cm::Event& e) {
     c.rnr_retry_count = e.req.rnr_retry_count;
     c.srq = e.req.srq;
     c.qp_num = e.req.local_qpn;
-    push(channel_of(&listener->cm), box);
+    if (push(channel, box)) {
+      id->request_queued = true;
+      id->request_event = std::prev(channel->queue.end());
+    }
     return;
   }
   auto it = s.by_comm.find(e.comm_id);
   if (it == s.by_comm.end()) return;  // its ID was destroyed meanwhile
   Id* id = it->second;
+  if (id->request_queued) {
+    // A request the program has not seen yet ends (timed out unanswered,
+    // withdrawn by the peer): it never learns of it, as with a connection
+    // the kernel refused before accept(2).
+    withdraw_request(s, id);
+    return;
+  }
   EventBox* box = nullptr;
   switch (e.type) {
     case cm::EventType::kEstablished:
@@ -285,6 +342,12 @@ rdma_event_channel* rdma_create_event_channel(void) {
   }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  // The CM thread writes wake-ups under the library's mutex: never blocking.
+  if (fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return nullptr;
+  }
   auto* c = new Channel();
   c->ch.fd = fds[0];
   c->write_fd = fds[1];
@@ -298,7 +361,10 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
   auto* c = reinterpret_cast<Channel*>(channel);
   std::lock_guard<std::mutex> lock(state().mutex);
   if (state().channels.erase(c) == 0) return;  // not a channel (any more)
-  for (EventBox* e : c->queue) delete e;
+  for (EventBox* e : c->queue) {
+    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) id_of(e->ev.id)->request_queued = false;
+    delete e;
+  }
   c->queue.clear();
   close(c->ch.fd);
   if (c->readers.load() != 0) {
@@ -346,6 +412,9 @@ int rdma_destroy_id(rdma_cm_id* id) {
   }
   if (i->comm_id != 0) {
     if (i->connected) s.manager->disconnect(i->comm_id);
+    // A request neither accepted nor rejected: refused now (REJ), not left
+    // to time out holding a place in the listener's backlog.
+    if (!i->connected) s.manager->reject(i->comm_id, {});
     s.by_comm.erase(i->comm_id);
   }
   delete i;
@@ -371,14 +440,16 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   return 0;
 }
 
-int rdma_listen(rdma_cm_id* id, int /*backlog*/) {
+int rdma_listen(rdma_cm_id* id, int backlog) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   if (i->port == 0) i->port = s.next_port++;
-  const int rc = s.manager->listen(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port), i);
+  // As Linux's ucma: 0, a negative backlog or one over the maximum is the maximum.
+  const auto b = backlog > 0 ? static_cast<std::uint32_t>(backlog) : 0u;
+  const int rc = s.manager->listen(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port), i, b);
   if (rc != 0) return fail(rc);
   i->listening = true;
   s.listeners[i->port] = i;
@@ -581,24 +652,40 @@ int rdma_establish(rdma_cm_id* /*id*/) { return 0; }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return fail(EINVAL);
+  auto& s = state();
   auto* c = reinterpret_cast<Channel*>(channel);
-  char one;
   c->readers.fetch_add(1);
+  struct Leave {
+    Channel* c;
+    ~Leave() { c->readers.fetch_sub(1); }
+  } leave{c};
   for (;;) {
-    const ssize_t n = read(c->ch.fd, &one, 1);
-    if (n == 1) break;
-    if (n < 0 && errno == EINTR) continue;
-    c->readers.fetch_sub(1);
-    return -1;  // EAGAIN on a non-blocking channel with nothing queued
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (!s.channels.count(c)) return fail(EBADF);  // destroyed
+      if (!c->queue.empty()) {
+        EventBox* e = c->queue.front();
+        c->queue.pop_front();
+        if (c->queue.empty()) drain(c);
+        if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) id_of(e->ev.id)->request_queued = false;
+        e->ev.id->event = &e->ev;
+        *event = &e->ev;
+        return 0;
+      }
+    }
+    // Nothing queued: EAGAIN on a channel the program made non-blocking,
+    // else wait for the wake-up byte (leaving it for the next reader). A
+    // channel destroyed meanwhile never wakes us, as the kernel's would not.
+    const int flags = fcntl(c->ch.fd, F_GETFL);
+    if (flags < 0) return fail(errno);
+    if (flags & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
+    pollfd p{c->ch.fd, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) return fail(errno);
+    if (p.revents & POLLNVAL) return fail(EBADF);
   }
-  c->readers.fetch_sub(1);
-  std::lock_guard<std::mutex> lock(state().mutex);
-  if (c->queue.empty()) return fail(EAGAIN);
-  EventBox* e = c->queue.front();
-  c->queue.pop_front();
-  e->ev.id->event = &e->ev;
-  *event = &e->ev;
-  return 0;
 }
 
 int rdma_ack_cm_event(rdma_cm_event* event) {

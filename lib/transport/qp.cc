@@ -39,7 +39,7 @@ int CompletionRing::poll(int n, ibv_wc* out) {
   return k;
 }
 
-void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
+void qp_init(Qp& qp, std::uint32_t qpn, std::uint64_t pd, const QpCaps& caps, CompletionRing* send_cq,
              CompletionRing* recv_cq, ibv_qp_type type) {
   qp.qpn = qpn;
   qp.type = type;

@@ -208,7 +208,7 @@ class FixedRing {
 // it takes (one consumer: lib/verbs puts those QPs on one engine), so it is
 // a single-producer single-consumer ring like a QP's own receive queue.
 struct Srq {
-  std::uint32_t pd = 0;
+  std::uint64_t pd = 0;  // ProtectionDomain::id()
   std::uint32_t max_sge = 0;
   FixedRing<RecvWqe> ring;
   std::atomic<std::uint32_t> published{0};  // application -> engine: the next free slot
@@ -258,7 +258,7 @@ struct Qp {
   // RC, UC (requests without ACKs, IBTA 9.8) or UD (datagrams, 9.8.x):
   // the roles below branch on it where the rules differ.
   ibv_qp_type type = IBV_QPT_RC;
-  std::uint32_t pd = 0;
+  std::uint64_t pd = 0;  // ProtectionDomain::id(): the memory-region table's PD check
   QpCaps caps;
   ibv_qp_state state = IBV_QPS_RESET;
   ibv_qp_attr attr{};  // the attributes as last set
@@ -426,7 +426,7 @@ inline void attach_srq(Qp& qp, Srq* srq) {
 // Whether a receive WQE is at hand without taking one from an SRQ.
 inline bool recv_in_use(const Qp& qp) { return qp.srq != nullptr ? qp.srq_held : qp.rq_next != qp.rq_posted; }
 
-void qp_init(Qp& qp, std::uint32_t qpn, std::uint32_t pd, const QpCaps& caps, CompletionRing* send_cq,
+void qp_init(Qp& qp, std::uint32_t qpn, std::uint64_t pd, const QpCaps& caps, CompletionRing* send_cq,
              CompletionRing* recv_cq, ibv_qp_type type = IBV_QPT_RC);
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
 // `local` fill the frame template when the mask has IBV_QP_AV.

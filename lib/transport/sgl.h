@@ -14,7 +14,7 @@ namespace uroce::transport {
 
 // Resolves each SGE's lkey for `need` (0: local read; IBV_ACCESS_LOCAL_WRITE).
 // Inline SGEs are already resolved.
-inline mem::AccessResult sgl_resolve(Sge* sge, std::uint8_t n, const mem::MrTable& mrs, std::uint32_t pd,
+inline mem::AccessResult sgl_resolve(Sge* sge, std::uint8_t n, const mem::MrTable& mrs, std::uint64_t pd,
                                      int need) {
   for (std::uint8_t i = 0; i < n; ++i) {
     if (sge[i].lkey == kInlineLkey && sge[i].host != nullptr) continue;
@@ -29,7 +29,7 @@ inline mem::AccessResult sgl_resolve(Sge* sge, std::uint8_t n, const mem::MrTabl
 // since (MrTable::epoch): a WQE never reaches memory deregistered after it
 // was posted.
 template <typename Wqe>
-inline mem::AccessResult wqe_resolve(Wqe& w, const mem::MrTable& mrs, std::uint32_t pd, int need) {
+inline mem::AccessResult wqe_resolve(Wqe& w, const mem::MrTable& mrs, std::uint64_t pd, int need) {
   if (w.resolved && w.mr_epoch == mrs.epoch()) return mem::AccessResult::kOk;
   const mem::AccessResult r = sgl_resolve(w.sge.data(), w.num_sge, mrs, pd, need);
   w.resolved = r == mem::AccessResult::kOk;

@@ -39,7 +39,7 @@ SharedReceiveQueue* ProtectionDomain::create_srq(const SrqInitAttr& attr, void (
     auto impl = std::make_unique<internal::SrqImpl>();
     impl->pd = this;
     impl->init = attr;
-    impl->srq.pd = handle();
+    impl->srq.pd = id();
     impl->srq.max_sge = attr.max_sge;
     impl->srq.ring.init(attr.max_wr);
     impl->srq.limit.store(attr.srq_limit, std::memory_order_relaxed);

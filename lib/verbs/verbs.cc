@@ -1,7 +1,11 @@
 // The verbs-like API on top of the engine and the transport.
+#include <sys/random.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include <pthread.h>
 #include <sched.h>
@@ -19,6 +23,48 @@ using internal::ContextImpl;
 using internal::impl_of;
 
 namespace {
+
+// Unpredictable bytes (the kernel's CSPRNG) for keys and QPNs, which a peer
+// on the link must not guess (IBTA leaves only them and the PSN between a
+// spoofed packet and memory).
+void random_bytes(void* dst, std::size_t bytes) {
+  auto* p = static_cast<std::uint8_t*>(dst);
+  while (bytes > 0) {
+    const ssize_t got = getrandom(p, bytes, 0);
+    if (got > 0) {
+      p += got;
+      bytes -= static_cast<std::size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    // No getrandom (a kernel before 3.17): the library's own source.
+    std::random_device rd;
+    for (; bytes > 0; --bytes) *p++ = static_cast<std::uint8_t>(rd());
+  }
+}
+
+// A bijection of the 24-bit QPN space under `key`: four Feistel rounds on
+// 12-bit halves, each round a 64-bit mix (splitmix64's finaliser) of the
+// other half and its round key. Distinct counters give distinct QPNs, and
+// without the key one QPN says little about the next.
+std::uint32_t permute_qpn(std::uint32_t n, const std::array<std::uint64_t, 4>& key) {
+  std::uint32_t left = n >> 12 & 0xfff;
+  std::uint32_t right = n & 0xfff;
+  for (const std::uint64_t k : key) {
+    std::uint64_t x = right ^ k;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    const std::uint32_t next = left ^ static_cast<std::uint32_t>(x & 0xfff);
+    left = right;
+    right = next;
+  }
+  return left << 12 | right;
+}
+
+// PD identities, for the whole process and never reused: 64 bits do not
+// wrap. They start above 2^32, so that a 32-bit handle() never equals one.
+std::atomic<std::uint64_t> next_pd_id{(std::uint64_t{1} << 32) + 1};
 
 template <typename T>
 bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
@@ -92,7 +138,7 @@ std::unique_ptr<Context> Context::attach(const std::string& socket_path, std::st
 
 bool Context::attached() const { return impl_->remote != nullptr; }
 
-Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr) {
+Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr, random_bytes) {
   if (port.queues.empty()) port.queues.push_back(port.io);
   port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
   for (engine::PacketIo* io : port.queues) {
@@ -306,7 +352,7 @@ void Context::stop_workers() {
 ProtectionDomain* Context::alloc_pd() {
   if (impl_->remote) return remote::alloc_pd(*this);
   return impl_->control([&] {
-    impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, impl_->next_pd++));
+    impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, next_pd_id.fetch_add(1)));
     return impl_->pds.back().get();
   });
 }
@@ -316,7 +362,7 @@ namespace {
 // The control calls' bodies, run inside Impl::control().
 
 int dealloc_pd_now(ContextImpl& c, ProtectionDomain* pd) {
-  if (c.mrs.regions_in_pd(pd->handle()) != 0) {
+  if (c.mrs.regions_in_pd(pd->id()) != 0) {
     return c.fail(EBUSY, "the PD still has memory regions; deregister them first");
   }
   for (const auto& qp : c.qps) {
@@ -416,7 +462,7 @@ namespace {
 MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                          int access) {
   std::uint32_t key = 0;
-  const int rc = c.mrs.add(pd->handle(), addr, iova, length, access, key);
+  const int rc = c.mrs.add(pd->id(), addr, iova, length, access, key);
   if (rc != 0) {
     c.fail(rc, rc == ENOMEM ? "too many memory regions (the device's max_mr)"
                             : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
@@ -510,7 +556,7 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   impl->engine = static_cast<std::uint32_t>(engine);
   transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                          cap.max_inline_data, attr.sq_sig_all};
-  transport::qp_init(impl->qp, qpn, pd->handle(), caps, &impl_of(*attr.send_cq).ring_for(engine),
+  transport::qp_init(impl->qp, qpn, pd->id(), caps, &impl_of(*attr.send_cq).ring_for(engine),
                      &impl_of(*attr.recv_cq).ring_for(engine), attr.qp_type);
   // A datagram is one packet of at most the port's MTU (UD has no path MTU).
   if (attr.qp_type == IBV_QPT_UD) impl->qp.mtu = 128u << c.port.active_mtu;
@@ -528,13 +574,16 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   }
   c.qps.push_back(std::move(qp));
   c.publish_owners();
+  if (!c.qpn_low_used.empty()) ++c.qpn_low_used[qpn & (c.qpn_low_used.size() - 1)];
   return c.qps.back().get();
 }
+
+void set_next_pd_id(std::uint64_t id) { next_pd_id.store(id); }
 
 MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                               int access, std::uint32_t key) {
   ContextImpl& c = impl_of(pd->context());
-  if (c.mrs.add_with_key(pd->handle(), addr, iova, length, access, key) != 0) return nullptr;
+  if (c.mrs.add_with_key(pd->id(), addr, iova, length, access, key) != 0) return nullptr;
   auto mr = std::make_unique<MemoryRegion>();
   *mr = MemoryRegion{addr, length, iova, key, key, access, pd};
   c.mrs_owned.push_back(std::move(mr));
@@ -566,23 +615,29 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::create_qp(this, attr);
   return c.control([&] {
-    // The next QPN that is not QP0/QP1 and whose low bits no live QP has:
-    // the engines index QPs by those bits (engine/qpn_map.h), so they stay
-    // a direct, collision-free table even after the QPN space wraps.
-    std::uint32_t low = 64;
+    // An unpredictable QPN (a spoofed packet must name one) that is not
+    // QP0/QP1 and whose low bits no live QP has: the engines index QPs by
+    // those bits (engine/qpn_map.h), so they stay a direct, collision-free
+    // table. The table is at most half full, so each pick is free with odds
+    // of at least one half.
+    std::size_t low = std::max<std::size_t>(64, c.qpn_low_used.size());
     while (low < 2 * (c.qps.size() + 1)) low *= 2;
-    std::vector<std::uint8_t>& used = c.qpn_low_used;
+    std::vector<std::uint32_t>& used = c.qpn_low_used;
     if (used.size() != low) {
       used.assign(low, 0);
-      for (const auto& q : c.qps) used[q->qp_num() & (low - 1)] = 1;
+      for (const auto& q : c.qps) ++used[q->qp_num() & (low - 1)];
     }
     auto taken = [&](std::uint32_t qpn) { return qpn < 2 || used[qpn & (low - 1)] != 0; };
-    for (std::uint32_t tries = 0; taken(c.next_qpn) && tries < 0x1000000; ++tries) {
-      c.next_qpn = (c.next_qpn + 1) & 0xffffff;
+    if (!c.qpn_keyed) {
+      random_bytes(c.qpn_key.data(), sizeof c.qpn_key);
+      random_bytes(&c.next_qpn, sizeof c.next_qpn);
+      c.qpn_keyed = true;
     }
-    QueuePair* made = testing::create_qp_with_qpn(this, attr, c.next_qpn++);
-    if (made != nullptr) used[made->qp_num() & (low - 1)] = 1;
-    return made;
+    std::uint32_t qpn = permute_qpn(c.next_qpn++ & 0xffffff, c.qpn_key);
+    for (std::uint32_t tries = 0; taken(qpn) && tries < 0x1000000; ++tries) {
+      qpn = permute_qpn(c.next_qpn++ & 0xffffff, c.qpn_key);
+    }
+    return testing::create_qp_with_qpn(this, attr, qpn);  // counts itself into `used`
   }, ContextImpl::Access::kAddsQp);
 }
 
@@ -594,7 +649,10 @@ int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
     return c.fail(EINVAL, "not a QP of this context");
   }
   c.engines[q.engine]->remove_qp(&q.qp);
-  c.qpn_low_used.clear();  // rebuilt by the next create_qp
+  if (std::vector<std::uint32_t>& used = c.qpn_low_used; !used.empty()) {
+    std::uint32_t& n = used[q.qp.qpn & (used.size() - 1)];
+    if (n > 0) --n;  // create_qp's table: these low bits are free again
+  }
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
   if (q.init.srq != nullptr && --impl_of(*q.init.srq).users == 0) impl_of(*q.init.srq).engine = -1;

@@ -4,6 +4,7 @@
 // rkey).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -87,15 +88,20 @@ struct Context::Impl {
   mem::MrTable mrs;
   std::vector<std::unique_ptr<engine::Engine>> engines;
   std::unique_ptr<engine::Handover> handover;  // with more than one engine
-  std::uint32_t next_pd = 1;
-  std::uint32_t next_qpn = 0x11;  // QP0 and QP1 are the management QPs
+  // create_qp's QPNs: a keyed permutation of the 24-bit space applied to a
+  // counter, so they are unpredictable yet none comes back before 2^24 more
+  // QPs were made (the key is drawn at the first create_qp).
+  std::uint32_t next_qpn = 0;
+  std::array<std::uint64_t, 4> qpn_key{};
+  bool qpn_keyed = false;
   std::vector<std::unique_ptr<ProtectionDomain>> pds;
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
-  // By QPN & (size - 1): whether a live QP has those low bits (create_qp's
-  // choice of QPN; rebuilt when the size changes, cleared by destroy_qp).
-  std::vector<std::uint8_t> qpn_low_used;
+  // By QPN & (size - 1): how many live QPs have those low bits (create_qp's
+  // choice of QPN). Grows (rebuilt) with the number of QPs, never shrinks;
+  // every QP made counts itself in, destroy_qp counts it out.
+  std::vector<std::uint32_t> qpn_low_used;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
   std::map<void*, mem::Buffer> buffers;
@@ -212,6 +218,9 @@ int post_recv(Context& ctx, internal::QpImpl& q, ibv_recv_wr* wr, ibv_recv_wr** 
 namespace testing {
 
 QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn);
+// The identity the next PD of this process gets (ProtectionDomain::id()):
+// tests that need PDs made after 2^32 others.
+void set_next_pd_id(std::uint64_t id);
 MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                               int access, std::uint32_t key);
 transport::Qp& transport_qp(QueuePair* qp);
