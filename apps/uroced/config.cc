@@ -12,6 +12,8 @@ const char* const kUsage =
     "              [--socket PATH]\n"
     "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
     "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--log-level LEVEL]\n"
+    "              [--max-object-mb N] [--max-uid-memory-mb N] [--max-memory-mb N]\n"
+    "              [--max-mappings N] [--max-uid-mappings N]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -113,6 +115,16 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     return number(1u << 20, c.limits.mrs);
   } else if (key == "max_pinned_mb") {
     return number(1ull << 30, c.limits.pinned_mb);
+  } else if (key == "max_object_mb") {
+    return number(1ull << 30, c.limits.object_mb);
+  } else if (key == "max_uid_memory_mb") {
+    return number(1ull << 30, c.limits.uid_memory_mb);
+  } else if (key == "max_memory_mb") {
+    return number(1ull << 30, c.limits.memory_mb);
+  } else if (key == "max_mappings") {
+    return number(1u << 24, c.limits.mappings);
+  } else if (key == "max_uid_mappings") {
+    return number(1u << 24, c.limits.uid_mappings);
   } else if (key == "max_clients") {
     return number(4096, c.limits.clients);
   } else if (key == "log_level") {

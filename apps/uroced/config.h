@@ -16,6 +16,16 @@ struct Limits {
   std::uint32_t mrs = 4096;        // memory regions per client
   std::uint64_t pinned_mb = 4096;  // MiB of registered memory per client
   std::uint32_t clients = 64;      // clients at once
+  // Memory the daemon holds for clients (README "Budgets"): CQs' and QPs'
+  // rings and engine arrays per client; everything (region files, CQs, QPs)
+  // per uid and for the whole daemon (0: half the machine's memory).
+  std::uint64_t object_mb = 256;        // max_object_mb, per client
+  std::uint64_t uid_memory_mb = 8192;   // max_uid_memory_mb
+  std::uint64_t memory_mb = 0;          // max_memory_mb, the daemon's total
+  // Mappings the daemon makes for clients (memory files, multi-piece region
+  // views, rings); the daemon's total is kept under half of vm.max_map_count.
+  std::uint32_t mappings = 8192;        // max_mappings, per client
+  std::uint32_t uid_mappings = 16384;   // max_uid_mappings
 };
 
 struct Config {

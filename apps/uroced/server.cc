@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iterator>
 #include <thread>
 
@@ -33,6 +34,30 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
+// What the engine holds per CQ entry and per WQE, for the budgets: an
+// ibv_wc per entry in each engine's completion ring (lib/transport/qp.h
+// CompletionRing, made by the first QP of that engine on the CQ); a
+// SendWqe (480 bytes) and a RecvWqe (408) per slot, rounded up, plus the
+// inline bytes of each send slot and the responder's rings (a fixed part).
+constexpr std::uint64_t kSendWqeBytes = 512;
+constexpr std::uint64_t kRecvWqeBytes = 448;
+constexpr std::uint64_t kQpFixedBytes = 64 * 1024;
+
+std::uint64_t half_of_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2 : 8192 * kMiB;
+}
+
+// Half of vm.max_map_count for clients' mappings: the rest is the daemon's
+// own (DPDK, libraries, thread stacks, its allocator).
+std::uint32_t half_of_max_map_count() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::uint64_t n = 0;
+  if (!(in >> n) || n == 0) n = 65530;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n / 2, 1u << 30));
+}
+
 std::string errno_text(int e) { return std::strerror(e); }
 
 // Every reply has room for a message; this one is cut to fit.
@@ -43,11 +68,15 @@ void set_message(Reply& reply, const std::string& why) {
 }  // namespace
 
 Server::Server(Context& ctx, std::size_t workers, const Config& config)
-    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {}
+    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {
+  memory_budget_ = config_.limits.memory_mb != 0 ? config_.limits.memory_mb * kMiB : half_of_memory();
+  mappings_budget_ = half_of_max_map_count();
+}
 
 Server::~Server() {
   for (auto& [fd, c] : clients_) release(*c);
   clients_.clear();
+  if (files_pd_ != nullptr) ctx_.dealloc_pd(files_pd_);
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(config_.socket.c_str());
@@ -420,20 +449,22 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
                             std::to_string(service::kMaxPieces));
     return;
   }
-  // Every piece whole pages inside a sealed memory file; the new files
-  // within the client's limit.
+  // Every descriptor checked in full, every time (seals, memfd, identity by
+  // device and inode): a file is never trusted because one like it was
+  // seen before. Every piece whole pages inside its file.
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  std::vector<std::uint64_t> inodes;
-  std::map<std::uint64_t, std::uint64_t> new_files;  // inode -> bytes
+  std::vector<service::MemoryFileInfo> info(r.pieces);
+  std::vector<FileKey> keys(r.pieces);
+  Charge add;
+  std::map<FileKey, int> fresh;  // files new to this client -> a descriptor of each
   std::uint64_t total = 0;
   for (std::uint32_t i = 0; i < r.pieces; ++i) {
     const service::MemoryPiece& p = r.piece[i];
-    struct stat st {};
-    if (fstat(fds[i], &st) != 0) {
-      fail(reply, EINVAL, "the region's memory file: " + errno_text(errno));
+    if (std::string e = service::check_memory_file(fds[i], info[i]); !e.empty()) {
+      fail(reply, EINVAL, "the region's memory file (piece " + std::to_string(i) + "): " + e);
       return;
     }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t size = info[i].bytes;
     if (p.bytes == 0 || p.file_offset % page != 0 || p.bytes % page != 0 || p.file_offset > size ||
         p.bytes > size - p.file_offset) {
       fail(reply, EINVAL, "piece " + std::to_string(i) + " of the region (offset " + std::to_string(p.file_offset) +
@@ -441,15 +472,18 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
                               std::to_string(size) + " bytes");
       return;
     }
-    const auto inode = static_cast<std::uint64_t>(st.st_ino);
-    if (c.files.count(inode) == 0 && new_files.count(inode) == 0) {
-      if (std::string e = service::check_memory_file(fds[i], size); !e.empty()) {
-        fail(reply, EINVAL, "the region's memory file: " + e);
-        return;
-      }
-      new_files[inode] = size;
+    if (info[i].huge && r.pieces != 1) {
+      // A view of several pieces is built from the file's one mapping
+      // (mremap), which hugetlb mappings do not allow.
+      fail(reply, EINVAL, "a region on a hugepage file must be one piece (inside its buffer)");
+      return;
     }
-    inodes.push_back(inode);
+    keys[i] = FileKey{info[i].dev, info[i].ino};
+    if (c.files.count(keys[i]) == 0 && fresh.count(keys[i]) == 0) {
+      fresh[keys[i]] = fds[i];
+      add.pinned += size;
+      ++add.mappings;
+    }
     total += p.bytes;
   }
   if (r.length == 0 || r.offset > total || r.length > total - r.offset) {
@@ -457,26 +491,49 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
                             " bytes) leaves its " + std::to_string(total) + " bytes of memory files");
     return;
   }
-  std::uint64_t added = 0;
-  for (const auto& [inode, bytes] : new_files) added += bytes;
-  if (c.mapped + added > config_.limits.pinned_mb * kMiB) {
-    fail(reply, ENOMEM, "this client would have " + std::to_string((c.mapped + added) / kMiB) +
-                            " MiB registered, over its limit of " + std::to_string(config_.limits.pinned_mb) +
-                            " MiB (uroced max_pinned_mb)");
+  if (r.pieces > 1) add.mappings += r.pieces;  // its view: one mapping per piece
+  if (std::string e = over_budget(c, add); !e.empty()) {
+    fail(reply, ENOMEM, e);
     return;
   }
-  // The view: one mapping, or an address range reserved and the pieces
-  // mapped over it side by side.
+  // The files mapped (once, for the daemon), then the view: inside the
+  // file's mapping for one piece; else an address range reserved and the
+  // pieces' pages mapped onto it side by side.
+  std::vector<FileKey> used;  // files this request added a client use to, undone on failure
+  auto undo = [&] {
+    for (const FileKey& k : used) unuse_file(k);
+  };
+  std::map<FileKey, MappedFile*> maps;
+  for (std::uint32_t i = 0; i < r.pieces; ++i) {
+    if (maps.count(keys[i]) != 0) continue;
+    MappedFile* m = nullptr;
+    if (fresh.count(keys[i]) != 0) {
+      std::string why;
+      m = map_file(fds[i], info[i], why);
+      if (m == nullptr) {
+        undo();
+        fail(reply, ENOMEM, "the region's memory file: " + why);
+        return;
+      }
+      used.push_back(keys[i]);
+    } else {
+      m = &mapped_files_.at(keys[i]);
+    }
+    maps[keys[i]] = m;
+  }
   void* view = nullptr;
   if (r.pieces == 1) {
-    view = service::map_shared(fds[0], r.piece[0].bytes, r.piece[0].file_offset);
+    view = static_cast<char*>(maps[keys[0]]->base) + r.piece[0].file_offset;
   } else {
     void* base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     view = base == MAP_FAILED ? nullptr : base;
     std::uint64_t at = 0;
     for (std::uint32_t i = 0; view != nullptr && i < r.pieces; at += r.piece[i++].bytes) {
-      void* p = mmap(static_cast<char*>(base) + at, r.piece[i].bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                     fds[i], static_cast<off_t>(r.piece[i].file_offset));
+      // The file is sealed against new writable mappings: the pages come
+      // from the daemon's own mapping of it (mremap of size 0 duplicates a
+      // shared mapping).
+      void* from = static_cast<char*>(maps[keys[i]]->base) + r.piece[i].file_offset;
+      void* p = mremap(from, 0, r.piece[i].bytes, MREMAP_MAYMOVE | MREMAP_FIXED, static_cast<char*>(base) + at);
       if (p == MAP_FAILED) {
         const int e = errno;
         munmap(base, total);
@@ -486,22 +543,87 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
     }
   }
   if (view == nullptr) {
-    fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(errno));
+    const int e = errno;
+    undo();
+    fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(e));
     return;
   }
   MemoryRegion* mr = pd->second->reg_mr_iova(static_cast<char*>(view) + r.offset, r.length, r.iova, r.access);
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
-    munmap(view, total);
+    if (r.pieces > 1) munmap(view, total);
+    undo();
     return;
   }
-  for (const auto& [inode, bytes] : new_files) c.files[inode] = File{bytes, 0};
-  for (std::uint64_t inode : inodes) ++c.files[inode].users;
-  c.mapped += added;
+  if (r.pieces > 1) mappings_total_ += r.pieces;
+  for (const auto& [key, fd] : fresh) c.files[key] = File{mapped_files_.at(key).bytes, 0};
+  for (const FileKey& key : keys) ++c.files[key].users;
+  charge(c, add, +1);
   reply.handle = c.next_handle++;
   reply.reg_mr.lkey = mr->lkey;
   reply.reg_mr.rkey = mr->rkey;
-  c.mrs[reply.handle] = Mr{mr, view, total, std::move(inodes)};
+  c.mrs[reply.handle] = Mr{mr, view, r.pieces > 1 ? total : 0, r.pieces > 1, std::move(keys)};
+}
+
+Server::MappedFile* Server::map_file(int fd, const service::MemoryFileInfo& info, std::string& why) {
+  const FileKey key{info.dev, info.ino};
+  auto known = mapped_files_.find(key);
+  if (known != mapped_files_.end()) {  // another client's file too: the same mapping
+    ++known->second.clients;
+    return &known->second;
+  }
+  if (info.write_sealed) {
+    why = "already sealed against writers (F_SEAL_FUTURE_WRITE) before uroced mapped it";
+    return nullptr;
+  }
+  if (mappings_total_ + 1 > mappings_budget_) {
+    why = "the daemon's mappings are at their budget (half of vm.max_map_count)";
+    return nullptr;
+  }
+  void* base = service::map_shared(fd, info.bytes);
+  if (base == nullptr) {
+    why = "mmap: " + errno_text(errno) + (info.huge ? " (no free hugepages for it?)" : "");
+    return nullptr;
+  }
+  // Sealed now, mapped above: from here no hole can be punched in it, so no
+  // page the daemon reaches can vanish (SIGBUS). A hugetlb page punched
+  // between the mmap and the seal lost its reservation: populating the file
+  // now finds that (fails) instead of a later fault killing the daemon. A
+  // tmpfs hole punched then only reads back as zeros.
+  why = service::seal_against_writers(fd);
+  if (why.empty() && info.huge && madvise(base, info.bytes, MADV_POPULATE_WRITE) != 0) {
+    why = "its hugepages could not be faulted in (" + errno_text(errno) + "): a hole punched in it, or none free";
+  }
+  if (!why.empty()) {
+    munmap(base, info.bytes);
+    return nullptr;
+  }
+  MappedFile m;
+  m.base = base;
+  m.bytes = info.bytes;
+  m.huge = info.huge;
+  m.clients = 1;
+  // The port (DPDK external memory, DMA mapping) learns of the file once:
+  // regions inside it then take no registration of their own (DPDK has 128
+  // for the whole daemon). A region in a PD of the daemon's, which no QP
+  // uses, with no access rights.
+  if (files_pd_ == nullptr) files_pd_ = ctx_.alloc_pd();
+  if (files_pd_ != nullptr) m.port_mr = files_pd_->reg_mr(base, info.bytes, 0);
+  ++mappings_total_;
+  return &mapped_files_.emplace(key, m).first->second;
+}
+
+void Server::unuse_file(const FileKey& key) {
+  auto it = mapped_files_.find(key);
+  if (it == mapped_files_.end() || --it->second.clients != 0) return;
+  MappedFile& m = it->second;
+  // The port's registration goes first (its DMA mapping with it), then the
+  // daemon's mapping. Frames still queued for the NIC from these pages: see
+  // PortIo::unregister_memory.
+  if (m.port_mr != nullptr) files_pd_->dereg_mr(m.port_mr);
+  munmap(m.base, m.bytes);
+  --mappings_total_;
+  mapped_files_.erase(it);
 }
 
 int Server::dereg_mr(Client& c, std::uint32_t handle) {
@@ -509,16 +631,96 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
   if (it == c.mrs.end()) return EINVAL;
   if (const int e = it->second.mr->pd->dereg_mr(it->second.mr); e != 0) return e;
   // dereg_mr returned: the engines no longer touch the view.
-  munmap(it->second.view, it->second.view_bytes);
-  for (std::uint64_t inode : it->second.inodes) {
-    auto f = c.files.find(inode);
+  Charge freed;
+  if (it->second.own_view) {
+    munmap(it->second.view, it->second.view_bytes);
+    freed.mappings += static_cast<std::uint32_t>(it->second.files.size());
+    mappings_total_ -= static_cast<std::uint32_t>(it->second.files.size());
+  }
+  for (const FileKey& key : it->second.files) {
+    auto f = c.files.find(key);
     if (f != c.files.end() && --f->second.users == 0) {
-      c.mapped -= f->second.bytes;
+      freed.pinned += f->second.bytes;
+      ++freed.mappings;
       c.files.erase(f);
+      unuse_file(key);
     }
   }
+  charge(c, freed, -1);
   c.mrs.erase(it);
   return 0;
+}
+
+// --- Budgets ----------------------------------------------------------------------------
+// Everything a client makes the daemon hold is charged to the client, its
+// uid and the daemon: region files once each (max_pinned_mb), CQs' and QPs'
+// rings and engine arrays (max_object_mb), both per uid and in all
+// (max_uid_memory_mb, max_memory_mb), and the mappings behind them
+// (max_mappings, max_uid_mappings, half of vm.max_map_count in all), so
+// that neither memory nor the address space's mapping count runs out for
+// everyone because of one client or one user.
+
+std::string Server::over_budget(const Client& c, const Charge& add) const {
+  const Limits& l = config_.limits;
+  const std::uint64_t bytes = add.pinned + add.objects;
+  auto mib = [](std::uint64_t b) { return std::to_string((b + kMiB - 1) / kMiB); };
+  if (c.mapped + add.pinned > l.pinned_mb * kMiB) {
+    return "this client would have " + mib(c.mapped + add.pinned) + " MiB registered, over its limit of " +
+           std::to_string(l.pinned_mb) + " MiB (uroced max_pinned_mb)";
+  }
+  if (c.object_bytes + add.objects > l.object_mb * kMiB) {
+    return "this client's CQs and QPs would take " + mib(c.object_bytes + add.objects) +
+           " MiB of the daemon's memory, over its limit of " + std::to_string(l.object_mb) +
+           " MiB (uroced max_object_mb): ask for fewer or smaller queues";
+  }
+  if (c.mappings + add.mappings > l.mappings) {
+    return "this client would have " + std::to_string(c.mappings + add.mappings) +
+           " mappings in the daemon (memory files, regions of several pieces, rings), over its limit of " +
+           std::to_string(l.mappings) + " (uroced max_mappings): register fewer, larger regions";
+  }
+  const auto u = uid_memory_.find(c.uid);
+  const UidMemory used = u == uid_memory_.end() ? UidMemory{} : u->second;
+  if (used.bytes + bytes > l.uid_memory_mb * kMiB) {
+    return "uid " + std::to_string(c.uid) + "'s clients would hold " + mib(used.bytes + bytes) +
+           " MiB in the daemon, over the per-uid limit of " + std::to_string(l.uid_memory_mb) +
+           " MiB (uroced max_uid_memory_mb)";
+  }
+  if (used.mappings + add.mappings > l.uid_mappings) {
+    return "uid " + std::to_string(c.uid) + "'s clients would have " + std::to_string(used.mappings + add.mappings) +
+           " mappings in the daemon, over the per-uid limit of " + std::to_string(l.uid_mappings) +
+           " (uroced max_uid_mappings)";
+  }
+  if (memory_total_ + bytes > memory_budget_) {
+    return "the daemon would hold " + mib(memory_total_ + bytes) + " MiB for its clients, over its budget of " +
+           mib(memory_budget_) + " MiB (uroced max_memory_mb)";
+  }
+  if (mappings_total_ + add.mappings > mappings_budget_) {
+    return "the daemon's mappings would pass their budget of " + std::to_string(mappings_budget_) +
+           " (half of vm.max_map_count)";
+  }
+  return "";
+}
+
+void Server::charge(Client& c, const Charge& add, int sign) {
+  // Unsigned arithmetic: a release subtracts exactly what was added.
+  const std::uint64_t bytes = add.pinned + add.objects;
+  UidMemory& u = uid_memory_[c.uid];
+  if (sign > 0) {
+    c.mapped += add.pinned;
+    c.object_bytes += add.objects;
+    c.mappings += add.mappings;
+    u.bytes += bytes;
+    u.mappings += add.mappings;
+    memory_total_ += bytes;
+  } else {
+    c.mapped -= add.pinned;
+    c.object_bytes -= add.objects;
+    c.mappings -= add.mappings;
+    u.bytes -= bytes;
+    u.mappings -= add.mappings;
+    memory_total_ -= bytes;
+  }
+  if (u.bytes == 0 && u.mappings == 0) uid_memory_.erase(c.uid);
 }
 
 // --- CQs and QPs ---------------------------------------------------------------------
@@ -534,8 +736,14 @@ void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std:
   }
   const std::uint32_t slots = service::ring_slots(r.cqe);
   const std::size_t bytes = service::page_round(service::Ring<ibv_wc>::bytes(slots));
+  // The shared ring, and an engine ring of cqe completions per worker.
+  const Charge add{0, bytes + pumps_.size() * std::uint64_t{r.cqe} * sizeof(ibv_wc), 1};
+  if (std::string e = over_budget(c, add); !e.empty()) {
+    fail(reply, ENOMEM, e);
+    return;
+  }
   auto pump = std::make_unique<PumpCq>();
-  const int file = service::make_memory_file("uroced-cq", bytes);
+  const int file = service::make_memory_file("uroced-cq", bytes, false, service::Sealing::kFinal);
   void* map = file >= 0 ? service::map_shared(file, bytes) : nullptr;
   pump->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   CompletionQueue* cq = map != nullptr && pump->event_fd >= 0
@@ -562,10 +770,13 @@ void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std:
   rec.cq = cq;
   rec.map = map;
   rec.bytes = bytes;
+  rec.charge = add.objects;
   rec.worker = next_worker_++ % pumps_.size();
   rec.pump = std::move(pump);
   pumps_[rec.worker].add(rec.pump.get());
   c.ring_bytes += bytes;
+  charge(c, add, +1);
+  ++mappings_total_;
   c.cqs[reply.handle] = std::move(rec);
 }
 
@@ -579,6 +790,8 @@ int Server::destroy_cq(Client& c, std::uint32_t handle) {
   munmap(rec.map, rec.bytes);
   close(rec.pump->event_fd);
   c.ring_bytes -= rec.bytes;
+  charge(c, Charge{0, rec.charge, 1}, -1);
+  --mappings_total_;
   c.cqs.erase(it);
   return 0;
 }
@@ -598,6 +811,25 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   if (r.cap.max_send_sge > service::kMaxSge || r.cap.max_recv_sge > service::kMaxSge ||
       r.cap.max_inline_data > service::kMaxInline) {
     fail(reply, EINVAL, "QP capabilities exceed the device limits (max_sge 16, max_inline_data 256)");
+    return;
+  }
+  // Its rings and WQE arrays as asked (the device may round up: charged
+  // again from what it gave, below, before anything is kept).
+  auto qp_charge = [&](const ibv_qp_cap& cap) {
+    const std::uint64_t sq = service::ring_slots(std::max<std::uint32_t>(cap.max_send_wr, 1));
+    const std::uint64_t rq = service::ring_slots(std::max<std::uint32_t>(cap.max_recv_wr, 1));
+    const std::uint64_t rings = service::page_round(service::Ring<service::SendSlot>::bytes(static_cast<std::uint32_t>(sq))) +
+                                service::page_round(service::Ring<service::RecvSlot>::bytes(static_cast<std::uint32_t>(rq)));
+    return Charge{0, rings + sq * (kSendWqeBytes + std::max<std::uint32_t>(cap.max_inline_data, 1)) + rq * kRecvWqeBytes +
+                         kQpFixedBytes, 1};
+  };
+  if (r.cap.max_send_wr > ctx_.limits().max_qp_wr || r.cap.max_recv_wr > ctx_.limits().max_qp_wr) {
+    fail(reply, EINVAL, "max_send_wr and max_recv_wr must be at most the device's max_qp_wr (" +
+                            std::to_string(ctx_.limits().max_qp_wr) + ")");
+    return;
+  }
+  if (std::string e = over_budget(c, qp_charge(r.cap)); !e.empty()) {
+    fail(reply, ENOMEM, e);
     return;
   }
   // The worker serving the fewest of this daemon's QPs.
@@ -630,7 +862,13 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   const std::uint32_t rq_slots = service::ring_slots(std::max<std::uint32_t>(got.cap.max_recv_wr, 1));
   const std::size_t sq_bytes = service::page_round(service::Ring<service::SendSlot>::bytes(sq_slots));
   const std::size_t bytes = sq_bytes + service::page_round(service::Ring<service::RecvSlot>::bytes(rq_slots));
-  const int file = service::make_memory_file("uroced-qp", bytes);
+  const Charge add = qp_charge(got.cap);
+  if (std::string e = over_budget(c, add); !e.empty()) {
+    pd->second->destroy_qp(qp);
+    fail(reply, ENOMEM, e);
+    return;
+  }
+  const int file = service::make_memory_file("uroced-qp", bytes, false, service::Sealing::kFinal);
   void* map = file >= 0 ? service::map_shared(file, bytes) : nullptr;
   if (map == nullptr) {
     if (file >= 0) close(file);
@@ -661,12 +899,15 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   rec.recv_cq = r.recv_cq;
   rec.map = map;
   rec.bytes = bytes;
+  rec.charge = add.objects;
   rec.worker = worker;
   rec.pump = std::move(pump);
   pumps_[worker].add(rec.pump.get());
   ++scq->second.users;
   ++rcq->second.users;
   c.ring_bytes += bytes;
+  charge(c, add, +1);
+  ++mappings_total_;
   c.qps[reply.handle] = std::move(rec);
 }
 
@@ -681,6 +922,8 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
   }
   munmap(rec.map, rec.bytes);
   c.ring_bytes -= rec.bytes;
+  charge(c, Charge{0, rec.charge, 1}, -1);
+  --mappings_total_;
   --c.cqs[rec.send_cq].users;
   --c.cqs[rec.recv_cq].users;
   c.qps.erase(it);
@@ -710,8 +953,16 @@ void Server::release(Client& c) {
   }
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();
+  // Left only by regions that would not deregister (their files stay
+  // mapped, under the engines); the client's share of the budgets goes.
+  UidMemory& u = uid_memory_[c.uid];
+  u.bytes -= std::min(u.bytes, c.mapped + c.object_bytes);
+  u.mappings -= std::min(u.mappings, c.mappings);
+  memory_total_ -= std::min(memory_total_, c.mapped + c.object_bytes);
+  if (u.bytes == 0 && u.mappings == 0) uid_memory_.erase(c.uid);
   c.files.clear();
-  c.mapped = 0;
+  c.mapped = c.object_bytes = 0;
+  c.mappings = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.sock, nullptr);
   close(c.sock);
   c.sock = -1;
