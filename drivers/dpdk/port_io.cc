@@ -356,25 +356,52 @@ bool PortIo::registered(const std::uint8_t* p, std::size_t len) {
   return false;
 }
 
-bool PortIo::drain_tx() {
+std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks() const {
+  std::vector<std::pair<PortIo*, std::uint64_t>> marks;
+  for (PortIo* q : memory_->queues) marks.emplace_back(q, q->segments_attached_.load(std::memory_order_acquire));
+  return marks;
+}
+
+bool PortIo::drained(const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait) {
   // Segments are freed in the order they were sent (a queue's descriptors
   // complete in order): once a queue has freed as many as it had attached
-  // at the start, the older ones are gone. The engines are parked (this is
-  // a control call), so their queues' completed descriptors are cleaned up
-  // from here.
-  std::vector<std::pair<PortIo*, std::uint64_t>> wait;
-  for (PortIo* q : memory_->queues) wait.emplace_back(q, q->segments_attached_.load(std::memory_order_acquire));
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  // at the mark, the older ones are gone. In a control call the engines are
+  // parked, so their queues' sent descriptors are cleaned up from here.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait ? 200 : 0);
   for (;;) {
     bool done = true;
-    for (auto& [q, attached] : wait) {
+    for (const auto& [q, attached] : marks) {
+      if (std::find(memory_->queues.begin(), memory_->queues.end(), q) == memory_->queues.end()) continue;  // gone
       if (q->segments_freed_.load(std::memory_order_acquire) >= attached) continue;
-      rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
+      if (wait) rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
       done = done && q->segments_freed_.load(std::memory_order_acquire) >= attached;
     }
     if (done) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
+    if (std::chrono::steady_clock::now() >= until) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void PortIo::release(Memory::Span& span) {
+  if (!span.ours) return;
+  auto* base = reinterpret_cast<void*>(span.lo);
+  const std::size_t bytes = span.hi - span.lo;
+  rte_eth_dev_info info{};
+  if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
+    rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
+  }
+  rte_extmem_unregister(base, bytes);
+}
+
+void PortIo::reap_retired() {
+  auto& spans = memory_->spans;
+  for (auto it = spans.begin(); it != spans.end();) {
+    if (it->retired && drained(it->marks, false)) {
+      release(*it);
+      it = spans.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -384,6 +411,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   const std::uintptr_t hi = lo + bytes;
   Memory& m = *memory_;
   std::lock_guard<std::mutex> lock(m.mutex);
+  reap_retired();
   for (Memory::Span& s : m.spans) {
     if (!s.retired && s.lo <= lo && hi <= s.hi) {
       ++s.users;
@@ -391,7 +419,10 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       return;
     }
   }
-  Memory::Span span{lo, hi, 1};
+  Memory::Span span;
+  span.lo = lo;
+  span.hi = hi;
+  span.users = 1;
   const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
   if (rc == 0) {
     span.ours = true;
@@ -436,30 +467,28 @@ void PortIo::unregister_memory(void* addr, std::size_t len) {
   std::lock_guard<std::mutex> lock(m.mutex);
   auto it = std::find_if(m.spans.begin(), m.spans.end(),
                          [&](const Memory::Span& s) { return !s.retired && s.lo <= lo && hi <= s.hi; });
-  if (it == m.spans.end() || --it->users != 0) return;
-  if (it->slot >= 0) {
-    // Out of the table first (the engines are parked: no tx_burst reads it
-    // now), then every frame that may point into it drained.
-    m.hi[static_cast<std::size_t>(it->slot)].store(0, std::memory_order_release);
-    m.generation.fetch_add(1, std::memory_order_acq_rel);
-    it->slot = -1;
-    it->usable = false;
-    if (!drain_tx()) {
-      // The NIC may still read these pages: their DMA mapping stays (a
-      // later registration overlapping it is refused, so copied).
+  if (it != m.spans.end() && --it->users == 0) {
+    if (it->slot >= 0) {
+      // Out of the table first (the engines are parked: no tx_burst reads
+      // it now), then every frame that may point into it drained.
+      m.hi[static_cast<std::size_t>(it->slot)].store(0, std::memory_order_release);
+      m.generation.fetch_add(1, std::memory_order_acq_rel);
+      it->slot = -1;
+      it->usable = false;
+      it->marks = tx_marks();
+    }
+    if (drained(it->marks, true)) {
+      release(*it);
+      m.spans.erase(it);
+    } else {
+      // The NIC may still read these pages: the registration and DMA
+      // mapping stay until its frames are freed (reap_retired); memory
+      // registered over them meanwhile is copied, never attached.
       ++counters_.memory_drain_failed;
       it->retired = true;
-      return;
     }
   }
-  if (it->ours) {
-    rte_eth_dev_info info{};
-    if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
-      rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
-    }
-    rte_extmem_unregister(reinterpret_cast<void*>(it->lo), it->hi - it->lo);
-  }
-  m.spans.erase(it);
+  reap_retired();
 }
 
 bool PortIo::count_mac_control(const std::uint8_t* frame, std::uint16_t len) {

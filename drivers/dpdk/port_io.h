@@ -178,6 +178,7 @@ class PortIo : public engine::PacketIo {
       bool usable = false;   // frames may point into it
       bool retired = false;  // users gone, but frames could not be shown sent: kept registered
       int slot = -1;         // in lo/hi below when usable
+      std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // retired: segments each queue must have freed
     };
     std::mutex mutex;
     std::vector<Span> spans;
@@ -189,9 +190,15 @@ class PortIo : public engine::PacketIo {
   // Whether [p, p + len) lies in a usable span (the data path: a hit in the
   // last span found, else a scan of the table).
   bool registered(const std::uint8_t* p, std::size_t len);
-  // Waits (bounded) until every queue has freed the zero-copy segments it
-  // attached before now; false if some are still out.
-  bool drain_tx();
+  // Every queue's count of zero-copy segments attached so far: once each has
+  // freed as many, no frame sent before points into memory unregistered now.
+  std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks() const;
+  // Whether the queues have freed up to `marks`; with `wait`, cleans up
+  // their sent descriptors and waits (bounded) until they have.
+  bool drained(const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait);
+  // Unregisters retired spans whose frames have since been freed.
+  void reap_retired();
+  void release(Memory::Span& span);  // DMA unmap and DPDK unregistration
   static void on_segment_free(void* addr, void* opaque);
 
   Port& port_;
