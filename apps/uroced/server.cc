@@ -492,8 +492,10 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
     return;
   }
   if (r.pieces > 1) add.mappings += r.pieces;  // its view: one mapping per piece
-  if (std::string e = over_budget(c, add); !e.empty()) {
-    fail(reply, ENOMEM, e);
+  std::string over = over_budget(c, add);
+  if (!over.empty() && drop_idle_files(c, keys)) over = over_budget(c, add);
+  if (!over.empty()) {
+    fail(reply, ENOMEM, over);
     return;
   }
   // The files mapped (once, for the daemon), then the view: inside the
@@ -585,18 +587,26 @@ Server::MappedFile* Server::map_file(int fd, const service::MemoryFileInfo& info
     why = "mmap: " + errno_text(errno) + (info.huge ? " (no free hugepages for it?)" : "");
     return nullptr;
   }
-  // Sealed now, mapped above: from here no hole can be punched in it, so no
-  // page the daemon reaches can vanish (SIGBUS). A hugetlb page punched
-  // between the mmap and the seal lost its reservation: populating the file
-  // now finds that (fails) instead of a later fault killing the daemon. A
-  // tmpfs hole punched then only reads back as zeros.
-  why = service::seal_against_writers(fd);
-  if (why.empty() && info.huge && madvise(base, info.bytes, MADV_POPULATE_WRITE) != 0) {
-    why = "its hugepages could not be faulted in (" + errno_text(errno) + "): a hole punched in it, or none free";
-  }
-  if (!why.empty()) {
-    munmap(base, info.bytes);
-    return nullptr;
+  // A hugepage punched out of a file (FALLOC_FL_PUNCH_HOLE, MADV_REMOVE:
+  // F_SEAL_SHRINK allows both) takes its reservation with it, and the
+  // daemon's next touch of it faults with SIGBUS. So a hugepage file is
+  // sealed against every new writer now that the daemon (and the client,
+  // whose buffer it is) has mapped it: no hole can be punched any more. A
+  // page punched between the mmap and the seal shows when the file is
+  // populated, here, instead of killing the daemon later. The seal stays
+  // on the file, so the daemon keeps this mapping while the client is
+  // attached (see dereg_mr), to register the file again.
+  // A tmpfs (normal pages) file is not sealed: a hole punched in it reads
+  // back as zeros, the client's own data lost, nothing else.
+  if (info.huge) {
+    why = service::seal_against_writers(fd);
+    if (why.empty() && madvise(base, info.bytes, MADV_POPULATE_WRITE) != 0) {
+      why = "its hugepages could not be faulted in (" + errno_text(errno) + "): a hole punched in it, or none free";
+    }
+    if (!why.empty()) {
+      munmap(base, info.bytes);
+      return nullptr;
+    }
   }
   MappedFile m;
   m.base = base;
@@ -639,7 +649,11 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
   }
   for (const FileKey& key : it->second.files) {
     auto f = c.files.find(key);
-    if (f != c.files.end() && --f->second.users == 0) {
+    // A hugepage file stays mapped (and charged) with no region on it: it
+    // is sealed against new writable mappings, so a mapping made again
+    // would fail. It goes when the client does, or when its budget needs
+    // the room (drop_idle_files).
+    if (f != c.files.end() && --f->second.users == 0 && !mapped_files_.at(key).huge) {
       freed.pinned += f->second.bytes;
       ++freed.mappings;
       c.files.erase(f);
@@ -649,6 +663,22 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
   charge(c, freed, -1);
   c.mrs.erase(it);
   return 0;
+}
+
+bool Server::drop_idle_files(Client& c, const std::vector<FileKey>& keep) {
+  Charge freed;
+  for (auto f = c.files.begin(); f != c.files.end();) {
+    if (f->second.users != 0 || std::find(keep.begin(), keep.end(), f->first) != keep.end()) {
+      ++f;
+      continue;
+    }
+    freed.pinned += f->second.bytes;
+    ++freed.mappings;
+    unuse_file(f->first);
+    f = c.files.erase(f);
+  }
+  charge(c, freed, -1);
+  return freed.mappings != 0;
 }
 
 // --- Budgets ----------------------------------------------------------------------------
@@ -951,6 +981,7 @@ void Server::release(Client& c) {
       c.mrs.erase(c.mrs.begin());
     }
   }
+  drop_idle_files(c, {});
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();
   // Left only by regions that would not deregister (their files stay

@@ -81,7 +81,7 @@ class Server {
   // however many regions lie on it.
   struct File {
     std::uint64_t bytes = 0;
-    std::uint32_t users = 0;  // pieces of regions on it
+    std::uint32_t users = 0;  // pieces of regions on it; 0: an idle hugepage file (drop_idle_files)
   };
   struct Mr {
     MemoryRegion* mr = nullptr;
@@ -160,6 +160,9 @@ class Server {
   // known to the port at first sight); nullptr and `why`.
   MappedFile* map_file(int fd, const service::MemoryFileInfo& info, std::string& why);
   void unuse_file(const FileKey& key);  // one client fewer; unmapped after the last
+  // Unmaps c's files with no region on them (hugepage files kept for
+  // registering again), but those in `keep`; whether there were any.
+  bool drop_idle_files(Client& c, const std::vector<FileKey>& keep);
   void release(Client& c);  // everything of c, then its socket
   static ClientRow row_of(const Client& c);
   void publish_client_table();

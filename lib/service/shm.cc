@@ -55,14 +55,14 @@ std::string check_memory_file(int fd, MemoryFileInfo& info) {
   }
   if ((seals & F_SEAL_WRITE) != 0) return "memory file sealed against writing (F_SEAL_WRITE): uroced could not place data in it";
   info.write_sealed = (seals & F_SEAL_FUTURE_WRITE) != 0;
-  if ((seals & F_SEAL_SEAL) != 0 && !info.write_sealed) {
-    return "memory file sealed with F_SEAL_SEAL before uroced could seal it against hole punching: "
-           "seal it with F_SEAL_SHRINK | F_SEAL_GROW only (make_memory_file does)";
-  }
   info.dev = static_cast<std::uint64_t>(st.st_dev);
   info.ino = static_cast<std::uint64_t>(st.st_ino);
   info.bytes = static_cast<std::uint64_t>(st.st_size);
   info.huge = fs.f_type == HUGETLBFS_MAGIC;
+  if (info.huge && (seals & F_SEAL_SEAL) != 0 && !info.write_sealed) {
+    return "hugepage memory file sealed with F_SEAL_SEAL before uroced could seal it against hole punching: "
+           "seal it with F_SEAL_SHRINK | F_SEAL_GROW only (make_memory_file does)";
+  }
   return "";
 }
 

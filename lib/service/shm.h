@@ -60,11 +60,11 @@ std::size_t page_round(std::size_t bytes);
 
 // Whether a memory file's sealing is finished when it is made. kOpen (a
 // region's file, made by the client) leaves F_SEAL_SEAL off, so uroced can
-// add F_SEAL_FUTURE_WRITE once it has mapped the file: from then on nobody
-// can punch a hole in it (F_SEAL_SHRINK alone does not forbid
-// FALLOC_FL_PUNCH_HOLE, and a punched hugetlb page faults with SIGBUS).
-// kFinal (the daemon's ring files, which the client maps after it gets
-// them) ends sealing at once.
+// add F_SEAL_FUTURE_WRITE to a hugepage file once it has mapped it: from
+// then on nobody can punch a hole in it (F_SEAL_SHRINK alone does not
+// forbid FALLOC_FL_PUNCH_HOLE, and a punched hugetlb page faults with
+// SIGBUS). kFinal (the daemon's ring files, which the client maps after it
+// gets them) ends sealing at once.
 enum class Sealing { kOpen, kFinal };
 
 // A memory file of `bytes` (memfd, close-on-exec), sealed against shrinking
@@ -81,10 +81,10 @@ struct MemoryFileInfo {
   bool write_sealed = false;        // F_SEAL_FUTURE_WRITE already on: uroced sealed it (or nobody can map it writable)
 };
 // Whether `fd` can hold registered memory: a memfd (a regular file on tmpfs
-// or hugetlbfs), open read-write, sealed against shrinking and growing, and
-// either open to uroced's F_SEAL_FUTURE_WRITE (no F_SEAL_SEAL) or already
-// carrying it. Run on every descriptor of every request. "" and `info`, or
-// why not.
+// or hugetlbfs), open read-write, sealed against shrinking and growing, not
+// against writing; a hugepage file also open to uroced's
+// F_SEAL_FUTURE_WRITE (no F_SEAL_SEAL) or already carrying it. Run on every
+// descriptor of every request. "" and `info`, or why not.
 std::string check_memory_file(int fd, MemoryFileInfo& info);
 // Adds F_SEAL_FUTURE_WRITE (once the daemon has mapped `fd` writable):
 // no new writable mapping, write() or hole punching by anyone after it;
