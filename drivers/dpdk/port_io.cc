@@ -62,6 +62,11 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
 PortIo::~PortIo() {
   std::lock_guard<std::mutex> lock(memory_->mutex);
   std::erase(memory_->queues, this);
+  if (!memory_->queues.empty()) return;
+  // The port's last queue: its memory registrations go with it (another
+  // port made later in this process registers the same addresses afresh).
+  for (Memory::Span& span : memory_->spans) release(span);
+  memory_->spans.clear();
 }
 
 ibv_gid PortIo::gid() const { return uroce::ipv4_gid(ip_); }
@@ -269,7 +274,8 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       rte_mbuf* seg = segs[static_cast<std::size_t>(k)];
       auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
       const auto len = static_cast<std::uint16_t>(f.pieces[k].size());
-      if (!registered(data, len)) [[unlikely]] {
+      const int slot = registered(data, len);
+      if (slot < 0) [[unlikely]] {
         // Memory the port has no registration (DMA mapping) for: the NIC
         // must not be sent to it. Copied into the segment (its buffer holds
         // a whole frame).
@@ -285,10 +291,11 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       // are gone (unregister_memory).
       auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(seg->buf_addr);
       shinfo->free_cb = on_segment_free;
-      shinfo->fcb_opaque = &segments_freed_;
+      auto& attached = segments_attached_[static_cast<std::size_t>(slot)];
+      shinfo->fcb_opaque = &segments_freed_[static_cast<std::size_t>(slot)];
       rte_mbuf_ext_refcnt_set(shinfo, 1);
       rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
-      segments_attached_.store(segments_attached_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      attached.store(attached.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       seg->data_len = len;
       seg->pkt_len = len;
     }
@@ -338,10 +345,10 @@ void PortIo::on_segment_free(void* /*addr*/, void* opaque) {
   static_cast<std::atomic<std::uint64_t>*>(opaque)->fetch_add(1, std::memory_order_relaxed);
 }
 
-bool PortIo::registered(const std::uint8_t* p, std::size_t len) {
+int PortIo::registered(const std::uint8_t* p, std::size_t len) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   const std::uint32_t generation = memory_->generation.load(std::memory_order_acquire);
-  if (generation == hit_generation_ && a >= hit_lo_ && a + len <= hit_hi_) [[likely]] return true;
+  if (generation == hit_generation_ && a >= hit_lo_ && a + len <= hit_hi_) [[likely]] return hit_slot_;
   const std::uint32_t used = memory_->used.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < used; ++i) {
     const std::uintptr_t hi = memory_->hi[i].load(std::memory_order_acquire);
@@ -349,32 +356,38 @@ bool PortIo::registered(const std::uint8_t* p, std::size_t len) {
     if (hi != 0 && a >= lo && a + len <= hi) {
       hit_lo_ = lo;
       hit_hi_ = hi;
+      hit_slot_ = static_cast<int>(i);
       hit_generation_ = generation;
-      return true;
+      return hit_slot_;
     }
   }
-  return false;
+  return -1;
 }
 
-std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks() const {
+std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks(int slot) const {
   std::vector<std::pair<PortIo*, std::uint64_t>> marks;
-  for (PortIo* q : memory_->queues) marks.emplace_back(q, q->segments_attached_.load(std::memory_order_acquire));
+  for (PortIo* q : memory_->queues) {
+    marks.emplace_back(q, q->segments_attached_[static_cast<std::size_t>(slot)].load(std::memory_order_acquire));
+  }
   return marks;
 }
 
-bool PortIo::drained(const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait) {
+bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait) {
   // Segments are freed in the order they were sent (a queue's descriptors
-  // complete in order): once a queue has freed as many as it had attached
-  // at the mark, the older ones are gone. In a control call the engines are
-  // parked, so their queues' sent descriptors are cleaned up from here.
+  // complete in order): once a queue has freed as many of the row's as it
+  // had attached at the mark, the older ones are gone. In a control call
+  // the engines are parked, so their queues' sent descriptors are cleaned
+  // up from here.
+  if (slot < 0) return true;
+  const auto row = static_cast<std::size_t>(slot);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait ? 200 : 0);
   for (;;) {
     bool done = true;
     for (const auto& [q, attached] : marks) {
       if (std::find(memory_->queues.begin(), memory_->queues.end(), q) == memory_->queues.end()) continue;  // gone
-      if (q->segments_freed_.load(std::memory_order_acquire) >= attached) continue;
+      if (q->segments_freed_[row].load(std::memory_order_acquire) >= attached) continue;
       if (wait) rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
-      done = done && q->segments_freed_.load(std::memory_order_acquire) >= attached;
+      done = done && q->segments_freed_[row].load(std::memory_order_acquire) >= attached;
     }
     if (done) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
@@ -383,6 +396,8 @@ bool PortIo::drained(const std::vector<std::pair<PortIo*, std::uint64_t>>& marks
 }
 
 void PortIo::release(Memory::Span& span) {
+  if (span.slot >= 0) memory_->held[static_cast<std::size_t>(span.slot)] = false;
+  span.slot = -1;
   if (!span.ours) return;
   auto* base = reinterpret_cast<void*>(span.lo);
   const std::size_t bytes = span.hi - span.lo;
@@ -396,7 +411,7 @@ void PortIo::release(Memory::Span& span) {
 void PortIo::reap_retired() {
   auto& spans = memory_->spans;
   for (auto it = spans.begin(); it != spans.end();) {
-    if (it->retired && drained(it->marks, false)) {
+    if (it->retired && drained(it->slot, it->marks, false)) {
       release(*it);
       it = spans.erase(it);
     } else {
@@ -445,7 +460,8 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   }
   if (span.usable) {
     for (std::size_t i = 0; i < Memory::kUsable; ++i) {
-      if (m.hi[i].load(std::memory_order_relaxed) != 0) continue;
+      if (m.held[i]) continue;
+      m.held[i] = true;
       span.slot = static_cast<int>(i);
       m.lo[i].store(lo, std::memory_order_relaxed);
       m.hi[i].store(hi, std::memory_order_release);
@@ -470,14 +486,14 @@ void PortIo::unregister_memory(void* addr, std::size_t len) {
   if (it != m.spans.end() && --it->users == 0) {
     if (it->slot >= 0) {
       // Out of the table first (the engines are parked: no tx_burst reads
-      // it now), then every frame that may point into it drained.
+      // it now), then every frame that may point into it drained. The row
+      // stays held (its counts) until then.
       m.hi[static_cast<std::size_t>(it->slot)].store(0, std::memory_order_release);
       m.generation.fetch_add(1, std::memory_order_acq_rel);
-      it->slot = -1;
       it->usable = false;
-      it->marks = tx_marks();
+      it->marks = tx_marks(it->slot);
     }
-    if (drained(it->marks, true)) {
+    if (drained(it->slot, it->marks, true)) {
       release(*it);
       m.spans.erase(it);
     } else {

@@ -177,25 +177,26 @@ class PortIo : public engine::PacketIo {
       bool ours = false;     // rte_extmem_register'ed here (and to be unregistered)
       bool usable = false;   // frames may point into it
       bool retired = false;  // users gone, but frames could not be shown sent: kept registered
-      int slot = -1;         // in lo/hi below when usable
-      std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // retired: segments each queue must have freed
+      int slot = -1;         // its row in lo/hi and in each queue's segment counts; held until it is released
+      std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // segments of it each queue must have freed
     };
     std::mutex mutex;
     std::vector<Span> spans;
     std::vector<PortIo*> queues;  // the port's queues, to drain
     std::array<std::atomic<std::uintptr_t>, kUsable> lo{}, hi{};
+    std::array<bool, kUsable> held{};  // control path: a span has the row (usable, or draining)
     std::atomic<std::uint32_t> used{0};  // slots [0, used) may be in use
     std::atomic<std::uint32_t> generation{0};
   };
-  // Whether [p, p + len) lies in a usable span (the data path: a hit in the
-  // last span found, else a scan of the table).
-  bool registered(const std::uint8_t* p, std::size_t len);
-  // Every queue's count of zero-copy segments attached so far: once each has
-  // freed as many, no frame sent before points into memory unregistered now.
-  std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks() const;
-  // Whether the queues have freed up to `marks`; with `wait`, cleans up
-  // their sent descriptors and waits (bounded) until they have.
-  bool drained(const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait);
+  // The row of the usable span [p, p + len) lies in, or -1 (the data path:
+  // a hit in the last span found, else a scan of the table).
+  int registered(const std::uint8_t* p, std::size_t len);
+  // Every queue's count of zero-copy segments attached into row `slot` so
+  // far: once each has freed as many, no frame sent before points into it.
+  std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks(int slot) const;
+  // Whether the queues have freed row `slot`'s segments up to `marks`; with
+  // `wait`, cleans up their sent descriptors and waits (bounded) for it.
+  bool drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait);
   // Unregisters retired spans whose frames have since been freed.
   void reap_retired();
   void release(Memory::Span& span);  // DMA unmap and DPDK unregistration
@@ -210,11 +211,13 @@ class PortIo : public engine::PacketIo {
   PortIoCounters counters_;
   std::shared_ptr<Memory> memory_;
   std::uintptr_t hit_lo_ = 0, hit_hi_ = 0;  // the last usable span a piece was found in
+  int hit_slot_ = -1;
   std::uint32_t hit_generation_ = ~0u;
-  // Zero-copy segments attached (the engine's thread) and freed (whoever
-  // frees the mbuf: the driver's TX cleanup, normally that thread).
-  std::atomic<std::uint64_t> segments_attached_{0};
-  std::atomic<std::uint64_t> segments_freed_{0};
+  // Zero-copy segments per row of the memory table: attached here (the
+  // engine's thread; atomic only so a control call may read it) and freed
+  // (whoever frees the mbuf: the driver's TX cleanup, normally that thread).
+  std::array<std::atomic<std::uint64_t>, Memory::kUsable> segments_attached_{};
+  std::array<std::atomic<std::uint64_t>, Memory::kUsable> segments_freed_{};
 };
 
 // Two ports joined back to back by rte_rings (net_ring), in one process:
