@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -37,6 +38,15 @@ rte_iova_t iova_of(const void* p) {
 
 }  // namespace
 
+PortIo::SegmentCounts& PortIo::new_segment_counts() {
+  // Kept for the process's life (reachable here): mbufs freed after their
+  // queue is gone still count into them.
+  static std::mutex mutex;
+  static auto* all = new std::deque<SegmentCounts>;
+  std::lock_guard<std::mutex> lock(mutex);
+  return all->emplace_back();
+}
+
 TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())) {}
 
 std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
@@ -52,7 +62,12 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
 
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4,
                std::shared_ptr<Neighbors> neighbors)
-    : port_(port), queue_(queue), ip_(ipv4), neighbors_(std::move(neighbors)), memory_(std::make_shared<Memory>()) {
+    : port_(port),
+      queue_(queue),
+      ip_(ipv4),
+      neighbors_(std::move(neighbors)),
+      memory_(std::make_shared<Memory>()),
+      segments_(new_segment_counts()) {
   memory_->queues.push_back(this);
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
@@ -291,8 +306,8 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       // are gone (unregister_memory).
       auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(seg->buf_addr);
       shinfo->free_cb = on_segment_free;
-      auto& attached = segments_attached_[static_cast<std::size_t>(slot)];
-      shinfo->fcb_opaque = &segments_freed_[static_cast<std::size_t>(slot)];
+      auto& attached = segments_.attached[static_cast<std::size_t>(slot)];
+      shinfo->fcb_opaque = &segments_.freed[static_cast<std::size_t>(slot)];
       rte_mbuf_ext_refcnt_set(shinfo, 1);
       rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
       attached.store(attached.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -367,7 +382,7 @@ int PortIo::registered(const std::uint8_t* p, std::size_t len) {
 std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks(int slot) const {
   std::vector<std::pair<PortIo*, std::uint64_t>> marks;
   for (PortIo* q : memory_->queues) {
-    marks.emplace_back(q, q->segments_attached_[static_cast<std::size_t>(slot)].load(std::memory_order_acquire));
+    marks.emplace_back(q, q->segments_.attached[static_cast<std::size_t>(slot)].load(std::memory_order_acquire));
   }
   return marks;
 }
@@ -385,9 +400,9 @@ bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_
     bool done = true;
     for (const auto& [q, attached] : marks) {
       if (std::find(memory_->queues.begin(), memory_->queues.end(), q) == memory_->queues.end()) continue;  // gone
-      if (q->segments_freed_[row].load(std::memory_order_acquire) >= attached) continue;
+      if (q->segments_.freed[row].load(std::memory_order_acquire) >= attached) continue;
       if (wait) rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
-      done = done && q->segments_freed_[row].load(std::memory_order_acquire) >= attached;
+      done = done && q->segments_.freed[row].load(std::memory_order_acquire) >= attached;
     }
     if (done) return true;
     if (std::chrono::steady_clock::now() >= until) return false;

@@ -215,9 +215,15 @@ class PortIo : public engine::PacketIo {
   std::uint32_t hit_generation_ = ~0u;
   // Zero-copy segments per row of the memory table: attached here (the
   // engine's thread; atomic only so a control call may read it) and freed
-  // (whoever frees the mbuf: the driver's TX cleanup, normally that thread).
-  std::array<std::atomic<std::uint64_t>, Memory::kUsable> segments_attached_{};
-  std::array<std::atomic<std::uint64_t>, Memory::kUsable> segments_freed_{};
+  // (whoever frees the mbuf: the driver's TX cleanup, normally that
+  // thread). Never freed: a port closed after its queues frees the mbufs
+  // its rings still hold, and their free callbacks count here.
+  struct SegmentCounts {
+    std::array<std::atomic<std::uint64_t>, Memory::kUsable> attached{};
+    std::array<std::atomic<std::uint64_t>, Memory::kUsable> freed{};
+  };
+  static SegmentCounts& new_segment_counts();
+  SegmentCounts& segments_;
 };
 
 // Two ports joined back to back by rte_rings (net_ring), in one process:
