@@ -192,15 +192,18 @@ Server::MappedFile* Server::map_file(int fd, const service::MemoryFileInfo& info
   // attached (see dereg_mr), to register the file again.
   // A tmpfs (normal pages) file is not sealed: a hole punched in it reads
   // back as zeros, the client's own data lost, nothing else.
-  if (info.huge) {
-    why = service::seal_against_writers(fd);
-    if (why.empty() && madvise(base, info.bytes, MADV_POPULATE_WRITE) != 0) {
-      why = "its hugepages could not be faulted in (" + errno_text(errno) + "): a hole punched in it, or none free";
-    }
-    if (!why.empty()) {
-      munmap(base, info.bytes);
-      return nullptr;
-    }
+  // Every file is populated here, whole (it is charged whole), on the
+  // control thread and not in a control call: the port's registration of
+  // the file below, and each region's, then find its pages present instead
+  // of faulting them in with every worker parked.
+  if (info.huge) why = service::seal_against_writers(fd);
+  if (why.empty() && madvise(base, info.bytes, MADV_POPULATE_WRITE) != 0) {
+    why = info.huge ? "its hugepages could not be faulted in (" + errno_text(errno) + "): a hole punched in it, or none free"
+                    : "its pages could not be faulted in: " + errno_text(errno);
+  }
+  if (!why.empty()) {
+    munmap(base, info.bytes);
+    return nullptr;
   }
   MappedFile m;
   m.base = base;
