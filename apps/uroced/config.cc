@@ -15,7 +15,8 @@ const char* const kUsage =
     "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--max-pds N]\n"
     "              [--uid-max-connections N] [--uid-max-pds N] [--uid-max-qps N] [--uid-max-cqs N]\n"
     "              [--uid-max-mrs N] [--uid.UID.KEY N] [--hello-timeout-ms N] [--reply-timeout-ms N]\n"
-    "              [--log-level LEVEL]\n"
+    "              [--max-object-mb N] [--uid-max-memory-mb N] [--max-memory-mb N]\n"
+    "              [--max-mappings N] [--uid-max-mappings N] [--log-level LEVEL]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -82,6 +83,11 @@ std::string set_limit(Limits& l, const std::string& key, const std::string& valu
   if (key == "uid_max_qps") return number(1u << 24, l.uid_qps);
   if (key == "uid_max_cqs") return number(1u << 24, l.uid_cqs);
   if (key == "uid_max_mrs") return number(1u << 24, l.uid_mrs);
+  if (key == "max_object_mb") return number(1ull << 30, l.object_mb);
+  if (key == "uid_max_memory_mb") return number(1ull << 30, l.uid_memory_mb);
+  if (key == "max_memory_mb") return number(1ull << 30, l.memory_mb);
+  if (key == "max_mappings") return number(1u << 24, l.mappings);
+  if (key == "uid_max_mappings") return number(1u << 24, l.uid_mappings);
   known = false;
   return "";
 }
@@ -123,7 +129,7 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     Limits scratch;
     bool known = false;
     const std::string e = set_limit(scratch, uid_key, value, known);
-    if (!known || uid_key == "max_clients") {
+    if (!known || uid_key == "max_clients" || uid_key == "max_memory_mb") {
       return raw_key + ": '" + uid_key + "' is not a budget one uid can have (max_qps, uid_max_qps, ...)";
     }
     if (!e.empty()) return raw_key + ": " + e;

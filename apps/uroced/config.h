@@ -13,7 +13,8 @@ namespace uroce::daemon {
 
 // Budgets: per client, and per uid (what all the clients of one uid hold
 // together, so that one user cannot take every client slot or the device's
-// max_qp / max_mr through many connections). Every key but max_clients can
+// max_qp / max_mr through many connections). Every key but max_clients and
+// max_memory_mb (daemon-wide) can
 // be set for one uid: "uid.1000.uid_max_qps = 2048" (limits_for).
 struct Limits {
   std::uint32_t qps = 256;         // QPs per client
@@ -27,6 +28,16 @@ struct Limits {
   std::uint32_t uid_qps = 1024;
   std::uint32_t uid_cqs = 2048;
   std::uint32_t uid_mrs = 16384;
+  // Memory the daemon holds for clients (README "Budgets"): CQs' and QPs'
+  // rings and engine arrays per client; everything (region files, CQs, QPs)
+  // per uid and for the whole daemon (0: half the machine's memory).
+  std::uint64_t object_mb = 256;        // max_object_mb, per client
+  std::uint64_t uid_memory_mb = 8192;   // uid_max_memory_mb
+  std::uint64_t memory_mb = 0;          // max_memory_mb, the daemon's total
+  // Mappings the daemon makes for clients (memory files, multi-piece region
+  // views, rings); the daemon's total is kept under half of vm.max_map_count.
+  std::uint32_t mappings = 8192;        // max_mappings, per client
+  std::uint32_t uid_mappings = 16384;   // uid_max_mappings
 
   // uid_connections with its default resolved.
   std::uint32_t connections_per_uid() const {

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iterator>
 #include <thread>
 
@@ -32,6 +33,30 @@ using service::Request;
 namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
+
+// What the engine holds per CQ entry and per WQE, for the budgets: an
+// ibv_wc per entry in each engine's completion ring (lib/transport/qp.h
+// CompletionRing, made by the first QP of that engine on the CQ); a
+// SendWqe (480 bytes) and a RecvWqe (408) per slot, rounded up, plus the
+// inline bytes of each send slot and the responder's rings (a fixed part).
+constexpr std::uint64_t kSendWqeBytes = 512;
+constexpr std::uint64_t kRecvWqeBytes = 448;
+constexpr std::uint64_t kQpFixedBytes = 64 * 1024;
+
+std::uint64_t half_of_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2 : 8192 * kMiB;
+}
+
+// Half of vm.max_map_count for clients' mappings: the rest is the daemon's
+// own (DPDK, libraries, thread stacks, its allocator).
+std::uint32_t half_of_max_map_count() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::uint64_t n = 0;
+  if (!(in >> n) || n == 0) n = 65530;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n / 2, 1u << 30));
+}
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -89,10 +114,14 @@ bool known_op(Op op) {
 }  // namespace
 
 Server::Server(Context& ctx, std::size_t workers, const Config& config)
-    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {}
+    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {
+  memory_budget_ = config_.limits.memory_mb != 0 ? config_.limits.memory_mb * kMiB : half_of_memory();
+  mappings_budget_ = half_of_max_map_count();
+}
 
 Server::~Server() {
   while (!clients_.empty()) drop(clients_.begin()->first, "");
+  if (files_pd_ != nullptr) ctx_.dealloc_pd(files_pd_);
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     // Ours if it is still a socket (in a folder nobody else can change).
@@ -652,126 +681,6 @@ Server::Totals Server::totals() const {
   return t;
 }
 
-// --- Memory regions ------------------------------------------------------------------
-
-void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, Reply& reply) {
-  auto pd = c.pds.find(r.pd);
-  if (pd == c.pds.end()) {
-    fail(reply, EINVAL, "no PD " + std::to_string(r.pd) + " of this client");
-    return;
-  }
-  if (c.mrs.size() >= c.limits.mrs) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.mrs.size()) +
-                            " memory regions, its limit (uroced max_mrs)");
-    return;
-  }
-  if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
-    fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
-                            std::to_string(nfds) + " memory files: one file per piece, 1 to " +
-                            std::to_string(service::kMaxPieces));
-    return;
-  }
-  // Every piece whole pages inside a sealed memory file; the new files
-  // within the client's limit.
-  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  std::vector<std::uint64_t> inodes;
-  std::map<std::uint64_t, std::uint64_t> new_files;  // inode -> bytes
-  std::uint64_t total = 0;
-  for (std::uint32_t i = 0; i < r.pieces; ++i) {
-    const service::MemoryPiece& p = r.piece[i];
-    struct stat st {};
-    if (fstat(fds[i], &st) != 0) {
-      fail(reply, EINVAL, "the region's memory file: " + errno_text(errno));
-      return;
-    }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (p.bytes == 0 || p.file_offset % page != 0 || p.bytes % page != 0 || p.file_offset > size ||
-        p.bytes > size - p.file_offset) {
-      fail(reply, EINVAL, "piece " + std::to_string(i) + " of the region (offset " + std::to_string(p.file_offset) +
-                              ", " + std::to_string(p.bytes) + " bytes) is not whole pages of its memory file of " +
-                              std::to_string(size) + " bytes");
-      return;
-    }
-    const auto inode = static_cast<std::uint64_t>(st.st_ino);
-    if (c.files.count(inode) == 0 && new_files.count(inode) == 0) {
-      if (std::string e = service::check_memory_file(fds[i], size); !e.empty()) {
-        fail(reply, EINVAL, "the region's memory file: " + e);
-        return;
-      }
-      new_files[inode] = size;
-    }
-    inodes.push_back(inode);
-    total += p.bytes;
-  }
-  if (r.length == 0 || r.offset > total || r.length > total - r.offset) {
-    fail(reply, EINVAL, "the region (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
-                            " bytes) leaves its " + std::to_string(total) + " bytes of memory files");
-    return;
-  }
-  std::uint64_t added = 0;
-  for (const auto& [inode, bytes] : new_files) added += bytes;
-  if (c.mapped + added > c.limits.pinned_mb * kMiB) {
-    fail(reply, ENOMEM, "this client would have " + std::to_string((c.mapped + added) / kMiB) +
-                            " MiB registered, over its limit of " + std::to_string(c.limits.pinned_mb) +
-                            " MiB (uroced max_pinned_mb)");
-    return;
-  }
-  // The view: one mapping, or an address range reserved and the pieces
-  // mapped over it side by side.
-  void* view = nullptr;
-  if (r.pieces == 1) {
-    view = service::map_shared(fds[0], r.piece[0].bytes, r.piece[0].file_offset);
-  } else {
-    void* base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    view = base == MAP_FAILED ? nullptr : base;
-    std::uint64_t at = 0;
-    for (std::uint32_t i = 0; view != nullptr && i < r.pieces; at += r.piece[i++].bytes) {
-      void* p = mmap(static_cast<char*>(base) + at, r.piece[i].bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                     fds[i], static_cast<off_t>(r.piece[i].file_offset));
-      if (p == MAP_FAILED) {
-        const int e = errno;
-        munmap(base, total);
-        errno = e;
-        view = nullptr;
-      }
-    }
-  }
-  if (view == nullptr) {
-    fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(errno));
-    return;
-  }
-  MemoryRegion* mr = pd->second->reg_mr_iova(static_cast<char*>(view) + r.offset, r.length, r.iova, r.access);
-  if (mr == nullptr) {
-    fail(reply, EINVAL, ctx_.last_error());
-    munmap(view, total);
-    return;
-  }
-  for (const auto& [inode, bytes] : new_files) c.files[inode] = File{bytes, 0};
-  for (std::uint64_t inode : inodes) ++c.files[inode].users;
-  c.mapped += added;
-  reply.handle = c.next_handle++;
-  reply.reg_mr.lkey = mr->lkey;
-  reply.reg_mr.rkey = mr->rkey;
-  c.mrs[reply.handle] = Mr{mr, view, total, std::move(inodes)};
-}
-
-int Server::dereg_mr(Client& c, std::uint32_t handle) {
-  auto it = c.mrs.find(handle);
-  if (it == c.mrs.end()) return EINVAL;
-  if (const int e = it->second.mr->pd->dereg_mr(it->second.mr); e != 0) return e;
-  // dereg_mr returned: the engines no longer touch the view.
-  munmap(it->second.view, it->second.view_bytes);
-  for (std::uint64_t inode : it->second.inodes) {
-    auto f = c.files.find(inode);
-    if (f != c.files.end() && --f->second.users == 0) {
-      c.mapped -= f->second.bytes;
-      c.files.erase(f);
-    }
-  }
-  c.mrs.erase(it);
-  return 0;
-}
-
 // --- CQs and QPs ---------------------------------------------------------------------
 
 void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std::vector<int>& fds) {
@@ -785,8 +694,14 @@ void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std:
   }
   const std::uint32_t slots = service::ring_slots(r.cqe);
   const std::size_t bytes = service::page_round(service::Ring<ibv_wc>::bytes(slots));
+  // The shared ring, and an engine ring of cqe completions per worker.
+  const Charge add{0, bytes + pumps_.size() * std::uint64_t{r.cqe} * sizeof(ibv_wc), 1};
+  if (std::string e = over_budget(c, add); !e.empty()) {
+    fail(reply, ENOMEM, e);
+    return;
+  }
   auto pump = std::make_unique<PumpCq>();
-  const int file = service::make_memory_file("uroced-cq", bytes);
+  const int file = service::make_memory_file("uroced-cq", bytes, false, service::Sealing::kFinal);
   void* map = file >= 0 ? service::map_shared(file, bytes) : nullptr;
   pump->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   CompletionQueue* cq = map != nullptr && pump->event_fd >= 0
@@ -813,10 +728,13 @@ void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std:
   rec.cq = cq;
   rec.map = map;
   rec.bytes = bytes;
+  rec.charge = add.objects;
   rec.worker = next_worker_++ % pumps_.size();
   rec.pump = std::move(pump);
   pumps_[rec.worker].add(rec.pump.get());
   c.ring_bytes += bytes;
+  charge(c, add, +1);
+  ++mappings_total_;
   c.cqs[reply.handle] = std::move(rec);
 }
 
@@ -830,6 +748,8 @@ int Server::destroy_cq(Client& c, std::uint32_t handle) {
   munmap(rec.map, rec.bytes);
   close(rec.pump->event_fd);
   c.ring_bytes -= rec.bytes;
+  charge(c, Charge{0, rec.charge, 1}, -1);
+  --mappings_total_;
   c.cqs.erase(it);
   return 0;
 }
@@ -849,6 +769,25 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   if (r.cap.max_send_sge > service::kMaxSge || r.cap.max_recv_sge > service::kMaxSge ||
       r.cap.max_inline_data > service::kMaxInline) {
     fail(reply, EINVAL, "QP capabilities exceed the device limits (max_sge 16, max_inline_data 256)");
+    return;
+  }
+  // Its rings and WQE arrays as asked (the device may round up: charged
+  // again from what it gave, below, before anything is kept).
+  auto qp_charge = [&](const ibv_qp_cap& cap) {
+    const std::uint64_t sq = service::ring_slots(std::max<std::uint32_t>(cap.max_send_wr, 1));
+    const std::uint64_t rq = service::ring_slots(std::max<std::uint32_t>(cap.max_recv_wr, 1));
+    const std::uint64_t rings = service::page_round(service::Ring<service::SendSlot>::bytes(static_cast<std::uint32_t>(sq))) +
+                                service::page_round(service::Ring<service::RecvSlot>::bytes(static_cast<std::uint32_t>(rq)));
+    return Charge{0, rings + sq * (kSendWqeBytes + std::max<std::uint32_t>(cap.max_inline_data, 1)) + rq * kRecvWqeBytes +
+                         kQpFixedBytes, 1};
+  };
+  if (r.cap.max_send_wr > ctx_.limits().max_qp_wr || r.cap.max_recv_wr > ctx_.limits().max_qp_wr) {
+    fail(reply, EINVAL, "max_send_wr and max_recv_wr must be at most the device's max_qp_wr (" +
+                            std::to_string(ctx_.limits().max_qp_wr) + ")");
+    return;
+  }
+  if (std::string e = over_budget(c, qp_charge(r.cap)); !e.empty()) {
+    fail(reply, ENOMEM, e);
     return;
   }
   // The worker serving the fewest of this daemon's QPs.
@@ -881,7 +820,13 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   const std::uint32_t rq_slots = service::ring_slots(std::max<std::uint32_t>(got.cap.max_recv_wr, 1));
   const std::size_t sq_bytes = service::page_round(service::Ring<service::SendSlot>::bytes(sq_slots));
   const std::size_t bytes = sq_bytes + service::page_round(service::Ring<service::RecvSlot>::bytes(rq_slots));
-  const int file = service::make_memory_file("uroced-qp", bytes);
+  const Charge add = qp_charge(got.cap);
+  if (std::string e = over_budget(c, add); !e.empty()) {
+    pd->second->destroy_qp(qp);
+    fail(reply, ENOMEM, e);
+    return;
+  }
+  const int file = service::make_memory_file("uroced-qp", bytes, false, service::Sealing::kFinal);
   void* map = file >= 0 ? service::map_shared(file, bytes) : nullptr;
   if (map == nullptr) {
     if (file >= 0) close(file);
@@ -912,12 +857,15 @@ void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std:
   rec.recv_cq = r.recv_cq;
   rec.map = map;
   rec.bytes = bytes;
+  rec.charge = add.objects;
   rec.worker = worker;
   rec.pump = std::move(pump);
   pumps_[worker].add(rec.pump.get());
   ++scq->second.users;
   ++rcq->second.users;
   c.ring_bytes += bytes;
+  charge(c, add, +1);
+  ++mappings_total_;
   c.qps[reply.handle] = std::move(rec);
 }
 
@@ -932,6 +880,8 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
   }
   munmap(rec.map, rec.bytes);
   c.ring_bytes -= rec.bytes;
+  charge(c, Charge{0, rec.charge, 1}, -1);
+  --mappings_total_;
   --c.cqs[rec.send_cq].users;
   --c.cqs[rec.recv_cq].users;
   c.qps.erase(it);
@@ -959,10 +909,19 @@ void Server::release(Client& c) {
       c.mrs.erase(c.mrs.begin());
     }
   }
+  drop_idle_files(c, {});
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();
+  // Left only by regions that would not deregister (their files stay
+  // mapped, under the engines); the client's share of the budgets goes.
+  UidMemory& u = uid_memory_[c.uid];
+  u.bytes -= std::min(u.bytes, c.mapped + c.object_bytes);
+  u.mappings -= std::min(u.mappings, c.mappings);
+  memory_total_ -= std::min(memory_total_, c.mapped + c.object_bytes);
+  if (u.bytes == 0 && u.mappings == 0) uid_memory_.erase(c.uid);
   c.files.clear();
-  c.mapped = 0;
+  c.mapped = c.object_bytes = 0;
+  c.mappings = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.sock, nullptr);
   close(c.sock);
   c.sock = -1;

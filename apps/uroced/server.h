@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "config.h"
 #include "pump.h"
 #include "service/protocol.h"
+#include "service/shm.h"
 #include "uroce/verbs.h"
 
 namespace uroce::daemon {
@@ -78,22 +80,39 @@ class Server {
   Totals totals() const;
 
  private:
-  // A client's memory file, counted against its max_pinned_mb once
+  // A memory file by identity: an inode number repeats across filesystems.
+  struct FileKey {
+    std::uint64_t dev = 0, ino = 0;
+    auto operator<=>(const FileKey&) const = default;
+  };
+  // A memory file as the daemon maps it: once, whole, however many regions
+  // of however many clients lie on it, sealed by the daemon against hole
+  // punching (F_SEAL_FUTURE_WRITE) right after that mapping.
+  struct MappedFile {
+    void* base = nullptr;
+    std::size_t bytes = 0;
+    bool huge = false;
+    std::uint32_t clients = 0;         // clients with regions on it
+    MemoryRegion* port_mr = nullptr;   // the whole file made known to the port once (not per region)
+  };
+  // A client's use of a memory file, counted against its budgets once
   // however many regions lie on it.
   struct File {
     std::uint64_t bytes = 0;
-    std::uint32_t users = 0;  // pieces of regions on it
+    std::uint32_t users = 0;  // pieces of regions on it; 0: an idle hugepage file (drop_idle_files)
   };
   struct Mr {
     MemoryRegion* mr = nullptr;
-    void* view = nullptr;  // the region's pieces mapped side by side, as the client sees them
+    void* view = nullptr;  // the region's pieces side by side, as the client sees them
     std::size_t view_bytes = 0;
-    std::vector<std::uint64_t> inodes;  // its pieces' files (Client::files)
+    bool own_view = false;          // a view of several pieces, mapped for this region; else inside its file's mapping
+    std::vector<FileKey> files;     // its pieces' files (Client::files)
   };
   struct Cq {
     CompletionQueue* cq = nullptr;
     void* map = nullptr;
     std::size_t bytes = 0;
+    std::uint64_t charge = 0;  // against the memory budgets: ring and engine arrays
     std::size_t worker = 0;
     std::uint32_t users = 0;
     std::unique_ptr<PumpCq> pump;
@@ -104,6 +123,7 @@ class Server {
     std::uint32_t send_cq = 0, recv_cq = 0;
     void* map = nullptr;
     std::size_t bytes = 0;
+    std::uint64_t charge = 0;  // against the memory budgets: rings and WQE arrays
     std::size_t worker = 0;
     std::unique_ptr<PumpQp> pump;
   };
@@ -127,10 +147,28 @@ class Server {
     std::map<std::uint32_t, Mr> mrs;
     std::map<std::uint32_t, Cq> cqs;
     std::map<std::uint32_t, Qp> qps;
-    std::map<std::uint64_t, File> files;  // by inode
+    std::map<FileKey, File> files;
     std::uint64_t mapped = 0;             // bytes of memory files
     std::uint64_t ring_bytes = 0;
+    std::uint64_t object_bytes = 0;       // CQs and QPs: rings and engine arrays (max_object_mb)
+    std::uint32_t mappings = 0;           // made for it: its files, region views, rings (max_mappings)
   };
+  // What one uid's clients make the daemon hold, together (uid_max_memory_mb,
+  // uid_max_mappings). The connection and object budgets per uid are kept
+  // apart from this.
+  struct UidMemory {
+    std::uint64_t bytes = 0;
+    std::uint32_t mappings = 0;
+  };
+  // What a request would add: memory files (pinned), objects, mappings.
+  struct Charge {
+    std::uint64_t pinned = 0, objects = 0;
+    std::uint32_t mappings = 0;
+  };
+  // "" when `add` fits every budget of `c`, its uid and the daemon; else
+  // the one-line reason. charge()/uncharge() book it.
+  std::string over_budget(const Client& c, const Charge& add) const;
+  void charge(Client& c, const Charge& add, int sign);
 
   void accept_client();
   // Handles one request; false when the client must go (its socket closed,
@@ -162,6 +200,13 @@ class Server {
   int destroy_qp(Client& c, std::uint32_t handle);
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
+  // The daemon's mapping of a checked memory file (made, sealed and made
+  // known to the port at first sight); nullptr and `why`.
+  MappedFile* map_file(int fd, const service::MemoryFileInfo& info, std::string& why);
+  void unuse_file(const FileKey& key);  // one client fewer; unmapped after the last
+  // Unmaps c's files with no region on them (hugepage files kept for
+  // registering again), but those in `keep`; whether there were any.
+  bool drop_idle_files(Client& c, const std::vector<FileKey>& keep);
   void release(Client& c);  // everything of c, then its socket
   static ClientRow row_of(const Client& c);
   void publish_client_table();
@@ -180,6 +225,14 @@ class Server {
   std::map<int, std::unique_ptr<Client>> clients_;  // by socket
   mutable std::mutex table_mutex_;
   std::vector<ClientRow> table_;  // clients_ as last published
+  // Memory (see UidMemory): per uid, the daemon's totals and its budgets.
+  std::map<uid_t, UidMemory> uid_memory_;
+  std::uint64_t memory_total_ = 0;
+  std::uint32_t mappings_total_ = 0;
+  std::uint64_t memory_budget_ = 0;    // max_memory_mb, or half the machine's memory
+  std::uint32_t mappings_budget_ = 0;  // half of vm.max_map_count
+  std::map<FileKey, MappedFile> mapped_files_;
+  ProtectionDomain* files_pd_ = nullptr;  // the port's registrations of whole files; no QP in it
 };
 
 }  // namespace uroce::daemon

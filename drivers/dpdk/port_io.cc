@@ -1,6 +1,8 @@
 #include "dpdk/port_io.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -9,6 +11,7 @@
 
 #include <rte_cycles.h>
 #include <rte_dev.h>
+#include <rte_ethdev.h>
 #include <rte_memory.h>
 #include <rte_eth_ring.h>
 #include <rte_ring.h>
@@ -29,32 +32,57 @@ constexpr std::size_t kMaxFrame = 9022;
 // Below this payload size, copying beats attaching external buffers.
 constexpr std::uint32_t kZeroCopyFrom = 512;
 
-void no_free(void*, void*) {}
-
 rte_iova_t iova_of(const void* p) {
   return rte_eal_iova_mode() == RTE_IOVA_VA ? reinterpret_cast<rte_iova_t>(p) : rte_mem_virt2iova(p);
 }
 
 }  // namespace
 
+PortIo::SegmentCounts& PortIo::new_segment_counts() {
+  // Kept for the process's life (reachable here): mbufs freed after their
+  // queue is gone still count into them.
+  static std::mutex mutex;
+  static auto* all = new std::deque<SegmentCounts>;
+  std::lock_guard<std::mutex> lock(mutex);
+  return all->emplace_back();
+}
+
 TscClock::TscClock() : ns_per_cycle_(1e9 / static_cast<double>(rte_get_tsc_hz())) {}
 
 std::uint64_t TscClock::now_ns() { return static_cast<std::uint64_t>(static_cast<double>(rte_rdtsc()) * ns_per_cycle_); }
 
-PortIo::PortIo(PortIo& first, std::uint16_t queue) : PortIo(first.port_, queue, first.ip_, first.neighbors_) {}
+PortIo::PortIo(PortIo& first, std::uint16_t queue) : PortIo(first.port_, queue, first.ip_, first.neighbors_) {
+  std::lock_guard<std::mutex> lock(first.memory_->mutex);
+  memory_ = first.memory_;
+  memory_->queues.push_back(this);
+}
 
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4)
     : PortIo(port, queue, ipv4, std::make_shared<Neighbors>()) {}
 
 PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4>& ipv4,
                std::shared_ptr<Neighbors> neighbors)
-    : port_(port), queue_(queue), ip_(ipv4), neighbors_(std::move(neighbors)) {
+    : port_(port),
+      queue_(queue),
+      ip_(ipv4),
+      neighbors_(std::move(neighbors)),
+      memory_(std::make_shared<Memory>()),
+      segments_(new_segment_counts()) {
+  memory_->queues.push_back(this);
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
 }
 
-PortIo::~PortIo() = default;
+PortIo::~PortIo() {
+  std::lock_guard<std::mutex> lock(memory_->mutex);
+  std::erase(memory_->queues, this);
+  if (!memory_->queues.empty()) return;
+  // The port's last queue: its memory registrations go with it (another
+  // port made later in this process registers the same addresses afresh).
+  for (Memory::Span& span : memory_->spans) release(span);
+  memory_->spans.clear();
+}
 
 ibv_gid PortIo::gid() const { return uroce::ipv4_gid(ip_); }
 
@@ -261,18 +289,28 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       rte_mbuf* seg = segs[static_cast<std::size_t>(k)];
       auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
       const auto len = static_cast<std::uint16_t>(f.pieces[k].size());
+      const int slot = registered(data, len);
+      if (slot < 0) [[unlikely]] {
+        // Memory the port has no registration (DMA mapping) for: the NIC
+        // must not be sent to it. Copied into the segment (its buffer holds
+        // a whole frame).
+        std::memcpy(rte_pktmbuf_append(seg, len), data, len);
+        ++counters_.tx_copied_unregistered;
+        continue;
+      }
       // Its own shared info, at the start of the segment's own buffer (unused
       // while it points into the region), with a reference count of 1: then
-      // neither this nor the free takes an atomic. One shared by every
-      // segment in flight cost two atomics a packet. The free callback does
-      // nothing: regions outlive the frames that carry them (a WR's buffers
-      // are the application's again only after its completion, which
-      // follows the peer's ACK of frames long sent).
+      // neither the attach nor the free takes a shared atomic. The free
+      // callback counts the segment freed on this queue, so memory is
+      // unregistered (and unmapped) only after the frames that point into it
+      // are gone (unregister_memory).
       auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(seg->buf_addr);
-      shinfo->free_cb = no_free;
-      shinfo->fcb_opaque = nullptr;
+      shinfo->free_cb = on_segment_free;
+      auto& attached = segments_.attached[static_cast<std::size_t>(slot)];
+      shinfo->fcb_opaque = &segments_.freed[static_cast<std::size_t>(slot)];
       rte_mbuf_ext_refcnt_set(shinfo, 1);
       rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
+      attached.store(attached.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       seg->data_len = len;
       seg->pkt_len = len;
     }
@@ -318,27 +356,170 @@ std::pair<std::uint8_t*, std::size_t> page_span(void* addr, std::size_t len) {
 
 }  // namespace
 
-void PortIo::register_memory(void* addr, std::size_t len) {
-  const auto [base, bytes] = page_span(addr, len);
-  const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
-  if (rc != 0 && rte_errno != EEXIST) {
-    ++counters_.regions_register_failed;
-    return;
-  }
-  ++counters_.regions_registered;
-  rte_eth_dev_info info{};
-  if (rte_eth_dev_info_get(port_.id(), &info) != 0 || info.device == nullptr) return;
-  if (rte_dev_dma_map(info.device, base, iova_of(base), bytes) == 0) ++counters_.regions_dma_mapped;
-  else ++counters_.regions_dma_unneeded;  // ENOTSUP: a virtual device reads host memory itself
+void PortIo::on_segment_free(void* /*addr*/, void* opaque) {
+  static_cast<std::atomic<std::uint64_t>*>(opaque)->fetch_add(1, std::memory_order_relaxed);
 }
 
-void PortIo::unregister_memory(void* addr, std::size_t len) {
-  const auto [base, bytes] = page_span(addr, len);
+int PortIo::registered(const std::uint8_t* p, std::size_t len) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uint32_t generation = memory_->generation.load(std::memory_order_acquire);
+  if (generation == hit_generation_ && a >= hit_lo_ && a + len <= hit_hi_) [[likely]] return hit_slot_;
+  const std::uint32_t used = memory_->used.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    const std::uintptr_t hi = memory_->hi[i].load(std::memory_order_acquire);
+    const std::uintptr_t lo = memory_->lo[i].load(std::memory_order_relaxed);
+    if (hi != 0 && a >= lo && a + len <= hi) {
+      hit_lo_ = lo;
+      hit_hi_ = hi;
+      hit_slot_ = static_cast<int>(i);
+      hit_generation_ = generation;
+      return hit_slot_;
+    }
+  }
+  return -1;
+}
+
+std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks(int slot) const {
+  std::vector<std::pair<PortIo*, std::uint64_t>> marks;
+  for (PortIo* q : memory_->queues) {
+    marks.emplace_back(q, q->segments_.attached[static_cast<std::size_t>(slot)].load(std::memory_order_acquire));
+  }
+  return marks;
+}
+
+bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait) {
+  // Segments are freed in the order they were sent (a queue's descriptors
+  // complete in order): once a queue has freed as many of the row's as it
+  // had attached at the mark, the older ones are gone. In a control call
+  // the engines are parked, so their queues' sent descriptors are cleaned
+  // up from here.
+  if (slot < 0) return true;
+  const auto row = static_cast<std::size_t>(slot);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait ? 200 : 0);
+  for (;;) {
+    bool done = true;
+    for (const auto& [q, attached] : marks) {
+      if (std::find(memory_->queues.begin(), memory_->queues.end(), q) == memory_->queues.end()) continue;  // gone
+      if (q->segments_.freed[row].load(std::memory_order_acquire) >= attached) continue;
+      if (wait) rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
+      done = done && q->segments_.freed[row].load(std::memory_order_acquire) >= attached;
+    }
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void PortIo::release(Memory::Span& span) {
+  if (span.slot >= 0) memory_->held[static_cast<std::size_t>(span.slot)] = false;
+  span.slot = -1;
+  if (!span.ours) return;
+  auto* base = reinterpret_cast<void*>(span.lo);
+  const std::size_t bytes = span.hi - span.lo;
   rte_eth_dev_info info{};
   if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
     rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
   }
   rte_extmem_unregister(base, bytes);
+}
+
+void PortIo::reap_retired() {
+  auto& spans = memory_->spans;
+  for (auto it = spans.begin(); it != spans.end();) {
+    if (it->retired && drained(it->slot, it->marks, false)) {
+      release(*it);
+      it = spans.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PortIo::register_memory(void* addr, std::size_t len) {
+  const auto [base, bytes] = page_span(addr, len);
+  const auto lo = reinterpret_cast<std::uintptr_t>(base);
+  const std::uintptr_t hi = lo + bytes;
+  Memory& m = *memory_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  reap_retired();
+  for (Memory::Span& s : m.spans) {
+    if (!s.retired && s.lo <= lo && hi <= s.hi) {
+      ++s.users;
+      ++counters_.regions_in_registered_memory;
+      return;
+    }
+  }
+  Memory::Span span;
+  span.lo = lo;
+  span.hi = hi;
+  span.users = 1;
+  const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  if (rc == 0) {
+    span.ours = true;
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(port_.id(), &info) != 0 || info.device == nullptr) {
+      span.usable = true;
+    } else if (rte_dev_dma_map(info.device, base, iova_of(base), bytes) == 0) {
+      ++counters_.regions_dma_mapped;
+      span.usable = true;
+    } else if (rte_errno == ENOTSUP) {
+      ++counters_.regions_dma_unneeded;  // a virtual device reads host memory itself
+      span.usable = true;
+    }
+  } else if (rte_errno == EEXIST) {
+    // Inside memory DPDK knows already (its own heap), not overlapping ours: usable.
+    bool overlaps = false;
+    for (const Memory::Span& s : m.spans) overlaps = overlaps || (s.lo < hi && lo < s.hi);
+    const rte_memseg_list* msl = rte_mem_virt2memseg_list(base);
+    span.usable = !overlaps && msl != nullptr && msl == rte_mem_virt2memseg_list(static_cast<std::uint8_t*>(base) + bytes - 1);
+  }
+  if (span.usable) {
+    for (std::size_t i = 0; i < Memory::kUsable; ++i) {
+      if (m.held[i]) continue;
+      m.held[i] = true;
+      span.slot = static_cast<int>(i);
+      m.lo[i].store(lo, std::memory_order_relaxed);
+      m.hi[i].store(hi, std::memory_order_release);
+      if (m.used.load(std::memory_order_relaxed) <= i) m.used.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
+      break;
+    }
+    span.usable = span.slot >= 0;
+  }
+  if (span.usable) ++counters_.regions_registered;
+  else ++counters_.regions_register_failed;
+  m.spans.push_back(span);
+}
+
+void PortIo::unregister_memory(void* addr, std::size_t len) {
+  const auto [base, bytes] = page_span(addr, len);
+  const auto lo = reinterpret_cast<std::uintptr_t>(base);
+  const std::uintptr_t hi = lo + bytes;
+  Memory& m = *memory_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  auto it = std::find_if(m.spans.begin(), m.spans.end(),
+                         [&](const Memory::Span& s) { return !s.retired && s.lo <= lo && hi <= s.hi; });
+  if (it != m.spans.end() && --it->users == 0) {
+    if (it->slot >= 0) {
+      // Out of the table first (the engines are parked: no tx_burst reads
+      // it now), then every frame that may point into it drained. The row
+      // stays held (its counts) until then.
+      m.hi[static_cast<std::size_t>(it->slot)].store(0, std::memory_order_release);
+      m.generation.fetch_add(1, std::memory_order_acq_rel);
+      it->usable = false;
+      it->marks = tx_marks(it->slot);
+    }
+    if (drained(it->slot, it->marks, true)) {
+      release(*it);
+      m.spans.erase(it);
+    } else {
+      // The NIC may still read these pages: the registration and DMA
+      // mapping stay until its frames are freed (reap_retired); memory
+      // registered over them meanwhile is copied, never attached.
+      ++counters_.memory_drain_failed;
+      it->retired = true;
+    }
+  }
+  reap_retired();
 }
 
 bool PortIo::count_mac_control(const std::uint8_t* frame, std::uint16_t len) {

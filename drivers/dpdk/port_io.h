@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -56,7 +57,10 @@ class TscClock : public engine::Clock {
   X(regions_registered, "memory regions registered with DPDK as external memory")               \
   X(regions_dma_mapped, "memory regions DMA-mapped for the device")                             \
   X(regions_dma_unneeded, "memory regions the device needs no mapping for (virtual devices)")   \
-  X(regions_register_failed, "memory regions DPDK refused to register")
+  X(regions_register_failed, "memory regions DPDK refused to register (their frames are copied, never DMA'd from)") \
+  X(regions_in_registered_memory, "memory regions inside memory already registered (their file's): no DPDK memseg list of their own") \
+  X(tx_copied_unregistered, "payload pieces copied, not attached: their memory is not registered with the port") \
+  X(memory_drain_failed, "memory unregistered while frames from it could not be shown sent: its registration kept")
 
 // Written by the engine's thread (or a control call, which holds it) with
 // plain stores: read them in a control call or once the engine is stopped.
@@ -94,6 +98,14 @@ class PortIo : public engine::PacketIo {
   // DMA-maps them for the port's device (a physical NIC then reads frames'
   // payloads straight from the region). Virtual devices need no mapping.
   bool ipv4_checksum_offload() const override { return port_.ipv4_checksum_offload(); }
+  // Memory is registered by span: a span inside one already registered
+  // (a region inside its file, as uroced registers whole files first) is
+  // counted, not registered again, since DPDK has only 128 memseg lists for
+  // the whole process. Frames point only into registered spans: pieces of
+  // any other memory are copied. Unregistering the last user of a span
+  // first waits until every queue's frames attached before it are freed
+  // (zero-copy frames must not outlive the DMA mapping); if a driver cannot
+  // show that, the registration is kept (counted as memory_drain_failed).
   void register_memory(void* addr, std::size_t len) override;
   void unregister_memory(void* addr, std::size_t len) override;
 
@@ -152,6 +164,44 @@ class PortIo : public engine::PacketIo {
   // an advertisement of ours in answer to `to`.
   void send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, const std::array<std::uint8_t, 6>& to_mac);
 
+  // Memory registered with the port (see register_memory), shared by its
+  // queues. The control path changes it under `mutex`; tx_burst reads the
+  // usable spans without a lock: a slot's `lo` is written before its `hi`
+  // (release), a slot is emptied (hi 0) only while the engines are parked
+  // in a control call, and `generation` moves then, so cached hits go.
+  struct Memory {
+    static constexpr std::size_t kUsable = 128;  // RTE_MAX_MEMSEG_LISTS
+    struct Span {
+      std::uintptr_t lo = 0, hi = 0;
+      std::uint32_t users = 0;
+      bool ours = false;     // rte_extmem_register'ed here (and to be unregistered)
+      bool usable = false;   // frames may point into it
+      bool retired = false;  // users gone, but frames could not be shown sent: kept registered
+      int slot = -1;         // its row in lo/hi and in each queue's segment counts; held until it is released
+      std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // segments of it each queue must have freed
+    };
+    std::mutex mutex;
+    std::vector<Span> spans;
+    std::vector<PortIo*> queues;  // the port's queues, to drain
+    std::array<std::atomic<std::uintptr_t>, kUsable> lo{}, hi{};
+    std::array<bool, kUsable> held{};  // control path: a span has the row (usable, or draining)
+    std::atomic<std::uint32_t> used{0};  // slots [0, used) may be in use
+    std::atomic<std::uint32_t> generation{0};
+  };
+  // The row of the usable span [p, p + len) lies in, or -1 (the data path:
+  // a hit in the last span found, else a scan of the table).
+  int registered(const std::uint8_t* p, std::size_t len);
+  // Every queue's count of zero-copy segments attached into row `slot` so
+  // far: once each has freed as many, no frame sent before points into it.
+  std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks(int slot) const;
+  // Whether the queues have freed row `slot`'s segments up to `marks`; with
+  // `wait`, cleans up their sent descriptors and waits (bounded) for it.
+  bool drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait);
+  // Unregisters retired spans whose frames have since been freed.
+  void reap_retired();
+  void release(Memory::Span& span);  // DMA unmap and DPDK unregistration
+  static void on_segment_free(void* addr, void* opaque);
+
   Port& port_;
   std::uint16_t queue_;
   std::array<std::uint8_t, 4> ip_;
@@ -159,6 +209,21 @@ class PortIo : public engine::PacketIo {
   std::shared_ptr<Neighbors> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
   PortIoCounters counters_;
+  std::shared_ptr<Memory> memory_;
+  std::uintptr_t hit_lo_ = 0, hit_hi_ = 0;  // the last usable span a piece was found in
+  int hit_slot_ = -1;
+  std::uint32_t hit_generation_ = ~0u;
+  // Zero-copy segments per row of the memory table: attached here (the
+  // engine's thread; atomic only so a control call may read it) and freed
+  // (whoever frees the mbuf: the driver's TX cleanup, normally that
+  // thread). Never freed: a port closed after its queues frees the mbufs
+  // its rings still hold, and their free callbacks count here.
+  struct SegmentCounts {
+    std::array<std::atomic<std::uint64_t>, Memory::kUsable> attached{};
+    std::array<std::atomic<std::uint64_t>, Memory::kUsable> freed{};
+  };
+  static SegmentCounts& new_segment_counts();
+  SegmentCounts& segments_;
 };
 
 // Two ports joined back to back by rte_rings (net_ring), in one process:

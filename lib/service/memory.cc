@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@ struct Vma {
   std::string perms;
   std::uint64_t offset = 0;
   std::uint64_t inode = 0;
+  std::uint64_t dev = 0;  // as st_dev: an inode number alone repeats across filesystems
   std::string path;
   bool private_anonymous() const { return perms.compare(0, 2, "rw") == 0 && perms[3] == 'p' && inode == 0; }
 };
@@ -82,12 +84,17 @@ std::vector<Vma> read_maps() {
     v.lo = std::stoull(range.substr(0, dash), nullptr, 16);
     v.hi = std::stoull(range.substr(dash + 1), nullptr, 16);
     v.offset = std::stoull(offset, nullptr, 16);
+    const std::size_t colon = dev.find(':');
+    if (colon != std::string::npos) {
+      v.dev = makedev(static_cast<unsigned>(std::stoul(dev.substr(0, colon), nullptr, 16)),
+                      static_cast<unsigned>(std::stoul(dev.substr(colon + 1), nullptr, 16)));
+    }
     all.push_back(std::move(v));
   }
   return all;
 }
 
-// Our memory files, by inode: each kept open while the process maps it, to
+// Our memory files, by device and inode: each kept open while the process maps it, to
 // be passed again for a later region on its pages. Process-wide: a later
 // context (a program that closes and reopens the device) finds them too.
 struct File {
@@ -97,17 +104,19 @@ struct File {
 };
 struct Files {
   std::mutex mutex;
-  std::map<std::uint64_t, File> by_inode;
-  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> buffers;  // alloc_buffer's: bytes, inode
+  using Key = std::pair<std::uint64_t, std::uint64_t>;  // st_dev, st_ino
+  std::map<Key, File> by_inode;
+  std::map<std::uintptr_t, std::pair<std::size_t, Key>> buffers;  // alloc_buffer's: bytes, file
 };
 Files& files() {
   static auto* f = new Files;  // never freed: mappings outlive every Client
   return *f;
 }
 
-std::uint64_t inode_of(int fd) {
+Files::Key inode_of(int fd) {
   struct stat st {};
-  return fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+  if (fstat(fd, &st) != 0) return {0, 0};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }
 
 // Whole pages, other objects' bytes among them (freed ones too), copied by
@@ -269,8 +278,8 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
 
   // Files no longer mapped here (their pages given back by the program) are
   // closed: the daemon keeps its own mapping for the regions still on them.
-  std::set<std::uint64_t> mapped;
-  for (const Vma& v : maps) mapped.insert(v.inode);
+  std::set<Files::Key> mapped;
+  for (const Vma& v : maps) mapped.insert({v.dev, v.inode});
   for (auto it = all.by_inode.begin(); it != all.by_inode.end();) {
     if (!it->second.buffer && mapped.count(it->first) == 0) {
       close(it->second.fd);
@@ -294,7 +303,7 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     if (v.hi <= covered || covered >= a1) continue;
     if (v.lo > covered) break;  // a hole
     const std::uintptr_t lo = covered, hi = std::min(v.hi, a1);
-    const auto ours = v.inode != 0 ? all.by_inode.find(v.inode) : all.by_inode.end();
+    const auto ours = v.inode != 0 ? all.by_inode.find({v.dev, v.inode}) : all.by_inode.end();
     if (ours != all.by_inode.end() && v.path.rfind("/memfd:uroce-", 0) == 0 && v.perms.compare(0, 2, "rw") == 0 &&
         v.perms[3] == 's') {
       const std::uint64_t off = v.offset + (lo - v.lo);
@@ -389,7 +398,7 @@ void* Client::alloc_buffer(std::size_t bytes) {
   }
   Files& all = files();
   std::lock_guard<std::mutex> lock(all.mutex);
-  const std::uint64_t inode = inode_of(file);
+  const Files::Key inode = inode_of(file);
   all.by_inode[inode] = File{file, true, huge ? kHuge : page_size()};
   all.buffers[reinterpret_cast<std::uintptr_t>(p)] = {size, inode};
   return p;

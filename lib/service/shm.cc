@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,11 +26,11 @@ std::size_t page_round(std::size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-int make_memory_file(const char* name, std::size_t bytes, bool huge) {
+int make_memory_file(const char* name, std::size_t bytes, bool huge, Sealing sealing) {
   const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u));
   if (fd < 0) return -1;
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  const int seals = F_SEAL_SHRINK | F_SEAL_GROW | (sealing == Sealing::kFinal ? F_SEAL_SEAL : 0);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, seals) != 0) {
     const int e = errno;
     close(fd);
     errno = e;
@@ -37,18 +39,37 @@ int make_memory_file(const char* name, std::size_t bytes, bool huge) {
   return fd;
 }
 
-std::string check_memory_file(int fd, std::size_t bytes) {
+std::string check_memory_file(int fd, MemoryFileInfo& info) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return "fstat: " + std::string(std::strerror(errno));
+  struct statfs fs {};
+  if (!S_ISREG(st.st_mode) || fstatfs(fd, &fs) != 0 ||
+      (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC)) {
+    return "not a memory file (memfd_create): a regular file on tmpfs or hugetlbfs is needed";
+  }
+  if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) return "memory file not open read-write";
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) return "not a memory file (F_GET_SEALS: " + std::string(std::strerror(errno)) + ")";
   if ((seals & F_SEAL_SHRINK) == 0 || (seals & F_SEAL_GROW) == 0) {
     return "memory file not sealed against shrinking and growing";
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return "fstat: " + std::string(std::strerror(errno));
-  if (static_cast<std::size_t>(st.st_size) < bytes) {
-    return "memory file holds " + std::to_string(st.st_size) + " bytes, " + std::to_string(bytes) + " named";
+  if ((seals & F_SEAL_WRITE) != 0) return "memory file sealed against writing (F_SEAL_WRITE): uroced could not place data in it";
+  info.write_sealed = (seals & F_SEAL_FUTURE_WRITE) != 0;
+  info.dev = static_cast<std::uint64_t>(st.st_dev);
+  info.ino = static_cast<std::uint64_t>(st.st_ino);
+  info.bytes = static_cast<std::uint64_t>(st.st_size);
+  info.huge = fs.f_type == HUGETLBFS_MAGIC;
+  if (info.huge && (seals & F_SEAL_SEAL) != 0 && !info.write_sealed) {
+    return "hugepage memory file sealed with F_SEAL_SEAL before uroced could seal it against hole punching: "
+           "seal it with F_SEAL_SHRINK | F_SEAL_GROW only (make_memory_file does)";
   }
   return "";
+}
+
+std::string seal_against_writers(int fd) {
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0) return "";
+  return "sealing the memory file against hole punching (F_SEAL_FUTURE_WRITE): " + std::string(std::strerror(errno)) +
+         " (was it sealed with F_SEAL_SEAL meanwhile?)";
 }
 
 void* map_shared(int fd, std::size_t bytes, std::size_t offset) {

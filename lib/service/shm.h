@@ -58,14 +58,38 @@ std::uint32_t ring_slots(std::uint32_t n);
 // `bytes` rounded up to whole pages.
 std::size_t page_round(std::size_t bytes);
 
+// Whether a memory file's sealing is finished when it is made. kOpen (a
+// region's file, made by the client) leaves F_SEAL_SEAL off, so uroced can
+// add F_SEAL_FUTURE_WRITE to a hugepage file once it has mapped it: from
+// then on nobody can punch a hole in it (F_SEAL_SHRINK alone does not
+// forbid FALLOC_FL_PUNCH_HOLE, and a punched hugetlb page faults with
+// SIGBUS). kFinal (the daemon's ring files, which the client maps after it
+// gets them) ends sealing at once.
+enum class Sealing { kOpen, kFinal };
+
 // A memory file of `bytes` (memfd, close-on-exec), sealed against shrinking
 // and growing (so a peer that maps it never meets SIGBUS), zero-filled; of
 // 2 MiB hugepages with `huge` (bytes a multiple of 2 MiB; mapping it
 // reserves them). -1 and errno on failure.
-int make_memory_file(const char* name, std::size_t bytes, bool huge = false);
-// Whether `fd` is a memory file of exactly `bytes` sealed against shrinking
-// and growing; "" or why not.
-std::string check_memory_file(int fd, std::size_t bytes);
+int make_memory_file(const char* name, std::size_t bytes, bool huge = false, Sealing sealing = Sealing::kOpen);
+
+// What uroced learns of a region's memory file from its descriptor.
+struct MemoryFileInfo {
+  std::uint64_t dev = 0, ino = 0;  // the file's identity: an inode number alone repeats across filesystems
+  std::uint64_t bytes = 0;
+  bool huge = false;                // on hugetlbfs (MFD_HUGETLB)
+  bool write_sealed = false;        // F_SEAL_FUTURE_WRITE already on: uroced sealed it (or nobody can map it writable)
+};
+// Whether `fd` can hold registered memory: a memfd (a regular file on tmpfs
+// or hugetlbfs), open read-write, sealed against shrinking and growing, not
+// against writing; a hugepage file also open to uroced's
+// F_SEAL_FUTURE_WRITE (no F_SEAL_SEAL) or already carrying it. Run on every
+// descriptor of every request. "" and `info`, or why not.
+std::string check_memory_file(int fd, MemoryFileInfo& info);
+// Adds F_SEAL_FUTURE_WRITE (once the daemon has mapped `fd` writable):
+// no new writable mapping, write() or hole punching by anyone after it;
+// mappings made before keep working. "" or why not.
+std::string seal_against_writers(int fd);
 // Maps `bytes` of `fd` shared, read-write, at `offset`; nullptr and errno on failure.
 void* map_shared(int fd, std::size_t bytes, std::size_t offset = 0);
 
