@@ -18,6 +18,7 @@
 #include <cstring>
 #include <iterator>
 #include <thread>
+#include <utility>
 
 #include "service/shm.h"
 #include "uroce/stats.h"
@@ -106,7 +107,8 @@ std::string Server::listen() {
 int Server::run() {
   epoll_event evs[32];
   for (;;) {
-    const int n = epoll_wait(epoll_fd_, evs, 32, -1);
+    const int n = epoll_wait(epoll_fd_, evs, 32, any_deferred() ? kTickMs : -1);
+    tick();
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return 1;
     for (int i = 0; i < n; ++i) {
@@ -201,6 +203,9 @@ void Server::accept_client() {
 }
 
 bool Server::serve(Client& c) {
+  // A deferred client's socket is watched for nothing: only a hang-up or an
+  // error gets here, and its answer no longer matters.
+  if (c.deferred) return false;
   Request req;
   int fds[service::kMaxFds];
   int nfds = 0;
@@ -215,10 +220,74 @@ bool Server::serve(Client& c) {
   } else {
     handle(c, req, fds, nfds, reply, reply_fds);
     for (int i = 0; i < nfds; ++i) close(fds[i]);  // what was kept is mapped, or dup'd
+    if (std::exchange(reply_deferred_, false)) return true;  // tick() answers it
   }
   const int e = service::send_message(c.sock, &reply, sizeof reply, reply_fds.data(), static_cast<int>(reply_fds.size()));
   for (int fd : reply_fds) close(fd);
   return e == 0;
+}
+
+void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& reply) {
+  (void)c;
+  const bool reset = (r.mask & IBV_QP_STATE) && r.attr.qp_state == IBV_QPS_RESET;
+  if (const int e = q.qp->modify(r.attr, r.mask); e != 0) {
+    fail(reply, e, ctx_.last_error());
+    return;
+  }
+  if (reset) {
+    // RESET empties the queues and restarts their counts: the rings too
+    // (the client's library restarts its own side as it gets this reply).
+    pumps_[q.worker].with_lock([&] {
+      PumpQp& p = *q.pump;
+      p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = p.sq_retired = p.rq_retired = 0;
+      p.sq.header->head.store(0);
+      p.sq.header->retired.store(0);
+      p.rq.header->head.store(0);
+      p.rq.header->retired.store(0);
+    });
+  }
+}
+
+void Server::defer(Client& c, const service::ModifyQp& r) {
+  // The resolver answers within a second; the deadline only bounds a wait
+  // behind too many other resolutions.
+  c.deferred = Client::Deferred{r, std::chrono::steady_clock::now() + std::chrono::milliseconds(1500)};
+  epoll_event ev{};
+  ev.events = 0;  // hang-ups and errors only
+  ev.data.fd = c.sock;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.sock, &ev);
+  reply_deferred_ = true;
+}
+
+bool Server::any_deferred() const {
+  return std::any_of(clients_.begin(), clients_.end(), [](const auto& e) { return e.second->deferred.has_value(); });
+}
+
+void Server::tick() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [sock, cp] : clients_) {
+    Client& c = *cp;
+    if (!c.deferred) continue;
+    const service::ModifyQp& r = c.deferred->req;
+    const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
+    if (reach == Reach::kPending && now < c.deferred->deadline) continue;
+    Reply reply;
+    auto it = c.qps.find(r.qp);
+    if (it == c.qps.end()) {
+      fail(reply, EINVAL, "no QP " + std::to_string(r.qp) + " of this client");
+    } else if (reach == Reach::kPending) {
+      fail(reply, EHOSTUNREACH, "modify QP: the peer's GID was not resolved in time (too many resolutions under "
+                                "way); try again");
+    } else {
+      modify_qp(c, it->second, r, reply);  // known: applied now; unreachable: refused at once
+    }
+    c.deferred.reset();
+    service::send_message(c.sock, &reply, sizeof reply, nullptr, 0);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = c.sock;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.sock, &ev);
+  }
 }
 
 int Server::fail(Reply& reply, int err, const std::string& why) {
@@ -309,23 +378,13 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
         return;
       }
       Qp& q = it->second;
-      const bool reset = (req.modify_qp.mask & IBV_QP_STATE) && req.modify_qp.attr.qp_state == IBV_QPS_RESET;
-      if (const int e = q.qp->modify(req.modify_qp.attr, req.modify_qp.mask); e != 0) {
-        fail(reply, e, ctx_.last_error());
+      // The peer's address is resolved without holding this loop: not known
+      // yet, the reply waits (tick()) while other clients are served.
+      if ((req.modify_qp.mask & IBV_QP_AV) && ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid) == Reach::kPending) {
+        defer(c, req.modify_qp);
         return;
       }
-      if (reset) {
-        // RESET empties the queues and restarts their counts: the rings too
-        // (the client's library restarts its own side as it gets this reply).
-        pumps_[q.worker].with_lock([&] {
-          PumpQp& p = *q.pump;
-          p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = p.sq_retired = p.rq_retired = 0;
-          p.sq.header->head.store(0);
-          p.sq.header->retired.store(0);
-          p.rq.header->head.store(0);
-          p.rq.header->retired.store(0);
-        });
-      }
+      modify_qp(c, q, req.modify_qp, reply);
       return;
     }
     case Op::kQueryQp: {

@@ -5,8 +5,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -31,6 +33,12 @@ class Server {
   // through a signalfd), then moves every client's QPs to the error state,
   // lets their completions out, and closes the clients. Returns 0.
   int run();
+  // Finishes the requests waiting on something other than the client (a
+  // modify_qp whose address is being resolved) that can be finished now.
+  // run() calls it after each wake-up, and at least every kTickMs while one
+  // waits.
+  void tick();
+  static constexpr int kTickMs = 20;
 
   // Context::WorkerHook: worker `worker`'s pump, before and after each poll.
   static std::size_t pump_requests(void* self, std::size_t worker) {
@@ -102,6 +110,15 @@ class Server {
     std::map<std::uint64_t, File> files;  // by inode
     std::uint64_t mapped = 0;             // bytes of memory files
     std::uint64_t ring_bytes = 0;
+    // A modify_qp waiting for its peer's address (Context::resolve_gid
+    // kPending), answered from tick(). One at most: the client's socket is
+    // not read meanwhile, so its requests stay in order and one client's
+    // unreachable peers cost the control loop nothing.
+    struct Deferred {
+      service::ModifyQp req;
+      std::chrono::steady_clock::time_point deadline;
+    };
+    std::optional<Deferred> deferred;
   };
 
   void accept_client();
@@ -111,6 +128,11 @@ class Server {
   void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
               std::vector<int>& reply_fds);
   int fail(service::Reply& reply, int err, const std::string& why);
+  // kModifyQp on `q`, whose address (if any) resolved or failed already.
+  void modify_qp(Client& c, Qp& q, const service::ModifyQp& r, service::Reply& reply);
+  // Stops reading c's socket until its deferred request is answered.
+  void defer(Client& c, const service::ModifyQp& r);
+  bool any_deferred() const;
 
   void reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply);
   void create_cq(Client& c, const service::CreateCq& r, service::Reply& reply, std::vector<int>& fds);
@@ -131,6 +153,7 @@ class Server {
   int signal_fd_ = -1;
   std::uint32_t next_client_ = 1;
   std::map<int, std::unique_ptr<Client>> clients_;  // by socket
+  bool reply_deferred_ = false;  // handle() deferred its reply: serve() sends none
   mutable std::mutex table_mutex_;
   std::vector<ClientRow> table_;  // clients_ as last published
 };

@@ -1,8 +1,7 @@
 #include "dpdk/port_io.h"
 
-#include <chrono>
+#include <algorithm>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include <unistd.h>
@@ -141,6 +140,9 @@ rte_mbuf* PortIo::linearize(rte_mbuf* m) {
 }
 
 std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
+  // Requests for addresses being resolved, queued by another thread: sent
+  // here, by the queue's owner (one load a burst when there are none).
+  if (neighbors_->requests_waiting.load(std::memory_order_relaxed) != 0) [[unlikely]] send_requests();
   auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
   const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
   std::uint16_t n = 0;
@@ -320,6 +322,10 @@ std::pair<std::uint8_t*, std::size_t> page_span(void* addr, std::size_t len) {
 
 void PortIo::register_memory(void* addr, std::size_t len) {
   const auto [base, bytes] = page_span(addr, len);
+  // Outside control calls, so possibly beside another registration (and the
+  // engine: the counters below are the registration's alone, read in a
+  // control call).
+  std::lock_guard<std::mutex> lock(neighbors_->registration);
   const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
   if (rc != 0 && rte_errno != EEXIST) {
     ++counters_.regions_register_failed;
@@ -334,6 +340,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
 
 void PortIo::unregister_memory(void* addr, std::size_t len) {
   const auto [base, bytes] = page_span(addr, len);
+  std::lock_guard<std::mutex> lock(neighbors_->registration);
   rte_eth_dev_info info{};
   if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
     rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
@@ -541,66 +548,86 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
   if (rte_eth_tx_burst(port_.id(), queue_, &m, 1) != 1) rte_pktmbuf_free(m);
 }
 
-bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
+PacketIo::Resolution PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6], bool ask) {
   // Our own address: a QP connected to another QP of this device
   // (loopback, as RNICs allow) sends to our own MAC. Only the IPv4 GID: a
   // link-local GID names a MAC, and virtual ports may share one (net_ring
   // ports all have 00:00:00:00:00:00), so it is resolved on the link.
   if (const ibv_gid own = this->gid(); std::memcmp(own.raw, gid.raw, 16) == 0) {
     std::memcpy(mac, this->mac().data(), 6);
-    return true;
+    return Resolution::kKnown;
   }
   if (is_ipv4_gid(gid)) {
     std::array<std::uint8_t, 4> ip;
     std::memcpy(ip.data(), gid.raw + 12, 4);
-    return resolve_on_link(ip, gid, mac);
+    return resolve_on_link(ip, gid, mac, ask);
   }
   std::array<std::uint8_t, 16> ip6;
   std::memcpy(ip6.data(), gid.raw, 16);
-  return resolve_on_link(ip6, gid, mac);
+  return resolve_on_link(ip6, gid, mac, ask);
 }
 
 template <std::size_t N>
-bool PortIo::resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]) {
+PacketIo::Resolution PortIo::resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid,
+                                             std::uint8_t mac[6], bool ask) {
   auto& table = neighbors_->table(ip);
-  const auto known = [&] {
-    std::lock_guard<std::mutex> lock(neighbors_->mutex);
-    wire::MacAddr m;
-    const NeighborOutcome o = table.lookup(ip, m);
-    count_evictions(o);
-    if (o == NeighborOutcome::kMissed) return false;
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  wire::MacAddr m;
+  // A learned entry found here is promoted to wanted (we talk to it). The
+  // evictions that and want() make go uncounted: any thread calls this, and
+  // the counters are the queue owner's.
+  if (table.lookup(ip, m) != NeighborOutcome::kMissed) {
     std::memcpy(mac, m.data(), 6);
-    return true;
-  };
-  // Ask every 200 ms (ARP, or a neighbour solicitation) and poll this
-  // queue for the answer, for a second at most. RoCE frames that arrive on
-  // it meanwhile are dropped; their QPs get them again by retransmission.
-  // The address is pending from the first request on, so that the answer is
-  // taken and unasked ones are not.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  auto next_request = std::chrono::steady_clock::now();
-  while (!known()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now > deadline) {
-      std::lock_guard<std::mutex> lock(neighbors_->mutex);
-      table.give_up(ip);
-      return false;
-    }
-    if (now >= next_request) {
-      {
-        std::lock_guard<std::mutex> lock(neighbors_->mutex);
-        count_evictions(table.want(ip));
-      }
-      if constexpr (N == 4) send_arp(wire::kArpRequest, {}, ip);
-      else send_nd(true, gid, gid, {});
-      next_request = now + std::chrono::milliseconds(200);
-    }
-    std::array<engine::RxFrame, 32> frames;
-    const std::uint16_t n = rx_burst(frames.data(), 32);
-    rx_release(frames.data(), n);
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    return Resolution::kKnown;
   }
-  return true;
+  if (!ask) return Resolution::kPending;
+  // Pending from the first request on, so that the answer is taken and
+  // unasked ones are not (RFC 4861 7.2.5).
+  table.want(ip);
+  if (neighbors_->requests.size() >= Neighbors::kMaxRequests) {
+    ++neighbors_->requests_dropped;
+    return Resolution::kPending;
+  }
+  neighbors_->requests.push_back(gid);
+  neighbors_->requests_waiting.store(static_cast<std::uint32_t>(neighbors_->requests.size()), std::memory_order_release);
+  return Resolution::kPending;
+}
+
+void PortIo::abandon(const ibv_gid& gid) {
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  if (is_ipv4_gid(gid)) {
+    std::array<std::uint8_t, 4> ip;
+    std::memcpy(ip.data(), gid.raw + 12, 4);
+    neighbors_->v4.give_up(ip);
+  } else {
+    std::array<std::uint8_t, 16> ip6;
+    std::memcpy(ip6.data(), gid.raw, 16);
+    neighbors_->v6.give_up(ip6);
+  }
+}
+
+void PortIo::send_requests() {
+  std::array<ibv_gid, Neighbors::kMaxRequests> out;
+  std::size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    n = neighbors_->requests.size();
+    std::copy(neighbors_->requests.begin(), neighbors_->requests.end(), out.begin());
+    neighbors_->requests.clear();
+    neighbors_->requests_waiting.store(0, std::memory_order_relaxed);
+    counters_.resolve_requests_dropped += std::exchange(neighbors_->requests_dropped, 0);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const ibv_gid& gid = out[i];
+    if (is_ipv4_gid(gid)) {
+      std::array<std::uint8_t, 4> ip;
+      std::memcpy(ip.data(), gid.raw + 12, 4);
+      send_arp(wire::kArpRequest, {}, ip);
+    } else {
+      send_nd(true, gid, gid, {});
+    }
+    ++counters_.resolve_requests_sent;
+  }
 }
 
 bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error,

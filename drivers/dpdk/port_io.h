@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -56,7 +57,9 @@ class TscClock : public engine::Clock {
   X(regions_registered, "memory regions registered with DPDK as external memory")               \
   X(regions_dma_mapped, "memory regions DMA-mapped for the device")                             \
   X(regions_dma_unneeded, "memory regions the device needs no mapping for (virtual devices)")   \
-  X(regions_register_failed, "memory regions DPDK refused to register")
+  X(regions_register_failed, "memory regions DPDK refused to register")                         \
+  X(resolve_requests_sent, "ARP requests and neighbour solicitations sent for addresses being resolved") \
+  X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)")
 
 // Written by the engine's thread (or a control call, which holds it) with
 // plain stores: read them in a control call or once the engine is stopped.
@@ -86,10 +89,14 @@ class PortIo : public engine::PacketIo {
   void tx_heads_return(const wire::TxHead* heads, std::uint16_t n) override;
   std::uint16_t tx_copy_limit() const override;
   // IPv4-mapped GIDs by ARP, IPv6 GIDs by neighbour discovery (RFC 4861):
-  // the neighbour table, else a request answered within a second (this
-  // port's receive queue is polled meanwhile). Returns false when no answer
-  // came. A resolved peer stays in the table's wanted tier.
-  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
+  // the neighbour table; with `ask`, the address is marked pending and a
+  // request is queued for whichever queue of the port polls next (its own
+  // engine sends it from rx_burst, so no thread but the queue's owner
+  // touches its TX). kKnown or kPending, never kUnreachable (the caller
+  // times out). Any thread. A resolved peer stays in the wanted tier.
+  Resolution resolve(const ibv_gid& gid, std::uint8_t mac[6], bool ask) override;
+  // Drops `gid`'s pending entry: a late answer is refused.
+  void abandon(const ibv_gid& gid) override;
   // Registers the pages of [addr, addr + len) as DPDK external memory and
   // DMA-maps them for the port's device (a physical NIC then reads frames'
   // payloads straight from the region). Virtual devices need no mapping.
@@ -122,9 +129,19 @@ class PortIo : public engine::PacketIo {
   // bounded (neighbors.h). Only control frames (ARP, ND), resolve() and
   // add_neighbor() take the lock, never RoCE frames.
   struct Neighbors {
+    static constexpr std::size_t kMaxRequests = 64;
     std::mutex mutex;
     NeighborTable<4> v4;
     NeighborTable<16> v6;
+    // Requests resolve() queued for the next queue that polls (under the
+    // mutex); `requests_waiting` is what rx_burst looks at without it.
+    std::vector<ibv_gid> requests;
+    std::atomic<std::uint32_t> requests_waiting{0};
+    std::uint64_t requests_dropped = 0;
+    // rte_extmem_register and rte_dev_dma_map run outside control calls,
+    // possibly two at once (PacketIo::register_memory).
+    std::mutex registration;
+    Neighbors() { requests.reserve(kMaxRequests); }
     auto& table(const std::array<std::uint8_t, 4>&) { return v4; }
     auto& table(const std::array<std::uint8_t, 16>&) { return v6; }
   };
@@ -132,7 +149,10 @@ class PortIo : public engine::PacketIo {
          std::shared_ptr<Neighbors> neighbors);
   // resolve() for an IPv4 (ARP) or IPv6 (ND) address.
   template <std::size_t N>
-  bool resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]);
+  Resolution resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6], bool ask);
+  // Sends the requests resolve() queued, on this queue (from rx_burst: the
+  // queue's own thread).
+  void send_requests();
   // Counts the evictions a table call made.
   void count_evictions(NeighborOutcome o);
 

@@ -12,6 +12,7 @@
 // RTU), ERR at a disconnect.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -55,6 +56,15 @@ struct Counters {
   std::uint64_t unknown_conn_dropped = 0; // RTU, DREP, REJ, MRA for one we do not know
   std::uint64_t duplicates = 0;           // a REQ, REP or DREQ seen again (answered again)
   std::uint64_t req_retried_no_service = 0;  // REQs sent again after a REJ invalid service ID
+  // The address path (the peer's Ethernet address, its address handle):
+  // nothing here waits for a resolution, and what spoofed sources can make
+  // it hold is bounded.
+  std::uint64_t mads_queued_unresolved = 0;     // held until the peer's address is known
+  std::uint64_t mads_dropped_unreachable = 0;   // the peer's GID did not resolve (now or recently)
+  std::uint64_t mads_dropped_unresolved = 0;    // held past their deadline (2 s) without an answer
+  std::uint64_t mads_dropped_queue_full = 0;    // more held for the peer (4) or in all (256) than allowed
+  std::uint64_t ahs_evicted = 0;                // address handles destroyed to make room (1,024 kept)
+  std::uint64_t unsolicited_replies_limited = 0;  // REJ/DREP to unknown connections over the rate (100/s)
 };
 
 struct Timing {
@@ -124,6 +134,9 @@ class Manager {
   std::size_t poll(std::vector<Event>& events);
 
   const Counters& counters() const;
+  // Address handles held for peers' QP1 (at most 1,024, least recently used
+  // destroyed first).
+  std::size_t address_handles() const;
 
   // How the manager moves the QPs it connects through their states:
   // QueuePair::modify by default; a verbs library sets its own
