@@ -174,7 +174,6 @@ TEST(SecurityResolve, UnresolvableModifyQpNeitherStopsOtherQpsNorCostsASecondEac
     EXPECT_EQ(attacker->modify(rtr, mask), EHOSTUNREACH);
     repeats_ms.push_back(ms_between(s, Clock::now()));
   }
-  const auto repeats_end = Clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   t.stop();
   ASSERT_FALSE(t.failed()) << "a WRITE of the other QP did not complete";

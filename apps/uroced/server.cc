@@ -380,7 +380,8 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       Qp& q = it->second;
       // The peer's address is resolved without holding this loop: not known
       // yet, the reply waits (tick()) while other clients are served.
-      if ((req.modify_qp.mask & IBV_QP_AV) && ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid) == Reach::kPending) {
+      if ((req.modify_qp.mask & IBV_QP_AV) && req.modify_qp.attr.ah_attr.is_global &&
+          ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid) == Reach::kPending) {
         defer(c, req.modify_qp);
         return;
       }

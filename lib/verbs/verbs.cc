@@ -779,6 +779,11 @@ int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int
                               (is_ipv4_gid(local) ? "IPv6" : "IPv4") +
                               "; use the GID index of the destination's family (0: IPv6 link-local, 1: the port's address)");
   }
+  if ((attr_mask & IBV_QP_AV) && peer_mac == nullptr) {
+    // Not resolved before the call: it looked invalid then (the QP's state
+    // has moved since). Never applied with no address.
+    return c.fail(EAGAIN, "modify QP: the QP changed state while the peer's address was looked up; try again");
+  }
   const ibv_qp_state from = qp.state;
   // The address vector as sent (a PFC priority fills in DSCP 0); the QP's
   // attributes keep the one asked, which query_qp returns.
@@ -830,9 +835,20 @@ int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
   // The address is resolved before the control call, never inside it: the
   // engines keep running while the port waits for an answer.
-  std::uint8_t peer_mac[6] = {};
-  if ((attr_mask & IBV_QP_AV) && is_ipv4_gid(attr.ah_attr.grh.dgid) == is_ipv4_gid(source_gid(c, attr.ah_attr))) {
-    if (const int rc = c.wait_resolved(attr.ah_attr.grh.dgid, peer_mac, "modify QP"); rc != 0) return rc;
+  // Only a modify that passes its checks (as far as they can be made
+  // outside: against the QP's last published state) resolves; the others
+  // fail inside with their own reason.
+  std::uint8_t mac[6] = {};
+  const std::uint8_t* peer_mac = nullptr;
+  if (attr_mask & IBV_QP_AV) {
+    const transport::ModifyLimits limits{c.limits.max_qp_init_rd_atom, c.limits.max_qp_rd_atom, c.port.active_mtu};
+    const ibv_qp_state now = impl_->qp.app_state.load(std::memory_order_acquire);
+    const bool valid = transport::check_modify(impl_->qp.type, now, attr, attr_mask, limits).error == 0 &&
+                       is_ipv4_gid(attr.ah_attr.grh.dgid) == is_ipv4_gid(source_gid(c, attr.ah_attr));
+    if (valid) {
+      if (const int rc = c.wait_resolved(attr.ah_attr.grh.dgid, mac, "modify QP"); rc != 0) return rc;
+      peer_mac = mac;
+    }
   }
   return c.control([&] { return modify_now(c, *impl_, attr, attr_mask, peer_mac); }, ContextImpl::Access::kOneQp,
                    this);
