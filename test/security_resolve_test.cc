@@ -187,7 +187,7 @@ TEST(SecurityResolve, UnresolvableModifyQpNeitherStopsOtherQpsNorCostsASecondEac
   // ran: the other QP's WRITEs (one at a time, tens of microseconds each)
   // kept completing. Parked workers complete none.
   EXPECT_GE(ms_between(first_start, first_end), 500.0) << "no time given to the peer to answer";
-  EXPECT_GE(during_first, 20u) << "the other QP stood still while the address was resolved";
+  EXPECT_GE(during_first, 10u) << "the other QP stood still while the address was resolved";
   // The repeats come from the negative cache: no second of asking each.
   EXPECT_LT(*std::max_element(repeats_ms.begin(), repeats_ms.end()), 500.0);
   EXPECT_GE(internal::resolve_counter(*t.pair->a, "resolve_negative_hits"), 5u);
@@ -248,9 +248,10 @@ TEST(SecurityResolve, LargeRegMrDoesNotHoldTheEngines) {
   const std::size_t during = t.completions(start, end);
   std::printf("reg_mr of %zu MiB took %.0f ms, %zu WRITEs completed meanwhile; dereg_mr %.0f ms\n", kLarge >> 20,
               ms_between(start, end), during, ms_between(dereg_start, dereg_end));
-  // Populating 768 MiB takes a good part of a second at least; workers held
-  // for it complete nothing (at most the one WRITE already in flight).
-  EXPECT_GE(during, 20u) << "the engines stood still while the region was populated";
+  // Populating 768 MiB takes a good part of a second at least (it competes
+  // for the CPU with the ping loop on a small machine); workers held for it
+  // complete nothing (at most the one WRITE already in flight).
+  EXPECT_GE(during, 5u) << "the engines stood still while the region was populated";
 }
 
 }  // namespace
