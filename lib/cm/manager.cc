@@ -102,6 +102,7 @@ struct Manager::Impl {
     std::uint64_t deadline = 0;
   };
   std::deque<Held> held;
+  std::uint64_t held_checked_at = 0;  // send_held() looks once a millisecond at most
   // Token bucket for replies to unknown connections, in nanoseconds of
   // credit (kUnsolicitedReplyNs a reply).
   std::uint64_t reply_credit_ns = kUnsolicitedBurstNs;
@@ -237,6 +238,10 @@ struct Manager::Impl {
   void send_held() {
     if (held.empty()) return;
     const std::uint64_t t = now();
+    // Each look asks the resolver once per held MAD: not at every poll (a
+    // program's CM thread polls every 200 us).
+    if (t - held_checked_at < 1'000'000) return;
+    held_checked_at = t;
     for (auto it = held.begin(); it != held.end();) {
       const Reach r = ahs.count(it->peer) != 0 ? Reach::kKnown : ctx->resolve_gid(to_gid(it->peer));
       if (r == Reach::kPending && t < it->deadline) {
