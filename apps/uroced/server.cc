@@ -248,10 +248,11 @@ void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& repl
   }
 }
 
-void Server::defer(Client& c, const service::ModifyQp& r) {
+void Server::defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off) {
   // The resolver answers within a second; the deadline only bounds a wait
   // behind too many other resolutions.
-  c.deferred = Client::Deferred{r, std::chrono::steady_clock::now() + std::chrono::milliseconds(1500)};
+  const auto now = std::chrono::steady_clock::now();
+  c.deferred = Client::Deferred{r, now + hold_off, now + std::chrono::milliseconds(1500)};
   epoll_event ev{};
   ev.events = 0;  // hang-ups and errors only
   ev.data.fd = c.sock;
@@ -267,7 +268,7 @@ void Server::tick() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& [sock, cp] : clients_) {
     Client& c = *cp;
-    if (!c.deferred) continue;
+    if (!c.deferred || now < c.deferred->not_before) continue;
     const service::ModifyQp& r = c.deferred->req;
     const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
     if (reach == Reach::kPending && now < c.deferred->deadline) continue;
@@ -380,10 +381,12 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
       Qp& q = it->second;
       // The peer's address is resolved without holding this loop: not known
       // yet, the reply waits (tick()) while other clients are served.
-      if ((req.modify_qp.mask & IBV_QP_AV) && req.modify_qp.attr.ah_attr.is_global &&
-          ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid) == Reach::kPending) {
-        defer(c, req.modify_qp);
-        return;
+      if ((req.modify_qp.mask & IBV_QP_AV) && req.modify_qp.attr.ah_attr.is_global) {
+        const Reach reach = ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid);
+        if (reach != Reach::kKnown) {
+          defer(c, req.modify_qp, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
+          return;
+        }
       }
       modify_qp(c, q, req.modify_qp, reply);
       return;

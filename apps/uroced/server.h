@@ -111,11 +111,13 @@ class Server {
     std::uint64_t mapped = 0;             // bytes of memory files
     std::uint64_t ring_bytes = 0;
     // A modify_qp waiting for its peer's address (Context::resolve_gid
-    // kPending), answered from tick(). One at most: the client's socket is
+    // kPending), or refused (kUnreachable) and held off a moment, answered
+    // from tick(). One at most: the client's socket is
     // not read meanwhile, so its requests stay in order and one client's
     // unreachable peers cost the control loop nothing.
     struct Deferred {
       service::ModifyQp req;
+      std::chrono::steady_clock::time_point not_before;  // a refusal's reply waits till then
       std::chrono::steady_clock::time_point deadline;
     };
     std::optional<Deferred> deferred;
@@ -131,7 +133,11 @@ class Server {
   // kModifyQp on `q`, whose address (if any) resolved or failed already.
   void modify_qp(Client& c, Qp& q, const service::ModifyQp& r, service::Reply& reply);
   // Stops reading c's socket until its deferred request is answered.
-  void defer(Client& c, const service::ModifyQp& r);
+  // `hold_off`: the reply waits at least this long (a refusal, so that a
+  // client asking again and again for an unreachable address is answered a
+  // few times a second, not as fast as it can ask).
+  void defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off = {});
+  static constexpr std::chrono::milliseconds kRefusalHoldOff{100};
   bool any_deferred() const;
 
   void reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply);
