@@ -20,6 +20,7 @@
 #include "dpdk/port.h"
 #include "dpdk/port_io.h"
 #include "scripted_port.h"
+#include "verbs/internal.h"
 #include "sim/sim_link.h"
 #include "wire/cm_mad.h"
 #include "wire/frame.h"
@@ -168,6 +169,11 @@ TEST(SecurityCmAh, UnresolvableSourcesAreHeldBoundedAndRateLimited) {
   EXPECT_GE(c.unsolicited_replies_limited, 900u);
   EXPECT_LE(c.mads_queued_unresolved + c.mads_dropped_queue_full, 64u);
   EXPECT_EQ(p.m->address_handles(), 0u) << "no handle for an address nobody answered";
+  // The CM waits on 16 peers at most: the resolver has room for the
+  // program's own resolutions.
+  EXPECT_LE(internal::resolve_counter(*p.ctx, "resolve_started"), 16u);
+  EXPECT_EQ(p.ctx->resolve_gid(ipv4_gid({10, 2, 9, 9})), Reach::kPending);
+  EXPECT_EQ(internal::resolve_counter(*p.ctx, "resolve_busy"), 0u);
   // Well under a second for all 1,000: each used to cost a second.
   EXPECT_LT(ms, 20'000.0);
 }

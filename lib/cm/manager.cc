@@ -26,6 +26,10 @@ constexpr std::uint8_t kCmResponseTimeout = 20;    // 4.3 s, as rxe's REQs say
 constexpr std::size_t kMaxAhs = 1024;
 constexpr std::size_t kMaxQueuedPerPeer = 4;
 constexpr std::size_t kMaxQueued = 256;
+// Peers held MADs wait for at once: a quarter of the resolver's slots
+// (Resolver::kMaxPending), so spoofed sources cannot take them all from the
+// program's own modify_qp and create_ah.
+constexpr std::size_t kMaxQueuedPeers = 16;
 constexpr std::uint64_t kQueuedDeadlineNs = 2'000'000'000;  // past the resolver's own second
 constexpr std::uint64_t kUnsolicitedReplyNs = 10'000'000;   // 100 a second...
 constexpr std::uint64_t kUnsolicitedBurstNs = 64 * kUnsolicitedReplyNs;  // ...after a burst of 64
@@ -102,6 +106,7 @@ struct Manager::Impl {
     std::uint64_t deadline = 0;
   };
   std::deque<Held> held;
+  std::map<Gid, std::uint32_t> held_peers;  // MADs held for each peer
   std::uint64_t held_checked_at = 0;  // send_held() looks once a millisecond at most
   // Token bucket for replies to unknown connections, in nanoseconds of
   // credit (kUnsolicitedReplyNs a reply).
@@ -225,12 +230,15 @@ struct Manager::Impl {
   }
 
   void hold(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
-    const auto for_peer = std::count_if(held.begin(), held.end(), [&](const Held& h) { return h.peer == peer; });
-    if (held.size() >= kMaxQueued || static_cast<std::size_t>(for_peer) >= kMaxQueuedPerPeer) {
+    const auto it = held_peers.find(peer);
+    const std::size_t for_peer = it == held_peers.end() ? 0 : it->second;
+    if (held.size() >= kMaxQueued || for_peer >= kMaxQueuedPerPeer ||
+        (for_peer == 0 && held_peers.size() >= kMaxQueuedPeers)) {
       ++counters.mads_dropped_queue_full;
       return;
     }
     held.push_back(Held{peer, mad, now() + kQueuedDeadlineNs});
+    ++held_peers[peer];
     ++counters.mads_queued_unresolved;
   }
 
@@ -250,6 +258,7 @@ struct Manager::Impl {
       }
       if (r == Reach::kKnown) post(it->peer, it->mad);
       else ++(r == Reach::kUnreachable ? counters.mads_dropped_unreachable : counters.mads_dropped_unresolved);
+      if (auto p = held_peers.find(it->peer); p != held_peers.end() && --p->second == 0) held_peers.erase(p);
       it = held.erase(it);
     }
   }

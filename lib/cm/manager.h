@@ -62,7 +62,7 @@ struct Counters {
   std::uint64_t mads_queued_unresolved = 0;     // held until the peer's address is known
   std::uint64_t mads_dropped_unreachable = 0;   // the peer's GID did not resolve (now or recently)
   std::uint64_t mads_dropped_unresolved = 0;    // held past their deadline (2 s) without an answer
-  std::uint64_t mads_dropped_queue_full = 0;    // more held for the peer (4) or in all (256) than allowed
+  std::uint64_t mads_dropped_queue_full = 0;    // more held for the peer (4), in all (256), or peers (16)
   std::uint64_t ahs_evicted = 0;                // address handles destroyed to make room (1,024 kept)
   std::uint64_t unsolicited_replies_limited = 0;  // REJ/DREP to unknown connections over the rate (100/s)
 };
