@@ -220,7 +220,10 @@ struct Manager::Impl {
   // False when it did not go now: a tracked MAD's resend timer covers it.
   bool send(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
     if (ahs.count(peer) == 0) {
-      switch (ctx->resolve_gid(to_gid(peer))) {
+      // Waiting on kMaxQueuedPeers already: a new one is sent to only if
+      // its address is known (no resolution is started for it).
+      const bool may_wait = held_peers.count(peer) != 0 || held_peers.size() < kMaxQueuedPeers;
+      switch (may_wait ? ctx->resolve_gid(to_gid(peer)) : internal::lookup_gid(*ctx, to_gid(peer))) {
         case Reach::kKnown: break;
         case Reach::kPending: hold(peer, mad); return false;
         case Reach::kUnreachable: ++counters.mads_dropped_unreachable; return false;

@@ -65,6 +65,14 @@ void Resolver::expire(Clock::time_point now) {
   }
 }
 
+Reach Resolver::look(const ibv_gid& gid, std::uint8_t mac[6], Clock::time_point now) {
+  std::uint8_t scratch[6];
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (negative(gid, now)) return Reach::kUnreachable;
+  return io_->resolve(gid, mac != nullptr ? mac : scratch, false) == PacketIo::Resolution::kKnown ? Reach::kKnown
+                                                                                               : Reach::kPending;
+}
+
 Reach Resolver::query(const ibv_gid& gid, std::uint8_t mac[6], Clock::time_point now) {
   std::uint8_t scratch[6];
   std::uint8_t* out = mac != nullptr ? mac : scratch;

@@ -54,6 +54,9 @@ class Resolver {
   // Context::resolve_gid(): kKnown (`mac` filled when non-null), kPending
   // or kUnreachable, as include/uroce/verbs.h says.
   Reach query(const ibv_gid& gid, std::uint8_t mac[6], Clock::time_point now = Clock::now());
+  // The same without starting a resolution: kKnown, kUnreachable while the
+  // negative cache holds the GID, else kPending (nothing asked).
+  Reach look(const ibv_gid& gid, std::uint8_t mac[6], Clock::time_point now = Clock::now());
   ResolveCounters counters() const;
 
  private:

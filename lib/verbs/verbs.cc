@@ -607,6 +607,11 @@ transport::Qp& transport_qp(QueuePair* qp) { return impl_of(*qp).qp; }
 
 namespace internal {
 
+Reach lookup_gid(Context& ctx, const ibv_gid& gid) {
+  ContextImpl& c = impl_of(ctx);
+  return c.resolver == nullptr ? Reach::kKnown : c.resolver->look(gid, nullptr);
+}
+
 std::uint64_t resolve_counter(const Context& ctx, const char* name) {
   const ContextImpl& c = impl_of(ctx);
   if (c.resolver == nullptr) return 0;
