@@ -19,6 +19,7 @@
 #include "cc/dcqcn.h"
 #include "dpdk/eal.h"
 #include "compose/ring_pair.h"
+#include "port_resolve.h"
 #include "engine/engine.h"
 #include "test_seed.h"
 #include "frame_helpers.h"
@@ -560,7 +561,7 @@ TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {
     }
   });
   std::uint8_t mac[6] = {};
-  const bool ok = b.resolve(a.gid(), mac);
+  const bool ok = resolve_on(b, a.gid(), mac);
   stop = true;
   responder.join();
   ASSERT_TRUE(ok) << "no ARP reply";
@@ -570,7 +571,7 @@ TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {
   // Nobody owns 10.97.0.9: resolution gives up after its second.
   ibv_gid nobody = a.gid();
   nobody.raw[15] = 9;
-  EXPECT_FALSE(b.resolve(nobody, mac));
+  EXPECT_FALSE(resolve_on(b, nobody, mac));
 }
 
 }  // namespace

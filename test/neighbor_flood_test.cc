@@ -18,6 +18,7 @@
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "dpdk/port_io.h"
+#include "port_resolve.h"
 #include "uroce/verbs.h"
 #include "wire/headers.h"
 
@@ -174,8 +175,8 @@ class NeighborFlood : public ::testing::Test {
       while (!stop) peer_->rx_release(frames.data(), peer_->rx_burst(frames.data(), 32));
     });
     std::uint8_t mac[6];
-    const bool v4 = io_->resolve(peer_->gid(), mac);
-    const bool v6 = io_->resolve(peer_->link_local(), mac);
+    const bool v4 = resolve_on(*io_, peer_->gid(), mac);
+    const bool v6 = resolve_on(*io_, peer_->link_local(), mac);
     stop = true;
     responder.join();
     ASSERT_TRUE(v4 && v6) << "the peer did not answer";
@@ -209,11 +210,11 @@ class NeighborFlood : public ::testing::Test {
   // from the table: nobody on B answers now, so asking would fail.
   void expect_wanted_peers_resolve() {
     std::uint8_t mac[6];
-    EXPECT_TRUE(io_->resolve(ipv4_gid(configured_ip_), mac) && std::memcmp(mac, configured_mac_.data(), 6) == 0)
+    EXPECT_TRUE(resolve_on(*io_, ipv4_gid(configured_ip_), mac) && std::memcmp(mac, configured_mac_.data(), 6) == 0)
         << "the configured peer was pushed out";
-    EXPECT_TRUE(io_->resolve(peer_->gid(), mac) && std::memcmp(mac, peer_->mac().data(), 6) == 0)
+    EXPECT_TRUE(resolve_on(*io_, peer_->gid(), mac) && std::memcmp(mac, peer_->mac().data(), 6) == 0)
         << "the peer resolved by ARP was pushed out";
-    EXPECT_TRUE(io_->resolve(peer_->link_local(), mac) && std::memcmp(mac, peer_->mac().data(), 6) == 0)
+    EXPECT_TRUE(resolve_on(*io_, peer_->link_local(), mac) && std::memcmp(mac, peer_->mac().data(), 6) == 0)
         << "the peer resolved by ND was pushed out";
     EXPECT_EQ(io_->counters().neighbors_wanted_evicted, 0u);
   }
@@ -238,7 +239,7 @@ TEST_F(NeighborFlood, ArpRequestsFromAMillionSendersStayBounded) {
   ASSERT_EQ(flood({arp(wire::kArpRequest, early_mac, early_ip, kOurs)}), 1u);
   std::uint8_t mac[6];
   ASSERT_TRUE(io_->neighbor(ipv4_gid(early_ip), mac));
-  ASSERT_TRUE(io_->resolve(ipv4_gid(early_ip), mac));
+  ASSERT_TRUE(resolve_on(*io_, ipv4_gid(early_ip), mac));
   EXPECT_EQ(std::memcmp(mac, early_mac.data(), 6), 0);
   const std::uint64_t answered0 = io_->counters().arp_requests_answered;
 

@@ -72,10 +72,10 @@ class MemoryPort final : public uroce::PacketIo {
     return n;
   }
 
-  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override {
-    if (peer_ == nullptr || std::memcmp(gid.raw, peer_->gid_.raw, sizeof gid.raw) != 0) return false;
+  Resolution resolve(const ibv_gid& gid, std::uint8_t mac[6], bool) override {
+    if (peer_ == nullptr || std::memcmp(gid.raw, peer_->gid_.raw, sizeof gid.raw) != 0) return Resolution::kUnreachable;
     std::memcpy(mac, peer_->mac_, 6);
-    return true;
+    return Resolution::kKnown;
   }
 
   void visit_counters(void (*visit)(void* arg, const char* name, const char* description, std::uint64_t value),

@@ -54,9 +54,9 @@ class ScriptedPort : public engine::PacketIo {
     }
     return n;
   }
-  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
+  Resolution resolve(const ibv_gid&, std::uint8_t mac[6], bool) override {
     std::memset(mac, 0x52, 6);
-    return true;
+    return Resolution::kKnown;
   }
 
   std::deque<std::vector<std::uint8_t>> inbox;

@@ -53,9 +53,9 @@ class LoopPort : public engine::PacketIo {
     }
     return n;
   }
-  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
+  Resolution resolve(const ibv_gid&, std::uint8_t mac[6], bool) override {
     std::memset(mac, 0x52, 6);
-    return true;
+    return Resolution::kKnown;
   }
 
  private:

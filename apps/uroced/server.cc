@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <utility>
 
 #include "service/shm.h"
 #include "uroce/stats.h"
@@ -251,8 +252,6 @@ int Server::run() {
   }
 }
 
-void Server::tick() {}
-
 bool Server::expire() {
   const auto now = Clock::now();
   const auto hello_by = std::chrono::milliseconds(config_.hello_timeout_ms);
@@ -426,6 +425,9 @@ std::string Server::admit(const Client& c) const {
 }
 
 bool Server::serve(Client& c) {
+  // A deferred client's socket is watched for nothing: only a hang-up or an
+  // error gets here, and its answer no longer matters.
+  if (c.deferred) return false;
   Request req;
   int fds[service::kMaxFds];
   int nfds = 0;
@@ -441,6 +443,7 @@ bool Server::serve(Client& c) {
   } else {
     handle(c, req, fds, nfds, reply, reply_fds);
     for (int i = 0; i < nfds; ++i) close(fds[i]);  // what was kept is mapped, or dup'd
+    if (std::exchange(reply_deferred_, false)) return true;  // tick() answers it
   }
   return send_reply(c, reply, reply_fds) && !(c.leaving && !c.out);
 }
@@ -472,6 +475,68 @@ bool Server::flush(Client& c) {
   if (e != 0 || c.leaving) return false;
   watch(c);
   return true;
+}
+
+void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& reply) {
+  (void)c;
+  const bool reset = (r.mask & IBV_QP_STATE) && r.attr.qp_state == IBV_QPS_RESET;
+  if (const int e = q.qp->modify(r.attr, r.mask); e != 0) {
+    fail(reply, e, ctx_.last_error());
+    return;
+  }
+  if (reset) {
+    // RESET empties the queues and restarts their counts: the rings too
+    // (the client's library restarts its own side as it gets this reply).
+    pumps_[q.worker].with_lock([&] {
+      PumpQp& p = *q.pump;
+      p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = p.sq_retired = p.rq_retired = 0;
+      p.sq.header->head.store(0);
+      p.sq.header->retired.store(0);
+      p.rq.header->head.store(0);
+      p.rq.header->retired.store(0);
+    });
+  }
+}
+
+void Server::defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off) {
+  // The resolver answers within a second; the deadline only bounds a wait
+  // behind too many other resolutions.
+  const auto now = std::chrono::steady_clock::now();
+  c.deferred = Client::Deferred{r, now + hold_off, now + std::chrono::milliseconds(1500)};
+  epoll_event ev{};
+  ev.events = 0;  // hang-ups and errors only
+  ev.data.fd = c.sock;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.sock, &ev);
+  reply_deferred_ = true;
+}
+
+void Server::tick() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<int> gone;
+  for (auto& [sock, cp] : clients_) {
+    Client& c = *cp;
+    if (!c.deferred || now < c.deferred->not_before) continue;
+    const service::ModifyQp& r = c.deferred->req;
+    const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
+    if (reach == Reach::kPending && now < c.deferred->deadline) continue;
+    Reply reply;
+    auto it = c.qps.find(r.qp);
+    if (it == c.qps.end()) {
+      fail(reply, EINVAL, "no QP " + std::to_string(r.qp) + " of this client");
+    } else if (reach == Reach::kPending) {
+      fail(reply, EHOSTUNREACH, "modify QP: the peer's GID was not resolved in time (too many resolutions under "
+                                "way); try again");
+    } else {
+      modify_qp(c, it->second, r, reply);  // known: applied now; unreachable: refused at once
+    }
+    c.deferred.reset();
+    // Through the same non-blocking path as every reply (held if the
+    // client does not read); its socket is read again once it is out.
+    std::vector<int> no_fds;
+    if (send_reply(c, reply, no_fds)) watch(c);
+    else gone.push_back(sock);
+  }
+  for (int sock : gone) drop(sock, "gone");
 }
 
 int Server::fail(Reply& reply, int err, const std::string& why) {
@@ -580,23 +645,16 @@ void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Rep
         return;
       }
       Qp& q = it->second;
-      const bool reset = (req.modify_qp.mask & IBV_QP_STATE) && req.modify_qp.attr.qp_state == IBV_QPS_RESET;
-      if (const int e = q.qp->modify(req.modify_qp.attr, req.modify_qp.mask); e != 0) {
-        fail(reply, e, ctx_.last_error());
-        return;
+      // The peer's address is resolved without holding this loop: not known
+      // yet, the reply waits (tick()) while other clients are served.
+      if ((req.modify_qp.mask & IBV_QP_AV) && req.modify_qp.attr.ah_attr.is_global) {
+        const Reach reach = ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid);
+        if (reach != Reach::kKnown) {
+          defer(c, req.modify_qp, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
+          return;
+        }
       }
-      if (reset) {
-        // RESET empties the queues and restarts their counts: the rings too
-        // (the client's library restarts its own side as it gets this reply).
-        pumps_[q.worker].with_lock([&] {
-          PumpQp& p = *q.pump;
-          p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = p.sq_retired = p.rq_retired = 0;
-          p.sq.header->head.store(0);
-          p.sq.header->retired.store(0);
-          p.rq.header->head.store(0);
-          p.rq.header->retired.store(0);
-        });
-      }
+      modify_qp(c, q, req.modify_qp, reply);
       return;
     }
     case Op::kQueryQp: {

@@ -9,6 +9,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -152,6 +153,17 @@ class Server {
     std::uint64_t ring_bytes = 0;
     std::uint64_t object_bytes = 0;       // CQs and QPs: rings and engine arrays (max_object_mb)
     std::uint32_t mappings = 0;           // made for it: its files, region views, rings (max_mappings)
+    // A modify_qp waiting for its peer's address (Context::resolve_gid
+    // kPending), or refused (kUnreachable) and held off a moment, answered
+    // from tick(). One at most: the client's socket is
+    // not read meanwhile, so its requests stay in order and one client's
+    // unreachable peers cost the control loop nothing.
+    struct Deferred {
+      service::ModifyQp req;
+      std::chrono::steady_clock::time_point not_before;  // a refusal's reply waits till then
+      std::chrono::steady_clock::time_point deadline;
+    };
+    std::optional<Deferred> deferred;
   };
   // What one uid's clients make the daemon hold, together (uid_max_memory_mb,
   // uid_max_mappings). The connection and object budgets per uid are kept
@@ -183,7 +195,9 @@ class Server {
   bool expire();
   // "" or why `c` may not attach (say hello): max_clients, its uid's connections.
   std::string admit(const Client& c) const;
-  // Pending work of the control path, once per loop (at least every kTick).
+  // Pending work of the control path, once per loop (at least every kTick):
+  // finishes the requests waiting on something other than the client (a
+  // modify_qp whose address is being resolved) that can be finished now.
   void tick();
   void drop(int sock, const std::string& why);  // release() and forget
   UidUsage usage(uid_t uid) const;
@@ -193,6 +207,14 @@ class Server {
   void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
               std::vector<int>& reply_fds);
   int fail(service::Reply& reply, int err, const std::string& why);
+  // kModifyQp on `q`, whose address (if any) resolved or failed already.
+  void modify_qp(Client& c, Qp& q, const service::ModifyQp& r, service::Reply& reply);
+  // Stops reading c's socket until its deferred request is answered.
+  // `hold_off`: the reply waits at least this long (a refusal, so that a
+  // client asking again and again for an unreachable address is answered a
+  // few times a second, not as fast as it can ask).
+  void defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off = {});
+  static constexpr std::chrono::milliseconds kRefusalHoldOff{100};
 
   void reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply);
   void create_cq(Client& c, const service::CreateCq& r, service::Reply& reply, std::vector<int>& fds);
@@ -223,6 +245,7 @@ class Server {
   int signal_fd_ = -1;
   std::uint32_t next_client_ = 1;
   std::map<int, std::unique_ptr<Client>> clients_;  // by socket
+  bool reply_deferred_ = false;  // handle() deferred its reply: serve() sends none
   mutable std::mutex table_mutex_;
   std::vector<ClientRow> table_;  // clients_ as last published
   // Memory (see UidMemory): per uid, the daemon's totals and its budgets.

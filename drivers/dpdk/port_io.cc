@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <cstring>
 #include <thread>
+#include <cstring>
 #include <utility>
 
 #include <unistd.h>
@@ -169,6 +169,13 @@ rte_mbuf* PortIo::linearize(rte_mbuf* m) {
 }
 
 std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
+  // Requests for addresses being resolved, queued by another thread: sent
+  // here, by the queue's owner (one load a burst when there are none).
+  if (neighbors_->requests_waiting.load(std::memory_order_relaxed) != 0) [[unlikely]] send_requests();
+  if (tx_cleanup_wanted_.load(std::memory_order_relaxed)) [[unlikely]] {
+    tx_cleanup_wanted_.store(false, std::memory_order_relaxed);
+    rte_eth_tx_done_cleanup(port_.id(), queue_, 0);
+  }
   auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
   const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
   std::uint16_t n = 0;
@@ -390,9 +397,9 @@ std::vector<std::pair<PortIo*, std::uint64_t>> PortIo::tx_marks(int slot) const 
 bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait) {
   // Segments are freed in the order they were sent (a queue's descriptors
   // complete in order): once a queue has freed as many of the row's as it
-  // had attached at the mark, the older ones are gone. In a control call
-  // the engines are parked, so their queues' sent descriptors are cleaned
-  // up from here.
+  // had attached at the mark, the older ones are gone. Only a queue's own
+  // engine may clean up its sent descriptors (this runs outside control
+  // calls, beside the engines), so it is asked to in its next rx_burst.
   if (slot < 0) return true;
   const auto row = static_cast<std::size_t>(slot);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait ? 200 : 0);
@@ -401,7 +408,7 @@ bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_
     for (const auto& [q, attached] : marks) {
       if (std::find(memory_->queues.begin(), memory_->queues.end(), q) == memory_->queues.end()) continue;  // gone
       if (q->segments_.freed[row].load(std::memory_order_acquire) >= attached) continue;
-      if (wait) rte_eth_tx_done_cleanup(port_.id(), q->queue_, 0);
+      if (wait) q->tx_cleanup_wanted_.store(true, std::memory_order_relaxed);
       done = done && q->segments_.freed[row].load(std::memory_order_acquire) >= attached;
     }
     if (done) return true;
@@ -500,8 +507,9 @@ void PortIo::unregister_memory(void* addr, std::size_t len) {
                          [&](const Memory::Span& s) { return !s.retired && s.lo <= lo && hi <= s.hi; });
   if (it != m.spans.end() && --it->users == 0) {
     if (it->slot >= 0) {
-      // Out of the table first (the engines are parked: no tx_burst reads
-      // it now), then every frame that may point into it drained. The row
+      // Out of the table first, then every frame that may point into it
+      // drained. No engine attaches new segments into it meanwhile: every
+      // region on it left the MR table in a control call before this. The row
       // stays held (its counts) until then.
       m.hi[static_cast<std::size_t>(it->slot)].store(0, std::memory_order_release);
       m.generation.fetch_add(1, std::memory_order_acq_rel);
@@ -722,66 +730,86 @@ void PortIo::send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, con
   if (rte_eth_tx_burst(port_.id(), queue_, &m, 1) != 1) rte_pktmbuf_free(m);
 }
 
-bool PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6]) {
+PacketIo::Resolution PortIo::resolve(const ibv_gid& gid, std::uint8_t mac[6], bool ask) {
   // Our own address: a QP connected to another QP of this device
   // (loopback, as RNICs allow) sends to our own MAC. Only the IPv4 GID: a
   // link-local GID names a MAC, and virtual ports may share one (net_ring
   // ports all have 00:00:00:00:00:00), so it is resolved on the link.
   if (const ibv_gid own = this->gid(); std::memcmp(own.raw, gid.raw, 16) == 0) {
     std::memcpy(mac, this->mac().data(), 6);
-    return true;
+    return Resolution::kKnown;
   }
   if (is_ipv4_gid(gid)) {
     std::array<std::uint8_t, 4> ip;
     std::memcpy(ip.data(), gid.raw + 12, 4);
-    return resolve_on_link(ip, gid, mac);
+    return resolve_on_link(ip, gid, mac, ask);
   }
   std::array<std::uint8_t, 16> ip6;
   std::memcpy(ip6.data(), gid.raw, 16);
-  return resolve_on_link(ip6, gid, mac);
+  return resolve_on_link(ip6, gid, mac, ask);
 }
 
 template <std::size_t N>
-bool PortIo::resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]) {
+PacketIo::Resolution PortIo::resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid,
+                                             std::uint8_t mac[6], bool ask) {
   auto& table = neighbors_->table(ip);
-  const auto known = [&] {
-    std::lock_guard<std::mutex> lock(neighbors_->mutex);
-    wire::MacAddr m;
-    const NeighborOutcome o = table.lookup(ip, m);
-    count_evictions(o);
-    if (o == NeighborOutcome::kMissed) return false;
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  wire::MacAddr m;
+  // A learned entry found here is promoted to wanted (we talk to it). The
+  // evictions that and want() make go uncounted: any thread calls this, and
+  // the counters are the queue owner's.
+  if (table.lookup(ip, m) != NeighborOutcome::kMissed) {
     std::memcpy(mac, m.data(), 6);
-    return true;
-  };
-  // Ask every 200 ms (ARP, or a neighbour solicitation) and poll this
-  // queue for the answer, for a second at most. RoCE frames that arrive on
-  // it meanwhile are dropped; their QPs get them again by retransmission.
-  // The address is pending from the first request on, so that the answer is
-  // taken and unasked ones are not.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  auto next_request = std::chrono::steady_clock::now();
-  while (!known()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now > deadline) {
-      std::lock_guard<std::mutex> lock(neighbors_->mutex);
-      table.give_up(ip);
-      return false;
-    }
-    if (now >= next_request) {
-      {
-        std::lock_guard<std::mutex> lock(neighbors_->mutex);
-        count_evictions(table.want(ip));
-      }
-      if constexpr (N == 4) send_arp(wire::kArpRequest, {}, ip);
-      else send_nd(true, gid, gid, {});
-      next_request = now + std::chrono::milliseconds(200);
-    }
-    std::array<engine::RxFrame, 32> frames;
-    const std::uint16_t n = rx_burst(frames.data(), 32);
-    rx_release(frames.data(), n);
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    return Resolution::kKnown;
   }
-  return true;
+  if (!ask) return Resolution::kPending;
+  // Pending from the first request on, so that the answer is taken and
+  // unasked ones are not (RFC 4861 7.2.5).
+  table.want(ip);
+  if (neighbors_->requests.size() >= Neighbors::kMaxRequests) {
+    ++neighbors_->requests_dropped;
+    return Resolution::kPending;
+  }
+  neighbors_->requests.push_back(gid);
+  neighbors_->requests_waiting.store(static_cast<std::uint32_t>(neighbors_->requests.size()), std::memory_order_release);
+  return Resolution::kPending;
+}
+
+void PortIo::abandon(const ibv_gid& gid) {
+  std::lock_guard<std::mutex> lock(neighbors_->mutex);
+  if (is_ipv4_gid(gid)) {
+    std::array<std::uint8_t, 4> ip;
+    std::memcpy(ip.data(), gid.raw + 12, 4);
+    neighbors_->v4.give_up(ip);
+  } else {
+    std::array<std::uint8_t, 16> ip6;
+    std::memcpy(ip6.data(), gid.raw, 16);
+    neighbors_->v6.give_up(ip6);
+  }
+}
+
+void PortIo::send_requests() {
+  std::array<ibv_gid, Neighbors::kMaxRequests> out;
+  std::size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(neighbors_->mutex);
+    n = neighbors_->requests.size();
+    std::copy(neighbors_->requests.begin(), neighbors_->requests.end(), out.begin());
+    neighbors_->requests.clear();
+    neighbors_->requests_waiting.store(0, std::memory_order_relaxed);
+    counters_.resolve_requests_dropped += std::exchange(neighbors_->requests_dropped, 0);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const ibv_gid& gid = out[i];
+    if (is_ipv4_gid(gid)) {
+      std::array<std::uint8_t, 4> ip;
+      std::memcpy(ip.data(), gid.raw + 12, 4);
+      send_arp(wire::kArpRequest, {}, ip);
+    } else {
+      send_nd(true, gid, gid, {});
+    }
+    ++counters_.resolve_requests_sent;
+  }
 }
 
 bool create_ring_pair(const char* name, std::uint16_t& port_a, std::uint16_t& port_b, std::string& error,

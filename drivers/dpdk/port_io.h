@@ -60,7 +60,9 @@ class TscClock : public engine::Clock {
   X(regions_register_failed, "memory regions DPDK refused to register (their frames are copied, never DMA'd from)") \
   X(regions_in_registered_memory, "memory regions inside memory already registered (their file's): no DPDK memseg list of their own") \
   X(tx_copied_unregistered, "payload pieces copied, not attached: their memory is not registered with the port") \
-  X(memory_drain_failed, "memory unregistered while frames from it could not be shown sent: its registration kept")
+  X(memory_drain_failed, "memory unregistered while frames from it could not be shown sent: its registration kept") \
+  X(resolve_requests_sent, "ARP requests and neighbour solicitations sent for addresses being resolved") \
+  X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)")
 
 // Written by the engine's thread (or a control call, which holds it) with
 // plain stores: read them in a control call or once the engine is stopped.
@@ -90,14 +92,18 @@ class PortIo : public engine::PacketIo {
   void tx_heads_return(const wire::TxHead* heads, std::uint16_t n) override;
   std::uint16_t tx_copy_limit() const override;
   // IPv4-mapped GIDs by ARP, IPv6 GIDs by neighbour discovery (RFC 4861):
-  // the neighbour table, else a request answered within a second (this
-  // port's receive queue is polled meanwhile). Returns false when no answer
-  // came. A resolved peer stays in the table's wanted tier.
-  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override;
+  // the neighbour table; with `ask`, the address is marked pending and a
+  // request is queued for whichever queue of the port polls next (its own
+  // engine sends it from rx_burst, so no thread but the queue's owner
+  // touches its TX). kKnown or kPending, never kUnreachable (the caller
+  // times out). Any thread. A resolved peer stays in the wanted tier.
+  Resolution resolve(const ibv_gid& gid, std::uint8_t mac[6], bool ask) override;
+  // Drops `gid`'s pending entry: a late answer is refused.
+  void abandon(const ibv_gid& gid) override;
+  bool ipv4_checksum_offload() const override { return port_.ipv4_checksum_offload(); }
   // Registers the pages of [addr, addr + len) as DPDK external memory and
   // DMA-maps them for the port's device (a physical NIC then reads frames'
   // payloads straight from the region). Virtual devices need no mapping.
-  bool ipv4_checksum_offload() const override { return port_.ipv4_checksum_offload(); }
   // Memory is registered by span: a span inside one already registered
   // (a region inside its file, as uroced registers whole files first) is
   // counted, not registered again, since DPDK has only 128 memseg lists for
@@ -134,9 +140,16 @@ class PortIo : public engine::PacketIo {
   // bounded (neighbors.h). Only control frames (ARP, ND), resolve() and
   // add_neighbor() take the lock, never RoCE frames.
   struct Neighbors {
+    static constexpr std::size_t kMaxRequests = 64;
     std::mutex mutex;
     NeighborTable<4> v4;
     NeighborTable<16> v6;
+    // Requests resolve() queued for the next queue that polls (under the
+    // mutex); `requests_waiting` is what rx_burst looks at without it.
+    std::vector<ibv_gid> requests;
+    std::atomic<std::uint32_t> requests_waiting{0};
+    std::uint64_t requests_dropped = 0;
+    Neighbors() { requests.reserve(kMaxRequests); }
     auto& table(const std::array<std::uint8_t, 4>&) { return v4; }
     auto& table(const std::array<std::uint8_t, 16>&) { return v6; }
   };
@@ -144,7 +157,10 @@ class PortIo : public engine::PacketIo {
          std::shared_ptr<Neighbors> neighbors);
   // resolve() for an IPv4 (ARP) or IPv6 (ND) address.
   template <std::size_t N>
-  bool resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6]);
+  Resolution resolve_on_link(const std::array<std::uint8_t, N>& ip, const ibv_gid& gid, std::uint8_t mac[6], bool ask);
+  // Sends the requests resolve() queued, on this queue (from rx_burst: the
+  // queue's own thread).
+  void send_requests();
   // Counts the evictions a table call made.
   void count_evictions(NeighborOutcome o);
 
@@ -195,7 +211,8 @@ class PortIo : public engine::PacketIo {
   // far: once each has freed as many, no frame sent before points into it.
   std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks(int slot) const;
   // Whether the queues have freed row `slot`'s segments up to `marks`; with
-  // `wait`, cleans up their sent descriptors and waits (bounded) for it.
+  // `wait`, asks each queue's engine to clean up its sent descriptors and
+  // waits (bounded) for it.
   bool drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_t>>& marks, bool wait);
   // Unregisters retired spans whose frames have since been freed.
   void reap_retired();
@@ -224,6 +241,10 @@ class PortIo : public engine::PacketIo {
   };
   static SegmentCounts& new_segment_counts();
   SegmentCounts& segments_;
+  // Set by unregister_memory (another thread, outside control calls): the
+  // queue's own engine cleans up its sent descriptors in its next rx_burst,
+  // so their segments are freed (only the queue's owner may touch its TX).
+  std::atomic<bool> tx_cleanup_wanted_{false};
 };
 
 // Two ports joined back to back by rte_rings (net_ring), in one process:

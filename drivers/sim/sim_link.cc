@@ -35,9 +35,9 @@ class SimLink::Port : public engine::PacketIo {
     return n;
   }
 
-  bool resolve(const ibv_gid&, std::uint8_t mac[6]) override {
+  Resolution resolve(const ibv_gid&, std::uint8_t mac[6], bool) override {
     std::memcpy(mac, peer_, 6);  // a point-to-point link: everything is the other side
-    return true;
+    return Resolution::kKnown;
   }
 
  private:

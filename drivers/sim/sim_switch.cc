@@ -85,14 +85,15 @@ class SimSwitch::Port : public engine::PacketIo {
     return taken;
   }
 
-  bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) override {
+  // The switch's ports are all there is: known at once, or never.
+  Resolution resolve(const ibv_gid& gid, std::uint8_t mac[6], bool) override {
     for (const auto& p : sw_.ports_) {
       if (std::memcmp(p->gid_.raw, gid.raw, 16) == 0) {
         std::memcpy(mac, p->mac_, 6);
-        return true;
+        return Resolution::kKnown;
       }
     }
-    return false;
+    return Resolution::kUnreachable;
   }
 
   // Egress: the backlog is what the port has yet to serialize (FIFO, so the

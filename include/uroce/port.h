@@ -5,7 +5,8 @@
 // tests and on DPDK and the TSC in production. The engine makes one virtual
 // call per burst, never per packet. It calls the data-path members from the
 // thread that runs it (Context::progress()'s, or its worker), and those
-// marked "control path" from a control call's thread while it is held.
+// marked "control path" from a control call's thread while it is held;
+// resolve(), abandon() and the memory registration say their own.
 //
 // This header is self-contained: <infiniband/verbs.h> and the standard
 // library only. The layers below the API (lib/wire, lib/engine) use these
@@ -121,15 +122,32 @@ class PacketIo {
   // its headers; longer ones go as pieces, sent from the region in place.
   // Only with provides_tx_heads().
   virtual std::uint16_t tx_copy_limit() const { return 0; }
-  // Control path: the Ethernet address for a peer's GID (ARP/ND, or static).
-  // False when there is none; modify() with IBV_QP_AV then fails with
-  // EHOSTUNREACH.
-  virtual bool resolve(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
+  // The Ethernet address for a peer's GID (ARP/ND, or static). Called from
+  // any thread, beside the engine (not only in a control call), and must
+  // never block nor touch the queue's RX or TX itself: a request the port
+  // sends (ARP, a neighbour solicitation) is handed to the queue's own
+  // engine, which sends it in its next burst and takes the answer in as it
+  // takes every ARP/ND frame. `ask` false only looks. Returns:
+  //  kKnown        `mac` holds the address;
+  //  kPending      not known (yet); with `ask`, a request is on its way, so
+  //                a later call may return kKnown. The caller (the Context)
+  //                decides how often to ask again and when to give up;
+  //  kUnreachable  the port can never reach it (a static link without it).
+  enum class Resolution { kKnown, kPending, kUnreachable };
+  virtual Resolution resolve(const ibv_gid& gid, std::uint8_t mac[6], bool ask) = 0;
+  // The caller stopped waiting for `gid` (no answer in time): the port may
+  // forget the request, so a late answer is not taken. Any thread; a no-op
+  // by default.
+  virtual void abandon(const ibv_gid& /*gid*/) {}
   // The port fills the IPv4 header checksum of the frames it sends (TX
   // offload); the engine then leaves it 0.
   virtual bool ipv4_checksum_offload() const { return false; }
-  // Control path: memory that frames may point into (zero-copy TX) is made
-  // known to the port, so a NIC can DMA from it. No-ops by default.
+  // Memory that frames may point into (zero-copy TX) is made known to the
+  // port, so a NIC can DMA from it. Called from any thread outside a control
+  // call (a slow registration must not hold the engines), possibly by two
+  // threads at once: the port serialises them itself. Before a region's
+  // first frame (register) and after its last (unregister). No-ops by
+  // default.
   virtual void register_memory(void* /*addr*/, std::size_t /*len*/) {}
   virtual void unregister_memory(void* /*addr*/, std::size_t /*len*/) {}
   // Control path (the engine not polling): calls visit(arg, name,

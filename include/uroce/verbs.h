@@ -54,6 +54,9 @@ inline bool is_ipv4_gid(const ibv_gid& g) {
 // "transport retry counter exceeded", ...
 const char* wc_status_str(ibv_wc_status status);
 
+// Where Context::resolve_gid() stands on a peer's Ethernet address.
+enum class Reach { kKnown, kPending, kUnreachable };
+
 class Context;
 class ProtectionDomain;
 class MemoryRegion;
@@ -189,6 +192,22 @@ class Context {
   int query_gid(int index, ibv_gid& gid) const;
   void free_buffer(void* buffer);
 
+  // The Ethernet address of the peer with GID `gid`, without waiting: never
+  // blocks, never holds the engines (safe beside the workers, from any
+  // thread but a worker's). Returns
+  //  kKnown        the port knows it (`mac` filled when non-null);
+  //  kPending      not yet: a request (ARP, neighbour solicitation) has gone
+  //                out or will go out in the engines' next burst, or too
+  //                many resolutions are under way (at most 64 at once) and
+  //                this one waits its turn; ask again later (a few ms);
+  //  kUnreachable  a recent attempt got no answer within a second (the GID
+  //                is then refused for 5 s: the negative cache), or the port
+  //                cannot reach it at all.
+  // Attached to uroced the daemon resolves when an address is set: kKnown,
+  // `mac` untouched. QueuePair::modify (IBV_QP_AV) and create_ah wait on
+  // this outside any control call, for a second and a half at most.
+  Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6] = nullptr);
+
   // One run of every engine's loop: receive, timers, transmit. The
   // simulator and single-threaded embedders call this. Returns the number
   // of frames received plus sent; 0 (and nothing done) while workers run
@@ -268,8 +287,10 @@ class ProtectionDomain {
 
   // ibv_create_ah: where UD sends go. RoCEv2 needs the GRH (is_global 1,
   // dgid the peer's GID, sgid_index 0 or 1 of the same family); the peer's
-  // Ethernet address is resolved now (ARP/ND), EHOSTUNREACH if it cannot
-  // be. nullptr on error (Context::last_error()).
+  // Ethernet address is resolved first (Context::resolve_gid(), waited for
+  // up to 1.5 s while the engines keep running), EHOSTUNREACH if no answer
+  // came or the GID failed in the last 5 s. nullptr on error
+  // (Context::last_error()).
   AddressHandle* create_ah(const ibv_ah_attr& attr);
   int destroy_ah(AddressHandle* ah);
 
@@ -383,7 +404,10 @@ class QueuePair {
 
   // ibv_modify_qp: attr_mask is IBV_QP_* bits. Checks the transition and the
   // required and allowed attributes of IBTA table 91 (RC); EINVAL otherwise,
-  // with the reason in Context::last_error().
+  // with the reason in Context::last_error(). With IBV_QP_AV the peer's
+  // Ethernet address is resolved first, outside the control call (the
+  // engines keep running; Context::resolve_gid(), waited for up to 1.5 s):
+  // EHOSTUNREACH if no answer came or the GID failed in the last 5 s.
   int modify(const ibv_qp_attr& attr, int attr_mask);
   int query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr = nullptr) const;
   ibv_qp_state state() const;

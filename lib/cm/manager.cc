@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <iterator>
+#include <list>
 #include <random>
 #include <set>
 #include <utility>
@@ -17,6 +20,21 @@ constexpr std::uint32_t kRecvBytes = 40 + wire::kMadBytes;  // GRH + MAD
 constexpr std::uint8_t kMinRnrTimer = 12;          // 0.64 ms, as rdma_cm's default
 constexpr std::uint8_t kTargetAckDelay = 15;       // as rxe's REPs say
 constexpr std::uint8_t kCmResponseTimeout = 20;    // 4.3 s, as rxe's REQs say
+// The address path (H5, M5 of the security review): a MAD to a peer whose
+// Ethernet address is not known yet waits in a bounded queue, never in a
+// blocking resolution; address handles are a bounded LRU; replies to MADs
+// for connections we do not know (which anyone can send from any source)
+// are rate-limited.
+constexpr std::size_t kMaxAhs = 1024;
+constexpr std::size_t kMaxQueuedPerPeer = 4;
+constexpr std::size_t kMaxQueued = 256;
+// Peers held MADs wait for at once: a quarter of the resolver's slots
+// (Resolver::kMaxPending), so spoofed sources cannot take them all from the
+// program's own modify_qp and create_ah.
+constexpr std::size_t kMaxQueuedPeers = 16;
+constexpr std::uint64_t kQueuedDeadlineNs = 2'000'000'000;  // past the resolver's own second
+constexpr std::uint64_t kUnsolicitedReplyNs = 10'000'000;   // 100 a second...
+constexpr std::uint64_t kUnsolicitedBurstNs = 64 * kUnsolicitedReplyNs;  // ...after a burst of 64
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                            IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -85,7 +103,27 @@ struct Manager::Impl {
   std::uint8_t* buffer = nullptr;  // kSlots receive buffers, then kSlots send buffers
   MemoryRegion* mr = nullptr;
   std::uint32_t next_send = 0;
-  std::map<Gid, AddressHandle*> ahs;  // by the peer's GID (its family picks our sgid)
+  // Address handles by the peer's GID (its family picks our sgid), the
+  // most recently used first in `ah_lru`; at most kMaxAhs.
+  struct CachedAh {
+    AddressHandle* ah = nullptr;
+    std::list<Gid>::iterator lru;
+  };
+  std::map<Gid, CachedAh> ahs;
+  std::list<Gid> ah_lru;
+  // MADs whose peer is being resolved (Context::resolve_gid: kPending).
+  struct Held {
+    Gid peer{};
+    std::array<std::uint8_t, wire::kMadBytes> mad{};
+    std::uint64_t deadline = 0;
+  };
+  std::deque<Held> held;
+  std::map<Gid, std::uint32_t> held_peers;  // MADs held for each peer
+  std::uint64_t held_checked_at = 0;  // send_held() looks once a millisecond at most
+  // Token bucket for replies to unknown connections, in nanoseconds of
+  // credit (kUnsolicitedReplyNs a reply).
+  std::uint64_t reply_credit_ns = kUnsolicitedBurstNs;
+  std::uint64_t reply_credit_at = 0;
   std::map<std::uint64_t, Listener> listeners;
   std::uint64_t listen_generation = 0;
   std::map<std::uint32_t, Conn> conns;  // by our comm ID
@@ -122,23 +160,60 @@ struct Manager::Impl {
     return qp1->post_recv(&wr, &bad);
   }
 
-  // The AH to `peer`'s QP1, made once; our GID of its family.
+  // Whether a connection talks to `peer` (its handle is kept, if it can be).
+  bool peer_in_use(const Gid& peer) const {
+    for (const auto& [id, c] : conns) {
+      if (c.peer == peer) return true;
+    }
+    return false;
+  }
+
+  // Destroys one cached handle: the least recently used among the last 8
+  // that no connection uses, else the least recently used. Destroying one a
+  // connection uses is safe all the same (a posted UD WR carries a copy of
+  // the path), it is only made again at its next MAD.
+  void evict_ah() {
+    auto victim = std::prev(ah_lru.end());
+    auto cand = victim;
+    for (int k = 0; k < 8; ++k) {
+      if (!peer_in_use(*cand)) {
+        victim = cand;
+        break;
+      }
+      if (cand == ah_lru.begin()) break;
+      --cand;
+    }
+    const auto it = ahs.find(*victim);
+    pd->destroy_ah(it->second.ah);
+    ahs.erase(it);
+    ah_lru.erase(victim);
+    ++counters.ahs_evicted;
+  }
+
+  // The AH to `peer`'s QP1, whose address the port knows already (a
+  // resolution is not waited for here); our GID of its family.
   AddressHandle* ah_to(const Gid& peer) {
-    if (auto it = ahs.find(peer); it != ahs.end()) return it->second;
+    if (auto it = ahs.find(peer); it != ahs.end()) {
+      ah_lru.splice(ah_lru.begin(), ah_lru, it->second.lru);
+      return it->second.ah;
+    }
     ibv_ah_attr a{};
     a.is_global = 1;
     a.port_num = 1;
     a.grh.dgid = to_gid(peer);
     a.grh.sgid_index = is_ipv4_gid(a.grh.dgid) ? 1 : 0;
     a.grh.hop_limit = 64;
+    if (ahs.size() >= kMaxAhs) evict_ah();
     AddressHandle* ah = pd->create_ah(a);
-    if (ah != nullptr) ahs[peer] = ah;
+    if (ah == nullptr) return nullptr;
+    ah_lru.push_front(peer);
+    ahs.emplace(peer, CachedAh{ah, ah_lru.begin()});
     return ah;
   }
 
-  // Sends `mad` to `peer`'s QP1. False when it could not go (no route, a
-  // full queue): the resend timer covers it.
-  bool send(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
+  // Posts `mad` to `peer`'s QP1, whose address is known. False when it
+  // could not go (a full queue): the resend timer covers it.
+  bool post(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
     AddressHandle* ah = ah_to(peer);
     if (ah == nullptr) return false;
     const std::uint32_t slot = next_send++ % kSlots;
@@ -156,6 +231,73 @@ struct Manager::Impl {
     ibv_send_wr* bad = nullptr;
     if (qp1->post_send(&wr, &bad) != 0) return false;
     ++counters.mads_sent;
+    return true;
+  }
+
+  // Sends `mad` to `peer`'s QP1 without ever waiting for its address: at
+  // once when it is known, else held until the port has it (poll() sends
+  // it then; dropped at kQueuedDeadlineNs), dropped when it is unreachable.
+  // False when it did not go now: a tracked MAD's resend timer covers it.
+  bool send(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
+    if (ahs.count(peer) == 0) {
+      // Waiting on kMaxQueuedPeers already: a new one is sent to only if
+      // its address is known (no resolution is started for it).
+      const bool may_wait = held_peers.count(peer) != 0 || held_peers.size() < kMaxQueuedPeers;
+      switch (may_wait ? ctx->resolve_gid(to_gid(peer)) : internal::lookup_gid(*ctx, to_gid(peer))) {
+        case Reach::kKnown: break;
+        case Reach::kPending: hold(peer, mad); return false;
+        case Reach::kUnreachable: ++counters.mads_dropped_unreachable; return false;
+      }
+    }
+    return post(peer, mad);
+  }
+
+  void hold(const Gid& peer, const std::array<std::uint8_t, wire::kMadBytes>& mad) {
+    const auto it = held_peers.find(peer);
+    const std::size_t for_peer = it == held_peers.end() ? 0 : it->second;
+    if (held.size() >= kMaxQueued || for_peer >= kMaxQueuedPerPeer ||
+        (for_peer == 0 && held_peers.size() >= kMaxQueuedPeers)) {
+      ++counters.mads_dropped_queue_full;
+      return;
+    }
+    held.push_back(Held{peer, mad, now() + kQueuedDeadlineNs});
+    ++held_peers[peer];
+    ++counters.mads_queued_unresolved;
+  }
+
+  // The held MADs whose peer resolved (or failed, or ran out of time).
+  void send_held() {
+    if (held.empty()) return;
+    const std::uint64_t t = now();
+    // Each look asks the resolver once per held MAD: not at every poll (a
+    // program's CM thread polls every 200 us).
+    if (t - held_checked_at < 1'000'000) return;
+    held_checked_at = t;
+    for (auto it = held.begin(); it != held.end();) {
+      const Reach r = ahs.count(it->peer) != 0 ? Reach::kKnown : ctx->resolve_gid(to_gid(it->peer));
+      if (r == Reach::kPending && t < it->deadline) {
+        ++it;
+        continue;
+      }
+      if (r == Reach::kKnown) post(it->peer, it->mad);
+      else ++(r == Reach::kUnreachable ? counters.mads_dropped_unreachable : counters.mads_dropped_unresolved);
+      if (auto p = held_peers.find(it->peer); p != held_peers.end() && --p->second == 0) held_peers.erase(p);
+      it = held.erase(it);
+    }
+  }
+
+  // A reply to a MAD for a connection we do not know (REJ, DREP): anyone
+  // may send those from any source, so at most kUnsolicitedReplyNs apart
+  // on average. False (counted) when over the rate.
+  bool unsolicited_reply_allowed() {
+    const std::uint64_t t = now();
+    reply_credit_ns = std::min(kUnsolicitedBurstNs, reply_credit_ns + (t - reply_credit_at));
+    reply_credit_at = t;
+    if (reply_credit_ns < kUnsolicitedReplyNs) {
+      ++counters.unsolicited_replies_limited;
+      return false;
+    }
+    reply_credit_ns -= kUnsolicitedReplyNs;
     return true;
   }
 
@@ -304,6 +446,7 @@ struct Manager::Impl {
     }
     const auto l = listeners.find(req.service_id);
     if (l == listeners.end()) {
+      if (!unsolicited_reply_allowed()) return;
       ++counters.rej_sent_no_service;
       reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kInvalidServiceId);
       return;
@@ -358,6 +501,7 @@ struct Manager::Impl {
     Conn* c = find(rep.remote_comm_id);
     if (c == nullptr || c->peer != peer) {
       // A REP for no connection of ours: REJ invalid comm ID (IBTA 12.9.8.x).
+      if (!unsolicited_reply_allowed()) return;
       ++counters.rej_sent_unknown_conn;
       reject(peer, m.header.tid, rep.remote_comm_id, rep.local_comm_id, wire::CmMsgKind::kRep,
              wire::RejReason::kInvalidCommId);
@@ -469,6 +613,7 @@ struct Manager::Impl {
     if (c == nullptr || c->peer != peer || c->remote_id != m.dreq.local_comm_id) {
       // Gone already (or never ours): a DREP all the same, so the peer
       // stops asking (IBTA 12.9.8.x).
+      if (!unsolicited_reply_allowed()) return;
       ++counters.drep_sent_unknown_conn;
       send_once(peer, drep);
       return;
@@ -574,7 +719,7 @@ Manager::~Manager() {
   if (!impl_ || impl_->pd == nullptr) return;
   ProtectionDomain* pd = impl_->pd;
   if (impl_->qp1 != nullptr) pd->destroy_qp(impl_->qp1);
-  for (auto& [gid, ah] : impl_->ahs) pd->destroy_ah(ah);
+  for (auto& [gid, cached] : impl_->ahs) pd->destroy_ah(cached.ah);
   if (impl_->mr != nullptr) pd->dereg_mr(impl_->mr);
   if (impl_->cq != nullptr) impl_->ctx->destroy_cq(impl_->cq);
   if (impl_->buffer != nullptr) impl_->ctx->free_buffer(impl_->buffer);
@@ -586,6 +731,7 @@ std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing 
   impl->ctx = &ctx;
   impl->timing = timing;
   impl->rng.seed(internal::now_ns(ctx) ^ reinterpret_cast<std::uintptr_t>(impl.get()));
+  impl->reply_credit_at = internal::now_ns(ctx);
   impl->tid_counter = static_cast<std::uint32_t>(impl->rng());
   std::unique_ptr<Manager> m(new Manager(std::move(impl)));
   Impl& i = *m->impl_;
@@ -638,6 +784,7 @@ std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing 
 }
 
 const Counters& Manager::counters() const { return impl_->counters; }
+std::size_t Manager::address_handles() const { return impl_->ahs.size(); }
 
 void Manager::set_modify(ModifyFn fn, void* arg) {
   impl_->modify_fn = fn;
@@ -792,6 +939,7 @@ std::size_t Manager::poll(std::vector<Event>& events) {
       i.post_recv(static_cast<std::uint32_t>(wc[k].wr_id));
     }
   }
+  i.send_held();
   i.resend_overdue(events);
   return events.size() - before;
 }

@@ -12,6 +12,7 @@
 // RTU), ERR at a disconnect.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -60,6 +61,15 @@ struct Counters {
   std::uint64_t req_refused_backlog = 0;  // REQ beyond its listener's backlog (REJ no resources)
   std::uint64_t req_refused_full = 0;     // REQ beyond Timing::max_pending_requests (REJ no resources)
   std::uint64_t req_timed_out = 0;        // kRequest not answered within Timing::request_ns (REJ timeout)
+  // The address path (the peer's Ethernet address, its address handle):
+  // nothing here waits for a resolution, and what spoofed sources can make
+  // it hold is bounded.
+  std::uint64_t mads_queued_unresolved = 0;     // held until the peer's address is known
+  std::uint64_t mads_dropped_unreachable = 0;   // the peer's GID did not resolve (now or recently)
+  std::uint64_t mads_dropped_unresolved = 0;    // held past their deadline (2 s) without an answer
+  std::uint64_t mads_dropped_queue_full = 0;    // more held for the peer (4), in all (256), or peers (16)
+  std::uint64_t ahs_evicted = 0;                // address handles destroyed to make room (1,024 kept)
+  std::uint64_t unsolicited_replies_limited = 0;  // REJ/DREP to unknown connections over the rate (100/s)
 };
 
 // rdma_listen's backlog when none (or more) is asked: Linux's default
@@ -144,6 +154,9 @@ class Manager {
   // Connections held, and those of them waiting as kRequest (for tests).
   std::size_t connections() const;
   std::size_t pending_requests() const;
+  // Address handles held for peers' QP1 (at most 1,024, least recently used
+  // destroyed first).
+  std::size_t address_handles() const;
 
   // How the manager moves the QPs it connects through their states:
   // QueuePair::modify by default; a verbs library sets its own

@@ -70,14 +70,19 @@ int MrTable::add(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t
   return ENOMEM;
 }
 
-int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
-                          int access, std::uint32_t key) {
+int MrTable::check_args(std::uint64_t iova, std::uint64_t length, int access) {
   if (length == 0 || (access & ~kValidAccess)) return EINVAL;
   // Remote write and remote atomic need local write (ibv_reg_mr, IBTA 10.6.3.1).
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
     return EINVAL;
   }
   if (iova + length < iova) return EINVAL;
+  return 0;
+}
+
+int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
+                          int access, std::uint32_t key) {
+  if (const int rc = check_args(iova, length, access); rc != 0) return rc;
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size()) return EINVAL;
   if (slots_[i].valid) return EEXIST;

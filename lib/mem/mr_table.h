@@ -54,6 +54,9 @@ class MrTable {
   int add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
                    int access, std::uint32_t key);
   int remove(std::uint32_t key);
+  // add()'s checks of the arguments alone: 0 or EINVAL. Lets a caller
+  // refuse a bad region before the slow part of registering it.
+  static int check_args(std::uint64_t iova, std::uint64_t length, int access);
   std::uint32_t regions_in_pd(std::uint64_t pd) const;
 
   // Resolves [iova, iova + len) under `key` for a peer (`remote`: rkey) or a

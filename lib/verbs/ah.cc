@@ -95,12 +95,11 @@ AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
                        " is not of the destination's family; use 1 for an IPv4 peer, 0 for an IPv6 one");
     return nullptr;
   }
+  // Resolved before the control call, the engines running meanwhile; the
+  // call only builds the handle.
+  std::uint8_t peer_mac[6] = {};
+  if (c.wait_resolved(attr.grh.dgid, peer_mac, "ibv_create_ah") != 0) return nullptr;
   return c.control([&]() -> AddressHandle* {
-    std::uint8_t peer_mac[6] = {};
-    if (!c.port.io->resolve(attr.grh.dgid, peer_mac)) {
-      c.fail(EHOSTUNREACH, "ibv_create_ah: cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
-      return nullptr;
-    }
     const std::uint32_t handle = take_handle();
     if (handle == 0) {
       c.fail(ENOMEM, "ibv_create_ah: every one of the 32767 address handles is in use; destroy some");

@@ -74,6 +74,14 @@ std::size_t engine_count(const Context& ctx);
 QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
+// The context's address resolver (Context::resolve_gid): its counters
+// (verbs/resolver.h UROCE_RESOLVE_COUNTER_LIST), by name; 0 for an unknown
+// name or an attached context.
+std::uint64_t resolve_counter(const Context& ctx, const char* name);
+// Context::resolve_gid without starting a resolution (the CM, when it may
+// wait on no more peers): kKnown, kUnreachable (negatively cached), else
+// kPending with nothing asked. kKnown for an attached context.
+Reach lookup_gid(Context& ctx, const ibv_gid& gid);
 
 }  // namespace internal
 }  // namespace uroce

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -141,6 +142,7 @@ bool Context::attached() const { return impl_->remote != nullptr; }
 Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr, random_bytes) {
   if (port.queues.empty()) port.queues.push_back(port.io);
   port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
+  resolver = std::make_unique<Resolver>(port.io);
   for (engine::PacketIo* io : port.queues) {
     engines.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs));
     engines.back()->set_congestion_control(port.dcqcn);
@@ -443,6 +445,42 @@ int Context::Impl::query_gid(int index, ibv_gid& gid) {
   return fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
 }
 
+Reach Context::resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) {
+  if (impl_->remote) return Reach::kKnown;  // the daemon resolves when the address is set
+  return impl_->resolver->query(gid, mac);
+}
+
+int Context::Impl::wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what) {
+  // The resolver gives up after a second; the deadline only bounds the
+  // wait should it be busy with others (Resolver::kMaxPending).
+  const auto deadline = std::chrono::steady_clock::now() + Resolver::kTimeout + std::chrono::milliseconds(500);
+  for (;;) {
+    switch (resolver->query(gid, mac)) {
+      case Reach::kKnown: return 0;
+      case Reach::kUnreachable:
+        return fail(EHOSTUNREACH, std::string(what) +
+                                      ": cannot resolve the peer's GID to an Ethernet address: no answer to ARP/ND "
+                                      "within a second, now or in the last 5 s (is it on the link?)");
+      case Reach::kPending: break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return fail(EHOSTUNREACH, std::string(what) + ": the peer's GID was not resolved in time (too many "
+                                                    "resolutions under way); try again");
+    }
+    if (!workers_running.load(std::memory_order_acquire)) {
+      // Nobody else may be polling the port's queues: poll them here, in a
+      // short control call (exclusive with progress() in other threads).
+      control([&] {
+        for (auto& e : engines) e->poll();
+        return 0;
+      }, Access::kReadsOnly);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
+
 void Context::free_buffer(void* buffer) {
   if (impl_->remote) return remote::free_buffer(*this, buffer);
   const auto it = impl_->buffers.find(buffer);
@@ -459,6 +497,8 @@ MemoryRegion* ProtectionDomain::reg_mr(void* addr, std::size_t length, int acces
 
 namespace {
 
+// The region's entry in the MR table; the memory is populated and known to
+// the port already (ProtectionDomain::reg_mr_iova).
 MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                          int access) {
   std::uint32_t key = 0;
@@ -468,8 +508,6 @@ MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::
                             : "bad region: zero length, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
     return nullptr;
   }
-  mem::populate(addr, length);  // as pinning does: no first-touch faults in transfers
-  c.port.io->register_memory(addr, length);
   auto mr = std::make_unique<MemoryRegion>();
   mr->addr = addr;
   mr->length = length;
@@ -481,11 +519,17 @@ MemoryRegion* reg_mr_now(ContextImpl& c, ProtectionDomain* pd, void* addr, std::
   return c.mrs_owned.back().get();
 }
 
-int dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
-  if (c.mrs.remove(mr->lkey) != 0) return c.fail(EINVAL, "not a registered memory region");
-  c.port.io->unregister_memory(mr->addr, mr->length);
-  erase_owned(c.mrs_owned, mr);
-  return 0;
+// Takes the region out of the table (and ownership of it from the context)
+// inside the control call; the caller frees it after.
+std::unique_ptr<MemoryRegion> dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
+  const auto it = std::find_if(c.mrs_owned.begin(), c.mrs_owned.end(), [mr](const auto& m) { return m.get() == mr; });
+  if (it == c.mrs_owned.end() || c.mrs.remove(mr->lkey) != 0) {
+    c.fail(EINVAL, "not a registered memory region");
+    return nullptr;
+  }
+  std::unique_ptr<MemoryRegion> owned = std::move(*it);
+  c.mrs_owned.erase(it);
+  return owned;
 }
 
 }  // namespace
@@ -493,13 +537,29 @@ int dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
 MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::reg_mr(this, addr, length, iova, access);
-  return c.control([&]() -> MemoryRegion* { return reg_mr_now(c, this, addr, length, iova, access); });
+  // Populating a large region (seconds for gigabytes) and registering it
+  // with the port run before the control call, the engines still running:
+  // only the table's insert holds them. The region has no key yet, so no
+  // frame can reach it meanwhile.
+  const bool usable = mem::MrTable::check_args(iova, length, access) == 0;
+  if (usable) {
+    mem::populate(addr, length);  // as pinning does: no first-touch faults in transfers
+    c.port.io->register_memory(addr, length);
+  }
+  MemoryRegion* mr = c.control([&]() -> MemoryRegion* { return reg_mr_now(c, this, addr, length, iova, access); });
+  if (mr == nullptr && usable) c.port.io->unregister_memory(addr, length);
+  return mr;
 }
 
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::dereg_mr(this, mr);
-  return c.control([&] { return dereg_mr_now(c, mr); });
+  // Out of the table under the control call (no frame looks it up after);
+  // the port forgets the memory after, the engines running.
+  std::unique_ptr<MemoryRegion> gone = c.control([&] { return dereg_mr_now(c, mr); });
+  if (gone == nullptr) return EINVAL;
+  c.port.io->unregister_memory(gone->addr, gone->length);
+  return 0;
 }
 
 namespace testing {
@@ -595,6 +655,22 @@ transport::Qp& transport_qp(QueuePair* qp) { return impl_of(*qp).qp; }
 }  // namespace testing
 
 namespace internal {
+
+Reach lookup_gid(Context& ctx, const ibv_gid& gid) {
+  ContextImpl& c = impl_of(ctx);
+  return c.resolver == nullptr ? Reach::kKnown : c.resolver->look(gid, nullptr);
+}
+
+std::uint64_t resolve_counter(const Context& ctx, const char* name) {
+  const ContextImpl& c = impl_of(ctx);
+  if (c.resolver == nullptr) return 0;
+  const ResolveCounters counters = c.resolver->counters();
+#define UROCE_X(row, description) \
+  if (std::strcmp(name, #row) == 0) return counters.row;
+  UROCE_RESOLVE_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+  return 0;
+}
 
 QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
   ContextImpl& c = impl_of(pd->context());
@@ -742,7 +818,10 @@ ibv_qp_state QueuePair::state() const { return impl_->qp.app_state.load(std::mem
 
 namespace {
 
-int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask) {
+// `peer_mac`: the address vector's destination, resolved before the control
+// call (QueuePair::modify).
+int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask,
+               const std::uint8_t peer_mac[6]) {
   transport::Qp& qp = q.qp;
   // max_rd_atomic (initiator) is bounded by max_qp_init_rd_atom,
   // max_dest_rd_atomic (responder) by max_qp_rd_atom (ibv_query_device(3)).
@@ -763,9 +842,10 @@ int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int
                               (is_ipv4_gid(local) ? "IPv6" : "IPv4") +
                               "; use the GID index of the destination's family (0: IPv6 link-local, 1: the port's address)");
   }
-  std::uint8_t peer_mac[6] = {};
-  if ((attr_mask & IBV_QP_AV) && !c.port.io->resolve(attr.ah_attr.grh.dgid, peer_mac)) {
-    return c.fail(EHOSTUNREACH, "cannot resolve the peer's GID to an Ethernet address (is it on the link?)");
+  if ((attr_mask & IBV_QP_AV) && peer_mac == nullptr) {
+    // Not resolved before the call: it looked invalid then (the QP's state
+    // has moved since). Never applied with no address.
+    return c.fail(EAGAIN, "modify QP: the QP changed state while the peer's address was looked up; try again");
   }
   const ibv_qp_state from = qp.state;
   // The address vector as sent (a PFC priority fills in DSCP 0); the QP's
@@ -783,6 +863,17 @@ int modify_now(ContextImpl& c, internal::QpImpl& q, const ibv_qp_attr& attr, int
                    static_cast<unsigned>(attr_mask));
   }
   return 0;
+}
+
+// The GID an address vector sends from (its sgid_index); the port's IPv4
+// one for an index that does not exist (modify_now then refuses it).
+ibv_gid source_gid(ContextImpl& c, const ibv_ah_attr& ah) {
+  ibv_gid local = c.port.gid;
+  if (ah.grh.sgid_index == 0) {
+    const wire::Ipv6Addr a = wire::ipv6_link_local(c.port.mac);
+    std::memcpy(local.raw, a.data(), 16);
+  }
+  return local;
 }
 
 int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) {
@@ -805,7 +896,25 @@ int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpIni
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   ContextImpl& c = impl_of(*ctx_);
   if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
-  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask); }, ContextImpl::Access::kOneQp, this);
+  // The address is resolved before the control call, never inside it: the
+  // engines keep running while the port waits for an answer.
+  // Only a modify that passes its checks (as far as they can be made
+  // outside: against the QP's last published state) resolves; the others
+  // fail inside with their own reason.
+  std::uint8_t mac[6] = {};
+  const std::uint8_t* peer_mac = nullptr;
+  if (attr_mask & IBV_QP_AV) {
+    const transport::ModifyLimits limits{c.limits.max_qp_init_rd_atom, c.limits.max_qp_rd_atom, c.port.active_mtu};
+    const ibv_qp_state now = impl_->qp.app_state.load(std::memory_order_acquire);
+    const bool valid = transport::check_modify(impl_->qp.type, now, attr, attr_mask, limits).error == 0 &&
+                       is_ipv4_gid(attr.ah_attr.grh.dgid) == is_ipv4_gid(source_gid(c, attr.ah_attr));
+    if (valid) {
+      if (const int rc = c.wait_resolved(attr.ah_attr.grh.dgid, mac, "modify QP"); rc != 0) return rc;
+      peer_mac = mac;
+    }
+  }
+  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask, peer_mac); }, ContextImpl::Access::kOneQp,
+                   this);
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {

@@ -21,6 +21,7 @@
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/internal.h"
+#include "verbs/resolver.h"
 
 namespace uroce {
 
@@ -108,6 +109,16 @@ struct Context::Impl {
 
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
   int query_gid(int index, ibv_gid& gid);
+
+  // Address resolution for the port (Context::resolve_gid); nullptr when
+  // attached to uroced.
+  std::unique_ptr<Resolver> resolver;
+  // Waits until `gid`'s Ethernet address is known (0, `mac` filled), or it
+  // is unreachable or 1.5 s passed (EHOSTUNREACH, with last_error()). Never
+  // inside a control call: the engines keep running meanwhile (the workers,
+  // or, without them, this thread polls them in short control calls, since
+  // it may be the very thread that would call progress()).
+  int wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what);
 
   // Records `message` as the calling thread's last error on this context
   // (Context::last_error) and returns `err`. Per thread: two threads that
