@@ -237,5 +237,39 @@ TEST(SecurityCmFlood, RequestsAreMatchedByPeerAndCommIdAndAPeerMayWithdrawOne) {
   EXPECT_EQ(v.count(EventType::kRequest), 1u);
 }
 
+// Security review L6: the comm ID and starting PSN a CM answers with are
+// drawn from the kernel's CSPRNG, not from a generator seeded with the
+// clock: two CMs opened in turn at the same (virtual) instant, each
+// accepting the same REQ, answer with different ones. A peer who could
+// predict them could forge the connection's DREQ or inject into the QP
+// (the PSN is then all that guards its receive side).
+TEST(SecurityCmFlood, CommIdsAndStartingPsnsAreUnpredictable) {
+  std::vector<std::uint32_t> ids, psns;
+  for (int round = 0; round < 4; ++round) {
+    Victim v;
+    ASSERT_TRUE(v.m) << v.error;
+    ASSERT_EQ(v.m->listen(kService, &v.owner), 0);
+    v.feed({Victim::frame(Victim::req(0x7777), {10, 0, 0, 2})});
+    ASSERT_EQ(v.count(EventType::kRequest), 1u);
+    cm::Manager::AcceptParams ap;
+    ap.qp = v.dev.qp;
+    ASSERT_EQ(v.m->accept(v.events[0].comm_id, ap), 0);
+    v.dev.ctx->progress();
+    for (const wire::CmMad& d : v.sent()) {
+      if (d.attr() != wire::CmAttr::kRep) continue;
+      ids.push_back(d.rep.local_comm_id);
+      psns.push_back(d.rep.starting_psn);
+    }
+  }
+  ASSERT_EQ(ids.size(), 4u);
+  // Four draws of 32 (24) random bits: a repeat is a one in 10^8 (10^6) event.
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    for (std::size_t k = i + 1; k < ids.size(); ++k) {
+      EXPECT_NE(ids[i], ids[k]) << "the same comm ID from two CMs opened alike";
+      EXPECT_NE(psns[i], psns[k]) << "the same starting PSN from two CMs opened alike";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace uroce::test

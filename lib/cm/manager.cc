@@ -6,7 +6,6 @@
 #include <deque>
 #include <iterator>
 #include <list>
-#include <random>
 #include <set>
 #include <utility>
 
@@ -134,7 +133,6 @@ struct Manager::Impl {
   // resend or expiry due first is the first entry.
   std::set<std::pair<std::uint64_t, std::uint32_t>> timers;
   std::uint32_t pending_requests = 0;  // connections in kReqRcvd
-  std::mt19937_64 rng;
   std::uint32_t tid_counter = 0;
   std::uint64_t guid = 0;
   Counters counters;
@@ -356,14 +354,24 @@ struct Manager::Impl {
     send(peer, bytes);
   }
 
+  // Comm IDs and starting PSNs from the kernel's CSPRNG, not a seeded
+  // generator: a peer on the link who could predict them could forge a DREQ
+  // or inject into the connection (only the PSN guards an RC QP's receive
+  // side against a spoofed source address).
+  static std::uint32_t random_u32() {
+    std::uint32_t x = 0;
+    internal::random_bytes(&x, sizeof x);
+    return x;
+  }
+
   std::uint32_t new_comm_id() {
     for (;;) {
-      const auto id = static_cast<std::uint32_t>(rng());
+      const std::uint32_t id = random_u32();
       if (id != 0 && !conns.count(id)) return id;
     }
   }
 
-  std::uint32_t new_psn() { return static_cast<std::uint32_t>(rng()) & 0xffffff; }
+  std::uint32_t new_psn() { return random_u32() & 0xffffff; }
 
   // RC QP transitions as rdma_cm makes them.
   int to_init(QueuePair* qp) {
@@ -730,9 +738,8 @@ std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing 
   auto impl = std::make_unique<Impl>();
   impl->ctx = &ctx;
   impl->timing = timing;
-  impl->rng.seed(internal::now_ns(ctx) ^ reinterpret_cast<std::uintptr_t>(impl.get()));
   impl->reply_credit_at = internal::now_ns(ctx);
-  impl->tid_counter = static_cast<std::uint32_t>(impl->rng());
+  impl->tid_counter = Impl::random_u32();
   std::unique_ptr<Manager> m(new Manager(std::move(impl)));
   Impl& i = *m->impl_;
   i.pd = ctx.alloc_pd();

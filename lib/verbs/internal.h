@@ -74,6 +74,9 @@ std::size_t engine_count(const Context& ctx);
 QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
+// Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must
+// not guess: keys, QPNs, the CM's comm IDs and starting PSNs.
+void random_bytes(void* dst, std::size_t bytes);
 // The context's address resolver (Context::resolve_gid): its counters
 // (verbs/resolver.h UROCE_RESOLVE_COUNTER_LIST), by name; 0 for an unknown
 // name or an attached context.

@@ -23,11 +23,9 @@ namespace uroce {
 using internal::ContextImpl;
 using internal::impl_of;
 
-namespace {
+namespace internal {
 
-// Unpredictable bytes (the kernel's CSPRNG) for keys and QPNs, which a peer
-// on the link must not guess (IBTA leaves only them and the PSN between a
-// spoofed packet and memory).
+// IBTA leaves only keys, QPNs and the PSN between a spoofed packet and memory.
 void random_bytes(void* dst, std::size_t bytes) {
   auto* p = static_cast<std::uint8_t*>(dst);
   while (bytes > 0) {
@@ -43,6 +41,12 @@ void random_bytes(void* dst, std::size_t bytes) {
     for (; bytes > 0; --bytes) *p++ = static_cast<std::uint8_t>(rd());
   }
 }
+
+}  // namespace internal
+
+using internal::random_bytes;
+
+namespace {
 
 // A bijection of the 24-bit QPN space under `key`: four Feistel rounds on
 // 12-bit halves, each round a 64-bit mix (splitmix64's finaliser) of the
