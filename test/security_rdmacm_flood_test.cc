@@ -330,4 +330,44 @@ TEST(SecurityRdmaCm, ReqFloodStaysWithinTheBacklogExpiresAndALegitRequestGetsThr
   rdma_destroy_id(listener);
 }
 
+// A listener destroyed with connection requests still unread takes them
+// with it: they are refused and the channel holds nothing that names the
+// freed listener (read later, such an event's listen_id would point to
+// freed memory). The channel goes on serving another listener.
+TEST(SecurityRdmaCm, UnreadRequestsGoWithTheirDestroyedListener) {
+  configure();
+  constexpr std::uint16_t kPort = 7483;
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in at = address(kPort);
+  ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&at)), 0);
+  ASSERT_EQ(rdma_listen(listener, kBacklog), 0);
+  Peer peer(listener->verbs);
+  ASSERT_TRUE(peer.ok()) << "the UD QP sending REQs: " << std::strerror(errno);
+  for (std::uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(peer.send_req(kPort, 0x60000000 + i));
+  // The first request's wake-up, then time for the other two.
+  pollfd p{ch->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no connection request reached the listener";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(rdma_destroy_id(listener), 0);
+  const auto left = take_all(ch);
+  EXPECT_EQ(left.size(), 0u) << "events of a destroyed listener are still queued";
+
+  // The channel still works: a new listener on it gets a new request.
+  rdma_cm_id* again = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &again, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_bind_addr(again, reinterpret_cast<sockaddr*>(&at)), 0);
+  ASSERT_EQ(rdma_listen(again, kBacklog), 0);
+  ASSERT_TRUE(peer.send_req(kPort, 0x61000000));
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no connection request after the listener was made again";
+  std::vector<rdma_cm_id*> taken;
+  take_all(ch, &taken);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(rdma_destroy_id(taken[0]), 0);
+  EXPECT_EQ(rdma_destroy_id(again), 0);
+  rdma_destroy_event_channel(ch);
+}
+
 }  // namespace

@@ -172,6 +172,33 @@ void withdraw_request(State& s, Id* id) {
   delete id;
 }
 
+// The events of `id` still queued, unread, as it is destroyed go with it
+// (as the kernel's rdma_ucm drops a destroyed ID's unread events): read
+// later they would name freed memory. A listener's unread connection
+// requests are refused and their IDs freed. Events the program has read
+// are its own to ack (rdma_destroy_id's contract). Under the state's mutex.
+void forget_unread_events(State& s, Id* id) {
+  Channel* c = channel_of(&id->cm);
+  if (c == nullptr) return;
+  for (auto it = c->queue.begin(); it != c->queue.end();) {
+    EventBox* box = *it;
+    if (box->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && box->ev.listen_id == &id->cm) {
+      Id* request = reinterpret_cast<Id*>(box->ev.id);
+      ++it;  // withdraw_request erases the request's own event
+      s.manager->reject(request->comm_id, {});
+      withdraw_request(s, request);
+      continue;
+    }
+    if (box->ev.id == &id->cm) {
+      delete box;
+      it = c->queue.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  if (c->queue.empty()) drain(c);
+}
+
 // What the manager reported, as rdma_cm events. Under the state's mutex.
 void deliver(State& s, cm::Event& e) {
   if (e.type == cm::EventType::kRequest) {
@@ -417,6 +444,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
     if (!i->connected) s.manager->reject(i->comm_id, {});
     s.by_comm.erase(i->comm_id);
   }
+  forget_unread_events(s, i);
   delete i;
   return 0;
 }
