@@ -440,4 +440,45 @@ TEST(ServiceMemory, SmallRegionsOfOneFileRegisterWithThePortOnce) {
   close(file);
 }
 
+// L1, the rest: one client with many memory files, and regions of several
+// pieces (each a view with addresses of its own), used to take one of
+// DPDK's 128 external-memory lists each, until none was left for anyone.
+// Now a client's files take at most max_port_registrations (its further
+// files, and every view, are sent by copy), and another client's file
+// still registers with the port.
+TEST(ServiceMemory, OneClientsFilesAndViewsLeaveThePortsRegistrationsToOthers) {
+  Daemon d;
+  ASSERT_EQ(d.error, "");
+  Raw a(d);
+  ASSERT_TRUE(a.c) << a.why;
+  const std::uint32_t pd = a.pd();
+  svc::Reply y;
+  std::vector<int> files;
+  for (int i = 0; i < 150; ++i) {
+    const int f = svc::make_memory_file("svcmem-many", 8192);
+    ASSERT_GE(f, 0);
+    files.push_back(f);
+    ASSERT_EQ(a.reg_mr(pd, {{f, 0, 8192}}, 0x100000ull * (i + 1), y), 0) << i << ": " << a.why;
+  }
+  for (int i = 0; i < 150; ++i) {
+    ASSERT_EQ(a.reg_mr(pd, {{files[i], 0, 4096}, {files[(i + 1) % 150], 4096, 4096}}, 0x40000000ull + 0x100000ull * i, y),
+              0)
+        << "view " << i << ": " << a.why;
+  }
+  Raw b(d);
+  ASSERT_TRUE(b.c) << b.why;
+  const int other = svc::make_memory_file("svcmem-other", 65536);
+  ASSERT_EQ(b.reg_mr(b.pd(), {{other, 0, 65536}}, 0x1000, y), 0) << b.why;
+  const std::string port = uroce::test::telemetry_query(d.telemetry, "/uroce/port,0");
+  auto counter = [&](const std::string& name) {
+    const auto at = port.find("\"" + name + "\":");
+    return at == std::string::npos ? -1L : std::atol(port.c_str() + at + name.size() + 3);
+  };
+  EXPECT_EQ(counter("regions_register_failed"), 0) << "DPDK's lists ran out: " << port;
+  EXPECT_EQ(counter("regions_registered"), 16 + 1) << "the client's share (max_port_registrations) and the other's file: "
+                                                   << port;
+  close(other);
+  for (int f : files) close(f);
+}
+
 }  // namespace

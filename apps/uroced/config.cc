@@ -16,7 +16,8 @@ const char* const kUsage =
     "              [--uid-max-connections N] [--uid-max-pds N] [--uid-max-qps N] [--uid-max-cqs N]\n"
     "              [--uid-max-mrs N] [--uid.UID.KEY N] [--hello-timeout-ms N] [--reply-timeout-ms N]\n"
     "              [--max-object-mb N] [--uid-max-memory-mb N] [--max-memory-mb N]\n"
-    "              [--max-mappings N] [--uid-max-mappings N] [--log-level LEVEL]\n"
+    "              [--max-mappings N] [--uid-max-mappings N] [--max-port-registrations N]\n"
+    "              [--uid-max-port-registrations N] [--log-level LEVEL]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -88,6 +89,8 @@ std::string set_limit(Limits& l, const std::string& key, const std::string& valu
   if (key == "max_memory_mb") return number(1ull << 30, l.memory_mb);
   if (key == "max_mappings") return number(1u << 24, l.mappings);
   if (key == "uid_max_mappings") return number(1u << 24, l.uid_mappings);
+  if (key == "max_port_registrations") return number(128, l.port_registrations);
+  if (key == "uid_max_port_registrations") return number(128, l.uid_port_registrations);
   known = false;
   return "";
 }

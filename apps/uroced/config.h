@@ -38,6 +38,11 @@ struct Limits {
   // views, rings); the daemon's total is kept under half of vm.max_map_count.
   std::uint32_t mappings = 8192;        // max_mappings, per client
   std::uint32_t uid_mappings = 16384;   // uid_max_mappings
+  // Memory files made known to the port (DPDK external memory, DMA mapping;
+  // 128 for the whole process): per client and per uid. Past them a file's
+  // regions work, their frames copied instead of read by the NIC.
+  std::uint32_t port_registrations = 16;      // max_port_registrations
+  std::uint32_t uid_port_registrations = 32;  // uid_max_port_registrations
 
   // uid_connections with its default resolved.
   std::uint32_t connections_per_uid() const {

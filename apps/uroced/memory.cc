@@ -9,8 +9,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "server.h"
 #include "service/shm.h"
+#include "verbs/internal.h"
 
 namespace uroce::daemon {
 
@@ -105,7 +108,7 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
     MappedFile* m = nullptr;
     if (fresh.count(keys[i]) != 0) {
       std::string why;
-      m = map_file(fds[i], info[i], why);
+      m = map_file(c, fds[i], info[i], why);
       if (m == nullptr) {
         undo();
         fail(reply, ENOMEM, "the region's memory file: " + why);
@@ -144,7 +147,14 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
     fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(e));
     return;
   }
-  MemoryRegion* mr = pd->second->reg_mr_iova(static_cast<char*>(view) + r.offset, r.length, r.iova, r.access);
+  // A region inside a file the port knows is counted in its registration;
+  // any other (a view of several pieces, which has addresses of its own,
+  // or a file past the client's share of registrations) is not made known
+  // to the port at all: frames from it are copied.
+  void* at = static_cast<char*>(view) + r.offset;
+  MemoryRegion* mr = r.pieces == 1 && maps[keys[0]]->port_mr != nullptr
+                         ? pd->second->reg_mr_iova(at, r.length, r.iova, r.access)
+                         : internal::reg_mr_copied(pd->second, at, r.length, r.iova, r.access);
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
     if (r.pieces > 1) munmap(view, total);
@@ -161,7 +171,7 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
   c.mrs[reply.handle] = Mr{mr, view, r.pieces > 1 ? total : 0, r.pieces > 1, std::move(keys)};
 }
 
-Server::MappedFile* Server::map_file(int fd, const service::MemoryFileInfo& info, std::string& why) {
+Server::MappedFile* Server::map_file(const Client& c, int fd, const service::MemoryFileInfo& info, std::string& why) {
   const FileKey key{info.dev, info.ino};
   auto known = mapped_files_.find(key);
   if (known != mapped_files_.end()) {  // another client's file too: the same mapping
@@ -214,8 +224,26 @@ Server::MappedFile* Server::map_file(int fd, const service::MemoryFileInfo& info
   // regions inside it then take no registration of their own (DPDK has 128
   // for the whole daemon). A region in a PD of the daemon's, which no QP
   // uses, with no access rights.
-  if (files_pd_ == nullptr) files_pd_ = ctx_.alloc_pd();
-  if (files_pd_ != nullptr) m.port_mr = files_pd_->reg_mr(base, info.bytes, 0);
+  // Only within the client's and its uid's share of registrations, and the
+  // daemon's: past them the file's regions are copied from (reg_mr).
+  const Limits& l = c.limits;
+  if (port_regs_client_[c.id] < l.port_registrations && port_regs_uid_[c.uid] < l.uid_port_registrations &&
+      port_regs_total_ < kPortRegistrations) {
+    if (files_pd_ == nullptr) files_pd_ = ctx_.alloc_pd();
+    if (files_pd_ != nullptr) m.port_mr = files_pd_->reg_mr(base, info.bytes, 0);
+  }
+  if (m.port_mr != nullptr) {
+    m.port_client = c.id;
+    m.port_uid = c.uid;
+    ++port_regs_client_[c.id];
+    ++port_regs_uid_[c.uid];
+    ++port_regs_total_;
+  } else if (const std::uint64_t n = ++files_not_ported_; (n & (n - 1)) == 0) {  // the 1st, 2nd, 4th, ...: bounded
+    spdlog::warn("uroced: client {} (pid {}, uid {}) has memory files past its share of the port's registrations "
+                 "(max_port_registrations {}, uid_max_port_registrations {}): frames from regions on them are copied, "
+                 "not read by the NIC ({} such files so far)",
+                 c.id, c.pid, c.uid, l.port_registrations, l.uid_port_registrations, files_not_ported_);
+  }
   ++mappings_total_;
   return &mapped_files_.emplace(key, m).first->second;
 }
@@ -227,7 +255,12 @@ void Server::unuse_file(const FileKey& key) {
   // The port's registration goes first (its DMA mapping with it), then the
   // daemon's mapping. Frames still queued for the NIC from these pages: see
   // PortIo::unregister_memory.
-  if (m.port_mr != nullptr) files_pd_->dereg_mr(m.port_mr);
+  if (m.port_mr != nullptr) {
+    files_pd_->dereg_mr(m.port_mr);
+    if (--port_regs_client_[m.port_client] == 0) port_regs_client_.erase(m.port_client);
+    if (--port_regs_uid_[m.port_uid] == 0) port_regs_uid_.erase(m.port_uid);
+    --port_regs_total_;
+  }
   munmap(m.base, m.bytes);
   --mappings_total_;
   mapped_files_.erase(it);

@@ -95,7 +95,19 @@ class Server {
     bool huge = false;
     std::uint32_t clients = 0;         // clients with regions on it
     MemoryRegion* port_mr = nullptr;   // the whole file made known to the port once (not per region)
+    std::uint64_t port_client = 0;     // with port_mr: the client and uid whose share it takes
+    uid_t port_uid = 0;
   };
+  // The port's registrations of memory files (DPDK has 128 memseg lists for
+  // the whole process, one per registration), per client and per uid
+  // (max_port_registrations, uid_max_port_registrations) and in all (at
+  // most kPortRegistrations). A file past a share is mapped but not made
+  // known to the port: frames from its regions are copied, never DMA'd.
+  static constexpr std::uint32_t kPortRegistrations = 96;
+  std::map<std::uint64_t, std::uint32_t> port_regs_client_;
+  std::map<uid_t, std::uint32_t> port_regs_uid_;
+  std::uint32_t port_regs_total_ = 0;
+  std::uint64_t files_not_ported_ = 0;  // files past a share: their regions copied from
   // A client's use of a memory file, counted against its budgets once
   // however many regions lie on it.
   struct File {
@@ -224,7 +236,7 @@ class Server {
   int dereg_mr(Client& c, std::uint32_t handle);
   // The daemon's mapping of a checked memory file (made, sealed and made
   // known to the port at first sight); nullptr and `why`.
-  MappedFile* map_file(int fd, const service::MemoryFileInfo& info, std::string& why);
+  MappedFile* map_file(const Client& c, int fd, const service::MemoryFileInfo& info, std::string& why);
   void unuse_file(const FileKey& key);  // one client fewer; unmapped after the last
   // Unmaps c's files with no region on them (hugepage files kept for
   // registering again), but those in `keep`; whether there were any.

@@ -72,6 +72,12 @@ std::size_t engine_count(const Context& ctx);
 // (lib/cm). `attr.qp_type` is ignored (UD). nullptr, with last_error(), if
 // the context has one already or is attached to uroced.
 QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
+// A memory region the port is not told of (no DPDK external memory, no DMA
+// mapping): frames sent from it are copied, never read by the NIC. For
+// uroced, whose regions beyond a client's share of the port's registrations
+// (DPDK has 128 for the whole process) must not take others' share.
+// Otherwise as ProtectionDomain::reg_mr_iova.
+MemoryRegion* reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
 // Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must

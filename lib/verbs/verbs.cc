@@ -538,9 +538,11 @@ std::unique_ptr<MemoryRegion> dereg_mr_now(ContextImpl& c, MemoryRegion* mr) {
 
 }  // namespace
 
-MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::reg_mr(this, addr, length, iova, access);
+namespace {
+
+// reg_mr_iova, and with `port` false internal::reg_mr_copied.
+MemoryRegion* reg_mr_outside(ContextImpl& c, ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                             int access, bool port) {
   // Populating a large region (seconds for gigabytes) and registering it
   // with the port run before the control call, the engines still running:
   // only the table's insert holds them. The region has no key yet, so no
@@ -548,11 +550,30 @@ MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std:
   const bool usable = mem::MrTable::check_args(iova, length, access) == 0;
   if (usable) {
     mem::populate(addr, length);  // as pinning does: no first-touch faults in transfers
-    c.port.io->register_memory(addr, length);
+    if (port) c.port.io->register_memory(addr, length);
   }
-  MemoryRegion* mr = c.control([&]() -> MemoryRegion* { return reg_mr_now(c, this, addr, length, iova, access); });
-  if (mr == nullptr && usable) c.port.io->unregister_memory(addr, length);
+  MemoryRegion* mr = c.control([&]() -> MemoryRegion* {
+    MemoryRegion* made = reg_mr_now(c, pd, addr, length, iova, access);
+    if (made != nullptr && !port) c.unported.insert(made);
+    return made;
+  });
+  if (mr == nullptr && usable && port) c.port.io->unregister_memory(addr, length);
   return mr;
+}
+
+}  // namespace
+
+MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
+  ContextImpl& c = impl_of(*ctx_);
+  if (c.remote) return remote::reg_mr(this, addr, length, iova, access);
+  return reg_mr_outside(c, this, addr, length, iova, access, true);
+}
+
+MemoryRegion* internal::reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                                      int access) {
+  ContextImpl& c = impl_of(pd->context());
+  if (c.remote) return remote::reg_mr(pd, addr, length, iova, access);
+  return reg_mr_outside(c, pd, addr, length, iova, access, false);
 }
 
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
@@ -560,9 +581,13 @@ int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
   if (c.remote) return remote::dereg_mr(this, mr);
   // Out of the table under the control call (no frame looks it up after);
   // the port forgets the memory after, the engines running.
-  std::unique_ptr<MemoryRegion> gone = c.control([&] { return dereg_mr_now(c, mr); });
+  bool ported = true;
+  std::unique_ptr<MemoryRegion> gone = c.control([&] {
+    ported = c.unported.erase(mr) == 0;
+    return dereg_mr_now(c, mr);
+  });
   if (gone == nullptr) return EINVAL;
-  c.port.io->unregister_memory(gone->addr, gone->length);
+  if (ported) c.port.io->unregister_memory(gone->addr, gone->length);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <memory>
 #include <string>
@@ -97,6 +98,9 @@ struct Context::Impl {
   bool qpn_keyed = false;
   std::vector<std::unique_ptr<ProtectionDomain>> pds;
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
+  // Regions the port was not told of (internal::reg_mr_copied): frames from
+  // them are copied. Under control calls.
+  std::set<const MemoryRegion*> unported;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
   // By QPN & (size - 1): how many live QPs have those low bits (create_qp's
