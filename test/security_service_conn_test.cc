@@ -32,6 +32,7 @@
 
 #include "service/protocol.h"
 #include "service/shm.h"
+#include "uroced_process.h"
 
 namespace {
 
@@ -40,13 +41,6 @@ namespace svc = uroce::service;
 using Clock = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string make_dir(const char* name, mode_t mode) {
   std::string tmpl = std::string("/tmp/uroce-svcconn-") + name + "-XXXXXX";
@@ -69,24 +63,9 @@ struct Daemon {
     const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 1 --file-prefix=" +
                             prefix + " --vdev=net_memif0,role=server,socket=" + dir + "/" + name +
                             "-memif.sock,bsize=8192";
-    const std::string cmd = std::string("exec ") + UROCED + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket +
-                            " " + extra;
-    pid = fork();
-    if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (auto end = Clock::now() + 60s; Clock::now() < end; std::this_thread::sleep_for(50ms)) {
-      if (read_file(log).find("uroced: ready") != std::string::npos) return;
-      if (exit_code(0ms) != -1000) {
-        error = "uroced exited: " + read_file(log);
-        return;
-      }
-    }
-    error = "uroced did not get ready: " + read_file(log);
+    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket + " " + extra;
+    pid = uroce::test::start_uroced(cmd, log, error);
+    if (pid < 0) exited = -1;  // exited before it got ready (start_uroced reaped it; error says why)
   }
   // Its exit code (or -signal) once it ends within `limit`; -1000 if it did not.
   int exit_code(std::chrono::milliseconds limit) {
@@ -528,7 +507,7 @@ TEST(ServiceConnAlone, ASocketFolderOtherUsersCanChangeIsRefused) {
     stop = true;
     swapper.join();
     EXPECT_NE(d.error, "") << "uroced serves on a socket in a folder every user can write";
-    EXPECT_NE(read_file(d.log).find("writable by other users"), std::string::npos) << read_file(d.log);
+    EXPECT_NE(uroce::test::read_text_file(d.log).find("writable by other users"), std::string::npos) << uroce::test::read_text_file(d.log);
     EXPECT_EQ(mode_of(target) & 07777, 0600u) << "the link's target had its mode changed";
   }
   // The same folder sticky: only a name's owner may replace it.
@@ -561,8 +540,8 @@ TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
     chmod(file.c_str(), 0600);
     Daemon d(dir, "file", "--socket-mode 0666");
     EXPECT_NE(d.error, "") << "uroced replaced a file at its socket path";
-    EXPECT_NE(read_file(d.log).find("is not a socket"), std::string::npos) << read_file(d.log);
-    EXPECT_EQ(read_file(file), "not a socket\n");
+    EXPECT_NE(uroce::test::read_text_file(d.log).find("is not a socket"), std::string::npos) << uroce::test::read_text_file(d.log);
+    EXPECT_EQ(uroce::test::read_text_file(file), "not a socket\n");
     EXPECT_EQ(mode_of(file) & 07777, 0600u);
   }
   {
@@ -572,7 +551,7 @@ TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
     EXPECT_NE(d.error, "") << "uroced replaced a link at its socket path";
     EXPECT_TRUE(S_ISLNK(mode_of(link))) << "the link was removed";
     EXPECT_EQ(mode_of(target) & 07777, 0600u);
-    EXPECT_EQ(read_file(target), "root's\n");
+    EXPECT_EQ(uroce::test::read_text_file(target), "root's\n");
   }
   std::system(("rm -rf '" + dir + "'").c_str());
 }

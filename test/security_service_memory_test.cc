@@ -29,18 +29,12 @@
 #include "service/protocol.h"
 #include "service/shm.h"
 #include "telemetry_client.h"
+#include "uroced_process.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace svc = uroce::service;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // uroced on a net_null port, in a folder of its own; killed at the end.
 struct Daemon {
@@ -56,27 +50,8 @@ struct Daemon {
     telemetry = "/var/run/dpdk/" + prefix + "/dpdk_telemetry.v2";
     const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error --file-prefix=" + prefix +
                             " -l 0 --vdev=net_null0";
-    const std::string cmd = std::string("exec ") + UROCED + " --eal '" + eal + "' --ip 10.0.9.1/24 --socket " + socket +
-                            " " + extra;
-    pid = fork();
-    if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 400; ++i) {
-      if (read_file(log).find("uroced: ready") != std::string::npos) return;
-      int st;
-      if (waitpid(pid, &st, WNOHANG) != 0) {
-        pid = -1;
-        error = "uroced exited: " + read_file(log);
-        return;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    error = "uroced did not get ready: " + read_file(log);
+    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.9.1/24 --socket " + socket + " " + extra;
+    pid = uroce::test::start_uroced(cmd, log, error);
   }
   ~Daemon() {
     if (pid > 0) {
@@ -90,7 +65,7 @@ struct Daemon {
     return pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
   }
   long rss_mib() const {
-    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));
+    std::istringstream in(uroce::test::read_text_file("/proc/" + std::to_string(pid) + "/status"));
     std::string line;
     while (std::getline(in, line)) {
       if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6) / 1024;
@@ -98,7 +73,7 @@ struct Daemon {
     return -1;
   }
   long mappings() const {
-    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/maps"));
+    std::istringstream in(uroce::test::read_text_file("/proc/" + std::to_string(pid) + "/maps"));
     long n = 0;
     std::string line;
     while (std::getline(in, line)) ++n;
@@ -261,9 +236,9 @@ struct Hugepages {
   long before = 0;
   bool set = false;
   explicit Hugepages(long more) {
-    before = std::atol(read_file(knob).c_str());
+    before = std::atol(uroce::test::read_text_file(knob).c_str());
     set = std::system(("echo " + std::to_string(before + more) + " > " + knob + " 2>/dev/null").c_str()) == 0 &&
-          std::atol(read_file(knob).c_str()) >= before + more;
+          std::atol(uroce::test::read_text_file(knob).c_str()) >= before + more;
   }
   ~Hugepages() {
     if (set) std::system(("echo " + std::to_string(before) + " > " + knob).c_str());
@@ -430,10 +405,7 @@ TEST(ServiceMemory, SmallRegionsOfOneFileRegisterWithThePortOnce) {
   ASSERT_EQ(b.reg_mr(b.pd(), {{other, 0, 65536}}, 0x1000, y), 0) << b.why;
   const std::string port = uroce::test::telemetry_query(d.telemetry, "/uroce/port,0");
   std::printf("  %s\n", port.substr(0, 400).c_str());
-  auto counter = [&](const std::string& name) {
-    const auto at = port.find("\"" + name + "\":");
-    return at == std::string::npos ? -1L : std::atol(port.c_str() + at + name.size() + 3);
-  };
+  auto counter = [&](const std::string& name) { return uroce::test::telemetry_number(port, name); };
   EXPECT_EQ(counter("regions_register_failed"), 0) << port;
   EXPECT_EQ(counter("regions_registered"), 2) << "one per file: " << port;
   close(other);
@@ -470,10 +442,7 @@ TEST(ServiceMemory, OneClientsFilesAndViewsLeaveThePortsRegistrationsToOthers) {
   const int other = svc::make_memory_file("svcmem-other", 65536);
   ASSERT_EQ(b.reg_mr(b.pd(), {{other, 0, 65536}}, 0x1000, y), 0) << b.why;
   const std::string port = uroce::test::telemetry_query(d.telemetry, "/uroce/port,0");
-  auto counter = [&](const std::string& name) {
-    const auto at = port.find("\"" + name + "\":");
-    return at == std::string::npos ? -1L : std::atol(port.c_str() + at + name.size() + 3);
-  };
+  auto counter = [&](const std::string& name) { return uroce::test::telemetry_number(port, name); };
   EXPECT_EQ(counter("regions_register_failed"), 0) << "DPDK's lists ran out: " << port;
   EXPECT_EQ(counter("regions_registered"), 16 + 1) << "the client's share (max_port_registrations) and the other's file: "
                                                    << port;

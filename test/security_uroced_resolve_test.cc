@@ -20,18 +20,12 @@
 #include <thread>
 
 #include "uroce/verbs.h"
+#include "uroced_process.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -52,25 +46,7 @@ struct Daemon {
     const std::string eal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error --file-prefix=" + prefix +
                             " -l 0 --vdev=net_memif0,role=server,socket=" + dir + "/memif.sock,bsize=8192";
     const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket;
-    pid = fork();
-    if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 300; ++i) {
-      if (read_file(log).find("uroced: ready") != std::string::npos) return;
-      int st;
-      if (waitpid(pid, &st, WNOHANG) != 0) {
-        pid = -1;
-        error = "uroced exited: " + read_file(log);
-        return;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    error = "uroced did not get ready: " + read_file(log);
+    pid = uroce::test::start_uroced(cmd, log, error);
   }
   ~Daemon() {
     if (pid > 0) {

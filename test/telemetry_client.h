@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ inline std::string telemetry_query(const std::string& path, const std::string& c
   }
   close(fd);
   return answer;
+}
+
+// The number after "name": in a telemetry answer, or -1 if it has none.
+inline long telemetry_number(const std::string& json, const std::string& name) {
+  const auto at = json.find("\"" + name + "\":");
+  return at == std::string::npos ? -1L : std::atol(json.c_str() + at + name.size() + 3);
 }
 
 }  // namespace uroce::test
