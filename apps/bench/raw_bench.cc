@@ -514,12 +514,6 @@ int run(const Options& o) {
   else rc = o.server ? rate_receiver(o, *port) : rate_sender(o, *port);
   std::fflush(stdout);  // the figures are out even if the teardown below fails
   port.reset();
-  // Closing memif wakes EAL's interrupt thread, which then walks its sources,
-  // among them memif's listener handle, freed in DPDK 22.11 without being
-  // unregistered. eal_cleanup unmaps that memory: a SIGSEGV in
-  // rte_intr_fd_get if the walk is still under way (seen about once in ten
-  // runs). The walk takes microseconds; a stalled shared core, milliseconds.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return rc;
 }
 

@@ -448,13 +448,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rc = run(o);
-  // Closing a memif port wakes EAL's interrupt thread, which walks its
-  // sources, among them memif's listener handle, freed in DPDK 22.11
-  // without being unregistered; eal_cleanup unmaps it under that walk (a
-  // SIGSEGV about one exit in ten, see uroce-bench-raw). The walk takes
-  // microseconds.
   std::fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   uroce::dpdk::eal_cleanup();
   return rc;
 }

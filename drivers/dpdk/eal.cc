@@ -1,8 +1,14 @@
 #include "dpdk/eal.h"
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "dpdk/rte.h"
 #include "verbs/log.h"
@@ -114,9 +120,86 @@ std::string no_huge_warning(const char* tool) {
          "cannot DMA them)";
 }
 
+namespace {
+
+struct OnInterruptThread {
+  void (*fn)(void*);
+  void* arg;
+  // Hand-over to the interrupt thread and back, as acquire/release pairs
+  // (the alarm's own hand-over goes through EAL, which ThreadSanitizer does
+  // not see).
+  std::atomic<bool> handed{false};
+  std::atomic<bool> done{false};
+};
+
+std::atomic<bool> interrupt_thread_parked{false};
+
+// DPDK 22.11's memif, closing the last device on a listening socket, frees
+// the socket without unregistering its listener: the listener's interrupt
+// source stays in EAL's list with its handle in EAL memory. rte_eal_cleanup
+// then unregisters the alarm source, which wakes the interrupt thread to
+// walk that list again, and unmaps EAL memory right after: a walk still
+// under way faults (a SIGSEGV in rte_intr_fd_get at exit, about one exit in
+// a hundred of a memif server on a loaded machine; every one under strace).
+// So the thread is first parked in a callback of its own, on an eventfd, and
+// stays there until the process exits: it walks nothing any more. (Parked in
+// an alarm callback instead, the cleanup would wait forever for the alarm
+// source it unregisters to go idle.)
+bool park_interrupt_thread() {
+  const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return false;
+  rte_intr_handle* handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  if (handle == nullptr || rte_intr_fd_set(handle, fd) != 0 || rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) != 0 ||
+      rte_intr_callback_register(
+          handle,
+          [](void*) {
+            interrupt_thread_parked.store(true, std::memory_order_release);
+            for (;;) pause();
+          },
+          nullptr) != 0) {
+    rte_intr_instance_free(handle);
+    close(fd);
+    return false;
+  }
+  const std::uint64_t one = 1;
+  if (write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!interrupt_thread_parked.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+}  // namespace
+
+void run_on_interrupt_thread(void (*fn)(void*), void* arg) {
+  OnInterruptThread call{fn, arg};
+  auto run = [](void* p) {
+    auto* c = static_cast<OnInterruptThread*>(p);
+    while (!c->handed.load(std::memory_order_acquire)) {
+    }
+    c->fn(c->arg);
+    c->done.store(true, std::memory_order_release);
+  };
+  call.handed.store(true, std::memory_order_release);
+  if (interrupt_thread_parked.load(std::memory_order_acquire) || rte_eal_alarm_set(1, run, &call) != 0) {
+    fn(arg);
+    return;
+  }
+  while (!call.done.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 void eal_cleanup() {
-  if (eal_started) rte_eal_cleanup();
+  if (!eal_started) return;
   eal_started = false;
+  // An interrupt thread that cannot be parked may still be walking: EAL's
+  // memory is then left to the process's exit rather than unmapped under it.
+  if (!park_interrupt_thread()) {
+    logger().warn("EAL's interrupt thread did not answer within 10 s: EAL left to the process's exit, not cleaned up");
+    return;
+  }
+  rte_eal_cleanup();
 }
 
 }  // namespace uroce::dpdk

@@ -28,7 +28,13 @@ std::string check_hugepages(const std::vector<std::string>& eal_args, std::strin
 std::string eal_init(const std::vector<std::string>& eal_args);
 
 // Releases EAL's resources at exit. Safe to call when eal_init failed.
+// EAL's interrupt thread stays parked from then on (see eal.cc).
 void eal_cleanup();
+
+// Runs `fn` on EAL's interrupt thread, serialised with the PMDs' control
+// handlers (memif serves its peer's messages there), and waits for it.
+// Inline when no alarm can be set. Not from the interrupt thread itself.
+void run_on_interrupt_thread(void (*fn)(void*), void* arg);
 
 // Whether EAL runs on hugepages (not --no-huge). The tools then take their
 // memory regions from hugepages too, or fail with the command that reserves

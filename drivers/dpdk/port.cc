@@ -1,11 +1,9 @@
 #include "dpdk/port.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstring>
-#include <thread>
 
+#include "dpdk/eal.h"
 #include "dpdk/rte.h"
 #include "verbs/log.h"
 
@@ -152,17 +150,13 @@ namespace {
 struct Closing {
   std::uint16_t port;
   rte_mempool* pool;
-  // Hand-over to the interrupt thread and back, as acquire/release pairs
-  // (the alarm's own hand-over goes through EAL, which ThreadSanitizer
-  // does not see).
-  std::atomic<bool> handed{false};
-  std::atomic<bool> done{false};
 };
 
-void close_port(Closing& c) {
-  rte_eth_dev_stop(c.port);
-  rte_eth_dev_close(c.port);
-  rte_mempool_free(c.pool);
+void close_port(void* arg) {
+  auto* c = static_cast<Closing*>(arg);
+  rte_eth_dev_stop(c->port);
+  rte_eth_dev_close(c->port);
+  rte_mempool_free(c->pool);
 }
 
 }  // namespace
@@ -171,24 +165,11 @@ void close_port(Closing& c) {
 // reads its peer's messages there and tears the connection down when the
 // peer leaves. Closing the port from this thread while that runs frees the
 // queues and the pool under it (seen as a SIGSEGV in memif at exit, when
-// both ends of a memif link close at once). EAL runs alarm callbacks on the
-// same thread, so the close goes there, serialised with the PMD's handlers;
-// inline only when no alarm can be set.
+// both ends of a memif link close at once), so the close runs there,
+// serialised with the PMD's handlers.
 Port::~Port() {
   Closing c{port_id_, as_pool(pool_)};
-  auto run = [](void* arg) {
-    auto* closing = static_cast<Closing*>(arg);
-    while (!closing->handed.load(std::memory_order_acquire)) {
-    }
-    close_port(*closing);
-    closing->done.store(true, std::memory_order_release);
-  };
-  c.handed.store(true, std::memory_order_release);
-  if (rte_eal_alarm_set(1, run, &c) != 0) {
-    close_port(c);
-    return;
-  }
-  while (!c.done.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  run_on_interrupt_thread(close_port, &c);
 }
 
 std::uint16_t Port::send_copies(std::uint16_t queue, std::span<const std::vector<std::uint8_t>> frames) {
