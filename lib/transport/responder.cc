@@ -2,7 +2,6 @@
 // executes new requests in order (after every key, bounds, access and PD
 // check), answers duplicates without executing them twice, and queues its
 // answers (ACKs, NAKs, READ responses, atomic ACKs) to leave in PSN order.
-#include <array>
 #include <cstring>
 
 #include "transport/psn.h"
