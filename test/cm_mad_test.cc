@@ -308,7 +308,8 @@ TEST(CmMad, EveryFieldOfEveryMessageSurvivesEncodeAndDecode) {
   std::array<std::uint8_t, 92> priv = pattern<92>(61);
   wire::encode_rdma_cm_header(h, priv);
   EXPECT_EQ(priv[1], 0x60) << "the IP version's reserved low nibble goes out zero";
-  EXPECT_EQ(priv[wire::kRdmaCmHeaderBytes], pattern<92>(61)[wire::kRdmaCmHeaderBytes]) << "the user's data is left alone";
+  EXPECT_EQ(priv[wire::kRdmaCmHeaderBytes], pattern<92>(61)[wire::kRdmaCmHeaderBytes])
+      << "the user's data is left alone";
   const auto back = wire::decode_rdma_cm_header(priv);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, h);

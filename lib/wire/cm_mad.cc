@@ -21,7 +21,9 @@ constexpr bool kIsBytes<std::array<std::uint8_t, N>> = true;
 // How many bytes a field of the lists in cm_mad.h reads: those its shift and
 // width reach into.
 constexpr std::size_t span_bytes(unsigned shift, unsigned bits) { return (shift + bits + 7) / 8; }
-constexpr std::uint64_t low_bits(unsigned bits) { return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1; }
+constexpr std::uint64_t low_bits(unsigned bits) {
+  return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+}
 
 // A number field, checked at compile time to lie inside its N-byte message
 // and to fit its member.
