@@ -1,0 +1,685 @@
+// One case per exit row of lib/transport/rules.h: for every row of
+// kResponderExits and kCompleterExits a scripted peer provokes that exit on a
+// live QP, and the case checks what the row promises: its counter (read by
+// name) went up by one and no other exit's counter moved, the answer on the
+// wire (NAK syndrome and PSN, RNR NAK, sequence NAK, or nothing), how the
+// work request in use ended (the row's status, or no completion but flushes)
+// and whether the QP went to ERR. `provoke` switches over the exit enum with
+// no default: a new row does not build until it has a scenario here.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "scripted_rc.h"
+#include "transport/rules.h"
+#include "work_requests.h"
+
+namespace uroce::transport {
+// gtest prints a failing case's parameter with these (a uint8_t enum would
+// come out as a byte dump).
+void PrintTo(ResponderExit e, std::ostream* os) { *os << "responder." << rule_of(e).name; }
+void PrintTo(CompleterExit e, std::ostream* os) { *os << "completer." << rule_of(e).name; }
+}  // namespace uroce::transport
+
+namespace uroce::test {
+namespace {
+
+using transport::Answer;
+using transport::CompleterExit;
+using transport::CompleterRule;
+using transport::ExitRule;
+using transport::kNoCompletion;
+using transport::QpCounter;
+using transport::ResponderExit;
+using wire::NakCode;
+using wire::Opcode;
+
+constexpr std::uint64_t kInUse = 0x51;  // the oldest work request: the one an exit ends
+constexpr std::uint64_t kNext = 0x52;   // posted after it: flushed when the QP goes to ERR
+constexpr std::uint32_t kRegion = 1 << 16;
+
+// Every counter some exit row names: an exit moves its own and none of the others.
+std::set<QpCounter> exit_counters() {
+  std::set<QpCounter> s;
+  for (const ExitRule& e : transport::kResponderExits) s.insert(e.counter);
+  for (const CompleterRule& e : transport::kCompleterExits) s.insert(e.counter);
+  return s;
+}
+
+// What a scenario learns by running: the PSN the answer names, the work
+// request the exit ends, and how many frames sent after the mark answer the
+// scenario's own earlier requests rather than the exit.
+struct Provoked {
+  std::uint32_t psn = 0;
+  std::uint64_t wr_id = kInUse;
+  std::size_t setup_frames = 0;
+  // Known defect, not the row's promise: the exit is taken only when the
+  // answer queue is full, so its NAK is never queued (counted under
+  // drop_answer_ring_full) and the QP goes to ERR in silence; the requester
+  // learns of it by timing out. When the NAK leaves, this case fails: drop
+  // the flag.
+  bool answer_lost = false;
+};
+
+// A ScriptedRc connected with the scenario's parameters, a registered
+// region, and a mark: the scenario calls mark() right before the frame (or
+// call) that takes the exit; everything checked is measured from there.
+class ExitRig {
+ public:
+  ScriptedRc& connect(const ConnectParams& p = ConnectParams{}) {
+    params = p;
+    rc = std::make_unique<ScriptedRc>(p);
+    region.assign(kRegion, 0);
+    mr = rc->dev.pd->reg_mr(region.data(), region.size(), kAll);
+    EXPECT_NE(mr, nullptr);
+    return *rc;
+  }
+  QueuePair* qp() const { return rc->dev.qp; }
+  std::uint64_t va(std::size_t offset = 0) const { return reinterpret_cast<std::uint64_t>(region.data() + offset); }
+
+  void mark() {
+    ibv_wc wc[64];
+    while (rc->dev.cq->poll(64, wc) > 0) {
+    }
+    rc->dev.port.sent.clear();
+    for (std::size_t i = 0; i < transport::kQpCounterCount; ++i) at_mark[i] = counter(static_cast<QpCounter>(i));
+    state_at_mark = qp()->state();
+  }
+  // A counter, read by its name as an application reads it.
+  std::uint64_t counter(QpCounter c) const { return qp()->counter(transport::qp_counter_name(c)); }
+  std::uint64_t delta(QpCounter c) const { return counter(c) - at_mark[static_cast<std::size_t>(c)]; }
+
+  // Runs the engine until the exit's answers have left; keeps the completions.
+  void settle() {
+    rc->run(4);
+    ibv_wc wc[64];
+    for (int n; (n = rc->dev.cq->poll(64, wc)) > 0;) completions.insert(completions.end(), wc, wc + n);
+  }
+
+  // --- The peer's side --------------------------------------------------------------
+
+  // A request at `psn` whose RETH names `len` bytes at `va` under `rkey`.
+  wire::FrameSpec request(Opcode op, std::uint32_t psn, std::uint64_t at, std::uint32_t rkey, std::uint32_t len) {
+    wire::FrameSpec f = rc->spec(op, psn);
+    f.bth.set_ack_req(true);
+    f.reth.va.set(at);
+    f.reth.rkey.set(rkey);
+    f.reth.dma_length.set(len);
+    return f;
+  }
+  wire::FrameSpec read(std::uint32_t psn, std::size_t offset = 0, std::uint32_t len = 8) {
+    return request(Opcode::kRcReadRequest, psn, va(offset), mr->rkey, len);
+  }
+  wire::FrameSpec fetch_add(std::uint32_t psn, std::uint64_t at) {
+    wire::FrameSpec f = rc->spec(Opcode::kRcFetchAdd, psn);
+    f.atomic_eth.va.set(at);
+    f.atomic_eth.rkey.set(mr->rkey);
+    f.atomic_eth.swap_add.set(1);
+    return f;
+  }
+  void send_only(std::uint32_t psn, std::size_t len = 64) {
+    wire::FrameSpec f = rc->spec(Opcode::kRcSendOnly, psn);
+    f.bth.set_ack_req(true);
+    rc->inject(f, std::vector<std::uint8_t>(len, 0x5e));
+  }
+
+  // --- Our side ---------------------------------------------------------------------
+
+  // Receives kInUse (`len` bytes at `at` under `lkey`; the region's by
+  // default) and kNext.
+  void post_receives(std::uint32_t len = 4096, std::uint32_t lkey = 0, void* at = nullptr) {
+    EXPECT_EQ(post_recv_one(qp(), at != nullptr ? at : region.data(), len, lkey != 0 ? lkey : mr->lkey, kInUse), 0);
+    EXPECT_EQ(post_recv_one(qp(), region.data() + 8192, 4096, mr->lkey, kNext), 0);
+  }
+  // kInUse and kNext of kind `op` towards the peer's 0x5000 (rkey 0x77),
+  // `len` bytes each; both sent.
+  void post_sends(ibv_wr_opcode op, std::uint32_t len = 64, MemoryRegion* local = nullptr) {
+    MemoryRegion* m = local != nullptr ? local : mr;
+    auto* at = static_cast<std::uint8_t*>(m->addr);
+    EXPECT_EQ(post(op, at, len, m->lkey, kInUse), 0);
+    EXPECT_EQ(post(op, region.data() + 16384, len, mr->lkey, kNext), 0);
+    rc->run(2);
+  }
+  void enter_error() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    EXPECT_EQ(qp()->modify(a, IBV_QP_STATE), 0);
+    rc->run(1);
+  }
+
+  ConnectParams params;
+  std::unique_ptr<ScriptedRc> rc;
+  std::vector<std::uint8_t> region;
+  MemoryRegion* mr = nullptr;
+  std::array<std::uint64_t, transport::kQpCounterCount> at_mark{};
+  ibv_qp_state state_at_mark = IBV_QPS_RESET;
+  std::vector<ibv_wc> completions;
+
+ private:
+  int post(ibv_wr_opcode op, void* local, std::uint32_t len, std::uint32_t lkey, std::uint64_t wr_id) {
+    if (op != IBV_WR_ATOMIC_FETCH_AND_ADD) return post_rdma(qp(), op, local, len, lkey, std::uint64_t{0x5000}, 0x77, wr_id);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(local), 8, lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.atomic.remote_addr = 0x5000;
+    wr.wr.atomic.rkey = 0x77;
+    wr.wr.atomic.compare_add = 1;
+    ibv_send_wr* bad = nullptr;
+    return qp()->post_send(&wr, &bad);
+  }
+};
+
+// A second region of the rig's PD, for scenarios that deregister one.
+struct Doomed {
+  Doomed(ExitRig& rig, int access) : bytes(kRegion, 0xd0), pd(rig.rc->dev.pd) {
+    mr = pd->reg_mr(bytes.data(), bytes.size(), access);
+    EXPECT_NE(mr, nullptr);
+  }
+  void dereg() { EXPECT_EQ(pd->dereg_mr(mr), 0); }
+  std::vector<std::uint8_t> bytes;
+  ProtectionDomain* pd;
+  MemoryRegion* mr = nullptr;
+};
+
+// --- Responder: the scenarios -------------------------------------------------------------
+
+// Our QP is the responder; the peer's requests start at kRqPsn.
+Provoked provoke(ExitRig& rig, ResponderExit e) {
+  constexpr std::uint32_t p = kRqPsn;
+  switch (e) {
+    case ResponderExit::not_receiving: {
+      rig.connect();
+      rig.post_receives();
+      rig.enter_error();  // flushes both receives (before the mark)
+      rig.mark();
+      rig.send_only(p);
+      return {};
+    }
+    case ResponderExit::psn_ahead: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p + 5, rig.va(), rig.mr->rkey, 64), std::vector<std::uint8_t>(64, 1));
+      return {p};  // the NAK names the PSN expected
+    }
+    case ResponderExit::no_receive: {
+      rig.connect();
+      rig.mark();
+      rig.send_only(p);
+      return {p};
+    }
+    case ResponderExit::duplicate_read_unknown: {
+      ConnectParams params;
+      params.max_rd_atomic = 1;
+      ScriptedRc& r = rig.connect(params);
+      r.inject(rig.read(p));
+      r.inject(rig.read(p + 1));  // takes the only resource
+      r.run(2);
+      rig.mark();
+      r.inject(rig.read(p));
+      return {};
+    }
+    case ResponderExit::duplicate_atomic_unknown: {
+      ConnectParams params;
+      params.max_rd_atomic = 1;
+      ScriptedRc& r = rig.connect(params);
+      r.inject(rig.fetch_add(p, rig.va()));
+      r.inject(rig.fetch_add(p + 1, rig.va()));  // its result replaces the first one's
+      r.run(2);
+      rig.mark();
+      r.inject(rig.fetch_add(p, rig.va()));
+      return {};
+    }
+    case ResponderExit::duplicate_no_room: {
+      // One resource, answer queue of 2 * 1 + 8: nine one-packet READs and
+      // a two-packet one fill it within one receive burst; a duplicate of the
+      // second half of the last keeps every queued answer (all start before
+      // it), so it finds no room.
+      ConnectParams params;
+      params.max_rd_atomic = 1;
+      ScriptedRc& r = rig.connect(params);
+      rig.mark();
+      for (std::uint32_t i = 0; i < 9; ++i) r.inject(rig.read(p + i));
+      r.inject(rig.read(p + 9, 0, 2048));
+      r.inject(rig.read(p + 10, 1024, 1024));
+      return {0, kInUse, 11};  // the ten READs' eleven responses
+    }
+    case ResponderExit::op_sequence: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcWriteMiddle, p), std::vector<std::uint8_t>(1024, 2));  // no WRITE in progress
+      return {p};
+    }
+    case ResponderExit::op_not_allowed: {
+      ConnectParams params;
+      params.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+      ScriptedRc& r = rig.connect(params);
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, rig.va(), rig.mr->rkey, 64), std::vector<std::uint8_t>(64, 3));
+      return {p};
+    }
+    case ResponderExit::unsupported_opcode: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcFlush, p, rig.va(), rig.mr->rkey, 64));
+      return {p};
+    }
+    case ResponderExit::no_resources: {
+      ConnectParams params;
+      params.max_rd_atomic = 0;
+      ScriptedRc& r = rig.connect(params);
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.read(p));
+      return {p};
+    }
+    case ResponderExit::too_many_reads: {
+      // Eleven READs in one receive burst against one resource: the answer
+      // queue (2 * 1 + 8) holds ten, the eleventh is refused.
+      ConnectParams params;
+      params.max_rd_atomic = 1;
+      ScriptedRc& r = rig.connect(params);
+      rig.post_receives();
+      rig.mark();
+      for (std::uint32_t i = 0; i <= 10; ++i) r.inject(rig.read(p + i));
+      Provoked got{p + 10};
+      got.answer_lost = true;
+      return got;
+    }
+    case ResponderExit::bad_length: {
+      ScriptedRc& r = rig.connect();  // path MTU 1024
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, rig.va(), rig.mr->rkey, 2048), std::vector<std::uint8_t>(2048, 4));
+      return {p};
+    }
+    case ResponderExit::write_length_mismatch: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, rig.va(), rig.mr->rkey, 128), std::vector<std::uint8_t>(64, 5));
+      return {p};
+    }
+    case ResponderExit::recv_too_short: {
+      rig.connect();
+      rig.post_receives(64);
+      rig.mark();
+      rig.send_only(p, 128);
+      return {p};
+    }
+    case ResponderExit::recv_bad_lkey: {
+      rig.connect();
+      rig.post_receives(64, rig.mr->lkey ^ 0x100);
+      rig.mark();
+      rig.send_only(p);
+      return {p};
+    }
+    case ResponderExit::recv_revoked: {
+      ScriptedRc& r = rig.connect();
+      Doomed d(rig, IBV_ACCESS_LOCAL_WRITE);
+      rig.post_receives(4096, d.mr->lkey, d.bytes.data());  // kInUse in the doomed region
+      r.inject(r.spec(Opcode::kRcSendFirst, p), std::vector<std::uint8_t>(1024, 6));
+      r.run(2);
+      d.dereg();
+      rig.mark();
+      wire::FrameSpec last = r.spec(Opcode::kRcSendLast, p + 1);
+      last.bth.set_ack_req(true);
+      r.inject(last, std::vector<std::uint8_t>(64, 6));
+      return {p + 1};
+    }
+    case ResponderExit::invalidate_refused: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      wire::FrameSpec inv = r.spec(Opcode::kRcSendOnlyInv, p);
+      inv.ieth.rkey.set(rig.mr->rkey);  // a reg_mr region's key: verbs cannot re-validate it
+      inv.bth.set_ack_req(true);
+      r.inject(inv, std::vector<std::uint8_t>(16, 7));
+      return {p};
+    }
+    case ResponderExit::rkey_violation: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, rig.va(), rig.mr->rkey ^ 0x100, 64),
+               std::vector<std::uint8_t>(64, 8));
+      return {p};
+    }
+    case ResponderExit::write_revoked: {
+      ScriptedRc& r = rig.connect();
+      Doomed d(rig, kAll);
+      rig.post_receives();
+      wire::FrameSpec first =
+          rig.request(Opcode::kRcWriteFirst, p, reinterpret_cast<std::uint64_t>(d.bytes.data()), d.mr->rkey, 3072);
+      first.bth.set_ack_req(false);
+      r.inject(first, std::vector<std::uint8_t>(1024, 9));
+      r.run(2);
+      d.dereg();
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcWriteMiddle, p + 1), std::vector<std::uint8_t>(1024, 9));
+      return {p + 1};
+    }
+    case ResponderExit::read_revoked: {
+      // 64 responses; one poll sends a burst of them, then the region goes.
+      ScriptedRc& r = rig.connect();
+      Doomed d(rig, kAll);
+      rig.post_receives();
+      r.inject(rig.request(Opcode::kRcReadRequest, p, reinterpret_cast<std::uint64_t>(d.bytes.data()), d.mr->rkey,
+                           kRegion));
+      r.run(1);
+      const std::size_t sent = r.dev.port.sent.size();
+      EXPECT_GT(sent, 0u);
+      EXPECT_LT(sent, kRegion / 1024) << "the READ must still be under way";
+      d.dereg();
+      rig.mark();
+      return {p + static_cast<std::uint32_t>(sent)};  // the NAK takes the next response's PSN
+    }
+    case ResponderExit::misaligned_atomic: {
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.fetch_add(p, rig.va(4)));
+      return {p};
+    }
+    case ResponderExit::kCount: break;
+  }
+  ADD_FAILURE() << "not an exit";
+  return {};
+}
+
+// The syndrome of an answer (IBTA 9.7.5.2, table 44), written out here
+// rather than taken from the responder.
+std::uint8_t syndrome_of(Answer a, std::uint8_t min_rnr_timer) {
+  switch (a) {
+    case Answer::kNothing: break;
+    case Answer::kSequenceNak: return nak(NakCode::kPsnSequenceError);
+    case Answer::kRnrNak: return wire::make_syndrome(wire::AethKind::kRnrNak, min_rnr_timer);
+    case Answer::kInvalidRequest: return nak(NakCode::kInvalidRequest);
+    case Answer::kRemoteAccess: return nak(NakCode::kRemoteAccessError);
+    case Answer::kRemoteOperational: return nak(NakCode::kRemoteOperationalError);
+  }
+  return 0;
+}
+
+bool fatal(Answer a) {
+  return a == Answer::kInvalidRequest || a == Answer::kRemoteAccess || a == Answer::kRemoteOperational;
+}
+
+// The counter, the others, the completions and the QP's state, for either role.
+void expect_counted_and_completed(const ExitRig& rig, QpCounter counter, ibv_wc_status status, bool to_error,
+                                  const Provoked& got) {
+  const char* name = transport::qp_counter_name(counter);
+  EXPECT_EQ(rig.delta(counter), 1u) << name;
+  for (const QpCounter other : exit_counters()) {
+    if (other != counter) {
+      EXPECT_EQ(rig.delta(other), 0u) << transport::qp_counter_name(other) << " moved too";
+    }
+  }
+  std::vector<ibv_wc> ended;  // completions other than flushes
+  for (const ibv_wc& wc : rig.completions) {
+    if (wc.status != IBV_WC_WR_FLUSH_ERR) ended.push_back(wc);
+  }
+  if (status == kNoCompletion) {
+    EXPECT_TRUE(ended.empty()) << "the exit ends no work request; one ended with " << wc_status_str(ended[0].status);
+    EXPECT_EQ(rig.delta(QpCounter::completion_errors), 0u);
+  } else {
+    ASSERT_EQ(ended.size(), 1u) << "the exit ends one work request";
+    EXPECT_EQ(rig.completions.front().wr_id, got.wr_id) << "the oldest one, first";
+    EXPECT_EQ(ended[0].wr_id, got.wr_id);
+    EXPECT_EQ(ended[0].status, status) << wc_status_str(ended[0].status) << ", not " << wc_status_str(status);
+    EXPECT_EQ(rig.delta(QpCounter::completion_errors), 1u);
+  }
+  EXPECT_EQ(rig.qp()->state(), to_error ? IBV_QPS_ERR : rig.state_at_mark);
+}
+
+// Checks what the responder's row `rule` promises after `got` was provoked.
+void expect_responder_exit(const ExitRig& rig, const ExitRule& rule, const Provoked& got) {
+  expect_counted_and_completed(rig, rule.counter, rule.status, fatal(rule.answer), got);
+  std::vector<wire::ParsedFrame> sent = rig.rc->sent();
+  ASSERT_GE(sent.size(), got.setup_frames);
+  sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(got.setup_frames));
+  if (got.answer_lost) {
+    EXPECT_TRUE(sent.empty()) << "the NAK left after all: the defect is fixed, drop answer_lost";
+    EXPECT_EQ(rig.delta(QpCounter::drop_answer_ring_full), 1u);
+    return;
+  }
+  if (rule.answer == Answer::kNothing) {
+    EXPECT_TRUE(sent.empty()) << "nothing goes back; sent " << wire::opcode_name(sent[0].opcode);
+    return;
+  }
+  ASSERT_EQ(sent.size(), 1u) << "one answer and nothing else";
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+  EXPECT_EQ(sent[0].aeth().syndrome, syndrome_of(rule.answer, rig.params.min_rnr_timer))
+      << "syndrome 0x" << std::hex << int(sent[0].aeth().syndrome);
+  EXPECT_EQ(sent[0].bth().psn.get(), got.psn);
+}
+
+class ResponderExits : public ::testing::TestWithParam<ResponderExit> {};
+
+TEST_P(ResponderExits, ProvokedAndAnsweredAsItsRowSays) {
+  ExitRig rig;
+  const Provoked got = provoke(rig, GetParam());
+  rig.settle();
+  expect_responder_exit(rig, transport::rule_of(GetParam()), got);
+}
+
+std::vector<ResponderExit> all_responder_exits() {
+  std::vector<ResponderExit> v;
+  for (std::size_t i = 0; i < std::size(transport::kResponderExits); ++i) v.push_back(static_cast<ResponderExit>(i));
+  return v;
+}
+static_assert(std::size(transport::kResponderExits) == static_cast<std::size_t>(ResponderExit::kCount));
+
+INSTANTIATE_TEST_SUITE_P(Rows, ResponderExits, ::testing::ValuesIn(all_responder_exits()),
+                         [](const auto& row) { return std::string(transport::rule_of(row.param).name); });
+
+// --- Completer: the scenarios ---------------------------------------------------------------
+
+// Our QP is the requester; its requests start at kSqPsn and the peer answers.
+Provoked provoke(ExitRig& rig, CompleterExit e) {
+  constexpr std::uint32_t s = kSqPsn;
+  const auto nak_for = [&](NakCode code) {
+    ScriptedRc& r = rig.connect();
+    rig.post_sends(IBV_WR_RDMA_WRITE);
+    rig.mark();
+    r.inject(r.ack(s, nak(code)));
+    return Provoked{};
+  };
+  switch (e) {
+    case CompleterExit::not_active: {
+      ScriptedRc& r = rig.connect();
+      rig.post_sends(IBV_WR_RDMA_WRITE);
+      rig.enter_error();  // flushes both (before the mark)
+      rig.mark();
+      r.inject(r.ack(s));
+      return {};
+    }
+    case CompleterExit::not_sent: {
+      ScriptedRc& r = rig.connect();  // nothing sent
+      rig.mark();
+      r.inject(r.ack(s));
+      return {};
+    }
+    case CompleterExit::stale: {
+      ScriptedRc& r = rig.connect();
+      rig.post_sends(IBV_WR_RDMA_WRITE);
+      r.inject(r.ack(s));  // kInUse done, kNext outstanding
+      r.run(2);
+      rig.mark();
+      r.inject(r.ack(s - 1));
+      return {};
+    }
+    case CompleterExit::unmatched: {
+      ScriptedRc& r = rig.connect();
+      rig.post_sends(IBV_WR_RDMA_WRITE);
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcReadResponseOnly, s), std::vector<std::uint8_t>(64, 1));  // a WRITE waits
+      return {};
+    }
+    case CompleterExit::reserved_syndrome: {
+      ScriptedRc& r = rig.connect();
+      rig.post_sends(IBV_WR_RDMA_WRITE);
+      rig.mark();
+      r.inject(r.ack(s, wire::make_syndrome(wire::AethKind::kReserved, 0x1f)));
+      return {};
+    }
+    case CompleterExit::bad_read_response: {
+      ScriptedRc& r = rig.connect();
+      rig.post_sends(IBV_WR_RDMA_READ, 2048);  // kInUse: PSNs s and s + 1
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcReadResponseOnly, s), std::vector<std::uint8_t>(1024, 2));  // Only, at a First's place
+      return {};
+    }
+    case CompleterExit::retry_exceeded: {
+      ConnectParams params;
+      params.retry_cnt = 0;
+      ScriptedRc& r = rig.connect(params);
+      rig.post_sends(IBV_WR_RDMA_WRITE);
+      rig.mark();
+      r.inject(r.ack(s, nak(NakCode::kPsnSequenceError)));
+      return {};
+    }
+    case CompleterExit::rnr_retry_exceeded: {
+      ConnectParams params;
+      params.rnr_retry = 0;
+      ScriptedRc& r = rig.connect(params);
+      rig.post_sends(IBV_WR_SEND);
+      rig.mark();
+      r.inject(r.ack(s, wire::make_syndrome(wire::AethKind::kRnrNak, 1)));
+      return {};
+    }
+    case CompleterExit::nak_invalid_request: return nak_for(NakCode::kInvalidRequest);
+    case CompleterExit::nak_remote_access: return nak_for(NakCode::kRemoteAccessError);
+    case CompleterExit::nak_remote_operational: return nak_for(NakCode::kRemoteOperationalError);
+    case CompleterExit::nak_other: return nak_for(NakCode::kInvalidRdRequest);
+    case CompleterExit::local_revoked: {
+      ScriptedRc& r = rig.connect();
+      Doomed d(rig, IBV_ACCESS_LOCAL_WRITE);
+      rig.post_sends(IBV_WR_RDMA_READ, 64, d.mr);  // kInUse reads into the doomed region
+      d.dereg();
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcReadResponseOnly, s), std::vector<std::uint8_t>(64, 3));
+      return {};
+    }
+    case CompleterExit::kCount: break;
+  }
+  ADD_FAILURE() << "not an exit";
+  return {};
+}
+
+// Checks what the completer's row `rule` promises: the completer answers
+// nothing, whatever the exit.
+void expect_completer_exit(const ExitRig& rig, const CompleterRule& rule, const Provoked& got) {
+  expect_counted_and_completed(rig, rule.counter, rule.status, rule.status != kNoCompletion, got);
+  const std::vector<wire::ParsedFrame> sent = rig.rc->sent();
+  EXPECT_TRUE(sent.empty()) << "the completer answers nothing; sent " << wire::opcode_name(sent[0].opcode);
+}
+
+class CompleterExits : public ::testing::TestWithParam<CompleterExit> {};
+
+TEST_P(CompleterExits, ProvokedAndEndedAsItsRowSays) {
+  ExitRig rig;
+  const Provoked got = provoke(rig, GetParam());
+  rig.settle();
+  expect_completer_exit(rig, transport::rule_of(GetParam()), got);
+}
+
+std::vector<CompleterExit> all_completer_exits() {
+  std::vector<CompleterExit> v;
+  for (std::size_t i = 0; i < std::size(transport::kCompleterExits); ++i) v.push_back(static_cast<CompleterExit>(i));
+  return v;
+}
+static_assert(std::size(transport::kCompleterExits) == static_cast<std::size_t>(CompleterExit::kCount));
+
+INSTANTIATE_TEST_SUITE_P(Rows, CompleterExits, ::testing::ValuesIn(all_completer_exits()),
+                         [](const auto& row) { return std::string(transport::rule_of(row.param).name); });
+
+
+// --- The checks can fail --------------------------------------------------------------------
+
+// The failures `check` reports, intercepted (they do not fail this test).
+template <typename Check>
+std::size_t failures_of(Check check) {
+  ::testing::TestPartResultArray results;
+  {
+    ::testing::ScopedFakeTestPartResultReporter intercept(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    check();
+  }
+  return static_cast<std::size_t>(results.size());
+}
+
+// The counter of the next row that counts under another one.
+template <typename Rule, std::size_t N>
+QpCounter neighbours_counter(const Rule (&rows)[N], std::size_t i) {
+  for (std::size_t k = 1; k < N; ++k) {
+    if (rows[(i + k) % N].counter != rows[i].counter) return rows[(i + k) % N].counter;
+  }
+  return QpCounter::kCount;
+}
+
+// Another answer of the same kind: nothing becomes a NAK, a NAK another NAK.
+Answer another_answer(Answer a) {
+  switch (a) {
+    case Answer::kNothing: return Answer::kInvalidRequest;
+    case Answer::kSequenceNak: return Answer::kRnrNak;
+    case Answer::kRnrNak: return Answer::kSequenceNak;
+    case Answer::kInvalidRequest: return Answer::kRemoteAccess;
+    case Answer::kRemoteAccess: return Answer::kRemoteOperational;
+    case Answer::kRemoteOperational: return Answer::kInvalidRequest;
+  }
+  return Answer::kNothing;
+}
+
+// Every row's scenario, checked against its row with the counter (the
+// neighbouring row's), the answer or the completion status changed, fails:
+// none of the three checks passes whatever happened.
+TEST(TransportExitChecks, FailOnAnotherCounterAnswerOrStatus) {
+  for (std::size_t i = 0; i < std::size(transport::kResponderExits); ++i) {
+    const auto e = static_cast<ResponderExit>(i);
+    SCOPED_TRACE(std::string("responder.") + transport::rule_of(e).name);
+    for (int change = 0; change < 3; ++change) {
+      ExitRule wrong = transport::rule_of(e);
+      if (change == 0) wrong.counter = neighbours_counter(transport::kResponderExits, i);
+      if (change == 1) wrong.answer = another_answer(wrong.answer);
+      if (change == 2) wrong.status = IBV_WC_GENERAL_ERR;  // no row's
+      ExitRig rig;
+      const Provoked got = provoke(rig, e);
+      rig.settle();
+      if (change == 1 && got.answer_lost) continue;  // no answer to check
+      EXPECT_EQ(failures_of([&] { expect_responder_exit(rig, transport::rule_of(e), got); }), 0u);
+      EXPECT_GT(failures_of([&] { expect_responder_exit(rig, wrong, got); }), 0u) << "change " << change;
+    }
+  }
+  for (std::size_t i = 0; i < std::size(transport::kCompleterExits); ++i) {
+    const auto e = static_cast<CompleterExit>(i);
+    SCOPED_TRACE(std::string("completer.") + transport::rule_of(e).name);
+    for (int change = 0; change < 2; ++change) {
+      CompleterRule wrong = transport::rule_of(e);
+      if (change == 0) wrong.counter = neighbours_counter(transport::kCompleterExits, i);
+      if (change == 1) wrong.status = IBV_WC_GENERAL_ERR;
+      ExitRig rig;
+      const Provoked got = provoke(rig, e);
+      rig.settle();
+      EXPECT_EQ(failures_of([&] { expect_completer_exit(rig, transport::rule_of(e), got); }), 0u);
+      EXPECT_GT(failures_of([&] { expect_completer_exit(rig, wrong, got); }), 0u) << "change " << change;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uroce::test
