@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <set>
@@ -463,8 +464,7 @@ void expect_responder_exit(const ExitRig& rig, const ExitRule& rule, const Provo
   }
   ASSERT_EQ(sent.size(), 1u) << "one answer and nothing else";
   EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
-  EXPECT_EQ(sent[0].aeth().syndrome, syndrome_of(rule.answer, rig.params.min_rnr_timer))
-      << "syndrome 0x" << std::hex << int(sent[0].aeth().syndrome);
+  EXPECT_EQ(int{sent[0].aeth().syndrome}, int{syndrome_of(rule.answer, rig.params.min_rnr_timer)}) << "syndrome";
   EXPECT_EQ(sent[0].bth().psn.get(), got.psn);
 }
 
@@ -608,6 +608,81 @@ static_assert(std::size(transport::kCompleterExits) == static_cast<std::size_t>(
 INSTANTIATE_TEST_SUITE_P(Rows, CompleterExits, ::testing::ValuesIn(all_completer_exits()),
                          [](const auto& row) { return std::string(transport::rule_of(row.param).name); });
 
+
+// --- Steps that count without leaving ---------------------------------------------------------
+
+// A READ response past the next one due (9.7.5.1.2): those between were
+// lost, an implicit NAK sends the READ again from its first PSN.
+TEST(TransportSteps, AReadResponseAheadOfTheNextDueIsOutOfSequence) {
+  ExitRig rig;
+  ScriptedRc& r = rig.connect();
+  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_READ, rig.region.data(), 2048, rig.mr->lkey, std::uint64_t{0x5000}, 0x77,
+                      kInUse),
+            0);
+  r.run(2);
+  rig.mark();
+  r.inject(r.spec(Opcode::kRcReadResponseLast, kSqPsn + 1), std::vector<std::uint8_t>(1024, 1));
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::out_of_sequence_responses), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::implicit_naks), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::rx_bytes), 0u) << "nothing placed";
+  EXPECT_TRUE(rig.completions.empty());
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 1u) << "the READ again";
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcReadRequest));
+  EXPECT_EQ(sent[0].bth().psn.get(), kSqPsn);
+}
+
+// An ACK for a WRITE behind a READ (9.7.5.1.6): the READ's responses were
+// lost; both go again, no response was out of sequence.
+TEST(TransportSteps, AnAckBeyondAReadIsAnImplicitNak) {
+  ExitRig rig;
+  ScriptedRc& r = rig.connect();
+  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_READ, rig.region.data(), 8, rig.mr->lkey, std::uint64_t{0x5000}, 0x77,
+                      kInUse),
+            0);
+  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_WRITE, rig.region.data() + 4096, 64, rig.mr->lkey, std::uint64_t{0x6000},
+                      0x77, kNext),
+            0);
+  r.run(2);
+  ASSERT_EQ(r.dev.port.sent.size(), 2u);
+  rig.mark();
+  r.inject(r.ack(kSqPsn + 1));
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::implicit_naks), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::out_of_sequence_responses), 0u);
+  EXPECT_TRUE(rig.completions.empty()) << "the WRITE completes after the READ, not before";
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcReadRequest));
+  EXPECT_EQ(sent[0].bth().psn.get(), kSqPsn);
+  EXPECT_EQ(sent[1].bth().psn.get(), kSqPsn + 1);
+}
+
+// An atomic executes once (9.7.5.1.3): its duplicate is answered from the
+// saved result and counted as replayed, not executed.
+TEST(TransportSteps, AnAtomicIsExecutedOnceAndReplayedOnce) {
+  ExitRig rig;
+  ScriptedRc& r = rig.connect();
+  const std::uint64_t five = 5;
+  std::memcpy(rig.region.data(), &five, sizeof five);
+  rig.mark();
+  r.inject(rig.fetch_add(kRqPsn, rig.va()));
+  r.run(2);
+  r.inject(rig.fetch_add(kRqPsn, rig.va()));
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::atomics_executed), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::atomics_replayed), 1u);
+  std::uint64_t now = 0;
+  std::memcpy(&now, rig.region.data(), sizeof now);
+  EXPECT_EQ(now, 6u);
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 2u);
+  for (const auto& f : sent) {
+    EXPECT_EQ(f.opcode, static_cast<std::uint8_t>(Opcode::kRcAtomicAcknowledge));
+    EXPECT_EQ(f.atomic_ack_eth().orig_data.get(), 5u);
+  }
+}
 
 // --- The checks can fail --------------------------------------------------------------------
 
