@@ -9,18 +9,16 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdint>
 #include <cstring>
-#include <memory>
+#include <iterator>
 #include <ostream>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "scripted_rc.h"
+#include "exit_rig.h"
 #include "transport/rules.h"
-#include "work_requests.h"
 
 namespace uroce::transport {
 // gtest prints a failing case's parameter with these (a uint8_t enum would
@@ -41,10 +39,6 @@ using transport::QpCounter;
 using transport::ResponderExit;
 using wire::NakCode;
 using wire::Opcode;
-
-constexpr std::uint64_t kInUse = 0x51;  // the oldest work request: the one an exit ends
-constexpr std::uint64_t kNext = 0x52;   // posted after it: flushed when the QP goes to ERR
-constexpr std::uint32_t kRegion = 1 << 16;
 
 // Every counter some exit row names: an exit moves its own and none of the others.
 std::set<QpCounter> exit_counters() {
@@ -67,130 +61,6 @@ struct Provoked {
   // learns of it by timing out. When the NAK leaves, this case fails: drop
   // the flag.
   bool answer_lost = false;
-};
-
-// A ScriptedRc connected with the scenario's parameters, a registered
-// region, and a mark: the scenario calls mark() right before the frame (or
-// call) that takes the exit; everything checked is measured from there.
-class ExitRig {
- public:
-  ScriptedRc& connect(const ConnectParams& p = ConnectParams{}) {
-    params = p;
-    rc = std::make_unique<ScriptedRc>(p);
-    region.assign(kRegion, 0);
-    mr = rc->dev.pd->reg_mr(region.data(), region.size(), kAll);
-    EXPECT_NE(mr, nullptr);
-    return *rc;
-  }
-  QueuePair* qp() const { return rc->dev.qp; }
-  std::uint64_t va(std::size_t offset = 0) const { return reinterpret_cast<std::uint64_t>(region.data() + offset); }
-
-  void mark() {
-    ibv_wc wc[64];
-    while (rc->dev.cq->poll(64, wc) > 0) {
-    }
-    rc->dev.port.sent.clear();
-    for (std::size_t i = 0; i < transport::kQpCounterCount; ++i) at_mark[i] = counter(static_cast<QpCounter>(i));
-    state_at_mark = qp()->state();
-  }
-  // A counter, read by its name as an application reads it.
-  std::uint64_t counter(QpCounter c) const { return qp()->counter(transport::qp_counter_name(c)); }
-  std::uint64_t delta(QpCounter c) const { return counter(c) - at_mark[static_cast<std::size_t>(c)]; }
-
-  // Runs the engine until the exit's answers have left; keeps the completions.
-  void settle() {
-    rc->run(4);
-    ibv_wc wc[64];
-    for (int n; (n = rc->dev.cq->poll(64, wc)) > 0;) completions.insert(completions.end(), wc, wc + n);
-  }
-
-  // --- The peer's side --------------------------------------------------------------
-
-  // A request at `psn` whose RETH names `len` bytes at `va` under `rkey`.
-  wire::FrameSpec request(Opcode op, std::uint32_t psn, std::uint64_t at, std::uint32_t rkey, std::uint32_t len) {
-    wire::FrameSpec f = rc->spec(op, psn);
-    f.bth.set_ack_req(true);
-    f.reth.va.set(at);
-    f.reth.rkey.set(rkey);
-    f.reth.dma_length.set(len);
-    return f;
-  }
-  wire::FrameSpec read(std::uint32_t psn, std::size_t offset = 0, std::uint32_t len = 8) {
-    return request(Opcode::kRcReadRequest, psn, va(offset), mr->rkey, len);
-  }
-  wire::FrameSpec fetch_add(std::uint32_t psn, std::uint64_t at) {
-    wire::FrameSpec f = rc->spec(Opcode::kRcFetchAdd, psn);
-    f.atomic_eth.va.set(at);
-    f.atomic_eth.rkey.set(mr->rkey);
-    f.atomic_eth.swap_add.set(1);
-    return f;
-  }
-  void send_only(std::uint32_t psn, std::size_t len = 64) {
-    wire::FrameSpec f = rc->spec(Opcode::kRcSendOnly, psn);
-    f.bth.set_ack_req(true);
-    rc->inject(f, std::vector<std::uint8_t>(len, 0x5e));
-  }
-
-  // --- Our side ---------------------------------------------------------------------
-
-  // Receives kInUse (`len` bytes at `at` under `lkey`; the region's by
-  // default) and kNext.
-  void post_receives(std::uint32_t len = 4096, std::uint32_t lkey = 0, void* at = nullptr) {
-    EXPECT_EQ(post_recv_one(qp(), at != nullptr ? at : region.data(), len, lkey != 0 ? lkey : mr->lkey, kInUse), 0);
-    EXPECT_EQ(post_recv_one(qp(), region.data() + 8192, 4096, mr->lkey, kNext), 0);
-  }
-  // kInUse and kNext of kind `op` towards the peer's 0x5000 (rkey 0x77),
-  // `len` bytes each; both sent.
-  void post_sends(ibv_wr_opcode op, std::uint32_t len = 64, MemoryRegion* local = nullptr) {
-    MemoryRegion* m = local != nullptr ? local : mr;
-    auto* at = static_cast<std::uint8_t*>(m->addr);
-    EXPECT_EQ(post(op, at, len, m->lkey, kInUse), 0);
-    EXPECT_EQ(post(op, region.data() + 16384, len, mr->lkey, kNext), 0);
-    rc->run(2);
-  }
-  void enter_error() {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_ERR;
-    EXPECT_EQ(qp()->modify(a, IBV_QP_STATE), 0);
-    rc->run(1);
-  }
-
-  ConnectParams params;
-  std::unique_ptr<ScriptedRc> rc;
-  std::vector<std::uint8_t> region;
-  MemoryRegion* mr = nullptr;
-  std::array<std::uint64_t, transport::kQpCounterCount> at_mark{};
-  ibv_qp_state state_at_mark = IBV_QPS_RESET;
-  std::vector<ibv_wc> completions;
-
- private:
-  int post(ibv_wr_opcode op, void* local, std::uint32_t len, std::uint32_t lkey, std::uint64_t wr_id) {
-    if (op != IBV_WR_ATOMIC_FETCH_AND_ADD) return post_rdma(qp(), op, local, len, lkey, std::uint64_t{0x5000}, 0x77, wr_id);
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(local), 8, lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.atomic.remote_addr = 0x5000;
-    wr.wr.atomic.rkey = 0x77;
-    wr.wr.atomic.compare_add = 1;
-    ibv_send_wr* bad = nullptr;
-    return qp()->post_send(&wr, &bad);
-  }
-};
-
-// A second region of the rig's PD, for scenarios that deregister one.
-struct Doomed {
-  Doomed(ExitRig& rig, int access) : bytes(kRegion, 0xd0), pd(rig.rc->dev.pd) {
-    mr = pd->reg_mr(bytes.data(), bytes.size(), access);
-    EXPECT_NE(mr, nullptr);
-  }
-  void dereg() { EXPECT_EQ(pd->dereg_mr(mr), 0); }
-  std::vector<std::uint8_t> bytes;
-  ProtectionDomain* pd;
-  MemoryRegion* mr = nullptr;
 };
 
 // --- Responder: the scenarios -------------------------------------------------------------
@@ -616,9 +486,7 @@ INSTANTIATE_TEST_SUITE_P(Rows, CompleterExits, ::testing::ValuesIn(all_completer
 TEST(TransportSteps, AReadResponseAheadOfTheNextDueIsOutOfSequence) {
   ExitRig rig;
   ScriptedRc& r = rig.connect();
-  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_READ, rig.region.data(), 2048, rig.mr->lkey, std::uint64_t{0x5000}, 0x77,
-                      kInUse),
-            0);
+  ASSERT_EQ(rig.post_send(IBV_WR_RDMA_READ, 2048, kInUse), 0);
   r.run(2);
   rig.mark();
   r.inject(r.spec(Opcode::kRcReadResponseLast, kSqPsn + 1), std::vector<std::uint8_t>(1024, 1));
@@ -638,12 +506,8 @@ TEST(TransportSteps, AReadResponseAheadOfTheNextDueIsOutOfSequence) {
 TEST(TransportSteps, AnAckBeyondAReadIsAnImplicitNak) {
   ExitRig rig;
   ScriptedRc& r = rig.connect();
-  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_READ, rig.region.data(), 8, rig.mr->lkey, std::uint64_t{0x5000}, 0x77,
-                      kInUse),
-            0);
-  ASSERT_EQ(post_rdma(rig.qp(), IBV_WR_RDMA_WRITE, rig.region.data() + 4096, 64, rig.mr->lkey, std::uint64_t{0x6000},
-                      0x77, kNext),
-            0);
+  ASSERT_EQ(rig.post_send(IBV_WR_RDMA_READ, 8, kInUse), 0);
+  ASSERT_EQ(rig.post_send(IBV_WR_RDMA_WRITE, 64, kNext), 0);
   r.run(2);
   ASSERT_EQ(r.dev.port.sent.size(), 2u);
   rig.mark();
