@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs uroce-sim's built-in scenarios and copies their plots to apps/sim/plots/
-# for the README (rates above, the bottleneck queue and Kmax below, with PFC
+# for docs/congestion.md (rates above, the bottleneck queue and Kmax below, with PFC
 # the senders' paused time under that), with the summaries beside them, and
-# prints the README's incast table (N-to-1 with and without PFC and DCQCN).
+# prints docs/congestion.md's incast table (N-to-1 with and without PFC and DCQCN).
 # Rerun after changing the transport, DCQCN or the switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
