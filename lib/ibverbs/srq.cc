@@ -1,7 +1,7 @@
 // Shared receive queues: ibv_create_srq, ibv_modify_srq, ibv_query_srq,
 // ibv_destroy_srq and the post_srq_recv op behind the inline
 // ibv_post_srq_recv, on uroce's SharedReceiveQueue; RC QPs made with
-// ibv_qp_init_attr.srq receive from it (qp.cc). In service mode (uroced)
+// ibv_qp_init_attr.srq receive from it (lib/transport/queues.cc). In service mode (uroced)
 // not yet: ibv_create_srq answers EOPNOTSUPP with one line.
 #include <cerrno>
 #include <new>

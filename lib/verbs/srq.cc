@@ -1,6 +1,6 @@
 // Shared receive queues (include/uroce/verbs.h): the transport's Srq behind
 // the public object. Every QP on an SRQ is served by one engine, the SRQ's
-// only consumer (transport/qp.h), chosen when its first QP is made.
+// only consumer (transport/queues.h), chosen when its first QP is made.
 #include <algorithm>
 #include <cerrno>
 #include <string>
