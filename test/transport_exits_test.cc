@@ -550,6 +550,68 @@ TEST(TransportSteps, AnAtomicIsExecutedOnceAndReplayedOnce) {
   }
 }
 
+// too_many_reads refuses an atomic as it refuses a READ (9.7.5.2.4): with
+// the answer queue full of ten READs' answers (one resource), the eleventh
+// request is NAKed Invalid Request and not executed; the NAK's MSN counts
+// the ten READs only.
+TEST(TransportSteps, AReadOrAtomicBeyondTheResourcesIsNakedNotExecuted) {
+  for (const bool atomic : {false, true}) {
+    SCOPED_TRACE(atomic ? "atomic" : "READ");
+    ExitRig rig;
+    ConnectParams params;
+    params.max_rd_atomic = 1;
+    ScriptedRc& r = rig.connect(params);
+    const std::uint64_t five = 5;
+    std::memcpy(rig.region.data() + 64, &five, sizeof five);
+    rig.mark();
+    for (std::uint32_t i = 0; i < 10; ++i) r.inject(rig.read(kRqPsn + i));
+    r.inject(atomic ? rig.fetch_add(kRqPsn + 10, rig.va(64)) : rig.read(kRqPsn + 10, 64));
+    rig.settle();
+    EXPECT_EQ(rig.delta(QpCounter::drop_no_resources), 1u);
+    EXPECT_EQ(rig.delta(QpCounter::nak_inv_req_sent), 1u);
+    EXPECT_EQ(rig.delta(QpCounter::atomics_executed), 0u);
+    std::uint64_t now = 0;
+    std::memcpy(&now, rig.region.data() + 64, sizeof now);
+    EXPECT_EQ(now, 5u) << "the refused atomic executed";
+    EXPECT_EQ(rig.qp()->state(), IBV_QPS_ERR);
+    const auto sent = r.sent();
+    ASSERT_EQ(sent.size(), 1u) << "the NAK alone (nothing owed leaves after it)";
+    EXPECT_EQ(int{sent[0].aeth().syndrome}, int{nak(NakCode::kInvalidRequest)});
+    EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 10);
+    EXPECT_EQ(sent[0].aeth().msn.get(), 10u);
+  }
+}
+
+// A sequence NAK (9.7.5.1.1) that finds the answer queue full is not sent,
+// so it is neither counted nor the one NAK owed until the expected PSN
+// arrives: once the answers have left, the next packet ahead gets it.
+TEST(TransportSteps, ASequenceNakThatFoundNoRoomIsSentLater) {
+  ExitRig rig;
+  ConnectParams params;
+  params.max_rd_atomic = 1;
+  ScriptedRc& r = rig.connect(params);
+  const auto ahead = [&] {
+    r.inject(rig.request(Opcode::kRcWriteOnly, kRqPsn + 12, rig.va(), rig.mr->rkey, 64),
+             std::vector<std::uint8_t>(64, 1));
+  };
+  rig.mark();
+  for (std::uint32_t i = 0; i < 10; ++i) r.inject(rig.read(kRqPsn + i));  // the queue's ten answers
+  ahead();
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::out_of_sequence), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::drop_answer_ring_full), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::nak_seq_sent), 0u);
+  EXPECT_EQ(r.sent().size(), 10u) << "the READs' responses";
+  rig.mark();
+  ahead();
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::nak_seq_sent), 1u);
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(int{sent[0].aeth().syndrome}, int{nak(NakCode::kPsnSequenceError)});
+  EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 10) << "the PSN expected";
+}
+
 // --- The checks can fail --------------------------------------------------------------------
 
 // The failures `check` reports, intercepted (they do not fail this test).
