@@ -55,12 +55,6 @@ struct Provoked {
   std::uint32_t psn = 0;
   std::uint64_t wr_id = kInUse;
   std::size_t setup_frames = 0;
-  // Known defect, not the row's promise: the exit is taken only when the
-  // answer queue is full, so its NAK is never queued (counted under
-  // drop_answer_ring_full) and the QP goes to ERR in silence; the requester
-  // learns of it by timing out. When the NAK leaves, this case fails: drop
-  // the flag.
-  bool answer_lost = false;
 };
 
 // --- Responder: the scenarios -------------------------------------------------------------
@@ -160,16 +154,16 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
     }
     case ResponderExit::too_many_reads: {
       // Eleven READs in one receive burst against one resource: the answer
-      // queue (2 * 1 + 8) holds ten, the eleventh is refused.
+      // queue (2 * 1 + 8) holds ten, the eleventh is refused, with the queue
+      // full. Its NAK leaves all the same; the ten READs' answers do not
+      // (nothing owed leaves after a fatal NAK).
       ConnectParams params;
       params.max_rd_atomic = 1;
       ScriptedRc& r = rig.connect(params);
       rig.post_receives();
       rig.mark();
       for (std::uint32_t i = 0; i <= 10; ++i) r.inject(rig.read(p + i));
-      Provoked got{p + 10};
-      got.answer_lost = true;
-      return got;
+      return {p + 10};
     }
     case ResponderExit::bad_length: {
       ScriptedRc& r = rig.connect();  // path MTU 1024
@@ -323,11 +317,19 @@ void expect_responder_exit(const ExitRig& rig, const ExitRule& rule, const Provo
   std::vector<wire::ParsedFrame> sent = rig.rc->sent();
   ASSERT_GE(sent.size(), got.setup_frames);
   sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(got.setup_frames));
-  if (got.answer_lost) {
-    EXPECT_TRUE(sent.empty()) << "the NAK left after all: the defect is fixed, drop answer_lost";
-    EXPECT_EQ(rig.delta(QpCounter::drop_answer_ring_full), 1u);
-    return;
+  // A fatal NAK is counted under its code once it is queued, and only then.
+  const auto naks_counted = [&](Answer a) {
+    switch (a) {
+      case Answer::kInvalidRequest: return rig.delta(QpCounter::nak_inv_req_sent);
+      case Answer::kRemoteAccess: return rig.delta(QpCounter::nak_rem_access_sent);
+      case Answer::kRemoteOperational: return rig.delta(QpCounter::nak_rem_op_sent);
+      default: return std::uint64_t{0};
+    }
+  };
+  for (const Answer a : {Answer::kInvalidRequest, Answer::kRemoteAccess, Answer::kRemoteOperational}) {
+    EXPECT_EQ(naks_counted(a), a == rule.answer ? 1u : 0u) << "NAKs sent of code " << int{syndrome_of(a, 0)};
   }
+  EXPECT_EQ(rig.delta(QpCounter::drop_answer_ring_full), 0u) << "an answer was lost";
   if (rule.answer == Answer::kNothing) {
     EXPECT_TRUE(sent.empty()) << "nothing goes back; sent " << wire::opcode_name(sent[0].opcode);
     return;
@@ -548,6 +550,68 @@ TEST(TransportSteps, AnAtomicIsExecutedOnceAndReplayedOnce) {
   }
 }
 
+// too_many_reads refuses an atomic as it refuses a READ (9.7.5.2.4): with
+// the answer queue full of ten READs' answers (one resource), the eleventh
+// request is NAKed Invalid Request and not executed; the NAK's MSN counts
+// the ten READs only.
+TEST(TransportSteps, AReadOrAtomicBeyondTheResourcesIsNakedNotExecuted) {
+  for (const bool atomic : {false, true}) {
+    SCOPED_TRACE(atomic ? "atomic" : "READ");
+    ExitRig rig;
+    ConnectParams params;
+    params.max_rd_atomic = 1;
+    ScriptedRc& r = rig.connect(params);
+    const std::uint64_t five = 5;
+    std::memcpy(rig.region.data() + 64, &five, sizeof five);
+    rig.mark();
+    for (std::uint32_t i = 0; i < 10; ++i) r.inject(rig.read(kRqPsn + i));
+    r.inject(atomic ? rig.fetch_add(kRqPsn + 10, rig.va(64)) : rig.read(kRqPsn + 10, 64));
+    rig.settle();
+    EXPECT_EQ(rig.delta(QpCounter::drop_no_resources), 1u);
+    EXPECT_EQ(rig.delta(QpCounter::nak_inv_req_sent), 1u);
+    EXPECT_EQ(rig.delta(QpCounter::atomics_executed), 0u);
+    std::uint64_t now = 0;
+    std::memcpy(&now, rig.region.data() + 64, sizeof now);
+    EXPECT_EQ(now, 5u) << "the refused atomic executed";
+    EXPECT_EQ(rig.qp()->state(), IBV_QPS_ERR);
+    const auto sent = r.sent();
+    ASSERT_EQ(sent.size(), 1u) << "the NAK alone (nothing owed leaves after it)";
+    EXPECT_EQ(int{sent[0].aeth().syndrome}, int{nak(NakCode::kInvalidRequest)});
+    EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 10);
+    EXPECT_EQ(sent[0].aeth().msn.get(), 10u);
+  }
+}
+
+// A sequence NAK (9.7.5.1.1) that finds the answer queue full is not sent,
+// so it is neither counted nor the one NAK owed until the expected PSN
+// arrives: once the answers have left, the next packet ahead gets it.
+TEST(TransportSteps, ASequenceNakThatFoundNoRoomIsSentLater) {
+  ExitRig rig;
+  ConnectParams params;
+  params.max_rd_atomic = 1;
+  ScriptedRc& r = rig.connect(params);
+  const auto ahead = [&] {
+    r.inject(rig.request(Opcode::kRcWriteOnly, kRqPsn + 12, rig.va(), rig.mr->rkey, 64),
+             std::vector<std::uint8_t>(64, 1));
+  };
+  rig.mark();
+  for (std::uint32_t i = 0; i < 10; ++i) r.inject(rig.read(kRqPsn + i));  // the queue's ten answers
+  ahead();
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::out_of_sequence), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::drop_answer_ring_full), 1u);
+  EXPECT_EQ(rig.delta(QpCounter::nak_seq_sent), 0u);
+  EXPECT_EQ(r.sent().size(), 10u) << "the READs' responses";
+  rig.mark();
+  ahead();
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::nak_seq_sent), 1u);
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(int{sent[0].aeth().syndrome}, int{nak(NakCode::kPsnSequenceError)});
+  EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 10) << "the PSN expected";
+}
+
 // --- The checks can fail --------------------------------------------------------------------
 
 // The failures `check` reports, intercepted (they do not fail this test).
@@ -599,7 +663,6 @@ TEST(TransportExitChecks, FailOnAnotherCounterAnswerOrStatus) {
       ExitRig rig;
       const Provoked got = provoke(rig, e);
       rig.settle();
-      if (change == 1 && got.answer_lost) continue;  // no answer to check
       EXPECT_EQ(failures_of([&] { expect_responder_exit(rig, transport::rule_of(e), got); }), 0u);
       EXPECT_GT(failures_of([&] { expect_responder_exit(rig, wrong, got); }), 0u) << "change " << change;
     }

@@ -51,16 +51,19 @@ void queue_ack(Qp& qp, std::uint32_t psn) {
   }
 }
 
-void queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
-  if (Response* r = push(qp)) {
-    r->kind = Response::Kind::kAck;
-    r->psn = psn;
-    r->syndrome = syndrome;
-    r->msn = qp.resp.msn;
-    r->fatal = fatal;
-  } else {
+// False: not queued (the queue is full), so not sent.
+bool queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
+  Response* r = push(qp);
+  if (r == nullptr) {
     qp.counters.add(QpCounter::drop_answer_ring_full);
+    return false;
   }
+  r->kind = Response::Kind::kAck;
+  r->psn = psn;
+  r->syndrome = syndrome;
+  r->msn = qp.resp.msn;
+  r->fatal = fatal;
+  return true;
 }
 
 // A request that executes no further: its exit's row (rules.h) says what
@@ -135,11 +138,12 @@ void take_exit(Qp& qp, const Request& r) {
   switch (rule.answer) {
     case Answer::kNothing: return;
     case Answer::kSequenceNak:
-      // One sequence NAK until the expected PSN arrives (9.7.5.1.1).
+      // One sequence NAK until the expected PSN arrives (9.7.5.1.1); one
+      // that found no room is not that one: the next packet ahead tries again.
       if (qp.resp.nak_sent) return;
+      if (!queue_nak(qp, qp.resp.psn, wire::make_syndrome(AethKind::kNak, 0), false)) return;
       qp.resp.nak_sent = true;
       qp.counters.add(QpCounter::nak_seq_sent);
-      queue_nak(qp, qp.resp.psn, wire::make_syndrome(AethKind::kNak, 0), false);
       return;
     case Answer::kRnrNak:
       // The expected PSN stays: the retry after the timer is this packet again.
@@ -148,13 +152,18 @@ void take_exit(Qp& qp, const Request& r) {
     case Answer::kInvalidRequest:
     case Answer::kRemoteAccess:
     case Answer::kRemoteOperational:
-      // Classes B-D and J (IBTA 9.9.3): NAK, end the receive in use, ERR.
-      count_nak_sent(qp, rule.answer);
-      queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(nak_code(rule.answer))), true);
+      // Classes B-D and J (IBTA 9.9.3): end the receive in use, ERR, NAK.
+      // ERR first: it drops every answer still owed (none may leave after
+      // a fatal NAK), so the NAK always finds room, even when a full queue
+      // is why the request was refused (too_many_reads).
       if (rule.status != kNoCompletion && recv_in_use(qp)) {
         complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
       }
       qp_enter_error(qp);
+      if (queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kNak, static_cast<std::uint8_t>(nak_code(rule.answer))),
+                    true)) {
+        count_nak_sent(qp, rule.answer);
+      }
       return;
   }
 }
@@ -404,6 +413,15 @@ bool read_source_valid(Qp& qp, Env& env, Response& r) {
   return true;
 }
 
+// too_many_reads: the requester keeps at most max_dest_rd_atomic READs and
+// atomics outstanding (its max_rd_atomic is at most our max_dest_rd_atomic).
+// A new one is refused when its answer finds no room in the queue: sized
+// for that many READs and atomics and the ACKs between them, only a
+// requester over the limit fills it. Counting the READs and atomics whose
+// answers are unsent instead would refuse a requester within it: a retried
+// READ is answered again although the first answers may have reached the
+// requester meanwhile (the responder never learns when they arrive). rxe
+// never refuses one (it reuses its oldest resource).
 ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   qp.counters.add(QpCounter::rx_packets);
   const wire::Reth reth = r.p.reth();
@@ -415,8 +433,11 @@ ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   const std::uint64_t len = reth.dma_length.get();
   const std::uint64_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   const std::uint32_t last = psn_add(r.psn, static_cast<std::int64_t>(npackets) - 1);
+  // The MSN moves only if it executes: a refused READ completes nothing.
+  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, qp.resp.msn + 1)) {
+    return leave(r, ResponderExit::too_many_reads);
+  }
   ++qp.resp.msn;
-  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, qp.resp.msn)) return leave(r, ResponderExit::too_many_reads);
   ResponderResource& res = new_resource(qp);
   res.first_psn = r.psn;
   res.last_psn = last;
