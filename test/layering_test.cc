@@ -52,18 +52,20 @@ const std::vector<Layer> kLayers = {
     {"mem", "lib/mem", {}, false},
     {"cc", "lib/cc", {}, false},
     {"pcap", "lib/pcap", {}, false},
+    // The "uroce" logger (spdlog) behind uroce/log.h: control path only.
+    {"log", "lib/log", {"uroce/log.h"}, true},
     {"transport", "lib/transport", {"wire", "mem", "cc", kPort}, false},
     {"engine", "lib/engine", {"wire", "mem", "cc", "transport", kPort}, false},
     // The client's half of the service protocol: sockets and shared memory.
     {"service", "lib/service", {}, false},
-    {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce"}, true},
+    {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce"}, true},
     // The communication manager (QP1, IB CM) on the API and verbs' internals.
-    {"cm", "lib/cm", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, false},
-    {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs"}, true, true},
+    {"cm", "lib/cm", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, false},
+    {"compose", "lib/compose", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, true, true},
     // libibverbs.so.1 on top of the stack: starts EAL and opens a compose::Device.
-    {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose"}, true, true},
+    {"ibverbs", "lib/ibverbs", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "compose"}, true, true},
     // librdmacm.so.1: lib/cm on libibverbs.so.1's device.
-    {"rdmacm", "lib/rdmacm", {"wire", "mem", "cc", "transport", "engine", "service", "uroce", "verbs", "compose", "cm", "ibverbs"}, false, true},
+    {"rdmacm", "lib/rdmacm", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "compose", "cm", "ibverbs"}, false, true},
 };
 
 const std::regex kInclude(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "dpdk/eal.h"
 #include "compose/telemetry.h"
-#include "verbs/log.h"
+#include "dpdk/eal.h"
+#include "log/log.h"
 
 namespace uroce::dpdk {
 

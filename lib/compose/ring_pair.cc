@@ -2,8 +2,8 @@
 
 #include "compose/device.h"
 #include "compose/telemetry.h"
+#include "log/log.h"
 #include "uroce/stats.h"
-#include "verbs/log.h"
 
 namespace uroce::dpdk {
 
