@@ -25,7 +25,7 @@
 #include "common/work_request.h"
 #include "sim/plot.h"
 #include "sim/scenario.h"
-#include "sim/sim_fabric.h"
+#include "device/sim_fabric.h"
 #include "verbs/connect.h"
 
 namespace {
@@ -174,7 +174,7 @@ class ScenarioRun {
 
   const Run& run_;
   const Scenario& sc_;
-  sim::SimFabric fabric_;
+  device::SimFabric fabric_;
   std::vector<Host> hosts_;
   std::vector<Flow> flows_;
   Samples samples_;
