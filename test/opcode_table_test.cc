@@ -91,6 +91,18 @@ TEST(OpcodeTable, FlushAndAtomicWriteAreKnownButUnsupported) {
   EXPECT_TRUE(opcode_info(Opcode::kRcSendOnly).supported());
   EXPECT_TRUE(opcode_info(Opcode::kRcCompareSwap).supported());
   EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).has(kFixedPayload8));
+  EXPECT_TRUE(opcode_info(Opcode::kUcSendFirst).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kUdSendOnly).supported());
+}
+
+// UC and UD run end to end (ud_uc_test): no row of theirs is flagged
+// unsupported; FLUSH and ATOMIC WRITE are the only known opcodes that are.
+TEST(OpcodeTable, OnlyFlushAndAtomicWriteAreUnsupported) {
+  for (const auto& [op, bytes] : kHeaderBytes) {
+    const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
+    const bool unsupported = op == 0x1c || op == 0x1d;
+    EXPECT_EQ(info.supported(), !unsupported) << info.name;
+  }
 }
 
 }  // namespace

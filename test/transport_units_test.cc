@@ -168,6 +168,141 @@ TEST(QpStateMachine, EveryRequiredAttributeIsRequiredAndEveryOtherRefused) {
   }
 }
 
+// IBTA table 91 as the three switch functions (RC, UC, UD) said it before
+// it became one [cur][next] table: every valid (service, cur, next) with
+// its required and optional attributes, printed from the switches by a
+// throwaway program. Every pair not listed is invalid.
+struct Table91Row {
+  ibv_qp_type type;
+  ibv_qp_state from, to;
+  int required, optional;
+};
+constexpr Table91Row kTable91Snapshot[] = {
+    {IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT, 0},
+    {IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT},
+    {IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR,
+     IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN,
+     IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_ALT_PATH},
+    {IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS,
+     IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_RTS, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_SQD, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY},
+    {IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_SQD, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_SQD, IBV_QPS_RTS, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_RC, IBV_QPS_SQD, IBV_QPS_SQD, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+         IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER |
+         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_RC, IBV_QPS_SQD, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_SQE, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE},
+    {IBV_QPT_RC, IBV_QPS_SQE, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_ERR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_RC, IBV_QPS_ERR, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RESET, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT, 0},
+    {IBV_QPT_UC, IBV_QPS_RESET, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT},
+    {IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_DEST_QPN,
+     IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_ALT_PATH},
+    {IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RTR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_UC, IBV_QPS_RTR, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RTS, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_RTS, IBV_QPS_RTS, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_UC, IBV_QPS_RTS, IBV_QPS_SQD, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY},
+    {IBV_QPT_UC, IBV_QPS_RTS, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_SQD, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_SQD, IBV_QPS_RTS, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_UC, IBV_QPS_SQD, IBV_QPS_SQD, 0,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPT_UC, IBV_QPS_SQD, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_SQE, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS},
+    {IBV_QPT_UC, IBV_QPS_SQE, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_ERR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UC, IBV_QPS_ERR, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RESET, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0},
+    {IBV_QPT_UD, IBV_QPS_RESET, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_RTR, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RTR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_RTR, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RTS, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_RTS, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_RTS, IBV_QPS_SQD, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY},
+    {IBV_QPT_UD, IBV_QPS_RTS, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_SQD, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_SQD, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_SQD, IBV_QPS_SQD, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_SQD, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_SQE, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_SQE, IBV_QPS_RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+    {IBV_QPT_UD, IBV_QPS_SQE, IBV_QPS_ERR, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_ERR, IBV_QPS_RESET, 0, 0},
+    {IBV_QPT_UD, IBV_QPS_ERR, IBV_QPS_ERR, 0, 0},
+};
+
+TEST(QpStateMachine, Table91MatchesItsSnapshotForEveryServiceAndPair) {
+  const std::string names[] = {"RC", "UC", "UD"};
+  int i = 0;
+  for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+    std::map<std::pair<int, int>, Table91Row> expected;
+    for (const Table91Row& r : kTable91Snapshot) {
+      if (r.type == type) expected[{r.from, r.to}] = r;
+    }
+    for (ibv_qp_state from : kStates) {
+      for (ibv_qp_state to : kStates) {
+        const std::string where = names[i] + " " + qp_state_name(from) + "->" + qp_state_name(to);
+        const TransitionRule rule = qp_transition(type, from, to);
+        const auto it = expected.find({from, to});
+        if (it == expected.end()) {
+          EXPECT_FALSE(rule.valid) << where;
+          EXPECT_EQ(rule.required, 0) << where;
+          EXPECT_EQ(rule.optional, 0) << where;
+          continue;
+        }
+        EXPECT_TRUE(rule.valid) << where;
+        EXPECT_EQ(rule.required, it->second.required) << where;
+        EXPECT_EQ(rule.optional, it->second.optional) << where;
+        if (type == IBV_QPT_RC) {
+          const TransitionRule rc = rc_transition(from, to);
+          EXPECT_TRUE(rc.valid && rc.required == rule.required && rc.optional == rule.optional) << where;
+        }
+        // Types without a column of their own follow RC's.
+        const TransitionRule raw = qp_transition(IBV_QPT_RAW_PACKET, from, to);
+        const TransitionRule rc = qp_transition(IBV_QPT_RC, from, to);
+        EXPECT_TRUE(raw.valid == rc.valid && raw.required == rc.required && raw.optional == rc.optional) << where;
+      }
+    }
+    ++i;
+  }
+  EXPECT_EQ(std::size(kTable91Snapshot), 3u * 23u);  // per service: 9 transitions + every state to RESET and ERR
+  // A state outside the table is no transition (the table's bounds).
+  EXPECT_FALSE(qp_transition(IBV_QPT_RC, IBV_QPS_UNKNOWN, IBV_QPS_RESET).valid);
+  EXPECT_FALSE(qp_transition(IBV_QPT_UD, IBV_QPS_RTS, IBV_QPS_UNKNOWN).valid);
+}
+
 TEST(QpStateMachine, ModifyWithoutStateStaysAndNeedsALegalSelfTransition) {
   ibv_qp_attr a = valid_attr(IBV_QPS_RTS, IBV_QPS_RTS);
   EXPECT_EQ(check_modify(IBV_QPS_RTS, a, IBV_QP_MIN_RNR_TIMER, {}).error, 0);

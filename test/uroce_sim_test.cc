@@ -18,7 +18,12 @@ TEST(UroceSim, FairnessConvergesWithoutLossWithDcqcnAndCollapsesWithout) {
   const SimRun on = run_sim("fairness --seed " + std::to_string(seed));
   ASSERT_EQ(on.status, 0) << on.output;
   EXPECT_EQ(on.csv_header, "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops,pauses,paused_us");
-  EXPECT_EQ(on.png_magic, std::string("\x89PNG\r\n\x1a\n", 8));
+  // One row per flow and sample, and what a plot of them needs.
+  EXPECT_EQ(on.csv_rows, field(on.summary, "flows") * field(on.summary, "duration_us") / field(on.summary, "sample_us"));
+  EXPECT_EQ(field(on.summary, "sample_us"), 50) << on.summary;
+  EXPECT_GT(field(on.summary, "kmax_bytes"), 0) << on.summary;
+  EXPECT_EQ(list_field(on.summary, "flow_sender").size(), 2u) << on.summary;
+  EXPECT_NE(on.summary.find("\"title\": \"fairness, 2 flows, DCQCN on, seed "), std::string::npos) << on.summary;
   EXPECT_EQ(field(on.summary, "data_intact"), 1) << on.summary;
   EXPECT_EQ(field(on.summary, "drops"), 0) << "buffer = Kmax + one BDP";
   EXPECT_GE(field(on.summary, "jain_last_half"), 0.95) << on.summary;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the service costs (README "Running as a service", Cost): the same
+# What the service costs (docs/service.md, Cost): the same
 # verbs program, uroce-bench-abi-verbs on lib/ibverbs (two RC QPs of one
 # device in loopback on net_ring0: 8 B SEND and 8 B WRITE ping-pongs, 64 KiB
 # WRITEs with 16 outstanding), in turns RUNS times:

@@ -15,7 +15,7 @@
 # committed inputs of test/fuzz/corpus/<harness>/.
 #
 # UROCE_FUZZ_RUNS=N runs each harness for N executions instead of SECONDS
-# (the long runs of the README: UROCE_FUZZ_RUNS=10000000 tools/fuzz.sh).
+# (the long runs of docs/measurements.md: UROCE_FUZZ_RUNS=10000000 tools/fuzz.sh).
 #
 # usage: [UROCE_FUZZ_HARNESSES="rc_rx"] tools/fuzz.sh [SECONDS] [RESULTS_DIR]
 #   RESULTS_DIR: one GoogleTest XML report per harness, fuzz-<harness>.xml,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# UCX over UD between uroce and Linux Soft-RoCE (the qemu guest of
-# ../shared/tools/rxe-peer), both directions: Debian's ucx_perftest at the UCP
+# UCX over UD between uroce and Linux Soft-RoCE (a qemu guest,
+# RXE_PEER: see docs/testing.md), both directions: Debian's ucx_perftest at the UCP
 # level with UCX_TLS=ud_verbs, our side under uroce-run on a DPDK af_packet
 # port. Prints PASS/FAIL per case with UCX's "Final" line, ends
 # "N passed, M failed".
@@ -16,8 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
-peer=${RXE_PEER:-../shared/tools/rxe-peer/peer.sh}
-[[ -x $peer ]] || { echo "interop-rxe-ucx: $peer not found (set RXE_PEER)"; exit 2; }
+peer=${RXE_PEER:-}
+[[ -n $peer && -x $peer ]] || { echo "interop-rxe-ucx: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
 "$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe-ucx: guest build failed"; exit 1; }
 "$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe-ucx: guest did not boot"; exit 1; }
 if ! command -v ucx_perftest >/dev/null; then

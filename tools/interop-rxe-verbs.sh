@@ -3,7 +3,7 @@
 # and SEND/WRITE over UD and UC), ibv_rc_pingpong, ibv_srq_pingpong,
 # ibv_ud_pingpong and ibv_uc_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
 # port) against the same stock binaries on Linux Soft-RoCE in a qemu guest
-# (../shared/tools/rxe-peer), both directions. Prints PASS/FAIL per case with
+# (RXE_PEER, see docs/testing.md), both directions. Prints PASS/FAIL per case with
 # the figures of the uroce side, writes JSON, ends "N passed, M failed".
 # Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
 # UROCE_INTEROP_ONLY=REGEX runs only the cases whose command matches.
@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/interop-rxe-verbs.json}
-peer=${RXE_PEER:-../shared/tools/rxe-peer/peer.sh}
-[[ -x $peer ]] || { echo "interop-rxe-verbs: $peer not found (set RXE_PEER)"; exit 2; }
+peer=${RXE_PEER:-}
+[[ -n $peer && -x $peer ]] || { echo "interop-rxe-verbs: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
 "$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe-verbs: guest build failed, see /tmp/uroce-interop-build.log"; exit 1; }
 "$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe-verbs: guest did not boot"; exit 1; }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Live interop with Linux Soft-RoCE: rdma-core's stock ibv_rc_pingpong in a
-# qemu guest (../shared/tools/rxe-peer) against uroce-pingpong on a DPDK
+# qemu guest (RXE_PEER, see docs/testing.md) against uroce-pingpong on a DPDK
 # af_packet port, both directions, sizes 1, 4096 and 65536, MTUs 1024 and
 # 4096 over IPv4 (GID index 1), and 4096 B at MTU 1024 over IPv6 link-local
 # (GID index 0), buffers validated (-c). Prints PASS/FAIL per case and
@@ -12,9 +12,9 @@ cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/interop-rxe.json}
-peer=${RXE_PEER:-../shared/tools/rxe-peer/peer.sh}
+peer=${RXE_PEER:-}
 iters=${ITERS:-200}
-[[ -x $peer ]] || { echo "interop-rxe: $peer not found (set RXE_PEER)"; exit 2; }
+[[ -n $peer && -x $peer ]] || { echo "interop-rxe: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
 "$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe: guest build failed, see /tmp/uroce-interop-build.log"; exit 1; }
 "$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe: guest did not boot"; exit 1; }
 

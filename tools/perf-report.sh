@@ -29,7 +29,7 @@ quick=${1:-}
 perf=$build/apps/perf/uroce-perf
 raw=$build/apps/bench/uroce-bench-raw
 run=$build/apps/run/uroce-run
-plot=$build/apps/plot/uroce-plot
+plot=tools/plot.py  # matplotlib, installed by tools/setup.sh
 for b in "$perf" "$raw" "$run" "$plot"; do
   [[ -x $b ]] || { echo "perf-report: $b missing; run tools/setup.sh" >&2; exit 1; }
 done

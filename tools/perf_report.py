@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The figures of tools/perf-report.sh: reads the run's results folder, writes
-DOCS/perf/report.json, the plots (DOCS/perf/*.png, drawn by uroce-plot) and
+DOCS/perf/report.json, the plots (DOCS/perf/*.png, drawn by tools/plot.py) and
 the generated part of DOCS/performance.md (between its report markers).
 
-usage: perf_report.py RESULTS DOCS UROCE_PLOT
+usage: perf_report.py RESULTS DOCS PLOT   (PLOT: tools/plot.py)
 """
 import datetime
 import json
@@ -216,7 +216,7 @@ def plots(r, docs, plot_bin):
         with open(src, "w") as f:
             json.dump(spec, f, indent=1)
         png = os.path.join(docs, "perf", f"{name}.png")
-        if subprocess.run([plot_bin, src, png]).returncode == 0:
+        if subprocess.run([plot_bin, "chart", src, png]).returncode == 0:
             made.append(name)
     return made
 

@@ -9,15 +9,16 @@
 # SPEC (uroce follows it where this Soft-RoCE does not: the guest's kernel
 # 6.1 rxe has no length checks; later kernels added them), DIFF or FAIL
 # (look). Exit 0 unless a case is DIFF, FAIL or ERROR. Writes JSON. Needs root and the guest
-# (../shared/tools/rxe-peer; built if missing, booted if down).
+# (a Soft-RoCE peer under qemu, RXE_PEER: see docs/testing.md; built if
+# missing, booted if down).
 # Usage: tools/probe-rxe.sh [OUT.json]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/probe-rxe.json}
-peer=${RXE_PEER:-../shared/tools/rxe-peer/peer.sh}
-[[ -x $peer ]] || { echo "probe-rxe: $peer not found (set RXE_PEER)"; exit 2; }
+peer=${RXE_PEER:-}
+[[ -n $peer && -x $peer ]] || { echo "probe-rxe: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
 "$peer" build >/tmp/uroce-probe-build.log 2>&1 || { echo "probe-rxe: guest build failed, see /tmp/uroce-probe-build.log"; exit 1; }
 "$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-probe-up.log 2>&1 || { echo "probe-rxe: guest did not boot"; exit 1; }
 

@@ -20,6 +20,7 @@ PACKAGES=(
   perftest                      # stock ib_write_bw & co., run on our libibverbs.so.1 by the tests
   librdmacm-dev                 # rdma-core's <rdma/rdma_cma.h>, the ABI lib/rdmacm implements (header only)
   rdmacm-utils                  # stock rping, run on our librdmacm.so.1 by the tests
+  python3-matplotlib            # tools/plot.py: the plots of docs/ (and its test)
 )
 
 missing=()

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# Runs uroce-sim's built-in scenarios and copies their plots to apps/sim/plots/
-# for the README (rates above, the bottleneck queue and Kmax below, with PFC
-# the senders' paused time under that), with the summaries beside them, and
-# prints the README's incast table (N-to-1 with and without PFC and DCQCN).
+# Runs uroce-sim's built-in scenarios and draws their plots into docs/plots/
+# with tools/plot.py, for docs/congestion.md (rates above, the bottleneck queue
+# and Kmax below, with PFC the senders' paused time under that), with the
+# summaries beside them, and
+# prints docs/congestion.md's incast table (N-to-1 with and without PFC and DCQCN).
 # Rerun after changing the transport, DCQCN or the switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh >/dev/null
 build=${UROCE_BUILD_DIR:-build}
-mkdir -p apps/sim/plots
+mkdir -p docs/plots
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {  # name, args...
   local name=$1
   shift
   "$build/apps/sim/uroce-sim" "$@" --out "$tmp/$name" | sed "s/^/[$name] /"
-  cp "$tmp/$name/plot.png" "apps/sim/plots/$name.png"
-  cp "$tmp/$name/summary.json" "apps/sim/plots/$name.json"
+  tools/plot.py sim "$tmp/$name" "docs/plots/$name.png"
+  cp "$tmp/$name/summary.json" "docs/plots/$name.json"
 }
 run fairness fairness
 run fairness-dcqcn-off fairness --dcqcn off
@@ -28,7 +29,7 @@ run incast-64-pfc incast --flows 64 --pfc on
 run incast-64 incast --flows 64
 run victim-pfc victim --pfc on --dcqcn off
 run victim-pfc-dcqcn victim --pfc on
-echo "plots in apps/sim/plots/"
+echo "plots in docs/plots/"
 
 # Incast at 8 to 64 flows: where drops begin without PFC, and what PFC
 # costs in pauses.

@@ -48,7 +48,7 @@ side() {
   case $link in
     memif)
       # bsize=8192: with memif's default 2 KiB buffers a ping-pong of 4 KiB-MTU
-      # messages of ~20 packets or more stalls in retransmission timeouts (README).
+      # messages of ~20 packets or more stalls in retransmission timeouts (docs/ibverbs.md).
       echo "$run $eal -l $core --vdev=net_memif0,role=$role,socket=$tmp/memif.sock,bsize=8192 -- --ip 10.0.0.$ip/24" ;;
     veth)
       local ns=$nsa dev=svveth0

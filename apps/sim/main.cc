@@ -3,8 +3,9 @@
 // (and in the victim scenario one of them also to a port of its own);
 // every sample period the flows' delivery rates, the bottleneck's queue,
 // marks and drops, and with PFC the pauses each sender took, go to
-// timeseries.csv; summary.json holds the figures the scenario is judged by;
-// plot.png draws rates, the queue and pauses over time.
+// timeseries.csv; summary.json holds the figures the scenario is judged by
+// and what a plot of the run needs (tools/plot.py sim DIR draws rates, the
+// queue and pauses over time from the two).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -23,7 +24,6 @@
 #include "common/args.h"
 #include "common/text_file.h"
 #include "common/work_request.h"
-#include "sim/plot.h"
 #include "sim/scenario.h"
 #include "device/sim_fabric.h"
 #include "verbs/connect.h"
@@ -44,7 +44,7 @@ constexpr const char* kUsage =
     "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1)\n"
     "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file\n"
     "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
-    "  --out     directory for timeseries.csv, summary.json and plot.png\n"
+    "  --out     directory for timeseries.csv and summary.json (tools/plot.py sim DIR plots them)\n"
     "Exit status: 0 ok; 1 the run failed (data not intact, a transfer error); 2 bad usage.\n";
 
 // What the command line asks for.
@@ -133,9 +133,6 @@ struct Flow {
 
 // The bottleneck's figures over the run, sampled every sample_us.
 struct Samples {
-  std::vector<double> queue;  // per sample, bytes
-  std::vector<double> paused;  // per sample, the share of the senders' time paused (0-1)
-  std::uint64_t paused_prev_ns = 0;
   std::uint64_t busy_delivered_bytes = 0, busy_samples = 0;
   std::uint64_t max_queue_last_half = 0;  // the standing queue, after the start-up burst
 };
@@ -283,13 +280,7 @@ void ScenarioRun::sample(std::uint64_t t_us, std::ofstream& csv) {
   const sim::EgressStats& st = sw.stats(0);
   const std::uint64_t q = sw.queue_bytes(0);
   const bool last_half = t_us > sc_.duration_us / 2;
-  samples_.queue.push_back(static_cast<double>(q));
   if (last_half) samples_.max_queue_last_half = std::max(samples_.max_queue_last_half, q);
-  std::uint64_t paused = 0;
-  for (std::size_t h = 1; h <= senders(); ++h) paused += sw.paused_ns(static_cast<int>(h));
-  samples_.paused.push_back(static_cast<double>(paused - samples_.paused_prev_ns) /
-                            (static_cast<double>(senders()) * static_cast<double>(sc_.sample_us) * 1000));
-  samples_.paused_prev_ns = paused;
   std::uint64_t sample_bytes = 0;
   const double sample_s = static_cast<double>(sc_.sample_us) * 1e-6;
   for (std::size_t f = 0; f < flows_.size(); ++f) {
@@ -373,7 +364,7 @@ struct Phase {
   double jain = 0, utilisation = 0, worst_deviation = 0;
 };
 
-// What summary.json, the plot and the printout report.
+// What summary.json and the printout report.
 struct Results {
   std::vector<double> tput;  // per flow, b/s over the last half
   double jain = 0;
@@ -386,6 +377,7 @@ struct Results {
   std::vector<std::uint64_t> pauses, paused_us;
   std::uint64_t pauses_total = 0, headroom_drops = 0, max_ingress_bytes = 0, headroom_bytes = 0;
   double victim_bps = -1;  // the victim flow's rate over the last half; -1: none
+  std::vector<std::size_t> sender;  // per flow, its sending host
 };
 
 // Summary over the last half: throughputs, Jain's index, utilisation.
@@ -471,7 +463,18 @@ void write_summary(const Run& run, const Results& r) {
   const Scenario& sc = run.sc;
   const sim::EgressStats& st = r.bottleneck;
   std::ofstream js(run.out + "/summary.json");
-  js << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"flows\": " << sc.flows << ",\n  \"seed\": " << run.seed
+  char title[160];
+  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s, seed %llu", sc.name.c_str(), sc.flows,
+                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", static_cast<unsigned long long>(run.seed));
+  // What a plot needs beyond the figures: its title, the sample period (the
+  // CSV's rows), Kmax, the victim flow's name, each flow's sending host (the
+  // share of the senders' time paused counts each host once).
+  js << "{\n  \"scenario\": \"" << sc.name << "\",\n  \"title\": \"" << title << "\",\n  \"flows\": " << sc.flows
+     << ",\n  \"seed\": " << run.seed << ",\n  \"sample_us\": " << sc.sample_us
+     << ",\n  \"kmax_bytes\": " << sc.bottleneck.kmax_bytes << ",\n  \"last_flow_name\": \"" << (sc.victim ? "victim" : "")
+     << "\",\n  \"flow_sender\": [";
+  for (std::size_t f = 0; f < r.sender.size(); ++f) js << (f ? ", " : "") << r.sender[f];
+  js << "]"
      << ",\n  \"dcqcn\": " << (run.dcqcn ? "true" : "false") << ",\n  \"duration_us\": " << sc.duration_us
      << ",\n  \"bottleneck_gbps\": " << sc.bottleneck.gbps << ",\n  \"buffer_bytes\": " << sc.bottleneck.buffer_bytes
      << ",\n  \"throughput_last_half_bps\": [";
@@ -497,23 +500,6 @@ void write_summary(const Run& run, const Results& r) {
        << ", \"jain\": " << ph.jain << ", \"utilisation\": " << ph.utilisation << ", \"worst_deviation\": " << ph.worst_deviation << "}";
   }
   js << "\n  ],\n  \"data_intact\": " << (r.intact ? "true" : "false") << "\n}\n";
-}
-
-void draw(const Run& run, const std::vector<Flow>& fl, const Samples& samples) {
-  const Scenario& sc = run.sc;
-  std::vector<const std::vector<double>*> rates;
-  for (const Flow& x : fl) rates.push_back(&x.rate);
-  char title[160];
-  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s, seed %llu", sc.name.c_str(), sc.flows,
-                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", static_cast<unsigned long long>(run.seed));
-  simapp::PlotSpec spec{title, sc.gbps, sc.sample_us, sc.bottleneck.kmax_bytes, sc.bottleneck.buffer_bytes, {}};
-  if (sc.victim) spec.last_flow_name = "victim";
-  // The pause strip when PFC is on.
-  const std::vector<double> none;
-  if (std::string err;
-      !simapp::draw_plot(spec, rates, samples.queue, sc.pfc.enabled ? samples.paused : none, run.out + "/plot.png", err)) {
-    std::fprintf(stderr, "uroce-sim: %s\n", err.c_str());
-  }
 }
 
 void print_report(const Run& run, const Results& r) {
@@ -569,8 +555,8 @@ int main(int argc, char** argv) {
   summarize_last_half(run.sc, sim.flows(), sim.samples(), r);
   r.phases = judge_phases(run.sc, sim.flows());
   r.bottleneck = sim.bottleneck();
+  for (const Flow& x : sim.flows()) r.sender.push_back(x.src);
   write_summary(run, r);
-  draw(run, sim.flows(), sim.samples());
   print_report(run, r);
   if (!sim.ok() || !r.intact) {
     std::fprintf(stderr, "uroce-sim: %s\n", sim.failure().c_str());

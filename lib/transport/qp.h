@@ -1,150 +1,35 @@
-// An RC queue pair: its attributes and state, its send and receive queues,
+// A queue pair: its attributes and state, its send and receive queues,
 // and the state of its three protocol roles (IBTA chapter 9.7):
 //   requester (requester.cc): turns send WQEs into request packets;
 //   completer (completer.cc): takes ACKs, NAKs and responses, completes WQEs,
 //     runs the retransmit and RNR timers and go-back-N;
-//   responder (responder.cc): executes requests, answers them in PSN order.
-// Everything here is sized at creation; the data path allocates nothing.
+//   responder (responder.cc): executes requests, answers them in PSN order;
+//   UD (ud.cc): datagrams both ways.
+// The queues it shares with the application are in queues.h, the roles'
+// functions in roles.h. Everything here is sized at creation; the data path
+// allocates nothing.
 #pragma once
 
 #include <infiniband/verbs.h>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "cc/dcqcn.h"
-#include "mem/mr_table.h"
 #include "transport/counters.h"
-#include "wire/crc32.h"
+#include "transport/queues.h"
+#include "transport/roles.h"
 #include "wire/frame.h"
 #include "wire/path_header.h"
-#include "wire/tx_frame.h"
 
 namespace uroce::transport {
 
-inline constexpr std::uint32_t kMaxSge = wire::TxFrame::kMaxPieces;
-inline constexpr std::uint32_t kInlineLkey = 0;  // marks an SGE holding inline data (0 is never an MR key)
 // Request packets in flight (sent, not yet acknowledged) per QP.
 inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far above any BDP here
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
-
-// Completion events of one CQ (ibv_req_notify_cq), shared by its rings:
-// armed once, fired once, by the first completion that matches the arming
-// (IBTA 11.4.2.2: "next" is any completion; "solicited" is a receive with
-// the SE bit, or any completion in error).
-struct CqEvents {
-  enum : int { kDisarmed = 0, kSolicited = 1, kNext = 2 };
-  std::atomic<int> armed{kDisarmed};
-  void (*fire)(void* arg) = nullptr;  // on the thread that pushed the completion
-  void* arg = nullptr;
-  // Fires if armed for a completion of this kind, disarming.
-  void offer(bool solicited) {
-    int a = armed.load(std::memory_order_seq_cst);
-    if (a == kDisarmed || (a == kSolicited && !solicited)) return;
-    if (armed.compare_exchange_strong(a, kDisarmed)) fire(arg);
-  }
-};
-
-// A completion queue's ring: the engine produces, the application polls.
-// Single producer, single consumer, lock-free.
-class CompletionRing {
- public:
-  explicit CompletionRing(std::uint32_t capacity, CqEvents* events = nullptr)
-      : ring_(capacity), capacity_(capacity), events_(events) {}
-  // False (and the ring is marked overflowed) when full. `solicited`: a
-  // receive whose last packet had the SE bit.
-  bool push(const ibv_wc& wc, bool solicited = false);
-  int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
-  std::uint32_t capacity() const { return capacity_; }
-  bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
-  // Whether completions wait to be polled (the application's thread).
-  bool pending() const {
-    return head_.load(std::memory_order_seq_cst) != tail_.load(std::memory_order_relaxed);
-  }
-  std::uint32_t users = 0;  // QPs attached (control path)
-
- private:
-  std::vector<ibv_wc> ring_;
-  std::uint32_t capacity_;
-  std::atomic<std::uint64_t> head_{0};  // next to write
-  std::atomic<std::uint64_t> tail_{0};  // next to read
-  std::atomic<bool> overflow_{false};
-  CqEvents* events_;  // nullptr: nobody waits for events
-};
-
-struct Sge {
-  std::uint64_t addr = 0;
-  std::uint32_t length = 0;
-  std::uint32_t lkey = 0;
-  std::uint8_t* host = nullptr;  // resolved when the WQE is first processed
-};
-
-enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic };
-
-// A send WQE's fields but its SGE list: what post_send resets (the whole
-// WQE is 480 bytes; zeroing it per post was a fifth of an 8-byte WRITE's
-// posting cost).
-struct SendWqeFields {
-  std::uint64_t wr_id = 0;
-  ibv_wr_opcode opcode = IBV_WR_SEND;
-  WqeKind kind = WqeKind::kSend;
-  std::uint32_t send_flags = 0;
-  std::uint32_t imm_data = 0;         // as in ibv_send_wr: already big-endian
-  std::uint32_t invalidate_rkey = 0;
-  std::uint64_t remote_addr = 0;
-  std::uint32_t rkey = 0;
-  std::uint64_t compare_add = 0;
-  std::uint64_t swap = 0;
-  std::uint32_t length = 0;
-  std::uint8_t num_sge = 0;
-  bool resolved = false;
-  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
-  // Requester: the PSNs this WQE occupies, fixed when it is first sent.
-  bool started = false;
-  std::uint32_t first_psn = 0;
-  std::uint32_t npackets = 0;
-};
-
-struct SendWqe : SendWqeFields {
-  std::array<Sge, kMaxSge> sge{};  // num_sge of them in use
-};
-
-// Every field of SendWqeFields to its default, written in place: assigning
-// a zeroed temporary made the compiler fill one on the stack and copy it,
-// a store-forwarding stall on every post.
-inline void reset_fields(SendWqe& w) {
-  static_assert(sizeof(SendWqeFields) == 96, "a field was added or removed: reset it here");
-  w.wr_id = 0;
-  w.opcode = IBV_WR_SEND;
-  w.kind = WqeKind::kSend;
-  w.send_flags = 0;
-  w.imm_data = 0;
-  w.invalidate_rkey = 0;
-  w.remote_addr = 0;
-  w.rkey = 0;
-  w.compare_add = 0;
-  w.swap = 0;
-  w.length = 0;
-  w.num_sge = 0;
-  w.resolved = false;
-  w.mr_epoch = 0;
-  w.started = false;
-  w.first_psn = 0;
-  w.npackets = 0;
-}
-
-struct RecvWqe {
-  std::uint64_t wr_id = 0;
-  std::uint32_t length = 0;
-  std::uint8_t num_sge = 0;
-  bool resolved = false;
-  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
-  std::array<Sge, kMaxSge> sge{};
-};
 
 // A READ or atomic the responder has executed, kept for duplicates
 // (IBTA 9.7.5.1.2-3: max_dest_rd_atomic responder resources).
@@ -179,69 +64,6 @@ struct Response {
   std::uint64_t orig = 0;  // atomic ACK
 };
 static_assert(sizeof(Response) == 64);
-
-template <typename T>
-class FixedRing {
- public:
-  void init(std::uint32_t capacity) {
-    std::uint32_t c = 1;
-    while (c < capacity) c <<= 1;
-    slots_.assign(c, T{});
-    mask_ = c - 1;
-    limit_ = capacity;
-  }
-  T& operator[](std::uint32_t i) { return slots_[i & mask_]; }
-  const T& operator[](std::uint32_t i) const { return slots_[i & mask_]; }
-  std::uint32_t limit() const { return limit_; }
-  std::uint32_t capacity() const { return mask_ + 1; }
-  std::uint32_t slot(std::uint32_t i) const { return i & mask_; }
-
- private:
-  std::vector<T> slots_;
-  std::uint32_t mask_ = 0;
-  std::uint32_t limit_ = 0;
-};
-
-// A shared receive queue (IBTA 10.2.9.5, 11.2.3): receive WQEs any RC QP
-// attached to it consumes, one per incoming message, in the order posted.
-// The application posts (one producer); the engine that serves every QP on
-// it takes (one consumer: lib/verbs puts those QPs on one engine), so it is
-// a single-producer single-consumer ring like a QP's own receive queue.
-struct Srq {
-  std::uint64_t pd = 0;  // ProtectionDomain::id()
-  std::uint32_t max_sge = 0;
-  FixedRing<RecvWqe> ring;
-  std::atomic<std::uint32_t> published{0};  // application -> engine: the next free slot
-  std::atomic<std::uint32_t> taken{0};      // engine -> application: WQEs taken so far
-  // srq_limit (ibv_modify_srq): when fewer WQEs than this remain after a
-  // take, the engine calls on_limit once and disarms it (sets 0), as
-  // IBV_EVENT_SRQ_LIMIT_REACHED works. 0: not armed.
-  std::atomic<std::uint32_t> limit{0};
-  void (*on_limit)(void* arg) = nullptr;
-  void* arg = nullptr;
-};
-
-// ibv_post_srq_recv for one WR (application side): 0, ENOMEM (full) or
-// EINVAL (too many SGEs).
-int srq_post_recv(Srq& srq, const ibv_recv_wr& wr);
-// The engine takes the oldest WQE into `out`; false when none is posted.
-bool srq_take(Srq& srq, RecvWqe& out);
-// WQEs posted and not yet taken (either side may ask; a snapshot).
-std::uint32_t srq_count(const Srq& srq);
-
-// Where a UD send goes (ibv_send_wr.wr.ud): the address handle's headers,
-// copied at post time (the AH may be destroyed once the post returns, as
-// RNICs copy the address vector into the WQE), the destination QP and Q_Key.
-struct UdDest {
-  wire::PathHeader path;
-  std::uint32_t qpn = 0;
-  std::uint32_t qkey = 0;  // as given: the high bit set means "the QP's own Q_Key" (IBTA 10.2.5)
-};
-
-// The 40 bytes a UD receive places before the payload (IBTA 11.4.1.1: the
-// GRH). RoCEv2 carries an IP header instead: IPv6's fills them, IPv4's 20
-// bytes go in the last 20 (as rdma-core's ibv_init_ah_from_wc reads them).
-inline constexpr std::uint32_t kGrhBytes = 40;
 
 struct QpCaps {
   std::uint32_t max_send_wr = 0;
@@ -397,23 +219,8 @@ struct Qp {
   }
 };
 
-// Everything the roles need from outside the QP, per engine.
-struct Env {
-  mem::MrTable* mrs = nullptr;
-  wire::Crc32Fn crc32 = wire::crc32_default;
-  std::uint64_t now = 0;
-  bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
-  const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
-  // Writable heads for the frames the fill functions write, taken from the
-  // top; the engine provides at least as many as the room it offers.
-  wire::TxHead* heads = nullptr;
-  std::uint16_t heads_left = 0;
-  std::uint16_t copy_limit = 0;  // payloads up to this size go into the head (the port's choice)
-};
-
 // --- qp.cc: control path -----------------------------------------------------
 
-// Sizes the queues; the QP starts in RESET.
 // The receive WQE of the message in progress, or of the next one: the QP's
 // own queue's, or the one held from its SRQ.
 inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? *qp.srq_wqe : qp.rq[qp.rq_next]; }
@@ -426,6 +233,7 @@ inline void attach_srq(Qp& qp, Srq* srq) {
 // Whether a receive WQE is at hand without taking one from an SRQ.
 inline bool recv_in_use(const Qp& qp) { return qp.srq != nullptr ? qp.srq_held : qp.rq_next != qp.rq_posted; }
 
+// Sizes the queues; the QP starts in RESET.
 void qp_init(Qp& qp, std::uint32_t qpn, std::uint64_t pd, const QpCaps& caps, CompletionRing* send_cq,
              CompletionRing* recv_cq, ibv_qp_type type = IBV_QPT_RC);
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
@@ -446,87 +254,5 @@ wire::PathHeader data_path(wire::FrameSpec spec, const cc::DcqcnParams* dcqcn);
 void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn);
 // The QP enters ERR: every outstanding and later WR completes with WR_FLUSH_ERR.
 void qp_enter_error(Qp& qp);
-// ibv_post_send / ibv_post_recv for one WR, on the application's side of
-// the queues: 0, ENOMEM or EINVAL. The engine sees the WR at its next poll.
-// A UD QP's WR goes to `ud` (the headers of its wr.ud.ah; required).
-int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr);
-int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
-// The engine's side, once per poll: take in what the application posted
-// (flushing it at once in ERR), and publish what has been retired.
-void sync_from_app(Qp& qp);
-void publish_to_app(Qp& qp);
-
-// --- data path ---------------------------------------------------------------
-
-// requester.cc: up to `room` request packets into `out`.
-std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
-// Go back to `psn` (go-back-N): the next packet sent is the one with that PSN.
-void requester_rewind(Qp& qp, std::uint32_t psn);
-// RNR wait (IBTA 9.7.5.2.8): the completer enters it on an RNR NAK for
-// `psn`; the requester sends nothing until the timer of `timer_code` has
-// run, then resends from `psn`. The engine wakes the QP at
-// requester_wakeup() (0: not waiting).
-void requester_rnr_wait(Qp& qp, Env& env, std::uint32_t psn, std::uint8_t timer_code);
-bool rnr_waiting(Qp& qp, const Env& env);
-std::uint64_t requester_wakeup(const Qp& qp);
-
-// completer.cc
-void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
-void completer_on_timer(Qp& qp, Env& env);
-// Completes sq[comp_next] with `status` (and, if it is an error, moves the QP
-// to ERR and flushes the rest).
-void complete_send(Qp& qp, ibv_wc_status status);
-
-// responder.cc (RC and UC; UD's datagrams go to ud_on_datagram)
-void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
-// datagram.cc: a UD SEND for this QP (IBTA 9.8.x, 11.4.1.1): Q_Key and
-// length checks, a receive WQE, the GRH then the payload.
-void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
-// UD requests: up to `room` datagrams, each to its WR's address.
-std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
-std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
-
-// congestion.cc: DCQCN. A RoCE packet for this QP arrived marked CE (the
-// notification point owes the sender a CNP, at most one per interval).
-// True when a CNP has just become due (cnp_fill sends it).
-bool np_on_ce(Qp& qp, Env& env);
-// Up to `room` CNPs (0 or 1) into `out`: BTH opcode 0x81 with BECN to the
-// peer QP, 16 reserved bytes, the ICRC (Annex A17.9.3).
-std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
-// A CNP for this QP arrived (reaction point).
-void rp_on_cnp(Qp& qp, Env& env);
-// Pacing at the QP's DCQCN rate: whether a data packet (request, READ
-// response) may leave now, and the accounting once one of `frame_bytes`
-// has. Always true with congestion control off.
-bool pace_allows(Qp& qp, Env& env);
-void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes);
-// When the QP, held back by pacing with packets to send, may send again; 0
-// if it is not held back.
-std::uint64_t paced_until(const Qp& qp, const Env& env);
-
-// frames.cc: writes a packet of the QP into `f` (its head taken from
-// env.heads), with the headers `th` (BTH and the extension headers its
-// opcode carries) and the payload `f`'s pieces hold, then the pad and the
-// ICRC. The fill functions below keep to the heads the engine provides.
-void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::uint32_t payload_bytes);
-// The same on another path of the QP's, without counting it as a packet of
-// the QP's traffic (CNPs).
-void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
-                std::uint32_t payload_bytes);
-// A UC or UD packet, whose WR completes once it is built (no ACK comes):
-// the payload is copied into the frame's head, so the application may
-// reuse its buffer as soon as it sees the completion.
-void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
-                 std::uint32_t payload_bytes);
-// The BTH of the QP's next packet: its fixed fields, and these.
-wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited);
-
-// Whether `p` comes from the connected QP's peer address to its own (IP
-// source and destination against the path set at RTR). A QP not yet at RTR
-// has no path: what arrives for it is judged by its state instead.
-bool from_peer(const Qp& qp, const wire::ParsedFrame& p);
-
-// Deadline of the retransmit timer from now (0: the QP's timeout is infinite).
-std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now);
 
 }  // namespace uroce::transport

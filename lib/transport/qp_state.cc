@@ -1,14 +1,12 @@
 #include "transport/qp_state.h"
 
+#include <array>
+
 namespace uroce::transport {
 namespace {
 
 constexpr int kAllFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
-// Attributes a modify may carry when staying in RTS or going RTR->RTS / SQD->RTS.
-constexpr int kRtsOptional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                             IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
 
 }  // namespace
 
@@ -26,129 +24,73 @@ const char* qp_state_name(ibv_qp_state s) {
   return "UNKNOWN";
 }
 
-TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to) {
-  // Any state may go to RESET or ERR, with no attributes besides the state.
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {true, 0, 0};
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0};
-      break;
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
-      if (to == IBV_QPS_RTR) {
-        return {true,
-                IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
-      }
-      break;
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) {
-        return {true,
-                IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                    IBV_QP_MAX_QP_RD_ATOMIC,
-                kRtsOptional};
-      }
-      break;
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, kRtsOptional};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
-      break;
-    case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS) return {true, 0, kRtsOptional};
-      if (to == IBV_QPS_SQD) {
-        return {true, 0,
-                IBV_QP_PKEY_INDEX | IBV_QP_AV | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
-                    IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE |
-                    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER};
-      }
-      break;
-    case IBV_QPS_SQE:
-      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE};
-      break;
-    case IBV_QPS_ERR:
-    case IBV_QPS_UNKNOWN:
-      break;
-  }
-  return {};
-}
-
 namespace {
 
-// UC: RC's states with what a connection without ACKs needs (no timeouts,
-// retries, RNR timer or READ/atomic depth).
-TransitionRule uc_transition(ibv_qp_state from, ibv_qp_state to) {
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {true, 0, 0};
-  constexpr int kRts = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0};
-      break;
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
-      if (to == IBV_QPS_RTR) {
-        return {true, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
-                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
-      }
-      break;
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kRts};
-      break;
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, kRts};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
-      break;
-    case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS) return {true, 0, kRts};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_AV | kRts};
-      break;
-    case IBV_QPS_SQE:
-      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
-      break;
-    default: break;
-  }
-  return {};
-}
+// IBTA table 91 (10.3.1, the kernel's qp_state_table): for each current
+// state and next state, whether an ibv_modify_qp may make that transition,
+// and the attributes it must carry and may carry, per service. Other QP
+// types take RC's column.
+enum Service { kRc, kUc, kUd, kServices };
 
-// UD: no path and no peer; a Q_Key instead, set at INIT, changeable later.
-TransitionRule ud_transition(ibv_qp_state from, ibv_qp_state to) {
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {true, 0, 0};
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0};
-      break;
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
-      if (to == IBV_QPS_RTR) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
-      break;
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      break;
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
-      break;
-    case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
-      break;
-    case IBV_QPS_SQE:
-      if (to == IBV_QPS_RTS) return {true, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      break;
-    default: break;
-  }
-  return {};
-}
+struct Transition {
+  bool valid = false;
+  int required[kServices] = {};  // IBV_QP_* bits that must be in the mask
+  int optional[kServices] = {};  // bits that may be
+};
+
+constexpr int kStates = IBV_QPS_ERR + 1;
+using Table91 = std::array<std::array<Transition, kStates>, kStates>;
+
+// The attributes of a port and its access rights (RC, UC) or Q_Key (UD).
+constexpr int kInitRc = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+constexpr int kInitUd = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+// The path and the peer: RC adds its READ/atomic depth and RNR timer.
+constexpr int kRtrUc = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+constexpr int kRtrRc = kRtrUc | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+constexpr int kRtrOptional = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+// The send side: RC adds its timers, retries and READ/atomic depth.
+constexpr int kRtsRc = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+// What a modify may change into RTS (from RTR, SQD) or within it.
+constexpr int kRtsUcOptional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
+constexpr int kRtsRcOptional = kRtsUcOptional | IBV_QP_MIN_RNR_TIMER;
+constexpr int kRtsUdOptional = IBV_QP_CUR_STATE | IBV_QP_QKEY;
+// What a drained QP may change (SQD to SQD).
+constexpr int kSqdRcOptional = IBV_QP_PKEY_INDEX | IBV_QP_AV | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
+                               IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | kRtsRcOptional;
+constexpr int kSqdUcOptional = IBV_QP_PKEY_INDEX | IBV_QP_AV | kRtsUcOptional;
+
+// Rows {valid, {required RC, UC, UD}, {optional RC, UC, UD}}.
+constexpr Table91 kTable91 = [] {
+  constexpr int kNotify = IBV_QP_EN_SQD_ASYNC_NOTIFY;
+  constexpr int kUdKeys = IBV_QP_PKEY_INDEX | IBV_QP_QKEY;
+  Table91 t{};
+  // Any state may go to RESET or ERR, with no attribute besides the state.
+  for (auto& from : t) from[IBV_QPS_RESET] = from[IBV_QPS_ERR] = Transition{true, {}, {}};
+  t[IBV_QPS_RESET][IBV_QPS_INIT] = {true, {kInitRc, kInitRc, kInitUd}, {0, 0, 0}};
+  t[IBV_QPS_INIT][IBV_QPS_INIT] = {true, {0, 0, 0}, {kInitRc, kInitRc, kInitUd}};
+  t[IBV_QPS_INIT][IBV_QPS_RTR] = {true, {kRtrRc, kRtrUc, 0}, {kRtrOptional, kRtrOptional, kUdKeys}};
+  t[IBV_QPS_RTR][IBV_QPS_RTS] = {true, {kRtsRc, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN},
+                                 {kRtsRcOptional, kRtsUcOptional, kRtsUdOptional}};
+  t[IBV_QPS_RTS][IBV_QPS_RTS] = {true, {0, 0, 0}, {kRtsRcOptional, kRtsUcOptional, kRtsUdOptional}};
+  t[IBV_QPS_RTS][IBV_QPS_SQD] = {true, {0, 0, 0}, {kNotify, kNotify, kNotify}};
+  t[IBV_QPS_SQD][IBV_QPS_RTS] = {true, {0, 0, 0}, {kRtsRcOptional, kRtsUcOptional, kRtsUdOptional}};
+  t[IBV_QPS_SQD][IBV_QPS_SQD] = {true, {0, 0, 0}, {kSqdRcOptional, kSqdUcOptional, kUdKeys}};
+  // Out of the send queue error state (UC, UD: a WR completed in error).
+  t[IBV_QPS_SQE][IBV_QPS_RTS] = {true, {0, 0, 0},
+                                 {IBV_QP_CUR_STATE, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, kRtsUdOptional}};
+  return t;
+}();
 
 }  // namespace
 
 TransitionRule qp_transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to) {
-  switch (type) {
-    case IBV_QPT_UC: return uc_transition(from, to);
-    case IBV_QPT_UD: return ud_transition(from, to);
-    default: return rc_transition(from, to);
-  }
+  if (static_cast<unsigned>(from) >= kStates || static_cast<unsigned>(to) >= kStates) return {};
+  const int service = type == IBV_QPT_UC ? kUc : type == IBV_QPT_UD ? kUd : kRc;
+  const Transition& t = kTable91[from][to];
+  return {t.valid, t.required[service], t.optional[service]};
 }
+
+TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to) { return qp_transition(IBV_QPT_RC, from, to); }
 
 ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
                          const ModifyLimits& limits) {

@@ -220,39 +220,4 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
   return n;
 }
 
-// UD (IBTA 9.8.x): each WR is one datagram, SEND Only with a DETH, to the
-// address, QP and Q_Key of its WR; no ACK, no window, no retransmission;
-// the WR completes once its packet is built.
-std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
-  std::uint16_t n = 0;
-  while (n < room && qp.req_next != qp.sq_posted) {
-    SendWqe& w = qp.sq[qp.req_next];
-    if (qp.state == IBV_QPS_SQD) break;
-    if (wqe_resolve(w, *env.mrs, qp.pd, 0) != mem::AccessResult::kOk) [[unlikely]] {
-      complete_send(qp, IBV_WC_LOC_PROT_ERR);
-      break;
-    }
-    const UdDest& d = qp.ud_dest[qp.sq.slot(qp.req_next)];
-    wire::TxFrame& f = out[n];
-    f.npieces = 0;
-    wire::TransportHeaders th;
-    const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
-    th.bth = packet_bth(qp, imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly, qp.req.psn, false,
-                        (w.send_flags & IBV_SEND_SOLICITED) != 0);
-    th.bth.dest_qp.set(d.qpn);
-    th.deth = wire::Deth{};  // its reserved byte is 0 on the wire
-    // A Q_Key with its high bit set means the QP's own (IBTA 10.2.5, C10-15).
-    th.deth.qkey.set((d.qkey & 0x80000000u) ? qp.attr.qkey : d.qkey);
-    th.deth.src_qp.set(qp.qpn);
-    std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
-    f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, w.length, f.pieces.data());
-    emit_copied(d.path, qp, env, f, th, w.length);
-    qp.req.psn = psn_add(qp.req.psn, 1);
-    ++n;
-    ++qp.req_next;
-    complete_send(qp, IBV_WC_SUCCESS);
-  }
-  return n;
-}
-
 }  // namespace uroce::transport

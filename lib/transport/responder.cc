@@ -2,10 +2,10 @@
 // executes new requests in order (after every key, bounds, access and PD
 // check), answers duplicates without executing them twice, and queues its
 // answers (ACKs, NAKs, READ responses, atomic ACKs) to leave in PSN order.
-#include <array>
 #include <cstring>
 
 #include "transport/psn.h"
+#include "transport/responder_parts.h"
 #include "transport/rules.h"
 #include "transport/sgl.h"
 #include "wire/opcode.h"
@@ -61,39 +61,6 @@ void queue_nak(Qp& qp, std::uint32_t psn, std::uint8_t syndrome, bool fatal) {
   } else {
     qp.counters.add(QpCounter::drop_answer_ring_full);
   }
-}
-
-// Ends the receive WQE in use with `wc` (wr_id and qp_num filled here).
-void finish_recv(Qp& qp, ibv_wc& wc, bool solicited) {
-  wc.wr_id = recv_wqe(qp).wr_id;
-  wc.qp_num = qp.qpn;
-  if (qp.srq != nullptr) {
-    qp.srq_held = false;
-  } else {
-    ++qp.rq_next;
-  }
-  qp.counters.add(QpCounter::completions);
-  if (wc.status != IBV_WC_SUCCESS) qp.counters.add(QpCounter::completion_errors);
-  publish_to_app(qp);  // the slot is free before the completion can be polled
-  if (!qp.recv_cq->push(wc, solicited)) qp_enter_error(qp);
-}
-
-void complete_recv(Qp& qp, ibv_wc_status status, ibv_wc_opcode opcode, std::uint32_t byte_len,
-                   const wire::ParsedFrame* p) {
-  ibv_wc wc{};
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.src_qp = qp.attr.dest_qp_num;
-  if (p != nullptr && p->has(wire::ExtHdr::kImmDt)) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    std::memcpy(&wc.imm_data, &p->frame[p->bth_offset + p->info->offset_of(wire::ExtHdr::kImmDt)], 4);
-  }
-  if (p != nullptr && p->has(wire::ExtHdr::kIeth)) {
-    wc.wc_flags |= IBV_WC_WITH_INV;
-    wc.invalidated_rkey = p->ieth().rkey.get();
-  }
-  finish_recv(qp, wc, p != nullptr && p->bth().se());
 }
 
 // A request that executes no further: its exit's row (rules.h) says what
@@ -551,76 +518,6 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
 }
 
 }  // namespace
-
-// --- UD ------------------------------------------------------------------------------
-
-// A datagram (IBTA 9.8.x; C10-15: a Q_Key other than the QP's is dropped
-// silently; classes D and E of 9.9.3 for the rest): no answer ever goes
-// back. The receive WQE gets the 40-byte GRH, then the payload; the
-// completion names the sender's QP and says a GRH is there.
-void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
-  if (!qp.receives()) {
-    qp.counters.add(QpCounter::drop_bad_state);
-    return;
-  }
-  const wire::Deth deth = p.deth();
-  if (deth.qkey.get() != qp.attr.qkey) {
-    qp.counters.add(QpCounter::drop_bad_qkey);
-    return;
-  }
-  if (p.payload_length > qp.mtu) {
-    qp.counters.add(QpCounter::drop_bad_length);
-    qp.counters.add(QpCounter::messages_dropped);
-    return;
-  }
-  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, *qp.srq_wqe)) : qp.rq_next != qp.rq_posted;
-  if (!have) {
-    qp.counters.add(QpCounter::messages_dropped);  // UD has no RNR: the datagram is gone
-    return;
-  }
-  if (qp.srq != nullptr) qp.srq_held = true;
-  RecvWqe& w = recv_wqe(qp);
-  const bool was_resolved = w.resolved;
-  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
-    const ExitRule& rule = rule_of(was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
-    qp.counters.add(rule.counter);
-    complete_recv(qp, rule.status, IBV_WC_RECV, 0, nullptr);
-    qp_enter_error(qp);
-    return;
-  }
-  if (kGrhBytes + p.payload_length > w.length) {
-    qp.counters.add(QpCounter::drop_recv_too_short);
-    qp.counters.add(QpCounter::messages_dropped);
-    // From an SRQ the WQE is ended (class E); a QP's own stays for the next.
-    if (qp.srq != nullptr) complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, nullptr);
-    return;
-  }
-  std::array<std::uint8_t, kGrhBytes> grh{};
-  if (p.ip_version == 4) {
-    std::memcpy(grh.data() + kGrhBytes - 20, &p.frame[p.l3_offset], 20);
-  } else {
-    std::memcpy(grh.data(), &p.frame[p.l3_offset], kGrhBytes);
-  }
-  sgl_scatter(w.sge.data(), w.num_sge, 0, grh.data(), kGrhBytes);
-  sgl_scatter_payload(w.sge.data(), w.num_sge, kGrhBytes, p);
-  qp.counters.add(QpCounter::rx_packets);
-  qp.counters.add(QpCounter::rx_bytes, p.payload_length);
-  ibv_wc wc{};
-  wc.status = IBV_WC_SUCCESS;
-  wc.opcode = IBV_WC_RECV;
-  wc.byte_len = kGrhBytes + p.payload_length;
-  wc.src_qp = deth.src_qp.get();
-  wc.wc_flags = IBV_WC_GRH;
-  // RoCE has no service level; like mlx5 (its PRM: the L3 header type of a
-  // UD datagram over RoCE), sl says which header the GRH holds: 2 IPv4, 1
-  // IPv6. UCX's UD transport reads it to find the destination GID in the GRH.
-  wc.sl = p.ip_version == 4 ? 2 : 1;
-  if (p.has(wire::ExtHdr::kImmDt)) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    std::memcpy(&wc.imm_data, &p.frame[p.bth_offset + p.info->offset_of(wire::ExtHdr::kImmDt)], 4);
-  }
-  finish_recv(qp, wc, p.bth().se());
-}
 
 // The responder's state machine (rules.h: UROCE_RESPONDER_STEPS): each step
 // returns the next, until the packet is done with or leaves by an exit.

@@ -22,6 +22,20 @@ inline constexpr std::uint8_t kMgmtClassCm = 0x07;
 inline constexpr std::uint8_t kCmClassVersion = 2;
 inline constexpr std::uint8_t kMadMethodSend = 0x03;
 
+// Each message's layout is written once, as a field list below its struct:
+// X(member, byte, shift, bits): the field is `bits` wide and its lowest bit
+// sits `shift` bits above the lowest bit of the big-endian bytes from `byte`
+// (as many as shift + bits need): REQ's X(transport, 43, 1, 2) is bits 2:1
+// of byte 43, the path's X(flow_label, 36, 12, 20) the top 20 bits of the
+// 32-bit word at 36. A byte array's bits are 8 times its size, a CmPath's
+// 8 * kCmPathBytes. Bytes count from the start of the MAD for
+// MadHeader, from the attribute (byte 24) for the messages, as IBTA's tables
+// give them. cm_mad.cc derives decode and encode from these lists; what no
+// field covers is reserved and encodes as zero.
+inline constexpr std::size_t kMadHeaderBytes = 24;
+inline constexpr std::size_t kCmAttrBytes = kMadBytes - kMadHeaderBytes;
+inline constexpr std::size_t kCmPathBytes = 44;
+
 // CM attribute IDs (IBTA table 106).
 enum class CmAttr : std::uint16_t {
   kClassPortInfo = 0x0001,
@@ -51,7 +65,18 @@ struct MadHeader {
   std::uint64_t tid = 0;
   std::uint16_t attr_id = 0;
   std::uint32_t attr_modifier = 0;
+  friend bool operator==(const MadHeader&, const MadHeader&) = default;
 };
+#define UROCE_MAD_HEADER_FIELDS(X) \
+  X(base_version, 0, 0, 8)         \
+  X(mgmt_class, 1, 0, 8)           \
+  X(class_version, 2, 0, 8)        \
+  X(method, 3, 0, 8)               \
+  X(status, 4, 0, 16)              \
+  X(class_specific, 6, 0, 16)      \
+  X(tid, 8, 0, 64)                 \
+  X(attr_id, 16, 0, 16)            \
+  X(attr_modifier, 20, 0, 32)
 
 // A path as REQ carries it (primary or alternate; IBTA table 99's path fields).
 struct CmPath {
@@ -66,7 +91,21 @@ struct CmPath {
   std::uint8_t sl = 0;                // 4 bits
   bool subnet_local = false;
   std::uint8_t local_ack_timeout = 0; // 5 bits
+  friend bool operator==(const CmPath&, const CmPath&) = default;
 };
+// Its 44 bytes, from where REQ puts it (bytes 52 and 96).
+#define UROCE_CM_PATH_FIELDS(X) \
+  X(local_lid, 0, 0, 16)        \
+  X(remote_lid, 2, 0, 16)       \
+  X(local_gid, 4, 0, 16 * 8)    \
+  X(remote_gid, 20, 0, 16 * 8)  \
+  X(flow_label, 36, 12, 20)     \
+  X(packet_rate, 39, 0, 6)      \
+  X(traffic_class, 40, 0, 8)    \
+  X(hop_limit, 41, 0, 8)        \
+  X(sl, 42, 4, 4)               \
+  X(subnet_local, 42, 3, 1)     \
+  X(local_ack_timeout, 43, 3, 5)
 
 // REQ (IBTA 12.6.5, table 99).
 struct CmReq {
@@ -96,7 +135,36 @@ struct CmReq {
   CmPath alternate;
   bool has_alternate = false;         // an alternate path (LIDs or GIDs non-zero)
   std::array<std::uint8_t, 92> private_data{};
+  friend bool operator==(const CmReq&, const CmReq&) = default;
 };
+// has_alternate is no field: decode sets it when the alternate path is
+// present, encode leaves the alternate path zero without it.
+#define UROCE_CM_REQ_FIELDS(X)               \
+  X(local_comm_id, 0, 0, 32)                 \
+  X(service_id, 8, 0, 64)                    \
+  X(local_ca_guid, 16, 0, 64)                \
+  X(local_qkey, 28, 0, 32)                   \
+  X(local_qpn, 32, 0, 24)                    \
+  X(responder_resources, 35, 0, 8)           \
+  X(local_eecn, 36, 0, 24)                   \
+  X(initiator_depth, 39, 0, 8)               \
+  X(remote_eecn, 40, 0, 24)                  \
+  X(remote_cm_response_timeout, 43, 3, 5)    \
+  X(transport, 43, 1, 2)                     \
+  X(end_to_end_flow_control, 43, 0, 1)       \
+  X(starting_psn, 44, 0, 24)                 \
+  X(local_cm_response_timeout, 47, 3, 5)     \
+  X(retry_count, 47, 0, 3)                   \
+  X(pkey, 48, 0, 16)                         \
+  X(path_mtu, 50, 4, 4)                      \
+  X(rdc_exists, 50, 3, 1)                    \
+  X(rnr_retry_count, 50, 0, 3)               \
+  X(max_cm_retries, 51, 4, 4)                \
+  X(srq, 51, 3, 1)                           \
+  X(extended_transport, 51, 0, 3)            \
+  X(primary, 52, 0, kCmPathBytes * 8)        \
+  X(alternate, 96, 0, kCmPathBytes * 8)      \
+  X(private_data, 140, 0, 92 * 8)
 
 // REP (IBTA 12.6.8, table 103).
 struct CmRep {
@@ -115,15 +183,37 @@ struct CmRep {
   bool srq = false;
   std::uint64_t local_ca_guid = 0;
   std::array<std::uint8_t, 196> private_data{};
+  friend bool operator==(const CmRep&, const CmRep&) = default;
 };
+#define UROCE_CM_REP_FIELDS(X)            \
+  X(local_comm_id, 0, 0, 32)              \
+  X(remote_comm_id, 4, 0, 32)             \
+  X(local_qkey, 8, 0, 32)                 \
+  X(local_qpn, 12, 0, 24)                 \
+  X(local_eecn, 16, 0, 24)                \
+  X(starting_psn, 20, 0, 24)              \
+  X(responder_resources, 24, 0, 8)        \
+  X(initiator_depth, 25, 0, 8)            \
+  X(target_ack_delay, 26, 3, 5)           \
+  X(failover_accepted, 26, 1, 2)          \
+  X(end_to_end_flow_control, 26, 0, 1)    \
+  X(rnr_retry_count, 27, 5, 3)            \
+  X(srq, 27, 4, 1)                        \
+  X(local_ca_guid, 28, 0, 64)             \
+  X(private_data, 36, 0, 196 * 8)
 
 // RTU, DREP (IBTA 12.6.9, 12.6.11): the two comm IDs and private data.
 struct CmRtu {
   std::uint32_t local_comm_id = 0;
   std::uint32_t remote_comm_id = 0;
   std::array<std::uint8_t, 224> private_data{};
+  friend bool operator==(const CmRtu&, const CmRtu&) = default;
 };
 using CmDrep = CmRtu;
+#define UROCE_CM_RTU_FIELDS(X)  \
+  X(local_comm_id, 0, 0, 32)    \
+  X(remote_comm_id, 4, 0, 32)   \
+  X(private_data, 8, 0, 224 * 8)
 
 // DREQ (IBTA 12.6.10, table 104).
 struct CmDreq {
@@ -131,7 +221,13 @@ struct CmDreq {
   std::uint32_t remote_comm_id = 0;
   std::uint32_t remote_qpn = 0;  // 24 bits: the receiver's QP (or EEC)
   std::array<std::uint8_t, 220> private_data{};
+  friend bool operator==(const CmDreq&, const CmDreq&) = default;
 };
+#define UROCE_CM_DREQ_FIELDS(X) \
+  X(local_comm_id, 0, 0, 32)    \
+  X(remote_comm_id, 4, 0, 32)   \
+  X(remote_qpn, 8, 0, 24)       \
+  X(private_data, 12, 0, 220 * 8)
 
 // REJ (IBTA 12.6.7, table 102) and its reasons (table 103).
 enum class RejReason : std::uint16_t {
@@ -180,7 +276,16 @@ struct CmRej {
   std::uint16_t reason = 0;
   std::array<std::uint8_t, 72> ari{};
   std::array<std::uint8_t, 148> private_data{};
+  friend bool operator==(const CmRej&, const CmRej&) = default;
 };
+#define UROCE_CM_REJ_FIELDS(X)  \
+  X(local_comm_id, 0, 0, 32)    \
+  X(remote_comm_id, 4, 0, 32)   \
+  X(rejected, 8, 6, 2)          \
+  X(ari_length, 9, 1, 7)        \
+  X(reason, 10, 0, 16)          \
+  X(ari, 12, 0, 72 * 8)         \
+  X(private_data, 84, 0, 148 * 8)
 
 // MRA (IBTA 12.6.6, table 100).
 struct CmMra {
@@ -189,7 +294,14 @@ struct CmMra {
   CmMsgKind mraed = CmMsgKind::kReq;
   std::uint8_t service_timeout = 0;  // 5 bits
   std::array<std::uint8_t, 222> private_data{};
+  friend bool operator==(const CmMra&, const CmMra&) = default;
 };
+#define UROCE_CM_MRA_FIELDS(X)  \
+  X(local_comm_id, 0, 0, 32)    \
+  X(remote_comm_id, 4, 0, 32)   \
+  X(mraed, 8, 6, 2)             \
+  X(service_timeout, 9, 3, 5)   \
+  X(private_data, 10, 0, 222 * 8)
 
 // Why a MAD was refused (counted by its receiver).
 enum class MadStatus : std::uint8_t {
@@ -248,8 +360,16 @@ struct RdmaCmHeader {
   std::uint16_t src_port = 0;
   std::array<std::uint8_t, 16> src_addr{};
   std::array<std::uint8_t, 16> dst_addr{};
+  friend bool operator==(const RdmaCmHeader&, const RdmaCmHeader&) = default;
 };
 inline constexpr std::size_t kRdmaCmHeaderBytes = 36;
+// Bytes from the start of the private data.
+#define UROCE_RDMA_CM_HEADER_FIELDS(X) \
+  X(version, 0, 0, 8)                  \
+  X(ip_version, 1, 4, 4)               \
+  X(src_port, 2, 0, 16)                \
+  X(src_addr, 4, 0, 16 * 8)            \
+  X(dst_addr, 20, 0, 16 * 8)
 // Decodes the header; nullopt when its version or IP version is not one
 // rdma_cm sends (0; 4 or 6).
 std::optional<RdmaCmHeader> decode_rdma_cm_header(std::span<const std::uint8_t> private_data);

@@ -1,7 +1,7 @@
 // The BTH opcode table: one constexpr row per opcode says which extension
 // headers follow the BTH (and so their offsets), whether a payload follows,
 // and what the opcode means. Parsing, building and dispatch all read this one
-// table; adding an opcode is one row in opcode.cc's list.
+// table; adding an opcode is one row in kOpcodeRows below.
 #pragma once
 
 #include <array>
@@ -152,26 +152,22 @@ inline constexpr OpcodeRow kOpcodeRows[] = {
     {0x1d, "RC_ATOMIC_WRITE",
      kRequest | kAtomicWriteOp | kOnly | kHasReth | kHasPayload | kFixedPayload8 | kUnsupported},
     // UC: SEND and RDMA WRITE only.
-    {0x20, "UC_SEND_FIRST", kRequest | kSend | kFirst | kHasPayload | kUnsupported},
-    {0x21, "UC_SEND_MIDDLE", kRequest | kSend | kMiddle | kHasPayload | kUnsupported},
-    {0x22, "UC_SEND_LAST", kRequest | kSend | kLast | kHasPayload | kUnsupported},
-    {0x23, "UC_SEND_LAST_WITH_IMMEDIATE",
-     kRequest | kSend | kLast | kHasImmDt | kHasPayload | kUnsupported},
-    {0x24, "UC_SEND_ONLY", kRequest | kSend | kOnly | kHasPayload | kUnsupported},
-    {0x25, "UC_SEND_ONLY_WITH_IMMEDIATE",
-     kRequest | kSend | kOnly | kHasImmDt | kHasPayload | kUnsupported},
-    {0x26, "UC_RDMA_WRITE_FIRST", kRequest | kWrite | kFirst | kHasReth | kHasPayload | kUnsupported},
-    {0x27, "UC_RDMA_WRITE_MIDDLE", kRequest | kWrite | kMiddle | kHasPayload | kUnsupported},
-    {0x28, "UC_RDMA_WRITE_LAST", kRequest | kWrite | kLast | kHasPayload | kUnsupported},
-    {0x29, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
-     kRequest | kWrite | kLast | kHasImmDt | kHasPayload | kUnsupported},
-    {0x2a, "UC_RDMA_WRITE_ONLY", kRequest | kWrite | kOnly | kHasReth | kHasPayload | kUnsupported},
+    {0x20, "UC_SEND_FIRST", kRequest | kSend | kFirst | kHasPayload},
+    {0x21, "UC_SEND_MIDDLE", kRequest | kSend | kMiddle | kHasPayload},
+    {0x22, "UC_SEND_LAST", kRequest | kSend | kLast | kHasPayload},
+    {0x23, "UC_SEND_LAST_WITH_IMMEDIATE", kRequest | kSend | kLast | kHasImmDt | kHasPayload},
+    {0x24, "UC_SEND_ONLY", kRequest | kSend | kOnly | kHasPayload},
+    {0x25, "UC_SEND_ONLY_WITH_IMMEDIATE", kRequest | kSend | kOnly | kHasImmDt | kHasPayload},
+    {0x26, "UC_RDMA_WRITE_FIRST", kRequest | kWrite | kFirst | kHasReth | kHasPayload},
+    {0x27, "UC_RDMA_WRITE_MIDDLE", kRequest | kWrite | kMiddle | kHasPayload},
+    {0x28, "UC_RDMA_WRITE_LAST", kRequest | kWrite | kLast | kHasPayload},
+    {0x29, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", kRequest | kWrite | kLast | kHasImmDt | kHasPayload},
+    {0x2a, "UC_RDMA_WRITE_ONLY", kRequest | kWrite | kOnly | kHasReth | kHasPayload},
     {0x2b, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-     kRequest | kWrite | kOnly | kHasReth | kHasImmDt | kHasPayload | kUnsupported},
+     kRequest | kWrite | kOnly | kHasReth | kHasImmDt | kHasPayload},
     // UD: SEND only, always with a DETH.
-    {0x64, "UD_SEND_ONLY", kRequest | kSend | kOnly | kHasDeth | kHasPayload | kUnsupported},
-    {0x65, "UD_SEND_ONLY_WITH_IMMEDIATE",
-     kRequest | kSend | kOnly | kHasDeth | kHasImmDt | kHasPayload | kUnsupported},
+    {0x64, "UD_SEND_ONLY", kRequest | kSend | kOnly | kHasDeth | kHasPayload},
+    {0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", kRequest | kSend | kOnly | kHasDeth | kHasImmDt | kHasPayload},
     // RoCEv2 CNP (Annex A17.9.3): BTH, 16 reserved bytes, ICRC.
     {0x81, "CNP", kCnpOp | kHasPayload | kFixedPayload16},
 };
@@ -224,6 +220,7 @@ static_assert(opcode_info(Opcode::kRcCompareSwap).header_bytes == 40);
 static_assert(opcode_info(Opcode::kUdSendOnlyImm).offset_of(ExtHdr::kImmDt) == 20);
 static_assert(opcode_info(Opcode::kRcFlush).offset_of(ExtHdr::kReth) == 16);
 static_assert(!opcode_info(Opcode::kRcFlush).supported());
+static_assert(opcode_info(Opcode::kUcWriteOnlyImm).supported() && opcode_info(Opcode::kUdSendOnlyImm).supported());
 static_assert(!opcode_info(0x15).known());
 
 // "RC_SEND_FIRST", or "UNKNOWN" for an opcode the table does not know.

@@ -1,0 +1,217 @@
+// The queues between the application and the engine: the completion ring,
+// posting work requests (application side), the shared receive queue, and
+// the engine's once-per-poll exchange of cursors.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/qp.h"
+
+namespace uroce::transport {
+
+bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
+  const std::uint64_t head = head_.load(std::memory_order_relaxed);
+  if (head - tail_.load(std::memory_order_acquire) >= capacity_) {
+    overflow_.store(true, std::memory_order_release);
+    if (events_ != nullptr) events_->offer(true);  // the error wakes the waiter, who polls -EOVERFLOW
+    return false;
+  }
+  ring_[head % capacity_] = wc;
+  if (events_ == nullptr) {
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+  // Sequentially consistent with the arming thread (CompletionQueue::arm):
+  // either it sees this entry pending, or this sees it armed.
+  head_.store(head + 1, std::memory_order_seq_cst);
+  events_->offer(solicited || wc.status != IBV_WC_SUCCESS);
+  return true;
+}
+
+int CompletionRing::poll(int n, ibv_wc* out) {
+  if (overflow_.load(std::memory_order_acquire)) return -EOVERFLOW;
+  const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+  const std::uint64_t avail = head_.load(std::memory_order_acquire) - tail;
+  const auto k = static_cast<int>(std::min<std::uint64_t>(avail, n < 0 ? 0 : static_cast<std::uint64_t>(n)));
+  for (int i = 0; i < k; ++i) out[i] = ring_[(tail + i) % capacity_];
+  tail_.store(tail + k, std::memory_order_release);
+  return k;
+}
+
+namespace {
+
+// After publishing: an atomic read-modify-write, so the engine, which clears
+// the word and then reads the cursors, never misses a post. The post that
+// finds the word empty marks it in the summary after setting its bit (the
+// engine clears the summary before the words it names, so a word with bits
+// is always named by a summary bit set or still to be set).
+void ring_doorbell(Qp& qp) {
+  if (qp.doorbell == nullptr) return;
+  if (qp.doorbell->fetch_or(qp.doorbell_bit, std::memory_order_acq_rel) == 0) {
+    qp.doorbell_summary->fetch_or(qp.summary_bit, std::memory_order_acq_rel);
+  }
+}
+
+// The operations each service carries (IBTA table 39): UC has SENDs and
+// WRITEs, UD only SENDs (with immediate data or not); neither invalidates.
+bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (type) {
+    case IBV_QPT_UD: return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    case IBV_QPT_UC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
+  const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  const std::uint32_t slot = qp.sq_published.load(std::memory_order_relaxed);
+  if (slot - qp.sq_retired.load(std::memory_order_acquire) >= qp.sq.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_send_sge) return EINVAL;
+  if (!service_allows(qp.type, wr.opcode)) return EINVAL;
+  if (qp.type == IBV_QPT_UD) {
+    if (ud == nullptr || !ud->built()) return EINVAL;
+    UdDest& d = qp.ud_dest[qp.sq.slot(slot)];
+    d.path = *ud;
+    d.qpn = wr.wr.ud.remote_qpn & 0xffffff;
+    d.qkey = wr.wr.ud.remote_qkey;
+  }
+
+  SendWqe& w = qp.sq[slot];
+  reset_fields(w);  // the SGEs in use are written below
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags | (qp.caps.sq_sig_all ? IBV_SEND_SIGNALED : 0);
+  switch (wr.opcode) {
+    case IBV_WR_SEND: w.kind = WqeKind::kSend; break;
+    case IBV_WR_SEND_WITH_IMM: w.kind = WqeKind::kSend; w.imm_data = wr.imm_data; break;
+    case IBV_WR_SEND_WITH_INV: w.kind = WqeKind::kSend; w.invalidate_rkey = wr.invalidate_rkey; break;
+    case IBV_WR_RDMA_WRITE: w.kind = WqeKind::kWrite; break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: w.kind = WqeKind::kWrite; w.imm_data = wr.imm_data; break;
+    case IBV_WR_RDMA_READ: w.kind = WqeKind::kRead; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: w.kind = WqeKind::kAtomic; break;
+    default: return EINVAL;
+  }
+  if (w.kind == WqeKind::kAtomic) {
+    w.remote_addr = wr.wr.atomic.remote_addr;
+    w.rkey = wr.wr.atomic.rkey;
+    w.compare_add = wr.wr.atomic.compare_add;
+    w.swap = wr.wr.atomic.swap;
+  } else if (w.kind != WqeKind::kSend) {
+    w.remote_addr = wr.wr.rdma.remote_addr;
+    w.rkey = wr.wr.rdma.rkey;
+  }
+
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    // Inline data is copied now; the buffers may be reused on return.
+    if (w.kind != WqeKind::kSend && w.kind != WqeKind::kWrite) return EINVAL;
+    if (total > qp.caps.max_inline_data) return EINVAL;
+    std::uint8_t* dst = qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.slot(slot)) * qp.caps.max_inline_data;
+    std::uint32_t at = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+    w.num_sge = total ? 1 : 0;
+    w.sge[0] = Sge{reinterpret_cast<std::uint64_t>(dst), at, kInlineLkey, dst};
+  } else {
+    w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; ++i) {
+      w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
+    }
+  }
+  if (total > (1ull << 31)) return EINVAL;  // IBTA: messages up to 2^31 bytes
+  w.length = static_cast<std::uint32_t>(total);
+  if (w.kind == WqeKind::kAtomic && (w.num_sge != 1 || w.length != 8)) return EINVAL;
+  // A datagram is one packet (IBTA 9.8.x): at most the path MTU (rxe refuses
+  // a longer one at post time too).
+  if (qp.type == IBV_QPT_UD && w.length > qp.mtu) return EINVAL;
+  // Posting to a QP in ERR is allowed: the engine flushes the WR at its
+  // next poll (sync_from_app).
+  qp.sq_published.store(slot + 1, std::memory_order_release);
+  ring_doorbell(qp);
+  return 0;
+}
+
+namespace {
+
+// A receive WR as the responder reads it (the QP's own queue or an SRQ).
+void fill_recv_wqe(RecvWqe& w, const ibv_recv_wr& wr) {
+  w = RecvWqe{};
+  w.wr_id = wr.wr_id;
+  w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
+  std::uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    w.sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey, nullptr};
+    total += wr.sg_list[i].length;
+  }
+  w.length = static_cast<std::uint32_t>(std::min<std::uint64_t>(total, 1ull << 31));
+}
+
+}  // namespace
+
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
+  if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
+  const std::uint32_t slot = qp.rq_published.load(std::memory_order_relaxed);
+  if (slot - qp.rq_retired.load(std::memory_order_acquire) >= qp.rq.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
+  fill_recv_wqe(qp.rq[slot], wr);
+  qp.rq_published.store(slot + 1, std::memory_order_release);
+  ring_doorbell(qp);
+  return 0;
+}
+
+int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {
+  const std::uint32_t slot = srq.published.load(std::memory_order_relaxed);
+  if (slot - srq.taken.load(std::memory_order_acquire) >= srq.ring.limit()) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > srq.max_sge) return EINVAL;
+  fill_recv_wqe(srq.ring[slot], wr);
+  srq.published.store(slot + 1, std::memory_order_release);
+  return 0;
+}
+
+bool srq_take(Srq& srq, RecvWqe& out) {
+  const std::uint32_t next = srq.taken.load(std::memory_order_relaxed);
+  const std::uint32_t posted = srq.published.load(std::memory_order_acquire);
+  if (next == posted) return false;
+  out = srq.ring[next];
+  srq.taken.store(next + 1, std::memory_order_release);
+  // The limit event: once, when what is left falls below the armed limit.
+  std::uint32_t limit = srq.limit.load(std::memory_order_relaxed);
+  if (limit != 0 && posted - (next + 1) < limit &&
+      srq.limit.compare_exchange_strong(limit, 0, std::memory_order_acq_rel) && srq.on_limit != nullptr) {
+    srq.on_limit(srq.arg);
+  }
+  return true;
+}
+
+std::uint32_t srq_count(const Srq& srq) {
+  return srq.published.load(std::memory_order_acquire) - srq.taken.load(std::memory_order_acquire);
+}
+
+void sync_from_app(Qp& qp) {
+  qp.sq_posted = qp.sq_published.load(std::memory_order_acquire);
+  qp.rq_posted = qp.rq_published.load(std::memory_order_acquire);
+  // In ERR, work posted since is flushed at once.
+  if (qp.state == IBV_QPS_ERR && (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted)) qp_enter_error(qp);
+}
+
+void publish_to_app(Qp& qp) {
+  if (qp.sched.sq_retired != qp.comp_next) {
+    qp.sched.sq_retired = qp.comp_next;
+    qp.sq_retired.store(qp.comp_next, std::memory_order_release);
+  }
+  if (qp.sched.rq_retired != qp.rq_next) {
+    qp.sched.rq_retired = qp.rq_next;
+    qp.rq_retired.store(qp.rq_next, std::memory_order_release);
+  }
+}
+
+}  // namespace uroce::transport

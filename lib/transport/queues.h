@@ -1,0 +1,216 @@
+// Where the application's thread and the engine's meet: the completion
+// ring, the WQEs the application posts and the rings that carry them, the
+// shared receive queue, and the functions each side calls (ibv_post_send,
+// ibv_post_recv, ibv_post_srq_recv on one side; sync_from_app,
+// publish_to_app, srq_take on the other). Each ring has one producer and
+// one consumer; its cursors are the only fields both threads touch.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "wire/path_header.h"
+#include "wire/tx_frame.h"
+
+namespace uroce::transport {
+
+struct Qp;
+
+inline constexpr std::uint32_t kMaxSge = wire::TxFrame::kMaxPieces;
+inline constexpr std::uint32_t kInlineLkey = 0;  // marks an SGE holding inline data (0 is never an MR key)
+
+// Completion events of one CQ (ibv_req_notify_cq), shared by its rings:
+// armed once, fired once, by the first completion that matches the arming
+// (IBTA 11.4.2.2: "next" is any completion; "solicited" is a receive with
+// the SE bit, or any completion in error).
+struct CqEvents {
+  enum : int { kDisarmed = 0, kSolicited = 1, kNext = 2 };
+  std::atomic<int> armed{kDisarmed};
+  void (*fire)(void* arg) = nullptr;  // on the thread that pushed the completion
+  void* arg = nullptr;
+  // Fires if armed for a completion of this kind, disarming.
+  void offer(bool solicited) {
+    int a = armed.load(std::memory_order_seq_cst);
+    if (a == kDisarmed || (a == kSolicited && !solicited)) return;
+    if (armed.compare_exchange_strong(a, kDisarmed)) fire(arg);
+  }
+};
+
+// A completion queue's ring: the engine produces, the application polls.
+// Single producer, single consumer, lock-free.
+class CompletionRing {
+ public:
+  explicit CompletionRing(std::uint32_t capacity, CqEvents* events = nullptr)
+      : ring_(capacity), capacity_(capacity), events_(events) {}
+  // False (and the ring is marked overflowed) when full. `solicited`: a
+  // receive whose last packet had the SE bit.
+  bool push(const ibv_wc& wc, bool solicited = false);
+  int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
+  std::uint32_t capacity() const { return capacity_; }
+  bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
+  // Whether completions wait to be polled (the application's thread).
+  bool pending() const {
+    return head_.load(std::memory_order_seq_cst) != tail_.load(std::memory_order_relaxed);
+  }
+  std::uint32_t users = 0;  // QPs attached (control path)
+
+ private:
+  std::vector<ibv_wc> ring_;
+  std::uint32_t capacity_;
+  std::atomic<std::uint64_t> head_{0};  // next to write
+  std::atomic<std::uint64_t> tail_{0};  // next to read
+  std::atomic<bool> overflow_{false};
+  CqEvents* events_;  // nullptr: nobody waits for events
+};
+
+struct Sge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+  std::uint8_t* host = nullptr;  // resolved when the WQE is first processed
+};
+
+enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic };
+
+// A send WQE's fields but its SGE list: what post_send resets (the whole
+// WQE is 480 bytes; zeroing it per post was a fifth of an 8-byte WRITE's
+// posting cost).
+struct SendWqeFields {
+  std::uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  WqeKind kind = WqeKind::kSend;
+  std::uint32_t send_flags = 0;
+  std::uint32_t imm_data = 0;         // as in ibv_send_wr: already big-endian
+  std::uint32_t invalidate_rkey = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  std::uint32_t length = 0;
+  std::uint8_t num_sge = 0;
+  bool resolved = false;
+  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
+  // Requester: the PSNs this WQE occupies, fixed when it is first sent.
+  bool started = false;
+  std::uint32_t first_psn = 0;
+  std::uint32_t npackets = 0;
+};
+
+struct SendWqe : SendWqeFields {
+  std::array<Sge, kMaxSge> sge{};  // num_sge of them in use
+};
+
+// Every field of SendWqeFields to its default, written in place: assigning
+// a zeroed temporary made the compiler fill one on the stack and copy it,
+// a store-forwarding stall on every post.
+inline void reset_fields(SendWqe& w) {
+  static_assert(sizeof(SendWqeFields) == 96, "a field was added or removed: reset it here");
+  w.wr_id = 0;
+  w.opcode = IBV_WR_SEND;
+  w.kind = WqeKind::kSend;
+  w.send_flags = 0;
+  w.imm_data = 0;
+  w.invalidate_rkey = 0;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.length = 0;
+  w.num_sge = 0;
+  w.resolved = false;
+  w.mr_epoch = 0;
+  w.started = false;
+  w.first_psn = 0;
+  w.npackets = 0;
+}
+
+struct RecvWqe {
+  std::uint64_t wr_id = 0;
+  std::uint32_t length = 0;
+  std::uint8_t num_sge = 0;
+  bool resolved = false;
+  std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
+  std::array<Sge, kMaxSge> sge{};
+};
+
+// A ring's slots, fixed at creation: a power of two of them for cheap
+// indexing, of which `limit` (the depth asked for) may be in use. The
+// cursors run free and live with their owners (Qp, Srq).
+template <typename T>
+class FixedRing {
+ public:
+  void init(std::uint32_t capacity) {
+    std::uint32_t c = 1;
+    while (c < capacity) c <<= 1;
+    slots_.assign(c, T{});
+    mask_ = c - 1;
+    limit_ = capacity;
+  }
+  T& operator[](std::uint32_t i) { return slots_[i & mask_]; }
+  const T& operator[](std::uint32_t i) const { return slots_[i & mask_]; }
+  std::uint32_t limit() const { return limit_; }
+  std::uint32_t capacity() const { return mask_ + 1; }
+  std::uint32_t slot(std::uint32_t i) const { return i & mask_; }
+
+ private:
+  std::vector<T> slots_;
+  std::uint32_t mask_ = 0;
+  std::uint32_t limit_ = 0;
+};
+
+// A shared receive queue (IBTA 10.2.9.5, 11.2.3): receive WQEs any RC QP
+// attached to it consumes, one per incoming message, in the order posted.
+// The application posts (one producer); the engine that serves every QP on
+// it takes (one consumer: lib/verbs puts those QPs on one engine), so it is
+// a single-producer single-consumer ring like a QP's own receive queue.
+struct Srq {
+  std::uint64_t pd = 0;  // ProtectionDomain::id()
+  std::uint32_t max_sge = 0;
+  FixedRing<RecvWqe> ring;
+  std::atomic<std::uint32_t> published{0};  // application -> engine: the next free slot
+  std::atomic<std::uint32_t> taken{0};      // engine -> application: WQEs taken so far
+  // srq_limit (ibv_modify_srq): when fewer WQEs than this remain after a
+  // take, the engine calls on_limit once and disarms it (sets 0), as
+  // IBV_EVENT_SRQ_LIMIT_REACHED works. 0: not armed.
+  std::atomic<std::uint32_t> limit{0};
+  void (*on_limit)(void* arg) = nullptr;
+  void* arg = nullptr;
+};
+
+// ibv_post_srq_recv for one WR (application side): 0, ENOMEM (full) or
+// EINVAL (too many SGEs).
+int srq_post_recv(Srq& srq, const ibv_recv_wr& wr);
+// The engine takes the oldest WQE into `out`; false when none is posted.
+bool srq_take(Srq& srq, RecvWqe& out);
+// WQEs posted and not yet taken (either side may ask; a snapshot).
+std::uint32_t srq_count(const Srq& srq);
+
+// Where a UD send goes (ibv_send_wr.wr.ud): the address handle's headers,
+// copied at post time (the AH may be destroyed once the post returns, as
+// RNICs copy the address vector into the WQE), the destination QP and Q_Key.
+struct UdDest {
+  wire::PathHeader path;
+  std::uint32_t qpn = 0;
+  std::uint32_t qkey = 0;  // as given: the high bit set means "the QP's own Q_Key" (IBTA 10.2.5)
+};
+
+// The 40 bytes a UD receive places before the payload (IBTA 11.4.1.1: the
+// GRH). RoCEv2 carries an IP header instead: IPv6's fills them, IPv4's 20
+// bytes go in the last 20 (as rdma-core's ibv_init_ah_from_wc reads them).
+inline constexpr std::uint32_t kGrhBytes = 40;
+
+// ibv_post_send / ibv_post_recv for one WR, on the application's side of
+// the queues: 0, ENOMEM or EINVAL. The engine sees the WR at its next poll.
+// A UD QP's WR goes to `ud` (the headers of its wr.ud.ah; required).
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr);
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
+// The engine's side, once per poll: take in what the application posted
+// (flushing it at once in ERR), and publish what has been retired.
+void sync_from_app(Qp& qp);
+void publish_to_app(Qp& qp);
+
+}  // namespace uroce::transport
