@@ -24,9 +24,10 @@
 #include "common/args.h"
 #include "common/text_file.h"
 #include "common/work_request.h"
-#include "sim/scenario.h"
 #include "device/sim_fabric.h"
 #include "verbs/connect.h"
+
+#include "scenario.h"
 
 namespace {
 
