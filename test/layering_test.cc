@@ -89,7 +89,8 @@ std::vector<Layer> layer_table() {
        true, true},
       // libibverbs.so.1 on top of the stack: starts EAL and opens a device::Device.
       {"ibverbs", "lib/ibverbs",
-       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap", "device"},
+       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap",
+        "device"},
        true, true},
       // librdmacm.so.1: lib/cm on libibverbs.so.1's device.
       {"rdmacm", "lib/rdmacm",
@@ -216,9 +217,11 @@ void for_each_source_line(const fs::path& dir, std::size_t& scanned, F&& f,
 template <typename F>
 void for_each_layer_line(const fs::path& root, const std::vector<Layer>& layers, std::size_t& scanned, F&& f) {
   for (const auto& layer : layers) {
-    for_each_source_line(
-        root / layer.folder, scanned, [&](const fs::path& file, int n, const std::string& line) { f(layer, file, n, line); },
-        [&](const fs::path& file) { return owner_of(layers, fs::relative(file, root).string()) == &layer; });
+    const auto line_of_layer = [&](const fs::path& file, int n, const std::string& line) { f(layer, file, n, line); };
+    const auto belongs = [&](const fs::path& file) {
+      return owner_of(layers, fs::relative(file, root).string()) == &layer;
+    };
+    for_each_source_line(root / layer.folder, scanned, line_of_layer, belongs);
   }
 }
 
@@ -227,7 +230,8 @@ void for_each_layer_line(const fs::path& root, const std::vector<Layer>& layers,
 std::vector<std::string> violations(const fs::path& root, const std::vector<Layer>& layers,
                                     std::size_t& scanned) {
   std::vector<std::string> bad;
-  for_each_layer_line(root, layers, scanned, [&](const Layer& layer, const fs::path& file, int n, const std::string& line) {
+  for_each_layer_line(root, layers, scanned, [&](const Layer& layer, const fs::path& file, int n,
+                                                 const std::string& line) {
     std::smatch m;
     if (!std::regex_search(line, m, kInclude)) return;
     const auto why = why_forbidden(layers, layer, m[1].str()[0], m[2].str());
@@ -244,7 +248,8 @@ template <typename Skip>
 std::vector<std::string> offending_layer_includes(const fs::path& root, const std::vector<Layer>& layers,
                                                   const std::regex& forbidden, Skip skip, std::size_t& scanned) {
   std::vector<std::string> bad;
-  for_each_layer_line(root, layers, scanned, [&](const Layer& layer, const fs::path& file, int n, const std::string& line) {
+  for_each_layer_line(root, layers, scanned, [&](const Layer& layer, const fs::path& file, int n,
+                                                 const std::string& line) {
     if (!skip(layer) && std::regex_search(line, forbidden)) {
       bad.push_back(fs::relative(file, root).string() + ":" + std::to_string(n) + ": " + line);
     }
@@ -285,7 +290,9 @@ TEST(Layering, EveryFolderOfDriversAndAppsHasARow) {
   for (const auto& f : unlisted_folders(UROCE_SOURCE_ROOT, kLayers)) {
     if (!under(f, "lib")) ADD_FAILURE() << f << " is not in kLayers";
   }
-  for (const char* name : {"dpdk", "sim", "device", "log", "common"}) EXPECT_NE(find_layer(kLayers, name), nullptr) << name;
+  for (const char* name : {"dpdk", "sim", "device", "log", "common"}) {
+    EXPECT_NE(find_layer(kLayers, name), nullptr) << name;
+  }
 }
 
 // A layer reaches what its layers below reach (an include of theirs is
@@ -409,8 +416,8 @@ TEST_F(FakeTree, TheLayerCheckerFindsEachKindOfBreak) {
   write("lib/extra/x.h", "#pragma once\n");
   // Ports below, assemblies above: a driver sees the engine, the port
   // interface and the log, never the API or the assemblies on it.
-  write("drivers/dpdk/ok.cc",
-        "#include \"dpdk/rte.h\"\n#include \"engine/packet_io.h\"\n#include \"log/log.h\"\n#include \"uroce/port.h\"\n");
+  write("drivers/dpdk/ok.cc", "#include \"dpdk/rte.h\"\n#include \"engine/packet_io.h\"\n#include \"log/log.h\"\n"
+                              "#include \"uroce/port.h\"\n");
   write("drivers/dpdk/x.cc", "#include \"dpdk/port.h\"\n#include \"verbs/internal.h\"\n#include \"uroce/verbs.h\"\n");
   write("drivers/sim/x.h", "#pragma once\n#include \"device/sim_pair.h\"\n#include \"dpdk/port.h\"\n");
   // The daemon's folder is its own layer, inside service's: its files are
