@@ -80,7 +80,7 @@ struct CmPair {
     return p;
   }
 
-  sim::SimPair net;
+  device::SimPair net;
   std::unique_ptr<cm::Manager> ma;
   std::unique_ptr<cm::Manager> mb;
   std::string why;

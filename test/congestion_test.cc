@@ -234,7 +234,7 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   cp.line_rate_bps = 25e6;
   cp.min_rate_bps = 1e6;
   cp.start_rate_fraction = 1;
-  sim::SimPair net(11, {}, {}, &cp);
+  device::SimPair net(11, {}, {}, &cp);
   ProtectionDomain* pda = net.a->alloc_pd();
   ProtectionDomain* pdb = net.b->alloc_pd();
   CompletionQueue* cqa = net.a->create_cq(16384);

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "compose/device.h"
+#include "device/device.h"
 #include "dpdk/eal.h"
 #include "engine/engine.h"
 #include "verbs/connect.h"
@@ -94,10 +94,10 @@ TEST_P(TapOffload, SentFramesCarryValidIpv4ChecksumsAndIcrc) {
   auto port = dpdk::Port::open(pc, error);
   ASSERT_NE(port, nullptr) << error;
   EXPECT_EQ(port->ipv4_checksum_offload(), offload) << "net_tap offers IPv4 checksum offload";
-  std::vector<std::unique_ptr<dpdk::PortIo>> queues = dpdk::open_queues(*port, 1, {10, 77, 0, 1});
+  std::vector<std::unique_ptr<dpdk::PortIo>> queues = device::open_queues(*port, 1, {10, 77, 0, 1});
   queues[0]->add_neighbor({10, 77, 0, 2}, {0x02, 0, 0, 0, 0x77, 0x02});
   dpdk::TscClock clock;
-  auto ctx = Context::open(dpdk::device_config(queues, clock), error);
+  auto ctx = Context::open(device::device_config(queues, clock), error);
   ASSERT_NE(ctx, nullptr) << error;
   Capture cap(iface);
   ASSERT_EQ(cap.error(), "");

@@ -15,7 +15,7 @@
 
 #include "cc/dcqcn.h"
 #include "common/args.h"
-#include "compose/ring_pair.h"
+#include "device/ring_pair.h"
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "uroce/log.h"
@@ -103,7 +103,7 @@ std::vector<std::uint8_t> mac_control(const wire::PauseRequest& req) {
 struct Rig {
   explicit Rig(const std::string& name, int pfc_priority = -1, const cc::DcqcnParams* dcqcn = nullptr) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, 1, dcqcn, pfc_priority);
+    pair = device::RingPair::create(name, error, 1, dcqcn, pfc_priority);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     pda = pair->a->alloc_pd();
@@ -147,7 +147,7 @@ struct Rig {
   }
 
   static constexpr std::size_t kBytes = 1u << 20;
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

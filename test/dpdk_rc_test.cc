@@ -17,8 +17,8 @@
 #include <rte_eal.h>
 
 #include "cc/dcqcn.h"
+#include "device/ring_pair.h"
 #include "dpdk/eal.h"
-#include "compose/ring_pair.h"
 #include "port_resolve.h"
 #include "engine/engine.h"
 #include "test_seed.h"
@@ -48,7 +48,7 @@ struct Devices {
   // the worker, and this thread only posts and polls.
   explicit Devices(const std::string& name, bool workers = false, const cc::DcqcnParams* dcqcn = nullptr) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, 1, dcqcn);
+    pair = device::RingPair::create(name, error, 1, dcqcn);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     if (workers) {
@@ -95,7 +95,7 @@ struct Devices {
   }
 
   static constexpr std::size_t kBytes = 8u << 20;
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;
@@ -225,7 +225,7 @@ struct Queued {
   // arrives on the queue of the engine that does not serve its QP.
   explicit Queued(const std::string& name) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, 2);
+    pair = device::RingPair::create(name, error, 2);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     pda = pair->a->alloc_pd();
@@ -337,7 +337,7 @@ struct Queued {
     }
   }
 
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

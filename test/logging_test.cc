@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "device/sim_pair.h"
 #include "rc_fixture.h"
-#include "sim/sim_pair.h"
 #include "uroce/log.h"
 #include "verbs/verbs_impl.h"
 
@@ -78,7 +78,7 @@ QpInitAttr small_qp(CompletionQueue* cq) {
 TEST(Logging, StateChangesAtDebugNameTheQpn) {
   Capture capture;
   ASSERT_TRUE(set_log_level("debug"));
-  sim::SimPair net(1);
+  device::SimPair net(1);
   ProtectionDomain* pda = net.a->alloc_pd();
   ProtectionDomain* pdb = net.b->alloc_pd();
   QueuePair* qa = uroce::testing::create_qp_with_qpn(pda, small_qp(net.a->create_cq(64)), 0x1234);
@@ -142,7 +142,7 @@ TEST(Logging, UnknownLevelNamesAreRefused) {
 TEST(Logging, AFailedControlCallLogsItsReasonAtDebug) {
   Capture capture;
   ASSERT_TRUE(set_log_level("debug"));
-  sim::SimPair net(1);
+  device::SimPair net(1);
   ProtectionDomain* pd = net.a->alloc_pd();
   QueuePair* qp = pd->create_qp(small_qp(net.a->create_cq(64)));
   ASSERT_NE(qp, nullptr);

@@ -240,7 +240,7 @@ TEST_F(RcErrors, NoReceiveIsRnrNakThenSuccessOncePosted) {
 }
 
 TEST(RcErrorsRetry, RnrRetryZeroEndsInRnrRetryExceeded) {
-  sim::ConnectParams params;
+  ConnectParams params;
   params.rnr_retry = 0;
   RcPair p(6, 1 << 16, params);
   Wire wire(p);
@@ -256,7 +256,7 @@ TEST(RcErrorsRetry, RnrRetryZeroEndsInRnrRetryExceeded) {
 }
 
 TEST(RcErrorsRetry, DeadPeerEndsInRetryExceededAfterRetryCntTimeouts) {
-  sim::ConnectParams params;
+  ConnectParams params;
   params.retry_cnt = 3;
   params.timeout = 10;  // 4.096 us * 2^10 = 4.19 ms
   sim::Impairments dead;

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "sim/sim_pair.h"
+#include "device/sim_pair.h"
 #include "verbs/verbs_impl.h"
 #include "work_requests.h"
 
@@ -14,7 +14,7 @@ namespace uroce::test {
 
 // Steps `net` until `n` completions have been polled from `cq` (or the
 // virtual time limit passes); returns what was polled.
-inline std::vector<ibv_wc> wait_completions(sim::SimPair& net, CompletionQueue* cq, std::size_t n,
+inline std::vector<ibv_wc> wait_completions(device::SimPair& net, CompletionQueue* cq, std::size_t n,
                                             std::uint64_t limit_ns) {
   std::vector<ibv_wc> got;
   ibv_wc wc[64];
@@ -28,7 +28,7 @@ inline std::vector<ibv_wc> wait_completions(sim::SimPair& net, CompletionQueue* 
 }
 
 struct RcPair {
-  RcPair(std::uint64_t seed, std::size_t bytes, const sim::ConnectParams& params = {},
+  RcPair(std::uint64_t seed, std::size_t bytes, const ConnectParams& params = {},
          sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {}, std::uint32_t depth = 1024,
          const cc::DcqcnParams* dcqcn = nullptr)
       : net(seed, a_to_b, b_to_a, dcqcn), size(bytes) {
@@ -70,7 +70,7 @@ struct RcPair {
     return post_recv_one(qb, bufb + off, len, mrb->lkey, wr_id);
   }
 
-  sim::SimPair net;
+  device::SimPair net;
   std::size_t size;
   ProtectionDomain* pda;
   ProtectionDomain* pdb;

@@ -109,7 +109,7 @@ std::string run_stress(const StressConfig& cfg) {
     imp.duplicate = 0.002;
     imp.corrupt = 0.002;
   }
-  sim::ConnectParams params;
+  ConnectParams params;
   params.mtu = cfg.mtu;
   params.psn_a = cfg.start_psn;
   params.psn_b = (cfg.start_psn + 0x800000) & 0xffffff;

@@ -100,7 +100,7 @@ TEST(RcVerbs, WriteReadAndAtomics) {
 }
 
 TEST(RcVerbs, CompletionQueueOverflowIsAnError) {
-  sim::SimPair net(8);
+  device::SimPair net(8);
   ProtectionDomain* pda = net.a->alloc_pd();
   ProtectionDomain* pdb = net.b->alloc_pd();
   CompletionQueue* small = net.a->create_cq(2);
@@ -128,7 +128,7 @@ TEST(RcVerbs, CompletionQueueOverflowIsAnError) {
 }
 
 TEST(RcVerbs, GidTableAsRdmaCoreListsIt) {
-  sim::SimPair net(9);
+  device::SimPair net(9);
   ibv_gid g{};
   ASSERT_EQ(net.a->query_gid(1, g), 0);
   EXPECT_EQ(g.raw[10], 0xff);

@@ -23,7 +23,7 @@ struct Issued {
 };
 
 // What a fresh context (seed 1, as every simulated one) gives out first.
-Issued first_issued(sim::SimPair& net, int n) {
+Issued first_issued(device::SimPair& net, int n) {
   Issued out;
   ProtectionDomain* pd = net.a->alloc_pd();
   CompletionQueue* cq = net.a->create_cq(64);
@@ -47,8 +47,8 @@ Issued first_issued(sim::SimPair& net, int n) {
 
 TEST(SecurityKeys, TwoFreshContextsDoNotGiveOutTheSameKeysOrQpns) {
   constexpr int kN = 16;
-  sim::SimPair one(1);
-  sim::SimPair two(1);
+  device::SimPair one(1);
+  device::SimPair two(1);
   const Issued a = first_issued(one, kN);
   const Issued b = first_issued(two, kN);
   ASSERT_EQ(a.keys.size(), std::size_t{kN});
@@ -79,7 +79,7 @@ TEST(SecurityKeys, TwoFreshContextsDoNotGiveOutTheSameKeysOrQpns) {
 // outlived its region opens nothing, and 64 registrations, 8 live at a
 // time, never repeat a key.
 TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
-  sim::SimPair net(3);
+  device::SimPair net(3);
   ProtectionDomain* pd = net.a->alloc_pd();
   auto* buf = static_cast<std::uint8_t*>(net.a->alloc_buffer(4096));
   const mem::MrTable& table = internal::impl_of(*net.a).mrs;
@@ -115,7 +115,7 @@ TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
 // an attacker saw is not that one plus one; every QPN distinct, none 0 or
 // 1, made in bounded time (a generous margin: the choice is O(1) per QP).
 TEST(SecurityKeys, TenThousandQpsGetDistinctQpnsQuickly) {
-  sim::SimPair net(4);
+  device::SimPair net(4);
   ProtectionDomain* pd = net.a->alloc_pd();
   CompletionQueue* cq = net.a->create_cq(64);
   QpInitAttr init;

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "compose/ring_pair.h"
+#include "device/ring_pair.h"
 #include "dpdk/eal.h"
 #include "verbs/internal.h"
 #include "work_requests.h"
@@ -49,7 +49,7 @@ class Traffic {
  public:
   explicit Traffic(const std::string& name) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, 1);
+    pair = device::RingPair::create(name, error, 1);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     EXPECT_EQ(pair->a->start_workers({-1}), 0);
@@ -104,7 +104,7 @@ class Traffic {
   bool failed() const { return failed_.load(); }
 
   static constexpr std::size_t kBytes = 1u << 20;
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

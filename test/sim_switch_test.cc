@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "cc/dcqcn.h"
-#include "sim/sim_fabric.h"
+#include "device/sim_fabric.h"
 #include "test_seed.h"
 #include "verbs/connect.h"
 #include "wire/frame.h"
@@ -162,7 +162,7 @@ struct Incast {
     std::uint8_t* buf = nullptr;
     std::size_t posted = 0, done = 0;
   };
-  sim::SimFabric fabric;
+  device::SimFabric fabric;
   std::size_t per_sender;
   std::uint8_t* rbuf = nullptr;
   std::vector<Sender> senders_;

@@ -45,7 +45,7 @@ struct SrqRig {
     bufb = static_cast<std::uint8_t*>(net.b->alloc_buffer(kBytes));
     mra = pda->reg_mr(bufa, kBytes, IBV_ACCESS_LOCAL_WRITE);
     mrb = pdb->reg_mr(bufb, kBytes, IBV_ACCESS_LOCAL_WRITE);
-    sim::ConnectParams p;
+    ConnectParams p;
     p.mtu = IBV_MTU_1024;
     p.rnr_retry = 7;
     p.min_rnr_timer = 1;
@@ -73,7 +73,7 @@ struct SrqRig {
 
   static constexpr std::uint32_t kSlot = 8192;
   static constexpr std::size_t kBytes = 512 * kSlot;
-  sim::SimPair net;
+  device::SimPair net;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

@@ -21,9 +21,9 @@
 
 #include <rte_eal.h>
 
+#include "device/ring_pair.h"
 #include "dpdk/eal.h"
 #include "dpdk/port_io.h"
-#include "compose/ring_pair.h"
 #include "engine/engine.h"
 #include "rc_fixture.h"
 #include "transport/counters.h"
@@ -215,7 +215,7 @@ struct RingDevices {
 
   RingDevices(const std::string& name, std::uint16_t queues) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, queues);
+    pair = device::RingPair::create(name, error, queues);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     pda = pair->a->alloc_pd();
@@ -261,7 +261,7 @@ struct RingDevices {
     });
   }
 
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

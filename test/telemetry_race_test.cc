@@ -26,8 +26,8 @@
 #include <rte_eal.h>
 
 #include "cc/dcqcn.h"
+#include "device/ring_pair.h"
 #include "dpdk/eal.h"
-#include "compose/ring_pair.h"
 #include "transport/counters.h"
 #include "transport/qp_state.h"
 #include "uroce/verbs.h"
@@ -227,7 +227,7 @@ class QpChurn {
 struct Link {
   explicit Link(const std::string& name, const cc::DcqcnParams* dcqcn = nullptr) {
     std::string error;
-    pair = dpdk::RingPair::create(name, error, 1, dcqcn);
+    pair = device::RingPair::create(name, error, 1, dcqcn);
     EXPECT_NE(pair, nullptr) << error;
     if (!pair) return;
     pda = pair->a->alloc_pd();
@@ -280,7 +280,7 @@ struct Link {
   }
 
   static constexpr std::size_t kBytes = 65536;
-  std::unique_ptr<dpdk::RingPair> pair;
+  std::unique_ptr<device::RingPair> pair;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;
@@ -506,7 +506,7 @@ TEST(TelemetryRace, WhileTheApplicationDrivesProgress) {
   const std::string dev = device_index(t, "trp-a");
   ASSERT_NE(dev, "");
   Watch w(dev, l.qa->qp_num(), "RTS", nullptr);
-  dpdk::RingPair& pair = *l.pair;
+  device::RingPair& pair = *l.pair;
   const int done = l.write(1000, [&pair] { pair.step(); }, [&w] { return w.rounds.load() < 20; });
   const int rounds = w.rounds.load();
   w.join();

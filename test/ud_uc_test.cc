@@ -16,8 +16,8 @@
 
 #include "rc_fixture.h"
 #include "scripted_port.h"
-#include "sim/step.h"
 #include "test_seed.h"
+#include "device/step.h"
 #include "engine/engine.h"
 #include "uroce/stats.h"
 #include "verbs/connect.h"
@@ -90,7 +90,7 @@ struct Rig {
       to_a = pdb->create_ah(ah);
       ok = to_b != nullptr && to_a != nullptr;
     } else {
-      sim::ConnectParams p;
+      ConnectParams p;
       p.mtu = mtu;
       ok = net.connect(qa, qb, p) == 0;
     }
@@ -122,7 +122,7 @@ struct Rig {
   // Runs the link until nothing moves (every frame delivered or lost).
   void drain() { net.run_until([] { return false; }, 50'000'000); }
 
-  sim::SimPair net;
+  device::SimPair net;
   ProtectionDomain* pda = nullptr;
   ProtectionDomain* pdb = nullptr;
   CompletionQueue* cqa = nullptr;

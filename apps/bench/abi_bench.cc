@@ -22,7 +22,7 @@
 #include <vector>
 
 #ifndef UROCE_BENCH_VERBS
-#include "compose/device.h"
+#include "device/device.h"
 #include "dpdk/eal.h"
 #include "uroce/verbs.h"
 #endif
@@ -90,7 +90,7 @@ struct Api {
 #else
 constexpr const char* kApi = "uroce";
 struct Api {
-  std::unique_ptr<uroce::dpdk::Device> dev;
+  std::unique_ptr<uroce::device::Device> dev;
   uroce::ProtectionDomain* pd = nullptr;
   uroce::CompletionQueue* cq[2] = {};
   uroce::QueuePair* qp[2] = {};
@@ -106,7 +106,7 @@ struct Api {
     }
     if (std::string e = uroce::dpdk::eal_init(args); !e.empty()) return e;
     std::string error;
-    dev = uroce::dpdk::Device::open(0, {10, 0, 0, 1}, "bench", error);
+    dev = uroce::device::Device::open(0, {10, 0, 0, 1}, "bench", error);
     if (!dev) return error;
     uroce::Context& c = *dev->ctx;
     if (c.start_worker(kWorkerCpu) != 0) return c.last_error();

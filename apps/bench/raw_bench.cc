@@ -71,7 +71,7 @@ struct Options {
 // MTU with its Ethernet header.
 constexpr std::uint32_t kMinFrame = 60;
 constexpr std::uint32_t kMaxFrame = 9014;
-// The port's mbufs are sized as uroce's own ports size them (lib/compose),
+// The port's mbufs are sized as uroce's own ports size them (lib/device),
 // so both run on the same memory; af_packet also needs room for a whole
 // framesz block in one mbuf.
 constexpr std::uint16_t kPortMaxFrame = 9018;

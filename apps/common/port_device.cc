@@ -7,11 +7,11 @@
 
 namespace uroce::app {
 
-std::unique_ptr<dpdk::Device> open_port_device(const char* tool, std::uint16_t port_id,
+std::unique_ptr<device::Device> open_port_device(const char* tool, std::uint16_t port_id,
                                                const std::array<std::uint8_t, 4>& ip, const cc::DcqcnParams* dcqcn,
                                                int pfc_priority) {
   std::string error;
-  auto device = dpdk::Device::open(port_id, ip, tool, error, 1, dcqcn, pfc_priority);
+  auto device = device::Device::open(port_id, ip, tool, error, 1, dcqcn, pfc_priority);
   if (!device) {
     std::fprintf(stderr, "%s: %s\n", tool, error.c_str());
     return nullptr;

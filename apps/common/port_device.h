@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "compose/device.h"
+#include "device/device.h"
 
 namespace uroce::app {
 
@@ -15,8 +15,8 @@ namespace uroce::app {
 // normal pages. nullptr, after printing "TOOL: why" to stderr, if the port
 // is missing or cannot start. `dcqcn`: congestion control (nullptr: off).
 // `pfc_priority`: the lossless priority (--pfc; -1 none), as
-// dpdk::Device::open takes it.
-std::unique_ptr<dpdk::Device> open_port_device(const char* tool, std::uint16_t port_id,
+// device::Device::open takes it.
+std::unique_ptr<device::Device> open_port_device(const char* tool, std::uint16_t port_id,
                                                const std::array<std::uint8_t, 4>& ip,
                                                const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
 

@@ -17,8 +17,9 @@
 
 #include "common/path_mtu.h"
 #include "common/work_request.h"
+#include "device/ring_pair.h"
+#include "device/sim_pair.h"
 #include "dpdk/eal.h"
-#include "compose/ring_pair.h"
 #include "perf/in_flight.h"
 #include "perf/layout.h"
 #include "perf/message.h"
@@ -26,7 +27,6 @@
 #include "perf/pattern.h"
 #include "perf/remote.h"
 #include "perf/report.h"
-#include "sim/sim_pair.h"
 #include "uroce/version.h"
 #include "wire/frame.h"
 #include "wire/icrc.h"
@@ -353,14 +353,14 @@ Result run(const Options& o, Fabric& net) {
 Result run_sim(const Options& o) {
   sim::Impairments imp;
   imp.loss = o.loss;
-  sim::SimPair net(o.seed, imp, imp, o.dcqcn_params());
+  device::SimPair net(o.seed, imp, imp, o.dcqcn_params());
   if (std::string error; !o.pcap.empty() && !net.link.tap(o.pcap, error)) return failed(error);
   return run(o, net);
 }
 
 // --ring: EAL (on defaults without EAL arguments), the two ports, and with
 // --workers an engine thread for each device. nullptr and `rc` on failure.
-std::unique_ptr<dpdk::RingPair> start_ring(const Options& o, std::vector<std::string> eal, int& rc) {
+std::unique_ptr<device::RingPair> start_ring(const Options& o, std::vector<std::string> eal, int& rc) {
   if (eal.size() == 1) {
     for (const char* a : {"--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "512", "--log-level=lib.*:error"}) {
       eal.emplace_back(a);
@@ -374,7 +374,7 @@ std::unique_ptr<dpdk::RingPair> start_ring(const Options& o, std::vector<std::st
   if (const std::string w = dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   rc = 1;
   std::string err;
-  auto ring = dpdk::RingPair::create("uroce_perf", err, 1, o.dcqcn_params(), o.pfc_priority);
+  auto ring = device::RingPair::create("uroce_perf", err, 1, o.dcqcn_params(), o.pfc_priority);
   if (!ring) {
     std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
     return nullptr;
@@ -484,7 +484,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.fabric == "port") return run_two_processes(o, args.eal);
-  std::unique_ptr<dpdk::RingPair> ring;
+  std::unique_ptr<device::RingPair> ring;
   if (int rc = 0; o.fabric == "ring" && !(ring = start_ring(o, args.eal, rc))) return rc;
   print_test(o);
   const Result r = ring ? run(o, *ring) : run_sim(o);

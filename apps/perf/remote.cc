@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 // with the peer, then the server's or the client's part.
 class Endpoint {
  public:
-  Endpoint(const Options& o, dpdk::Device& device)
+  Endpoint(const Options& o, device::Device& device)
       : o_(o), ctx_(*device.ctx), io_(*device.io), layout_(o), pattern_(o.size), recv_busy_(o.depth),
         idle_([this] { ctx_.progress(); }) {}
 
@@ -379,7 +379,7 @@ int Endpoint::run_client() {
 }  // namespace
 
 int run_remote(const Options& o) {
-  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params(), o.pfc_priority);
+  const std::unique_ptr<device::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params(), o.pfc_priority);
   if (!device) return 1;
   // --workers: the engine on its own thread, this one posting and polling,
   // as a verbs program runs on lib/ibverbs.

@@ -23,7 +23,7 @@
 #include "common/path_mtu.h"
 #include "common/port_device.h"
 #include "common/work_request.h"
-#include "compose/device.h"
+#include "device/device.h"
 #include "dpdk/eal.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -421,7 +421,7 @@ void Pingpong::part() {
 }
 
 int run(const Options& o) {
-  const std::unique_ptr<dpdk::Device> device = app::open_port_device("uroce-pingpong", o.port_id, o.ip, nullptr, o.pfc_priority);
+  const std::unique_ptr<device::Device> device = app::open_port_device("uroce-pingpong", o.port_id, o.ip, nullptr, o.pfc_priority);
   if (!device) return 1;
   Pingpong pingpong(o, *device->ctx, *device->io);
   if (!pingpong.set_up() || !pingpong.exchange()) return 1;

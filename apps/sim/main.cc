@@ -24,9 +24,10 @@
 #include "common/args.h"
 #include "common/text_file.h"
 #include "common/work_request.h"
-#include "sim/scenario.h"
-#include "sim/sim_fabric.h"
+#include "device/sim_fabric.h"
 #include "verbs/connect.h"
+
+#include "scenario.h"
 
 namespace {
 
@@ -171,7 +172,7 @@ class ScenarioRun {
 
   const Run& run_;
   const Scenario& sc_;
-  sim::SimFabric fabric_;
+  device::SimFabric fabric_;
   std::vector<Host> hosts_;
   std::vector<Flow> flows_;
   Samples samples_;

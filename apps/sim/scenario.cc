@@ -1,4 +1,4 @@
-#include "sim/scenario.h"
+#include "scenario.h"
 
 #include <sys/stat.h>
 

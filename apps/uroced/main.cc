@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
-#include "compose/device.h"
-#include "compose/telemetry.h"
+#include "device/device.h"
+#include "device/telemetry.h"
 #include "telemetry.h"
 #include "config.h"
 #include "dpdk/eal.h"
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
 
   if (std::string e = uroce::dpdk::eal_init(eal); !e.empty()) return die(e);
   std::string error;
-  auto device = uroce::dpdk::Device::open(config.port_id, config.ip, "uroced", error, config.queues,
+  auto device = uroce::device::Device::open(config.port_id, config.ip, "uroced", error, config.queues,
                                           dcqcn ? &*dcqcn : nullptr, config.pfc_priority);
   if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
   uroce::Context& ctx = *device->ctx;
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
                                                                &uroce::daemon::Server::pump_requests}) != 0) {
     return die("workers did not start: " + ctx.last_error());
   }
-  uroce::dpdk::telemetry_expose(&ctx, "uroced");
+  uroce::device::telemetry_expose(&ctx, "uroced");
   uroce::daemon::telemetry_expose_clients(&server);
   spdlog::info("uroced: serving {} on port {} ({} queue(s)); clients attach at {}", config.eal, config.port_id,
                config.queues, config.socket);
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   const int rc = server.run();
   uroce::daemon::telemetry_hide_clients();
-  uroce::dpdk::telemetry_hide(&ctx);
+  uroce::device::telemetry_hide(&ctx);
   ctx.stop_workers();
   spdlog::info("uroced: stopped");
   return rc;

@@ -1,5 +1,5 @@
 // uroced's own DPDK telemetry: /uroced/clients lists the clients (beside
-// the device's /uroce/* commands, lib/compose/telemetry.h).
+// the device's /uroce/* commands, lib/device/telemetry.h).
 #pragma once
 
 #include "server.h"

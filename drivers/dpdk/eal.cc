@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "dpdk/rte.h"
-#include "verbs/log.h"
+#include "log/log.h"
 
 namespace uroce::dpdk {
 namespace {

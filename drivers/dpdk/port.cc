@@ -5,7 +5,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/rte.h"
-#include "verbs/log.h"
+#include "log/log.h"
 
 namespace uroce::dpdk {
 namespace {

@@ -17,7 +17,7 @@
 #include <rte_ring.h>
 
 #include "dpdk/rte.h"
-#include "uroce/verbs.h"
+#include "uroce/port.h"
 #include "wire/headers.h"
 #include "wire/pfc.h"
 

@@ -23,6 +23,21 @@
 
 namespace uroce {
 
+// The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d (GID index 1).
+inline ibv_gid ipv4_gid(const std::array<std::uint8_t, 4>& ip) {
+  ibv_gid g{};
+  g.raw[10] = g.raw[11] = 0xff;
+  for (int i = 0; i < 4; ++i) g.raw[12 + i] = ip[static_cast<std::size_t>(i)];
+  return g;
+}
+// Whether `g` is an IPv4-mapped GID (::ffff:a.b.c.d), as ipv4_gid() makes.
+inline bool is_ipv4_gid(const ibv_gid& g) {
+  for (int i = 0; i < 10; ++i) {
+    if (g.raw[i] != 0) return false;
+  }
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
 // Writable memory for a frame's head, from the port or the engine.
 struct TxHead {
   std::uint8_t* data = nullptr;

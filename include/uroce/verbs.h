@@ -35,21 +35,6 @@ namespace internal {
 struct Access;  // lib/verbs/internal.h: how drivers and tests reach behind this API
 }  // namespace internal
 
-// The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d (GID index 1).
-inline ibv_gid ipv4_gid(const std::array<std::uint8_t, 4>& ip) {
-  ibv_gid g{};
-  g.raw[10] = g.raw[11] = 0xff;
-  for (int i = 0; i < 4; ++i) g.raw[12 + i] = ip[static_cast<std::size_t>(i)];
-  return g;
-}
-// Whether `g` is an IPv4-mapped GID (::ffff:a.b.c.d), as ipv4_gid() makes.
-inline bool is_ipv4_gid(const ibv_gid& g) {
-  for (int i = 0; i < 10; ++i) {
-    if (g.raw[i] != 0) return false;
-  }
-  return g.raw[10] == 0xff && g.raw[11] == 0xff;
-}
-
 // ibv_wc_status_str without the libibverbs library: "success",
 // "transport retry counter exceeded", ...
 const char* wc_status_str(ibv_wc_status status);

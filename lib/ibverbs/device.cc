@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
-#include "compose/device.h"
+#include "device/device.h"
 #include "dpdk/eal.h"
 #include "ibverbs/internal.h"
 
@@ -127,7 +127,7 @@ void start() {
     return;
   }
   std::string error;
-  auto port = dpdk::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn,
+  auto port = device::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn,
                                  config.pfc_priority);
   if (!port) {
     std::fprintf(stderr, "uroce libibverbs: no device on DPDK port %u (UROCE_PORT_ID): %s\n", config.port_id,
@@ -152,7 +152,7 @@ void start() {
   });
   auto* d = new Device{};
   name_device(d);
-  const uroce::PortConfig pc = dpdk::device_config(port->queues, port->clock);
+  const uroce::PortConfig pc = device::device_config(port->queues, port->clock);
   d->guid = eui64_of(pc.mac);
   d->active_mtu = pc.active_mtu;
   d->ctx = port->ctx.get();

@@ -21,9 +21,9 @@
 
 #include "uroce/verbs.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 struct Device;
-}  // namespace uroce::dpdk
+}  // namespace uroce::device
 
 namespace uroce::ibverbs {
 
@@ -39,7 +39,7 @@ inline constexpr int kGidTableLen = 2;
 struct Device {
   ibv_device ibv;
   const void* provider_ops;
-  dpdk::Device* port;        // the uroce device on its DPDK port (never freed: see device.cc); nullptr attached
+  device::Device* port;        // the uroce device on its DPDK port (never freed: see device.cc); nullptr attached
   Context* ctx;              // port's, or one attached to uroced (UROCE_SERVICE)
   __be64 guid;               // EUI-64 of the MAC, network order
   ibv_mtu active_mtu;        // largest path MTU the port carries

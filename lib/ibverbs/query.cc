@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "compose/device.h"
+#include "device/device.h"
 #include "ibverbs/internal.h"
 
 namespace uroce::ibverbs {

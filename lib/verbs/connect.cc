@@ -1,6 +1,6 @@
 #include "verbs/connect.h"
 
-#include "verbs/log.h"
+#include "log/log.h"
 
 namespace uroce {
 

@@ -13,7 +13,7 @@
 
 #include "service/client.h"
 #include "transport/qp_state.h"
-#include "verbs/log.h"
+#include "log/log.h"
 #include "verbs/traffic_class.h"
 #include "verbs/verbs_impl.h"
 #include "wire/headers.h"

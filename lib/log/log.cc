@@ -1,6 +1,6 @@
 // The "uroce" logger: one spdlog logger whose only sink writes to stderr or
 // hands each line to the embedder's LogSink.
-#include "verbs/log.h"
+#include "log/log.h"
 
 #include <spdlog/details/log_msg.h>
 #include <spdlog/sinks/base_sink.h>

@@ -1,12 +1,12 @@
-#include "sim/sim_fabric.h"
+#include "device/sim_fabric.h"
 
-#include "sim/step.h"
+#include "device/step.h"
 
-namespace uroce::sim {
+namespace uroce::device {
 
 SimFabric::SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn) : sw(clock, seed), dcqcn_(dcqcn) {}
 
-Context& SimFabric::add_host(const EgressConfig& egress) {
+Context& SimFabric::add_host(const sim::EgressConfig& egress) {
   const auto i = static_cast<std::uint8_t>(hosts.size() + 1);
   const std::uint8_t mac[6] = {0x02, 0, 0, 0, 0x01, i};
   const ibv_gid gid = ipv4_gid({10, 98, 1, i});
@@ -27,4 +27,4 @@ bool SimFabric::step() {
   return step_devices(clock, devices_, sw.next_delivery_ns());
 }
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

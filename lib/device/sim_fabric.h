@@ -10,7 +10,7 @@
 #include "sim/sim_switch.h"
 #include "uroce/verbs.h"
 
-namespace uroce::sim {
+namespace uroce::device {
 
 class SimFabric {
  public:
@@ -18,7 +18,7 @@ class SimFabric {
   SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn);
 
   // A host on a new switch port whose egress (towards the host) is `egress`.
-  Context& add_host(const EgressConfig& egress);
+  Context& add_host(const sim::EgressConfig& egress);
 
   // Every host polls once; if none moved a frame, virtual time jumps to the
   // next delivery or timer. False once nothing can happen.
@@ -33,8 +33,8 @@ class SimFabric {
     return true;
   }
 
-  VirtualClock clock;
-  SimSwitch sw;
+  sim::VirtualClock clock;
+  sim::SimSwitch sw;
   std::vector<std::unique_ptr<Context>> hosts;
 
  private:
@@ -42,4 +42,4 @@ class SimFabric {
   std::vector<Context*> devices_;  // hosts, as step_devices takes them
 };
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

@@ -22,7 +22,7 @@ namespace uroce {
 class Context;
 }
 
-namespace uroce::dpdk {
+namespace uroce::device {
 
 // Makes `ctx` visible to telemetry under `name` until telemetry_hide(ctx).
 // Registers the commands on first use. EAL must be running.
@@ -32,4 +32,4 @@ void telemetry_expose(Context* ctx, const std::string& name);
 // would never let go).
 void telemetry_hide(Context* ctx);
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device

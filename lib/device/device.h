@@ -13,7 +13,7 @@
 #include "dpdk/port_io.h"
 #include "uroce/verbs.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 
 struct Device {
   // nullptr and a one-line `error` if there is no such port or it cannot
@@ -28,18 +28,19 @@ struct Device {
                                       const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
   ~Device();
 
-  std::unique_ptr<Port> port;
-  std::vector<std::unique_ptr<PortIo>> queues;
-  PortIo* io = nullptr;  // queue 0: ARP, neighbour discovery, memory registration
-  TscClock clock;
+  std::unique_ptr<dpdk::Port> port;
+  std::vector<std::unique_ptr<dpdk::PortIo>> queues;
+  dpdk::PortIo* io = nullptr;  // queue 0: ARP, neighbour discovery, memory registration
+  dpdk::TscClock clock;
   std::unique_ptr<Context> ctx;
 };
 
 // The uroce::PortConfig of a device on these queues of one port: its MAC,
 // GID, and region pages.
-uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queues, engine::Clock& clock);
+uroce::PortConfig device_config(const std::vector<std::unique_ptr<dpdk::PortIo>>& queues, engine::Clock& clock);
 
 // Queues 0..n-1 of `port`, owning `ip`, sharing one neighbour table.
-std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, const std::array<std::uint8_t, 4>& ip);
+std::vector<std::unique_ptr<dpdk::PortIo>> open_queues(dpdk::Port& port, std::uint16_t n,
+                                                       const std::array<std::uint8_t, 4>& ip);
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device

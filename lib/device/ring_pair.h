@@ -13,7 +13,7 @@
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 
 class RingPair {
  public:
@@ -44,13 +44,13 @@ class RingPair {
   }
   std::uint64_t frames_sent() const;
 
-  std::unique_ptr<Port> port_a;
-  std::unique_ptr<Port> port_b;
-  std::vector<std::unique_ptr<PortIo>> queues_a;
-  std::vector<std::unique_ptr<PortIo>> queues_b;
-  PortIo* io_a = nullptr;  // queue 0 of each
-  PortIo* io_b = nullptr;
-  TscClock clock;
+  std::unique_ptr<dpdk::Port> port_a;
+  std::unique_ptr<dpdk::Port> port_b;
+  std::vector<std::unique_ptr<dpdk::PortIo>> queues_a;
+  std::vector<std::unique_ptr<dpdk::PortIo>> queues_b;
+  dpdk::PortIo* io_a = nullptr;  // queue 0 of each
+  dpdk::PortIo* io_b = nullptr;
+  dpdk::TscClock clock;
   std::unique_ptr<Context> a;
   std::unique_ptr<Context> b;
 
@@ -58,4 +58,4 @@ class RingPair {
   RingPair() = default;
 };
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device

@@ -1,17 +1,17 @@
-#include "compose/device.h"
+#include "device/device.h"
 
 #include <algorithm>
 
+#include "device/telemetry.h"
 #include "dpdk/eal.h"
-#include "compose/telemetry.h"
-#include "verbs/log.h"
+#include "log/log.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 
-uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queues, engine::Clock& clock) {
+uroce::PortConfig device_config(const std::vector<std::unique_ptr<dpdk::PortIo>>& queues, engine::Clock& clock) {
   uroce::PortConfig dev;
   for (const auto& q : queues) dev.queues.push_back(q.get());
-  const PortIo& io = *queues.at(0);
+  const dpdk::PortIo& io = *queues.at(0);
   dev.clock = &clock;
   std::copy(io.mac().begin(), io.mac().end(), dev.mac);
   dev.gid = io.gid();
@@ -25,27 +25,28 @@ uroce::PortConfig device_config(const std::vector<std::unique_ptr<PortIo>>& queu
       break;
     }
   }
-  dev.buffer_pages = eal_uses_hugepages() ? uroce::PortConfig::Pages::kHuge : uroce::PortConfig::Pages::kNormal;
+  dev.buffer_pages = dpdk::eal_uses_hugepages() ? uroce::PortConfig::Pages::kHuge : uroce::PortConfig::Pages::kNormal;
   return dev;
 }
 
-std::vector<std::unique_ptr<PortIo>> open_queues(Port& port, std::uint16_t n, const std::array<std::uint8_t, 4>& ip) {
-  std::vector<std::unique_ptr<PortIo>> queues;
-  queues.push_back(std::make_unique<PortIo>(port, 0, ip));
-  for (std::uint16_t q = 1; q < n; ++q) queues.push_back(std::make_unique<PortIo>(*queues[0], q));
+std::vector<std::unique_ptr<dpdk::PortIo>> open_queues(dpdk::Port& port, std::uint16_t n,
+                                                       const std::array<std::uint8_t, 4>& ip) {
+  std::vector<std::unique_ptr<dpdk::PortIo>> queues;
+  queues.push_back(std::make_unique<dpdk::PortIo>(port, 0, ip));
+  for (std::uint16_t q = 1; q < n; ++q) queues.push_back(std::make_unique<dpdk::PortIo>(*queues[0], q));
   return queues;
 }
 
 std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
                                      const std::string& name, std::string& error, std::uint16_t queues,
                                      const cc::DcqcnParams* dcqcn, int pfc_priority) {
-  if (port_count() == 0) {
+  if (dpdk::port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
     logger().debug("{}", error);
     return nullptr;
   }
   auto d = std::make_unique<Device>();
-  PortConfig pc;
+  dpdk::PortConfig pc;
   pc.port_id = port_id;
   pc.queues = queues;
   pc.mbufs = 8191u * queues;
@@ -53,7 +54,7 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   // mbufs that hold a whole frame).
   pc.max_frame = 9018;
   pc.pfc_priority = pfc_priority;
-  d->port = Port::open(pc, error);
+  d->port = dpdk::Port::open(pc, error);
   if (!d->port) return nullptr;  // Port::open logged why
   d->queues = open_queues(*d->port, queues, ip);
   d->io = d->queues[0].get();
@@ -79,4 +80,4 @@ Device::~Device() {
   ctx.reset();  // before the port it uses
 }
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device

@@ -1,11 +1,11 @@
-#include "sim/step.h"
+#include "device/step.h"
 
 #include "engine/engine.h"
 #include "verbs/internal.h"
 
-namespace uroce::sim {
+namespace uroce::device {
 
-bool step_devices(VirtualClock& clock, std::span<Context* const> devices, std::uint64_t next_delivery_ns) {
+bool step_devices(sim::VirtualClock& clock, std::span<Context* const> devices, std::uint64_t next_delivery_ns) {
   std::size_t moved = 0;
   for (Context* d : devices) moved += d->progress();
   if (moved > 0) return true;
@@ -22,4 +22,4 @@ bool step_devices(VirtualClock& clock, std::span<Context* const> devices, std::u
   return true;
 }
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

@@ -9,9 +9,9 @@
 #include "sim/sim_link.h"
 #include "uroce/verbs.h"
 
-namespace uroce::sim {
+namespace uroce::device {
 
 // False once nothing can happen (no frame on its way, no timer armed).
-bool step_devices(VirtualClock& clock, std::span<Context* const> devices, std::uint64_t next_delivery_ns);
+bool step_devices(sim::VirtualClock& clock, std::span<Context* const> devices, std::uint64_t next_delivery_ns);
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

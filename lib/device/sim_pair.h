@@ -9,14 +9,12 @@
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 
-namespace uroce::sim {
-
-using uroce::ConnectParams;
+namespace uroce::device {
 
 class SimPair {
  public:
   // `dcqcn`: congestion control on both devices (nullptr: off).
-  explicit SimPair(std::uint64_t seed, Impairments a_to_b = {}, Impairments b_to_a = {},
+  explicit SimPair(std::uint64_t seed, sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {},
                    const cc::DcqcnParams* dcqcn = nullptr);
 
   // Connects qa (on a) and qb (on b) to each other.
@@ -40,10 +38,10 @@ class SimPair {
 
   std::uint64_t frames_sent() const { return link.stats(0).sent + link.stats(1).sent; }
 
-  VirtualClock clock;
-  SimLink link;
+  sim::VirtualClock clock;
+  sim::SimLink link;
   std::unique_ptr<Context> a;
   std::unique_ptr<Context> b;
 };
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

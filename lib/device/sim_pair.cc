@@ -1,8 +1,8 @@
-#include "sim/sim_pair.h"
+#include "device/sim_pair.h"
 
-#include "sim/step.h"
+#include "device/step.h"
 
-namespace uroce::sim {
+namespace uroce::device {
 namespace {
 
 constexpr std::uint8_t kMacA[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0a};
@@ -23,7 +23,7 @@ std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const 
 
 }  // namespace
 
-SimPair::SimPair(std::uint64_t seed, Impairments a_to_b, Impairments b_to_a, const cc::DcqcnParams* dcqcn)
+SimPair::SimPair(std::uint64_t seed, sim::Impairments a_to_b, sim::Impairments b_to_a, const cc::DcqcnParams* dcqcn)
     : link(clock, seed, kMacA, kMacB, a_to_b, b_to_a),
       a(make(link.port(0), clock, kMacA, 1, seed, dcqcn)),
       b(make(link.port(1), clock, kMacB, 2, seed + 1, dcqcn)) {}
@@ -38,4 +38,4 @@ bool SimPair::step() {
   return step_devices(clock, devices, link.next_delivery_ns());
 }
 
-}  // namespace uroce::sim
+}  // namespace uroce::device

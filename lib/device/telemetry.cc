@@ -1,4 +1,4 @@
-#include "compose/telemetry.h"
+#include "device/telemetry.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -13,7 +13,7 @@
 #include "uroce/verbs.h"
 #include "verbs/internal.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 namespace {
 
 struct Exposed {
@@ -129,4 +129,4 @@ void telemetry_hide(Context* ctx) {
   std::erase_if(g_devices, [ctx](const Exposed& e) { return e.ctx == ctx; });
 }
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device

@@ -1,32 +1,32 @@
-#include "compose/ring_pair.h"
+#include "device/ring_pair.h"
 
-#include "compose/device.h"
-#include "compose/telemetry.h"
+#include "device/device.h"
+#include "device/telemetry.h"
+#include "log/log.h"
 #include "uroce/stats.h"
-#include "verbs/log.h"
 
-namespace uroce::dpdk {
+namespace uroce::device {
 
 std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues,
                                            const cc::DcqcnParams* dcqcn, int pfc_priority) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
-  if (!create_ring_pair(name.c_str(), ida, idb, error, queues)) {
+  if (!dpdk::create_ring_pair(name.c_str(), ida, idb, error, queues)) {
     logger().debug("ring pair '{}': {}", name, error);
     return nullptr;
   }
   auto pair = std::unique_ptr<RingPair>(new RingPair());
   // Frames up to a 9000-byte MTU; RoCE uses up to 4096 bytes of payload.
-  PortConfig cfg;
+  dpdk::PortConfig cfg;
   cfg.mbufs = 4095u * queues;
   cfg.queues = queues;
   cfg.max_frame = 9018;
   cfg.pfc_priority = pfc_priority;
   cfg.port_id = ida;
-  pair->port_a = Port::open(cfg, error);
+  pair->port_a = dpdk::Port::open(cfg, error);
   if (!pair->port_a) return nullptr;
   cfg.port_id = idb;
-  pair->port_b = Port::open(cfg, error);
+  pair->port_b = dpdk::Port::open(cfg, error);
   if (!pair->port_b) return nullptr;
   pair->queues_a = open_queues(*pair->port_a, queues, {10, 98, 0, 1});
   pair->queues_b = open_queues(*pair->port_b, queues, {10, 98, 0, 2});
@@ -80,4 +80,4 @@ std::uint64_t RingPair::frames_sent() const {
   return n;
 }
 
-}  // namespace uroce::dpdk
+}  // namespace uroce::device
