@@ -1,4 +1,4 @@
-#include "server.h"
+#include "service_daemon/server.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -108,7 +108,7 @@ std::string check_socket_folder(int dir_fd, const std::string& dir) {
 
 }  // namespace
 
-Server::Server(Context& ctx, std::size_t workers, const Config& config)
+Server::Server(Context& ctx, std::size_t workers, const ServerConfig& config)
     : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {
   memory_budget_ = config_.limits.memory_mb != 0 ? config_.limits.memory_mb * kMiB : half_of_memory();
   mappings_budget_ = half_of_max_map_count();
@@ -377,7 +377,7 @@ void Server::accept_client() {
   // max_clients in all, each closed after hello_timeout_ms. The budgets of
   // attached clients apply at hello (admit).
   auto c = std::make_unique<Client>();
-  c->limits = limits_for(config_, cred.uid);
+  c->limits = config_.limits_for(cred.uid);
   if (usage(cred.uid).waiting >= c->limits.connections_per_uid()) {
     const Client* oldest = nullptr;
     for (const auto& [s, k] : clients_) {

@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "pump.h"
 #include "service/protocol.h"
 #include "service/shm.h"
+#include "service_daemon/limits.h"
+#include "service_daemon/pump.h"
 #include "uroce/verbs.h"
 
 namespace uroce::daemon {
 
 class Server {
  public:
-  Server(Context& ctx, std::size_t workers, const Config& config);
+  Server(Context& ctx, std::size_t workers, const ServerConfig& config);
   ~Server();
 
   // Binds the socket (its mode and group as configured). "" or a one-line
@@ -66,7 +66,7 @@ class Server {
   std::vector<ClientRow> client_table() const;
 
   // What the clients of one uid hold together, against its budgets
-  // (config.h Limits, uid_*). Summed from the clients when a request would
+  // (limits.h Limits, uid_*). Summed from the clients when a request would
   // add to it (at most connections_per_uid() clients attached, as many again
   // waiting for hello), so it is never out of step with them.
   struct UidUsage {
@@ -280,7 +280,7 @@ class Server {
   void stats(const Client& asking, service::StatsReply& s) const;
 
   Context& ctx_;
-  Config config_;
+  ServerConfig config_;
   std::vector<Pump> pumps_;
   std::size_t next_worker_ = 0;
   int listen_fd_ = -1;

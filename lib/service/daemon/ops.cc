@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server.h"
+#include "service_daemon/server.h"
 #include "uroce/stats.h"
 #include <spdlog/spdlog.h>
 

@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "server.h"
 #include "service/shm.h"
+#include "service_daemon/server.h"
 #include "verbs/internal.h"
 
 namespace uroce::daemon {
