@@ -34,11 +34,6 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   const service::RegMr& r = req.reg_mr;
   ProtectionDomain** pd = find(c.pds, r.pd, "PD", reply);
   if (pd == nullptr) return;
-  if (c.mrs.size() >= c.limits.mrs) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.mrs.size()) +
-                            " memory regions, its limit (uroced max_mrs)");
-    return;
-  }
   if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
     fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
                             std::to_string(nfds) + " memory files: one file per piece, 1 to " +

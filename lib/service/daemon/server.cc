@@ -626,10 +626,6 @@ Server::Totals Server::totals() const {
 
 void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>& fds) {
   const service::CreateCq& r = req.create_cq;
-  if (c.cqs.size() >= c.limits.cqs) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.cqs.size()) + " CQs, its limit (uroced max_cqs)");
-    return;
-  }
   if (r.cqe == 0 || r.cqe > ctx_.limits().max_cqe) {
     fail(reply, EINVAL, "cqe must be between 1 and the device's max_cqe (" + std::to_string(ctx_.limits().max_cqe) + ")");
     return;
@@ -703,10 +699,6 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   auto rcq = c.cqs.find(r.recv_cq);
   if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end()) {
     fail(reply, EINVAL, "create_qp names a PD or CQ that is not this client's");
-    return;
-  }
-  if (c.qps.size() >= c.limits.qps) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.qps.size()) + " QPs, its limit (uroced max_qps)");
     return;
   }
   if (r.cap.max_send_sge > service::kMaxSge || r.cap.max_recv_sge > service::kMaxSge ||
