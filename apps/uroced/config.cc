@@ -115,6 +115,18 @@ Limits limits_for(const Config& config, std::uint32_t uid) {
   return l;
 }
 
+ServerConfig server_config(const Config& config) {
+  ServerConfig s;
+  s.socket = config.socket;
+  s.socket_mode = config.socket_mode;
+  s.socket_group = config.socket_group;
+  s.hello_timeout_ms = config.hello_timeout_ms;
+  s.reply_timeout_ms = config.reply_timeout_ms;
+  s.limits = config.limits;
+  for (const UidKey& k : config.uid_keys) s.uid_limits.try_emplace(k.uid, limits_for(config, k.uid));
+  return s;
+}
+
 std::string set_key(Config& c, const std::string& raw_key, const std::string& value) {
   std::string key = raw_key;
   for (char& ch : key) {

@@ -24,7 +24,7 @@
 #include "telemetry.h"
 #include "config.h"
 #include "dpdk/eal.h"
-#include "server.h"
+#include "service_daemon/server.h"
 #include "service/client.h"
 
 namespace {
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
                                           dcqcn ? &*dcqcn : nullptr, config.pfc_priority);
   if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
   uroce::Context& ctx = *device->ctx;
-  uroce::daemon::Server server(ctx, config.queues, config);
+  uroce::daemon::Server server(ctx, config.queues, uroce::daemon::server_config(config));
   if (std::string e = server.listen(); !e.empty()) return die(e);
   std::vector<int> cpus = config.workers;
   if (cpus.empty()) cpus.assign(config.queues, -1);

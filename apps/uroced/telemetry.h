@@ -2,7 +2,7 @@
 // the device's /uroce/* commands, lib/device/telemetry.h).
 #pragma once
 
-#include "server.h"
+#include "service_daemon/server.h"
 
 namespace uroce::daemon {
 

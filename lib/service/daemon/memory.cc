@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "server.h"
 #include "service/shm.h"
+#include "service_daemon/server.h"
 #include "verbs/internal.h"
 
 namespace uroce::daemon {
@@ -29,17 +29,11 @@ std::string errno_text(int e) { return std::strerror(e); }
 
 // --- Memory regions ------------------------------------------------------------------
 
-void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, Reply& reply) {
-  auto pd = c.pds.find(r.pd);
-  if (pd == c.pds.end()) {
-    fail(reply, EINVAL, "no PD " + std::to_string(r.pd) + " of this client");
-    return;
-  }
-  if (c.mrs.size() >= c.limits.mrs) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.mrs.size()) +
-                            " memory regions, its limit (uroced max_mrs)");
-    return;
-  }
+void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, int nfds, Reply& reply,
+                       std::vector<int>&) {
+  const service::RegMr& r = req.reg_mr;
+  ProtectionDomain** pd = find(c.pds, r.pd, "PD", reply);
+  if (pd == nullptr) return;
   if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
     fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
                             std::to_string(nfds) + " memory files: one file per piece, 1 to " +
@@ -153,8 +147,8 @@ void Server::reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds
   // to the port at all: frames from it are copied.
   void* at = static_cast<char*>(view) + r.offset;
   MemoryRegion* mr = r.pieces == 1 && maps[keys[0]]->port_mr != nullptr
-                         ? pd->second->reg_mr_iova(at, r.length, r.iova, r.access)
-                         : internal::reg_mr_copied(pd->second, at, r.length, r.iova, r.access);
+                         ? (*pd)->reg_mr_iova(at, r.length, r.iova, r.access)
+                         : internal::reg_mr_copied(*pd, at, r.length, r.iova, r.access);
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
     if (r.pieces > 1) munmap(view, total);

@@ -1,4 +1,4 @@
-#include "pump.h"
+#include "service_daemon/pump.h"
 
 #include <unistd.h>
 

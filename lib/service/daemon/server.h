@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
 #include <chrono>
 #include <compare>
 #include <cstdint>
@@ -15,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "pump.h"
 #include "service/protocol.h"
 #include "service/shm.h"
+#include "service_daemon/limits.h"
+#include "service_daemon/pump.h"
 #include "uroce/verbs.h"
 
 namespace uroce::daemon {
 
 class Server {
  public:
-  Server(Context& ctx, std::size_t workers, const Config& config);
+  Server(Context& ctx, std::size_t workers, const ServerConfig& config);
   ~Server();
 
   // Binds the socket (its mode and group as configured). "" or a one-line
@@ -65,7 +66,7 @@ class Server {
   std::vector<ClientRow> client_table() const;
 
   // What the clients of one uid hold together, against its budgets
-  // (config.h Limits, uid_*). Summed from the clients when a request would
+  // (limits.h Limits, uid_*). Summed from the clients when a request would
   // add to it (at most connections_per_uid() clients attached, as many again
   // waiting for hello), so it is never out of step with them.
   struct UidUsage {
@@ -213,12 +214,47 @@ class Server {
   void tick();
   void drop(int sock, const std::string& why);  // release() and forget
   UidUsage usage(uid_t uid) const;
-  // "" or why `c` may not make one more object of the kind `op` makes
-  // (its budgets and its uid's).
-  std::string over_budget(const Client& c, service::Op op) const;
+
+  // The requests. One function per service::Op, all of this type (so
+  // declared below as `OpFn op_hello, ...`): each fills `reply` or fail()s
+  // it, `fds` are the descriptors that came with the request (closed by
+  // serve() after), `reply_fds` go back with the reply.
+  using OpFn = void(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
+                    std::vector<int>& reply_fds);
+  // The object count a request adds one to, checked against the client's
+  // and its uid's budget before the request runs.
+  enum class Budget : std::uint8_t { kNone, kPds, kMrs, kCqs, kQps };
+  // One row per service::Op, in the enum's order (ops.cc kOps).
+  struct OpRow {
+    service::Op op;
+    const char* name;   // as in logs
+    bool before_hello;  // allowed before the client said hello
+    Budget budget;
+    OpFn Server::*run;
+  };
+  static const OpRow kOps[];
+  // Bounds check, hello check, budget check, then the op's row.
   void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
               std::vector<int>& reply_fds);
-  int fail(service::Reply& reply, int err, const std::string& why);
+  OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
+      op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats;
+  // "" or why `c` may not make one more object counted by `b` (its budget
+  // and its uid's).
+  std::string over_budget(const Client& c, Budget b) const;
+  static int fail(service::Reply& reply, int err, const std::string& why);
+  // What a request naming an object the client does not have is told.
+  static std::string no_object(const char* what, std::uint32_t handle) {
+    return std::string("no ") + what + " " + std::to_string(handle) + " of this client";
+  }
+  // The client's object `handle` in `objects` (one of its pds, mrs, cqs,
+  // qps), or nullptr with `reply` failed (EINVAL, no_object).
+  template <class Map>
+  static typename Map::mapped_type* find(Map& objects, std::uint32_t handle, const char* what, service::Reply& reply) {
+    auto it = objects.find(handle);
+    if (it != objects.end()) return &it->second;
+    fail(reply, EINVAL, no_object(what, handle));
+    return nullptr;
+  }
   // kModifyQp on `q`, whose address (if any) resolved or failed already.
   void modify_qp(Client& c, Qp& q, const service::ModifyQp& r, service::Reply& reply);
   // Stops reading c's socket until its deferred request is answered.
@@ -228,9 +264,6 @@ class Server {
   void defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off = {});
   static constexpr std::chrono::milliseconds kRefusalHoldOff{100};
 
-  void reg_mr(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply);
-  void create_cq(Client& c, const service::CreateCq& r, service::Reply& reply, std::vector<int>& fds);
-  void create_qp(Client& c, const service::CreateQp& r, service::Reply& reply, std::vector<int>& fds);
   int destroy_qp(Client& c, std::uint32_t handle);
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
@@ -247,7 +280,7 @@ class Server {
   void stats(const Client& asking, service::StatsReply& s) const;
 
   Context& ctx_;
-  Config config_;
+  ServerConfig config_;
   std::vector<Pump> pumps_;
   std::size_t next_worker_ = 0;
   int listen_fd_ = -1;

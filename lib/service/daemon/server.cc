@@ -1,4 +1,4 @@
-#include "server.h"
+#include "service_daemon/server.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -27,7 +27,6 @@
 
 namespace uroce::daemon {
 
-using service::Op;
 using service::Reply;
 using service::Request;
 
@@ -107,14 +106,9 @@ std::string check_socket_folder(int dir_fd, const std::string& dir) {
   return "";
 }
 
-bool known_op(Op op) {
-  const auto n = static_cast<std::uint32_t>(op);
-  return n >= static_cast<std::uint32_t>(Op::kHello) && n <= static_cast<std::uint32_t>(Op::kStats);
-}
-
 }  // namespace
 
-Server::Server(Context& ctx, std::size_t workers, const Config& config)
+Server::Server(Context& ctx, std::size_t workers, const ServerConfig& config)
     : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {
   memory_budget_ = config_.limits.memory_mb != 0 ? config_.limits.memory_mb * kMiB : half_of_memory();
   mappings_budget_ = half_of_max_map_count();
@@ -310,8 +304,8 @@ Server::UidUsage Server::usage(uid_t uid) const {
   return u;
 }
 
-std::string Server::over_budget(const Client& c, Op op) const {
-  struct Budget {
+std::string Server::over_budget(const Client& c, Budget budget) const {
+  struct Count {
     std::size_t mine;
     std::uint32_t limit;
     std::uint32_t Server::UidUsage::*ours;
@@ -320,13 +314,13 @@ std::string Server::over_budget(const Client& c, Op op) const {
     const char* key;
   };
   const Limits& l = c.limits;
-  Budget b{};
-  switch (op) {
-    case Op::kAllocPd: b = {c.pds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs", "max_pds"}; break;
-    case Op::kRegMr: b = {c.mrs.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions", "max_mrs"}; break;
-    case Op::kCreateCq: b = {c.cqs.size(), l.cqs, &UidUsage::cqs, l.uid_cqs, "CQs", "max_cqs"}; break;
-    case Op::kCreateQp: b = {c.qps.size(), l.qps, &UidUsage::qps, l.uid_qps, "QPs", "max_qps"}; break;
-    default: return "";
+  Count b{};
+  switch (budget) {
+    case Budget::kNone: return "";
+    case Budget::kPds: b = {c.pds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs", "max_pds"}; break;
+    case Budget::kMrs: b = {c.mrs.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions", "max_mrs"}; break;
+    case Budget::kCqs: b = {c.cqs.size(), l.cqs, &UidUsage::cqs, l.uid_cqs, "CQs", "max_cqs"}; break;
+    case Budget::kQps: b = {c.qps.size(), l.qps, &UidUsage::qps, l.uid_qps, "QPs", "max_qps"}; break;
   }
   if (b.mine >= b.limit) {
     return "this client has " + std::to_string(b.mine) + " " + b.what + ", its limit (uroced " + b.key + ")";
@@ -383,7 +377,7 @@ void Server::accept_client() {
   // max_clients in all, each closed after hello_timeout_ms. The budgets of
   // attached clients apply at hello (admit).
   auto c = std::make_unique<Client>();
-  c->limits = limits_for(config_, cred.uid);
+  c->limits = config_.limits_for(cred.uid);
   if (usage(cred.uid).waiting >= c->limits.connections_per_uid()) {
     const Client* oldest = nullptr;
     for (const auto& [s, k] : clients_) {
@@ -422,6 +416,47 @@ std::string Server::admit(const Client& c) const {
            uid + ".uid_max_connections for this uid)";
   }
   return "";
+}
+
+// Attaches the client (admit: the budgets of attached clients) and tells it
+// the device as it may use it.
+void Server::op_hello(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  if (req.hello.version != service::kProtocolVersion) {
+    fail(reply, EPROTO, "protocol version " + std::to_string(req.hello.version) + ", this uroced speaks " +
+                            std::to_string(service::kProtocolVersion) + ": use the library of the same uroce");
+    return;
+  }
+  if (!c.attached) {
+    if (std::string why = admit(c); !why.empty()) {
+      refusals.warn("uroced: refused pid " + std::to_string(c.pid) + ": " + why);
+      fail(reply, EUSERS, why);
+      c.leaving = true;  // closed once this reply is out
+      return;
+    }
+    c.attached = true;
+    spdlog::info("uroced: client {} attached: pid {}, uid {}", c.id, c.pid, c.uid);
+  }
+  service::HelloReply& h = reply.hello;
+  h.client = c.id;
+  h.workers = static_cast<std::uint32_t>(pumps_.size());
+  ctx_.query_gid(0, h.gid[0]);
+  ctx_.query_gid(1, h.gid[1]);
+  // The link-local GID is fe80::(EUI-64 of the MAC): the MAC back from it.
+  h.mac[0] = static_cast<std::uint8_t>(h.gid[0].raw[8] ^ 2);
+  h.mac[1] = h.gid[0].raw[9];
+  h.mac[2] = h.gid[0].raw[10];
+  h.mac[3] = h.gid[0].raw[13];
+  h.mac[4] = h.gid[0].raw[14];
+  h.mac[5] = h.gid[0].raw[15];
+  const DeviceLimits& l = ctx_.limits();
+  h.max_qp = std::min(l.max_qp, c.limits.qps);
+  h.max_qp_wr = l.max_qp_wr;
+  h.max_sge = std::min<std::uint32_t>(l.max_sge, service::kMaxSge);
+  h.max_inline_data = std::min<std::uint32_t>(l.max_inline_data, service::kMaxInline);
+  h.max_cqe = l.max_cqe;
+  h.max_mr = std::min(l.max_mr, c.limits.mrs);
+  h.max_qp_rd_atom = l.max_qp_rd_atom;
+  h.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
 }
 
 bool Server::serve(Client& c) {
@@ -520,14 +555,12 @@ void Server::tick() {
     const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
     if (reach == Reach::kPending && now < c.deferred->deadline) continue;
     Reply reply;
-    auto it = c.qps.find(r.qp);
-    if (it == c.qps.end()) {
-      fail(reply, EINVAL, "no QP " + std::to_string(r.qp) + " of this client");
-    } else if (reach == Reach::kPending) {
+    Qp* q = find(c.qps, r.qp, "QP", reply);
+    if (q != nullptr && reach == Reach::kPending) {
       fail(reply, EHOSTUNREACH, "modify QP: the peer's GID was not resolved in time (too many resolutions under "
                                 "way); try again");
-    } else {
-      modify_qp(c, it->second, r, reply);  // known: applied now; unreachable: refused at once
+    } else if (q != nullptr) {
+      modify_qp(c, *q, r, reply);  // known: applied now; unreachable: refused at once
     }
     c.deferred.reset();
     // Through the same non-blocking path as every reply (held if the
@@ -543,156 +576,6 @@ int Server::fail(Reply& reply, int err, const std::string& why) {
   reply.error = err;
   set_message(reply, why);
   return err;
-}
-
-void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
-                    std::vector<int>& reply_fds) {
-  if (!c.attached && known_op(req.op) && req.op != Op::kHello && req.op != Op::kStats) {
-    fail(reply, EINVAL, "no hello yet: a client's first request is hello (uroce's library says it)");
-    return;
-  }
-  if (std::string why = over_budget(c, req.op); !why.empty()) {
-    fail(reply, ENOMEM, why);
-    return;
-  }
-  switch (req.op) {
-    case Op::kHello: {
-      if (req.hello.version != service::kProtocolVersion) {
-        fail(reply, EPROTO, "protocol version " + std::to_string(req.hello.version) + ", this uroced speaks " +
-                                std::to_string(service::kProtocolVersion) + ": use the library of the same uroce");
-        return;
-      }
-      if (!c.attached) {
-        if (std::string why = admit(c); !why.empty()) {
-          refusals.warn("uroced: refused pid " + std::to_string(c.pid) + ": " + why);
-          fail(reply, EUSERS, why);
-          c.leaving = true;  // closed once this reply is out
-          return;
-        }
-        c.attached = true;
-        spdlog::info("uroced: client {} attached: pid {}, uid {}", c.id, c.pid, c.uid);
-      }
-      service::HelloReply& h = reply.hello;
-      h.client = c.id;
-      h.workers = static_cast<std::uint32_t>(pumps_.size());
-      ctx_.query_gid(0, h.gid[0]);
-      ctx_.query_gid(1, h.gid[1]);
-      // The link-local GID is fe80::(EUI-64 of the MAC): the MAC back from it.
-      h.mac[0] = static_cast<std::uint8_t>(h.gid[0].raw[8] ^ 2);
-      h.mac[1] = h.gid[0].raw[9];
-      h.mac[2] = h.gid[0].raw[10];
-      h.mac[3] = h.gid[0].raw[13];
-      h.mac[4] = h.gid[0].raw[14];
-      h.mac[5] = h.gid[0].raw[15];
-      const DeviceLimits& l = ctx_.limits();
-      h.max_qp = std::min(l.max_qp, c.limits.qps);
-      h.max_qp_wr = l.max_qp_wr;
-      h.max_sge = std::min<std::uint32_t>(l.max_sge, service::kMaxSge);
-      h.max_inline_data = std::min<std::uint32_t>(l.max_inline_data, service::kMaxInline);
-      h.max_cqe = l.max_cqe;
-      h.max_mr = std::min(l.max_mr, c.limits.mrs);
-      h.max_qp_rd_atom = l.max_qp_rd_atom;
-      h.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
-      return;
-    }
-    case Op::kAllocPd: {
-      ProtectionDomain* pd = ctx_.alloc_pd();
-      if (pd == nullptr) {
-        fail(reply, ENOMEM, ctx_.last_error());
-        return;
-      }
-      reply.handle = c.next_handle++;
-      c.pds[reply.handle] = pd;
-      return;
-    }
-    case Op::kDeallocPd: {
-      auto it = c.pds.find(req.handle);
-      if (it == c.pds.end()) {
-        fail(reply, EINVAL, "no PD " + std::to_string(req.handle) + " of this client");
-        return;
-      }
-      if (const int e = ctx_.dealloc_pd(it->second); e != 0) {
-        fail(reply, e, ctx_.last_error());
-        return;
-      }
-      c.pds.erase(it);
-      return;
-    }
-    case Op::kRegMr:
-      reg_mr(c, req.reg_mr, fds, nfds, reply);
-      return;
-    case Op::kDeregMr:
-      if (const int e = dereg_mr(c, req.handle); e != 0) {
-        fail(reply, e, e == EINVAL ? "no region " + std::to_string(req.handle) + " of this client" : ctx_.last_error());
-      }
-      return;
-    case Op::kCreateCq:
-      create_cq(c, req.create_cq, reply, reply_fds);
-      return;
-    case Op::kDestroyCq:
-      if (const int e = destroy_cq(c, req.handle); e != 0) {
-        fail(reply, e, e == EINVAL ? "no CQ " + std::to_string(req.handle) + " of this client"
-                                   : "QPs still use this CQ; destroy them first");
-      }
-      return;
-    case Op::kCreateQp:
-      create_qp(c, req.create_qp, reply, reply_fds);
-      return;
-    case Op::kModifyQp: {
-      auto it = c.qps.find(req.modify_qp.qp);
-      if (it == c.qps.end()) {
-        fail(reply, EINVAL, "no QP " + std::to_string(req.modify_qp.qp) + " of this client");
-        return;
-      }
-      Qp& q = it->second;
-      // The peer's address is resolved without holding this loop: not known
-      // yet, the reply waits (tick()) while other clients are served.
-      if ((req.modify_qp.mask & IBV_QP_AV) && req.modify_qp.attr.ah_attr.is_global) {
-        const Reach reach = ctx_.resolve_gid(req.modify_qp.attr.ah_attr.grh.dgid);
-        if (reach != Reach::kKnown) {
-          defer(c, req.modify_qp, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
-          return;
-        }
-      }
-      modify_qp(c, q, req.modify_qp, reply);
-      return;
-    }
-    case Op::kQueryQp: {
-      auto it = c.qps.find(req.handle);
-      if (it == c.qps.end()) {
-        fail(reply, EINVAL, "no QP " + std::to_string(req.handle) + " of this client");
-        return;
-      }
-      QpInitAttr init;
-      if (const int e = it->second.qp->query(reply.query_qp.attr, ~0, &init); e != 0) {
-        fail(reply, e, ctx_.last_error());
-        return;
-      }
-      reply.query_qp.cap = reply.query_qp.attr.cap;
-      reply.query_qp.sq_sig_all = init.sq_sig_all ? 1 : 0;
-      return;
-    }
-    case Op::kDestroyQp:
-      if (const int e = destroy_qp(c, req.handle); e != 0) {
-        fail(reply, e, e == EINVAL ? "no QP " + std::to_string(req.handle) + " of this client" : ctx_.last_error());
-      }
-      return;
-    case Op::kQpCounters: {
-      auto it = c.qps.find(req.handle);
-      if (it == c.qps.end()) {
-        fail(reply, EINVAL, "no QP " + std::to_string(req.handle) + " of this client");
-        return;
-      }
-      const std::vector<Stat> rows = it->second.qp->stats();
-      reply.counters.count = static_cast<std::uint32_t>(std::min(rows.size(), service::QpCountersReply::kMax));
-      for (std::size_t i = 0; i < reply.counters.count; ++i) reply.counters.value[i] = rows[i].value;
-      return;
-    }
-    case Op::kStats:
-      stats(c, reply.stats);
-      return;
-  }
-  fail(reply, EINVAL, "unknown request " + std::to_string(static_cast<std::uint32_t>(req.op)));
 }
 
 void Server::stats(const Client& asking, service::StatsReply& s) const {
@@ -741,11 +624,8 @@ Server::Totals Server::totals() const {
 
 // --- CQs and QPs ---------------------------------------------------------------------
 
-void Server::create_cq(Client& c, const service::CreateCq& r, Reply& reply, std::vector<int>& fds) {
-  if (c.cqs.size() >= c.limits.cqs) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.cqs.size()) + " CQs, its limit (uroced max_cqs)");
-    return;
-  }
+void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>& fds) {
+  const service::CreateCq& r = req.create_cq;
   if (r.cqe == 0 || r.cqe > ctx_.limits().max_cqe) {
     fail(reply, EINVAL, "cqe must be between 1 and the device's max_cqe (" + std::to_string(ctx_.limits().max_cqe) + ")");
     return;
@@ -812,16 +692,13 @@ int Server::destroy_cq(Client& c, std::uint32_t handle) {
   return 0;
 }
 
-void Server::create_qp(Client& c, const service::CreateQp& r, Reply& reply, std::vector<int>& fds) {
+void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>& fds) {
+  const service::CreateQp& r = req.create_qp;
   auto pd = c.pds.find(r.pd);
   auto scq = c.cqs.find(r.send_cq);
   auto rcq = c.cqs.find(r.recv_cq);
   if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end()) {
     fail(reply, EINVAL, "create_qp names a PD or CQ that is not this client's");
-    return;
-  }
-  if (c.qps.size() >= c.limits.qps) {
-    fail(reply, ENOMEM, "this client has " + std::to_string(c.qps.size()) + " QPs, its limit (uroced max_qps)");
     return;
   }
   if (r.cap.max_send_sge > service::kMaxSge || r.cap.max_recv_sge > service::kMaxSge ||

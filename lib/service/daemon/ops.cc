@@ -1,0 +1,149 @@
+// The service requests as a table: one row per service::Op, saying whether
+// it is allowed before hello and which budget it counts against, and the
+// function that runs it. handle() checks those, then runs the row; a new
+// request is a row and a function.
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "service_daemon/server.h"
+#include "uroce/stats.h"
+#include <spdlog/spdlog.h>
+
+namespace uroce::daemon {
+
+using service::Op;
+using service::Reply;
+using service::Request;
+
+constexpr Server::OpRow Server::kOps[] = {
+    {Op::kHello, "hello", true, Budget::kNone, &Server::op_hello},
+    {Op::kAllocPd, "alloc_pd", false, Budget::kPds, &Server::op_alloc_pd},
+    {Op::kDeallocPd, "dealloc_pd", false, Budget::kNone, &Server::op_dealloc_pd},
+    {Op::kRegMr, "reg_mr", false, Budget::kMrs, &Server::op_reg_mr},
+    {Op::kDeregMr, "dereg_mr", false, Budget::kNone, &Server::op_dereg_mr},
+    {Op::kCreateCq, "create_cq", false, Budget::kCqs, &Server::op_create_cq},
+    {Op::kDestroyCq, "destroy_cq", false, Budget::kNone, &Server::op_destroy_cq},
+    {Op::kCreateQp, "create_qp", false, Budget::kQps, &Server::op_create_qp},
+    {Op::kModifyQp, "modify_qp", false, Budget::kNone, &Server::op_modify_qp},
+    {Op::kQueryQp, "query_qp", false, Budget::kNone, &Server::op_query_qp},
+    {Op::kDestroyQp, "destroy_qp", false, Budget::kNone, &Server::op_destroy_qp},
+    {Op::kQpCounters, "qp_counters", false, Budget::kNone, &Server::op_qp_counters},
+    {Op::kStats, "stats", true, Budget::kNone, &Server::op_stats},
+};
+
+void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
+                    std::vector<int>& reply_fds) {
+  // Row i is Op(i + 1), and every Op has its row: a new Op fails here
+  // until its row is added, in order.
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kStats));
+  static_assert([] {
+    for (std::size_t i = 0; i < std::size(kOps); ++i) {
+      if (kOps[i].op != static_cast<Op>(i + 1)) return false;
+    }
+    return true;
+  }());
+  // Op 0 wraps to the largest index: one comparison refuses every number
+  // outside the enum before a row is read.
+  const std::size_t i = static_cast<std::size_t>(req.op) - 1;
+  if (i >= std::size(kOps)) {
+    fail(reply, EINVAL, "unknown request " + std::to_string(static_cast<std::uint32_t>(req.op)));
+    return;
+  }
+  const OpRow& row = kOps[i];
+  if (!c.attached && !row.before_hello) {
+    fail(reply, EINVAL, "no hello yet: a client's first request is hello (uroce's library says it)");
+    return;
+  }
+  if (std::string why = over_budget(c, row.budget); !why.empty()) {
+    fail(reply, ENOMEM, why);
+    return;
+  }
+  (this->*row.run)(c, req, fds, nfds, reply, reply_fds);
+  if (reply.error != 0) spdlog::debug("uroced: client {} {}: {}", c.id, row.name, reply.message);
+}
+
+void Server::op_alloc_pd(Client& c, const Request&, const int*, int, Reply& reply, std::vector<int>&) {
+  ProtectionDomain* pd = ctx_.alloc_pd();
+  if (pd == nullptr) {
+    fail(reply, ENOMEM, ctx_.last_error());
+    return;
+  }
+  reply.handle = c.next_handle++;
+  c.pds[reply.handle] = pd;
+}
+
+void Server::op_dealloc_pd(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  ProtectionDomain** pd = find(c.pds, req.handle, "PD", reply);
+  if (pd == nullptr) return;
+  if (const int e = ctx_.dealloc_pd(*pd); e != 0) {
+    fail(reply, e, ctx_.last_error());
+    return;
+  }
+  c.pds.erase(req.handle);
+}
+
+// dereg_mr, destroy_cq and destroy_qp also serve release(): EINVAL from
+// them is an unknown handle.
+void Server::op_dereg_mr(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  if (const int e = dereg_mr(c, req.handle); e != 0) {
+    fail(reply, e, e == EINVAL ? no_object("region", req.handle) : ctx_.last_error());
+  }
+}
+
+void Server::op_destroy_cq(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  if (const int e = destroy_cq(c, req.handle); e != 0) {
+    fail(reply, e, e == EINVAL ? no_object("CQ", req.handle) : "QPs still use this CQ; destroy them first");
+  }
+}
+
+void Server::op_destroy_qp(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  if (const int e = destroy_qp(c, req.handle); e != 0) {
+    fail(reply, e, e == EINVAL ? no_object("QP", req.handle) : ctx_.last_error());
+  }
+}
+
+void Server::op_modify_qp(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  const service::ModifyQp& r = req.modify_qp;
+  Qp* q = find(c.qps, r.qp, "QP", reply);
+  if (q == nullptr) return;
+  // The peer's address is resolved without holding this loop: not known
+  // yet, the reply waits (tick()) while other clients are served.
+  if ((r.mask & IBV_QP_AV) && r.attr.ah_attr.is_global) {
+    const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
+    if (reach != Reach::kKnown) {
+      defer(c, r, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
+      return;
+    }
+  }
+  modify_qp(c, *q, r, reply);
+}
+
+void Server::op_query_qp(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  Qp* q = find(c.qps, req.handle, "QP", reply);
+  if (q == nullptr) return;
+  QpInitAttr init;
+  if (const int e = q->qp->query(reply.query_qp.attr, ~0, &init); e != 0) {
+    fail(reply, e, ctx_.last_error());
+    return;
+  }
+  reply.query_qp.cap = reply.query_qp.attr.cap;
+  reply.query_qp.sq_sig_all = init.sq_sig_all ? 1 : 0;
+}
+
+void Server::op_qp_counters(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  const Qp* q = find(c.qps, req.handle, "QP", reply);
+  if (q == nullptr) return;
+  const std::vector<Stat> rows = q->qp->stats();
+  reply.counters.count = static_cast<std::uint32_t>(std::min(rows.size(), service::QpCountersReply::kMax));
+  for (std::size_t i = 0; i < reply.counters.count; ++i) reply.counters.value[i] = rows[i].value;
+}
+
+void Server::op_stats(Client& c, const Request&, const int*, int, Reply& reply, std::vector<int>&) {
+  stats(c, reply.stats);
+}
+
+}  // namespace uroce::daemon
