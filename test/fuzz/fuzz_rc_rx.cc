@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "../scripted_port.h"
+#include "../support/scripted_port.h"
 #include "verbs/connect.h"
 #include "wire/frame.h"
 #include "wire/icrc.h"

@@ -1,0 +1,769 @@
+// uroced and its clients (README "Running as a service"): two daemons joined
+// by a memif pair (no hugepages), each serving clients in processes of their
+// own; the C verbs program of ibverbs_test (every verb, data verified) and
+// stock rdma-core and perftest binaries through the daemons; a client killed
+// mid-transfer; a client that sends garbage, names another's handles or
+// passes its limits; registered memory moved onto shared files; SIGTERM.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "service/client.h"
+#include "service/protocol.h"
+#include "uroce/verbs.h"
+#include "verbs/connect.h"
+#include "support/telemetry_client.h"
+#include "support/work_requests.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A process started with `sh -c "exec COMMAND"`, its output in a file.
+struct Process {
+  pid_t pid = -1;
+  std::string log;
+  // Exit code, or -signal, once it has ended (waits up to `limit`).
+  int wait(std::chrono::seconds limit = 120s) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > end) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return -1000;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  }
+  std::string out() const { return read_file(log); }
+};
+
+Process spawn(const std::string& command, const std::string& log) {
+  Process p;
+  p.log = log;
+  p.pid = fork();
+  if (p.pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return p;
+}
+
+std::string env_lib() { return "env -u UROCE_EAL -u UROCE_IP LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " "; }
+
+// A daemon on one end of a memif pair in `dir`.
+struct Daemon {
+  // Its EAL runtime folder, where its DPDK telemetry socket lies.
+  static std::string prefix(const std::string& name) {
+    return "uroce-svc-" + name + "-" + std::to_string(getpid());
+  }
+  std::string socket;
+  std::string telemetry;
+  Process proc;
+  std::string error;
+  Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "") {
+    socket = dir + "/" + name + ".sock";
+    telemetry = "/var/run/dpdk/" + prefix(name) + "/dpdk_telemetry.v2";
+    const std::string eal = kEal + " --file-prefix=" + prefix(name) + " -l " + std::to_string(cpu) +
+                            " --vdev=net_memif0,role=" +
+                            (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192";
+    proc = spawn(std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0." + (server ? "1" : "2") +
+                     "/24 --socket " + socket + " " + extra,
+                 dir + "/" + name + ".log");
+    for (int i = 0; i < 200; ++i) {
+      if (proc.out().find("uroced: ready") != std::string::npos) return;
+      int st;
+      if (waitpid(proc.pid, &st, WNOHANG) != 0) {
+        proc.pid = -1;
+        error = "uroced exited: " + proc.out();
+        return;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    error = "uroced did not get ready: " + proc.out();
+  }
+  // SIGTERM; the exit code.
+  int stop() {
+    if (proc.pid <= 0) return -1;
+    kill(proc.pid, SIGTERM);
+    return proc.wait(30s);
+  }
+  ~Daemon() {
+    if (proc.pid > 0) {
+      kill(proc.pid, SIGKILL);
+      proc.wait(10s);
+    }
+    // Its EAL runtime folder (the telemetry socket's), named for this test process.
+    std::system(("rm -rf '" + telemetry.substr(0, telemetry.rfind('/')) + "'").c_str());
+  }
+  // What the daemon says of itself (one client more: the asking one).
+  uroce::service::StatsReply stats() const {
+    std::string e;
+    auto c = uroce::service::Client::connect(socket, e);
+    uroce::service::StatsReply s{};
+    if (!c) return s;
+    uroce::service::Request req;
+    req.op = uroce::service::Op::kStats;
+    uroce::service::Reply reply;
+    if (c->call(req, reply, nullptr, 0, nullptr, e) == 0) s = reply.stats;
+    return s;
+  }
+};
+
+// Two daemons joined by memif, for the whole suite (a memif peer that goes
+// away and comes back is a DPDK corner of its own; see README).
+class Service : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/uroce-service-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    a_ = new Daemon(dir_, "a", true, 0);
+    std::this_thread::sleep_for(300ms);
+    b_ = new Daemon(dir_, "b", false, 1);
+    std::this_thread::sleep_for(1s);  // the memif link comes up
+  }
+  static void TearDownTestSuite() {
+    delete b_;
+    delete a_;
+    std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  void SetUp() override {
+    ASSERT_EQ(a_->error, "");
+    ASSERT_EQ(b_->error, "");
+  }
+  // ibverbs_rc's two sides, one on each daemon, exchanging through `tag`'s folder.
+  static std::pair<Process, Process> verbs_pair(const std::string& tag) {
+    const std::string d = dir_ + "/" + tag;
+    std::system(("mkdir -p '" + d + "'").c_str());
+    Process s = spawn(env_lib() + "UROCE_SERVICE=" + a_->socket + " timeout 90 " UROCE_IBVERBS_RC " memif server " + d,
+                      d + "/server.log");
+    std::this_thread::sleep_for(200ms);
+    Process c = spawn(env_lib() + "UROCE_SERVICE=" + b_->socket + " timeout 90 " UROCE_IBVERBS_RC " memif client " + d,
+                      d + "/client.log");
+    return {s, c};
+  }
+  static std::string dir_;
+  static Daemon* a_;
+  static Daemon* b_;
+};
+std::string Service::dir_;
+Daemon* Service::a_ = nullptr;
+Daemon* Service::b_ = nullptr;
+
+void expect_passed(Process& p) {
+  const int rc = p.wait();
+  const std::string out = p.out();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
+}
+
+TEST_F(Service, TwoClientsEachWithAPeerRunEveryVerbWithDataVerified) {
+  auto [s1, c1] = verbs_pair("one");
+  auto [s2, c2] = verbs_pair("two");
+  expect_passed(s1);
+  expect_passed(c1);
+  expect_passed(s2);
+  expect_passed(c2);
+}
+
+TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
+  struct Case {
+    std::string args;
+    std::string marker;
+  };
+  const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -p 18801 -n 500", "iters in"},
+                        {"ibv_rc_pingpong -d uroce0 -g 1 -p 18802 -n 200 -e -s 65536", "iters in"},
+                        {"ib_write_bw -d uroce0 -x 1 -p 18803 -s 65536 -n 2000 --report_gbits", "65536"}};
+  for (const Case& k : cases) {
+    const std::string tag = k.args.substr(0, k.args.find(' '));
+    Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + k.args,
+                      dir_ + "/stock-s.log");
+    std::this_thread::sleep_for(1s);
+    Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket + " timeout 60 " + k.args +
+                          " 127.0.0.1",
+                      dir_ + "/stock-c.log");
+    const int rc = c.wait(), rs = s.wait();
+    EXPECT_EQ(rc, 0) << k.args << "\n" << c.out();
+    EXPECT_EQ(rs, 0) << k.args << "\n" << s.out();
+    EXPECT_NE(c.out().find(k.marker), std::string::npos) << c.out();
+  }
+}
+
+TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
+  const uroce::service::StatsReply before = a_->stats();
+  // The victim: ib_write_bw for 6 s between the daemons, killed after 2 s.
+  Process vs = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket +
+                         " ib_write_bw -d uroce0 -x 1 -p 18810 -s 65536 -D 6",
+                     dir_ + "/victim-s.log");
+  std::this_thread::sleep_for(1s);
+  Process vc = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket +
+                         " ib_write_bw -d uroce0 -x 1 -p 18810 -s 65536 -D 6 127.0.0.1",
+                     dir_ + "/victim-c.log");
+  std::this_thread::sleep_for(1500ms);
+  // The survivors: client pairs one after another, every byte verified,
+  // from before the kill until well after it.
+  std::atomic<bool> killed{false};
+  std::atomic<int> rounds_after_kill{0};
+  std::vector<std::string> failures;
+  std::thread survivors([&] {
+    for (int round = 0; round < 40 && rounds_after_kill < 3; ++round) {
+      const bool after = killed.load();
+      auto [s, c] = verbs_pair("survivor" + std::to_string(round));
+      const int rs = s.wait(), rc = c.wait();
+      if (rs != 0 || rc != 0) failures.push_back(s.out() + c.out());
+      if (after) ++rounds_after_kill;
+    }
+  });
+  // Survivor pairs come and go: look until one holds its QP beside the victim's.
+  uroce::service::StatsReply during{};
+  for (auto end = std::chrono::steady_clock::now() + 5s; during.qps < 2 && std::chrono::steady_clock::now() < end;) {
+    std::this_thread::sleep_for(20ms);
+    during = a_->stats();
+  }
+  EXPECT_GE(during.qps, 2u) << "victim and a survivor both hold QPs on daemon a";
+  kill(vs.pid, SIGKILL);
+  killed = true;
+  EXPECT_EQ(vs.wait(), -SIGKILL);
+  survivors.join();
+  EXPECT_GE(rounds_after_kill.load(), 3);
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  vc.wait(60s);  // its peer is gone: it ends in retry errors, or with its duration
+  // Everything the victim had is back: the daemon's counts are as before.
+  uroce::service::StatsReply after{};
+  for (int i = 0; i < 100; ++i) {
+    after = a_->stats();
+    if (after.qps == before.qps && after.mrs == before.mrs) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(after.clients, before.clients);
+  EXPECT_EQ(after.qps, before.qps);
+  EXPECT_EQ(after.cqs, before.cqs);
+  EXPECT_EQ(after.mrs, before.mrs);
+  EXPECT_EQ(after.pds, before.pds);
+  EXPECT_EQ(after.mapped_bytes, before.mapped_bytes);
+  // And new clients attach and work.
+  auto [s2, c2] = verbs_pair("after-kill");
+  expect_passed(s2);
+  expect_passed(c2);
+}
+
+// A raw connection to the daemon's socket.
+int raw_connect(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+uroce::service::Reply exchange(int fd, const void* msg, std::size_t len) {
+  uroce::service::Reply reply;
+  reply.error = -1;
+  if (send(fd, msg, len, MSG_NOSIGNAL) != static_cast<ssize_t>(len)) return reply;
+  if (recv(fd, &reply, sizeof reply, 0) != static_cast<ssize_t>(sizeof reply)) reply.error = -2;
+  return reply;
+}
+
+TEST_F(Service, GarbageOnTheControlSocketGetsAClearErrorAndTheDaemonServesOn) {
+  const int fd = raw_connect(a_->socket);
+  ASSERT_GE(fd, 0);
+  const char garbage[] = "\x01\x02garbage";
+  uroce::service::Reply r = exchange(fd, garbage, sizeof garbage);
+  EXPECT_EQ(r.error, EPROTO);
+  EXPECT_NE(std::string(r.message).find("malformed request"), std::string::npos) << r.message;
+  uroce::service::Request bad;
+  std::memset(static_cast<void*>(&bad), 0xa5, sizeof bad);
+  r = exchange(fd, &bad, sizeof bad);
+  EXPECT_EQ(r.error, EINVAL);
+  EXPECT_NE(std::string(r.message).find("unknown request"), std::string::npos) << r.message;
+  // A create_qp naming handles that were never made.
+  uroce::service::Request qp;
+  qp.op = uroce::service::Op::kCreateQp;
+  qp.create_qp.pd = 77;
+  r = exchange(fd, &qp, sizeof qp);
+  EXPECT_EQ(r.error, EINVAL);
+  close(fd);
+  // The daemon still serves: a full client pair works.
+  auto [s, c] = verbs_pair("after-garbage");
+  expect_passed(s);
+  expect_passed(c);
+}
+
+TEST_F(Service, AClientCannotNameAnotherClientsObjects) {
+  std::string error;
+  auto a = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(a) << error;
+  auto b = uroce::service::Client::connect(a_->socket, error);
+  ASSERT_TRUE(b) << error;
+  uroce::ProtectionDomain* pd = a->alloc_pd();
+  ASSERT_NE(pd, nullptr);
+  uroce::CompletionQueue* cq = a->create_cq(16);
+  ASSERT_NE(cq, nullptr);
+  std::vector<char> buf(8192);  // on the heap, as stock programs' buffers
+  uroce::MemoryRegion* mr = pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << a->last_error();
+  // b names a's objects by a's handles: unknown to the daemon in b's table.
+  uroce::service::Request req;
+  uroce::service::Reply reply;
+  std::string why;
+  req.op = uroce::service::Op::kDeallocPd;
+  req.handle = pd->handle();
+  EXPECT_EQ(b->call(req, reply, nullptr, 0, nullptr, why), EINVAL);
+  EXPECT_NE(why.find("no PD"), std::string::npos) << why;
+  for (std::uint32_t h = 1; h < 8; ++h) {  // every small handle: a's PD, CQ and MR among them
+    req.op = uroce::service::Op::kDeregMr;
+    req.handle = h;
+    EXPECT_EQ(b->call(req, reply, nullptr, 0, nullptr, why), EINVAL) << h;
+    req.op = uroce::service::Op::kDestroyCq;
+    EXPECT_EQ(b->call(req, reply, nullptr, 0, nullptr, why), EINVAL) << h;
+  }
+  req = uroce::service::Request{};
+  req.op = uroce::service::Op::kCreateQp;
+  req.create_qp.pd = pd->handle();
+  req.create_qp.send_cq = req.create_qp.recv_cq = 2;
+  req.create_qp.cap.max_send_wr = req.create_qp.cap.max_recv_wr = 4;
+  req.create_qp.cap.max_send_sge = req.create_qp.cap.max_recv_sge = 1;
+  EXPECT_EQ(b->call(req, reply, nullptr, 0, nullptr, why), EINVAL);
+  EXPECT_NE(why.find("not this client's"), std::string::npos) << why;
+  // a's objects are untouched: a can still use and free them.
+  uroce::QpInitAttr attr;
+  attr.send_cq = attr.recv_cq = cq;
+  attr.cap = {4, 4, 1, 1, 0};
+  uroce::QueuePair* q = pd->create_qp(attr);
+  ASSERT_NE(q, nullptr) << a->last_error();
+  EXPECT_EQ(pd->destroy_qp(q), 0);
+  EXPECT_EQ(pd->dereg_mr(mr), 0) << a->last_error();
+  EXPECT_EQ(a->destroy_cq(cq), 0) << a->last_error();
+  EXPECT_EQ(a->dealloc_pd(pd), 0) << a->last_error();
+}
+
+// A registered region lives on a shared memory file at the same addresses:
+// its bytes and those around it in its pages are kept; a second region in
+// the same pages shares the file; one overlapping part of them is refused.
+TEST_F(Service, RegisteredMemoryKeepsItsBytesAndMovesWithWholePages) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* block = static_cast<std::uint8_t*>(mmap(nullptr, 8 * page, PROT_READ | PROT_WRITE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(block, MAP_FAILED);
+  for (long i = 0; i < 8 * page; ++i) block[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  uroce::ProtectionDomain* pd = ctx->alloc_pd();
+  ASSERT_NE(pd, nullptr);
+  // [page + 100, 3 pages + 50): three pages move, partly covered at both ends.
+  uroce::MemoryRegion* mr = pd->reg_mr(block + page + 100, 2 * page - 50, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ctx->last_error();
+  for (long i = 0; i < 8 * page; ++i) {
+    ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the move";
+  }
+  EXPECT_NE(read_file("/proc/self/maps").find("uroce-mr"), std::string::npos) << "no shared file over the region";
+  const std::uint64_t mapped = a_->stats().mapped_bytes;
+  uroce::MemoryRegion* inner = pd->reg_mr(block + page + 4000, 64, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(inner, nullptr) << ctx->last_error();
+  EXPECT_EQ(a_->stats().mapped_bytes, mapped) << "a region inside the same pages shares their file";
+  // Over the last of those pages and beyond: that page stays on its file,
+  // the page after it moves onto a new one; the region is both side by side.
+  uroce::MemoryRegion* beyond = pd->reg_mr(block + 3 * page, 2 * page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(beyond, nullptr) << ctx->last_error();
+  EXPECT_EQ(a_->stats().mapped_bytes, mapped + page) << "only the page not on a file yet is moved";
+  for (long i = 0; i < 8 * page; ++i) {
+    ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the second move";
+  }
+  EXPECT_EQ(pd->dereg_mr(beyond), 0);
+  // A file mapping is not moved.
+  char tmpl[] = "/tmp/uroce-service-file-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_EQ(ftruncate(fd, page), 0);
+  void* file = mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  EXPECT_EQ(pd->reg_mr(file, 64, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_NE(ctx->last_error().find("not private anonymous memory"), std::string::npos) << ctx->last_error();
+  munmap(file, static_cast<std::size_t>(page));
+  close(fd);
+  unlink(tmpl);
+  // fork: a child gets a copy of the moved pages, as of private memory (and
+  // as the kernel gives a child a copy of pinned pages): its writes stay its own.
+  const pid_t child = fork();
+  if (child == 0) {
+    const bool sees = block[page + 200] == static_cast<std::uint8_t>((page + 200) * 7 + 3);
+    block[page + 200] = 0x5a;
+    _exit(sees && block[page + 200] == 0x5a ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(child, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the child saw the parent's bytes and wrote its copy";
+  EXPECT_EQ(block[page + 200], static_cast<std::uint8_t>((page + 200) * 7 + 3)) << "a child's write reached the parent";
+  EXPECT_EQ(pd->dereg_mr(inner), 0);
+  EXPECT_EQ(pd->dereg_mr(mr), 0);
+  EXPECT_EQ(block[page + 100], static_cast<std::uint8_t>((page + 100) * 7 + 3)) << "dereg keeps the contents";
+  // Freed and registered again over part of those pages and beyond (a heap
+  // reusing memory): the pages on files stay there, the others move, bytes kept.
+  uroce::MemoryRegion* again = pd->reg_mr(block + 3 * page, 3 * page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(again, nullptr) << ctx->last_error();
+  for (long i = 0; i < 8 * page; ++i) {
+    ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the third move";
+  }
+  EXPECT_EQ(pd->dereg_mr(again), 0);
+  EXPECT_EQ(ctx->dealloc_pd(pd), 0);
+}
+
+TEST_F(Service, WithForkSafetyAChildDoesNotGetRegisteredPages) {
+  // RDMAV_FORK_SAFE as rdma-core reads it: MADV_DONTFORK on registered
+  // pages, so the child faults on them instead of sharing them.
+  const pid_t child = fork();
+  if (child == 0) {
+    setenv("RDMAV_FORK_SAFE", "1", 1);
+    std::string error;
+    auto ctx = uroce::Context::attach(a_->socket, error);
+    if (!ctx) _exit(3);
+    const long page = sysconf(_SC_PAGESIZE);
+    auto* block = static_cast<volatile std::uint8_t*>(
+        mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    block[0] = 1;
+    uroce::ProtectionDomain* pd = ctx->alloc_pd();
+    if (pd == nullptr || pd->reg_mr(const_cast<std::uint8_t*>(block), 64, IBV_ACCESS_LOCAL_WRITE) == nullptr) _exit(4);
+    const pid_t grandchild = fork();
+    if (grandchild == 0) {
+      signal(SIGSEGV, SIG_DFL);
+      block[0] = 2;  // not mapped in this process
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(grandchild, &st, 0);
+    _exit(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV ? 0 : 5);
+  }
+  int st = 0;
+  waitpid(child, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "3: no attach, 4: no region, 5: the grandchild had the pages";
+}
+
+// uroced's clients in DPDK telemetry (/uroced/clients): each client's pid,
+// objects and QP numbers, whose counters /uroce/qp gives.
+TEST_F(Service, TelemetryListsTheClientsAndTheirQps) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  uroce::ProtectionDomain* pd = ctx->alloc_pd();
+  uroce::CompletionQueue* cq = ctx->create_cq(8);
+  ASSERT_TRUE(pd && cq);
+  uroce::QpInitAttr attr;
+  attr.send_cq = attr.recv_cq = cq;
+  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  uroce::QueuePair* qp = pd->create_qp(attr);
+  ASSERT_NE(qp, nullptr) << ctx->last_error();
+  const std::string clients = uroce::test::telemetry_query(a_->telemetry, "/uroced/clients");
+  EXPECT_NE(clients.find("\"pid " + std::to_string(getpid()) + "\""), std::string::npos) << clients;
+  EXPECT_NE(clients.find("\"qpns " + std::to_string(qp->qp_num()) + "\""), std::string::npos) << clients;
+  EXPECT_NE(clients.find("\"qps 1\""), std::string::npos) << clients;
+  const std::string counters = uroce::test::telemetry_query(a_->telemetry, "/uroce/qp,0," + std::to_string(qp->qp_num()));
+  EXPECT_NE(counters.find("\"state\":\"RESET\""), std::string::npos) << counters;
+  EXPECT_NE(counters.find("\"tx_packets\":0"), std::string::npos) << counters;
+  EXPECT_EQ(pd->destroy_qp(qp), 0);
+  EXPECT_EQ(ctx->destroy_cq(cq), 0);
+  EXPECT_EQ(ctx->dealloc_pd(pd), 0);
+}
+
+// A daemon of its own with small limits, and what SIGTERM does.
+// Heap memory as stock programs register it (malloc, memalign), between a
+// client of daemon a and one of daemon b in this process: an RDMA WRITE
+// from one heap buffer into another must carry the bytes each side's
+// program sees, through every way a heap reuses pages.
+class ServiceHeap : public Service {
+ protected:
+  void SetUp() override {
+    Service::SetUp();
+    std::string error;
+    ca_ = uroce::Context::attach(a_->socket, error);
+    ASSERT_TRUE(ca_) << error;
+    cb_ = uroce::Context::attach(b_->socket, error);
+    ASSERT_TRUE(cb_) << error;
+    pda_ = ca_->alloc_pd();
+    pdb_ = cb_->alloc_pd();
+    cqa_ = ca_->create_cq(64);
+    cqb_ = cb_->create_cq(64);
+    ASSERT_TRUE(pda_ && pdb_ && cqa_ && cqb_);
+    uroce::QpInitAttr init;
+    init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+    init.send_cq = init.recv_cq = cqa_;
+    qa_ = pda_->create_qp(init);
+    init.send_cq = init.recv_cq = cqb_;
+    qb_ = pdb_->create_qp(init);
+    ASSERT_TRUE(qa_ && qb_);
+    uroce::ConnectParams p;
+    p.mtu = IBV_MTU_4096;
+    ASSERT_EQ(uroce::connect_rc(qa_, uroce::ipv4_gid({10, 0, 0, 2}), qb_->qp_num(), 0x10, 0x20, p), 0)
+        << ca_->last_error();
+    ASSERT_EQ(uroce::connect_rc(qb_, uroce::ipv4_gid({10, 0, 0, 1}), qa_->qp_num(), 0x20, 0x10, p), 0)
+        << cb_->last_error();
+  }
+  void TearDown() override {
+    if (ca_) {
+      if (qa_) pda_->destroy_qp(qa_);
+      if (cqa_) ca_->destroy_cq(cqa_);
+      if (pda_) ca_->dealloc_pd(pda_);
+    }
+    if (cb_) {
+      if (qb_) pdb_->destroy_qp(qb_);
+      if (cqb_) cb_->destroy_cq(cqb_);
+      if (pdb_) cb_->dealloc_pd(pdb_);
+    }
+  }
+  // Registers src (on a) and dst (on b), WRITEs src into dst, deregisters
+  // both: "" or what went wrong.
+  std::string write_and_check(std::uint8_t* src, std::uint8_t* dst, std::size_t len, std::uint8_t seed) {
+    for (std::size_t i = 0; i < len; ++i) src[i] = static_cast<std::uint8_t>(i * 13 + seed);
+    std::memset(dst, 0, len);
+    uroce::MemoryRegion* ms = pda_->reg_mr(src, len, IBV_ACCESS_LOCAL_WRITE);
+    if (ms == nullptr) return "reg_mr of the source: " + ca_->last_error();
+    uroce::MemoryRegion* md = pdb_->reg_mr(dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (md == nullptr) {
+      pda_->dereg_mr(ms);
+      return "reg_mr of the destination: " + cb_->last_error();
+    }
+    std::string what;
+    if (uroce::test::post_rdma(qa_, IBV_WR_RDMA_WRITE, src, static_cast<std::uint32_t>(len), ms->lkey, dst, md->rkey,
+                               seed) != 0) {
+      what = "post_send: " + ca_->last_error();
+    }
+    ibv_wc wc{};
+    int got = 0;
+    for (auto end = std::chrono::steady_clock::now() + 10s; what.empty() && got == 0;) {
+      got = cqa_->poll(1, &wc);
+      if (std::chrono::steady_clock::now() > end) what = "no completion in 10 s";
+    }
+    if (what.empty() && wc.status != IBV_WC_SUCCESS) what = std::string("completion: ") + uroce::wc_status_str(wc.status);
+    for (std::size_t i = 0; what.empty() && i < len; ++i) {
+      if (dst[i] != static_cast<std::uint8_t>(i * 13 + seed)) {
+        what = "byte " + std::to_string(i) + " of " + std::to_string(len) + " is " + std::to_string(dst[i]);
+      }
+    }
+    pdb_->dereg_mr(md);
+    pda_->dereg_mr(ms);
+    return what;
+  }
+  std::unique_ptr<uroce::Context> ca_, cb_;
+  uroce::ProtectionDomain *pda_ = nullptr, *pdb_ = nullptr;
+  uroce::CompletionQueue *cqa_ = nullptr, *cqb_ = nullptr;
+  uroce::QueuePair *qa_ = nullptr, *qb_ = nullptr;
+};
+
+// Buffers at the top of the heap, freed (the heap shrinks: malloc_trim
+// gives the pages back) and allocated again at the same addresses (new
+// pages): the second WRITE must see the new pages, not the old files.
+TEST_F(ServiceHeap, HeapPagesGivenBackAndTakenAgainAreRegisteredAfresh) {
+  for (int round = 0; round < 4; ++round) {
+    auto* src = static_cast<std::uint8_t*>(std::malloc(100 * 1024));
+    auto* dst = static_cast<std::uint8_t*>(std::malloc(100 * 1024));
+    ASSERT_TRUE(src && dst);
+    EXPECT_EQ(write_and_check(src, dst, 100 * 1024, static_cast<std::uint8_t>(round + 1)), "") << "round " << round;
+    std::free(dst);
+    std::free(src);
+    malloc_trim(0);
+  }
+}
+
+// Two live regions whose buffers share a page (neighbours on the heap):
+// each is registered, as verbs allows for any memory.
+TEST_F(ServiceHeap, RegionsSharingAPageWithALiveRegionAreRegistered) {
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* block = static_cast<std::uint8_t*>(mmap(nullptr, 16 * page, PROT_READ | PROT_WRITE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(block, MAP_FAILED);
+  // [0, 1.5 pages) live, then [1.5, 3.5) over its last page and beyond,
+  // then [3, 6) over the second's last page; a destination in [8, 16).
+  uroce::MemoryRegion* first = pda_->reg_mr(block, page + page / 2, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(first, nullptr) << ca_->last_error();
+  std::uint8_t* dst = block + 8 * page;
+  EXPECT_EQ(write_and_check(block + page + page / 2, dst, 2 * page, 7), "");
+  uroce::MemoryRegion* second = pda_->reg_mr(block + page + page / 2, 2 * page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(second, nullptr) << ca_->last_error();
+  EXPECT_EQ(write_and_check(block + 3 * page, dst, 3 * page, 9), "");
+  // The first region still reads what the program writes.
+  EXPECT_EQ(write_and_check(block, dst, page + page / 2, 11), "");
+  EXPECT_EQ(pda_->dereg_mr(second), 0);
+  EXPECT_EQ(pda_->dereg_mr(first), 0);
+  munmap(block, 16 * page);
+}
+
+// Pages that were moved, then unmapped by the program and mapped anew at
+// the same address (an allocator recycling address space): the new pages
+// are what a new region holds, not the old file.
+TEST_F(ServiceHeap, PagesMappedAnewAtTheSameAddressAreRegisteredAfresh) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t bytes = 4 * static_cast<std::size_t>(page);
+  auto* dst = static_cast<std::uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* src = static_cast<std::uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(dst, MAP_FAILED);
+  ASSERT_NE(src, MAP_FAILED);
+  EXPECT_EQ(write_and_check(src, dst, bytes, 21), "");
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(munmap(src, bytes), 0);
+    ASSERT_EQ(mmap(src, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), src);
+    EXPECT_EQ(write_and_check(src, dst, bytes, static_cast<std::uint8_t>(22 + round)), "") << "round " << round;
+  }
+  munmap(src, bytes);
+  munmap(dst, bytes);
+}
+
+// A program that registered heap memory forks; the child allocates, frees
+// and writes all over its heap. The parent's heap and registered bytes are
+// its own: the child had a copy (a shared heap page would let the child's
+// malloc corrupt the parent's).
+TEST_F(ServiceHeap, AForkedChildsMallocLeavesTheParentsHeapAlone) {
+  std::vector<std::uint8_t> src(3 * 4096 + 100), dst(3 * 4096 + 100);
+  EXPECT_EQ(write_and_check(src.data(), dst.data(), src.size(), 31), "");
+  const std::vector<std::uint8_t> kept(src.begin(), src.end());
+  uroce::MemoryRegion* held = pda_->reg_mr(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(held, nullptr) << ca_->last_error();
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 20000; ++i) {
+      blocks.push_back(std::malloc(static_cast<std::size_t>(16 + (i * 37) % 3000)));
+      if (i % 3 == 0) {
+        std::free(blocks[static_cast<std::size_t>(i) / 2]);
+        blocks[static_cast<std::size_t>(i) / 2] = nullptr;
+      }
+    }
+    for (void* b : blocks) std::free(b);
+    std::memset(src.data(), 0xee, src.size());
+    malloc_trim(0);
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(child, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_EQ(src, kept) << "the child's writes reached the parent";
+  for (int i = 0; i < 20000; ++i) std::free(std::malloc(static_cast<std::size_t>(16 + (i * 53) % 5000)));
+  malloc_trim(0);
+  EXPECT_EQ(pda_->dereg_mr(held), 0);
+  EXPECT_EQ(write_and_check(src.data(), dst.data(), src.size(), 32), "") << "after the fork";
+}
+
+// The library's own buffers (Context::alloc_buffer) are memory files from
+// the start, passed as they are: of hugepages when some are free (the test
+// reserves four, when the machine lets it), else of normal pages. A region
+// in the middle of one is placed exactly either way.
+TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
+  const std::string knob = "/proc/sys/vm/nr_hugepages";
+  const long reserved = std::atol(read_file(knob).c_str());
+  const bool more = std::system(("echo " + std::to_string(reserved + 4) + " > " + knob + " 2>/dev/null").c_str()) == 0 &&
+                    std::atol(read_file(knob).c_str()) >= reserved + 4;
+  const std::size_t bytes = 4u << 20;
+  auto* buf = static_cast<std::uint8_t*>(cb_->alloc_buffer(bytes));
+  ASSERT_NE(buf, nullptr) << cb_->last_error();
+  std::memset(buf, 0, bytes);
+  // Its mapping's page size, from smaps.
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_buf = false;
+  long page_kb = 0;
+  while (std::getline(smaps, line)) {
+    if (std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos) {
+      in_buf = std::stoull(line.substr(0, line.find('-')), nullptr, 16) == reinterpret_cast<std::uintptr_t>(buf);
+    } else if (in_buf && line.rfind("KernelPageSize:", 0) == 0) {
+      page_kb = std::atol(line.c_str() + 15);
+    }
+  }
+  if (more) {
+    EXPECT_EQ(page_kb, 2048) << "hugepages were free, the buffer is not on them";
+  }
+  std::vector<std::uint8_t> src(64 * 1024 + 100);
+  EXPECT_EQ(write_and_check(src.data(), buf + (1u << 20) + 100, src.size(), 41), "") << "pages of " << page_kb << " KiB";
+  cb_->free_buffer(buf);
+  if (more) {
+    EXPECT_EQ(std::system(("echo " + std::to_string(reserved) + " > " + knob).c_str()), 0);
+  }
+  std::printf("  the buffer was on %ld KiB pages\n", page_kb);
+}
+
+TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
+  char tmpl[] = "/tmp/uroce-service-limits-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  {
+    Daemon d(dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2");
+    ASSERT_EQ(d.error, "");
+    std::string error;
+    auto ctx = uroce::Context::attach(d.socket, error);
+    ASSERT_TRUE(ctx) << error;
+    uroce::ProtectionDomain* pd = ctx->alloc_pd();
+    ASSERT_NE(pd, nullptr);
+    uroce::CompletionQueue* cq = ctx->create_cq(8);
+    ASSERT_NE(cq, nullptr);
+    ASSERT_NE(ctx->create_cq(8), nullptr);
+    EXPECT_EQ(ctx->create_cq(8), nullptr);
+    EXPECT_NE(ctx->last_error().find("max_cqs"), std::string::npos) << ctx->last_error();
+    uroce::QpInitAttr attr;
+    attr.send_cq = attr.recv_cq = cq;
+    attr.cap = {4, 4, 1, 1, 0};
+    uroce::QueuePair* q = pd->create_qp(attr);
+    ASSERT_NE(q, nullptr) << ctx->last_error();
+    EXPECT_EQ(pd->create_qp(attr), nullptr);
+    EXPECT_NE(ctx->last_error().find("max_qps"), std::string::npos) << ctx->last_error();
+    attr.qp_type = IBV_QPT_UD;
+    EXPECT_EQ(pd->create_qp(attr), nullptr);
+    std::vector<char> buf(4 * 4096);  // on the heap
+    ASSERT_NE(pd->reg_mr(buf.data(), 4096, IBV_ACCESS_LOCAL_WRITE), nullptr) << ctx->last_error();
+    EXPECT_EQ(pd->reg_mr(buf.data() + 8192, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+    EXPECT_NE(ctx->last_error().find("max_mrs"), std::string::npos) << ctx->last_error();
+    // SIGTERM: the QP goes to error, the client is told (its next call
+    // fails with a clear message), the daemon exits 0.
+    const std::string sock = d.socket;
+    EXPECT_EQ(d.stop(), 0) << d.proc.out();
+    EXPECT_EQ(ctx->create_cq(8), nullptr);
+    EXPECT_NE(ctx->last_error().find("uroced"), std::string::npos) << ctx->last_error();
+    EXPECT_NE(access(sock.c_str(), F_OK), 0) << "the socket file is removed";
+  }
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(ServiceLimits, NoDaemonGivesOneLineSayingWhatToDo) {
+  std::string error;
+  auto ctx = uroce::Context::attach("/tmp/uroce-no-such-daemon.sock", error);
+  EXPECT_FALSE(ctx);
+  EXPECT_NE(error.find("start the daemon"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+}
+
+}  // namespace
