@@ -1,7 +1,7 @@
 // The "uroce" logger behind include/uroce/log.h, for lib/verbs, lib/device
 // and drivers/dpdk: control path only (DESIGN.md, logging). A layer of its
 // own, so a driver logs without linking the stack above it. The layers below
-// verbs (wire, mem, cc, transport, engine) never log; test/layering_test.cc
+// verbs (wire, mem, cc, transport, engine) never log; test/layering/layering_test.cc
 // keeps spdlog out of them.
 #pragma once
 
