@@ -14,6 +14,7 @@
 #include "service/client.h"
 #include "transport/qp_state.h"
 #include "log/log.h"
+#include "verbs/backend.h"
 #include "verbs/traffic_class.h"
 #include "verbs/verbs_impl.h"
 #include "wire/headers.h"
@@ -79,6 +80,12 @@ bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
   return true;
 }
 
+// The in-process data path (QueuePair::Impl::post_send, post_recv;
+// CompletionQueue::Impl::poll), set by create_qp_with_qpn and create_cq_now.
+int local_post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int local_post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+int local_poll(internal::CqImpl& cq, int n, ibv_wc* wc) { return cq.poll_rings(n, wc); }
+
 }  // namespace
 
 const char* wc_status_str(ibv_wc_status status) {
@@ -130,6 +137,7 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
   }
   auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_ = std::make_unique<Impl>(port);
+  ctx->impl_->backend = internal::make_local_backend(*ctx);
   return ctx;
 }
 
@@ -138,10 +146,11 @@ std::unique_ptr<Context> Context::attach(const std::string& socket_path, std::st
   if (!impl) return nullptr;
   auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_ = std::move(impl);
+  ctx->impl_->backend = internal::make_service_backend(*ctx);
   return ctx;
 }
 
-bool Context::attached() const { return impl_->remote != nullptr; }
+bool Context::attached() const { return impl_->backend->attached(); }
 
 Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr, random_bytes) {
   if (port.queues.empty()) port.queues.push_back(port.io);
@@ -202,18 +211,7 @@ void Context::Impl::publish_owners() {
 }
 
 Context::~Context() {
-  if (!impl_) return;
-  if (impl_->remote) {
-    // Closing the socket is the daemon's signal to free all of ours; the
-    // event thread stops before the CQs it calls back go.
-    impl_->remote.reset();
-    return;
-  }
-  stop_workers();
-  for (auto& qp : impl_->qps) impl_->engines[impl_of(*qp).engine]->remove_qp(&impl_of(*qp).qp);
-  impl_->qps.clear();
-  for (auto& e : impl_->engines) e->release_handed_in();
-  for (auto& [addr, buffer] : impl_->buffers) mem::unmap_buffer(buffer);
+  if (impl_) impl_->backend.reset();  // its teardown (~LocalBackend, ~ServiceBackend)
 }
 
 const DeviceLimits& Context::limits() const { return impl_->limits; }
@@ -270,9 +268,68 @@ std::size_t engine_count(const Context& ctx) { return impl_of(ctx).engines.size(
 
 }  // namespace internal
 
-std::size_t Context::progress() {
-  Impl& c = *impl_;
-  if (c.remote) return 0;  // the daemon's workers run the engines
+namespace {
+
+// A Context with its engines in this process (Context::open).
+class LocalBackend final : public internal::Backend {
+ public:
+  explicit LocalBackend(Context& ctx) : ctx_(ctx), c_(impl_of(ctx)) {}
+  ~LocalBackend() override;
+
+  bool attached() const override { return false; }
+  std::size_t progress() override;
+  int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) override;
+  void stop_workers() override;
+  int query_gid(int index, ibv_gid& gid) override;
+  Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) override { return c_.resolver->query(gid, mac); }
+  void* alloc_buffer(std::size_t bytes) override;
+  void free_buffer(void* buffer) override;
+  ProtectionDomain* alloc_pd() override;
+  int dealloc_pd(ProtectionDomain* pd) override;
+  MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                       bool copied) override;
+  int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
+  int destroy_cq(CompletionQueue* cq) override;
+  int arm_cq(internal::CqImpl& cq, bool solicited_only) override;
+  bool cq_overflowed(const internal::CqImpl& cq) const override;
+  QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
+  int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
+  int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
+  int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
+  void refresh_counters(const QueuePair&) override {}  // the engines count in place
+  QueuePair::CongestionState congestion(const QueuePair& qp) override;
+  AddressHandle* create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) override {
+    return internal::local_create_ah(pd, attr);
+  }
+  SharedReceiveQueue* create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                 void* arg) override {
+    return internal::local_create_srq(pd, attr, on_limit, arg);
+  }
+
+ private:
+  Context& ctx_;
+  ContextImpl& c_;
+};
+
+LocalBackend::~LocalBackend() {
+  stop_workers();
+  for (auto& qp : c_.qps) c_.engines[impl_of(*qp).engine]->remove_qp(&impl_of(*qp).qp);
+  c_.qps.clear();
+  for (auto& e : c_.engines) e->release_handed_in();
+  for (auto& [addr, buffer] : c_.buffers) mem::unmap_buffer(buffer);
+}
+
+}  // namespace
+
+std::unique_ptr<internal::Backend> internal::make_local_backend(Context& ctx) {
+  return std::make_unique<LocalBackend>(ctx);
+}
+
+std::size_t Context::progress() { return impl_->backend->progress(); }
+
+std::size_t LocalBackend::progress() {
+  ContextImpl& c = c_;
   // Not beside a control call from another thread (Impl::polling).
   c.polling.store(true, std::memory_order_seq_cst);
   std::size_t n = 0;
@@ -291,8 +348,11 @@ constexpr std::uint32_t kIdlePollsBeforeYield = 64;
 int Context::start_workers(const std::vector<int>& cpus) { return start_workers(cpus, WorkerHook{}); }
 
 int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
-  Impl& c = *impl_;
-  if (c.remote) return 0;  // the daemon's workers run the engines
+  return impl_->backend->start_workers(cpus, hook);
+}
+
+int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) {
+  ContextImpl& c = c_;
   std::lock_guard<std::mutex> lock(c.control_mutex);
   if (c.workers_running.load()) return c.fail(EBUSY, "workers already run this context's engines");
   if (cpus.size() != c.engines.size()) {
@@ -344,9 +404,10 @@ int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
   return 0;
 }
 
-void Context::stop_workers() {
-  Impl& c = *impl_;
-  if (c.remote) return;
+void Context::stop_workers() { impl_->backend->stop_workers(); }
+
+void LocalBackend::stop_workers() {
+  ContextImpl& c = c_;
   std::lock_guard<std::mutex> lock(c.control_mutex);
   if (!c.workers_running.load()) return;
   c.workers_stop.store(true);
@@ -355,11 +416,12 @@ void Context::stop_workers() {
   c.workers_running.store(false, std::memory_order_release);
 }
 
-ProtectionDomain* Context::alloc_pd() {
-  if (impl_->remote) return remote::alloc_pd(*this);
-  return impl_->control([&] {
-    impl_->pds.push_back(std::make_unique<ProtectionDomain>(this, next_pd_id.fetch_add(1)));
-    return impl_->pds.back().get();
+ProtectionDomain* Context::alloc_pd() { return impl_->backend->alloc_pd(); }
+
+ProtectionDomain* LocalBackend::alloc_pd() {
+  return c_.control([&] {
+    c_.pds.push_back(std::make_unique<ProtectionDomain>(&ctx_, next_pd_id.fetch_add(1)));
+    return c_.pds.back().get();
   });
 }
 
@@ -388,71 +450,74 @@ CompletionQueue* create_cq_now(ContextImpl& c, int cqe, void (*on_event)(void*),
   auto impl = std::make_unique<internal::CqImpl>(static_cast<std::uint32_t>(cqe), c.engines.size());
   impl->events.fire = on_event;
   impl->events.arg = arg;
+  impl->poll = &local_poll;
+  impl->backend = c.backend.get();
   c.cqs.push_back(internal::Access::make_cq(std::move(impl)));
   return c.cqs.back().get();
 }
 
 }  // namespace
 
-int Context::dealloc_pd(ProtectionDomain* pd) {
-  if (impl_->remote) return remote::dealloc_pd(*this, pd);
-  return impl_->control([&] { return dealloc_pd_now(*impl_, pd); });
+int Context::dealloc_pd(ProtectionDomain* pd) { return impl_->backend->dealloc_pd(pd); }
+
+int LocalBackend::dealloc_pd(ProtectionDomain* pd) {
+  return c_.control([&] { return dealloc_pd_now(c_, pd); });
 }
 
 CompletionQueue* Context::create_cq(int cqe, void (*on_event)(void*), void* arg) {
-  if (impl_->remote) return remote::create_cq(*this, cqe, on_event, arg);
-  return impl_->control([&]() -> CompletionQueue* { return create_cq_now(*impl_, cqe, on_event, arg); });
+  return impl_->backend->create_cq(cqe, on_event, arg);
 }
 
-int Context::destroy_cq(CompletionQueue* cq) {
-  if (impl_->remote) return remote::destroy_cq(*this, cq);
-  return impl_->control([&] {
-    if (impl_of(*cq).users != 0) return impl_->fail(EBUSY, "QPs still use this CQ; destroy them first");
-    return erase_owned(impl_->cqs, cq) ? 0 : impl_->fail(EINVAL, "not a CQ of this context");
+CompletionQueue* LocalBackend::create_cq(int cqe, void (*on_event)(void*), void* arg) {
+  return c_.control([&]() -> CompletionQueue* { return create_cq_now(c_, cqe, on_event, arg); });
+}
+
+int Context::destroy_cq(CompletionQueue* cq) { return impl_->backend->destroy_cq(cq); }
+
+int LocalBackend::destroy_cq(CompletionQueue* cq) {
+  return c_.control([&] {
+    if (impl_of(*cq).users != 0) return c_.fail(EBUSY, "QPs still use this CQ; destroy them first");
+    return erase_owned(c_.cqs, cq) ? 0 : c_.fail(EINVAL, "not a CQ of this context");
   });
 }
 
-void* Context::alloc_buffer(std::size_t bytes) {
-  if (impl_->remote) return remote::alloc_buffer(*this, bytes);
-  const PortConfig::Pages pages = impl_->port.buffer_pages;
+void* Context::alloc_buffer(std::size_t bytes) { return impl_->backend->alloc_buffer(bytes); }
+
+void* LocalBackend::alloc_buffer(std::size_t bytes) {
+  const PortConfig::Pages pages = c_.port.buffer_pages;
   mem::Buffer b = mem::map_buffer(bytes, pages != PortConfig::Pages::kNormal);
   if (b.addr != nullptr && pages == PortConfig::Pages::kHuge && b.kind != mem::PageKind::kHuge) {
     mem::unmap_buffer(b);
-    impl_->fail(ENOMEM, "no free hugepages for a " + std::to_string(bytes) +
-                            "-byte region: reserve more with 'dpdk-hugepages.py --setup 2G', or run with --no-huge");
+    c_.fail(ENOMEM, "no free hugepages for a " + std::to_string(bytes) +
+                        "-byte region: reserve more with 'dpdk-hugepages.py --setup 2G', or run with --no-huge");
     return nullptr;
   }
   if (b.addr == nullptr) {
-    impl_->fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte buffer");
+    c_.fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte buffer");
     return nullptr;
   }
-  impl_->buffers[b.addr] = b;
+  c_.buffers[b.addr] = b;
   return b.addr;
 }
 
 int Context::query_gid(int index, ibv_gid& gid) const { return impl_->query_gid(index, gid); }
 
-int Context::Impl::query_gid(int index, ibv_gid& gid) {
-  if (remote && (index == 0 || index == 1)) {
-    gid = remote->hello().gid[index];
-    return 0;
-  }
+int Context::Impl::query_gid(int index, ibv_gid& gid) { return backend->query_gid(index, gid); }
+
+int LocalBackend::query_gid(int index, ibv_gid& gid) {
   if (index == 1) {
-    gid = port.gid;
+    gid = c_.port.gid;
     return 0;
   }
   if (index == 0) {
-    const wire::Ipv6Addr a = wire::ipv6_link_local(port.mac);
+    const wire::Ipv6Addr a = wire::ipv6_link_local(c_.port.mac);
     std::memcpy(gid.raw, a.data(), 16);
     return 0;
   }
-  return fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
+  return c_.fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
 }
 
-Reach Context::resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) {
-  if (impl_->remote) return Reach::kKnown;  // the daemon resolves when the address is set
-  return impl_->resolver->query(gid, mac);
-}
+Reach Context::resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) { return impl_->backend->resolve_gid(gid, mac); }
 
 int Context::Impl::wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what) {
   // The resolver gives up after a second; the deadline only bounds the
@@ -485,12 +550,13 @@ int Context::Impl::wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const 
   }
 }
 
-void Context::free_buffer(void* buffer) {
-  if (impl_->remote) return remote::free_buffer(*this, buffer);
-  const auto it = impl_->buffers.find(buffer);
-  if (it == impl_->buffers.end()) return;
+void Context::free_buffer(void* buffer) { impl_->backend->free_buffer(buffer); }
+
+void LocalBackend::free_buffer(void* buffer) {
+  const auto it = c_.buffers.find(buffer);
+  if (it == c_.buffers.end()) return;
   mem::unmap_buffer(it->second);
-  impl_->buffers.erase(it);
+  c_.buffers.erase(it);
 }
 
 // --- ProtectionDomain -------------------------------------------------------------
@@ -564,21 +630,23 @@ MemoryRegion* reg_mr_outside(ContextImpl& c, ProtectionDomain* pd, void* addr, s
 }  // namespace
 
 MemoryRegion* ProtectionDomain::reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::reg_mr(this, addr, length, iova, access);
-  return reg_mr_outside(c, this, addr, length, iova, access, true);
+  return impl_of(*ctx_).backend->reg_mr(this, addr, length, iova, access, false);
 }
 
 MemoryRegion* internal::reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                                       int access) {
-  ContextImpl& c = impl_of(pd->context());
-  if (c.remote) return remote::reg_mr(pd, addr, length, iova, access);
-  return reg_mr_outside(c, pd, addr, length, iova, access, false);
+  return impl_of(pd->context()).backend->reg_mr(pd, addr, length, iova, access, true);
 }
 
-int ProtectionDomain::dereg_mr(MemoryRegion* mr) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::dereg_mr(this, mr);
+MemoryRegion* LocalBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                                   int access, bool copied) {
+  return reg_mr_outside(c_, pd, addr, length, iova, access, !copied);
+}
+
+int ProtectionDomain::dereg_mr(MemoryRegion* mr) { return impl_of(*ctx_).backend->dereg_mr(this, mr); }
+
+int LocalBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
+  ContextImpl& c = c_;
   // Out of the table under the control call (no frame looks it up after);
   // the port forgets the memory after, the engines running.
   bool ported = true;
@@ -643,6 +711,8 @@ QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std:
   impl->pd = pd;
   impl->init = attr;
   impl->engine = static_cast<std::uint32_t>(engine);
+  impl->post_send = &local_post_send;
+  impl->post_recv = &local_post_recv;
   transport::QpCaps caps{cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
                          cap.max_inline_data, attr.sq_sig_all};
   transport::qp_init(impl->qp, qpn, pd->id(), caps, &impl_of(*attr.send_cq).ring_for(engine),
@@ -702,14 +772,7 @@ std::uint64_t resolve_counter(const Context& ctx, const char* name) {
 }
 
 QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
-  ContextImpl& c = impl_of(pd->context());
-  if (c.remote) {
-    c.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
-    return nullptr;
-  }
-  QpInitAttr gsi = attr;
-  gsi.qp_type = IBV_QPT_UD;
-  return c.control([&] { return testing::create_qp_with_qpn(pd, gsi, 1); });
+  return impl_of(pd->context()).backend->create_qp(pd, attr, true);
 }
 
 std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
@@ -717,8 +780,16 @@ std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
 }  // namespace internal
 
 QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::create_qp(this, attr);
+  return impl_of(*ctx_).backend->create_qp(this, attr, false);
+}
+
+QueuePair* LocalBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) {
+  ContextImpl& c = c_;
+  if (gsi) {
+    QpInitAttr qp1 = attr;
+    qp1.qp_type = IBV_QPT_UD;
+    return c.control([&] { return testing::create_qp_with_qpn(pd, qp1, 1); });
+  }
   return c.control([&] {
     // An unpredictable QPN (a spoofed packet must name one) that is not
     // QP0/QP1 and whose low bits no live QP has: the engines index QPs by
@@ -742,7 +813,7 @@ QueuePair* ProtectionDomain::create_qp(const QpInitAttr& attr) {
     for (std::uint32_t tries = 0; taken(qpn) && tries < 0x1000000; ++tries) {
       qpn = permute_qpn(c.next_qpn++ & 0xffffff, c.qpn_key);
     }
-    return testing::create_qp_with_qpn(this, attr, qpn);  // counts itself into `used`
+    return testing::create_qp_with_qpn(pd, attr, qpn);  // counts itself into `used`
   }, ContextImpl::Access::kAddsQp);
 }
 
@@ -768,31 +839,29 @@ int destroy_qp_now(ContextImpl& c, QueuePair* qp) {
 
 }  // namespace
 
-int ProtectionDomain::destroy_qp(QueuePair* qp) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::destroy_qp(this, qp);
-  return c.control([&] { return destroy_qp_now(c, qp); });
+int ProtectionDomain::destroy_qp(QueuePair* qp) { return impl_of(*ctx_).backend->destroy_qp(this, qp); }
+
+int LocalBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
+  return c_.control([&] { return destroy_qp_now(c_, qp); });
 }
 
 // --- CompletionQueue ----------------------------------------------------------------
 
 CompletionQueue::CompletionQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompletionQueue::~CompletionQueue() = default;
-int CompletionQueue::poll(int n, ibv_wc* wc) {
-  if (impl_->remote) [[unlikely]] return impl_->remote->poll(n, wc);
-  return impl_->poll(n, wc);
-}
+int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(*impl_, n, wc); }
 int CompletionQueue::capacity() const { return static_cast<int>(impl_->capacity); }
 
-int CompletionQueue::arm(bool solicited_only) {
-  if (impl_->remote) return impl_->remote->arm(solicited_only);
-  transport::CqEvents& e = impl_->events;
+int CompletionQueue::arm(bool solicited_only) { return impl_->backend->arm_cq(*impl_, solicited_only); }
+
+int LocalBackend::arm_cq(internal::CqImpl& cq, bool solicited_only) {
+  transport::CqEvents& e = cq.events;
   if (e.fire == nullptr) return EINVAL;
   e.armed.store(solicited_only ? transport::CqEvents::kSolicited : transport::CqEvents::kNext,
                 std::memory_order_seq_cst);
   if (solicited_only) return 0;  // what waits is not known to be solicited
-  for (std::size_t i = 0; i < impl_->rings.size(); ++i) {
-    const transport::CompletionRing* ring = impl_->published[i].load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < cq.rings.size(); ++i) {
+    const transport::CompletionRing* ring = cq.published[i].load(std::memory_order_acquire);
     if (ring != nullptr && (ring->pending() || ring->overflowed())) {
       e.offer(true);
       break;
@@ -801,10 +870,11 @@ int CompletionQueue::arm(bool solicited_only) {
   return 0;
 }
 
-bool CompletionQueue::overflowed() const {
-  if (impl_->remote) return impl_->remote->overflowed();
-  for (std::size_t i = 0; i < impl_->rings.size(); ++i) {
-    const transport::CompletionRing* ring = impl_->published[i].load(std::memory_order_acquire);
+bool CompletionQueue::overflowed() const { return impl_->backend->cq_overflowed(*impl_); }
+
+bool LocalBackend::cq_overflowed(const internal::CqImpl& cq) const {
+  for (std::size_t i = 0; i < cq.rings.size(); ++i) {
+    const transport::CompletionRing* ring = cq.published[i].load(std::memory_order_acquire);
     if (ring != nullptr && ring->overflowed()) return true;
   }
   return false;
@@ -819,7 +889,7 @@ transport::CompletionRing& CompletionQueue::Impl::ring_for(std::size_t engine) {
   return *rings[engine];
 }
 
-int CompletionQueue::Impl::poll(int n, ibv_wc* wc) {
+int CompletionQueue::Impl::poll_rings(int n, ibv_wc* wc) {
   // Rings in turn from a rotating start, so no engine's completions wait
   // behind another's.
   const std::size_t count = rings.size();
@@ -923,8 +993,12 @@ int query_now(const internal::QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpIni
 }  // namespace
 
 int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
-  ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) return remote::modify_qp(*ctx_, *impl_, attr, attr_mask);
+  return impl_of(*ctx_).backend->modify_qp(*this, attr, attr_mask);
+}
+
+int LocalBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) {
+  ContextImpl& c = c_;
+  internal::QpImpl& q = impl_of(qp);
   // The address is resolved before the control call, never inside it: the
   // engines keep running while the port waits for an answer.
   // Only a modify that passes its checks (as far as they can be made
@@ -934,41 +1008,50 @@ int QueuePair::modify(const ibv_qp_attr& attr, int attr_mask) {
   const std::uint8_t* peer_mac = nullptr;
   if (attr_mask & IBV_QP_AV) {
     const transport::ModifyLimits limits{c.limits.max_qp_init_rd_atom, c.limits.max_qp_rd_atom, c.port.active_mtu};
-    const ibv_qp_state now = impl_->qp.app_state.load(std::memory_order_acquire);
-    const bool valid = transport::check_modify(impl_->qp.type, now, attr, attr_mask, limits).error == 0 &&
+    const ibv_qp_state now = q.qp.app_state.load(std::memory_order_acquire);
+    const bool valid = transport::check_modify(q.qp.type, now, attr, attr_mask, limits).error == 0 &&
                        is_ipv4_gid(attr.ah_attr.grh.dgid) == is_ipv4_gid(source_gid(c, attr.ah_attr));
     if (valid) {
       if (const int rc = c.wait_resolved(attr.ah_attr.grh.dgid, mac, "modify QP"); rc != 0) return rc;
       peer_mac = mac;
     }
   }
-  return c.control([&] { return modify_now(c, *impl_, attr, attr_mask, peer_mac); }, ContextImpl::Access::kOneQp,
-                   this);
+  return c.control([&] { return modify_now(c, q, attr, attr_mask, peer_mac); }, ContextImpl::Access::kOneQp, &qp);
 }
 
 int QueuePair::query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) const {
-  if (impl_of(*ctx_).remote) return remote::query_qp(*ctx_, *impl_, attr, init_attr);
-  return impl_of(*ctx_).control([&] { return query_now(*impl_, attr, attr_mask, init_attr); },
-                                ContextImpl::Access::kReadsOnly);
+  return impl_of(*ctx_).backend->query_qp(*this, attr, attr_mask, init_attr);
 }
 
-int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  if (impl_->remote) [[unlikely]] return remote::post_send(*ctx_, *impl_, wr, bad_wr);
-  const bool ud = impl_->qp.type == IBV_QPT_UD;
+int LocalBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) {
+  return c_.control([&] { return query_now(impl_of(qp), attr, attr_mask, init_attr); },
+                    ContextImpl::Access::kReadsOnly);
+}
+
+// One indirect call per call (not per WR): the backend's data path.
+int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) { return impl_->post_send(*this, wr, bad_wr); }
+int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) { return impl_->post_recv(*this, wr, bad_wr); }
+
+namespace {
+
+int local_post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  internal::QpImpl& q = impl_of(qp);
+  const bool ud = q.qp.type == IBV_QPT_UD;
   for (; wr != nullptr; wr = wr->next) {
     const wire::PathHeader* to = nullptr;
     if (ud) {
       // The AH must be one of ours, of the QP's PD (IBTA 10.2.1.x).
       const AddressHandle* ah = AddressHandle::of(wr->wr.ud.ah);
-      if (ah == nullptr || ah->pd() != impl_->pd) [[unlikely]] {
+      if (ah == nullptr || ah->pd() != q.pd) [[unlikely]] {
         if (bad_wr != nullptr) *bad_wr = wr;
-        return record_error(&impl_of(*ctx_), EINVAL, "UD send WR: wr.ud.ah is not an address handle of the QP's PD");
+        return record_error(&impl_of(q.pd->context()), EINVAL,
+                            "UD send WR: wr.ud.ah is not an address handle of the QP's PD");
       }
       to = &internal::Access::impl(const_cast<AddressHandle&>(*ah)).path;
     }
-    if (const int rc = transport::qp_post_send(impl_->qp, *wr, to); rc != 0) {
+    if (const int rc = transport::qp_post_send(q.qp, *wr, to); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return record_error(&impl_of(*ctx_), rc,
+      return record_error(&impl_of(q.pd->context()), rc,
                           rc == ENOMEM ? "send queue full (max_send_wr)"
                                        : "bad send WR: opcode (for the QP type), SGE count, inline size, "
                                          "length (UD: at most the MTU) or QP state");
@@ -977,16 +1060,16 @@ int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return 0;
 }
 
-int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  if (impl_->remote) [[unlikely]] return remote::post_recv(*ctx_, *impl_, wr, bad_wr);
-  if (impl_->qp.srq != nullptr) [[unlikely]] {
+int local_post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  internal::QpImpl& q = impl_of(qp);
+  if (q.qp.srq != nullptr) [[unlikely]] {
     if (bad_wr != nullptr) *bad_wr = wr;
-    return record_error(&impl_of(*ctx_), EINVAL, "this QP receives from an SRQ: post to the SRQ");
+    return record_error(&impl_of(q.pd->context()), EINVAL, "this QP receives from an SRQ: post to the SRQ");
   }
   for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = transport::qp_post_recv(impl_->qp, *wr); rc != 0) {
+    if (const int rc = transport::qp_post_recv(q.qp, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
-      return record_error(&impl_of(*ctx_), rc,
+      return record_error(&impl_of(q.pd->context()), rc,
                           rc == ENOMEM ? "receive queue full (max_recv_wr)"
                                        : "bad receive WR: SGE count or QP state (RESET)");
     }
@@ -994,14 +1077,17 @@ int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
+}  // namespace
+
 std::uint32_t QueuePair::send_retired() const { return impl_->qp.sq_retired.load(std::memory_order_acquire); }
 std::uint32_t QueuePair::recv_retired() const { return impl_->qp.rq_retired.load(std::memory_order_acquire); }
 
-QueuePair::CongestionState QueuePair::congestion() const {
-  if (impl_of(*ctx_).remote) return {};  // the daemon's (uroced --stats)
-  return impl_of(*ctx_).control([&] {
-    const transport::Qp::Congestion& c = impl_->qp.congestion;
-    CongestionState s;
+QueuePair::CongestionState QueuePair::congestion() const { return impl_of(*ctx_).backend->congestion(*this); }
+
+QueuePair::CongestionState LocalBackend::congestion(const QueuePair& qp) {
+  return c_.control([&] {
+    const transport::Qp::Congestion& c = impl_of(qp).qp.congestion;
+    QueuePair::CongestionState s;
     if (!c.started) return s;
     s.enabled = true;
     s.rate_bps = c.rate.rate_bps();
@@ -1014,7 +1100,7 @@ QueuePair::CongestionState QueuePair::congestion() const {
 
 std::uint64_t QueuePair::counter(const char* name) const {
   const transport::QpCounter c = transport::qp_counter_by_name(name);
-  if (impl_of(*ctx_).remote && c != transport::QpCounter::kCount) remote::refresh_counters(*ctx_, *impl_);
+  if (c != transport::QpCounter::kCount) impl_of(*ctx_).backend->refresh_counters(*this);
   // A relaxed atomic load (transport/counters.h): safe while workers run.
   return c == transport::QpCounter::kCount ? 0 : impl_->qp.counters.get(c);
 }

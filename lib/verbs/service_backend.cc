@@ -10,6 +10,7 @@
 
 #include "service/client.h"
 #include "transport/counters.h"
+#include "verbs/backend.h"
 #include "verbs/verbs_impl.h"
 
 namespace uroce {
@@ -56,6 +57,38 @@ int simple(internal::ContextImpl& c, service::Op op, std::uint32_t handle, const
   const int e = c.remote->call(req, reply, nullptr, 0, nullptr, why);
   return e == 0 ? 0 : c.fail(e, std::string(what) + ": " + why);
 }
+
+}  // namespace
+
+namespace {
+
+// The data path (QueuePair::Impl::post_send, post_recv; CompletionQueue::Impl::poll):
+// WRs into the rings the daemon drains.
+int post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  internal::QpImpl& q = impl_of(qp);
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_send(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
+                                                           : "bad send WR: opcode, SGE count, inline size or QP state");
+    }
+  }
+  return 0;
+}
+
+int post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  internal::QpImpl& q = impl_of(qp);
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_recv(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
+                                                           : "bad receive WR: SGE count or QP state (RESET)");
+    }
+  }
+  return 0;
+}
+
+int poll_cq(internal::CqImpl& cq, int n, ibv_wc* wc) { return cq.remote->poll(n, wc); }
 
 }  // namespace
 
@@ -109,6 +142,8 @@ CompletionQueue* create_cq(Context& ctx, int cqe, void (*on_event)(void*), void*
   impl->events.fire = on_event;
   impl->events.arg = arg;
   impl->remote = std::move(rcq);
+  impl->poll = &poll_cq;
+  impl->backend = c.backend.get();
   c.cqs.push_back(internal::Access::make_cq(std::move(impl)));
   return c.cqs.back().get();
 }
@@ -204,6 +239,8 @@ QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
   impl->init.cap = rqp->cap;
   impl->qp.qpn = rqp->qpn;
   impl->remote = std::move(rqp);
+  impl->post_send = &post_send;
+  impl->post_recv = &post_recv;
   auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
   ++impl_of(*attr.send_cq).users;
   ++impl_of(*attr.recv_cq).users;
@@ -275,27 +312,83 @@ void refresh_counters(Context& ctx, internal::QpImpl& q) {
   }
 }
 
-int post_send(Context& ctx, internal::QpImpl& q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = q.remote->post_send(*wr); rc != 0) {
-      if (bad_wr != nullptr) *bad_wr = wr;
-      return impl_of(ctx).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
-                                                : "bad send WR: opcode, SGE count, inline size or QP state");
-    }
-  }
-  return 0;
-}
-
-int post_recv(Context& ctx, internal::QpImpl& q, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = q.remote->post_recv(*wr); rc != 0) {
-      if (bad_wr != nullptr) *bad_wr = wr;
-      return impl_of(ctx).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
-                                                : "bad receive WR: SGE count or QP state (RESET)");
-    }
-  }
-  return 0;
-}
-
 }  // namespace remote
+
+namespace internal {
+namespace {
+
+// A Context attached to uroced: each call the daemon's (remote:: above).
+class ServiceBackend final : public Backend {
+ public:
+  explicit ServiceBackend(Context& ctx) : ctx_(ctx), c_(impl_of(ctx)) {}
+  // Closing the socket is the daemon's signal to free all of ours; the
+  // event thread stops before the CQs it calls back go.
+  ~ServiceBackend() override { c_.remote.reset(); }
+
+  bool attached() const override { return true; }
+  std::size_t progress() override { return 0; }  // the daemon's workers run the engines
+  int start_workers(const std::vector<int>&, Context::WorkerHook) override { return 0; }
+  void stop_workers() override {}
+  int query_gid(int index, ibv_gid& gid) override {
+    if (index == 0 || index == 1) {
+      gid = c_.remote->hello().gid[index];
+      return 0;
+    }
+    return c_.fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
+  }
+  Reach resolve_gid(const ibv_gid&, std::uint8_t*) override {
+    return Reach::kKnown;  // the daemon resolves when the address is set
+  }
+  void* alloc_buffer(std::size_t bytes) override { return remote::alloc_buffer(ctx_, bytes); }
+  void free_buffer(void* buffer) override { remote::free_buffer(ctx_, buffer); }
+  ProtectionDomain* alloc_pd() override { return remote::alloc_pd(ctx_); }
+  int dealloc_pd(ProtectionDomain* pd) override { return remote::dealloc_pd(ctx_, pd); }
+  MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                       bool) override {
+    return remote::reg_mr(pd, addr, length, iova, access);
+  }
+  int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override { return remote::dereg_mr(pd, mr); }
+  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override {
+    return remote::create_cq(ctx_, cqe, on_event, arg);
+  }
+  int destroy_cq(CompletionQueue* cq) override { return remote::destroy_cq(ctx_, cq); }
+  int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
+  bool cq_overflowed(const CqImpl& cq) const override { return cq.remote->overflowed(); }
+  QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override {
+    if (gsi) {
+      c_.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
+      return nullptr;
+    }
+    return remote::create_qp(pd, attr);
+  }
+  int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override { return remote::destroy_qp(pd, qp); }
+  int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override {
+    return remote::modify_qp(ctx_, impl_of(qp), attr, attr_mask);
+  }
+  int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int, QpInitAttr* init_attr) override {
+    return remote::query_qp(ctx_, const_cast<QpImpl&>(impl_of(qp)), attr, init_attr);
+  }
+  void refresh_counters(const QueuePair& qp) override {
+    remote::refresh_counters(ctx_, const_cast<QpImpl&>(impl_of(qp)));
+  }
+  QueuePair::CongestionState congestion(const QueuePair&) override { return {}; }  // the daemon's (uroced --stats)
+  AddressHandle* create_ah(ProtectionDomain*, const ibv_ah_attr&) override {
+    c_.fail(EOPNOTSUPP, "address handles (UD) through uroced are not supported yet: run the program in-process");
+    return nullptr;
+  }
+  SharedReceiveQueue* create_srq(ProtectionDomain*, const SrqInitAttr&, void (*)(void*), void*) override {
+    c_.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
+    return nullptr;
+  }
+
+ private:
+  Context& ctx_;
+  ContextImpl& c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_service_backend(Context& ctx) { return std::make_unique<ServiceBackend>(ctx); }
+
+}  // namespace internal
 }  // namespace uroce
