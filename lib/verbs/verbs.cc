@@ -142,11 +142,11 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
 }
 
 std::unique_ptr<Context> Context::attach(const std::string& socket_path, std::string& error) {
-  auto impl = remote::attach(socket_path, error);
-  if (!impl) return nullptr;
+  auto client = service::Client::connect(socket_path, error);
+  if (!client) return nullptr;
   auto ctx = std::unique_ptr<Context>(new Context());
-  ctx->impl_ = std::move(impl);
-  ctx->impl_->backend = internal::make_service_backend(*ctx);
+  ctx->impl_ = std::make_unique<Impl>(client->hello());
+  ctx->impl_->backend = internal::make_service_backend(*ctx, std::move(client));
   return ctx;
 }
 

@@ -87,15 +87,12 @@ struct AddressHandle::Impl {
 
 struct Context::Impl {
   explicit Impl(const PortConfig& p);
-  explicit Impl(std::unique_ptr<service::Client> client);  // attached to uroced
+  explicit Impl(const service::HelloReply& hello);  // attached to uroced: the daemon's limits and port
   ~Impl();
   // The engines here (Context::open) or uroced's (Context::attach), chosen
-  // once: every control call goes through it.
+  // once: every control call goes through it. Attached to uroced there are
+  // no engines here, and the fields that serve them stay unused.
   std::unique_ptr<internal::Backend> backend;
-  // Attached to uroced: the daemon's socket (lib/verbs/service_backend.cc);
-  // there are no engines here.
-  std::unique_ptr<service::Client> remote;
-  std::map<const MemoryRegion*, std::uint32_t> remote_mrs;  // the daemon's handle of each region
   PortConfig port;
   DeviceLimits limits;
   mem::MrTable mrs;
@@ -224,31 +221,12 @@ namespace internal {
 // The backends (lib/verbs/verbs.cc, lib/verbs/service_backend.cc), made once
 // the Context exists.
 std::unique_ptr<Backend> make_local_backend(Context& ctx);
-std::unique_ptr<Backend> make_service_backend(Context& ctx);
+std::unique_ptr<Backend> make_service_backend(Context& ctx, std::unique_ptr<service::Client> client);
 // The in-process bodies of create_ah and create_srq (lib/verbs/ah.cc, srq.cc).
 AddressHandle* local_create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr);
 SharedReceiveQueue* local_create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
                                      void* arg);
 }  // namespace internal
-
-// The calls of a Context attached to uroced (lib/verbs/service_backend.cc),
-// each the counterpart of the in-process call of the same name.
-namespace remote {
-std::unique_ptr<internal::ContextImpl> attach(const std::string& path, std::string& error);
-ProtectionDomain* alloc_pd(Context& ctx);
-int dealloc_pd(Context& ctx, ProtectionDomain* pd);
-CompletionQueue* create_cq(Context& ctx, int cqe, void (*on_event)(void*), void* arg);
-int destroy_cq(Context& ctx, CompletionQueue* cq);
-void* alloc_buffer(Context& ctx, std::size_t bytes);
-void free_buffer(Context& ctx, void* buffer);
-MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
-int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr);
-QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr);
-int destroy_qp(ProtectionDomain* pd, QueuePair* qp);
-int modify_qp(Context& ctx, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask);
-int query_qp(Context& ctx, internal::QpImpl& q, ibv_qp_attr& attr, QpInitAttr* init_attr);
-void refresh_counters(Context& ctx, internal::QpImpl& q);
-}  // namespace remote
 
 namespace testing {
 
