@@ -218,7 +218,7 @@ struct Context::Impl {
 };
 
 namespace internal {
-// The backends (lib/verbs/verbs.cc, lib/verbs/service_backend.cc), made once
+// The backends (lib/verbs/local.cc, lib/verbs/service_backend.cc), made once
 // the Context exists.
 std::unique_ptr<Backend> make_local_backend(Context& ctx);
 std::unique_ptr<Backend> make_service_backend(Context& ctx, std::unique_ptr<service::Client> client);
