@@ -75,11 +75,12 @@ AddressHandle* AddressHandle::of(const ibv_ah* ah) {
 }
 
 AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
-  internal::ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) {
-    c.fail(EOPNOTSUPP, "address handles (UD) through uroced are not supported yet: run the program in-process");
-    return nullptr;
-  }
+  return impl_of(*ctx_).backend->create_ah(this, attr);
+}
+
+// The in-process body (LocalBackend::create_ah).
+AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) {
+  internal::ContextImpl& c = impl_of(pd->context());
   if (!attr.is_global) {
     c.fail(EINVAL, "ibv_create_ah: is_global must be 1: RoCEv2 addresses the peer by its GID (grh.dgid)");
     return nullptr;
@@ -107,7 +108,7 @@ AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
     }
     auto impl = std::make_unique<internal::AhImpl>();
     impl->ah.handle = handle;
-    impl->pd = this;
+    impl->pd = pd;
     impl->attr = attr;
     // As sent: a PFC priority fills in DSCP 0 (verbs/traffic_class.h);
     // impl->attr keeps the one asked. A UD QP on any engine may use it, so

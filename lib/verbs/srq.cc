@@ -23,11 +23,13 @@ SharedReceiveQueue::SharedReceiveQueue(std::unique_ptr<Impl> impl) : impl_(std::
 SharedReceiveQueue::~SharedReceiveQueue() = default;
 
 SharedReceiveQueue* ProtectionDomain::create_srq(const SrqInitAttr& attr, void (*on_limit)(void*), void* arg) {
-  internal::ContextImpl& c = impl_of(*ctx_);
-  if (c.remote) {
-    c.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
-    return nullptr;
-  }
+  return impl_of(*ctx_).backend->create_srq(this, attr, on_limit, arg);
+}
+
+// The in-process body (LocalBackend::create_srq).
+SharedReceiveQueue* internal::local_create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                               void* arg) {
+  internal::ContextImpl& c = impl_of(pd->context());
   return c.control([&]() -> SharedReceiveQueue* {
     const DeviceLimits& l = c.limits;
     if (attr.max_wr == 0 || attr.max_wr > l.max_qp_wr || attr.max_sge == 0 || attr.max_sge > l.max_sge ||
@@ -37,9 +39,9 @@ SharedReceiveQueue* ProtectionDomain::create_srq(const SrqInitAttr& attr, void (
       return nullptr;
     }
     auto impl = std::make_unique<internal::SrqImpl>();
-    impl->pd = this;
+    impl->pd = pd;
     impl->init = attr;
-    impl->srq.pd = id();
+    impl->srq.pd = pd->id();
     impl->srq.max_sge = attr.max_sge;
     impl->srq.ring.init(attr.max_wr);
     impl->srq.limit.store(attr.srq_limit, std::memory_order_relaxed);

@@ -169,7 +169,7 @@ bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const {
 }
 
 std::vector<Stat> QueuePair::stats() const {
-  if (impl_->remote) remote::refresh_counters(*ctx_, *impl_);
+  internal::impl_of(*ctx_).backend->refresh_counters(*this);
   return qp_rows(impl_->qp);
 }
 

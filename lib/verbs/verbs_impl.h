@@ -21,6 +21,7 @@
 #include "service/client.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
+#include "verbs/backend.h"
 #include "verbs/internal.h"
 #include "verbs/resolver.h"
 
@@ -32,9 +33,13 @@ namespace uroce {
 struct CompletionQueue::Impl {
   Impl(std::uint32_t cqe, std::size_t engines)
       : capacity(cqe), rings(engines), published(std::make_unique<std::atomic<transport::CompletionRing*>[]>(engines)) {}
+  // CompletionQueue::poll: set by the backend's create_cq (the rings below,
+  // or the daemon's through `remote`).
+  int (*poll)(Impl& cq, int n, ibv_wc* wc) = nullptr;
+  internal::Backend* backend = nullptr;  // arm, overflowed (the CQ has no Context)
   transport::CqEvents events;  // events.fire == nullptr: no completion events
   transport::CompletionRing& ring_for(std::size_t engine);  // control path
-  int poll(int n, ibv_wc* wc);
+  int poll_rings(int n, ibv_wc* wc);
 
   std::uint32_t capacity;
   std::uint32_t users = 0;  // QPs attached (control path)
@@ -48,6 +53,9 @@ struct CompletionQueue::Impl {
 };
 
 struct QueuePair::Impl {
+  // QueuePair::post_send and post_recv: set by the backend's create_qp.
+  int (*post_send)(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) = nullptr;
+  int (*post_recv)(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) = nullptr;
   transport::Qp qp;
   ProtectionDomain* pd = nullptr;
   QpInitAttr init;
@@ -79,12 +87,12 @@ struct AddressHandle::Impl {
 
 struct Context::Impl {
   explicit Impl(const PortConfig& p);
-  explicit Impl(std::unique_ptr<service::Client> client);  // attached to uroced
+  explicit Impl(const service::HelloReply& hello);  // attached to uroced: the daemon's limits and port
   ~Impl();
-  // Attached to uroced (Context::attach): every call goes to the daemon
-  // (lib/verbs/remote.cc) and there are no engines here.
-  std::unique_ptr<service::Client> remote;
-  std::map<const MemoryRegion*, std::uint32_t> remote_mrs;  // the daemon's handle of each region
+  // The engines here (Context::open) or uroced's (Context::attach), chosen
+  // once: every control call goes through it. Attached to uroced there are
+  // no engines here, and the fields that serve them stay unused.
+  std::unique_ptr<internal::Backend> backend;
   PortConfig port;
   DeviceLimits limits;
   mem::MrTable mrs;
@@ -209,26 +217,16 @@ struct Context::Impl {
   }
 };
 
-// The calls of a Context attached to uroced (lib/verbs/remote.cc), each the
-// counterpart of the in-process call of the same name.
-namespace remote {
-std::unique_ptr<internal::ContextImpl> attach(const std::string& path, std::string& error);
-ProtectionDomain* alloc_pd(Context& ctx);
-int dealloc_pd(Context& ctx, ProtectionDomain* pd);
-CompletionQueue* create_cq(Context& ctx, int cqe, void (*on_event)(void*), void* arg);
-int destroy_cq(Context& ctx, CompletionQueue* cq);
-void* alloc_buffer(Context& ctx, std::size_t bytes);
-void free_buffer(Context& ctx, void* buffer);
-MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
-int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr);
-QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr);
-int destroy_qp(ProtectionDomain* pd, QueuePair* qp);
-int modify_qp(Context& ctx, internal::QpImpl& q, const ibv_qp_attr& attr, int attr_mask);
-int query_qp(Context& ctx, internal::QpImpl& q, ibv_qp_attr& attr, QpInitAttr* init_attr);
-void refresh_counters(Context& ctx, internal::QpImpl& q);
-int post_send(Context& ctx, internal::QpImpl& q, ibv_send_wr* wr, ibv_send_wr** bad_wr);
-int post_recv(Context& ctx, internal::QpImpl& q, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
-}  // namespace remote
+namespace internal {
+// The backends (lib/verbs/local.cc, lib/verbs/service_backend.cc), made once
+// the Context exists.
+std::unique_ptr<Backend> make_local_backend(Context& ctx);
+std::unique_ptr<Backend> make_service_backend(Context& ctx, std::unique_ptr<service::Client> client);
+// The in-process bodies of create_ah and create_srq (lib/verbs/ah.cc, srq.cc).
+AddressHandle* local_create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr);
+SharedReceiveQueue* local_create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                     void* arg);
+}  // namespace internal
 
 namespace testing {
 

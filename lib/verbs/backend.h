@@ -1,0 +1,56 @@
+// The two ways a Context runs, chosen once (Context::open: LocalBackend, the
+// engines in this process; Context::attach: ServiceBackend, uroced's). The
+// public objects (lib/verbs/verbs.cc) check arguments and call the control
+// calls here; the data path never does: post_send, post_recv and poll go
+// through the function pointers create_qp and create_cq store in the object
+// (QueuePair::Impl, CompletionQueue::Impl), one indirect call per call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "uroce/verbs.h"
+#include "verbs/internal.h"
+
+namespace uroce::internal {
+
+class Backend {
+ public:
+  // ServiceBackend closes the socket (the daemon frees the client's
+  // objects); LocalBackend stops the workers and takes the QPs off the
+  // engines.
+  virtual ~Backend() = default;
+  virtual bool attached() const = 0;
+  virtual std::size_t progress() = 0;
+  virtual int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) = 0;
+  virtual void stop_workers() = 0;
+  virtual int query_gid(int index, ibv_gid& gid) = 0;
+  virtual Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
+  virtual void* alloc_buffer(std::size_t bytes) = 0;
+  virtual void free_buffer(void* buffer) = 0;
+  virtual ProtectionDomain* alloc_pd() = 0;
+  virtual int dealloc_pd(ProtectionDomain* pd) = 0;
+  // `copied`: internal::reg_mr_copied (the port is not told of the region).
+  virtual MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                               bool copied) = 0;
+  virtual int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) = 0;
+  // Sets CompletionQueue::Impl::poll.
+  virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
+  virtual int destroy_cq(CompletionQueue* cq) = 0;
+  virtual int arm_cq(CqImpl& cq, bool solicited_only) = 0;
+  virtual bool cq_overflowed(const CqImpl& cq) const = 0;
+  // Sets QueuePair::Impl::post_send and post_recv. `gsi`: QP1 (create_gsi_qp).
+  virtual QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) = 0;
+  virtual int destroy_qp(ProtectionDomain* pd, QueuePair* qp) = 0;
+  virtual int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) = 0;
+  virtual int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) = 0;
+  // Brings the QP's counters up to date (the daemon's copy); nothing in process.
+  virtual void refresh_counters(const QueuePair& qp) = 0;
+  virtual QueuePair::CongestionState congestion(const QueuePair& qp) = 0;
+  virtual AddressHandle* create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) = 0;
+  virtual SharedReceiveQueue* create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                         void* arg) = 0;
+};
+
+}  // namespace uroce::internal

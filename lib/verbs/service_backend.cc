@@ -1,0 +1,368 @@
+// A Context attached to uroced (Context::attach): the same objects as in
+// process, each call a control message to the daemon (lib/service), the data
+// path the shared rings. Object lists are guarded by control_mutex, as the
+// in-process calls guard them by control().
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "service/client.h"
+#include "transport/counters.h"
+#include "verbs/backend.h"
+#include "verbs/verbs_impl.h"
+
+namespace uroce {
+
+using internal::impl_of;
+
+CompletionQueue::Impl::~Impl() = default;
+QueuePair::Impl::~Impl() = default;
+Context::Impl::~Impl() = default;
+
+Context::Impl::Impl(const service::HelloReply& h) : mrs(1) {
+  limits.max_qp = h.max_qp;
+  limits.max_qp_wr = h.max_qp_wr;
+  limits.max_sge = h.max_sge;
+  limits.max_inline_data = h.max_inline_data;
+  limits.max_cqe = h.max_cqe;
+  limits.max_mr = h.max_mr;
+  limits.max_qp_rd_atom = h.max_qp_rd_atom;
+  limits.max_qp_init_rd_atom = h.max_qp_init_rd_atom;
+  std::memcpy(port.mac, h.mac, sizeof port.mac);
+  port.gid = h.gid[1];
+  port.active_mtu = static_cast<ibv_mtu>(h.active_mtu);
+}
+
+namespace internal {
+namespace {
+
+template <typename T>
+bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
+  const auto it = std::find_if(v.begin(), v.end(), [p](const auto& u) { return u.get() == p; });
+  if (it == v.end()) return false;
+  v.erase(it);
+  return true;
+}
+
+// The data path (QueuePair::Impl::post_send, post_recv; CompletionQueue::Impl::poll):
+// WRs into the rings the daemon drains.
+int post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  QpImpl& q = impl_of(qp);
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_send(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
+                                                           : "bad send WR: opcode, SGE count, inline size or QP state");
+    }
+  }
+  return 0;
+}
+
+int post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  QpImpl& q = impl_of(qp);
+  for (; wr != nullptr; wr = wr->next) {
+    if (const int rc = q.remote->post_recv(*wr); rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
+                                                           : "bad receive WR: SGE count or QP state (RESET)");
+    }
+  }
+  return 0;
+}
+
+int poll_cq(CqImpl& cq, int n, ibv_wc* wc) { return cq.remote->poll(n, wc); }
+
+// Every call the daemon's; it owns the socket.
+class ServiceBackend final : public Backend {
+ public:
+  ServiceBackend(Context& ctx, std::unique_ptr<service::Client> client)
+      : ctx_(ctx), c_(impl_of(ctx)), client_(std::move(client)) {}
+  // Closing the socket (client_) is the daemon's signal to free all of
+  // ours; the event thread stops before the CQs it calls back go (the
+  // Context's Impl outlives its backend).
+  ~ServiceBackend() override = default;
+
+  bool attached() const override { return true; }
+  std::size_t progress() override { return 0; }  // the daemon's workers run the engines
+  int start_workers(const std::vector<int>&, Context::WorkerHook) override { return 0; }
+  void stop_workers() override {}
+  int query_gid(int index, ibv_gid& gid) override;
+  Reach resolve_gid(const ibv_gid&, std::uint8_t*) override {
+    return Reach::kKnown;  // the daemon resolves when the address is set
+  }
+  void* alloc_buffer(std::size_t bytes) override;
+  void free_buffer(void* buffer) override { client_->free_buffer(buffer); }
+  ProtectionDomain* alloc_pd() override;
+  int dealloc_pd(ProtectionDomain* pd) override;
+  MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                       bool copied) override;
+  int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
+  int destroy_cq(CompletionQueue* cq) override;
+  int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
+  bool cq_overflowed(const CqImpl& cq) const override { return cq.remote->overflowed(); }
+  QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
+  int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
+  int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
+  int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
+  void refresh_counters(const QueuePair& qp) override;
+  QueuePair::CongestionState congestion(const QueuePair&) override { return {}; }  // the daemon's (uroced --stats)
+  AddressHandle* create_ah(ProtectionDomain*, const ibv_ah_attr&) override {
+    c_.fail(EOPNOTSUPP, "address handles (UD) through uroced are not supported yet: run the program in-process");
+    return nullptr;
+  }
+  SharedReceiveQueue* create_srq(ProtectionDomain*, const SrqInitAttr&, void (*)(void*), void*) override {
+    c_.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
+    return nullptr;
+  }
+
+ private:
+  // One call that names an object and returns nothing else.
+  int simple(service::Op op, std::uint32_t handle, const char* what);
+
+  Context& ctx_;
+  ContextImpl& c_;
+  std::unique_ptr<service::Client> client_;
+  std::map<const MemoryRegion*, std::uint32_t> mrs_;  // the daemon's handle of each region
+};
+
+int ServiceBackend::simple(service::Op op, std::uint32_t handle, const char* what) {
+  service::Request req;
+  req.op = op;
+  req.handle = handle;
+  service::Reply reply;
+  std::string why;
+  const int e = client_->call(req, reply, nullptr, 0, nullptr, why);
+  return e == 0 ? 0 : c_.fail(e, std::string(what) + ": " + why);
+}
+
+int ServiceBackend::query_gid(int index, ibv_gid& gid) {
+  if (index == 0 || index == 1) {
+    gid = client_->hello().gid[index];
+    return 0;
+  }
+  return c_.fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
+}
+
+ProtectionDomain* ServiceBackend::alloc_pd() {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  service::Request req;
+  req.op = service::Op::kAllocPd;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "alloc_pd: " + why);
+    return nullptr;
+  }
+  c_.pds.push_back(std::make_unique<ProtectionDomain>(&ctx_, reply.handle));
+  return c_.pds.back().get();
+}
+
+int ServiceBackend::dealloc_pd(ProtectionDomain* pd) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (std::none_of(c_.pds.begin(), c_.pds.end(), [pd](const auto& p) { return p.get() == pd; })) {
+    return c_.fail(EINVAL, "not a PD of this context");
+  }
+  if (const int e = simple(service::Op::kDeallocPd, pd->handle(), "dealloc_pd"); e != 0) return e;
+  erase_owned(c_.pds, pd);
+  return 0;
+}
+
+CompletionQueue* ServiceBackend::create_cq(int cqe, void (*on_event)(void*), void* arg) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c_.limits.max_cqe) {
+    c_.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
+    return nullptr;
+  }
+  std::string why;
+  int err = 0;
+  auto rcq = client_->create_cq(static_cast<std::uint32_t>(cqe), on_event, arg, why, err);
+  if (!rcq) {
+    c_.fail(err, "create_cq: " + why);
+    return nullptr;
+  }
+  auto impl = std::make_unique<CqImpl>(static_cast<std::uint32_t>(cqe), 0);
+  impl->events.fire = on_event;
+  impl->events.arg = arg;
+  impl->remote = std::move(rcq);
+  impl->poll = &poll_cq;
+  impl->backend = this;
+  c_.cqs.push_back(Access::make_cq(std::move(impl)));
+  return c_.cqs.back().get();
+}
+
+int ServiceBackend::destroy_cq(CompletionQueue* cq) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (std::none_of(c_.cqs.begin(), c_.cqs.end(), [cq](const auto& p) { return p.get() == cq; })) {
+    return c_.fail(EINVAL, "not a CQ of this context");
+  }
+  if (impl_of(*cq).users != 0) return c_.fail(EBUSY, "QPs still use this CQ; destroy them first");
+  std::string why;
+  if (const int e = client_->destroy_cq(impl_of(*cq).remote.get(), why); e != 0) {
+    return c_.fail(e, "destroy_cq: " + why);
+  }
+  erase_owned(c_.cqs, cq);
+  return 0;
+}
+
+void* ServiceBackend::alloc_buffer(std::size_t bytes) {
+  void* p = client_->alloc_buffer(bytes);
+  if (p == nullptr) c_.fail(ENOMEM, "out of memory for a " + std::to_string(bytes) + "-byte shared buffer");
+  return p;
+}
+
+// `copied` is not the client's to ask: the daemon picks how it registers
+// the region (lib/service/daemon/memory.cc).
+MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                                     int access, bool) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (length == 0 || addr == nullptr) {
+    c_.fail(EINVAL, "bad region: zero length or no address");
+    return nullptr;
+  }
+  service::SharedRange range;
+  std::string why;
+  if (const int e = client_->share(addr, length, range, why); e != 0) {
+    c_.fail(e, "reg_mr: " + why);
+    return nullptr;
+  }
+  service::Request req;
+  req.op = service::Op::kRegMr;
+  req.reg_mr = service::RegMr{pd->handle(), access, iova, length, range.offset, 0, {}};
+  int fds[service::kMaxPieces];
+  for (const service::SharedRange::Piece& p : range.pieces) {
+    fds[req.reg_mr.pieces] = p.fd;
+    req.reg_mr.piece[req.reg_mr.pieces++] = service::MemoryPiece{p.file_offset, p.bytes};
+  }
+  service::Reply reply;
+  if (const int e = client_->call(req, reply, fds, static_cast<int>(req.reg_mr.pieces), nullptr, why); e != 0) {
+    c_.fail(e, "reg_mr: " + why);
+    return nullptr;
+  }
+  auto mr = std::make_unique<MemoryRegion>();
+  *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
+  mrs_[mr.get()] = reply.handle;
+  c_.mrs_owned.push_back(std::move(mr));
+  return c_.mrs_owned.back().get();
+}
+
+int ServiceBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  const auto it = mrs_.find(mr);
+  if (it == mrs_.end()) return c_.fail(EINVAL, "not a registered memory region");
+  if (const int e = simple(service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
+  mrs_.erase(it);
+  erase_owned(c_.mrs_owned, mr);
+  return 0;
+}
+
+QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) {
+  if (gsi) {
+    c_.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr || !impl_of(*attr.send_cq).remote ||
+      !impl_of(*attr.recv_cq).remote) {
+    c_.fail(EINVAL, "send_cq and recv_cq are required, both of this context");
+    return nullptr;
+  }
+  service::CreateQp req{pd->handle(), impl_of(*attr.send_cq).remote->handle, impl_of(*attr.recv_cq).remote->handle,
+                        static_cast<std::uint32_t>(attr.qp_type), attr.sq_sig_all ? 1u : 0u, attr.cap};
+  std::string why;
+  int err = 0;
+  auto rqp = client_->create_qp(req, why, err);
+  if (!rqp) {
+    c_.fail(err, "create_qp: " + why);
+    return nullptr;
+  }
+  auto impl = std::make_unique<QpImpl>();
+  impl->post_send = &post_send;
+  impl->post_recv = &post_recv;
+  impl->pd = pd;
+  impl->init = attr;
+  impl->init.cap = rqp->cap;
+  impl->qp.qpn = rqp->qpn;
+  impl->remote = std::move(rqp);
+  auto qp = Access::make_qp(&ctx_, std::move(impl));
+  ++impl_of(*attr.send_cq).users;
+  ++impl_of(*attr.recv_cq).users;
+  c_.qps.push_back(std::move(qp));
+  return c_.qps.back().get();
+}
+
+int ServiceBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  if (std::none_of(c_.qps.begin(), c_.qps.end(), [qp](const auto& p) { return p.get() == qp; })) {
+    return c_.fail(EINVAL, "not a QP of this context");
+  }
+  QpImpl& q = impl_of(*qp);
+  std::string why;
+  if (const int e = client_->destroy_qp(q.remote.get(), why); e != 0) return c_.fail(e, "destroy_qp: " + why);
+  --impl_of(*q.init.send_cq).users;
+  --impl_of(*q.init.recv_cq).users;
+  erase_owned(c_.qps, qp);
+  return 0;
+}
+
+int ServiceBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) {
+  QpImpl& q = impl_of(qp);
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  service::Request req;
+  req.op = service::Op::kModifyQp;
+  req.modify_qp.qp = q.remote->handle;
+  req.modify_qp.mask = attr_mask;
+  req.modify_qp.attr = attr;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) return c_.fail(e, why);
+  if (attr_mask & IBV_QP_STATE) {
+    q.remote->state = attr.qp_state;
+    q.qp.app_state.store(attr.qp_state, std::memory_order_release);
+  }
+  return 0;
+}
+
+int ServiceBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int, QpInitAttr* init_attr) {
+  // The QP's last known state is refreshed (a const call on the object).
+  QpImpl& q = const_cast<QpImpl&>(impl_of(qp));
+  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  service::Request req;
+  req.op = service::Op::kQueryQp;
+  req.handle = q.remote->handle;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) return c_.fail(e, "query_qp: " + why);
+  attr = reply.query_qp.attr;
+  q.remote->state = attr.qp_state;
+  q.qp.app_state.store(attr.qp_state, std::memory_order_release);
+  if (init_attr != nullptr) *init_attr = q.init;
+  return 0;
+}
+
+void ServiceBackend::refresh_counters(const QueuePair& qp) {
+  QpImpl& q = const_cast<QpImpl&>(impl_of(qp));  // the counters are a cache of the daemon's
+  service::Request req;
+  req.op = service::Op::kQpCounters;
+  req.handle = q.remote->handle;
+  service::Reply reply;
+  std::string why;
+  if (client_->call(req, reply, nullptr, 0, nullptr, why) != 0) return;
+  const std::size_t n = std::min<std::size_t>(reply.counters.count, transport::kQpCounterCount);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<transport::QpCounter>(i);
+    q.qp.counters.add(k, reply.counters.value[i] - q.qp.counters.get(k));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_service_backend(Context& ctx, std::unique_ptr<service::Client> client) {
+  return std::make_unique<ServiceBackend>(ctx, std::move(client));
+}
+
+}  // namespace internal
+}  // namespace uroce
