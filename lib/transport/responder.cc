@@ -134,7 +134,9 @@ void take_exit(Qp& qp, const Request& r) {
     return;
   }
   const ExitRule& rule = rule_of(r.exit);
-  qp.counters.add(rule.counter);
+  // rnr_naks_sent counts RNR NAKs sent, as nak_*_sent do: only once queued
+  // (one that finds the queue full is drop_answer_ring_full's).
+  if (rule.answer != Answer::kRnrNak) qp.counters.add(rule.counter);
   switch (rule.answer) {
     case Answer::kNothing: return;
     case Answer::kSequenceNak:
@@ -147,7 +149,9 @@ void take_exit(Qp& qp, const Request& r) {
       return;
     case Answer::kRnrNak:
       // The expected PSN stays: the retry after the timer is this packet again.
-      queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false);
+      if (queue_nak(qp, r.psn, wire::make_syndrome(AethKind::kRnrNak, qp.attr.min_rnr_timer), false)) {
+        qp.counters.add(rule.counter);
+      }
       return;
     case Answer::kInvalidRequest:
     case Answer::kRemoteAccess:

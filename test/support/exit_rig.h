@@ -2,10 +2,13 @@
 // the scenario connects it with its own parameters, sets the stage, then
 // calls mark() right before the frame (or call) that takes the exit; the
 // counters, the frames sent and the completions are measured from there.
+// Shared by transport_exits_test.cc (one case per exit row) and the rules'
+// own tests (completer_rules_test.cc, responder_rules_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -133,5 +136,17 @@ struct Doomed {
   ProtectionDomain* pd;
   MemoryRegion* mr = nullptr;
 };
+
+// --- Regions deregistered in flight, on a simulated pair (RcPair) ----------------------
+
+// Steps the pair until `cond` holds, then returns; fails the test if it never does.
+template <typename Pair, typename Cond>
+void run_until(Pair& p, Cond cond) {
+  ASSERT_TRUE(p.net.run_until(cond, 10'000'000'000ull));
+}
+
+inline bool any_byte(const std::uint8_t* p, std::size_t n, std::uint8_t v) {
+  return std::find(p, p + n, v) != p + n;
+}
 
 }  // namespace uroce::test

@@ -612,6 +612,35 @@ TEST(TransportSteps, ASequenceNakThatFoundNoRoomIsSentLater) {
   EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 10) << "the PSN expected";
 }
 
+// --- The tables themselves ----------------------------------------------------------------
+
+// The rules tables: every step and exit has a name and a rule, names are
+// unique, and each exit's counter exists by its name.
+TEST(TransportRules, EveryStepAndExitIsNamedOnce) {
+  std::set<std::string> names;
+  for (const transport::ExitRule& e : transport::kResponderExits) {
+    EXPECT_TRUE(names.insert(std::string("responder.") + e.name).second) << e.name;
+    EXPECT_GT(std::strlen(e.rule), 10u) << e.name;
+    EXPECT_NE(transport::qp_counter_by_name(transport::qp_counter_name(e.counter)), transport::QpCounter::kCount);
+    const bool fatal = e.answer == transport::Answer::kInvalidRequest || e.answer == transport::Answer::kRemoteAccess ||
+                       e.answer == transport::Answer::kRemoteOperational;
+    if (!fatal) {
+      EXPECT_EQ(e.status, transport::kNoCompletion) << e.name << ": only a fatal exit ends a receive";
+    }
+  }
+  for (const transport::CompleterRule& e : transport::kCompleterExits) {
+    EXPECT_TRUE(names.insert(std::string("completer.") + e.name).second) << e.name;
+    EXPECT_GT(std::strlen(e.rule), 10u) << e.name;
+  }
+  for (const char* n : transport::kResponderStepNames) EXPECT_TRUE(names.insert(std::string("rstep.") + n).second);
+  for (const char* n : transport::kCompleterStepNames) EXPECT_TRUE(names.insert(std::string("cstep.") + n).second);
+  EXPECT_EQ(transport::rule_of(transport::nak_exit(wire::NakCode::kInvalidRequest)).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(transport::rule_of(transport::nak_exit(wire::NakCode::kRemoteOperationalError)).status, IBV_WC_REM_OP_ERR);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_RDMA_WRITE_WITH_IMM), IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_SEND_WITH_INV), IBV_WC_SEND);
+  EXPECT_EQ(transport::wc_opcode_for(IBV_WR_ATOMIC_CMP_AND_SWP), IBV_WC_COMP_SWAP);
+}
+
 // --- The checks can fail --------------------------------------------------------------------
 
 // The failures `check` reports, intercepted (they do not fail this test).
