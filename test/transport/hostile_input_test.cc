@@ -4,7 +4,8 @@
 // work posted in both directions. The stack must not crash (this suite also
 // runs under ASan/UBSan), must count every frame, must complete only the work
 // requests that were posted, each at most once, and must not write outside
-// its registered region.
+// its registered region. A single well-formed frame that breaks one rule is
+// tested under that rule (completer_rules_test.cc, responder_rules_test.cc).
 #include <gtest/gtest.h>
 
 #include <cstring>
