@@ -5,7 +5,9 @@
 // wire (NAK syndrome and PSN, RNR NAK, sequence NAK, or nothing), how the
 // work request in use ended (the row's status, or no completion but flushes)
 // and whether the QP went to ERR. `provoke` switches over the exit enum with
-// no default: a new row does not build until it has a scenario here.
+// no default: a new row does not build until it has a scenario here. The
+// tables' own check (TransportRules) is here too; the cases that push one
+// rule further are in completer_rules_test.cc and responder_rules_test.cc.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
