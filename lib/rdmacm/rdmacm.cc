@@ -727,7 +727,18 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
   if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
   if (attr->srq == nullptr) attr->srq = id->srq;
+  // Inline room of at least one SGE per send SGE, as Soft-RoCE sizes its
+  // send queue entries: code written to it (rdma_xclient) sends 16 bytes
+  // inline from a QP that asked for no inline data. Without room for that
+  // on this device, the caller's figure.
+  const std::uint32_t asked_inline = attr->cap.max_inline_data;
+  attr->cap.max_inline_data = std::max<std::uint32_t>(
+      asked_inline, std::min<std::uint32_t>(attr->cap.max_send_sge, 16) * sizeof(ibv_sge));
   ibv_qp* qp = ibv_create_qp(pd, attr);
+  if (qp == nullptr && attr->cap.max_inline_data != asked_inline) {
+    attr->cap.max_inline_data = asked_inline;
+    qp = ibv_create_qp(pd, attr);
+  }
   if (qp == nullptr) {
     const int err = errno;
     destroy_cqs(id);

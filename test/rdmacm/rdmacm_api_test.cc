@@ -13,7 +13,8 @@
 //    returns when its event is in, rdma_get_request hands over a request
 //    with its QP made, data moves with rdma_verbs.h's helpers (item 4).
 // And two processes over memif under uroce-run: stock rdma_server and
-// rdma_client (rdmacm-utils), unmodified (item 4).
+// rdma_client, rdma_xserver and rdma_xclient (rdmacm-utils), unmodified
+// (item 4).
 // One device per process (EAL), so the tests share it; each listens on a
 // port of its own.
 #include <fcntl.h>
@@ -417,8 +418,10 @@ TEST(RdmaCmApi, SynchronousEndpointsConnectMoveAMessageEachWayAndDisconnect) {
   rdma_addrinfo chints{};
   chints.ai_port_space = RDMA_PS_TCP;
   ASSERT_EQ(rdma_getaddrinfo("10.0.0.1", port.c_str(), &chints, &active), 0);
+  // No inline data asked for, 16 bytes sent inline (rdma_xclient's way):
+  // the QP has inline room for one SGE per send SGE, as Soft-RoCE's has.
   ibv_qp_init_attr cattr{};
-  cattr.cap = ibv_qp_cap{1, 1, 1, 1, 16};
+  cattr.cap = ibv_qp_cap{1, 1, 1, 1, 0};
   cattr.sq_sig_all = 1;
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_ep(&id, active, nullptr, &cattr), 0) << strerror(errno);
@@ -436,7 +439,7 @@ TEST(RdmaCmApi, SynchronousEndpointsConnectMoveAMessageEachWayAndDisconnect) {
   ASSERT_EQ(rdma_connect(id, nullptr), 0) << strerror(errno);
   ASSERT_NE(id->event, nullptr);
   EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ESTABLISHED) << "rdma_connect returns once connected";
-  ASSERT_EQ(rdma_post_send(id, nullptr, send.data(), send.size(), smr, 0), 0);
+  ASSERT_EQ(rdma_post_send(id, nullptr, send.data(), send.size(), nullptr, IBV_SEND_INLINE), 0) << strerror(errno);
   ibv_wc wc{};
   ASSERT_GT(rdma_get_send_comp(id, &wc), 0);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -468,9 +471,19 @@ Outcome run(const std::string& command) {
   return r;
 }
 
-TEST(RdmaCmApi, StockRdmaServerAndRdmaClientPassOverMemif) {
-  for (const char* tool : {"/usr/bin/rdma_server", "/usr/bin/rdma_client"}) {
-    if (access(tool, X_OK) != 0) FAIL() << "no " << tool << ": tools/setup.sh installs rdmacm-utils";
+struct StockCase {
+  const char* server;  // in /usr/bin, then its arguments before -p
+  const char* client;
+};
+
+class StockSync : public ::testing::TestWithParam<StockCase> {};
+
+TEST_P(StockSync, PassOverMemif) {
+  const StockCase& c = GetParam();
+  const std::string server_tool = std::string("/usr/bin/") + c.server;
+  const std::string client_tool = std::string("/usr/bin/") + c.client;
+  for (const std::string& tool : {server_tool.substr(0, server_tool.find(' ')), client_tool}) {
+    if (access(tool.c_str(), X_OK) != 0) FAIL() << "no " << tool << ": tools/setup.sh installs rdmacm-utils";
   }
   char tmpl[] = "/tmp/uroce-rdmacm-api-XXXXXX";
   const char* dir = mkdtemp(tmpl);
@@ -481,15 +494,22 @@ TEST(RdmaCmApi, StockRdmaServerAndRdmaClientPassOverMemif) {
            (server ? "0" : "1") + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir +
            "/memif.sock -- --ip 10.0.0." + (server ? "1" : "2") + "/24 ";
   };
-  auto server = std::async(std::launch::async, [&] { return run(side(true) + "/usr/bin/rdma_server -s 10.0.0.1 -p " + port); });
+  auto server = std::async(std::launch::async, [&] { return run(side(true) + server_tool + " -p " + port); });
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  const Outcome client = run(side(false) + "/usr/bin/rdma_client -s 10.0.0.1 -p " + port);
+  const Outcome client = run(side(false) + client_tool + " -s 10.0.0.1 -p " + port);
   const Outcome srv = server.get();
   std::system((std::string("rm -rf '") + dir + "'").c_str());
   EXPECT_EQ(client.status, 0) << client.out;
   EXPECT_EQ(srv.status, 0) << srv.out;
-  EXPECT_NE(client.out.find("rdma_client: end 0"), std::string::npos) << client.out;
-  EXPECT_NE(srv.out.find("rdma_server: end 0"), std::string::npos) << srv.out;
+  // Each prints "NAME: end 0" (some with their path) when every step passed.
+  const std::string server_name = std::string(c.server).substr(0, std::string(c.server).find(' '));
+  EXPECT_NE(client.out.find(std::string(c.client) + ": end 0"), std::string::npos) << client.out;
+  EXPECT_NE(srv.out.find(server_name + ": end 0"), std::string::npos) << srv.out;
 }
+
+INSTANTIATE_TEST_SUITE_P(RdmacmUtils, StockSync,
+                         ::testing::Values(StockCase{"rdma_server -s 10.0.0.1", "rdma_client"},
+                                           StockCase{"rdma_xserver", "rdma_xclient"}),
+                         [](const ::testing::TestParamInfo<StockCase>& p) { return std::string(p.param.client); });
 
 }  // namespace
