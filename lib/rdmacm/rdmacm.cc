@@ -36,6 +36,7 @@
 
 #include "cm/manager.h"
 #include "ibverbs/internal.h"
+#include "rdmacm/internal.h"
 
 namespace uroce::rdmacm {
 namespace {
@@ -434,19 +435,20 @@ int init(State& s) {
   return 0;
 }
 
-// UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
+}  // namespace
+
 bool debug() {
   static const bool on = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
   return on;
 }
 
-// A failed call: errno and -1, as librdmacm's.
 int fail_in(const char* where, int err) {
   if (debug()) std::fprintf(stderr, "uroce librdmacm: %s: %s\n", where, std::strerror(err));
   errno = err;
   return -1;
 }
-#define fail(err) fail_in(__func__, err)
+
+namespace {
 
 Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
@@ -493,6 +495,31 @@ int complete(rdma_cm_id* id, bool sync) {
 }
 
 }  // namespace
+
+bool is_synchronous(rdma_cm_id* id) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().ids.count(id_of(id)) != 0 && id_of(id)->sync;
+}
+
+void keep_qp_attr(rdma_cm_id* id, const ibv_qp_init_attr& attr) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  id_of(id)->has_ep_qp_attr = true;
+  id_of(id)->ep_qp_attr = attr;
+}
+
+bool kept_qp_attr(rdma_cm_id* id, ibv_qp_init_attr& attr) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (!id_of(id)->has_ep_qp_attr) return false;
+  attr = id_of(id)->ep_qp_attr;
+  return true;
+}
+
+void keep_connect_data(rdma_cm_id* id, const void* data, std::size_t len) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  const auto* d = static_cast<const std::uint8_t*>(data);
+  id_of(id)->connect_data.assign(d, d + len);
+}
+
 }  // namespace uroce::rdmacm
 
 using uroce::rdmacm::Channel;
@@ -704,7 +731,6 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
     }
   }
   if (pd == nullptr) pd = id->pd;
-  if (pd->context != id->verbs) return fail(EINVAL);
   if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
   if ((id->send_cq != nullptr && attr->send_cq != nullptr && attr->send_cq != id->send_cq) ||
       (id->recv_cq != nullptr && attr->recv_cq != nullptr && attr->recv_cq != id->recv_cq)) {
@@ -1102,86 +1128,6 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
 }
 
 int rdma_notify(rdma_cm_id* id, ibv_event_type /*event*/) { return id == nullptr ? fail(EINVAL) : 0; }
-
-// --- librdmacm's synchronous helpers (rdma_verbs.h's endpoints) -------------
-
-// A synchronous ID from an rdma_addrinfo: passive, bound to its source and
-// keeping `qp_init_attr` for the QP of each request rdma_get_request takes;
-// active, its address and route resolved and its QP made (rdma-core's
-// rdma_create_ep).
-int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
-  if (id == nullptr || res == nullptr) return fail(EINVAL);
-  rdma_cm_id* cm = nullptr;
-  if (rdma_create_id(nullptr, &cm, nullptr, static_cast<rdma_port_space>(res->ai_port_space)) != 0) return -1;
-  Id* i = id_of(cm);
-  const auto undo = [cm] {
-    const int err = errno;
-    rdma_destroy_ep(cm);
-    errno = err;
-    return -1;
-  };
-  if (res->ai_flags & RAI_PASSIVE) {
-    if (rdma_bind_addr(cm, res->ai_src_addr) != 0) return undo();
-    if (pd != nullptr) cm->pd = pd;
-    if (qp_init_attr != nullptr) {
-      i->has_ep_qp_attr = true;
-      i->ep_qp_attr = *qp_init_attr;
-      i->ep_qp_attr.qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
-    }
-    *id = cm;
-    return 0;
-  }
-  if (rdma_resolve_addr(cm, res->ai_src_addr, res->ai_dst_addr, 2000) != 0) return undo();
-  if (rdma_resolve_route(cm, 2000) != 0) return undo();
-  if (qp_init_attr != nullptr) {
-    qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
-    if (rdma_create_qp(cm, pd, qp_init_attr) != 0) return undo();
-  }
-  if (res->ai_connect_len > 0 && res->ai_connect != nullptr) {
-    const auto* d = static_cast<const std::uint8_t*>(res->ai_connect);
-    i->connect_data.assign(d, d + res->ai_connect_len);
-  }
-  *id = cm;
-  return 0;
-}
-
-void rdma_destroy_ep(rdma_cm_id* id) {
-  if (id == nullptr) return;
-  if (id->qp != nullptr) rdma_destroy_qp(id);
-  rdma_destroy_id(id);
-}
-
-// A synchronous listener's next connection request: the request's ID (its
-// QP made as rdma_create_ep asked), its CONNECT_REQUEST in (*id)->event.
-int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-  if (listen == nullptr || id == nullptr) return fail(EINVAL);
-  {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    if (!state().ids.count(id_of(listen)) || !id_of(listen)->sync) return fail(EINVAL);
-  }
-  if (listen->event != nullptr) {
-    rdma_ack_cm_event(listen->event);
-    listen->event = nullptr;
-  }
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(listen->channel, &e) != 0) return -1;
-  int err = 0;
-  if (e->status != 0) {
-    err = e->status < 0 ? -e->status : e->status;
-  } else if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-    err = EINVAL;
-  } else if (id_of(listen)->has_ep_qp_attr) {
-    ibv_qp_init_attr attr = id_of(listen)->ep_qp_attr;
-    if (rdma_create_qp(e->id, listen->pd, &attr) != 0) err = errno;
-  }
-  if (err != 0) {
-    listen->event = e;
-    return fail(err);
-  }
-  *id = e->id;
-  (*id)->event = e;
-  return 0;
-}
 
 // --- what uroce's rdma_cm does not have: one line on stderr, ENOSYS ---------
 
