@@ -463,12 +463,6 @@ struct Manager::Impl {
       reject(peer, m.header.tid, 0, req.local_comm_id, wire::CmMsgKind::kReq, wire::RejReason::kInvalidTransportType);
       return;
     }
-    // The primary path's remote GID names the address the REQ is for: one
-    // not ours could not be accepted (no GID of ours to answer from).
-    if (!is_ours(req.primary.remote_gid)) {
-      ++counters.mads_dropped_not_ours;
-      return;
-    }
     // Requests are state any peer makes: bounded per listener (its backlog)
     // and overall. "No resources" (IBTA 12.6.7, table 103, reason 3): the peer
     // may try again later.
