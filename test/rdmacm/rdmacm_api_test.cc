@@ -12,9 +12,8 @@
 //  - synchronous IDs (no channel) and the endpoint helpers: each call
 //    returns when its event is in, rdma_get_request hands over a request
 //    with its QP made, data moves with rdma_verbs.h's helpers (item 4).
-// And two processes over memif under uroce-run: stock rdma_server and
-// rdma_client, rdma_xserver and rdma_xclient (rdmacm-utils), unmodified
-// (item 4).
+// Stock programs run in rdmacm_stock_test.cc, a process with no EAL of its
+// own (this one's pollers would take the CPUs theirs need).
 // One device per process (EAL), so the tests share it; each listens on a
 // port of its own.
 #include <fcntl.h>
@@ -24,7 +23,6 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -453,63 +451,5 @@ TEST(RdmaCmApi, SynchronousEndpointsConnectMoveAMessageEachWayAndDisconnect) {
   rdma_destroy_ep(id);
   rdma_destroy_ep(listener);
 }
-
-// Item 4 with stock programs: rdmacm-utils' rdma_server and rdma_client,
-// unmodified, between two processes over memif under uroce-run.
-struct Outcome {
-  int status = -1;
-  std::string out;
-};
-Outcome run(const std::string& command) {
-  Outcome r;
-  FILE* p = popen(("env -u UROCE_EAL -u UROCE_IP -u LD_LIBRARY_PATH timeout 60 " + command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-struct StockCase {
-  const char* server;  // in /usr/bin, then its arguments before -p
-  const char* client;
-};
-
-class StockSync : public ::testing::TestWithParam<StockCase> {};
-
-TEST_P(StockSync, PassOverMemif) {
-  const StockCase& c = GetParam();
-  const std::string server_tool = std::string("/usr/bin/") + c.server;
-  const std::string client_tool = std::string("/usr/bin/") + c.client;
-  for (const std::string& tool : {server_tool.substr(0, server_tool.find(' ')), client_tool}) {
-    if (access(tool.c_str(), X_OK) != 0) FAIL() << "no " << tool << ": tools/setup.sh installs rdmacm-utils";
-  }
-  char tmpl[] = "/tmp/uroce-rdmacm-api-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  ASSERT_NE(dir, nullptr);
-  const std::string port = std::to_string(next_port());
-  auto side = [&](bool server) {
-    return std::string(UROCE_RUN) + " --no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l " +
-           (server ? "0" : "1") + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir +
-           "/memif.sock -- --ip 10.0.0." + (server ? "1" : "2") + "/24 ";
-  };
-  auto server = std::async(std::launch::async, [&] { return run(side(true) + server_tool + " -p " + port); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  const Outcome client = run(side(false) + client_tool + " -s 10.0.0.1 -p " + port);
-  const Outcome srv = server.get();
-  std::system((std::string("rm -rf '") + dir + "'").c_str());
-  EXPECT_EQ(client.status, 0) << client.out;
-  EXPECT_EQ(srv.status, 0) << srv.out;
-  // Each prints "NAME: end 0" (some with their path) when every step passed.
-  const std::string server_name = std::string(c.server).substr(0, std::string(c.server).find(' '));
-  EXPECT_NE(client.out.find(std::string(c.client) + ": end 0"), std::string::npos) << client.out;
-  EXPECT_NE(srv.out.find(server_name + ": end 0"), std::string::npos) << srv.out;
-}
-
-INSTANTIATE_TEST_SUITE_P(RdmacmUtils, StockSync,
-                         ::testing::Values(StockCase{"rdma_server -s 10.0.0.1", "rdma_client"},
-                                           StockCase{"rdma_xserver", "rdma_xclient"}),
-                         [](const ::testing::TestParamInfo<StockCase>& p) { return std::string(p.param.client); });
 
 }  // namespace
