@@ -364,6 +364,42 @@ TEST(RdmaCmApi, ASynchronousIdWaitsForEachEventAndARefusalIsItsError) {
   rdma_destroy_ep(id);
 }
 
+// Item 4: rdma_migrate_id between the two kinds (libfabric makes its IDs
+// synchronous, then moves them to its own channel): events go with the ID.
+TEST(RdmaCmApi, MigratingAnIdMakesItAsynchronousOrSynchronous) {
+  configure();
+  Deadline deadline(30);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in peer = address(next_port());
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(&peer), 1000), 0);
+  ASSERT_NE(id->event, nullptr);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_EQ(rdma_migrate_id(id, ch), 0);
+  EXPECT_EQ(id->channel, ch);
+  EXPECT_EQ(id->event, nullptr) << "the synchronous call's event went with its channel";
+  // Asynchronous now: the call returns at once, its event waits on `ch`.
+  ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
+  EXPECT_EQ(id->event, nullptr);
+  const Got route = next_event(ch);
+  EXPECT_EQ(route.type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(route.id, id);
+  // An unread event moves with the ID to its new channel of its own.
+  ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
+  ASSERT_EQ(rdma_migrate_id(id, nullptr), 0);
+  EXPECT_NE(id->channel, ch);
+  const Got moved = next_event(id->channel);
+  EXPECT_EQ(moved.type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  // Synchronous again: a call waits for its event.
+  ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
+  ASSERT_NE(id->event, nullptr);
+  EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(rdma_migrate_id(id, nullptr), -1) << "synchronous already";
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(ch);
+}
+
 // Item 4: rdma_server and rdma_client's shape (rdma-core's examples):
 // endpoints from rdma_getaddrinfo, rdma_get_request, accept and connect
 // without parameters, messages with rdma_verbs.h's helpers.
