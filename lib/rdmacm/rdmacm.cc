@@ -11,7 +11,10 @@
 // ours: the device's IPv4 address is the only local one, and the peer's
 // Ethernet address is found by the stack's ARP when the first MAD goes out.
 // QP state changes go through ibv_modify_qp, so that libibverbs's view of
-// each QP stays right.
+// each QP stays right. A synchronous ID (made with no channel) has a
+// channel of its own, and its calls wait there for the event they started,
+// as rdma-core's do; endpoint.cc builds rdma-core's endpoint helpers on
+// them.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
