@@ -553,6 +553,8 @@ struct Manager::Impl {
     Event e;
     e.type = EventType::kEstablished;
     e.comm_id = c->local_id;
+    e.rep = rep;
+    e.active = true;
     e.private_data.assign(rep.private_data.begin(), rep.private_data.end());
     events.push_back(std::move(e));
   }
@@ -649,6 +651,18 @@ struct Manager::Impl {
     events.push_back(std::move(e));
   }
 
+  // Whether `g` is one of our GIDs (the link-local one, the IPv4 one). The
+  // port hands up every RoCEv2 frame it sees, and on a shared link (a veth
+  // whose kernel has an address too) some are for another host's address:
+  // that host answers for it, we must not.
+  bool is_ours(const Gid& g) const {
+    for (int index = 0; index < 2; ++index) {
+      ibv_gid ours{};
+      if (ctx->query_gid(index, ours) == 0 && gid_bytes(ours) == g) return true;
+    }
+    return false;
+  }
+
   void receive(const ibv_wc& wc, std::vector<Event>& events) {
     ++counters.mads_received;
     const std::uint8_t* slot = recv_slot(static_cast<std::uint32_t>(wc.wr_id));
@@ -659,6 +673,17 @@ struct Manager::Impl {
       std::memcpy(peer.data() + 12, slot + 32, 4);
     } else {
       std::memcpy(peer.data(), slot + 8, 16);
+    }
+    Gid dest{};
+    if (slot[20] == 0x45) {
+      dest[10] = dest[11] = 0xff;
+      std::memcpy(dest.data() + 12, slot + 36, 4);
+    } else {
+      std::memcpy(dest.data(), slot + 24, 16);
+    }
+    if (!is_ours(dest)) {
+      ++counters.mads_dropped_not_ours;
+      return;
     }
     wire::CmMad m;
     const std::size_t len = wc.byte_len > 40 ? wc.byte_len - 40 : 0;

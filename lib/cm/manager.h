@@ -41,6 +41,8 @@ struct Event {
   std::uint32_t comm_id = 0;   // ours: the handle for accept(), reject(), disconnect()
   void* listener = nullptr;    // kRequest: the owner given to listen()
   wire::CmReq req;             // kRequest: the REQ as it came
+  wire::CmRep rep;             // kEstablished on the active side: the REP as it came
+  bool active = false;         // kEstablished: ours was the REQ (rep is set)
   ibv_gid peer_gid{};          // kRequest: the address it came from
   std::uint16_t reason = 0;    // kRejected: the REJ's reason (wire::RejReason)
   std::vector<std::uint8_t> private_data;  // REQ (after rdma_cm's header), REP, REJ, DREQ
@@ -70,6 +72,10 @@ struct Counters {
   std::uint64_t mads_dropped_queue_full = 0;    // more held for the peer (4), in all (256), or peers (16)
   std::uint64_t ahs_evicted = 0;                // address handles destroyed to make room (1,024 kept)
   std::uint64_t unsolicited_replies_limited = 0;  // REJ/DREP to unknown connections over the rate (100/s)
+  // MADs sent to an address that is not one of our GIDs (a kernel address
+  // on the same link, another host's): dropped unanswered, since the host
+  // that owns the address answers for it.
+  std::uint64_t mads_dropped_not_ours = 0;
 };
 
 // rdma_listen's backlog when none (or more) is asked: Linux's default

@@ -11,7 +11,10 @@
 // ours: the device's IPv4 address is the only local one, and the peer's
 // Ethernet address is found by the stack's ARP when the first MAD goes out.
 // QP state changes go through ibv_modify_qp, so that libibverbs's view of
-// each QP stays right.
+// each QP stays right. A synchronous ID (made with no channel) has a
+// channel of its own, and its calls wait there for the event they started,
+// as rdma-core's do; endpoint.cc builds rdma-core's endpoint helpers on
+// them.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -36,6 +39,7 @@
 
 #include "cm/manager.h"
 #include "ibverbs/internal.h"
+#include "rdmacm/internal.h"
 
 namespace uroce::rdmacm {
 namespace {
@@ -59,6 +63,16 @@ struct Id {
   // peer), the event and the ID go with it.
   bool request_queued = false;
   EventQueue::iterator request_event;
+  struct Channel* request_channel = nullptr;  // where that event waits (its listener's)
+  // A synchronous ID (rdma_create_id with no channel, or a request of a
+  // synchronous listener): its channel is its own, and each call waits
+  // there for the event it started, as rdma-core's librdmacm does.
+  bool sync = false;
+  bool holds_device = false;   // counts in State::pd_refs (cm.pd is the default PD)
+  // rdma_create_ep's passive side: the QP each rdma_get_request makes.
+  bool has_ep_qp_attr = false;
+  ibv_qp_init_attr ep_qp_attr{};
+  std::vector<std::uint8_t> connect_data;  // rdma_addrinfo's ai_connect, before the caller's
 };
 
 struct Channel {
@@ -83,6 +97,10 @@ struct State {
   std::set<const Id*> ids;
   std::set<const Channel*> channels;
   std::uint16_t next_port = 40000;
+  // The device's default PD, shared by every ID bound to it (rdma-core
+  // allocates one per device on first use and frees it with the last ID).
+  ibv_pd* default_pd = nullptr;
+  int pd_refs = 0;
   std::thread thread;
   std::atomic<bool> stop{false};
 };
@@ -127,6 +145,67 @@ bool push(Channel* c, EventBox* e) {
 
 Channel* channel_of(rdma_cm_id* id) { return reinterpret_cast<Channel*>(id->channel); }
 
+// A new channel, registered. Under the state's mutex. nullptr and errno set
+// if the pipe cannot be made.
+Channel* open_channel(State& s) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  // The CM thread writes wake-ups under the library's mutex: never blocking.
+  if (fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = err;
+    return nullptr;
+  }
+  auto* c = new Channel();
+  c->ch.fd = fds[0];
+  c->write_fd = fds[1];
+  s.channels.insert(c);
+  return c;
+}
+
+// Destroys `c` and its unread events. Under the state's mutex.
+void close_channel(State& s, Channel* c) {
+  if (s.channels.erase(c) == 0) return;  // not a channel (any more)
+  for (EventBox* e : c->queue) {
+    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) reinterpret_cast<Id*>(e->ev.id)->request_queued = false;
+    delete e;
+  }
+  c->queue.clear();
+  close(c->ch.fd);
+  if (c->readers.load() != 0) {
+    // A thread still waits in rdma_get_cm_event (rping's event thread
+    // while its main thread tears down): as with the kernel's channel, it
+    // goes on waiting, never woken with an error. So the write end stays
+    // open (closing it would end the wait with EOF) and the channel with it.
+    return;
+  }
+  close(c->write_fd);
+  delete c;
+}
+
+// `id` is bound to the device: it holds the default PD (rdma-core's
+// ucma_get_device). Under the state's mutex. 0 or an errno.
+int take_device(State& s, Id* id) {
+  if (id->holds_device) return 0;
+  if (s.default_pd == nullptr) s.default_pd = ibv_alloc_pd(s.verbs);
+  if (s.default_pd == nullptr) return ENOMEM;
+  ++s.pd_refs;
+  id->holds_device = true;
+  id->cm.verbs = s.verbs;
+  id->cm.pd = s.default_pd;
+  return 0;
+}
+
+// The last ID bound to the device frees the default PD; one still in use
+// (a QP or MR the program kept) stays for the next ID. Under the mutex.
+void put_device(State& s, Id* id) {
+  if (!id->holds_device) return;
+  id->holds_device = false;
+  if (--s.pd_refs == 0 && ibv_dealloc_pd(s.default_pd) == 0) s.default_pd = nullptr;
+}
+
 EventBox* make_event(Id* id, rdma_cm_event_type type, int status) {
   auto* e = new EventBox();
   e->ev.id = &id->cm;
@@ -160,7 +239,7 @@ int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) 
 // Takes a request's still-queued CONNECT_REQUEST out of its channel and
 // frees the request's ID. Under the state's mutex.
 void withdraw_request(State& s, Id* id) {
-  Channel* c = channel_of(&id->cm);
+  Channel* c = id->request_channel;
   if (id->request_queued) {
     delete *id->request_event;
     c->queue.erase(id->request_event);
@@ -169,6 +248,8 @@ void withdraw_request(State& s, Id* id) {
   }
   s.by_comm.erase(id->comm_id);
   s.ids.erase(id);
+  put_device(s, id);
+  if (id->sync) close_channel(s, channel_of(&id->cm));
   delete id;
 }
 
@@ -209,6 +290,8 @@ void deliver(State& s, cm::Event& e) {
     id->cm.event = nullptr;
     id->cm.pd = nullptr;
     id->cm.send_cq = id->cm.recv_cq = nullptr;
+    id->cm.send_cq_channel = id->cm.recv_cq_channel = nullptr;
+    id->cm.srq = nullptr;
     id->listening = false;
     id->comm_id = e.comm_id;
     id->port = listener->port;
@@ -221,15 +304,36 @@ void deliver(State& s, cm::Event& e) {
     const sockaddr_in dst = ipv4(peer, peer_port);
     std::memcpy(&id->cm.route.addr.src_addr, &src, sizeof src);
     std::memcpy(&id->cm.route.addr.dst_addr, &dst, sizeof dst);
+    Channel* channel = channel_of(&listener->cm);
+    // A synchronous listener's requests are synchronous IDs, each on a
+    // channel of its own (rdma-core migrates them to a new one); the
+    // request itself is read from the listener's channel.
+    if (listener->sync) {
+      Channel* own = open_channel(s);
+      if (own == nullptr || take_device(s, id) != 0) {
+        if (own != nullptr) close_channel(s, own);
+        s.manager->reject(e.comm_id, {});
+        delete id;
+        return;
+      }
+      id->cm.channel = &own->ch;
+      id->sync = true;
+    } else if (take_device(s, id) != 0) {
+      s.manager->reject(e.comm_id, {});
+      delete id;
+      return;
+    }
     s.by_comm[e.comm_id] = id;
     s.ids.insert(id);
     EventBox* box = make_event(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
     box->ev.listen_id = &listener->cm;
-    Channel* channel = channel_of(&listener->cm);
     set_conn_data(box, e.private_data);
     rdma_conn_param& c = box->ev.param.conn;
-    c.responder_resources = e.req.responder_resources;
-    c.initiator_depth = e.req.initiator_depth;
+    // In the receiver's terms, as Linux's CM reports a REQ (cm_format_req_event):
+    // what the requester will read from us is what we must take as
+    // responder, and the reads it takes are what we may issue.
+    c.responder_resources = e.req.initiator_depth;
+    c.initiator_depth = e.req.responder_resources;
     c.flow_control = e.req.end_to_end_flow_control;
     c.retry_count = e.req.retry_count;
     c.rnr_retry_count = e.req.rnr_retry_count;
@@ -238,6 +342,7 @@ void deliver(State& s, cm::Event& e) {
     if (push(channel, box)) {
       id->request_queued = true;
       id->request_event = std::prev(channel->queue.end());
+      id->request_channel = channel;
     }
     return;
   }
@@ -257,6 +362,17 @@ void deliver(State& s, cm::Event& e) {
       id->connected = true;
       box = make_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
       set_conn_data(box, e.private_data);
+      if (e.active) {
+        // The REP in the receiver's terms, as Linux's CM reports it
+        // (cm_format_rep_event): swapped as for a REQ.
+        rdma_conn_param& c = box->ev.param.conn;
+        c.responder_resources = e.rep.initiator_depth;
+        c.initiator_depth = e.rep.responder_resources;
+        c.flow_control = e.rep.end_to_end_flow_control;
+        c.rnr_retry_count = e.rep.rnr_retry_count;
+        c.srq = e.rep.srq;
+        c.qp_num = e.rep.local_qpn;
+      }
       break;
     case cm::EventType::kRejected:
       // The IB reject reason, as the kernel's rdma_cm reports it.
@@ -322,31 +438,91 @@ int init(State& s) {
   return 0;
 }
 
-// UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
+}  // namespace
+
 bool debug() {
   static const bool on = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
   return on;
 }
 
-// A failed call: errno and -1, as librdmacm's.
 int fail_in(const char* where, int err) {
   if (debug()) std::fprintf(stderr, "uroce librdmacm: %s: %s\n", where, std::strerror(err));
   errno = err;
   return -1;
 }
-#define fail(err) fail_in(__func__, err)
+
+namespace {
 
 Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
-bool ours(const sockaddr* a, const State& s) {
-  if (a == nullptr || a->sa_family != AF_INET) return false;
-  const auto* in = reinterpret_cast<const sockaddr_in*>(a);
-  return in->sin_addr.s_addr == INADDR_ANY || std::memcmp(&in->sin_addr, s.ip.data(), 4) == 0;
+// `a` as an IPv4 address: an AF_INET one, or an IPv4 address that came as
+// IPv6 (v4-mapped ::ffff:a.b.c.d, as getaddrinfo may give for an IPv4
+// literal; and :: for "any", which Linux's rdma_cm binds for both
+// families), as rdma-core's librdmacm accepts them. False for anything else.
+bool as_ipv4(const sockaddr* a, sockaddr_in& out) {
+  if (a == nullptr) return false;
+  out = sockaddr_in{};
+  out.sin_family = AF_INET;
+  if (a->sa_family == AF_INET) {
+    std::memcpy(&out, a, sizeof out);
+    return true;
+  }
+  if (a->sa_family != AF_INET6) return false;
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
+  out.sin_port = in6->sin6_port;
+  if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) return true;  // INADDR_ANY
+  if (!IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return false;
+  std::memcpy(&out.sin_addr, in6->sin6_addr.s6_addr + 12, 4);
+  return true;
 }
 
-std::uint16_t port_of(const sockaddr* a) { return ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port); }
+bool ours(const sockaddr_in& in, const State& s) {
+  return in.sin_addr.s_addr == INADDR_ANY || std::memcmp(&in.sin_addr, s.ip.data(), 4) == 0;
+}
+
+// rdma-core's ucma_complete: a synchronous ID waits on its own channel for
+// the event the call started and keeps it in id->event (acknowledged by
+// its next call or rdma_destroy_id); a failed one is the call's error.
+int complete(rdma_cm_id* id, bool sync) {
+  if (!sync) return 0;
+  if (id->event != nullptr) {
+    rdma_ack_cm_event(id->event);
+    id->event = nullptr;
+  }
+  rdma_cm_event* e = nullptr;
+  if (rdma_get_cm_event(id->channel, &e) != 0) return -1;
+  id->event = e;
+  if (e->status == 0) return 0;
+  errno = e->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : (e->status < 0 ? -e->status : e->status);
+  return -1;
+}
 
 }  // namespace
+
+bool is_synchronous(rdma_cm_id* id) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().ids.count(id_of(id)) != 0 && id_of(id)->sync;
+}
+
+void keep_qp_attr(rdma_cm_id* id, const ibv_qp_init_attr& attr) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  id_of(id)->has_ep_qp_attr = true;
+  id_of(id)->ep_qp_attr = attr;
+}
+
+bool kept_qp_attr(rdma_cm_id* id, ibv_qp_init_attr& attr) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (!id_of(id)->has_ep_qp_attr) return false;
+  attr = id_of(id)->ep_qp_attr;
+  return true;
+}
+
+void keep_connect_data(rdma_cm_id* id, const void* data, std::size_t len) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  const auto* d = static_cast<const std::uint8_t*>(data);
+  id_of(id)->connect_data.assign(d, d + len);
+}
+
 }  // namespace uroce::rdmacm
 
 using uroce::rdmacm::Channel;
@@ -367,55 +543,36 @@ rdma_event_channel* rdma_create_event_channel(void) {
       return nullptr;
     }
   }
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
-  // The CM thread writes wake-ups under the library's mutex: never blocking.
-  if (fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return nullptr;
-  }
-  auto* c = new Channel();
-  c->ch.fd = fds[0];
-  c->write_fd = fds[1];
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.channels.insert(c);
-  return &c->ch;
+  Channel* c = uroce::rdmacm::open_channel(s);
+  return c != nullptr ? &c->ch : nullptr;
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
-  auto* c = reinterpret_cast<Channel*>(channel);
   std::lock_guard<std::mutex> lock(state().mutex);
-  if (state().channels.erase(c) == 0) return;  // not a channel (any more)
-  for (EventBox* e : c->queue) {
-    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) id_of(e->ev.id)->request_queued = false;
-    delete e;
-  }
-  c->queue.clear();
-  close(c->ch.fd);
-  if (c->readers.load() != 0) {
-    // A thread still waits in rdma_get_cm_event (rping's event thread
-    // while its main thread tears down): as with the kernel's channel, it
-    // goes on waiting, never woken with an error. So the write end stays
-    // open (closing it would end the wait with EOF) and the channel with it.
-    return;
-  }
-  close(c->write_fd);
-  delete c;
+  uroce::rdmacm::close_channel(state(), reinterpret_cast<Channel*>(channel));
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps) {
   auto& s = state();
-  if (id == nullptr || channel == nullptr) return fail(EINVAL);
+  if (id == nullptr) return fail(EINVAL);
   if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB) {
     std::fprintf(stderr, "uroce librdmacm: only RDMA_PS_TCP and RDMA_PS_IB (RC) are supported\n");
     return fail(EPROTONOSUPPORT);
   }
   std::lock_guard<std::mutex> lock(s.mutex);
   if (const int rc = uroce::rdmacm::init(s); rc != 0) return fail(rc);
+  // No channel: a synchronous ID, with a channel of its own.
+  const bool sync = channel == nullptr;
+  if (sync) {
+    Channel* own = uroce::rdmacm::open_channel(s);
+    if (own == nullptr) return fail(errno);
+    channel = &own->ch;
+  }
   if (!s.channels.count(reinterpret_cast<Channel*>(channel))) return fail(EBADF);
   auto* i = new Id();
+  i->sync = sync;
   s.ids.insert(i);
   i->cm.verbs = s.verbs;
   i->cm.channel = channel;
@@ -445,6 +602,10 @@ int rdma_destroy_id(rdma_cm_id* id) {
     s.by_comm.erase(i->comm_id);
   }
   forget_unread_events(s, i);
+  // The event a synchronous call kept (rdma-core acknowledges it here).
+  if (id->event != nullptr) delete reinterpret_cast<EventBox*>(id->event);
+  uroce::rdmacm::put_device(s, i);
+  if (i->sync) uroce::rdmacm::close_channel(s, uroce::rdmacm::channel_of(id));
   delete i;
   return 0;
 }
@@ -454,17 +615,18 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (id == nullptr || addr == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
-  if (!uroce::rdmacm::ours(addr, s)) {
+  sockaddr_in in{};
+  if (!uroce::rdmacm::as_ipv4(addr, in) || !uroce::rdmacm::ours(in, s)) {
     std::fprintf(stderr, "uroce librdmacm: rdma_bind_addr: not this device's address (IPv4 %u.%u.%u.%u, or any)\n",
                  s.ip[0], s.ip[1], s.ip[2], s.ip[3]);
     return fail(EADDRNOTAVAIL);
   }
   Id* i = id_of(id);
-  i->port = uroce::rdmacm::port_of(addr);
+  if (const int rc = uroce::rdmacm::take_device(s, i); rc != 0) return fail(rc);
+  i->port = ntohs(in.sin_port);
   if (i->port == 0) i->port = s.next_port++;
   const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
   std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
-  id->verbs = s.verbs;
   return 0;
 }
 
@@ -487,51 +649,130 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
 int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int /*timeout_ms*/) {
   auto& s = state();
   if (id == nullptr || dst_addr == nullptr) return fail(EINVAL);
-  if (dst_addr->sa_family != AF_INET) {
+  sockaddr_in dst{};
+  if (!uroce::rdmacm::as_ipv4(dst_addr, dst) || dst.sin_addr.s_addr == INADDR_ANY) {
     std::fprintf(stderr, "uroce librdmacm: rdma_resolve_addr: IPv4 destinations only\n");
     return fail(EAFNOSUPPORT);
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
-  Id* i = id_of(id);
-  if (src_addr != nullptr && !uroce::rdmacm::ours(src_addr, s)) return fail(EADDRNOTAVAIL);
-  if (i->port == 0) i->port = src_addr != nullptr && uroce::rdmacm::port_of(src_addr) != 0
-                                  ? uroce::rdmacm::port_of(src_addr)
-                                  : s.next_port++;
-  const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
-  std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
-  std::memcpy(&id->route.addr.dst_addr, dst_addr, sizeof(sockaddr_in));
-  id->verbs = s.verbs;
-  // The neighbour is resolved when the first MAD leaves (the stack's ARP).
-  uroce::rdmacm::push(uroce::rdmacm::channel_of(id), uroce::rdmacm::make_event(i, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
-  return 0;
+  bool sync = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+    Id* i = id_of(id);
+    sockaddr_in src_in{};
+    if (src_addr != nullptr && (!uroce::rdmacm::as_ipv4(src_addr, src_in) || !uroce::rdmacm::ours(src_in, s))) {
+      return fail(EADDRNOTAVAIL);
+    }
+    if (const int rc = uroce::rdmacm::take_device(s, i); rc != 0) return fail(rc);
+    if (i->port == 0) i->port = src_addr != nullptr && src_in.sin_port != 0 ? ntohs(src_in.sin_port) : s.next_port++;
+    const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
+    std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
+    std::memcpy(&id->route.addr.dst_addr, &dst, sizeof dst);
+    // The neighbour is resolved when the first MAD leaves (the stack's ARP).
+    uroce::rdmacm::push(uroce::rdmacm::channel_of(id), uroce::rdmacm::make_event(i, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
+    sync = i->sync;
+  }
+  return uroce::rdmacm::complete(id, sync);
 }
 
 int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
-  // RoCE: the route is the address; one path, no SA.
-  uroce::rdmacm::push(uroce::rdmacm::channel_of(id),
-                      uroce::rdmacm::make_event(id_of(id), RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
-  return 0;
+  bool sync = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+    // RoCE: the route is the address; one path, no SA.
+    uroce::rdmacm::push(uroce::rdmacm::channel_of(id),
+                        uroce::rdmacm::make_event(id_of(id), RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+    sync = id_of(id)->sync;
+  }
+  return uroce::rdmacm::complete(id, sync);
 }
+
+namespace {
+
+// The CQs rdma_create_qp makes when the caller gives none, each with a
+// completion channel and the ID as its context (rdma_get_send_comp and
+// rdma_get_recv_comp wait on them), as rdma-core's librdmacm makes them.
+// Only CQs made here are in id->send_cq and id->recv_cq; rdma_destroy_qp
+// destroys them.
+void destroy_cqs(rdma_cm_id* id) {
+  if (id->recv_cq != nullptr) {
+    ibv_destroy_cq(id->recv_cq);
+    if (id->send_cq != nullptr && id->send_cq != id->recv_cq) ibv_destroy_cq(id->send_cq);
+  } else if (id->send_cq != nullptr) {
+    ibv_destroy_cq(id->send_cq);
+  }
+  id->recv_cq = id->send_cq = nullptr;
+  if (id->recv_cq_channel != nullptr) ibv_destroy_comp_channel(id->recv_cq_channel);
+  if (id->send_cq_channel != nullptr && id->send_cq_channel != id->recv_cq_channel) {
+    ibv_destroy_comp_channel(id->send_cq_channel);
+  }
+  id->recv_cq_channel = id->send_cq_channel = nullptr;
+}
+
+ibv_cq* create_cq(rdma_cm_id* id, std::uint32_t size, ibv_comp_channel** channel) {
+  *channel = ibv_create_comp_channel(id->verbs);
+  if (*channel == nullptr) return nullptr;
+  return ibv_create_cq(id->verbs, static_cast<int>(std::max<std::uint32_t>(size, 1)), id, *channel, 0);
+}
+
+}  // namespace
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  auto& s = state();
   {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    if (!state().ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+    if (id->qp != nullptr) return fail(EINVAL);
+    // No PD given: the device's default one (an ID not bound yet binds now:
+    // there is one device).
+    if (pd == nullptr && id->pd == nullptr) {
+      if (const int rc = uroce::rdmacm::take_device(s, id_of(id)); rc != 0) return fail(rc);
+    }
   }
   if (pd == nullptr) pd = id->pd;
-  if (pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: give a PD and both CQs\n");
+  if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
+  if ((id->send_cq != nullptr && attr->send_cq != nullptr && attr->send_cq != id->send_cq) ||
+      (id->recv_cq != nullptr && attr->recv_cq != nullptr && attr->recv_cq != id->recv_cq)) {
     return fail(EINVAL);
   }
-  if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
+  if (attr->recv_cq == nullptr && id->recv_cq == nullptr) {
+    id->recv_cq = create_cq(id, attr->cap.max_recv_wr, &id->recv_cq_channel);
+    if (id->recv_cq == nullptr) {
+      destroy_cqs(id);
+      return fail(ENOMEM);
+    }
+  }
+  if (attr->send_cq == nullptr && id->send_cq == nullptr) {
+    id->send_cq = create_cq(id, attr->cap.max_send_wr, &id->send_cq_channel);
+    if (id->send_cq == nullptr) {
+      destroy_cqs(id);
+      return fail(ENOMEM);
+    }
+  }
+  if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
+  if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
+  if (attr->srq == nullptr) attr->srq = id->srq;
+  // Inline room of at least one SGE per send SGE, as Soft-RoCE sizes its
+  // send queue entries: code written to it (rdma_xclient) sends 16 bytes
+  // inline from a QP that asked for no inline data. Without room for that
+  // on this device, the caller's figure.
+  const std::uint32_t asked_inline = attr->cap.max_inline_data;
+  attr->cap.max_inline_data = std::max<std::uint32_t>(
+      asked_inline, std::min<std::uint32_t>(attr->cap.max_send_sge, 16) * sizeof(ibv_sge));
   ibv_qp* qp = ibv_create_qp(pd, attr);
-  if (qp == nullptr) return -1;
+  if (qp == nullptr && attr->cap.max_inline_data != asked_inline) {
+    attr->cap.max_inline_data = asked_inline;
+    qp = ibv_create_qp(pd, attr);
+  }
+  if (qp == nullptr) {
+    const int err = errno;
+    destroy_cqs(id);
+    return fail(err != 0 ? err : ENOMEM);
+  }
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
@@ -539,17 +780,14 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
                       IBV_ACCESS_REMOTE_ATOMIC;
   if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     ibv_destroy_qp(qp);
+    destroy_cqs(id);
     return fail(rc);
   }
-  auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   uroce::ibverbs::Qp* q = uroce::ibverbs::qp_of(qp);
   s.qps[q->qp] = qp;
   id->qp = qp;
   id->pd = pd;
-  id->send_cq = attr->send_cq;
-  id->recv_cq = attr->recv_cq;
-  id->srq = attr->srq;
   return 0;
 }
 
@@ -564,21 +802,30 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   a.qp_type = attr->qp_type;
   a.sq_sig_all = attr->sq_sig_all;
   const int rc = rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr, &a);
-  if (rc == 0) attr->cap = a.cap;
+  if (rc == 0) {
+    attr->cap = a.cap;
+    attr->send_cq = a.send_cq;
+    attr->recv_cq = a.recv_cq;
+    attr->pd = id->pd;
+    attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+  }
   return rc;
 }
 
 void rdma_destroy_qp(rdma_cm_id* id) {
-  if (id == nullptr || id->qp == nullptr) return;
+  if (id == nullptr) return;
   auto& s = state();
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    uroce::QueuePair* qp = uroce::ibverbs::qp_of(id->qp)->qp;
-    s.qps.erase(qp);
-    s.manager->forget_qp(qp);
+  if (id->qp != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      uroce::QueuePair* qp = uroce::ibverbs::qp_of(id->qp)->qp;
+      s.qps.erase(qp);
+      s.manager->forget_qp(qp);
+    }
+    ibv_destroy_qp(id->qp);
+    id->qp = nullptr;
   }
-  ibv_destroy_qp(id->qp);
-  id->qp = nullptr;
+  destroy_cqs(id);
 }
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -587,7 +834,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     std::fprintf(stderr, "uroce librdmacm: rdma_connect: create the QP first (rdma_create_qp)\n");
     return fail(EINVAL);
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   const auto* dst = reinterpret_cast<const sockaddr_in*>(&id->route.addr.dst_addr);
@@ -604,8 +851,10 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   std::memcpy(h.dst_addr.data() + 12, peer.data(), 4);
   p.private_data.assign(uroce::wire::kRdmaCmHeaderBytes, 0);
   uroce::wire::encode_rdma_cm_header(h, p.private_data);
+  // rdma_addrinfo's connect data (rdma_create_ep), then the caller's.
+  p.private_data.insert(p.private_data.end(), i->connect_data.begin(), i->connect_data.end());
   if (conn_param != nullptr) {
-    if (conn_param->private_data_len > 92 - uroce::wire::kRdmaCmHeaderBytes) return fail(EINVAL);
+    if (p.private_data.size() + conn_param->private_data_len > 92) return fail(EINVAL);
     const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
     if (d != nullptr) p.private_data.insert(p.private_data.end(), d, d + conn_param->private_data_len);
     p.responder_resources = conn_param->responder_resources;
@@ -623,8 +872,11 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   std::uint32_t comm = 0;
   if (const int rc = s.manager->connect(p, comm); rc != 0) return fail(rc);
   i->comm_id = comm;
+  i->connect_data.clear();
   s.by_comm[comm] = i;
-  return 0;
+  const bool sync = i->sync;
+  lock.unlock();
+  return uroce::rdmacm::complete(id, sync);
 }
 
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -633,7 +885,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     std::fprintf(stderr, "uroce librdmacm: rdma_accept: create the QP first (rdma_create_qp)\n");
     return fail(EINVAL);
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   uroce::cm::Manager::AcceptParams p;
@@ -646,7 +898,9 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
   if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
-  return 0;
+  const bool sync = i->sync;
+  lock.unlock();
+  return uroce::rdmacm::complete(id, sync);
 }
 
 int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len) {
@@ -667,13 +921,21 @@ int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_d
 int rdma_disconnect(rdma_cm_id* id) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   if (i->comm_id == 0) return fail(EINVAL);
-  // Already disconnected by the peer (its DREQ came first): nothing to do.
-  if (s.manager->disconnect(i->comm_id) != 0 && !s.by_comm.count(i->comm_id)) return 0;
-  return 0;
+  // Already disconnected by the peer (its DREQ came first): nothing to send.
+  bool reported = s.manager->disconnect(i->comm_id) == 0;
+  if (!i->sync) return 0;
+  // A synchronous ID waits for its DISCONNECTED: the one our DREQ brings,
+  // or the peer's, still queued. None coming (never connected, reported
+  // already): nothing to wait for.
+  for (const EventBox* e : uroce::rdmacm::channel_of(id)->queue) {
+    reported = reported || (e->ev.id == id && e->ev.event == RDMA_CM_EVENT_DISCONNECTED);
+  }
+  lock.unlock();
+  return reported ? uroce::rdmacm::complete(id, true) : 0;
 }
 
 int rdma_establish(rdma_cm_id* /*id*/) { return 0; }
@@ -696,7 +958,6 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
         c->queue.pop_front();
         if (c->queue.empty()) drain(c);
         if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) id_of(e->ev.id)->request_queued = false;
-        e->ev.id->event = &e->ev;
         *event = &e->ev;
         return 0;
       }
@@ -763,11 +1024,12 @@ ibv_context** rdma_get_devices(int* num_devices) {
 }
 void rdma_free_devices(ibv_context** list) { free(list); }
 
-// node:service as rdma_addrinfo: IPv4, RC in the TCP port space.
+// node:service as rdma_addrinfo: IPv4 (an IPv4 address that resolves as
+// v4-mapped IPv6 included, given as IPv4), RC in the TCP port space.
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
   if (res == nullptr) return fail(EINVAL);
   addrinfo h{};
-  h.ai_family = AF_INET;
+  h.ai_family = AF_UNSPEC;
   h.ai_socktype = SOCK_STREAM;
   const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE);
   if (passive) h.ai_flags |= AI_PASSIVE;
@@ -777,10 +1039,19 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
     errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
     return -1;
   }
+  sockaddr_in found{};
+  bool have = false;
+  for (const addrinfo* a = got; a != nullptr && !have; a = a->ai_next) have = uroce::rdmacm::as_ipv4(a->ai_addr, found);
+  freeaddrinfo(got);
+  if (!have) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_getaddrinfo: %s has no IPv4 address (uroce's rdma_cm is IPv4)\n",
+                 node != nullptr ? node : "(null)");
+    errno = EADDRNOTAVAIL;
+    return -1;
+  }
   auto* r = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
   auto* addr = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
-  std::memcpy(addr, got->ai_addr, sizeof(sockaddr_in));
-  freeaddrinfo(got);
+  std::memcpy(addr, &found, sizeof found);
   r->ai_flags = hints != nullptr ? hints->ai_flags : 0;
   r->ai_family = AF_INET;
   r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
@@ -810,10 +1081,52 @@ void rdma_freeaddrinfo(rdma_addrinfo* res) {
   }
 }
 
+// Moves `id` (and its unread events) to `channel`; with none, to a channel
+// of its own, making it synchronous (rdma-core's behaviour).
 int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
-  if (id == nullptr || channel == nullptr) return fail(EINVAL);
-  std::lock_guard<std::mutex> lock(state().mutex);
-  id->channel = channel;
+  if (id == nullptr) return fail(EINVAL);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Id* i = id_of(id);
+  if (!s.ids.count(i)) return fail(EINVAL);  // destroyed
+  if (i->sync && channel == nullptr) return fail(EINVAL);
+  Channel* to = nullptr;
+  if (channel == nullptr) {
+    to = uroce::rdmacm::open_channel(s);
+    if (to == nullptr) return fail(errno);
+  } else {
+    to = reinterpret_cast<Channel*>(channel);
+    if (!s.channels.count(to)) return fail(EBADF);
+  }
+  Channel* from = uroce::rdmacm::channel_of(id);
+  if (from == to) return 0;
+  // Its unread events go with it; a listener's requests too.
+  for (auto it = from->queue.begin(); it != from->queue.end();) {
+    EventBox* e = *it;
+    const bool mine = e->ev.id == id || e->ev.listen_id == id;
+    if (!mine) {
+      ++it;
+      continue;
+    }
+    it = from->queue.erase(it);
+    to->queue.push_back(e);
+    if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      Id* request = id_of(e->ev.id);
+      request->request_event = std::prev(to->queue.end());
+      request->request_channel = to;
+    }
+    if (to->queue.size() == 1) uroce::rdmacm::wake(to);
+  }
+  if (from->queue.empty()) uroce::rdmacm::drain(from);
+  if (i->sync) {
+    if (id->event != nullptr) {
+      delete reinterpret_cast<EventBox*>(id->event);
+      id->event = nullptr;
+    }
+    uroce::rdmacm::close_channel(s, from);
+  }
+  i->sync = channel == nullptr;
+  id->channel = &to->ch;
   return 0;
 }
 
@@ -829,12 +1142,9 @@ int unsupported(const char* what) {
 }  // namespace
 
 int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) { return unsupported("rdma_init_qp_attr"); }
-int rdma_create_ep(rdma_cm_id**, rdma_addrinfo*, ibv_pd*, ibv_qp_init_attr*) { return unsupported("rdma_create_ep"); }
-void rdma_destroy_ep(rdma_cm_id*) {}
 int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return unsupported("rdma_create_srq"); }
 int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return unsupported("rdma_create_srq_ex"); }
 void rdma_destroy_srq(rdma_cm_id*) {}
-int rdma_get_request(rdma_cm_id*, rdma_cm_id**) { return unsupported("rdma_get_request (synchronous IDs)"); }
 int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return unsupported("multicast"); }
 int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return unsupported("multicast"); }
 int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return unsupported("multicast"); }

@@ -319,6 +319,63 @@ TEST(Cm, MadsForUnknownConnectionsAreAnsweredOrDroppedAndCounted) {
   EXPECT_TRUE(events.empty());
 }
 
+// Issue 27, item 7: on a shared link (a veth whose kernel has an address
+// too) the port sees RoCEv2 frames for other hosts' addresses. A REQ sent
+// to an address not ours is not ours to answer: dropped unanswered and
+// counted; the host that owns the address answers it.
+TEST(Cm, RequestsForAnAddressNotOursAreDroppedUnansweredAndCounted) {
+  sim::VirtualClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{4, 4, 1, 1, 0}, 16);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  std::string error;
+  auto m = cm::Manager::open(*dev.ctx, error);
+  ASSERT_NE(m, nullptr) << error;
+  int owner = 0;
+  ASSERT_EQ(m->listen(kService, &owner), 0);
+  auto req_frame = [](std::array<std::uint8_t, 4> ip_dst, std::array<std::uint8_t, 4> path_dst, std::uint32_t comm) {
+    wire::CmMad req;
+    req.header.attr_id = static_cast<std::uint16_t>(wire::CmAttr::kReq);
+    req.header.tid = comm;
+    req.req.local_comm_id = comm;
+    req.req.service_id = kService;
+    req.req.local_qpn = 0x100;
+    req.req.path_mtu = IBV_MTU_1024;
+    const ibv_gid from = ipv4_gid({10, 0, 0, 9});
+    const ibv_gid to = ipv4_gid(path_dst);
+    std::copy_n(from.raw, 16, req.req.primary.local_gid.begin());
+    std::copy_n(to.raw, 16, req.req.primary.remote_gid.begin());
+    std::array<std::uint8_t, wire::kMadBytes> bytes{};
+    EXPECT_TRUE(wire::encode_cm_mad(req, bytes));
+    wire::FrameSpec s;
+    s.src4 = {10, 0, 0, 9};
+    s.dst4 = ip_dst;
+    s.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kUdSendOnly);
+    s.bth.pkey.set(0xffff);
+    s.bth.dest_qp.set(wire::kGsiQpn);
+    s.deth.qkey.set(wire::kGsiQkey);
+    s.deth.src_qp.set(wire::kGsiQpn);
+    std::vector<std::uint8_t> f(512);
+    f.resize(wire::build_frame(s, bytes, f));
+    return f;
+  };
+  std::vector<Event> events;
+  auto feed = [&](std::vector<std::uint8_t> f) {
+    dev.port.inbox.push_back(std::move(f));
+    dev.ctx->progress();
+    m->poll(events);
+    dev.ctx->progress();
+  };
+  feed(req_frame({10, 0, 0, 7}, {10, 0, 0, 7}, 0x71));  // the kernel's address on the link
+  EXPECT_TRUE(events.empty()) << "a request for another host's address reached the owner";
+  EXPECT_TRUE(dev.port.sent.empty()) << "we answered for an address that is not ours";
+  EXPECT_EQ(m->counters().mads_dropped_not_ours, 1u);
+  EXPECT_EQ(m->pending_requests(), 0u);
+  feed(req_frame({10, 0, 0, 1}, {10, 0, 0, 1}, 0x73));  // ours
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, EventType::kRequest);
+  EXPECT_EQ(m->counters().mads_dropped_not_ours, 1u);
+}
+
 // Soft-RoCE's rping REQ into our listening manager: the REP answers it as
 // rxe's did (same transaction, comm IDs paired, resources, RNR retry, and
 // a QP of ours in RTS toward the requester's QP and PSN).

@@ -1,0 +1,29 @@
+// What librdmacm's files share beside rdma_cma.h: the error convention and
+// what rdma_create_ep keeps on an ID for rdma_get_request and rdma_connect
+// (rdmacm.cc holds the IDs; endpoint.cc builds rdma-core's synchronous
+// helpers on the public calls and these).
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <cstddef>
+
+namespace uroce::rdmacm {
+
+// UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
+bool debug();
+// A failed call: errno `err` and -1, as librdmacm's (a line if debug()).
+int fail_in(const char* where, int err);
+#define fail(err) ::uroce::rdmacm::fail_in(__func__, err)
+
+// Whether `id` exists and is synchronous (made with no channel, or a
+// request of a synchronous listener).
+bool is_synchronous(rdma_cm_id* id);
+// A passive endpoint's QP attributes, for the QP of each request it takes.
+void keep_qp_attr(rdma_cm_id* id, const ibv_qp_init_attr& attr);
+bool kept_qp_attr(rdma_cm_id* id, ibv_qp_init_attr& attr);
+// rdma_addrinfo's connect data, sent by the next rdma_connect before the
+// caller's private data.
+void keep_connect_data(rdma_cm_id* id, const void* data, std::size_t len);
+
+}  // namespace uroce::rdmacm
