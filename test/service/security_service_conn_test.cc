@@ -32,7 +32,7 @@
 
 #include "service/protocol.h"
 #include "service/shm.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 

@@ -29,7 +29,7 @@
 #include "service/protocol.h"
 #include "service/shm.h"
 #include "support/telemetry_client.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 

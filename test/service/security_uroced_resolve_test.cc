@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "uroce/verbs.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 
