@@ -51,42 +51,15 @@ std::string make_dir(const char* name, mode_t mode) {
 
 // A uroced alone on a memif server port, its socket in `dir`, its output in
 // NAME.log there.
-struct Daemon {
-  std::string socket, log, runtime;
-  pid_t pid = -1;
-  std::string error;  // "" once ready
-  Daemon(const std::string& dir, const std::string& name, const std::string& extra) {
-    socket = dir + "/" + name + ".sock";
-    log = dir + "/" + name + ".log";
-    const std::string prefix = "uroce-svcconn-" + name + "-" + std::to_string(getpid());
-    runtime = "/var/run/dpdk/" + prefix;
-    const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 1 --file-prefix=" +
-                            prefix + " --vdev=net_memif0,role=server,socket=" + dir + "/" + name +
-                            "-memif.sock,bsize=8192";
-    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket + " " + extra;
-    pid = uroce::test::start_uroced(cmd, log, error);
-    if (pid < 0) exited = -1;  // exited before it got ready (start_uroced reaped it; error says why)
-  }
-  // Its exit code (or -signal) once it ends within `limit`; -1000 if it did not.
-  int exit_code(std::chrono::milliseconds limit) {
-    if (pid <= 0) return exited;
-    int st = 0;
-    for (auto end = Clock::now() + limit;; std::this_thread::sleep_for(10ms)) {
-      if (waitpid(pid, &st, WNOHANG) == pid) break;
-      if (Clock::now() >= end) return -1000;
-    }
-    pid = -1;
-    exited = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    return exited;
-  }
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    std::system(("rm -rf '" + runtime + "'").c_str());
-  }
-  int exited = -1000;
+struct Daemon : uroce::test::Uroced {
+  Daemon(const std::string& dir, const std::string& name, const std::string& extra)
+      : Uroced({.eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 1 --vdev=net_memif0,"
+                       "role=server,socket=" + dir + "/" + name + "-memif.sock,bsize=8192",
+                .prefix = "uroce-svcconn-" + name + "-" + std::to_string(getpid()),
+                .ip = "10.0.0.1/24",
+                .socket = dir + "/" + name + ".sock",
+                .log = dir + "/" + name + ".log",
+                .extra = extra}) {}
 };
 
 // --- A client that speaks the protocol itself, as a hostile one does ---------------
@@ -148,20 +121,12 @@ std::uint32_t make(int sock, svc::Op op, std::string* why = nullptr, std::uint32
 // groups; its exit code (-1000 if it did not end within `limit`). `body`
 // prints what it saw to stderr.
 int as_nobody(const std::function<int()>& body, std::chrono::seconds limit = 60s) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
-    _exit(body());
-  }
-  int st = 0;
-  for (auto end = Clock::now() + limit;; std::this_thread::sleep_for(10ms)) {
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    if (Clock::now() >= end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      return -1000;
-    }
-  }
+  return uroce::test::run_in_child(
+      [&] {
+        if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) return 99;
+        return body();
+      },
+      limit);
 }
 
 // uid 65534 attaches (hello answered): 0, or 1 with why on stderr.
