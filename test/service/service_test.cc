@@ -79,10 +79,12 @@ class Service : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/uroce-service-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);
-    std::this_thread::sleep_for(300ms);
+    a_ = new Daemon(dir_, "a", true, 0);  // ready: its memif socket listens
     b_ = new Daemon(dir_, "b", false, 1);
-    std::this_thread::sleep_for(1s);  // the memif link comes up
+    // The memif link comes up once b has joined a's socket.
+    for (Daemon* d : {a_, b_}) {
+      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
+    }
   }
   static void TearDownTestSuite() {
     delete b_;

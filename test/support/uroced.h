@@ -1,6 +1,7 @@
 // Child processes for the tests that drive uroced over its socket: uroced
-// itself (started, waited for until it says its socket is ready, killed and
-// reaped at the end, its EAL runtime folder removed), programs run through
+// itself (started, waited for until it says its socket is ready, and for
+// its link if asked, killed and reaped at the end, its EAL runtime folder
+// removed), programs run through
 // sh with their output in a log file, a function run in a forked child, and
 // a scratch folder.
 #pragma once
@@ -19,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "support/telemetry_client.h"
 
 namespace uroce::test {
 
@@ -168,6 +171,17 @@ class Uroced {
     return exit_code(limit);
   }
   bool alive() { return exit_code(std::chrono::milliseconds(0)) == kRunning; }
+  // Waits up to `limit` for its port's link to be up, as DPDK telemetry
+  // reports it (a memif port's: once the peer has joined); false if not.
+  bool wait_link_up(std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+    for (const auto end = std::chrono::steady_clock::now() + limit;;) {
+      if (telemetry_query(telemetry, "/ethdev/link_status,0").find("\"status\":\"UP\"") != std::string::npos) {
+        return true;
+      }
+      if (!alive() || std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   std::string out() const { return read_text_file(log); }
 
   static constexpr int kRunning = -1000;
