@@ -42,11 +42,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
 
-std::string make_dir(const char* name, mode_t mode) {
-  std::string tmpl = std::string("/tmp/uroce-svcconn-") + name + "-XXXXXX";
-  const std::string dir = mkdtemp(tmpl.data());
-  chmod(dir.c_str(), mode);  // not the umask's: exactly `mode`
-  return dir;
+uroce::test::TempDir make_dir(const char* name, mode_t mode) {
+  return uroce::test::TempDir(std::string("/tmp/uroce-svcconn-") + name + "-", mode);
 }
 
 // A uroced alone on a memif server port, its socket in `dir`, its output in
@@ -172,12 +169,12 @@ bool closed_by_daemon(int sock, std::chrono::milliseconds limit) {
 class ServiceConn : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = make_dir("suite", 0755);  // uid 65534 reaches the socket in it
-    daemon_ = new Daemon(dir_, "suite", "--socket-mode 0666");
+    dir_ = new uroce::test::TempDir("/tmp/uroce-svcconn-suite-", 0755);  // uid 65534 reaches the socket in it
+    daemon_ = new Daemon(dir_->dir, "suite", "--socket-mode 0666");
   }
   static void TearDownTestSuite() {
     delete daemon_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete dir_;
   }
   void SetUp() override { ASSERT_EQ(daemon_->error, ""); }
   // Until the daemon has let go of every connection the test made (it sees
@@ -194,10 +191,10 @@ class ServiceConn : public ::testing::Test {
     }
   }
   static std::string socket() { return daemon_->socket; }
-  static std::string dir_;
+  static uroce::test::TempDir* dir_;
   static Daemon* daemon_;
 };
-std::string ServiceConn::dir_;
+uroce::test::TempDir* ServiceConn::dir_ = nullptr;
 Daemon* ServiceConn::daemon_ = nullptr;
 
 // H4: replies the attacker leaves unread never hold the daemon: another
@@ -392,7 +389,8 @@ TEST_F(ServiceConn, AnotherUserSeesOnlyItsOwnClientsInStats) {
 
 // H4: SIGTERM is handled at once while a client leaves its replies unread.
 TEST(ServiceConnAlone, SigtermEndsTheDaemonWhileAClientLeavesRepliesUnread) {
-  const std::string dir = make_dir("term", 0755);
+  const auto tmp = make_dir("term", 0755);
+  const std::string& dir = tmp.dir;
   {
     Daemon d(dir, "term", "");
     ASSERT_EQ(d.error, "");
@@ -410,12 +408,12 @@ TEST(ServiceConnAlone, SigtermEndsTheDaemonWhileAClientLeavesRepliesUnread) {
     std::printf("  uroced ended %.2f s after SIGTERM\n", std::chrono::duration<double>(Clock::now() - t0).count());
     close(attacker);
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 // M2/L3: a uid's own budgets from the configuration file ("uid.N.KEY").
 TEST(ServiceConnAlone, AUidsOwnBudgetsComeFromTheConfigurationFile) {
-  const std::string dir = make_dir("conf", 0755);
+  const auto tmp = make_dir("conf", 0755);
+  const std::string& dir = tmp.dir;
   {
     std::ofstream(dir + "/uroced.conf") << "uid.65534.max_pds = 2\nuid.0.uid_max_connections = 2\n";
     Daemon d(dir, "conf", "--conf " + dir + "/uroced.conf --socket-mode 0666");
@@ -441,7 +439,6 @@ TEST(ServiceConnAlone, AUidsOwnBudgetsComeFromTheConfigurationFile) {
     EXPECT_NE(why.find("uid.0.uid_max_connections"), std::string::npos) << why;
     for (int s : {a, b, c}) close(s);
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 mode_t mode_of(const std::string& path) {
@@ -453,8 +450,10 @@ mode_t mode_of(const std::string& path) {
 // socket's name with a link to a file of root's: uroced refuses the folder
 // (and so never chmods through a link); a sticky root folder is accepted.
 TEST(ServiceConnAlone, ASocketFolderOtherUsersCanChangeIsRefused) {
-  const std::string dir = make_dir("open", 0777);
-  const std::string safe = make_dir("target", 0755);
+  const auto tmp = make_dir("open", 0777);
+  const auto safe_tmp = make_dir("target", 0755);
+  const std::string& dir = tmp.dir;
+  const std::string& safe = safe_tmp.dir;
   const std::string target = safe + "/secret";
   std::ofstream(target) << "root's\n";
   chmod(target.c_str(), 0600);
@@ -489,13 +488,13 @@ TEST(ServiceConnAlone, ASocketFolderOtherUsersCanChangeIsRefused) {
     ASSERT_NE(g, nullptr);
     EXPECT_EQ(st.st_gid, g->gr_gid);
   }
-  std::system(("rm -rf '" + dir + "' '" + safe + "'").c_str());
 }
 
 // L4: a file, or a link, where the socket should be is not uroced's to
 // remove or to change.
 TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
-  const std::string dir = make_dir("path", 0755);
+  const auto tmp = make_dir("path", 0755);
+  const std::string& dir = tmp.dir;
   const std::string target = dir + "/secret";
   std::ofstream(target) << "root's\n";
   chmod(target.c_str(), 0600);
@@ -518,7 +517,6 @@ TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
     EXPECT_EQ(mode_of(target) & 07777, 0600u);
     EXPECT_EQ(uroce::test::read_text_file(target), "root's\n");
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace

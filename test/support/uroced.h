@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,11 +89,13 @@ inline int run_in_child(const std::function<int()>& body, std::chrono::milliseco
   return wait_exit(pid, limit);
 }
 
-// A folder made with mkdtemp (`prefix` + XXXXXX), removed with what it holds.
+// A folder made with mkdtemp (`prefix` + XXXXXX), of exactly `mode` (not
+// the umask's) if one is given; removed with what it holds.
 struct TempDir {
-  explicit TempDir(const std::string& prefix) {
+  explicit TempDir(const std::string& prefix, mode_t mode = 0) {
     std::string tmpl = prefix + "XXXXXX";
     dir = mkdtemp(tmpl.data());
+    if (mode != 0) chmod(dir.c_str(), mode);
   }
   ~TempDir() {
     std::error_code ignored;
