@@ -17,8 +17,8 @@
 
 #include "cm/manager.h"
 #include "dpdk/port.h"
-#include "support/eal_environment.h"
 #include "dpdk/port_io.h"
+#include "support/eal_environment.h"
 #include "support/scripted_port.h"
 #include "verbs/internal.h"
 #include "sim/sim_link.h"

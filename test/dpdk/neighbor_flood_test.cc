@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "dpdk/port.h"
-#include "support/eal_environment.h"
 #include "dpdk/port_io.h"
+#include "support/eal_environment.h"
 #include "support/port_resolve.h"
 #include "uroce/verbs.h"
 #include "wire/headers.h"

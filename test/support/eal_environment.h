@@ -33,8 +33,9 @@ class EalEnvironment : public ::testing::Environment {
 
   void SetUp() override {
     std::vector<std::string> argv = {args_.name, "--no-huge", "--no-shconf", "--no-pci", "-l", "0",
-                                     "-m", args_.memory_mb, "--file-prefix=" + args_.name + "-" + std::to_string(getpid()),
-                                     "--log-level=" + args_.log_level};
+                                     "-m", args_.memory_mb};
+    argv.push_back("--file-prefix=" + args_.name + "-" + std::to_string(getpid()));
+    argv.push_back("--log-level=" + args_.log_level);
     for (const std::string& v : args_.vdevs) argv.push_back("--vdev=" + v);
     error_ = dpdk::eal_init(argv);
     if (error_.empty()) runtime_dir_ = rte_eal_get_runtime_dir();

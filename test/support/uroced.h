@@ -56,7 +56,7 @@ inline int wait_exit(pid_t pid, std::chrono::milliseconds limit, bool kill_late 
 // the file `log`.
 struct Process {
   pid_t pid = -1;
-  std::string log{};
+  std::string log;
   // Exit code, or -signal, once it has ended (waits up to `limit`; -1000
   // and killed if it has not).
   int wait(std::chrono::milliseconds limit = std::chrono::seconds(120)) {
@@ -117,7 +117,8 @@ struct UrocedOptions {
   std::chrono::seconds ready_limit{60};
 };
 
-// uroced as a child process. The constructor returns once the daemon has
+// uroced (the binary test/meson.build names in UROCED) as a child process.
+// The constructor returns once the daemon has
 // said its socket is ready ("uroced: ready", printed after listen()), or
 // with `error` saying why it is not: it exited (its output), or it did not
 // get ready in time (its output; killed).
@@ -188,8 +189,8 @@ class Uroced {
   std::string out() const { return read_text_file(log); }
 
   static constexpr int kRunning = -1000;
-  std::string socket{};
-  std::string log{};
+  std::string socket;
+  std::string log;
   std::string telemetry;  // its DPDK telemetry socket
   std::string error;      // "" once ready
   pid_t pid = -1;         // -1 once it has ended (and been reaped)
