@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "cm/manager.h"
-#include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "dpdk/port_io.h"
+#include "support/eal_environment.h"
 #include "support/scripted_port.h"
 #include "verbs/internal.h"
 #include "sim/sim_link.h"
@@ -31,16 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Frame = std::vector<std::uint8_t>;
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-seccm", "--no-huge", "--no-shconf", "--no-pci", "--file-prefix=uroce-seccm", "-l",
-                             "0", "-m", "512", "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static inline std::string error_;
-};
 
 wire::CmMad dreq(std::uint32_t i) {
   wire::CmMad m;
@@ -185,7 +175,7 @@ TEST(SecurityCmAh, UnresolvableSourcesAreHeldBoundedAndRateLimited) {
 // A's RoCE frames back to it (the loopback's wire) and injects the spoofed
 // MADs.
 TEST(SecurityCmAh, SpoofedDreqsFromUnresolvableSourcesDoNotStallTheDataPath) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   std::uint16_t a_id = 0, b_id = 0;
   std::string error;
   ASSERT_TRUE(dpdk::create_ring_pair("seccm_h5", a_id, b_id, error)) << error;
@@ -357,6 +347,6 @@ TEST(SecurityCmAh, SpoofedDreqsFromUnresolvableSourcesDoNotStallTheDataPath) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment({.name = "uroce-seccm", .memory_mb = "512"}));
   return RUN_ALL_TESTS();
 }

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "device/device.h"
-#include "dpdk/eal.h"
 #include "engine/engine.h"
+#include "support/eal_environment.h"
 #include "verbs/connect.h"
 #include "verbs/internal.h"
 #include "wire/frame.h"
@@ -28,7 +28,10 @@
 namespace uroce::test {
 namespace {
 
-std::string g_setup_error;
+std::string g_unshare_error;  // "" once the test has a network namespace of its own
+
+// Why the taps are not there, or "".
+std::string setup_error() { return g_unshare_error.empty() ? EalEnvironment::error() : g_unshare_error; }
 
 // Frames the kernel received on `iface` within `ms`, as a packet socket sees them.
 class Capture {
@@ -80,7 +83,7 @@ class TapOffload : public ::testing::TestWithParam<bool> {};
 // got: valid IPv4 header checksums and ICRCs, whether the port filled the
 // checksum or the stack did.
 TEST_P(TapOffload, SentFramesCarryValidIpv4ChecksumsAndIcrc) {
-  ASSERT_EQ(g_setup_error, "");
+  ASSERT_EQ(setup_error(), "");
   const bool offload = GetParam();
   const char* vdev = offload ? "net_tap0" : "net_tap1";
   const char* iface = offload ? "uroce_tap0" : "uroce_tap1";
@@ -151,13 +154,10 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   // A network namespace of our own before EAL makes the tap interfaces.
   if (unshare(CLONE_NEWNET) != 0) {
-    uroce::test::g_setup_error = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno) + " (run as root)";
+    uroce::test::g_unshare_error = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno) + " (run as root)";
   } else {
-    uroce::test::g_setup_error = uroce::dpdk::eal_init(
-        {"uroce-test", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "256", "--log-level=lib.*:error",
-         "--vdev=net_tap0,iface=uroce_tap0", "--vdev=net_tap1,iface=uroce_tap1"});
+    ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment(
+        {.name = "uroce-test", .vdevs = {"net_tap0,iface=uroce_tap0", "net_tap1,iface=uroce_tap1"}}));
   }
-  const int rc = RUN_ALL_TESTS();
-  uroce::dpdk::eal_cleanup();
-  return rc;
+  return RUN_ALL_TESTS();
 }

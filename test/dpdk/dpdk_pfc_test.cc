@@ -15,9 +15,9 @@
 
 #include "cc/dcqcn.h"
 #include "common/args.h"
-#include "device/ring_pair.h"
-#include "dpdk/eal.h"
 #include "dpdk/port.h"
+#include "support/eal_environment.h"
+#include "support/ring_pair_rig.h"
 #include "uroce/log.h"
 #include "uroce/stats.h"
 #include "verbs/traffic_class.h"
@@ -27,20 +27,6 @@
 
 namespace uroce::test {
 namespace {
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // net_ring0 with no arguments loops what it sends back to itself.
-    error_ = dpdk::eal_init({"uroce-test", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "768",
-                             "--vdev=net_ring0", "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static const std::string& error() { return error_; }
-
- private:
-  static inline std::string error_;
-};
 
 // The warnings logged while it lives (the default level, warn).
 class WarnCapture {
@@ -100,39 +86,23 @@ std::vector<std::uint8_t> mac_control(const wire::PauseRequest& req) {
 }
 
 // Two devices on a net_ring pair with a PD, CQ and buffer each; QPs on demand.
-struct Rig {
-  explicit Rig(const std::string& name, int pfc_priority = -1, const cc::DcqcnParams* dcqcn = nullptr) {
-    std::string error;
-    pair = device::RingPair::create(name, error, 1, dcqcn, pfc_priority);
-    EXPECT_NE(pair, nullptr) << error;
-    if (!pair) return;
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(1024);
-    cqb = pair->b->create_cq(1024);
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kBytes));
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    mra = pda->reg_mr(bufa, kBytes, all);
-    mrb = pdb->reg_mr(bufb, kBytes, all);
-  }
+struct Rig : RingPairRig {
+  explicit Rig(const std::string& name, int pfc_priority = -1, const cc::DcqcnParams* dcqcn = nullptr)
+      : RingPairRig(name, {.dcqcn = dcqcn, .pfc_priority = pfc_priority, .cq_depth = 1024,
+                           .cap = ibv_qp_cap{64, 64, 1, 1, 64}, .qps = false}) {}
 
   QueuePair* qp(ProtectionDomain* pd, CompletionQueue* cq, ibv_qp_type type = IBV_QPT_RC) {
-    QpInitAttr init;
-    init.qp_type = type;
-    init.cap = ibv_qp_cap{64, 64, 1, 1, 64};
-    init.send_cq = init.recv_cq = cq;
-    return pd->create_qp(init);
+    return create_qp(pd, cq, type);
   }
 
   // An RC pair a -> b whose address vectors carry `traffic_class`.
   std::pair<QueuePair*, QueuePair*> connected(std::uint8_t traffic_class) {
-    QueuePair* qa = qp(pda, cqa);
-    QueuePair* qb = qp(pdb, cqb);
+    QueuePair* from = qp(pda, cqa);
+    QueuePair* to = qp(pdb, cqb);
     ConnectParams p;
     p.traffic_class = traffic_class;
-    EXPECT_EQ(pair->connect(qa, qb, p), 0) << pair->a->last_error() << pair->b->last_error();
-    return {qa, qb};
+    EXPECT_EQ(pair->connect(from, to, p), 0) << pair->a->last_error() << pair->b->last_error();
+    return {from, to};
   }
 
   // What a has sent towards b: a polls alone, and the frames are taken off
@@ -145,17 +115,6 @@ struct Rig {
     }
     return frames;
   }
-
-  static constexpr std::size_t kBytes = 1u << 20;
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 };
 
 // The IPv4 ToS byte of each RoCEv2 frame in `frames`, by destination QPN.
@@ -418,6 +377,8 @@ TEST(DpdkPfc, ToolsTakeAPriorityOrOff) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  // net_ring0 with no arguments loops what it sends back to itself.
+  ::testing::AddGlobalTestEnvironment(
+      new uroce::test::EalEnvironment({.name = "uroce-test", .memory_mb = "768", .vdevs = {"net_ring0"}}));
   return RUN_ALL_TESTS();
 }

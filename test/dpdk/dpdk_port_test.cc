@@ -8,26 +8,12 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
+#include "support/eal_environment.h"
 #include "support/frame_helpers.h"
 #include "support/test_seed.h"
 
 namespace uroce::test {
 namespace {
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // net_ring0 with no arguments uses one ring per queue for both RX and TX:
-    // what a port sends, it receives.
-    error_ = dpdk::eal_init({"uroce-test", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "256",
-                             "--vdev=net_ring0", "--log-level=lib.eal:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static const std::string& error() { return error_; }
-
- private:
-  static inline std::string error_;
-};
 
 TEST(Eal, StartsWithoutHugepagesAndFindsTheVdev) {
   ASSERT_EQ(EalEnvironment::error(), "");
@@ -105,6 +91,9 @@ TEST(Port, NetRingLoopsBuiltFramesBackByteForByte) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  // net_ring0 with no arguments uses one ring per queue for both RX and TX:
+  // what a port sends, it receives.
+  ::testing::AddGlobalTestEnvironment(
+      new uroce::test::EalEnvironment({.name = "uroce-test", .vdevs = {"net_ring0"}, .log_level = "lib.eal:error"}));
   return RUN_ALL_TESTS();
 }

@@ -10,16 +10,11 @@
 #include <thread>
 #include <tuple>
 
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <rte_eal.h>
-
 #include "cc/dcqcn.h"
-#include "device/ring_pair.h"
-#include "dpdk/eal.h"
+#include "support/eal_environment.h"
 #include "support/port_resolve.h"
+#include "support/ring_pair_rig.h"
+#include "support/telemetry_client.h"
 #include "engine/engine.h"
 #include "support/test_seed.h"
 #include "support/frame_helpers.h"
@@ -29,63 +24,22 @@
 namespace uroce::test {
 namespace {
 
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-test", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "768",
-                             "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static const std::string& error() { return error_; }
-
- private:
-  static inline std::string error_;
-};
-
-struct Devices {
+// Two devices on net_ring, a connected QP pair (qa, qb) and 8 MiB regions.
+struct Devices : RingPairRig {
   // With `workers`, each device's engine runs on a thread of its own (CPUs 0
   // and 1) before anything is set up: every control call below goes through
   // the worker, and this thread only posts and polls.
-  explicit Devices(const std::string& name, bool workers = false, const cc::DcqcnParams* dcqcn = nullptr) {
-    std::string error;
-    pair = device::RingPair::create(name, error, 1, dcqcn);
-    EXPECT_NE(pair, nullptr) << error;
-    if (!pair) return;
-    if (workers) {
-      EXPECT_EQ(pair->a->start_worker(0), 0);
-      EXPECT_EQ(pair->b->start_worker(1), 0);
+  explicit Devices(const std::string& name, bool workers = false, const cc::DcqcnParams* dcqcn = nullptr)
+      : RingPairRig(name, {.dcqcn = dcqcn,
+                           .worker_cpu_a = workers ? 0 : RingRigOptions::kNoWorker,
+                           .worker_cpu_b = workers ? 1 : RingRigOptions::kNoWorker,
+                           .bytes = kBytes,
+                           .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC,
+                           .cap = ibv_qp_cap{256, 256, 4, 4, 64}}) {
+    if (workers && pair) {
       EXPECT_EQ(pair->a->start_worker(0), EBUSY);
     }
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(4096);
-    cqb = pair->b->create_cq(4096);
-    QpInitAttr init;
-    init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
-    init.send_cq = init.recv_cq = cqa;
-    qa = pda->create_qp(init);
-    init.send_cq = init.recv_cq = cqb;
-    qb = pdb->create_qp(init);
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kBytes));
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    mra = pda->reg_mr(bufa, kBytes, all);
-    mrb = pdb->reg_mr(bufb, kBytes, all);
-    ConnectParams params;
-    params.mtu = IBV_MTU_4096;
-    EXPECT_EQ(pair->connect(qa, qb, params), 0) << pair->a->last_error() << pair->b->last_error();
-  }
-
-  std::vector<ibv_wc> wait(CompletionQueue* cq, std::size_t n) {
-    std::vector<ibv_wc> got;
-    ibv_wc wc[32];
-    pair->run_until(
-        [&] {
-          for (int k; (k = cq->poll(32, wc)) > 0;) got.insert(got.end(), wc, wc + k);
-          return got.size() >= n;
-        },
-        20'000'000'000ull);
-    return got;
   }
 
   // One signaled WRITE of `len` bytes from bufa to bufb, waited for.
@@ -95,17 +49,6 @@ struct Devices {
   }
 
   static constexpr std::size_t kBytes = 8u << 20;
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  QueuePair* qa = nullptr;
-  QueuePair* qb = nullptr;
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 };
 
 class DpdkRc : public ::testing::TestWithParam<std::tuple<ibv_wr_opcode, bool>> {};
@@ -216,39 +159,27 @@ INSTANTIATE_TEST_SUITE_P(Verbs, DpdkRc,
 
 // Several engines per device: ports with two queue pairs joined by net_ring
 // (queue i of one port sends to queue i of the other), one engine per queue.
-struct Queued {
+struct Queued : RingPairRig {
   static constexpr std::size_t kQps = 4;
   static constexpr std::size_t kBytes = 4u << 20;  // per QP: source half, target half
 
   // A's QPs are placed by the context (the least loaded engine); B's QP i
   // is pinned to the engine that A's QP i is not on, so that every packet
   // arrives on the queue of the engine that does not serve its QP.
-  explicit Queued(const std::string& name) {
-    std::string error;
-    pair = device::RingPair::create(name, error, 2);
-    EXPECT_NE(pair, nullptr) << error;
+  explicit Queued(const std::string& name)
+      : RingPairRig(name, {.queues = 2,
+                           .cq_depth = 8192,
+                           .bytes = kQps * kBytes,
+                           .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC,
+                           .cap = ibv_qp_cap{512, 512, 1, 1, 0},
+                           .qps = false}) {
     if (!pair) return;
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(8192);
-    cqb = pair->b->create_cq(8192);
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kQps * kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kQps * kBytes));
-    mra = pda->reg_mr(bufa, kQps * kBytes, all);
-    mrb = pdb->reg_mr(bufb, kQps * kBytes, all);
     for (std::size_t i = 0; i < kQps; ++i) {
-      QpInitAttr init;
-      init.cap = ibv_qp_cap{512, 512, 1, 1, 0};
-      init.send_cq = init.recv_cq = cqa;
-      qa[i] = pda->create_qp(init);
-      init.send_cq = init.recv_cq = cqb;
-      init.worker = static_cast<int>(engine_of(*pair->a, qa[i]) ^ 1);
-      qb[i] = pdb->create_qp(init);
-      ConnectParams params;
-      params.mtu = IBV_MTU_4096;
-      EXPECT_EQ(pair->connect(qa[i], qb[i], params), 0) << pair->a->last_error() << pair->b->last_error();
+      qps_a.push_back(create_qp(pda, cqa));
+      qps_b.push_back(create_qp(pdb, cqb, IBV_QPT_RC, static_cast<int>(engine_of(*pair->a, qps_a[i]) ^ 1)));
     }
+    EXPECT_EQ(connect(), 0) << pair->a->last_error() << pair->b->last_error();
   }
 
   static std::size_t engine_of(Context& ctx, QueuePair* qp) {
@@ -283,7 +214,7 @@ struct Queued {
           rw.sg_list = &rs;
           rw.num_sge = 1;
           ibv_recv_wr* bad = nullptr;
-          ASSERT_EQ(qb[q]->post_recv(&rw, &bad), 0);
+          ASSERT_EQ(qps_b[q]->post_recv(&rw, &bad), 0);
         }
         // WRITE/SEND: A's source half to B's target half; READ: B's source
         // half into A's target half.
@@ -299,7 +230,7 @@ struct Queued {
         wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(remote);
         wr.wr.rdma.rkey = mrb->rkey;
         ibv_send_wr* bad = nullptr;
-        ASSERT_EQ(qa[q]->post_send(&wr, &bad), 0);
+        ASSERT_EQ(qps_a[q]->post_send(&wr, &bad), 0);
       }
     }
     const std::size_t expected = kQps * static_cast<std::size_t>(per_qp);
@@ -319,7 +250,7 @@ struct Queued {
       ASSERT_EQ(c.status, IBV_WC_SUCCESS) << wc_status_str(c.status);
       const std::size_t q = c.wr_id >> 32;
       ASSERT_LT(q, kQps);
-      EXPECT_EQ(c.qp_num, qa[q]->qp_num());
+      EXPECT_EQ(c.qp_num, qps_a[q]->qp_num());
       EXPECT_EQ(c.wr_id & 0xffffffff, next[q]++) << "QP " << q << ": completions out of order";
     }
     if (op == IBV_WR_SEND) {
@@ -336,18 +267,6 @@ struct Queued {
       }
     }
   }
-
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  std::array<QueuePair*, kQps> qa{};
-  std::array<QueuePair*, kQps> qb{};
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 };
 
 TEST(DpdkQueues, QpsSpreadOverEnginesAndPacketsReachTheirEngine) {
@@ -359,7 +278,7 @@ TEST(DpdkQueues, QpsSpreadOverEnginesAndPacketsReachTheirEngine) {
   EXPECT_EQ(internal::engine_of(*d.pair->a, 0).qps().size(), 2u);
   EXPECT_EQ(internal::engine_of(*d.pair->a, 1).qps().size(), 2u);
   for (std::size_t q = 0; q < Queued::kQps; ++q) {
-    EXPECT_NE(Queued::engine_of(*d.pair->a, d.qa[q]), Queued::engine_of(*d.pair->b, d.qb[q]));
+    EXPECT_NE(Queued::engine_of(*d.pair->a, d.qps_a[q]), Queued::engine_of(*d.pair->b, d.qps_b[q]));
   }
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
@@ -408,7 +327,7 @@ TEST(DpdkQueues, WorkerThreadsServeTheirQueuesWhileControlCallsHoldThem) {
   EXPECT_EQ(d.pda->create_qp(init), nullptr);
   EXPECT_NE(d.pair->a->last_error().find("worker 2 does not exist"), std::string::npos) << d.pair->a->last_error();
   for (std::size_t q = 0; q < Queued::kQps; ++q) {
-    ASSERT_EQ(post_rdma(d.qa[q], IBV_WR_RDMA_WRITE, extra.data(), 65536, mr->lkey, d.bufb + q * Queued::kBytes,
+    ASSERT_EQ(post_rdma(d.qps_a[q], IBV_WR_RDMA_WRITE, extra.data(), 65536, mr->lkey, d.bufb + q * Queued::kBytes,
                         d.mrb->rkey, q << 32),
               0);
   }
@@ -432,27 +351,9 @@ TEST(DpdkQueues, WorkerThreadsServeTheirQueuesWhileControlCallsHoldThem) {
   EXPECT_GT(d.total(*d.pair->a, engine::EngineCounter::rx_handed_in), 0u);
 }
 
-// A client of DPDK's telemetry socket, as dpdk-telemetry.py is.
+// The answer of this process's telemetry to `command`.
 std::string telemetry(const std::string& command) {
-  const std::string path = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "cannot connect to " + path;
-  }
-  char buf[16384];
-  const ssize_t hello = read(fd, buf, sizeof buf);  // the server's greeting
-  (void)hello;
-  if (write(fd, command.data(), command.size()) < 0) {
-    close(fd);
-    return "write failed";
-  }
-  const ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "no answer";
+  return telemetry_query(EalEnvironment::telemetry_socket(), command);
 }
 
 TEST(DpdkTelemetry, CountersAreReadableAtRunTime) {
@@ -579,6 +480,6 @@ TEST(DpdkArp, APortAnswersForItsAddressAndTheOtherLearnsIt) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment({.name = "uroce-test", .memory_mb = "768"}));
   return RUN_ALL_TESTS();
 }

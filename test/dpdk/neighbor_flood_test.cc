@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "dpdk/port_io.h"
+#include "support/eal_environment.h"
 #include "support/port_resolve.h"
 #include "uroce/verbs.h"
 #include "wire/headers.h"
@@ -26,16 +26,6 @@ namespace uroce::test {
 namespace {
 
 using Frame = std::vector<std::uint8_t>;
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-review", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "1024",
-                             "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static inline std::string error_;
-};
 
 long rss_kib() {
   std::ifstream f("/proc/self/status");
@@ -155,7 +145,7 @@ Frame advertisement(std::uint32_t i) {
 class NeighborFlood : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(EalEnvironment::error_, "");
+    ASSERT_EQ(EalEnvironment::error(), "");
     static int pairs = 0;
     std::uint16_t a = 0;
     std::uint16_t b = 0;
@@ -361,6 +351,6 @@ TEST_F(NeighborFlood, UnsolicitedRepliesAndAdvertisementsAreRefused) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment({.name = "uroce-review", .memory_mb = "1024"}));
   return RUN_ALL_TESTS();
 }

@@ -15,26 +15,23 @@
 #include <memory>
 #include <vector>
 
-#include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "dpdk/port_io.h"
+#include "support/eal_environment.h"
 #include "uroce/port.h"
 
 namespace uroce::test {
 namespace {
 
-class EalEnvironment : public ::testing::Environment {
+// EAL, and the port every test uses: opened once, closed before EAL goes.
+class PortEnvironment : public EalEnvironment {
  public:
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-test-svcmem", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "256",
-                             "--vdev=net_ring_svcmem0", "--log-level=lib.eal:error"});
-  }
+  PortEnvironment()
+      : EalEnvironment({.name = "uroce-test-svcmem", .vdevs = {"net_ring_svcmem0"}, .log_level = "lib.eal:error"}) {}
   void TearDown() override {
     port_.reset();
-    dpdk::eal_cleanup();
+    EalEnvironment::TearDown();
   }
-  static const std::string& error() { return error_; }
-  // The port, opened once for every test.
   static dpdk::Port* port() {
     if (!port_ && error_.empty()) {
       port_ = dpdk::Port::open({.name = "net_ring_svcmem0", .max_frame = 9018}, error_);
@@ -43,7 +40,6 @@ class EalEnvironment : public ::testing::Environment {
   }
 
  private:
-  static inline std::string error_;
   static inline std::unique_ptr<dpdk::Port> port_;
 };
 
@@ -82,7 +78,7 @@ struct Memory {
 };
 
 TEST(PortMemory, RegionsInsideAFileRegisterOnceAndUnregisteredMemoryIsCopied) {
-  dpdk::Port* port = EalEnvironment::port();
+  dpdk::Port* port = PortEnvironment::port();
   ASSERT_NE(port, nullptr) << EalEnvironment::error();
   ASSERT_TRUE(port->multi_seg_tx()) << "net_ring takes chains";
   dpdk::PortIo io(*port, 0, {10, 0, 9, 1});
@@ -107,7 +103,7 @@ TEST(PortMemory, RegionsInsideAFileRegisterOnceAndUnregisteredMemoryIsCopied) {
 }
 
 TEST(PortMemory, MemoryIsUnregisteredOnlyAfterTheFramesPointingIntoItAreFreed) {
-  dpdk::Port* port = EalEnvironment::port();
+  dpdk::Port* port = PortEnvironment::port();
   ASSERT_NE(port, nullptr) << EalEnvironment::error();
   dpdk::PortIo io(*port, 0, {10, 0, 9, 1});
   Memory region(16 * 4096);
@@ -142,6 +138,6 @@ TEST(PortMemory, MemoryIsUnregisteredOnlyAfterTheFramesPointingIntoItAreFreed) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::PortEnvironment);
   return RUN_ALL_TESTS();
 }

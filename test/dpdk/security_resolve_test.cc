@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "device/ring_pair.h"
-#include "dpdk/eal.h"
+#include "support/eal_environment.h"
+#include "support/ring_pair_rig.h"
 #include "verbs/internal.h"
 #include "support/work_requests.h"
 
@@ -30,47 +30,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-secres", "--no-huge", "--no-shconf", "--no-pci", "--file-prefix=uroce-secres",
-                             "-l", "0", "-m", "512", "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static const std::string& error() { return error_; }
-
- private:
-  static inline std::string error_;
-};
-
 // A connected QP pair whose WRITEs run one at a time from a thread of its
 // own, each completion's time recorded.
-class Traffic {
+class Traffic : public RingPairRig {
  public:
-  explicit Traffic(const std::string& name) {
-    std::string error;
-    pair = device::RingPair::create(name, error, 1);
-    EXPECT_NE(pair, nullptr) << error;
-    if (!pair) return;
-    EXPECT_EQ(pair->a->start_workers({-1}), 0);
-    EXPECT_EQ(pair->b->start_workers({-1}), 0);
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(256);
-    cqb = pair->b->create_cq(256);
-    QpInitAttr init;
-    init.cap = ibv_qp_cap{64, 64, 1, 1, 0};
-    init.send_cq = init.recv_cq = cqa;
-    qa = pda->create_qp(init);
-    init.send_cq = init.recv_cq = cqb;
-    qb = pdb->create_qp(init);
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kBytes));
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    mra = pda->reg_mr(bufa, kBytes, all);
-    mrb = pdb->reg_mr(bufb, kBytes, all);
-    EXPECT_EQ(pair->connect(qa, qb), 0) << pair->a->last_error() << pair->b->last_error();
-  }
+  // Each device's engine on a worker; 64-byte WRITEs: the MTU is
+  // ConnectParams' default.
+  explicit Traffic(const std::string& name)
+      : RingPairRig(name, {.worker_cpu_a = -1, .worker_cpu_b = -1, .cq_depth = 256, .connect_params = {}}) {}
 
   void start() {
     thread_ = std::thread([this] {
@@ -102,19 +69,6 @@ class Traffic {
         std::count_if(done_.begin(), done_.end(), [&](Clock::time_point t) { return t >= from && t <= to; }));
   }
   bool failed() const { return failed_.load(); }
-
-  static constexpr std::size_t kBytes = 1u << 20;
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  QueuePair* qa = nullptr;
-  QueuePair* qb = nullptr;
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 
  private:
   std::thread thread_;
@@ -259,6 +213,6 @@ TEST(SecurityResolve, LargeRegMrDoesNotHoldTheEngines) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment({.name = "uroce-secres", .memory_mb = "512"}));
   return RUN_ALL_TESTS();
 }

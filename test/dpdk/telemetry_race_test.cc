@@ -23,11 +23,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <rte_eal.h>
-
 #include "cc/dcqcn.h"
-#include "device/ring_pair.h"
-#include "dpdk/eal.h"
+#include "support/eal_environment.h"
+#include "support/ring_pair_rig.h"
 #include "transport/counters.h"
 #include "transport/qp_state.h"
 #include "uroce/verbs.h"
@@ -38,24 +36,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class EalEnvironment : public ::testing::Environment {
- public:
-  // A file prefix of its own: the telemetry socket is not another test
-  // process's.
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-telemetry-race", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "1024",
-                             "--file-prefix=uroce-telemetry-race", "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static inline std::string error_;
-};
-
 // One connection to DPDK's telemetry socket, as dpdk-telemetry.py keeps
 // one: a command, then its answer (one JSON object per message).
 class TelemetryClient {
  public:
   TelemetryClient() {
-    const std::string path = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
+    const std::string path = EalEnvironment::telemetry_socket();
     fd_ = socket(AF_UNIX, SOCK_SEQPACKET, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -223,35 +209,11 @@ class QpChurn {
   std::thread thread_;
 };
 
-// Two devices on net_ring, a connected QP pair (qa, qb), and 64 KiB regions.
-struct Link {
-  explicit Link(const std::string& name, const cc::DcqcnParams* dcqcn = nullptr) {
-    std::string error;
-    pair = device::RingPair::create(name, error, 1, dcqcn);
-    EXPECT_NE(pair, nullptr) << error;
-    if (!pair) return;
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(4096);
-    cqb = pair->b->create_cq(4096);
-    QpInitAttr init;
-    init.cap = ibv_qp_cap{64, 64, 1, 1, 0};
-    init.send_cq = init.recv_cq = cqa;
-    qa = pda->create_qp(init);
-    init.send_cq = init.recv_cq = cqb;
-    qb = pdb->create_qp(init);
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kBytes));
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    mra = pda->reg_mr(bufa, kBytes, all);
-    mrb = pdb->reg_mr(bufb, kBytes, all);
-  }
-  bool ready() const { return pair && qa && qb && mra && mrb; }
-  int connect() {
-    ConnectParams params;
-    params.mtu = IBV_MTU_4096;
-    return pair->connect(qa, qb, params);
-  }
+// Two devices on net_ring, a QP pair (qa, qb) connected by connect(), and
+// 64 KiB regions.
+struct Link : RingPairRig {
+  explicit Link(const std::string& name, const cc::DcqcnParams* dcqcn = nullptr)
+      : RingPairRig(name, {.dcqcn = dcqcn, .bytes = kBytes, .connect = false}) {}
 
   // 4 KiB WRITEs from A to B, at most 32 outstanding: `n` of them, and more
   // while `more()`, within 30 s. `step` runs the engines when no worker
@@ -280,17 +242,6 @@ struct Link {
   }
 
   static constexpr std::size_t kBytes = 65536;
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  QueuePair* qa = nullptr;
-  QueuePair* qb = nullptr;
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 };
 
 // Queries device `dev` until `stop`: the QP list (which must hold `steady`
@@ -408,7 +359,7 @@ void let_run(const std::atomic<int>& rounds) {
 // the churning thread: no workers) reallocate the engine's QP list and index
 // and free QPs while the telemetry thread answers.
 TEST(TelemetryRace, QpsComeAndGoWithoutWorkers) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   Link l("trn");
   ASSERT_TRUE(l.ready());
   TelemetryClient t;
@@ -432,7 +383,7 @@ TEST(TelemetryRace, QpsComeAndGoWithoutWorkers) {
 // pauses: back to back, its control calls would leave the telemetry thread
 // (and the workers) hardly a turn.
 TEST(TelemetryRace, QpsComeAndGoWhileWorkersRun) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   Link l("trw");
   ASSERT_TRUE(l.ready());
   ASSERT_EQ(l.pair->a->start_worker(-1), 0);
@@ -461,7 +412,7 @@ TEST(TelemetryRace, QpsComeAndGoWhileWorkersRun) {
 // covered there by WhileTheApplicationDrivesProgress, workers beside
 // traffic and control calls by worker_race_test.cc.
 TEST(TelemetryRace, QpsComeAndGoWhileWorkersCarryTraffic) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   Link l("trt");
   ASSERT_TRUE(l.ready());
   ASSERT_EQ(l.pair->a->start_worker(-1), 0);
@@ -494,7 +445,7 @@ TEST(TelemetryRace, QpsComeAndGoWhileWorkersCarryTraffic) {
 // the telemetry thread reads the same QP. A control call from the telemetry
 // thread must exclude the progress() caller.
 TEST(TelemetryRace, WhileTheApplicationDrivesProgress) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   cc::DcqcnParams dcqcn;
   dcqcn.line_rate_bps = 25e9;
   dcqcn.start_rate_fraction = 1;  // at line rate throughout (net_ring marks nothing), as checked below
@@ -525,6 +476,7 @@ TEST(TelemetryRace, WhileTheApplicationDrivesProgress) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(
+      new uroce::test::EalEnvironment({.name = "uroce-telemetry-race", .memory_mb = "1024"}));
   return RUN_ALL_TESTS();
 }

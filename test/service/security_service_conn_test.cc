@@ -32,7 +32,7 @@
 
 #include "service/protocol.h"
 #include "service/shm.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 
@@ -42,51 +42,21 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
 
-std::string make_dir(const char* name, mode_t mode) {
-  std::string tmpl = std::string("/tmp/uroce-svcconn-") + name + "-XXXXXX";
-  const std::string dir = mkdtemp(tmpl.data());
-  chmod(dir.c_str(), mode);  // not the umask's: exactly `mode`
-  return dir;
+uroce::test::TempDir make_dir(const char* name, mode_t mode) {
+  return uroce::test::TempDir(std::string("/tmp/uroce-svcconn-") + name + "-", mode);
 }
 
 // A uroced alone on a memif server port, its socket in `dir`, its output in
 // NAME.log there.
-struct Daemon {
-  std::string socket, log, runtime;
-  pid_t pid = -1;
-  std::string error;  // "" once ready
-  Daemon(const std::string& dir, const std::string& name, const std::string& extra) {
-    socket = dir + "/" + name + ".sock";
-    log = dir + "/" + name + ".log";
-    const std::string prefix = "uroce-svcconn-" + name + "-" + std::to_string(getpid());
-    runtime = "/var/run/dpdk/" + prefix;
-    const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 1 --file-prefix=" +
-                            prefix + " --vdev=net_memif0,role=server,socket=" + dir + "/" + name +
-                            "-memif.sock,bsize=8192";
-    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket + " " + extra;
-    pid = uroce::test::start_uroced(cmd, log, error);
-    if (pid < 0) exited = -1;  // exited before it got ready (start_uroced reaped it; error says why)
-  }
-  // Its exit code (or -signal) once it ends within `limit`; -1000 if it did not.
-  int exit_code(std::chrono::milliseconds limit) {
-    if (pid <= 0) return exited;
-    int st = 0;
-    for (auto end = Clock::now() + limit;; std::this_thread::sleep_for(10ms)) {
-      if (waitpid(pid, &st, WNOHANG) == pid) break;
-      if (Clock::now() >= end) return -1000;
-    }
-    pid = -1;
-    exited = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    return exited;
-  }
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    std::system(("rm -rf '" + runtime + "'").c_str());
-  }
-  int exited = -1000;
+struct Daemon : uroce::test::Uroced {
+  Daemon(const std::string& dir, const std::string& name, const std::string& extra)
+      : Uroced({.eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 1 --vdev=net_memif0,"
+                       "role=server,socket=" + dir + "/" + name + "-memif.sock,bsize=8192",
+                .prefix = "uroce-svcconn-" + name + "-" + std::to_string(getpid()),
+                .ip = "10.0.0.1/24",
+                .socket = dir + "/" + name + ".sock",
+                .log = dir + "/" + name + ".log",
+                .extra = extra}) {}
 };
 
 // --- A client that speaks the protocol itself, as a hostile one does ---------------
@@ -148,20 +118,12 @@ std::uint32_t make(int sock, svc::Op op, std::string* why = nullptr, std::uint32
 // groups; its exit code (-1000 if it did not end within `limit`). `body`
 // prints what it saw to stderr.
 int as_nobody(const std::function<int()>& body, std::chrono::seconds limit = 60s) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
-    _exit(body());
-  }
-  int st = 0;
-  for (auto end = Clock::now() + limit;; std::this_thread::sleep_for(10ms)) {
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    if (Clock::now() >= end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      return -1000;
-    }
-  }
+  return uroce::test::run_in_child(
+      [&] {
+        if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) return 99;
+        return body();
+      },
+      limit);
 }
 
 // uid 65534 attaches (hello answered): 0, or 1 with why on stderr.
@@ -207,12 +169,12 @@ bool closed_by_daemon(int sock, std::chrono::milliseconds limit) {
 class ServiceConn : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = make_dir("suite", 0755);  // uid 65534 reaches the socket in it
-    daemon_ = new Daemon(dir_, "suite", "--socket-mode 0666");
+    dir_ = new uroce::test::TempDir("/tmp/uroce-svcconn-suite-", 0755);  // uid 65534 reaches the socket in it
+    daemon_ = new Daemon(dir_->dir, "suite", "--socket-mode 0666");
   }
   static void TearDownTestSuite() {
     delete daemon_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete dir_;
   }
   void SetUp() override { ASSERT_EQ(daemon_->error, ""); }
   // Until the daemon has let go of every connection the test made (it sees
@@ -229,10 +191,10 @@ class ServiceConn : public ::testing::Test {
     }
   }
   static std::string socket() { return daemon_->socket; }
-  static std::string dir_;
+  static uroce::test::TempDir* dir_;
   static Daemon* daemon_;
 };
-std::string ServiceConn::dir_;
+uroce::test::TempDir* ServiceConn::dir_ = nullptr;
 Daemon* ServiceConn::daemon_ = nullptr;
 
 // H4: replies the attacker leaves unread never hold the daemon: another
@@ -427,7 +389,8 @@ TEST_F(ServiceConn, AnotherUserSeesOnlyItsOwnClientsInStats) {
 
 // H4: SIGTERM is handled at once while a client leaves its replies unread.
 TEST(ServiceConnAlone, SigtermEndsTheDaemonWhileAClientLeavesRepliesUnread) {
-  const std::string dir = make_dir("term", 0755);
+  const auto tmp = make_dir("term", 0755);
+  const std::string& dir = tmp.dir;
   {
     Daemon d(dir, "term", "");
     ASSERT_EQ(d.error, "");
@@ -445,12 +408,12 @@ TEST(ServiceConnAlone, SigtermEndsTheDaemonWhileAClientLeavesRepliesUnread) {
     std::printf("  uroced ended %.2f s after SIGTERM\n", std::chrono::duration<double>(Clock::now() - t0).count());
     close(attacker);
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 // M2/L3: a uid's own budgets from the configuration file ("uid.N.KEY").
 TEST(ServiceConnAlone, AUidsOwnBudgetsComeFromTheConfigurationFile) {
-  const std::string dir = make_dir("conf", 0755);
+  const auto tmp = make_dir("conf", 0755);
+  const std::string& dir = tmp.dir;
   {
     std::ofstream(dir + "/uroced.conf") << "uid.65534.max_pds = 2\nuid.0.uid_max_connections = 2\n";
     Daemon d(dir, "conf", "--conf " + dir + "/uroced.conf --socket-mode 0666");
@@ -476,7 +439,6 @@ TEST(ServiceConnAlone, AUidsOwnBudgetsComeFromTheConfigurationFile) {
     EXPECT_NE(why.find("uid.0.uid_max_connections"), std::string::npos) << why;
     for (int s : {a, b, c}) close(s);
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 mode_t mode_of(const std::string& path) {
@@ -488,8 +450,10 @@ mode_t mode_of(const std::string& path) {
 // socket's name with a link to a file of root's: uroced refuses the folder
 // (and so never chmods through a link); a sticky root folder is accepted.
 TEST(ServiceConnAlone, ASocketFolderOtherUsersCanChangeIsRefused) {
-  const std::string dir = make_dir("open", 0777);
-  const std::string safe = make_dir("target", 0755);
+  const auto tmp = make_dir("open", 0777);
+  const auto safe_tmp = make_dir("target", 0755);
+  const std::string& dir = tmp.dir;
+  const std::string& safe = safe_tmp.dir;
   const std::string target = safe + "/secret";
   std::ofstream(target) << "root's\n";
   chmod(target.c_str(), 0600);
@@ -524,13 +488,13 @@ TEST(ServiceConnAlone, ASocketFolderOtherUsersCanChangeIsRefused) {
     ASSERT_NE(g, nullptr);
     EXPECT_EQ(st.st_gid, g->gr_gid);
   }
-  std::system(("rm -rf '" + dir + "' '" + safe + "'").c_str());
 }
 
 // L4: a file, or a link, where the socket should be is not uroced's to
 // remove or to change.
 TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
-  const std::string dir = make_dir("path", 0755);
+  const auto tmp = make_dir("path", 0755);
+  const std::string& dir = tmp.dir;
   const std::string target = dir + "/secret";
   std::ofstream(target) << "root's\n";
   chmod(target.c_str(), 0600);
@@ -553,7 +517,6 @@ TEST(ServiceConnAlone, AFileOrALinkAtTheSocketPathIsLeftAlone) {
     EXPECT_EQ(mode_of(target) & 07777, 0600u);
     EXPECT_EQ(uroce::test::read_text_file(target), "root's\n");
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace

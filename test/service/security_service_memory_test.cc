@@ -29,7 +29,7 @@
 #include "service/protocol.h"
 #include "service/shm.h"
 #include "support/telemetry_client.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 
@@ -37,33 +37,15 @@ using namespace std::chrono_literals;
 namespace svc = uroce::service;
 
 // uroced on a net_null port, in a folder of its own; killed at the end.
-struct Daemon {
-  std::string dir, socket, telemetry, log, prefix;
-  pid_t pid = -1;
-  std::string error;
-  explicit Daemon(const std::string& extra = "") {
-    char tmpl[] = "/tmp/uroce-svcmem-XXXXXX";
-    dir = mkdtemp(tmpl);
-    socket = dir + "/uroced.sock";
-    log = dir + "/uroced.log";
-    prefix = "uroce-svcmem-" + std::to_string(getpid()) + "-" + std::to_string(counter()++);
-    telemetry = "/var/run/dpdk/" + prefix + "/dpdk_telemetry.v2";
-    const std::string eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error --file-prefix=" + prefix +
-                            " -l 0 --vdev=net_null0";
-    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.9.1/24 --socket " + socket + " " + extra;
-    pid = uroce::test::start_uroced(cmd, log, error);
-  }
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    std::system(("rm -rf '" + dir + "' '/var/run/dpdk/" + prefix + "'").c_str());
-  }
-  bool alive() const {
-    int st;
-    return pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
-  }
+struct Daemon : uroce::test::TempDir, uroce::test::Uroced {
+  explicit Daemon(const std::string& extra = "")
+      : TempDir("/tmp/uroce-svcmem-"),
+        Uroced({.eal = "--no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l 0 --vdev=net_null0",
+                .prefix = "uroce-svcmem-" + std::to_string(getpid()) + "-" + std::to_string(counter()++),
+                .ip = "10.0.9.1/24",
+                .socket = dir + "/uroced.sock",
+                .log = dir + "/uroced.log",
+                .extra = extra}) {}
   long rss_mib() const {
     std::istringstream in(uroce::test::read_text_file("/proc/" + std::to_string(pid) + "/status"));
     std::string line;

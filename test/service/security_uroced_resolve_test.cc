@@ -6,21 +6,15 @@
 // loop) and the others are served meanwhile.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <future>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "uroce/verbs.h"
-#include "support/uroced_process.h"
+#include "support/uroced.h"
 
 namespace {
 
@@ -30,32 +24,15 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // uroced alone on a memif server port (no peer: nobody answers ARP).
-struct Daemon {
-  pid_t pid = -1;
-  std::string dir;
-  std::string socket;
-  std::string log;
-  std::string prefix;
-  std::string error;
-  Daemon() {
-    char tmpl[] = "/tmp/uroce-secres-uroced-XXXXXX";
-    dir = mkdtemp(tmpl);
-    socket = dir + "/d.sock";
-    log = dir + "/d.log";
-    prefix = "uroce-secres-" + std::to_string(getpid());
-    const std::string eal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error --file-prefix=" + prefix +
-                            " -l 0 --vdev=net_memif0,role=server,socket=" + dir + "/memif.sock,bsize=8192";
-    const std::string cmd = std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0.1/24 --socket " + socket;
-    pid = uroce::test::start_uroced(cmd, log, error);
-  }
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      int st;
-      waitpid(pid, &st, 0);
-    }
-    std::system(("rm -rf '" + dir + "' '/var/run/dpdk/" + prefix + "'").c_str());
-  }
+struct Daemon : uroce::test::TempDir, uroce::test::Uroced {
+  Daemon()
+      : TempDir("/tmp/uroce-secres-uroced-"),
+        Uroced({.eal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error -l 0 --vdev=net_memif0,"
+                       "role=server,socket=" + dir + "/memif.sock,bsize=8192",
+                .prefix = "uroce-secres-" + std::to_string(getpid()),
+                .ip = "10.0.0.1/24",
+                .socket = dir + "/d.sock",
+                .log = dir + "/d.log"}) {}
 };
 
 TEST(SecurityUrocedResolve, AClientsUnresolvableModifyQpDelaysNoOtherClient) {

@@ -24,7 +24,6 @@
 #include <cstring>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +33,7 @@
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 #include "support/telemetry_client.h"
+#include "support/uroced.h"
 #include "support/work_requests.h"
 
 namespace {
@@ -42,96 +42,22 @@ using namespace std::chrono_literals;
 
 const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A process started with `sh -c "exec COMMAND"`, its output in a file.
-struct Process {
-  pid_t pid = -1;
-  std::string log;
-  // Exit code, or -signal, once it has ended (waits up to `limit`).
-  int wait(std::chrono::seconds limit = 120s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > end) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-        return -1000;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-  }
-  std::string out() const { return read_file(log); }
-};
-
-Process spawn(const std::string& command, const std::string& log) {
-  Process p;
-  p.log = log;
-  p.pid = fork();
-  if (p.pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return p;
-}
+using uroce::test::Process;
+using uroce::test::read_text_file;
+using uroce::test::spawn;
 
 std::string env_lib() { return "env -u UROCE_EAL -u UROCE_IP LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " "; }
 
 // A daemon on one end of a memif pair in `dir`.
-struct Daemon {
-  // Its EAL runtime folder, where its DPDK telemetry socket lies.
-  static std::string prefix(const std::string& name) {
-    return "uroce-svc-" + name + "-" + std::to_string(getpid());
-  }
-  std::string socket;
-  std::string telemetry;
-  Process proc;
-  std::string error;
-  Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "") {
-    socket = dir + "/" + name + ".sock";
-    telemetry = "/var/run/dpdk/" + prefix(name) + "/dpdk_telemetry.v2";
-    const std::string eal = kEal + " --file-prefix=" + prefix(name) + " -l " + std::to_string(cpu) +
-                            " --vdev=net_memif0,role=" +
-                            (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192";
-    proc = spawn(std::string(UROCED) + " --eal '" + eal + "' --ip 10.0.0." + (server ? "1" : "2") +
-                     "/24 --socket " + socket + " " + extra,
-                 dir + "/" + name + ".log");
-    for (int i = 0; i < 200; ++i) {
-      if (proc.out().find("uroced: ready") != std::string::npos) return;
-      int st;
-      if (waitpid(proc.pid, &st, WNOHANG) != 0) {
-        proc.pid = -1;
-        error = "uroced exited: " + proc.out();
-        return;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    error = "uroced did not get ready: " + proc.out();
-  }
-  // SIGTERM; the exit code.
-  int stop() {
-    if (proc.pid <= 0) return -1;
-    kill(proc.pid, SIGTERM);
-    return proc.wait(30s);
-  }
-  ~Daemon() {
-    if (proc.pid > 0) {
-      kill(proc.pid, SIGKILL);
-      proc.wait(10s);
-    }
-    // Its EAL runtime folder (the telemetry socket's), named for this test process.
-    std::system(("rm -rf '" + telemetry.substr(0, telemetry.rfind('/')) + "'").c_str());
-  }
+struct Daemon : uroce::test::Uroced {
+  Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "")
+      : Uroced({.eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
+                       (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192",
+                .prefix = "uroce-svc-" + name + "-" + std::to_string(getpid()),
+                .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
+                .socket = dir + "/" + name + ".sock",
+                .log = dir + "/" + name + ".log",
+                .extra = extra}) {}
   // What the daemon says of itself (one client more: the asking one).
   uroce::service::StatsReply stats() const {
     std::string e;
@@ -153,10 +79,12 @@ class Service : public ::testing::Test {
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/uroce-service-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);
-    std::this_thread::sleep_for(300ms);
+    a_ = new Daemon(dir_, "a", true, 0);  // ready: its memif socket listens
     b_ = new Daemon(dir_, "b", false, 1);
-    std::this_thread::sleep_for(1s);  // the memif link comes up
+    // The memif link comes up once b has joined a's socket.
+    for (Daemon* d : {a_, b_}) {
+      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
+    }
   }
   static void TearDownTestSuite() {
     delete b_;
@@ -397,7 +325,7 @@ TEST_F(Service, RegisteredMemoryKeepsItsBytesAndMovesWithWholePages) {
   for (long i = 0; i < 8 * page; ++i) {
     ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the move";
   }
-  EXPECT_NE(read_file("/proc/self/maps").find("uroce-mr"), std::string::npos) << "no shared file over the region";
+  EXPECT_NE(read_text_file("/proc/self/maps").find("uroce-mr"), std::string::npos) << "no shared file over the region";
   const std::uint64_t mapped = a_->stats().mapped_bytes;
   uroce::MemoryRegion* inner = pd->reg_mr(block + page + 4000, 64, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(inner, nullptr) << ctx->last_error();
@@ -687,9 +615,9 @@ TEST_F(ServiceHeap, AForkedChildsMallocLeavesTheParentsHeapAlone) {
 // in the middle of one is placed exactly either way.
 TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
   const std::string knob = "/proc/sys/vm/nr_hugepages";
-  const long reserved = std::atol(read_file(knob).c_str());
+  const long reserved = std::atol(read_text_file(knob).c_str());
   const bool more = std::system(("echo " + std::to_string(reserved + 4) + " > " + knob + " 2>/dev/null").c_str()) == 0 &&
-                    std::atol(read_file(knob).c_str()) >= reserved + 4;
+                    std::atol(read_text_file(knob).c_str()) >= reserved + 4;
   const std::size_t bytes = 4u << 20;
   auto* buf = static_cast<std::uint8_t*>(cb_->alloc_buffer(bytes));
   ASSERT_NE(buf, nullptr) << cb_->last_error();
@@ -719,8 +647,8 @@ TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
 }
 
 TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
-  char tmpl[] = "/tmp/uroce-service-limits-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const uroce::test::TempDir tmp("/tmp/uroce-service-limits-");
+  const std::string& dir = tmp.dir;
   {
     Daemon d(dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2");
     ASSERT_EQ(d.error, "");
@@ -750,12 +678,11 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
     // SIGTERM: the QP goes to error, the client is told (its next call
     // fails with a clear message), the daemon exits 0.
     const std::string sock = d.socket;
-    EXPECT_EQ(d.stop(), 0) << d.proc.out();
+    EXPECT_EQ(d.stop(), 0) << d.out();
     EXPECT_EQ(ctx->create_cq(8), nullptr);
     EXPECT_NE(ctx->last_error().find("uroced"), std::string::npos) << ctx->last_error();
     EXPECT_NE(access(sock.c_str(), F_OK), 0) << "the socket file is removed";
   }
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(ServiceLimits, NoDaemonGivesOneLineSayingWhatToDo) {

@@ -15,17 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <rte_eal.h>
-
-#include "device/ring_pair.h"
-#include "dpdk/eal.h"
 #include "dpdk/port_io.h"
 #include "engine/engine.h"
+#include "support/eal_environment.h"
 #include "support/rc_fixture.h"
+#include "support/ring_pair_rig.h"
 #include "transport/counters.h"
 #include "uroce/stats.h"
 #include "wire/parse_status.h"
@@ -34,18 +28,6 @@
 
 namespace uroce::test {
 namespace {
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  // A file prefix of its own: the telemetry socket is not another test
-  // process's.
-  void SetUp() override {
-    error_ = dpdk::eal_init({"uroce-stats-test", "--no-huge", "--no-shconf", "--no-pci", "-l", "0", "-m", "768",
-                             "--file-prefix=uroce-stats-test", "--log-level=lib.*:error"});
-  }
-  void TearDown() override { dpdk::eal_cleanup(); }
-  static inline std::string error_;
-};
 
 // The rows each list declares, straight from the X-macros.
 std::vector<std::string> qp_list() {
@@ -210,42 +192,15 @@ TEST(StatsSim, ParseDropsUnderTheirNames) {
 
 // Two devices on net_ring ports with `queues` queues each, one QP pair per
 // queue (QP i on engine i at both ends).
-struct RingDevices {
-  static constexpr std::size_t kBytes = 1u << 20;
-
-  RingDevices(const std::string& name, std::uint16_t queues) {
-    std::string error;
-    pair = device::RingPair::create(name, error, queues);
-    EXPECT_NE(pair, nullptr) << error;
-    if (!pair) return;
-    pda = pair->a->alloc_pd();
-    pdb = pair->b->alloc_pd();
-    cqa = pair->a->create_cq(4096);
-    cqb = pair->b->create_cq(4096);
-    bufa = static_cast<std::uint8_t*>(pair->a->alloc_buffer(kBytes));
-    bufb = static_cast<std::uint8_t*>(pair->b->alloc_buffer(kBytes));
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    mra = pda->reg_mr(bufa, kBytes, all);
-    mrb = pdb->reg_mr(bufb, kBytes, all);
-    for (std::uint16_t q = 0; q < queues; ++q) {
-      QpInitAttr init;
-      init.cap = ibv_qp_cap{256, 256, 1, 1, 0};
-      init.worker = q;
-      init.send_cq = init.recv_cq = cqa;
-      qa.push_back(pda->create_qp(init));
-      init.send_cq = init.recv_cq = cqb;
-      qb.push_back(pdb->create_qp(init));
-      ConnectParams params;
-      params.mtu = IBV_MTU_4096;
-      EXPECT_EQ(pair->connect(qa.back(), qb.back(), params), 0) << pair->a->last_error() << pair->b->last_error();
-    }
-  }
+struct RingDevices : RingPairRig {
+  RingDevices(const std::string& name, std::uint16_t queues)
+      : RingPairRig(name, {.queues = queues, .cap = ibv_qp_cap{256, 256, 1, 1, 0}}) {}
 
   // `n` WRITEs of `len` bytes on every QP, waited for.
   bool write(int n, std::uint32_t len) {
-    for (std::size_t q = 0; q < qa.size(); ++q) {
+    for (std::size_t q = 0; q < qps_a.size(); ++q) {
       for (int i = 0; i < n; ++i) {
-        if (post_rdma(qa[q], IBV_WR_RDMA_WRITE, bufa, len, mra->lkey, bufb, mrb->rkey) != 0) return false;
+        if (post_rdma(qps_a[q], IBV_WR_RDMA_WRITE, bufa, len, mra->lkey, bufb, mrb->rkey) != 0) return false;
       }
     }
     std::size_t done = 0;
@@ -257,21 +212,9 @@ struct RingDevices {
         }
         done += static_cast<std::size_t>(k);
       }
-      return done >= qa.size() * static_cast<std::size_t>(n);
+      return done >= qps_a.size() * static_cast<std::size_t>(n);
     });
   }
-
-  std::unique_ptr<device::RingPair> pair;
-  ProtectionDomain* pda = nullptr;
-  ProtectionDomain* pdb = nullptr;
-  CompletionQueue* cqa = nullptr;
-  CompletionQueue* cqb = nullptr;
-  std::vector<QueuePair*> qa;
-  std::vector<QueuePair*> qb;
-  std::uint8_t* bufa = nullptr;
-  std::uint8_t* bufb = nullptr;
-  MemoryRegion* mra = nullptr;
-  MemoryRegion* mrb = nullptr;
 };
 
 // PortIoCounters as a map, field by field (from the list again).
@@ -284,7 +227,7 @@ std::map<std::string, std::uint64_t> port_fields(const dpdk::PortIoCounters& c) 
 }
 
 TEST(StatsDpdk, PortCountersOfTheDevice) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   RingDevices d("stp", 1);
   ASSERT_NE(d.pair, nullptr);
   ASSERT_TRUE(d.write(32, 65536));
@@ -306,7 +249,7 @@ TEST(StatsDpdk, PortCountersOfTheDevice) {
 }
 
 TEST(StatsDpdk, SummedOverQueuesAndPerEngine) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   RingDevices d("stq", 2);
   ASSERT_NE(d.pair, nullptr);
   ASSERT_EQ(internal::engine_count(*d.pair->a), 2u);
@@ -329,16 +272,16 @@ TEST(StatsDpdk, SummedOverQueuesAndPerEngine) {
     EXPECT_EQ(s.value, (sum[std::string(stat_scope_name(s.scope)) + "." + s.name])) << s.name;
   }
   // Each QP is found on the engine it was placed on.
-  for (std::size_t q = 0; q < d.qa.size(); ++q) {
+  for (std::size_t q = 0; q < d.qps_a.size(); ++q) {
     QpStats s;
-    ASSERT_TRUE(a.qp_stats(d.qa[q]->qp_num(), s));
+    ASSERT_TRUE(a.qp_stats(d.qps_a[q]->qp_num(), s));
     EXPECT_EQ(s.engine, q);
     EXPECT_EQ(value(s.counters, StatScope::kQp, "completions"), 16u);
   }
   std::vector<std::uint32_t> qpns = a.qp_nums();
   std::sort(qpns.begin(), qpns.end());
   // QPNs are random (issue 25, L6), not in the order the QPs were made.
-  std::vector<std::uint32_t> made{d.qa[0]->qp_num(), d.qa[1]->qp_num()};
+  std::vector<std::uint32_t> made{d.qps_a[0]->qp_num(), d.qps_a[1]->qp_num()};
   std::sort(made.begin(), made.end());
   EXPECT_EQ(qpns, made);
 }
@@ -348,7 +291,7 @@ TEST(StatsDpdk, SummedOverQueuesAndPerEngine) {
 // ThreadSanitizer it also shows the port counters, written with plain
 // stores by the workers, are read only inside the control call.
 TEST(StatsDpdk, ReadBesideWorkers) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   RingDevices d("stw", 1);
   ASSERT_NE(d.pair, nullptr);
   ASSERT_EQ(d.pair->a->start_worker(-1), 0);
@@ -389,7 +332,7 @@ TEST(StatsDpdk, ReadBesideWorkers) {
 
 // The answer of this process's telemetry to `command`.
 std::string telemetry(const std::string& command) {
-  return telemetry_query(std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2", command);
+  return telemetry_query(EalEnvironment::telemetry_socket(), command);
 }
 
 // The telemetry index of the device called `name`, or "".
@@ -407,7 +350,7 @@ std::string device_index(const std::string& name) {
 }
 
 TEST(StatsDpdk, TelemetryAnswersFromTheRegistry) {
-  ASSERT_EQ(EalEnvironment::error_, "");
+  ASSERT_EQ(EalEnvironment::error(), "");
   RingDevices d("stt", 1);
   ASSERT_NE(d.pair, nullptr);
   ASSERT_TRUE(d.write(8, 65536));
@@ -430,7 +373,7 @@ TEST(StatsDpdk, TelemetryAnswersFromTheRegistry) {
   }
   EXPECT_EQ(port.find("\"rx_frames\""), std::string::npos) << "engine rows stay in /uroce/engine";
   EXPECT_EQ(engine.find("\"tx_copied_bytes\""), std::string::npos) << "port rows stay in /uroce/port";
-  const std::string qp = telemetry("/uroce/qp," + dev + "," + std::to_string(d.qa[0]->qp_num()));
+  const std::string qp = telemetry("/uroce/qp," + dev + "," + std::to_string(d.qps_a[0]->qp_num()));
   EXPECT_NE(qp.find("\"state\":\"RTS\""), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"tx_bytes\":" + std::to_string(8 * 65536) + ","), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"completions\":8,"), std::string::npos) << qp;
@@ -442,6 +385,6 @@ TEST(StatsDpdk, TelemetryAnswersFromTheRegistry) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(new uroce::test::EalEnvironment({.name = "uroce-stats-test", .memory_mb = "768"}));
   return RUN_ALL_TESTS();
 }
