@@ -1,7 +1,8 @@
-// The two ways a Context runs, chosen once (Context::open: LocalBackend, the
-// engines in this process; Context::attach: ServiceBackend, uroced's). The
-// public objects (lib/verbs/verbs.cc) check arguments and call the control
-// calls here; the data path never does: post_send, post_recv and poll go
+// The two ways a Context runs, chosen once (Context::open: LocalBackend,
+// verbs/local.h, the engines in this process; Context::attach:
+// ServiceBackend, lib/verbs/service_backend.cc, uroced's). Each keeps its
+// own state; Context::Impl holds only what both share. The public objects
+// (lib/verbs/verbs.cc) check arguments and call the control calls here; the data path never does: post_send, post_recv and poll go
 // through the function pointers create_qp and create_cq store in the object
 // (QueuePair::Impl, CompletionQueue::Impl), one indirect call per call.
 #pragma once

@@ -124,7 +124,7 @@ bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
   return false;
 }
 
-// The backends (lib/verbs/local.cc, lib/verbs/service_backend.cc), made once
+// The backends (verbs/local.h, lib/verbs/service_backend.cc), made once
 // the Context exists.
 std::unique_ptr<Backend> make_local_backend(Context& ctx);
 std::unique_ptr<Backend> make_service_backend(Context& ctx, std::unique_ptr<service::Client> client);
