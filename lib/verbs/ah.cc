@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <string>
 
-#include "verbs/verbs_impl.h"
+#include "verbs/local.h"
 
 namespace uroce {
 
@@ -78,9 +78,12 @@ AddressHandle* ProtectionDomain::create_ah(const ibv_ah_attr& attr) {
   return impl_of(*ctx_).backend->create_ah(this, attr);
 }
 
-// The in-process body (LocalBackend::create_ah).
-AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) {
-  internal::ContextImpl& c = impl_of(pd->context());
+int ProtectionDomain::destroy_ah(AddressHandle* ah) { return impl_of(*ctx_).backend->destroy_ah(ah); }
+
+// The in-process bodies.
+
+AddressHandle* internal::LocalBackend::create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) {
+  ContextImpl& c = c_;
   if (!attr.is_global) {
     c.fail(EINVAL, "ibv_create_ah: is_global must be 1: RoCEv2 addresses the peer by its GID (grh.dgid)");
     return nullptr;
@@ -90,7 +93,7 @@ AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr
     return nullptr;
   }
   ibv_gid local{};
-  if (c.query_gid(attr.grh.sgid_index, local) != 0) return nullptr;
+  if (query_gid(attr.grh.sgid_index, local) != 0) return nullptr;
   if (is_ipv4_gid(local) != is_ipv4_gid(attr.grh.dgid)) {
     c.fail(EINVAL, std::string("ibv_create_ah: GID index ") + std::to_string(attr.grh.sgid_index) +
                        " is not of the destination's family; use 1 for an IPv4 peer, 0 for an IPv6 one");
@@ -99,8 +102,8 @@ AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr
   // Resolved before the control call, the engines running meanwhile; the
   // call only builds the handle.
   std::uint8_t peer_mac[6] = {};
-  if (c.wait_resolved(attr.grh.dgid, peer_mac, "ibv_create_ah") != 0) return nullptr;
-  return c.control([&]() -> AddressHandle* {
+  if (wait_resolved(attr.grh.dgid, peer_mac, "ibv_create_ah") != 0) return nullptr;
+  return control([&]() -> AddressHandle* {
     const std::uint32_t handle = take_handle();
     if (handle == 0) {
       c.fail(ENOMEM, "ibv_create_ah: every one of the 32767 address handles is in use; destroy some");
@@ -114,7 +117,7 @@ AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr
     // impl->attr keeps the one asked. A UD QP on any engine may use it, so
     // engine 0 counts it.
     ibv_ah_attr sent = attr;
-    sent.grh.traffic_class = c.sent_traffic_class(attr, 0, "address handle " + std::to_string(handle));
+    sent.grh.traffic_class = sent_traffic_class(attr, 0, "address handle " + std::to_string(handle));
     impl->path = transport::data_path(transport::av_frame_spec(sent, peer_mac, c.port.mac, local, impl->ah.handle),
                                       c.port.dcqcn);
     c.ahs.push_back(internal::Access::make_ah(std::move(impl)));
@@ -122,13 +125,9 @@ AddressHandle* internal::local_create_ah(ProtectionDomain* pd, const ibv_ah_attr
   });
 }
 
-int ProtectionDomain::destroy_ah(AddressHandle* ah) {
-  internal::ContextImpl& c = impl_of(*ctx_);
-  return c.control([&] {
-    auto it = std::find_if(c.ahs.begin(), c.ahs.end(), [ah](const auto& a) { return a.get() == ah; });
-    if (it == c.ahs.end()) return c.fail(EINVAL, "not an address handle of this context");
-    c.ahs.erase(it);
-    return 0;
+int internal::LocalBackend::destroy_ah(AddressHandle* ah) {
+  return control([&] {
+    return erase_owned(c_.ahs, ah) ? 0 : c_.fail(EINVAL, "not an address handle of this context");
   });
 }
 

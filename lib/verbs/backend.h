@@ -1,7 +1,8 @@
-// The two ways a Context runs, chosen once (Context::open: LocalBackend, the
-// engines in this process; Context::attach: ServiceBackend, uroced's). The
-// public objects (lib/verbs/verbs.cc) check arguments and call the control
-// calls here; the data path never does: post_send, post_recv and poll go
+// The two ways a Context runs, chosen once (Context::open: LocalBackend,
+// verbs/local.h, the engines in this process; Context::attach:
+// ServiceBackend, lib/verbs/service_backend.cc, uroced's). Each keeps its
+// own state; Context::Impl holds only what both share. The public objects
+// (lib/verbs/verbs.cc) check arguments and call the control calls here; the data path never does: post_send, post_recv and poll go
 // through the function pointers create_qp and create_cq store in the object
 // (QueuePair::Impl, CompletionQueue::Impl), one indirect call per call.
 #pragma once
@@ -10,8 +11,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "uroce/stats.h"
 #include "uroce/verbs.h"
 #include "verbs/internal.h"
+#include "verbs/resolver.h"
 
 namespace uroce::internal {
 
@@ -22,11 +25,21 @@ class Backend {
   // engines.
   virtual ~Backend() = default;
   virtual bool attached() const = 0;
+  // internal::now_ns: the port's clock in process (virtual on a simulated
+  // link); attached, the host's monotonic clock (the daemon's port clock is
+  // not this process's to read).
+  virtual std::uint64_t now_ns() const = 0;
+  // internal::engine_count, engine_of: the engines in this process (none
+  // attached; engine() throws std::out_of_range past engine_count()).
+  virtual std::size_t engine_count() const = 0;
+  virtual engine::Engine& engine(std::size_t i) = 0;
   virtual std::size_t progress() = 0;
   virtual int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) = 0;
   virtual void stop_workers() = 0;
   virtual int query_gid(int index, ibv_gid& gid) = 0;
   virtual Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
+  virtual Reach lookup_gid(const ibv_gid& gid) = 0;  // internal::lookup_gid
+  virtual ResolveCounters resolve_counters() const = 0;  // internal::resolve_counter
   virtual void* alloc_buffer(std::size_t bytes) = 0;
   virtual void free_buffer(void* buffer) = 0;
   virtual ProtectionDomain* alloc_pd() = 0;
@@ -49,8 +62,16 @@ class Backend {
   virtual void refresh_counters(const QueuePair& qp) = 0;
   virtual QueuePair::CongestionState congestion(const QueuePair& qp) = 0;
   virtual AddressHandle* create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) = 0;
+  virtual int destroy_ah(AddressHandle* ah) = 0;
   virtual SharedReceiveQueue* create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
                                          void* arg) = 0;
+  virtual int destroy_srq(SharedReceiveQueue* srq) = 0;
+  // Context::stats, engine_stats, qp_nums, qp_stats: the engines' counters
+  // (none attached: uroced --stats has the daemon's).
+  virtual std::vector<Stat> stats() = 0;
+  virtual std::vector<Stat> engine_stats(std::size_t engine) = 0;
+  virtual std::vector<std::uint32_t> qp_nums() = 0;
+  virtual bool qp_stats(std::uint32_t qpn, QpStats& out) = 0;
 };
 
 }  // namespace uroce::internal

@@ -1,13 +1,16 @@
 // A Context attached to uroced (Context::attach): the same objects as in
 // process, each call a control message to the daemon (lib/service), the data
-// path the shared rings. Object lists are guarded by control_mutex, as the
-// in-process calls guard them by control().
+// path the shared rings. Object lists are guarded by mutex_, as the
+// in-process calls guard them by their control calls.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <stdexcept>
 
 #include "service/client.h"
 #include "transport/counters.h"
@@ -20,32 +23,9 @@ using internal::impl_of;
 
 CompletionQueue::Impl::~Impl() = default;
 QueuePair::Impl::~Impl() = default;
-Context::Impl::~Impl() = default;
-
-Context::Impl::Impl(const service::HelloReply& h) : mrs(1) {
-  limits.max_qp = h.max_qp;
-  limits.max_qp_wr = h.max_qp_wr;
-  limits.max_sge = h.max_sge;
-  limits.max_inline_data = h.max_inline_data;
-  limits.max_cqe = h.max_cqe;
-  limits.max_mr = h.max_mr;
-  limits.max_qp_rd_atom = h.max_qp_rd_atom;
-  limits.max_qp_init_rd_atom = h.max_qp_init_rd_atom;
-  std::memcpy(port.mac, h.mac, sizeof port.mac);
-  port.gid = h.gid[1];
-  port.active_mtu = static_cast<ibv_mtu>(h.active_mtu);
-}
 
 namespace internal {
 namespace {
-
-template <typename T>
-bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
-  const auto it = std::find_if(v.begin(), v.end(), [p](const auto& u) { return u.get() == p; });
-  if (it == v.end()) return false;
-  v.erase(it);
-  return true;
-}
 
 // The data path (QueuePair::Impl::post_send, post_recv; CompletionQueue::Impl::poll):
 // WRs into the rings the daemon drains.
@@ -78,14 +58,23 @@ int poll_cq(CqImpl& cq, int n, ibv_wc* wc) { return cq.remote->poll(n, wc); }
 // Every call the daemon's; it owns the socket.
 class ServiceBackend final : public Backend {
  public:
-  ServiceBackend(Context& ctx, std::unique_ptr<service::Client> client)
-      : ctx_(ctx), c_(impl_of(ctx)), client_(std::move(client)) {}
+  // The context's limits and port addresses are the daemon's (its hello).
+  ServiceBackend(Context& ctx, std::unique_ptr<service::Client> client);
   // Closing the socket (client_) is the daemon's signal to free all of
   // ours; the event thread stops before the CQs it calls back go (the
   // Context's Impl outlives its backend).
   ~ServiceBackend() override = default;
 
   bool attached() const override { return true; }
+  std::uint64_t now_ns() const override {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+  }
+  std::size_t engine_count() const override { return 0; }  // the daemon's
+  engine::Engine& engine(std::size_t) override {
+    throw std::out_of_range("a context attached to uroced has no engines in this process");
+  }
   std::size_t progress() override { return 0; }  // the daemon's workers run the engines
   int start_workers(const std::vector<int>&, Context::WorkerHook) override { return 0; }
   void stop_workers() override {}
@@ -93,6 +82,8 @@ class ServiceBackend final : public Backend {
   Reach resolve_gid(const ibv_gid&, std::uint8_t*) override {
     return Reach::kKnown;  // the daemon resolves when the address is set
   }
+  Reach lookup_gid(const ibv_gid&) override { return Reach::kKnown; }
+  ResolveCounters resolve_counters() const override { return {}; }  // the daemon's
   void* alloc_buffer(std::size_t bytes) override;
   void free_buffer(void* buffer) override { client_->free_buffer(buffer); }
   ProtectionDomain* alloc_pd() override;
@@ -114,10 +105,18 @@ class ServiceBackend final : public Backend {
     c_.fail(EOPNOTSUPP, "address handles (UD) through uroced are not supported yet: run the program in-process");
     return nullptr;
   }
+  // None exist (create_ah fails).
+  int destroy_ah(AddressHandle*) override { return c_.fail(EINVAL, "not an address handle of this context"); }
   SharedReceiveQueue* create_srq(ProtectionDomain*, const SrqInitAttr&, void (*)(void*), void*) override {
     c_.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
     return nullptr;
   }
+  int destroy_srq(SharedReceiveQueue*) override { return c_.fail(EINVAL, "not an SRQ of this context"); }
+  // The engines are the daemon's (uroced --stats).
+  std::vector<Stat> stats() override { return {}; }
+  std::vector<Stat> engine_stats(std::size_t) override { return {}; }
+  std::vector<std::uint32_t> qp_nums() override { return {}; }
+  bool qp_stats(std::uint32_t, QpStats&) override { return false; }
 
  private:
   // One call that names an object and returns nothing else.
@@ -127,7 +126,26 @@ class ServiceBackend final : public Backend {
   ContextImpl& c_;
   std::unique_ptr<service::Client> client_;
   std::map<const MemoryRegion*, std::uint32_t> mrs_;  // the daemon's handle of each region
+  std::mutex mutex_;  // one control call at a time
 };
+
+ServiceBackend::ServiceBackend(Context& ctx, std::unique_ptr<service::Client> client)
+    : ctx_(ctx), c_(impl_of(ctx)), client_(std::move(client)) {
+  const service::HelloReply& h = client_->hello();
+  DeviceLimits& limits = c_.limits;
+  limits.max_qp = h.max_qp;
+  limits.max_qp_wr = h.max_qp_wr;
+  limits.max_sge = h.max_sge;
+  limits.max_inline_data = h.max_inline_data;
+  limits.max_cqe = h.max_cqe;
+  limits.max_mr = h.max_mr;
+  limits.max_qp_rd_atom = h.max_qp_rd_atom;
+  limits.max_qp_init_rd_atom = h.max_qp_init_rd_atom;
+  PortConfig& port = c_.port;
+  std::memcpy(port.mac, h.mac, sizeof port.mac);
+  port.gid = h.gid[1];
+  port.active_mtu = static_cast<ibv_mtu>(h.active_mtu);
+}
 
 int ServiceBackend::simple(service::Op op, std::uint32_t handle, const char* what) {
   service::Request req;
@@ -148,7 +166,7 @@ int ServiceBackend::query_gid(int index, ibv_gid& gid) {
 }
 
 ProtectionDomain* ServiceBackend::alloc_pd() {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   service::Request req;
   req.op = service::Op::kAllocPd;
   service::Reply reply;
@@ -162,7 +180,7 @@ ProtectionDomain* ServiceBackend::alloc_pd() {
 }
 
 int ServiceBackend::dealloc_pd(ProtectionDomain* pd) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (std::none_of(c_.pds.begin(), c_.pds.end(), [pd](const auto& p) { return p.get() == pd; })) {
     return c_.fail(EINVAL, "not a PD of this context");
   }
@@ -172,7 +190,7 @@ int ServiceBackend::dealloc_pd(ProtectionDomain* pd) {
 }
 
 CompletionQueue* ServiceBackend::create_cq(int cqe, void (*on_event)(void*), void* arg) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c_.limits.max_cqe) {
     c_.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
     return nullptr;
@@ -195,7 +213,7 @@ CompletionQueue* ServiceBackend::create_cq(int cqe, void (*on_event)(void*), voi
 }
 
 int ServiceBackend::destroy_cq(CompletionQueue* cq) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (std::none_of(c_.cqs.begin(), c_.cqs.end(), [cq](const auto& p) { return p.get() == cq; })) {
     return c_.fail(EINVAL, "not a CQ of this context");
   }
@@ -218,7 +236,7 @@ void* ServiceBackend::alloc_buffer(std::size_t bytes) {
 // the region (lib/service/daemon/memory.cc).
 MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                                      int access, bool) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (length == 0 || addr == nullptr) {
     c_.fail(EINVAL, "bad region: zero length or no address");
     return nullptr;
@@ -250,7 +268,7 @@ MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size
 }
 
 int ServiceBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   const auto it = mrs_.find(mr);
   if (it == mrs_.end()) return c_.fail(EINVAL, "not a registered memory region");
   if (const int e = simple(service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
@@ -264,7 +282,7 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
     c_.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr || !impl_of(*attr.send_cq).remote ||
       !impl_of(*attr.recv_cq).remote) {
     c_.fail(EINVAL, "send_cq and recv_cq are required, both of this context");
@@ -295,7 +313,7 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
 }
 
 int ServiceBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (std::none_of(c_.qps.begin(), c_.qps.end(), [qp](const auto& p) { return p.get() == qp; })) {
     return c_.fail(EINVAL, "not a QP of this context");
   }
@@ -310,7 +328,7 @@ int ServiceBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
 
 int ServiceBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) {
   QpImpl& q = impl_of(qp);
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   service::Request req;
   req.op = service::Op::kModifyQp;
   req.modify_qp.qp = q.remote->handle;
@@ -329,7 +347,7 @@ int ServiceBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_m
 int ServiceBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int, QpInitAttr* init_attr) {
   // The QP's last known state is refreshed (a const call on the object).
   QpImpl& q = const_cast<QpImpl&>(impl_of(qp));
-  std::lock_guard<std::mutex> lock(c_.control_mutex);
+  std::lock_guard<std::mutex> lock(mutex_);
   service::Request req;
   req.op = service::Op::kQueryQp;
   req.handle = q.remote->handle;

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <string>
 
-#include "verbs/verbs_impl.h"
+#include "verbs/local.h"
 
 namespace uroce {
 
@@ -26,11 +26,14 @@ SharedReceiveQueue* ProtectionDomain::create_srq(const SrqInitAttr& attr, void (
   return impl_of(*ctx_).backend->create_srq(this, attr, on_limit, arg);
 }
 
-// The in-process body (LocalBackend::create_srq).
-SharedReceiveQueue* internal::local_create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
-                                               void* arg) {
-  internal::ContextImpl& c = impl_of(pd->context());
-  return c.control([&]() -> SharedReceiveQueue* {
+int ProtectionDomain::destroy_srq(SharedReceiveQueue* srq) { return impl_of(*ctx_).backend->destroy_srq(srq); }
+
+// The in-process bodies.
+
+SharedReceiveQueue* internal::LocalBackend::create_srq(ProtectionDomain* pd, const SrqInitAttr& attr,
+                                                       void (*on_limit)(void*), void* arg) {
+  ContextImpl& c = c_;
+  return control([&]() -> SharedReceiveQueue* {
     const DeviceLimits& l = c.limits;
     if (attr.max_wr == 0 || attr.max_wr > l.max_qp_wr || attr.max_sge == 0 || attr.max_sge > l.max_sge ||
         attr.srq_limit > attr.max_wr) {
@@ -52,9 +55,9 @@ SharedReceiveQueue* internal::local_create_srq(ProtectionDomain* pd, const SrqIn
   });
 }
 
-int ProtectionDomain::destroy_srq(SharedReceiveQueue* srq) {
-  internal::ContextImpl& c = impl_of(*ctx_);
-  return c.control([&] {
+int internal::LocalBackend::destroy_srq(SharedReceiveQueue* srq) {
+  ContextImpl& c = c_;
+  return control([&] {
     auto it = std::find_if(c.srqs.begin(), c.srqs.end(), [srq](const auto& s) { return s.get() == srq; });
     if (it == c.srqs.end()) return c.fail(EINVAL, "not an SRQ of this context");
     if (impl_of(*srq).users != 0) {

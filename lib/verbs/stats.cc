@@ -9,7 +9,7 @@
 
 #include "engine/engine.h"
 #include "transport/counters.h"
-#include "verbs/verbs_impl.h"
+#include "verbs/local.h"
 #include "wire/parse_status.h"
 
 namespace uroce {
@@ -104,48 +104,54 @@ const Stat* find_stat(const std::vector<Stat>& stats, StatScope scope, const cha
   return nullptr;
 }
 
-std::vector<Stat> Context::stats() const {
-  Impl& c = *impl_;
-  return c.control(
-      [&c] {
+std::vector<Stat> Context::stats() const { return impl_->backend->stats(); }
+
+std::vector<Stat> Context::engine_stats(std::size_t engine) const { return impl_->backend->engine_stats(engine); }
+
+std::vector<std::uint32_t> Context::qp_nums() const { return impl_->backend->qp_nums(); }
+
+bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const { return impl_->backend->qp_stats(qpn, out); }
+
+// The in-process bodies, read-only control calls.
+
+std::vector<Stat> internal::LocalBackend::stats() {
+  return control(
+      [this] {
         std::vector<Stat> rows;
-        for (const auto& e : c.engines) add_engine(*e, rows);
+        for (const auto& e : engines_) add_engine(*e, rows);
         return rows;
       },
-      Impl::Access::kReadsOnly);
+      Access::kReadsOnly);
 }
 
-std::vector<Stat> Context::engine_stats(std::size_t engine) const {
-  Impl& c = *impl_;
-  if (engine >= c.engines.size()) return {};
-  return c.control(
-      [&c, engine] {
+std::vector<Stat> internal::LocalBackend::engine_stats(std::size_t engine) {
+  if (engine >= engines_.size()) return {};
+  return control(
+      [this, engine] {
         std::vector<Stat> rows;
-        add_engine(*c.engines[engine], rows);
+        add_engine(*engines_[engine], rows);
         return rows;
       },
-      Impl::Access::kReadsOnly);
+      Access::kReadsOnly);
 }
 
-std::vector<std::uint32_t> Context::qp_nums() const {
-  Impl& c = *impl_;
-  return c.control(
-      [&c] {
+std::vector<std::uint32_t> internal::LocalBackend::qp_nums() {
+  return control(
+      [this] {
         std::vector<std::uint32_t> out;
-        for (const auto& e : c.engines) {
+        for (const auto& e : engines_) {
           for (const transport::Qp* qp : e->qps()) out.push_back(qp->qpn);
         }
         return out;
       },
-      Impl::Access::kReadsOnly);
+      Access::kReadsOnly);
 }
 
-bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const {
-  Impl& c = *impl_;
-  return c.control(
-      [&c, &out, qpn] {
-        for (std::size_t k = 0; k < c.engines.size(); ++k) {
-          const transport::Qp* q = c.engines[k]->find_qp(qpn);
+bool internal::LocalBackend::qp_stats(std::uint32_t qpn, QpStats& out) {
+  return control(
+      [this, &out, qpn] {
+        for (std::size_t k = 0; k < engines_.size(); ++k) {
+          const transport::Qp* q = engines_[k]->find_qp(qpn);
           if (q == nullptr) continue;
           out.qp_num = qpn;
           out.engine = k;
@@ -165,7 +171,7 @@ bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const {
         }
         return false;
       },
-      Impl::Access::kReadsOnly);
+      Access::kReadsOnly);
 }
 
 std::vector<Stat> QueuePair::stats() const {

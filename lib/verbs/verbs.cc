@@ -4,17 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <random>
 
 #include "service/client.h"
-#include "transport/qp_state.h"
 #include "log/log.h"
 #include "verbs/backend.h"
-#include "verbs/traffic_class.h"
 #include "verbs/verbs_impl.h"
-#include "wire/headers.h"
 
 namespace uroce {
 
@@ -91,8 +87,11 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
             ": give the lossless 802.1p priority, 0 to 7, or -1 for none";
     return nullptr;
   }
+  PortConfig p = port;
+  if (p.queues.empty()) p.queues.push_back(p.io);
+  p.io = p.queues[0];  // the control path's queue: neighbour resolution, memory registration
   auto ctx = std::unique_ptr<Context>(new Context());
-  ctx->impl_ = std::make_unique<Impl>(port);
+  ctx->impl_ = std::make_unique<Impl>(p);
   ctx->impl_->backend = internal::make_local_backend(*ctx);
   return ctx;
 }
@@ -101,70 +100,14 @@ std::unique_ptr<Context> Context::attach(const std::string& socket_path, std::st
   auto client = service::Client::connect(socket_path, error);
   if (!client) return nullptr;
   auto ctx = std::unique_ptr<Context>(new Context());
-  ctx->impl_ = std::make_unique<Impl>(client->hello());
+  ctx->impl_ = std::make_unique<Impl>(PortConfig{});  // the daemon's port, filled in by the backend
   ctx->impl_->backend = internal::make_service_backend(*ctx, std::move(client));
   return ctx;
 }
 
 bool Context::attached() const { return impl_->backend->attached(); }
 
-Context::Impl::Impl(const PortConfig& p) : port(p), mrs(limits.max_mr, random_bytes) {
-  if (port.queues.empty()) port.queues.push_back(port.io);
-  port.io = port.queues[0];  // the control path's queue: neighbour resolution, memory registration
-  resolver = std::make_unique<Resolver>(port.io);
-  for (engine::PacketIo* io : port.queues) {
-    engines.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs));
-    engines.back()->set_congestion_control(port.dcqcn);
-  }
-  if (engines.size() > 1) {
-    handover = std::make_unique<engine::Handover>(static_cast<std::uint32_t>(engines.size()));
-    for (std::size_t i = 0; i < engines.size(); ++i) engines[i]->attach(handover.get(), static_cast<std::uint32_t>(i));
-  }
-  parked = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
-  polled = std::make_unique<std::atomic<std::uint64_t>[]>(engines.size());
-  // A CNP tells a sender to slow down; paused behind the very data it is
-  // about, it arrives late when it matters most. ConnectX sends them on
-  // priority 6 (DSCP 48), apart from the lossless data.
-  if (const int lossless = port.pfc_priority;
-      lossless >= 0 && port.dcqcn != nullptr && port.dcqcn->enabled &&
-      (internal::dscp_priority(port.dcqcn->cnp_dscp) == lossless || port.dcqcn->cnp_priority == lossless)) {
-    logger().warn("CNPs (np_cnp_dscp {}, np_cnp_priority {}) share the PFC priority {}: pauses delay them; give "
-                  "np_cnp_dscp and np_cnp_priority another priority (ConnectX: 48 and 6)",
-                  port.dcqcn->cnp_dscp, port.dcqcn->cnp_priority, lossless);
-  }
-}
-
-std::uint8_t Context::Impl::sent_traffic_class(const ibv_ah_attr& ah, std::size_t engine, const std::string& what) {
-  const internal::SentClass s = internal::sent_traffic_class(ah.grh.traffic_class, port.pfc_priority);
-  if (s.outside_pfc) {
-    engines.at(engine)->add_counter(engine::EngineCounter::paths_outside_pfc_priority);
-    if (!warned_outside_pfc) {
-      warned_outside_pfc = true;
-      const int dscp = ah.grh.traffic_class >> 2;
-      logger().warn("{}: traffic class {:#x} is DSCP {}, priority {}, not the PFC priority {}: its packets are not "
-                    "lossless; leave the traffic class 0 or give a DSCP from {} to {} (warned once; counted in "
-                    "paths_outside_pfc_priority)",
-                    what, ah.grh.traffic_class, dscp, internal::dscp_priority(static_cast<std::uint8_t>(dscp)),
-                    port.pfc_priority, port.pfc_priority * 8, port.pfc_priority * 8 + 7);
-    }
-  }
-  return s.traffic_class;
-}
-
-transport::Qp* Context::Impl::find_qp(std::uint32_t qpn) const {
-  for (const auto& e : engines) {
-    if (transport::Qp* qp = e->find_qp(qpn)) return qp;
-  }
-  return nullptr;
-}
-
-void Context::Impl::publish_owners() {
-  if (!handover) return;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> owners;
-  owners.reserve(qps.size());
-  for (const auto& qp : qps) owners.emplace_back(qp->qp_num(), impl_of(*qp).engine);
-  handover->set_owners(owners);
-}
+Context::Impl::~Impl() = default;
 
 Context::~Context() {
   if (impl_) impl_->backend.reset();  // its teardown (~LocalBackend, ~ServiceBackend)
@@ -197,11 +140,6 @@ int record_error(const ContextImpl* c, int err, std::string message) {
 }  // namespace
 
 // Every failed control call passes here.
-void Context::Impl::wake_one(Impl& c, QueuePair& qp) {
-  const internal::QpImpl& q = impl_of(qp);
-  c.engines[q.engine]->wake(const_cast<transport::Qp*>(&q.qp));
-}
-
 int Context::Impl::fail(int err, std::string message) {
   logger().debug("{} ({})", message, std::strerror(err));
   return record_error(this, err, std::move(message));
@@ -222,8 +160,8 @@ std::unique_ptr<QueuePair> Access::make_qp(Context* ctx, std::unique_ptr<QpImpl>
   return std::unique_ptr<QueuePair>(new QueuePair(ctx, std::move(impl)));
 }
 
-engine::Engine& engine_of(Context& ctx, std::size_t i) { return *impl_of(ctx).engines.at(i); }
-std::size_t engine_count(const Context& ctx) { return impl_of(ctx).engines.size(); }
+engine::Engine& engine_of(Context& ctx, std::size_t i) { return impl_of(ctx).backend->engine(i); }
+std::size_t engine_count(const Context& ctx) { return impl_of(ctx).backend->engine_count(); }
 
 }  // namespace internal
 
@@ -255,37 +193,6 @@ int Context::Impl::query_gid(int index, ibv_gid& gid) { return backend->query_gi
 
 Reach Context::resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) { return impl_->backend->resolve_gid(gid, mac); }
 
-int Context::Impl::wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what) {
-  // The resolver gives up after a second; the deadline only bounds the
-  // wait should it be busy with others (Resolver::kMaxPending).
-  const auto deadline = std::chrono::steady_clock::now() + Resolver::kTimeout + std::chrono::milliseconds(500);
-  for (;;) {
-    switch (resolver->query(gid, mac)) {
-      case Reach::kKnown: return 0;
-      case Reach::kUnreachable:
-        return fail(EHOSTUNREACH, std::string(what) +
-                                      ": cannot resolve the peer's GID to an Ethernet address: no answer to ARP/ND "
-                                      "within a second, now or in the last 5 s (is it on the link?)");
-      case Reach::kPending: break;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return fail(EHOSTUNREACH, std::string(what) + ": the peer's GID was not resolved in time (too many "
-                                                    "resolutions under way); try again");
-    }
-    if (!workers_running.load(std::memory_order_acquire)) {
-      // Nobody else may be polling the port's queues: poll them here, in a
-      // short control call (exclusive with progress() in other threads).
-      control([&] {
-        for (auto& e : engines) e->poll();
-        return 0;
-      }, Access::kReadsOnly);
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-}
-
 void Context::free_buffer(void* buffer) { impl_->backend->free_buffer(buffer); }
 
 // --- ProtectionDomain -------------------------------------------------------------
@@ -307,15 +214,10 @@ int ProtectionDomain::dereg_mr(MemoryRegion* mr) { return impl_of(*ctx_).backend
 
 namespace internal {
 
-Reach lookup_gid(Context& ctx, const ibv_gid& gid) {
-  ContextImpl& c = impl_of(ctx);
-  return c.resolver == nullptr ? Reach::kKnown : c.resolver->look(gid, nullptr);
-}
+Reach lookup_gid(Context& ctx, const ibv_gid& gid) { return impl_of(ctx).backend->lookup_gid(gid); }
 
 std::uint64_t resolve_counter(const Context& ctx, const char* name) {
-  const ContextImpl& c = impl_of(ctx);
-  if (c.resolver == nullptr) return 0;
-  const ResolveCounters counters = c.resolver->counters();
+  const ResolveCounters counters = impl_of(ctx).backend->resolve_counters();
 #define UROCE_X(row, description) \
   if (std::strcmp(name, #row) == 0) return counters.row;
   UROCE_RESOLVE_COUNTER_LIST(UROCE_X)
@@ -327,7 +229,7 @@ QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr) {
   return impl_of(pd->context()).backend->create_qp(pd, attr, true);
 }
 
-std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).port.clock->now_ns(); }
+std::uint64_t now_ns(Context& ctx) { return impl_of(ctx).backend->now_ns(); }
 
 }  // namespace internal
 

@@ -30,8 +30,10 @@
 
 #include "service/client.h"
 #include "service/protocol.h"
+#include "uroce/stats.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
+#include "verbs/internal.h"
 #include "support/telemetry_client.h"
 #include "support/uroced.h"
 #include "support/work_requests.h"
@@ -430,6 +432,26 @@ TEST_F(Service, TelemetryListsTheClientsAndTheirQps) {
   EXPECT_EQ(pd->destroy_qp(qp), 0);
   EXPECT_EQ(ctx->destroy_cq(cq), 0);
   EXPECT_EQ(ctx->dealloc_pd(pd), 0);
+}
+
+// An attached context answers the stack's own questions from its backend
+// (the daemon's engines are not in this process): a clock that advances
+// (the CM's timers read it; it was the in-process port's, absent here), no
+// engines, no engine counters, every GID resolved by the daemon.
+TEST_F(Service, AnAttachedContextAnswersFromItsBackend) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  ASSERT_TRUE(ctx->attached());
+  const std::uint64_t t0 = uroce::internal::now_ns(*ctx);
+  std::this_thread::sleep_for(2ms);
+  EXPECT_GE(uroce::internal::now_ns(*ctx) - t0, 2'000'000u);
+  EXPECT_EQ(uroce::internal::engine_count(*ctx), 0u);
+  EXPECT_THROW(uroce::internal::engine_of(*ctx, 0), std::out_of_range);
+  EXPECT_TRUE(ctx->stats().empty());
+  EXPECT_TRUE(ctx->qp_nums().empty());
+  EXPECT_EQ(uroce::internal::lookup_gid(*ctx, ctx->gid()), uroce::Reach::kKnown);
+  EXPECT_EQ(uroce::internal::resolve_counter(*ctx, "resolve_started"), 0u);
 }
 
 // A daemon of its own with small limits, and what SIGTERM does.

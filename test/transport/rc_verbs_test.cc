@@ -196,7 +196,7 @@ TEST(RcVerbs, SendWithInvalidateOfAnOrdinaryRegionIsRefused) {
   EXPECT_EQ(p.qb->state(), IBV_QPS_ERR);
   // The rkey still opens the region.
   std::uint8_t* host = nullptr;
-  EXPECT_EQ(internal::impl_of(*p.net.b).mrs.check(target->rkey, true, p.pdb->id(), reinterpret_cast<std::uint64_t>(p.bufb + 32768),
+  EXPECT_EQ(uroce::testing::mr_table(*p.net.b).check(target->rkey, true, p.pdb->id(), reinterpret_cast<std::uint64_t>(p.bufb + 32768),
                                       8, IBV_ACCESS_REMOTE_WRITE, host),
             mem::AccessResult::kOk);
 }

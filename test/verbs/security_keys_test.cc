@@ -82,7 +82,7 @@ TEST(SecurityKeys, KeysAreUniqueAndAStaleKeyOpensNothing) {
   device::SimPair net(3);
   ProtectionDomain* pd = net.a->alloc_pd();
   auto* buf = static_cast<std::uint8_t*>(net.a->alloc_buffer(4096));
-  const mem::MrTable& table = internal::impl_of(*net.a).mrs;
+  const mem::MrTable& table = uroce::testing::mr_table(*net.a);
   std::set<std::uint32_t> stale;
   std::vector<MemoryRegion*> live;
   std::uint32_t last = 0;
@@ -166,7 +166,7 @@ TEST(SecurityKeys, APdMadeAfterTwoToTheThirtyTwoOthersNeverPassesForALiveOne) {
   EXPECT_NE(wrapped->id(), first->id()) << "a PD made 2^32 later has a live PD's identity";
   EXPECT_NE(before->id(), first->id());
   std::uint8_t* host = nullptr;
-  const mem::MrTable& table = internal::impl_of(*p.net.a).mrs;
+  const mem::MrTable& table = uroce::testing::mr_table(*p.net.a);
   EXPECT_EQ(table.check(p.mra->lkey, false, wrapped->id(), reinterpret_cast<std::uint64_t>(p.bufa), 16, 0, host),
             mem::AccessResult::kBadPd);
   EXPECT_EQ(table.check(p.mra->lkey, false, first->id(), reinterpret_cast<std::uint64_t>(p.bufa), 16, 0, host),

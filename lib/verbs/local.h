@@ -1,0 +1,207 @@
+// The in-process backend (Context::open): the engines in this process, the
+// memory region table they check every access against, the workers that run
+// them and the control calls that hold them; the data path goes straight
+// into the transport (lib/verbs/backend.h). Its bodies: local.cc (the
+// context, workers, PDs, CQs, regions), local_qp.cc (QPs), ah.cc, srq.cc and
+// stats.cc (beside the public objects they make or read).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/handover.h"
+#include "mem/arena.h"
+#include "mem/mr_table.h"
+#include "uroce/stats.h"
+#include "verbs/backend.h"
+#include "verbs/resolver.h"
+#include "verbs/verbs_impl.h"
+
+namespace uroce::internal {
+
+class LocalBackend final : public Backend {
+ public:
+  explicit LocalBackend(Context& ctx);
+  ~LocalBackend() override;
+
+  // The backend of an in-process context (testing hooks, which exist only
+  // in process); std::bad_cast for one attached to uroced.
+  static LocalBackend& of(Context& ctx);
+
+  bool attached() const override { return false; }
+  std::uint64_t now_ns() const override { return c_.port.clock->now_ns(); }
+  std::size_t engine_count() const override { return engines_.size(); }
+  engine::Engine& engine(std::size_t i) override { return *engines_.at(i); }
+  std::size_t progress() override;
+  int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) override;
+  void stop_workers() override;
+  int query_gid(int index, ibv_gid& gid) override;
+  Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) override { return resolver_.query(gid, mac); }
+  Reach lookup_gid(const ibv_gid& gid) override { return resolver_.look(gid, nullptr); }
+  ResolveCounters resolve_counters() const override { return resolver_.counters(); }
+  void* alloc_buffer(std::size_t bytes) override;
+  void free_buffer(void* buffer) override;
+  ProtectionDomain* alloc_pd() override;
+  int dealloc_pd(ProtectionDomain* pd) override;
+  MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                       bool copied) override;
+  int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
+  int destroy_cq(CompletionQueue* cq) override;
+  int arm_cq(CqImpl& cq, bool solicited_only) override;
+  bool cq_overflowed(const CqImpl& cq) const override;
+  QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
+  int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
+  int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
+  int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
+  void refresh_counters(const QueuePair&) override {}  // the engines count in place
+  QueuePair::CongestionState congestion(const QueuePair& qp) override;
+  AddressHandle* create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) override;      // ah.cc
+  int destroy_ah(AddressHandle* ah) override;                                            // ah.cc
+  SharedReceiveQueue* create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                 void* arg) override;                                    // srq.cc
+  int destroy_srq(SharedReceiveQueue* srq) override;                                     // srq.cc
+  std::vector<Stat> stats() override;                                                    // stats.cc
+  std::vector<Stat> engine_stats(std::size_t engine) override;                           // stats.cc
+  std::vector<std::uint32_t> qp_nums() override;                                         // stats.cc
+  bool qp_stats(std::uint32_t qpn, QpStats& out) override;                               // stats.cc
+
+  // create_qp with a given QPN, outside a control call
+  // (testing::create_qp_with_qpn; create_qp calls it inside one).
+  QueuePair* create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn);
+  // reg_mr with a given key, outside a control call (testing::reg_mr_with_key).
+  MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                                std::uint32_t key);
+  const mem::MrTable& mrs() const { return mrs_; }
+
+ private:
+  // Runs f as a control call. Unless it only reads, every engine then looks
+  // at all its QPs once (f may have changed their state or attributes). A
+  // call on one QP wakes only it (kOneQp: `one`), and creating a QP wakes
+  // none (kAddsQp: the engine's add_qp looks at the new one): with 10,000
+  // QPs, waking them all made their set-up quadratic.
+  enum class Access { kChanges, kReadsOnly, kOneQp, kAddsQp };
+  template <typename F>
+  auto control(F&& f, Access access = Access::kChanges, QueuePair* one = nullptr) -> decltype(f());
+
+  // The engine serving `qp` looks at it in its next poll.
+  void wake_one(QueuePair& qp);
+  transport::Qp* find_qp(std::uint32_t qpn) const;  // on any engine
+  void publish_owners();  // the handover's QPN -> engine table (control path)
+
+  // Waits until `gid`'s Ethernet address is known (0, `mac` filled), or it
+  // is unreachable or 1.5 s passed (EHOSTUNREACH, with last_error()). Never
+  // inside a control call: the engines keep running meanwhile (the workers,
+  // or, without them, this thread polls them in short control calls, since
+  // it may be the very thread that would call progress()).
+  int wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what);
+
+  // The traffic class frames on the address vector `ah` carry: as
+  // verbs/traffic_class.h rules with port.pfc_priority. One whose DSCP maps
+  // outside the PFC priority is counted on engine `engine` (and warned
+  // about, the first time, naming `what`). In a control call.
+  std::uint8_t sent_traffic_class(const ibv_ah_attr& ah, std::size_t engine, const std::string& what);
+
+  // The bodies of the control calls (local.cc, local_qp.cc).
+  int dealloc_pd_now(ProtectionDomain* pd);
+  CompletionQueue* create_cq_now(int cqe, void (*on_event)(void*), void* arg);
+  MemoryRegion* reg_mr_now(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+  std::unique_ptr<MemoryRegion> dereg_mr_now(MemoryRegion* mr);
+  QueuePair* create_qp_now(ProtectionDomain* pd, const QpInitAttr& attr);
+  int destroy_qp_now(QueuePair* qp);
+  int modify_now(QpImpl& q, const ibv_qp_attr& attr, int attr_mask, const std::uint8_t peer_mac[6]);
+  ibv_gid source_gid(const ibv_ah_attr& ah) const;
+
+  Context& ctx_;
+  ContextImpl& c_;  // the objects, port and limits both backends share
+  mem::MrTable mrs_;
+  std::vector<std::unique_ptr<engine::Engine>> engines_;
+  std::unique_ptr<engine::Handover> handover_;  // with more than one engine
+  // create_qp's QPNs: a keyed permutation of the 24-bit space applied to a
+  // counter, so they are unpredictable yet none comes back before 2^24 more
+  // QPs were made (the key is drawn at the first create_qp).
+  std::uint32_t next_qpn_ = 0;
+  std::array<std::uint64_t, 4> qpn_key_{};
+  bool qpn_keyed_ = false;
+  // By QPN & (size - 1): how many live QPs have those low bits (create_qp's
+  // choice of QPN). Grows (rebuilt) with the number of QPs, never shrinks;
+  // every QP made counts itself in, destroy_qp counts it out.
+  std::vector<std::uint32_t> qpn_low_used_;
+  // Regions the port was not told of (internal::reg_mr_copied): frames from
+  // them are copied. Under control calls.
+  std::set<const MemoryRegion*> unported_;
+  std::map<void*, mem::Buffer> buffers_;  // alloc_buffer's
+  // Address resolution for the port (Context::resolve_gid).
+  Resolver resolver_;
+  bool warned_outside_pfc_ = false;  // control path
+
+  // The engines' threads. A control call holds them all: it makes
+  // control_seq odd, waits until every worker has parked on that value
+  // between two polls, runs in the caller's thread, and makes it even again.
+  // One control call at a time, and never two in a row without a poll of
+  // every worker between them: a control call first waits until each
+  // worker has polled since the last one ended (`polled`), so a thread that
+  // makes control calls back to back (telemetry, a stats loop) slows the
+  // engines but cannot starve them.
+  //
+  // Without workers the engines run in whichever thread calls progress(),
+  // and a control call may come from another one (telemetry's). progress()
+  // sets `polling`, then polls only if control_seq is even; a control call
+  // makes control_seq odd, then waits until `polling` is clear. Each side
+  // stores, then loads what the other stores, all seq_cst: at least one of
+  // them sees the other, so the engines never run beside a control call.
+  std::vector<std::thread> workers_;
+  std::atomic<bool> workers_running_{false};
+  std::atomic<bool> workers_stop_{false};
+  std::mutex control_mutex_;
+  std::atomic<std::uint64_t> control_seq_{0};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> parked_;  // per worker: the odd control_seq it holds for
+  std::unique_ptr<std::atomic<std::uint64_t>[]> polled_;  // per worker: the even control_seq of its last poll
+  std::atomic<bool> polling_{false};                      // progress() is running the engines
+};
+
+template <typename F>
+auto LocalBackend::control(F&& f, Access access, QueuePair* one) -> decltype(f()) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  struct Release {
+    LocalBackend& b;
+    bool held;
+    Access access;
+    QueuePair* one;
+    ~Release() {
+      if (access == Access::kOneQp) {
+        b.wake_one(*one);
+      } else if (access == Access::kChanges) {
+        for (auto& e : b.engines_) e->wake_all();
+      }
+      b.control_seq_.fetch_add(1, std::memory_order_release);
+    }
+  } release{*this, workers_running_.load(std::memory_order_acquire), access, one};
+  const std::uint64_t seq = control_seq_.load(std::memory_order_relaxed) + 1;
+  if (release.held) {
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      while (polled_[i].load(std::memory_order_acquire) < seq - 1) std::this_thread::yield();
+    }
+  }
+  control_seq_.store(seq, std::memory_order_seq_cst);
+  if (release.held) {
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      while (parked_[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
+    }
+  } else {
+    while (polling_.load(std::memory_order_seq_cst)) std::this_thread::yield();
+  }
+  return f();
+}
+
+}  // namespace uroce::internal
