@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 
 #include "log/log.h"
@@ -147,6 +148,12 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
   }
   c.workers_stop.store(false);
   c.workers_running.store(true, std::memory_order_release);
+  // The workers are born with every signal blocked, so the application's
+  // handlers run on its own threads: one that calls exit() on a worker
+  // would wait for the worker itself (issue 27, item 5).
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was);
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     c.parked[i].store(0, std::memory_order_relaxed);
     c.polled[i].store(0, std::memory_order_relaxed);
@@ -187,11 +194,13 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
       }
     });
   }
+  pthread_sigmask(SIG_SETMASK, &was, nullptr);
   return 0;
 }
 
 void LocalBackend::stop_workers() {
   ContextImpl& c = c_;
+  if (ContextImpl::controls_here != 0) return;  // this thread holds them already (issue 27, item 5)
   std::lock_guard<std::mutex> lock(c.control_mutex);
   if (!c.workers_running.load()) return;
   c.workers_stop.store(true);
