@@ -100,9 +100,15 @@ ibv_srq* create_srq_ex_op(ibv_context*, ibv_srq_init_attr_ex* attr) {
     errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: XRC SRQs are not supported (basic SRQs are)");
   } else if ((typed && attr->srq_type == IBV_SRQT_TM) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) != 0) {
     errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: tag-matching SRQs are not supported (basic SRQs are)");
+  } else if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) != 0 &&
+             (attr->comp_mask & ~static_cast<std::uint32_t>(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                                                            IBV_SRQ_INIT_ATTR_CQ)) == 0) {
+    // A basic SRQ that also names a CQ, which only XRC and tag-matching
+    // SRQs use (the kernel ignores it): ibv_srq_init_attr_ex begins as
+    // ibv_srq_init_attr does.
+    return ibv_create_srq(attr->pd, reinterpret_cast<ibv_srq_init_attr*>(attr));
   } else {
-    // A basic SRQ with no PD, or with a CQ (which only XRC and TM SRQs use).
-    errno = EINVAL;
+    errno = EINVAL;  // no PD, or an attribute uroce does not know
   }
   return nullptr;
 }

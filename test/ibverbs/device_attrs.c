@@ -154,10 +154,14 @@ static int attrs(void) {
   errno = 0;
   CHECK(ibv_open_qp(ctx, &oa) == NULL);
   CHECK(errno == EOPNOTSUPP);
-  /* A basic SRQ through ibv_create_srq_ex still works. */
-  sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+  /* A basic SRQ through ibv_create_srq_ex still works, with a CQ named
+     (our op) or not (the inline's ibv_create_srq). */
   sx.srq_type = IBV_SRQT_BASIC;
   struct ibv_srq *srq = ibv_create_srq_ex(ctx, &sx);
+  CHECK(srq != NULL);
+  CHECK(ibv_destroy_srq(srq) == 0);
+  sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+  srq = ibv_create_srq_ex(ctx, &sx);
   CHECK(srq != NULL);
   CHECK(ibv_destroy_srq(srq) == 0);
   fprintf(stderr, "--- end\n");
