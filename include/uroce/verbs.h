@@ -220,6 +220,9 @@ class Context {
   };
   int start_workers(const std::vector<int>& cpus, WorkerHook hook);
   int start_worker(int cpu) { return start_workers({cpu}); }
+  // Stops and joins the workers. The workers block every signal. Called on
+  // a thread that is inside a control call (exit() from a signal handler
+  // that interrupted one), it returns at once: that call holds them.
   void stop_workers();
 
   // The device's counters (include/uroce/stats.h): every engine counter and

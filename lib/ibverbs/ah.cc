@@ -40,6 +40,10 @@ ibv_ah* ibv_create_ah(ibv_pd* ibv_pd, ibv_ah_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  if (attr->is_global != 0 && attr->grh.sgid_index >= uroce::ibverbs::kGidTableLen) {
+    errno = uroce::ibverbs::bad_gid_index("ibv_create_ah", attr->grh.sgid_index);
+    return nullptr;
+  }
   auto* pd = reinterpret_cast<uroce::ibverbs::Pd*>(ibv_pd);
   uroce::AddressHandle* ah = pd->pd->create_ah(*attr);
   if (ah == nullptr) {

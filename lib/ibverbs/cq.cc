@@ -44,13 +44,17 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
     errno = EINVAL;
     return nullptr;
   }
+  // As rdma-core's kernel: a vector the context does not have is refused.
+  if (attr.comp_vector >= static_cast<std::uint32_t>(context->num_comp_vectors)) {
+    errno = EINVAL;
+    return nullptr;
+  }
   auto* cq = allocate<Cq>();
   if (cq == nullptr) return nullptr;
   cq->ctx = x;
   cq->id = next_cq_id.fetch_add(1);
   cq->channel = channel_of(attr.channel);
-  // comp_vector is accepted whatever its value: there is one event source,
-  // and UCX passes a CPU number.
+  // comp_vector picks no thread: every CQ's events come from its engine's.
   cq->cq = x->ctx->create_cq(static_cast<int>(attr.cqe), attr.channel != nullptr ? fire : nullptr, cq);
   if (cq->cq == nullptr) {
     delete cq;

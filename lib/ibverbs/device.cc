@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,40 @@ struct Process {
 Process& process() {
   static Process* p = new Process;
   return *p;
+}
+
+// Process::mutex held, marked on the thread from before it asks for the lock
+// until after it gives it back: the exit handler must not wait for a lock
+// its own thread holds (exit() from a signal handler that interrupted
+// ibv_open_device or ibv_close_device).
+thread_local bool in_process_lock = false;
+class ProcessLock {
+ public:
+  ProcessLock() {
+    in_process_lock = true;
+    process().mutex.lock();
+  }
+  ~ProcessLock() {
+    process().mutex.unlock();
+    in_process_lock = false;
+  }
+  ProcessLock(const ProcessLock&) = delete;
+  ProcessLock& operator=(const ProcessLock&) = delete;
+};
+
+// A program that exits with contexts open: the workers stop before the
+// libraries' destructors run. exit() may come from a signal handler that
+// interrupted this thread inside a verb (qperf's does): then the locks are
+// this thread's own and nobody would give them back, so nothing waits for
+// them. Inside a control call the workers are held by it (parked between
+// two polls, touching nothing) until the process ends; inside open/close
+// the orderly stop is skipped. Another thread's verb ends, so its lock is
+// waited for.
+void stop_at_exit() {
+  if (in_process_lock) return;
+  ProcessLock lock;
+  // Returns at once inside a control call of this thread (lib/verbs).
+  if (process().device != nullptr) process().device->ctx->stop_workers();
 }
 
 const char* getenv_fn(const char* name) { return std::getenv(name); }
@@ -143,13 +178,7 @@ void start() {
   }
   port->ctx->stop_workers();
   process().workers = config.workers;
-  // A program that exits with contexts open: the workers stop before the
-  // libraries' destructors run.
-  std::atexit([] {
-    Process& p = process();
-    std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.device != nullptr) p.device->ctx->stop_workers();
-  });
+  std::atexit(stop_at_exit);
   auto* d = new Device{};
   name_device(d);
   const uroce::PortConfig pc = device::device_config(port->queues, port->clock);
@@ -244,7 +273,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.async_fd = async[0];
   x->async_write = async[1];
   fcntl(x->async_write, F_SETFL, O_NONBLOCK);  // never block the event monitor
-  c.num_comp_vectors = 1;
+  // One completion vector per CPU, as Soft-RoCE has: UCX and others pass a
+  // CPU number as comp_vector. An event channel's events come from the
+  // engine's thread whatever the vector (ibv_create_cq refuses one beyond).
+  c.num_comp_vectors = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_CONF)));
   pthread_mutex_init(&c.mutex, nullptr);
   // verbs.h's verbs_get_ctx(): an extended context is marked by
   // abi_compat == UINTPTR_MAX, and sz bounds which ops the binary may read.
@@ -254,6 +286,12 @@ ibv_context* ibv_open_device(ibv_device* device) {
   x->vctx.query_device_ex = uroce::ibverbs::query_device_ex_op;
   x->vctx.create_cq_ex = uroce::ibverbs::create_cq_ex_op;
   x->vctx.create_qp_ex = uroce::ibverbs::create_qp_ex_op;
+  // XRC's: refused with a line of ours (docs/ibverbs.md promises one).
+  x->vctx.open_xrcd = uroce::ibverbs::open_xrcd_op;
+  x->vctx.close_xrcd = uroce::ibverbs::close_xrcd_op;
+  x->vctx.open_qp = uroce::ibverbs::open_qp_op;
+  x->vctx.create_srq_ex = uroce::ibverbs::create_srq_ex_op;
+  x->vctx.get_srq_num = uroce::ibverbs::get_srq_num_op;
   // Every other verbs_context op stays NULL: the inlines then fall back to
   // an exported call or return EOPNOTSUPP themselves.
   {
@@ -261,7 +299,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     // a peer that quits afterwards (a memif server tearing its regions
     // down on EAL's interrupt thread) then finds no worker in its rings.
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
-    std::lock_guard<std::mutex> lock(p.mutex);
+    uroce::ibverbs::ProcessLock lock;
     if (p.open_contexts++ == 0 && x->ctx->start_workers(p.workers) != 0) {
       --p.open_contexts;
       std::fprintf(stderr, "uroce libibverbs: workers did not start: %s\n", x->ctx->last_error().c_str());
@@ -283,7 +321,7 @@ int ibv_close_device(ibv_context* context) {
   uroce::ibverbs::unwatch_events(x);
   {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
-    std::lock_guard<std::mutex> lock(p.mutex);
+    uroce::ibverbs::ProcessLock lock;
     if (--p.open_contexts == 0) x->ctx->stop_workers();
   }
   close(context->cmd_fd);

@@ -31,6 +31,20 @@ namespace uroce::ibverbs {
 inline constexpr const char* kDeviceName = "uroce0";
 // Port 1 only; its GID table: 0 fe80:: from the MAC, 1 ::ffff:a.b.c.d.
 inline constexpr int kGidTableLen = 2;
+// Says on stderr that GID `index` (of `verb`) is not in that table, naming
+// the two entries there are; returns EINVAL.
+int bad_gid_index(const char* verb, int index);
+
+// ibv_device_attr.vendor_id: an IEEE organization id (OUI) no vendor has.
+// The first octet 0x02 has the locally-administered bit set, in the
+// quadrant IEEE never assigns (802c's AAI, not a CID), and the value is
+// beyond 16 bits, so no PCI vendor id either (some providers report one,
+// Intel's 0x8086). Not 0: rdma-core's tests require non-zero; not
+// Soft-RoCE's 0xFFFFFF: software keyed on it would take uroce for rxe.
+// perftest (ib_dev_name, MLNX_VENDOR_ID) keys its quirks on 0x02c9, 0x1425,
+// 0x8086, 0x209b, 0x1f67, 0x1f0f and 0x1dd8, then on vendor_part_id alone,
+// whose 0 is in none of its tables: no quirk applies.
+inline constexpr std::uint32_t kVendorId = 0x020000;
 
 // The shape of rdma-core's struct verbs_device (driver.h, not installed):
 // ibv_device, then the provider's ops pointer at +664, which libmlx5's
@@ -204,6 +218,12 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
                        std::size_t attr_size);
 ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr);
 ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// XRC's verbs_context ops (stubs.cc): EOPNOTSUPP with one line on stderr.
+ibv_xrcd* open_xrcd_op(ibv_context* context, ibv_xrcd_init_attr* attr);
+int close_xrcd_op(ibv_xrcd* xrcd);
+ibv_qp* open_qp_op(ibv_context* context, ibv_qp_open_attr* attr);
+ibv_srq* create_srq_ex_op(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int get_srq_num_op(ibv_srq* srq, std::uint32_t* srq_num);
 // The new post API's function table (qp_ex.cc).
 void fill_wr_ops(ibv_qp_ex& ex);
 // ibv_start_poll & co. (cq.cc).

@@ -158,6 +158,11 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   Qp* qp = qp_of(ibv_qp);
   if (qp == nullptr || attr == nullptr) return EINVAL;
+  if ((attr_mask & IBV_QP_AV) != 0 && attr->ah_attr.is_global != 0 &&
+      attr->ah_attr.grh.sgid_index >= uroce::ibverbs::kGidTableLen) {
+    errno = uroce::ibverbs::bad_gid_index("ibv_modify_qp", attr->ah_attr.grh.sgid_index);
+    return errno;
+  }
   const bool to_state = (attr_mask & IBV_QP_STATE) != 0;
   // The event monitor must not take a move to ERR the program asked for as
   // an error of the QP's own: ERR is published before the call.

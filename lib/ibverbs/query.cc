@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -35,7 +36,9 @@ void fill_port_attr(const Device& d, ibv_port_attr& a) {
   a.max_mtu = d.active_mtu;
   a.active_mtu = d.active_mtu;
   a.gid_tbl_len = kGidTableLen;
-  a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;  // RoCE: GIDs are IP addresses
+  // RoCE: GIDs are IP addresses; CM_SUP: uroce has a communication manager
+  // (lib/cm, through librdmacm), as rdma-core's devices say.
+  a.port_cap_flags = IBV_PORT_IP_BASED_GIDS | IBV_PORT_CM_SUP;
   a.max_msg_sz = 1u << 31;                    // IBTA: 2^31 bytes per RC message
   a.pkey_tbl_len = 1;
   a.max_vl_num = 1;
@@ -46,6 +49,14 @@ void fill_port_attr(const Device& d, ibv_port_attr& a) {
 }
 
 }  // namespace
+
+int bad_gid_index(const char* verb, int index) {
+  std::fprintf(stderr,
+               "uroce libibverbs: %s: GID index %d does not exist: port 1 of %s has GID entries 0 (IPv6 "
+               "link-local, fe80::) and 1 (IPv4-mapped, ::ffff:a.b.c.d), both RoCE v2 (perftest: -x 0 or -x 1)\n",
+               verb, index, kDeviceName);
+  return EINVAL;
+}
 
 int query_port_op(ibv_context* context, std::uint8_t port_num, ibv_port_attr* attr, std::size_t attr_len) {
   const Device* d = port_of(context, port_num);
@@ -98,14 +109,14 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->sys_image_guid = d->guid;
   attr->max_mr_size = ~0ull;
   attr->page_size_cap = ~0xfffull;  // any page size from 4 KiB up
-  // vendor_id 0 / vendor_part_id 0: no vendor's id, so perftest and SPDK
-  // apply no vendor's quirks (not rxe's 0xFFFFFF either).
-  attr->vendor_id = 0;
-  attr->vendor_part_id = 0;
+  attr->vendor_id = uroce::ibverbs::kVendorId;
+  attr->vendor_part_id = 0;  // in none of perftest's part-id tables
   attr->hw_ver = 0;
   attr->max_qp = static_cast<int>(l.max_qp);
   attr->max_qp_wr = static_cast<int>(l.max_qp_wr);
-  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;  // no IBV_DEVICE_SRQ_RESIZE: SRQs keep their size
+  // SYS_IMAGE_GUID: sys_image_guid above is set (the node GUID: one device
+  // per system image). No IBV_DEVICE_SRQ_RESIZE: SRQs keep their size.
+  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
   attr->max_sge = static_cast<int>(l.max_sge);
   attr->max_sge_rd = static_cast<int>(l.max_sge);
   attr->max_cq = static_cast<int>(l.max_qp) * 2;
@@ -136,7 +147,11 @@ int (ibv_query_port)(ibv_context* context, std::uint8_t port_num, _compat_ibv_po
 int ibv_query_gid(ibv_context* context, std::uint8_t port_num, int index, ibv_gid* gid) {
   const Device* d = uroce::ibverbs::port_of(context, port_num);
   if (d == nullptr) return -1;
-  if (gid == nullptr || index < 0 || index >= kGidTableLen || d->ctx->query_gid(index, *gid) != 0) {
+  if (index < 0 || index >= kGidTableLen) {
+    errno = uroce::ibverbs::bad_gid_index("ibv_query_gid", index);
+    return -1;
+  }
+  if (gid == nullptr || d->ctx->query_gid(index, *gid) != 0) {
     errno = EINVAL;
     return -1;
   }
@@ -151,7 +166,9 @@ int _ibv_query_gid_ex(ibv_context* context, std::uint32_t port_num, std::uint32_
   if (flags != 0 || entry == nullptr || entry_size < offsetof(ibv_gid_entry, gid_type) + sizeof(std::uint32_t)) {
     return EINVAL;
   }
-  if (gid_index >= static_cast<std::uint32_t>(kGidTableLen)) return EINVAL;
+  if (gid_index >= static_cast<std::uint32_t>(kGidTableLen)) {
+    return uroce::ibverbs::bad_gid_index("ibv_query_gid_ex", static_cast<int>(std::min<std::uint32_t>(gid_index, INT32_MAX)));
+  }
   ibv_gid_entry e{};
   if (d->ctx->query_gid(static_cast<int>(gid_index), e.gid) != 0) return ENODATA;
   e.gid_index = gid_index;
@@ -179,7 +196,11 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, std::
 
 int ibv_query_gid_type(ibv_context* context, std::uint8_t port_num, unsigned int index, UroceGidTypeSysfs* type) {
   if (uroce::ibverbs::port_of(context, port_num) == nullptr) return -1;
-  if (type == nullptr || index >= static_cast<unsigned>(kGidTableLen)) {
+  if (index >= static_cast<unsigned>(kGidTableLen)) {
+    errno = uroce::ibverbs::bad_gid_index("ibv_query_gid_type", static_cast<int>(std::min<unsigned>(index, INT32_MAX)));
+    return -1;
+  }
+  if (type == nullptr) {
     errno = EINVAL;
     return -1;
   }

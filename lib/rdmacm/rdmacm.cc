@@ -1013,13 +1013,24 @@ int rdma_set_option(rdma_cm_id* id, int /*level*/, int /*optname*/, void* /*optv
 __be16 rdma_get_src_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>(&id->route.addr.src_addr)->sin_port; }
 __be16 rdma_get_dst_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>(&id->route.addr.dst_addr)->sin_port; }
 
+// With no device: NULL with errno ENODEV and *num_devices 0, as rdma-core's
+// (its ucma_init fails), not an empty list: SPDK crashed on that in its own
+// error path (issue 27).
 ibv_context** rdma_get_devices(int* num_devices) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  const bool have = uroce::rdmacm::init(s) == 0;
+  if (num_devices != nullptr) *num_devices = 0;
+  if (const int rc = uroce::rdmacm::init(s); rc != 0) {
+    errno = rc;
+    return nullptr;
+  }
   auto** list = static_cast<ibv_context**>(calloc(2, sizeof(ibv_context*)));
-  if (list != nullptr && have) list[0] = s.verbs;
-  if (num_devices != nullptr) *num_devices = have ? 1 : 0;
+  if (list == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  list[0] = s.verbs;
+  if (num_devices != nullptr) *num_devices = 1;
   return list;
 }
 void rdma_free_devices(ibv_context** list) { free(list); }

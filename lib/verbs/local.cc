@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 
 #include "log/log.h"
@@ -92,6 +93,12 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
   }
   workers_stop_.store(false);
   workers_running_.store(true, std::memory_order_release);
+  // The workers are born with every signal blocked, so the application's
+  // handlers run on its own threads: one that calls exit() on a worker
+  // would wait for the worker itself (issue 27, item 5).
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was);
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     parked_[i].store(0, std::memory_order_relaxed);
     polled_[i].store(0, std::memory_order_relaxed);
@@ -132,10 +139,12 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
       }
     });
   }
+  pthread_sigmask(SIG_SETMASK, &was, nullptr);
   return 0;
 }
 
 void LocalBackend::stop_workers() {
+  if (controls_here != 0) return;  // this thread holds them already (issue 27, item 5)
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!workers_running_.load()) return;
   workers_stop_.store(true);

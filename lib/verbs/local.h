@@ -91,6 +91,10 @@ class LocalBackend final : public Backend {
   // none (kAddsQp: the engine's add_qp looks at the new one): with 10,000
   // QPs, waking them all made their set-up quadratic.
   enum class Access { kChanges, kReadsOnly, kOneQp, kAddsQp };
+  // The control calls this thread is in, counted from before it asks for the
+  // lock until after it gives it back: stop_workers() from inside one (exit()
+  // from a signal handler that interrupted it) must not wait for the lock.
+  static inline thread_local int controls_here = 0;
   template <typename F>
   auto control(F&& f, Access access = Access::kChanges, QueuePair* one = nullptr) -> decltype(f());
 
@@ -172,6 +176,10 @@ class LocalBackend final : public Backend {
 
 template <typename F>
 auto LocalBackend::control(F&& f, Access access, QueuePair* one) -> decltype(f()) {
+  struct Inside {
+    Inside() { ++controls_here; }
+    ~Inside() { --controls_here; }
+  } inside;
   std::lock_guard<std::mutex> lock(control_mutex_);
   struct Release {
     LocalBackend& b;
