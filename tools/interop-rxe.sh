@@ -54,7 +54,7 @@ for dir in uroce-server uroce-client; do
       fi
       usec=$(grep -o "[0-9.]* usec/iter" "$log" | head -1 | cut -d' ' -f1)
       printf '%-13s -g %s -s %-6s -m %-5s %s  (uroce rc %s, rxe rc %s, %s usec/iter)\n' "$dir" "$gid" "$size" "$mtu" "$ok" "$urc" "$grc" "${usec:-?}"
-      [[ $ok == PASS ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); tail -5 "$log" "$glog" | sed 's/^/    /'; }
+      [[ $ok == PASS ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); tail -n 5 "$log" "$glog" | sed 's/^/    /'; }
       results+=("{\"direction\":\"$dir\",\"gid_index\":$gid,\"size\":$size,\"mtu\":$mtu,\"result\":\"$ok\",\"usec_per_iter\":${usec:-null}}")
       rm -f "$log" "$glog"
     }

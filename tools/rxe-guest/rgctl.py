@@ -37,6 +37,7 @@ BROKEN = 255
 # Output a background child keeps writing after the command returned is
 # forwarded for this long, so `run 'server &'` returns promptly.
 LINGER_S = 0.5
+HOME = "/root" if os.path.isdir("/root") else "/"
 
 
 def kill_tree(proc):
@@ -63,7 +64,7 @@ class OneCommand(socketserver.StreamRequestHandler):
             return
         self.wfile.write(b"rg-ok\n")
         self.wfile.flush()
-        proc = subprocess.Popen(["/bin/bash", "-c", cmd], cwd="/root", start_new_session=True,
+        proc = subprocess.Popen(["/bin/bash", "-c", cmd], cwd=HOME, start_new_session=True,
                                 stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if data is not None:
