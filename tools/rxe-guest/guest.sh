@@ -206,7 +206,9 @@ start() {
   ip -n "$netns" link set "$tap" mtu "$mtu" master "$bridge" up
   in_ns sysctl -qw "net.ipv6.conf.$tap.disable_ipv6=1"
   rm -f "$console" "$pidfile"
-  local cmdline="console=ttyS0 root=/dev/vda rw init=/sbin/rg-init panic=-1 quiet mitigations=off nokaslr"
+  # tsc=reliable: no clocksource watchdog, whose HPET reads are slow under
+  # TCG and which, on a loaded host, may take the TSC away from the guest.
+  local cmdline="console=ttyS0 root=/dev/vda rw init=/sbin/rg-init panic=-1 quiet mitigations=off nokaslr tsc=reliable"
   cmdline+=" rg.ip=$guest_ip/24 rg.mac=$mac rg.ctlmac=$ctlmac rg.mtu=$mtu rg.host=guest-$name rg.port=$agent_port"
   # snapshot=on: every guest writes to its own throw-away overlay, so all
   # of them boot from the one image.
