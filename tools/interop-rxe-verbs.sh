@@ -3,7 +3,7 @@
 # and SEND/WRITE over UD and UC), ibv_rc_pingpong, ibv_srq_pingpong,
 # ibv_ud_pingpong and ibv_uc_pingpong under uroce-run (our libibverbs.so.1 on a DPDK af_packet
 # port) against the same stock binaries on Linux Soft-RoCE in a qemu guest
-# (RXE_PEER, see docs/testing.md), both directions. Prints PASS/FAIL per case with
+# (tools/rxe-guest, or RXE_PEER: see docs/testing.md), both directions. Prints PASS/FAIL per case with
 # the figures of the uroce side, writes JSON, ends "N passed, M failed".
 # Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
 # UROCE_INTEROP_ONLY=REGEX runs only the cases whose command matches.
@@ -12,14 +12,12 @@ cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/interop-rxe-verbs.json}
-peer=${RXE_PEER:-}
-[[ -n $peer && -x $peer ]] || { echo "interop-rxe-verbs: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
-"$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe-verbs: guest build failed, see /tmp/uroce-interop-build.log"; exit 1; }
-"$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe-verbs: guest did not boot"; exit 1; }
+. tools/rxe-guest/attach.sh
+rxe_attach interop-rxe-verbs || exit $?
 
 run=$build/apps/run/uroce-run
-ours=(ip netns exec rxehost "$run" --no-huge --no-shconf --no-pci -m 512 -l 1 "--log-level=lib.*:error"
-      --vdev=net_af_packet0,iface=rxedpdk0,blocksz=16384,framesz=8192,framecnt=512 -- --ip 10.99.0.1/24)
+ours=(ip netns exec "$rxe_ns" "$run" --no-huge --no-shconf --no-pci -m 512 -l 1 "--log-level=lib.*:error"
+      "--vdev=net_af_packet0,iface=$rxe_iface,blocksz=16384,framesz=8192,framecnt=512" -- --ip "$rxe_ours/24")
 results=()
 pass=0
 fail=0
@@ -35,10 +33,9 @@ figures() {
 }
 
 # one DIRECTION "OUR COMMAND" "GUEST COMMAND" [own]: the server side starts
-# first; the client gets the server's address (the guest 10.99.0.2, or our
-# side's kernel end of the bridge, 10.99.0.254, for the TCP exchange), unless
-# "own": then the commands name their addresses themselves (rdma_cm: our
-# RoCE address 10.99.0.1).
+# first; the client gets the server's address (the guest's, or, for the
+# TCP exchange, our side's kernel end of the bridge), unless "own": then the
+# commands name their addresses themselves (rdma_cm: our RoCE address).
 one() {
   local dir=$1 ourcmd=$2 guestcmd=$3 own=${4:-} log glog urc grc
   [[ -n ${UROCE_INTEROP_ONLY:-} && ! $ourcmd =~ $UROCE_INTEROP_ONLY ]] && return 0
@@ -48,7 +45,7 @@ one() {
     timeout 120 "${ours[@]}" $ourcmd >"$log" 2>&1 &
     local upid=$!
     sleep 2
-    local to=" 10.99.0.254"
+    local to=" $rxe_host"
     [[ -n $own ]] && to=""
     timeout 120 "$peer" run -t 110 "$guestcmd$to" >"$glog" 2>&1
     grc=$?
@@ -60,7 +57,7 @@ one() {
     # rdma_cm servers in the guest take longer to listen; a REQ before that
     # is rejected (invalid service ID), as it would be from any client.
     if [[ -n $own ]]; then sleep 6; else sleep 3; fi
-    local to=10.99.0.2
+    local to=$rxe_guest
     [[ -n $own ]] && to=""
     timeout 120 "${ours[@]}" $ourcmd $to >"$log" 2>&1
     urc=$?
@@ -107,8 +104,8 @@ for dir in uroce-server uroce-client; do
   one "$dir" "ib_send_lat -d uroce0 -x 1 -c UC -n 500" "ib_send_lat -d rxe0 -x 1 -c UC -n 500"
   one "$dir" "ib_write_bw -d uroce0 -x 1 -c UC" "ib_write_bw -d rxe0 -x 1 -c UC"
   # rdma_cm (our librdmacm.so.1): rping and perftest -R.
-  srv=10.99.0.1 us=s them=c
-  [[ $dir == uroce-client ]] && srv=10.99.0.2 us=c them=s
+  srv=$rxe_ours us=s them=c
+  [[ $dir == uroce-client ]] && srv=$rxe_guest us=c them=s
   one "$dir" "rping -$us -a $srv -C 100 -v" "rping -$them -a $srv -C 100 -v" own
   for t in "ib_write_bw -x 1 -R" "ib_send_lat -x 1 -R -n 500" "ib_read_bw -x 1 -R"; do
     if [[ $dir == uroce-server ]]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Live interop with Linux Soft-RoCE: rdma-core's stock ibv_rc_pingpong in a
-# qemu guest (RXE_PEER, see docs/testing.md) against uroce-pingpong on a DPDK
-# af_packet port, both directions, sizes 1, 4096 and 65536, MTUs 1024 and
+# qemu guest (tools/rxe-guest/guest.sh, or RXE_PEER: see docs/testing.md)
+# against uroce-pingpong on a DPDK af_packet port, both directions, sizes 1, 4096 and 65536, MTUs 1024 and
 # 4096 over IPv4 (GID index 1), and 4096 B at MTU 1024 over IPv6 link-local
 # (GID index 0), buffers validated (-c). Prints PASS/FAIL per case and
 # writes JSON.
@@ -12,14 +12,12 @@ cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/interop-rxe.json}
-peer=${RXE_PEER:-}
 iters=${ITERS:-200}
-[[ -n $peer && -x $peer ]] || { echo "interop-rxe: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
-"$peer" build >/tmp/uroce-interop-build.log 2>&1 || { echo "interop-rxe: guest build failed, see /tmp/uroce-interop-build.log"; exit 1; }
-"$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-interop-up.log 2>&1 || { echo "interop-rxe: guest did not boot"; exit 1; }
+. tools/rxe-guest/attach.sh
+rxe_attach interop-rxe || exit $?
 
 eal=(--no-huge --no-shconf --no-pci -m 512 -l 1 "--log-level=lib.*:error"
-     --vdev=net_af_packet0,iface=rxedpdk0,blocksz=16384,framesz=8192,framecnt=512)
+     "--vdev=net_af_packet0,iface=$rxe_iface,blocksz=16384,framesz=8192,framecnt=512")
 pp="$build/apps/pingpong/uroce-pingpong"
 results=()
 pass=0
@@ -34,10 +32,10 @@ for dir in uroce-server uroce-client; do
       log=$(mktemp)
       glog=$(mktemp)
       if [[ $dir == uroce-server ]]; then
-        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c >"$log" 2>&1 &
+        ip netns exec "$rxe_ns" timeout 90 "$pp" "${eal[@]}" -- --ip "$rxe_ours/24" -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c >"$log" 2>&1 &
         upid=$!
         sleep 2
-        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g $gid -s $size -m $mtu -n $iters -c 10.99.0.254" >"$glog" 2>&1
+        timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g $gid -s $size -m $mtu -n $iters -c $rxe_host" >"$glog" 2>&1
         grc=$?
         wait $upid
         urc=$?
@@ -45,7 +43,7 @@ for dir in uroce-server uroce-client; do
         timeout 90 "$peer" run -t 80 "ibv_rc_pingpong -d rxe0 -g $gid -s $size -m $mtu -n $iters -c" >"$glog" 2>&1 &
         gpid=$!
         sleep 3
-        ip netns exec rxehost timeout 90 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c 10.99.0.2 >"$log" 2>&1
+        ip netns exec "$rxe_ns" timeout 90 "$pp" "${eal[@]}" -- --ip "$rxe_ours/24" -g "$gid" -s "$size" -m "$mtu" -n "$iters" -c "$rxe_guest" >"$log" 2>&1
         urc=$?
         wait $gpid
         grc=$?
@@ -56,7 +54,7 @@ for dir in uroce-server uroce-client; do
       fi
       usec=$(grep -o "[0-9.]* usec/iter" "$log" | head -1 | cut -d' ' -f1)
       printf '%-13s -g %s -s %-6s -m %-5s %s  (uroce rc %s, rxe rc %s, %s usec/iter)\n' "$dir" "$gid" "$size" "$mtu" "$ok" "$urc" "$grc" "${usec:-?}"
-      [[ $ok == PASS ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); tail -5 "$log" "$glog" | sed 's/^/    /'; }
+      [[ $ok == PASS ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); tail -n 5 "$log" "$glog" | sed 's/^/    /'; }
       results+=("{\"direction\":\"$dir\",\"gid_index\":$gid,\"size\":$size,\"mtu\":$mtu,\"result\":\"$ok\",\"usec_per_iter\":${usec:-null}}")
       rm -f "$log" "$glog"
     }

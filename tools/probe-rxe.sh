@@ -9,24 +9,22 @@
 # SPEC (uroce follows it where this Soft-RoCE does not: the guest's kernel
 # 6.1 rxe has no length checks; later kernels added them), DIFF or FAIL
 # (look). Exit 0 unless a case is DIFF, FAIL or ERROR. Writes JSON. Needs root and the guest
-# (a Soft-RoCE peer under qemu, RXE_PEER: see docs/testing.md; built if
-# missing, booted if down).
+# (a Soft-RoCE peer under qemu, tools/rxe-guest/guest.sh or RXE_PEER: see
+# docs/testing.md; built if missing, booted if down).
 # Usage: tools/probe-rxe.sh [OUT.json]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 build=${UROCE_BUILD_DIR:-build}
 out=${1:-$build/probe-rxe.json}
-peer=${RXE_PEER:-}
-[[ -n $peer && -x $peer ]] || { echo "probe-rxe: set RXE_PEER to the Soft-RoCE peer's control script (docs/testing.md)"; exit 2; }
-"$peer" build >/tmp/uroce-probe-build.log 2>&1 || { echo "probe-rxe: guest build failed, see /tmp/uroce-probe-build.log"; exit 1; }
-"$peer" status 2>/dev/null | grep -q "a.*up" || "$peer" up >/tmp/uroce-probe-up.log 2>&1 || { echo "probe-rxe: guest did not boot"; exit 1; }
+. tools/rxe-guest/attach.sh
+rxe_attach probe-rxe || exit $?
 
 mtu=1024
 eal=(--no-huge --no-shconf --no-pci -m 512 -l 1 "--log-level=lib.*:error"
-     --vdev=net_af_packet0,iface=rxedpdk0,blocksz=16384,framesz=8192,framecnt=512)
+     "--vdev=net_af_packet0,iface=$rxe_iface,blocksz=16384,framesz=8192,framecnt=512")
 pp="$build/apps/pingpong/uroce-pingpong"
-probe=(ip netns exec rxehost python3 tools/probe_rc.py --mtu "$mtu")
+probe=(ip netns exec "$rxe_ns" python3 tools/probe_rc.py --iface "$rxe_bridge" --mtu "$mtu")
 cases=(only_within_mtu only_over_mtu first_short first_over middle_short last_within_mtu last_empty last_over_mtu)
 match=0
 spec=0
@@ -37,14 +35,14 @@ for c in "${cases[@]}"; do
   timeout 60 "$peer" run -t 50 "ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -m $mtu -n 1" >/dev/null 2>&1 &
   gpid=$!
   sleep 3
-  rxe=$("${probe[@]}" --case "$c" --tcp 10.99.0.2 --ip 10.99.0.2 2>&1 | tail -1)
+  rxe=$("${probe[@]}" --case "$c" --tcp "$rxe_guest" --ip "$rxe_guest" 2>&1 | tail -1)
   "$peer" run 'pkill ibv_rc_pingpong' >/dev/null 2>&1
   wait $gpid 2>/dev/null
   # uroce.
-  ip netns exec rxehost timeout 30 "$pp" "${eal[@]}" -- --ip 10.99.0.1/24 -g 1 -s 4096 -m "$mtu" -n 1 >/tmp/uroce-probe-pp.log 2>&1 &
+  ip netns exec "$rxe_ns" timeout 30 "$pp" "${eal[@]}" -- --ip "$rxe_ours/24" -g 1 -s 4096 -m "$mtu" -n 1 >/tmp/uroce-probe-pp.log 2>&1 &
   upid=$!
   sleep 2
-  ours=$("${probe[@]}" --case "$c" --tcp 127.0.0.1 --ip 10.99.0.1 2>&1 | tail -1)
+  ours=$("${probe[@]}" --case "$c" --tcp 127.0.0.1 --ip "$rxe_ours" 2>&1 | tail -1)
   kill "$upid" 2>/dev/null
   wait "$upid" 2>/dev/null
   verdict=$(python3 - "$c" "$rxe" "$ours" <<'PY'

@@ -5,10 +5,11 @@ rxe-peer guest, or uroce-pingpong on its DPDK port), printing the server's
 answers as one JSON line. tools/probe-rxe.sh runs every case against both
 and compares the answers.
 
-Run inside netns rxehost. It connects to the server's TCP exchange on port
-18515 as ibv_rc_pingpong's client would (LID:QPN:PSN:GID), sends the case's
-packets from the bridge's address (raw frames, ICRC computed here), and
-collects the RoCEv2 frames the server sends back for a second.
+Run inside the link's netns (--iface: the bridge there). It connects to the
+server's TCP exchange on port 18515 as ibv_rc_pingpong's client would
+(LID:QPN:PSN:GID), sends the case's packets from the bridge's address (raw
+frames, ICRC computed here), and collects the RoCEv2 frames the server sends
+back for a second.
 
 usage: probe_rc.py --case NAME --tcp HOST --ip SERVER_IP [--mac SERVER_MAC] [--mtu 1024]
 """
@@ -106,10 +107,10 @@ def arp_resolve(sock, our_mac, our_ip, ip, timeout=2.0):
     return None
 
 
-def exchange(host, mtu):
+def exchange(host, mtu, iface):
     """ibv_rc_pingpong's client side of the exchange; returns (qpn, psn)."""
     s = socket.create_connection((host, 18515), timeout=20)
-    gid = "00000000000000000000ffff" + "".join("%02x" % b for b in if_ipv4("rxebr0"))
+    gid = "00000000000000000000ffff" + "".join("%02x" % b for b in if_ipv4(iface))
     s.sendall(("0000:%06x:%06x:%s" % (OUR_QPN, OUR_PSN, gid)).encode() + b"\x00")
     msg = b""
     while len(msg) < 52:
@@ -139,7 +140,7 @@ def main():
     raw.bind((a.iface, 0))
     our_mac, our_ip = if_mac(raw, a.iface), if_ipv4(a.iface)
     server_ip = socket.inet_aton(a.ip)
-    tcp, server_qpn, _ = exchange(a.tcp, a.mtu)
+    tcp, server_qpn, _ = exchange(a.tcp, a.mtu, a.iface)
     mac = bytes.fromhex(a.mac.replace(":", "")) if a.mac else arp_resolve(raw, our_mac, our_ip, server_ip)
     if mac is None:
         sys.exit("probe_rc: no ARP answer for %s" % a.ip)
