@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+
 #include <cstring>
 #include <deque>
 #include <map>
@@ -13,6 +15,10 @@
 #include <vector>
 
 #include "support/frame_helpers.h"
+#include "support/work_requests.h"
+#include "uroce/stats.h"
+#include "uroce/verbs.h"
+#include "verbs/connect.h"
 #include "wire/frame.h"
 #include "wire/headers.h"
 
@@ -284,6 +290,265 @@ TEST(Loopback, AFrameReleasedThroughAnotherQueueFreesItsBuffer) {
   EXPECT_TRUE(p0.released.empty());
   EXPECT_TRUE(p1.released.empty());
 }
+
+
+// --- QPs of one device over a port that delivers nothing -------------------
+
+// A port with no peer (memif with nobody on the other end, a veth whose
+// other end is down): it takes every frame and delivers none; nothing it
+// is asked to resolve is ever known.
+class DeadPort final : public PacketIo {
+ public:
+  std::uint16_t rx_burst(RxFrame*, std::uint16_t) override { return 0; }
+  void rx_release(RxFrame*, std::uint16_t) override {}
+  std::uint16_t tx_burst(const TxFrame*, std::uint16_t n) override {
+    sent += n;
+    return n;
+  }
+  Resolution resolve(const ibv_gid&, std::uint8_t*, bool) override { return Resolution::kPending; }
+  std::uint64_t sent = 0;
+};
+
+class ManualClock final : public Clock {
+ public:
+  std::uint64_t now_ns() override { return now_ += 1000; }
+
+ private:
+  std::uint64_t now_ = 1'000'000;
+};
+
+// One device, two QPs of `type` on it, connected to each other through GID
+// `sgid_index` (UD: made ready, with an address handle to its own GID).
+struct OneDevice {
+  static constexpr std::size_t kBytes = 1 << 16;
+  static constexpr std::uint32_t kQkey = 0x11111111;
+
+  OneDevice(ibv_qp_type type, std::uint8_t sgid_index) { set_up(type, sgid_index); }
+
+  void set_up(ibv_qp_type type, std::uint8_t sgid_index) {
+    PortConfig cfg;
+    cfg.io = &port;
+    cfg.clock = &clock;
+    std::memcpy(cfg.mac, kMac, 6);
+    cfg.gid = kGid;
+    cfg.buffer_pages = PortConfig::Pages::kNormal;
+    std::string error;
+    ctx = Context::open(cfg, error);
+    if (!ctx) {
+      ADD_FAILURE() << error;
+      return;
+    }
+    pd = ctx->alloc_pd();
+    cq = ctx->create_cq(256);
+    QpInitAttr init;
+    init.qp_type = type;
+    init.send_cq = init.recv_cq = cq;
+    init.cap = ibv_qp_cap{32, 32, 2, 2, 0};
+    a = pd->create_qp(init);
+    b = pd->create_qp(init);
+    buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(kBytes));
+    mr = pd->reg_mr(buf, kBytes,
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_NE(mr, nullptr);
+    ibv_gid own{};
+    ASSERT_EQ(ctx->query_gid(sgid_index, own), 0);
+    if (type == IBV_QPT_UD) {
+      ASSERT_EQ(ready_ud(a, kQkey, 0x10), 0);
+      ASSERT_EQ(ready_ud(b, kQkey, 0x20), 0);
+      ibv_ah_attr ah{};
+      ah.is_global = 1;
+      ah.port_num = 1;
+      ah.grh.sgid_index = sgid_index;
+      ah.grh.hop_limit = 64;
+      ah.grh.dgid = own;
+      to_self = pd->create_ah(ah);
+      ASSERT_NE(to_self, nullptr) << ctx->last_error();
+    } else {
+      ConnectParams p;
+      p.sgid_index = sgid_index;
+      ASSERT_EQ(connect_rc(a, own, b->qp_num(), p.psn_a, p.psn_b, p), 0) << ctx->last_error();
+      ASSERT_EQ(connect_rc(b, own, a->qp_num(), p.psn_b, p.psn_a, p), 0) << ctx->last_error();
+    }
+    ready = true;
+  }
+
+  std::vector<ibv_wc> wait(std::size_t n) {
+    std::vector<ibv_wc> out;
+    for (int round = 0; round < 200'000 && out.size() < n; ++round) {
+      ctx->progress();
+      ibv_wc wc[8];
+      for (int k; (k = cq->poll(8, wc)) > 0;) out.insert(out.end(), wc, wc + k);
+    }
+    return out;
+  }
+  std::uint64_t port_stat(const char* name) const {
+    const std::vector<Stat> all = ctx->stats();
+    const Stat* s = find_stat(all, StatScope::kPort, name);
+    return s == nullptr ? ~0ull : s->value;
+  }
+
+  DeadPort port;
+  ManualClock clock;
+  std::unique_ptr<Context> ctx;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* cq = nullptr;
+  QueuePair* a = nullptr;
+  QueuePair* b = nullptr;
+  AddressHandle* to_self = nullptr;
+  std::uint8_t* buf = nullptr;
+  MemoryRegion* mr = nullptr;
+  bool ready = false;
+};
+
+void fill(std::uint8_t* p, std::size_t n, std::uint8_t seed) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(seed + i * 7);
+}
+
+class LoopbackDevice : public ::testing::TestWithParam<std::uint8_t> {};
+
+// RC: SEND with immediate, WRITE, READ and both atomics between two QPs of
+// one device, every byte checked; not one frame reaches the port.
+TEST_P(LoopbackDevice, RcRunsEveryVerbBetweenTwoQpsOfOneDevice) {
+  OneDevice d(IBV_QPT_RC, GetParam());
+  ASSERT_TRUE(d.ready);
+  std::uint8_t* src = d.buf;
+  std::uint8_t* dst = d.buf + 16384;
+  fill(src, 8192, 3);
+  ASSERT_EQ(test::post_recv_one(d.b, dst, 8192, d.mr->lkey, 1), 0);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(src), 8192, d.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(0x1234);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(d.a->post_send(&wr, &bad), 0);
+  std::vector<ibv_wc> wc = d.wait(2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const ibv_wc& w : wc) EXPECT_EQ(w.status, IBV_WC_SUCCESS) << w.wr_id;
+  EXPECT_EQ(std::memcmp(src, dst, 8192), 0);
+
+  fill(src, 8192, 9);
+  ASSERT_EQ(test::post_rdma(d.a, IBV_WR_RDMA_WRITE, src, 8192, d.mr->lkey, dst, d.mr->rkey, 3), 0);
+  wc = d.wait(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(src, dst, 8192), 0);
+
+  std::uint8_t* back = d.buf + 32768;
+  ASSERT_EQ(test::post_rdma(d.b, IBV_WR_RDMA_READ, back, 8192, d.mr->lkey, src, d.mr->rkey, 4), 0);
+  wc = d.wait(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(src, back, 8192), 0);
+
+  auto* counter = reinterpret_cast<std::uint64_t*>(d.buf + 49152);
+  auto* old = reinterpret_cast<std::uint64_t*>(d.buf + 49160);
+  *counter = 40;
+  ibv_sge asge{reinterpret_cast<std::uint64_t>(old), 8, d.mr->lkey};
+  ibv_send_wr aw{};
+  aw.wr_id = 5;
+  aw.sg_list = &asge;
+  aw.num_sge = 1;
+  aw.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  aw.send_flags = IBV_SEND_SIGNALED;
+  aw.wr.atomic.remote_addr = reinterpret_cast<std::uint64_t>(counter);
+  aw.wr.atomic.rkey = d.mr->rkey;
+  aw.wr.atomic.compare_add = 2;
+  ASSERT_EQ(d.a->post_send(&aw, &bad), 0);
+  wc = d.wait(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(*old, 40u);
+  EXPECT_EQ(*counter, 42u);
+  aw.wr_id = 6;
+  aw.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  aw.wr.atomic.compare_add = 42;
+  aw.wr.atomic.swap = 7;
+  ASSERT_EQ(d.a->post_send(&aw, &bad), 0);
+  wc = d.wait(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(*counter, 7u);
+
+  EXPECT_EQ(d.port.sent, 0u) << "a frame to the device itself reached the port";
+  EXPECT_GT(d.port_stat("loopback_frames"), 10u);
+  EXPECT_EQ(d.a->counter("retransmitted_packets"), 0u);
+}
+
+// UC: SEND and WRITE.
+TEST_P(LoopbackDevice, UcSendsAndWritesBetweenTwoQpsOfOneDevice) {
+  OneDevice d(IBV_QPT_UC, GetParam());
+  ASSERT_TRUE(d.ready);
+  std::uint8_t* src = d.buf;
+  std::uint8_t* dst = d.buf + 16384;
+  fill(src, 4000, 5);
+  ASSERT_EQ(test::post_recv_one(d.b, dst, 4000, d.mr->lkey, 1), 0);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(src), 4000, d.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(d.a->post_send(&wr, &bad), 0);
+  std::vector<ibv_wc> wc = d.wait(2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(std::memcmp(src, dst, 4000), 0);
+  fill(src, 4000, 6);
+  ASSERT_EQ(test::post_rdma(d.a, IBV_WR_RDMA_WRITE, src, 4000, d.mr->lkey, dst, d.mr->rkey, 3), 0);
+  wc = d.wait(1);
+  ASSERT_EQ(wc.size(), 1u);
+  d.wait(0);
+  for (int i = 0; i < 1000; ++i) d.ctx->progress();
+  EXPECT_EQ(std::memcmp(src, dst, 4000), 0);
+  EXPECT_EQ(d.port.sent, 0u);
+}
+
+// UD: a datagram to the device's own GID arrives behind its GRH, naming
+// its sender.
+TEST_P(LoopbackDevice, UdDatagramsToTheDevicesOwnGid) {
+  OneDevice d(IBV_QPT_UD, GetParam());
+  ASSERT_TRUE(d.ready);
+  std::uint8_t* src = d.buf;
+  std::uint8_t* dst = d.buf + 16384;
+  fill(src, 512, 8);
+  ASSERT_EQ(test::post_recv_one(d.b, dst, 40 + 512, d.mr->lkey, 1), 0);
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(src), 512, d.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = d.to_self->ibv();
+  wr.wr.ud.remote_qpn = d.b->qp_num();
+  wr.wr.ud.remote_qkey = OneDevice::kQkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(d.a->post_send(&wr, &bad), 0);
+  std::vector<ibv_wc> wc = d.wait(2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    if (w.wr_id == 1) {
+      EXPECT_EQ(w.byte_len, 40u + 512u);
+      EXPECT_EQ(w.src_qp, d.a->qp_num());
+      EXPECT_TRUE(w.wc_flags & IBV_WC_GRH);
+    }
+  }
+  EXPECT_EQ(std::memcmp(src, dst + 40, 512), 0);
+  EXPECT_EQ(d.port.sent, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gids, LoopbackDevice, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<std::uint8_t>& p) {
+                           return p.param == 0 ? std::string("link_local") : std::string("ipv4");
+                         });
 
 }  // namespace
 }  // namespace uroce
