@@ -34,10 +34,14 @@ constexpr std::uint32_t kIdlePollsBeforeYield = 64;
 }  // namespace
 
 LocalBackend::LocalBackend(Context& ctx)
-    : ctx_(ctx), c_(impl_of(ctx)), mrs_(c_.limits.max_mr, random_bytes), resolver_(c_.port.io) {
+    : ctx_(ctx),
+      c_(impl_of(ctx)),
+      mrs_(c_.limits.max_mr, random_bytes),
+      loopback_(c_.port.queues, c_.port.mac, c_.port.gid),
+      resolver_(&loopback_.queue(0)) {
   const PortConfig& port = c_.port;
-  for (engine::PacketIo* io : port.queues) {
-    engines_.push_back(std::make_unique<engine::Engine>(*io, *port.clock, mrs_));
+  for (std::size_t i = 0; i < loopback_.size(); ++i) {
+    engines_.push_back(std::make_unique<engine::Engine>(loopback_.queue(i), *port.clock, mrs_));
     engines_.back()->set_congestion_control(port.dcqcn);
   }
   if (engines_.size() > 1) {

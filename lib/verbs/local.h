@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/handover.h"
+#include "engine/loopback.h"
 #include "mem/arena.h"
 #include "mem/mr_table.h"
 #include "uroce/stats.h"
@@ -129,6 +130,9 @@ class LocalBackend final : public Backend {
   Context& ctx_;
   ContextImpl& c_;  // the objects, port and limits both backends share
   mem::MrTable mrs_;
+  // The engines run on the port's queues through it: frames to the
+  // device's own GIDs come back inside uroce, as on an RNIC.
+  engine::LoopbackPort loopback_;
   std::vector<std::unique_ptr<engine::Engine>> engines_;
   std::unique_ptr<engine::Handover> handover_;  // with more than one engine
   // create_qp's QPNs: a keyed permutation of the 24-bit space applied to a

@@ -17,6 +17,7 @@
 
 #include "dpdk/port_io.h"
 #include "engine/engine.h"
+#include "engine/loopback.h"
 #include "support/eal_environment.h"
 #include "support/rc_fixture.h"
 #include "support/ring_pair_rig.h"
@@ -50,12 +51,22 @@ std::vector<std::string> engine_list() {
   }
   return out;
 }
-std::vector<std::string> port_list() {
+// Every device's port rows end with the loopback's (engine/loopback.h).
+std::vector<std::string> loopback_list() {
   return {
+#define UROCE_X(name, description) #name,
+      UROCE_LOOPBACK_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+  };
+}
+std::vector<std::string> port_list() {
+  std::vector<std::string> out = {
 #define UROCE_X(name, description) #name,
       UROCE_PORT_COUNTER_LIST(UROCE_X)
 #undef UROCE_X
   };
+  for (const std::string& name : loopback_list()) out.push_back(name);
+  return out;
 }
 
 // Each name of `list` is a row of `scope` in `stats` exactly once, with a
@@ -99,11 +110,13 @@ TEST(StatsSim, EveryListRowOnceWithItsDescription) {
   expect_rows(r.qa->stats(), StatScope::kQp, qp_list());
   const std::vector<Stat> device = r.net.a->stats();
   expect_rows(device, StatScope::kEngine, engine_list());
-  // The simulated link keeps no counters of its own; QP rows are per QP.
-  expect_rows(device, StatScope::kPort, {});
+  // The simulated link keeps no counters of its own, the loopback does;
+  // QP rows are per QP.
+  expect_rows(device, StatScope::kPort, loopback_list());
   expect_rows(device, StatScope::kQp, {});
-  // Engine rows first, then the drops, each list in its order.
-  const std::vector<std::string> list = engine_list();
+  // Engine rows first, then the drops, then the loopback's, each list in its order.
+  std::vector<std::string> list = engine_list();
+  for (const std::string& name : loopback_list()) list.push_back(name);
   ASSERT_EQ(device.size(), list.size());
   for (std::size_t i = 0; i < list.size(); ++i) EXPECT_EQ(device[i].name, list[i]) << i;
   EXPECT_STREQ(stat_scope_name(StatScope::kQp), "qp");
