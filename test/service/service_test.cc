@@ -132,6 +132,29 @@ TEST_F(Service, TwoClientsEachWithAPeerRunEveryVerbWithDataVerified) {
   expect_passed(c2);
 }
 
+// The daemon's loopback_frames (DPDK telemetry /uroce/port,0).
+std::uint64_t looped(const Daemon& d) {
+  const std::string port = uroce::test::telemetry_query(d.telemetry, "/uroce/port,0");
+  const std::size_t at = port.find("\"loopback_frames\":");
+  return at == std::string::npos ? 0 : std::stoull(port.substr(at + 18));
+}
+
+// The single-host service case (conf/uroced.conf): two programs on one
+// daemon, each QP's peer on the same device. Their frames loop inside the
+// daemon (engine/loopback.h); none needs the memif link.
+TEST_F(Service, TwoProgramsOnOneDaemonTalkThroughItsLoopback) {
+  const std::string d = dir_ + "/one-daemon";
+  std::system(("mkdir -p '" + d + "'").c_str());
+  const std::uint64_t looped_before = looped(*a_);
+  Process s = spawn(env_lib() + "UROCE_SERVICE=" + a_->socket + " timeout 90 " UROCE_IBVERBS_RC " memif server " + d,
+                    d + "/server.log");
+  Process c = spawn(env_lib() + "UROCE_SERVICE=" + a_->socket + " timeout 90 " UROCE_IBVERBS_RC " memif client " + d,
+                    d + "/client.log");
+  expect_passed(s);
+  expect_passed(c);
+  EXPECT_GT(looped(*a_), looped_before + 100);
+}
+
 TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   struct Case {
     std::string args;
