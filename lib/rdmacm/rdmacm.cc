@@ -85,6 +85,7 @@ struct Channel {
 struct State {
   std::mutex mutex;            // everything below, and the manager
   bool initialised = false;
+  int init_error = 0;  // what every call answers once init() failed (ENODEV, ENOSYS)
   std::string error;
   ibv_context* verbs = nullptr;
   std::unique_ptr<cm::Manager> manager;
@@ -410,8 +411,9 @@ void run(State& s) {
 
 // Opens the device and the manager once. Under the mutex. 0 or an errno.
 int init(State& s) {
-  if (s.initialised) return s.manager ? 0 : ENODEV;
+  if (s.initialised) return s.manager ? 0 : s.init_error;
   s.initialised = true;
+  s.init_error = ENODEV;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr || n == 0) {
@@ -427,6 +429,14 @@ int init(State& s) {
   ibv_gid g{};
   if (x->ctx->query_gid(1, g) != 0) return ENODEV;
   std::memcpy(s.ip.data(), g.raw + 12, 4);
+  if (x->ctx->attached()) {
+    // The CM's QP1 would have to live in the daemon, beside every client's
+    // connections; uroced does not carry it yet.
+    s.error = "rdma_cm through uroced is not supported yet: run the program in-process (uroce-run without --service)";
+    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    s.init_error = ENOSYS;
+    return ENOSYS;
+  }
   s.manager = cm::Manager::open(*x->ctx, s.error);
   if (!s.manager) {
     std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
