@@ -19,6 +19,8 @@
 #include <string_view>
 #include <thread>
 
+#include "support/free_port.h"
+
 namespace {
 
 const std::string kEal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --log-level=lib.eal:error";
@@ -190,14 +192,44 @@ class LinkPair {
     return "UROCE_EAL='" + eal + " --vdev=net_af_packet0,iface=ibveth" + (server ? "0" : "1") +
            ",blocksz=16384,framesz=8192,framecnt=512' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 ";
   }
+  // Whether a socket of the server's network namespace listens on TCP
+  // `port` (/proc/net/tcp and tcp6: state 0A is LISTEN).
+  bool listening(int port) const {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, ":%04X", port);
+    const std::string cmd = prefix(true) + "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null";
+    std::string table;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      std::array<char, 4096> buf;
+      for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) table.append(buf.data(), n);
+      pclose(p);
+    }
+    // A row: "sl local_address rem_address st ...", local "ADDR:PORT".
+    for (std::size_t at = 0; (at = table.find(std::string(hex) + " ", at)) != std::string::npos; ++at) {
+      const std::size_t st = table.find(' ', table.find(' ', at + 1) + 1);
+      if (st != std::string::npos && table.compare(st + 1, 2, "0A") == 0) return true;
+    }
+    return false;
+  }
   std::string prefix(bool server) const {
     if (link_ == Link::kMemif) return "";
     return "ip netns exec " + (server ? Namespaces::get().a : Namespaces::get().b) + " ";
   }
-  Pair run(const std::string& server_cmd, const std::string& client_cmd,
+  // The client starts once the server listens on TCP port `listen_port`
+  // (the stock pairs' side channel; up to a minute), or, with 0, `delay`
+  // after the server (rping: the server's readiness is its CM listen,
+  // which nothing outside it sees).
+  Pair run(const std::string& server_cmd, const std::string& client_cmd, int listen_port = 0,
            std::chrono::milliseconds delay = std::chrono::milliseconds(1500)) const {
     auto server = std::async(std::launch::async, [&] { return ::run(env(true), prefix(true) + server_cmd); });
-    std::this_thread::sleep_for(delay);
+    if (listen_port == 0) {
+      std::this_thread::sleep_for(delay);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+      while (!listening(listen_port) && std::chrono::steady_clock::now() < deadline &&
+             server.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      }
+    }
     Pair p;
     p.client = ::run(env(false), prefix(false) + client_cmd);
     p.server = server.get();
@@ -210,10 +242,7 @@ class LinkPair {
 };
 
 // The TCP port of the next stock program pair (both ends).
-int next_tcp_port() {
-  static int port = 18700;
-  return port++;
-}
+int next_tcp_port() { return uroce::test::free_tcp_port(); }
 
 // The line of a program's output holding `marker` ("" if none).
 std::string line_with(const std::string& out, const std::string& marker) {
@@ -233,7 +262,7 @@ TEST(Ibverbs, CRcLoopbackOverNetRingRunsEveryVerb) {
 TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
   LinkPair m(Link::kMemif);
   const Pair p = m.run(std::string(UROCE_IBVERBS_RC " memif server ") + m.dir(),
-                       std::string(UROCE_IBVERBS_RC " memif client ") + m.dir(), std::chrono::milliseconds(200));
+                       std::string(UROCE_IBVERBS_RC " memif client ") + m.dir(), 0, std::chrono::milliseconds(200));
   EXPECT_EQ(p.server.status, 0) << p.server.out;
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   EXPECT_NE(p.server.out.find("all checks passed"), std::string::npos) << p.server.out;
@@ -282,8 +311,9 @@ TEST_P(StockPair, CompletesWithItsFigures) {
   }
   const LinkPair link(c.link);
   const bool pingpong = std::string(c.program).rfind("ibv_", 0) == 0;  // ibv_{rc,srq,ud,uc}_pingpong
-  const std::string cmd = program + " -d uroce0 -p " + std::to_string(next_tcp_port()) + " " + c.args;
-  const Pair p = link.run(cmd, cmd + " " + link.server_host());
+  const int port = next_tcp_port();
+  const std::string cmd = program + " -d uroce0 -p " + std::to_string(port) + " " + c.args;
+  const Pair p = link.run(cmd, cmd + " " + link.server_host(), port);
   EXPECT_EQ(p.server.status, 0) << p.server.out;
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   // perftest's table: "#bytes  #iterations ..." then a row of figures, on

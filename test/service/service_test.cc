@@ -34,6 +34,7 @@
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 #include "verbs/internal.h"
+#include "support/free_port.h"
 #include "support/telemetry_client.h"
 #include "support/uroced.h"
 #include "support/work_requests.h"
@@ -116,6 +117,9 @@ std::string Service::dir_;
 Daemon* Service::a_ = nullptr;
 Daemon* Service::b_ = nullptr;
 
+// A free TCP port for a stock pair's side channel, as text.
+std::string port() { return std::to_string(uroce::test::free_tcp_port()); }
+
 void expect_passed(Process& p) {
   const int rc = p.wait();
   const std::string out = p.out();
@@ -175,9 +179,9 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
     std::string args;
     std::string marker;
   };
-  const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -p 18801 -n 500", "iters in"},
-                        {"ibv_rc_pingpong -d uroce0 -g 1 -p 18802 -n 200 -e -s 65536", "iters in"},
-                        {"ib_write_bw -d uroce0 -x 1 -p 18803 -s 65536 -n 2000 --report_gbits", "65536"}};
+  const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -p " + port() + " -n 500", "iters in"},
+                        {"ibv_rc_pingpong -d uroce0 -g 1 -p " + port() + " -n 200 -e -s 65536", "iters in"},
+                        {"ib_write_bw -d uroce0 -x 1 -p " + port() + " -s 65536 -n 2000 --report_gbits", "65536"}};
   for (const Case& k : cases) {
     const std::string tag = k.args.substr(0, k.args.find(' '));
     Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + k.args,
@@ -196,12 +200,13 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
 TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
   const uroce::service::StatsReply before = a_->stats();
   // The victim: ib_write_bw for 6 s between the daemons, killed after 2 s.
+  const std::string victim_port = port();
   Process vs = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket +
-                         " ib_write_bw -d uroce0 -x 1 -p 18810 -s 65536 -D 6",
+                         " ib_write_bw -d uroce0 -x 1 -p " + victim_port + " -s 65536 -D 6",
                      dir_ + "/victim-s.log");
   std::this_thread::sleep_for(1s);
   Process vc = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket +
-                         " ib_write_bw -d uroce0 -x 1 -p 18810 -s 65536 -D 6 127.0.0.1",
+                         " ib_write_bw -d uroce0 -x 1 -p " + victim_port + " -s 65536 -D 6 127.0.0.1",
                      dir_ + "/victim-c.log");
   std::this_thread::sleep_for(1500ms);
   // The survivors: client pairs one after another, every byte verified,
