@@ -110,8 +110,8 @@ class SpscRing {
   // Both cursors, shared and private, back to 0: the ring is empty (control
   // path, neither side running).
   void reset() {
-    head_at_->store(0, std::memory_order_release);
-    tail_at_->store(0, std::memory_order_release);
+    head_at_->store(0);
+    tail_at_->store(0);
     prod_ = Side{};
     cons_ = Side{};
   }
