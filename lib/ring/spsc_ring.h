@@ -14,7 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
+#include <utility>
 #include <vector>
 
 namespace uroce::ring {
@@ -84,15 +84,20 @@ class SpscRing {
   explicit SpscRing(std::uint32_t limit) { init(limit); }
   SpscRing(const SpscRing&) = delete;
   SpscRing& operator=(const SpscRing&) = delete;
-  SpscRing(SpscRing&&) noexcept = default;  // owned cursors and slots are on the heap: they stay put
-  SpscRing& operator=(SpscRing&&) noexcept = default;
+  // Control path (a ring handed out by value): owned cursors move with it.
+  SpscRing(SpscRing&& o) noexcept { take(o); }
+  SpscRing& operator=(SpscRing&& o) noexcept {
+    take(o);
+    return *this;
+  }
 
   // Owns pow2_at_least(limit) slots and the cursors; holds at most `limit`
   // entries. Control path.
   void init(std::uint32_t limit) {
     slots_.init(limit);
-    own_ = std::make_unique<Cursors>();
-    attach_cursors(&own_->head, &own_->tail);
+    prod_.word.store(0);
+    cons_.word.store(0);
+    attach_cursors(&prod_.word, &cons_.word);
   }
   // On mapped memory: `pow2` slots, at most `limit` in use. The cursors are
   // `shared`'s, or any two words (`tail`: whatever frees the producer's
@@ -104,7 +109,6 @@ class SpscRing {
   void attach(std::atomic<std::uint32_t>* head, std::atomic<std::uint32_t>* tail, T* slots, std::uint32_t pow2,
               std::uint32_t limit) {
     slots_.attach(slots, pow2, limit);
-    own_.reset();
     attach_cursors(head, tail);
   }
   // Both cursors, shared and private, back to 0: the ring is empty (control
@@ -112,8 +116,7 @@ class SpscRing {
   void reset() {
     head_at_->store(0);
     tail_at_->store(0);
-    prod_ = Side{};
-    cons_ = Side{};
+    prod_.mine = prod_.seen = cons_.mine = cons_.seen = 0;
   }
 
   std::uint32_t capacity() const { return slots_.capacity(); }
@@ -205,9 +208,11 @@ class SpscRing {
   }
 
  private:
-  // One side's private state, on a line of its own: its cursor and the
-  // other side's as it last loaded it.
+  // One side's state, on a line of its own: its cursor and the other
+  // side's as it last loaded it (private), and, in a ring that owns its
+  // cursors, the shared word it publishes (so the side writes one line).
   struct alignas(64) Side {
+    std::atomic<std::uint32_t> word{0};  // init(): this side's shared cursor; attach(): unused
     std::uint32_t mine = 0;
     std::uint32_t seen = 0;
   };
@@ -217,17 +222,28 @@ class SpscRing {
     tail_at_ = tail;
     const std::uint32_t h = head->load(std::memory_order_acquire);
     const std::uint32_t t = tail->load(std::memory_order_acquire);
-    prod_ = Side{h, t};
-    cons_ = Side{t, h};
+    prod_.mine = cons_.seen = h;
+    prod_.seen = cons_.mine = t;
+  }
+  bool owns_cursors() const { return head_at_ == &prod_.word; }
+  void take(SpscRing& o) {
+    const bool owned = o.owns_cursors();
+    slots_ = std::move(o.slots_);
+    for (auto [to, from] : {std::pair{&prod_, &o.prod_}, std::pair{&cons_, &o.cons_}}) {
+      to->word.store(from->word.load());
+      to->mine = from->mine;
+      to->seen = from->seen;
+    }
+    head_at_ = owned ? &prod_.word : o.head_at_;
+    tail_at_ = owned ? &cons_.word : o.tail_at_;
   }
 
   // Fixed once set up.
   Slots<T> slots_;
-  std::unique_ptr<Cursors> own_;  // init(): the cursors; attach(): none
   std::atomic<std::uint32_t>* head_at_ = nullptr;
   std::atomic<std::uint32_t>* tail_at_ = nullptr;
-  Side prod_;  // the producer's thread only
-  Side cons_;  // the consumer's thread only
+  Side prod_;  // the producer's thread only (and `word` for the consumer to load)
+  Side cons_;  // the consumer's thread only (and `word` for the producer to load)
 };
 
 }  // namespace uroce::ring

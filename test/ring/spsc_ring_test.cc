@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ring/spsc_ring.h"
@@ -131,6 +132,20 @@ TEST(SpscRing, KeepsOrderBetweenTwoThreads) {
     for (std::uint32_t k = 0; k < n; ++k) ASSERT_EQ(out[k], next++);
   }
   producer.join();
+}
+
+TEST(SpscRing, AnOwnedRingMovesWithItsCursors) {
+  ring::SpscRing<int> a(4);
+  ASSERT_TRUE(a.push(1));
+  ASSERT_TRUE(a.push(2));
+  ring::SpscRing<int> b(std::move(a));
+  EXPECT_EQ(b.ready(), 2u);
+  EXPECT_EQ(b.published(), 2u);
+  ASSERT_TRUE(b.push(3));
+  int out[4];
+  ASSERT_EQ(b.pop(out, 4), 3u);
+  EXPECT_EQ(out[2], 3);
+  EXPECT_EQ(b.room(4), 4u);
 }
 
 TEST(SpscRing, UrocedsRingHeaderKeepsItsLayout) {
