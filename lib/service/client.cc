@@ -35,13 +35,9 @@ RemoteQp::~RemoteQp() {
 
 int RemoteCq::poll(int n, ibv_wc* wc) {
   if (overflowed()) return -EOVERFLOW;
-  const std::uint32_t head = ring.header->head.load(std::memory_order_acquire);
-  const std::uint32_t k = std::min<std::uint32_t>(head - tail, n > 0 ? static_cast<std::uint32_t>(n) : 0);
-  for (std::uint32_t i = 0; i < k; ++i) wc[i] = ring[tail + i];
-  if (k != 0) {
-    tail += k;
-    ring.header->tail.store(tail, std::memory_order_release);
-  }
+  const std::uint32_t k = std::min<std::uint32_t>(ring.ready(), n > 0 ? static_cast<std::uint32_t>(n) : 0);
+  for (std::uint32_t i = 0; i < k; ++i) wc[i] = ring.at(i);
+  ring.consume(k);
   return static_cast<int>(k);
 }
 
@@ -51,7 +47,7 @@ int RemoteCq::arm(bool solicited_only) {
   armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
   // The daemon stores head, then loads armed; this stores armed, then loads
   // head: one of the two sees the other, so a completion is never missed.
-  if (!solicited_only && (ring.header->head.load(std::memory_order_seq_cst) != tail || overflowed())) {
+  if (!solicited_only && (ring.ready(std::memory_order_seq_cst) != 0 || overflowed())) {
     std::uint32_t a = 2;
     if (armed.compare_exchange_strong(a, 0)) on_event(arg);
   }
@@ -60,7 +56,7 @@ int RemoteCq::arm(bool solicited_only) {
 
 int RemoteQp::post_send(const ibv_send_wr& wr) {
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-  if (sq_head - sq.header->retired.load(std::memory_order_acquire) >= cap.max_send_wr) return ENOMEM;
+  if (sq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_send_sge) return EINVAL;
   const bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   switch (wr.opcode) {
@@ -76,7 +72,7 @@ int RemoteQp::post_send(const ibv_send_wr& wr) {
     default:
       return EINVAL;
   }
-  SendSlot& s = sq[sq_head];
+  SendSlot& s = sq.slot();
   s.wr_id = wr.wr_id;
   s.opcode = wr.opcode;
   s.send_flags = wr.send_flags;
@@ -104,19 +100,19 @@ int RemoteQp::post_send(const ibv_send_wr& wr) {
     s.num_sge = static_cast<std::uint32_t>(wr.num_sge);
     for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
   }
-  sq.header->head.store(++sq_head, std::memory_order_release);
+  sq.publish(1);
   return 0;
 }
 
 int RemoteQp::post_recv(const ibv_recv_wr& wr) {
   if (state == IBV_QPS_RESET) return EINVAL;
-  if (rq_head - rq.header->retired.load(std::memory_order_acquire) >= cap.max_recv_wr) return ENOMEM;
+  if (rq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_recv_sge) return EINVAL;
-  RecvSlot& s = rq[rq_head];
+  RecvSlot& s = rq.slot();
   s.wr_id = wr.wr_id;
   s.num_sge = static_cast<std::uint32_t>(wr.num_sge);
   for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
-  rq.header->head.store(++rq_head, std::memory_order_release);
+  rq.publish(1);
   return 0;
 }
 
@@ -298,9 +294,9 @@ std::unique_ptr<RemoteQp> Client::create_qp(const CreateQp& attr, std::string& w
     err = ENOMEM;
     return nullptr;
   }
-  qp->sq = Ring<SendSlot>::at(static_cast<char*>(qp->map) + r.sq_offset, r.sq_slots);
-  qp->rq = Ring<RecvSlot>::at(static_cast<char*>(qp->map) + r.rq_offset, r.rq_slots);
   qp->cap = r.cap;
+  qp->sq = Ring<SendSlot>::work_queue_at(static_cast<char*>(qp->map) + r.sq_offset, r.sq_slots, qp->cap.max_send_wr);
+  qp->rq = Ring<RecvSlot>::work_queue_at(static_cast<char*>(qp->map) + r.rq_offset, r.rq_slots, qp->cap.max_recv_wr);
   qp->sq_sig_all = attr.sq_sig_all != 0;
   return qp;
 }

@@ -24,8 +24,7 @@ namespace uroce::service {
 // A CQ whose ring the daemon fills.
 struct RemoteCq {
   std::uint32_t handle = 0;
-  Ring<ibv_wc> ring;
-  std::uint32_t tail = 0;  // next to read (this side's; stored into ring.header->tail)
+  Ring<ibv_wc> ring;  // this side's tail: ring.tail()
   void* map = nullptr;
   std::size_t map_bytes = 0;
   int event_fd = -1;  // the daemon's signal (closed by Client::destroy_cq, or with the Client)
@@ -42,9 +41,8 @@ struct RemoteCq {
 struct RemoteQp {
   std::uint32_t handle = 0;
   std::uint32_t qpn = 0;
-  Ring<SendSlot> sq;
+  Ring<SendSlot> sq;  // this side's heads: sq.head(), rq.head()
   Ring<RecvSlot> rq;
-  std::uint32_t sq_head = 0, rq_head = 0;  // next to write (this side's)
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
   ibv_qp_state state = IBV_QPS_RESET;  // as the last modify or query left it

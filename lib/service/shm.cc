@@ -15,11 +15,7 @@
 
 namespace uroce::service {
 
-std::uint32_t ring_slots(std::uint32_t n) {
-  std::uint32_t c = 1;
-  while (c < n) c <<= 1;
-  return c;
-}
+std::uint32_t ring_slots(std::uint32_t n) { return ring::pow2_at_least(n); }
 
 std::size_t page_round(std::size_t bytes) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));

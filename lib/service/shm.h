@@ -14,43 +14,53 @@
 #include <cstdint>
 #include <string>
 
+#include "ring/spsc_ring.h"
+
 namespace uroce::service {
 
-// The cursors of one ring, each on a cache line of its own: the producer's
-// `head` (next slot it writes), the consumer's `tail` (next it reads).
-// Work-queue rings also carry `retired` (the daemon: requests the engine has
-// finished with, which bounds how far the client may post) and `state` (the
-// QP's state as the daemon last saw it). CQ rings carry `armed`
+// One ring's header: the cursors of lib/ring's SpscRing (the producer's
+// `head`, the next slot it writes; the consumer's `tail`, the next it
+// reads), then words of the service's own, each group on a cache line of
+// its own. Work-queue rings also carry `retired` (the daemon: requests the
+// engine has finished with; it, not `tail`, frees the client's slots) and
+// `state` (the QP's state as the daemon last saw it). CQ rings carry `armed`
 // (ibv_req_notify_cq, written by the client: 0 none, 1 solicited, 2 next)
 // and `overflow` (the daemon: the CQ overflowed).
-struct RingHeader {
-  alignas(64) std::atomic<std::uint32_t> head{0};
-  alignas(64) std::atomic<std::uint32_t> tail{0};
+struct RingHeader : ring::Cursors {
   alignas(64) std::atomic<std::uint32_t> retired{0};
   std::atomic<std::uint32_t> state{0};
   alignas(64) std::atomic<std::uint32_t> armed{0};
   std::atomic<std::uint32_t> overflow{0};
 };
 static_assert(sizeof(RingHeader) == 256, "RingHeader is part of the protocol");
-static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "cursors are shared between processes");
 
-// A ring of `slots` (a power of two) T after its header.
+// A ring of `slots` (a power of two) T after its header, as one side maps
+// it: lib/ring's SpscRing on the header's words.
 template <typename T>
-struct Ring {
+struct Ring : ring::SpscRing<T> {
   RingHeader* header = nullptr;
-  T* slot = nullptr;
-  std::uint32_t mask = 0;
+  using ring::SpscRing<T>::at;  // the consumer's entries, beside the factory below
 
   static std::size_t bytes(std::uint32_t slots) { return sizeof(RingHeader) + sizeof(T) * slots; }
+  // A CQ's ring: the consumer (the client) frees slots with `tail`.
   static Ring at(void* base, std::uint32_t slots) {
     Ring r;
     r.header = static_cast<RingHeader*>(base);
-    r.slot = reinterpret_cast<T*>(static_cast<char*>(base) + sizeof(RingHeader));
-    r.mask = slots - 1;
+    r.attach(r.header, first_slot(base), slots, slots);
     return r;
   }
-  T& operator[](std::uint32_t i) const { return slot[i & mask]; }
-  std::uint32_t slots() const { return mask + 1; }
+  // A work queue's ring: the daemon frees slots with `retired` (work the
+  // engine is done with); the client posts at most `limit` beyond it.
+  static Ring work_queue_at(void* base, std::uint32_t slots, std::uint32_t limit) {
+    Ring r;
+    r.header = static_cast<RingHeader*>(base);
+    r.attach(&r.header->head, &r.header->retired, first_slot(base), slots, limit);
+    return r;
+  }
+  std::uint32_t slots() const { return this->capacity(); }
+
+ private:
+  static T* first_slot(void* base) { return reinterpret_cast<T*>(static_cast<char*>(base) + sizeof(RingHeader)); }
 };
 
 // The smallest power of two >= n (n >= 1).

@@ -34,15 +34,12 @@ void reset_queues(Qp& qp) {
   qp.sq_posted = qp.req_next = qp.comp_next = 0;
   qp.rq_posted = qp.rq_next = 0;
   qp.srq_held = false;  // a WQE taken from the SRQ for a message cut short is gone, as RESET discards work
-  qp.sq_published.store(0, std::memory_order_release);
-  qp.sq_retired.store(0, std::memory_order_release);
-  qp.rq_published.store(0, std::memory_order_release);
-  qp.rq_retired.store(0, std::memory_order_release);
-  qp.sched.sq_retired = qp.sched.rq_retired = 0;
+  qp.sq.reset();
+  qp.rq.reset();
   qp.req = Qp::Requester{};
   qp.comp = Qp::Completer{};
   std::vector<ResponderResource> resources = std::move(qp.resp.resources);
-  FixedRing<Response> out = std::move(qp.resp.out);
+  ring::Slots<Response> out = std::move(qp.resp.out);
   qp.resp = Qp::Responder{};
   qp.resp.resources = std::move(resources);
   qp.resp.out = std::move(out);

@@ -98,14 +98,10 @@ struct Qp {
   QpCounters counters;
 
   // The application thread and the engine exchange work through the queues
-  // as single-producer single-consumer rings: the application fills slots
-  // and publishes its producer cursor; the engine takes it in at each poll
-  // (sync_from_app) and publishes what it has retired. Nothing else of the
-  // QP is touched by both (control operations run between bursts).
-  std::atomic<std::uint32_t> sq_published{0};  // application -> engine: next free SQ slot
-  std::atomic<std::uint32_t> sq_retired{0};    // engine -> application: comp_next
-  std::atomic<std::uint32_t> rq_published{0};
-  std::atomic<std::uint32_t> rq_retired{0};
+  // (sq, rq below) as single-producer single-consumer rings: the application
+  // fills slots and publishes the head; the engine takes it in at each poll
+  // (sync_from_app) and publishes what it has retired as the tail. Nothing
+  // else of the QP is touched by both (control operations run between bursts).
   std::atomic<ibv_qp_state> app_state{IBV_QPS_RESET};  // `state`, for post_send/post_recv
   // Rung after each post: the bit of this QP in its engine's doorbell
   // words, so the engine finds the QPs with new work without looking at
@@ -140,15 +136,11 @@ struct Qp {
     // the engine's active list even while bursts fill (set by the engine).
     bool sated = false;
     std::uint64_t timer_at = 0;
-    // What publish_to_app last stored in sq_retired / rq_retired: a cursor
-    // that has not moved is not stored again (the application thread's
-    // cache line stays put).
-    std::uint32_t sq_retired = 0;
-    std::uint32_t rq_retired = 0;
   } sched;
 
-  // Send queue. Cursors run free; a slot is sq[i].
-  FixedRing<SendWqe> sq;
+  // Send queue: head published by the application, tail retired by the
+  // engine (comp_next). The engine's own cursors run free; a slot is sq[i].
+  ring::SpscRing<SendWqe> sq;
   std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
   std::vector<UdDest> ud_dest;           // UD: the destination of each SQ slot
   std::uint32_t sq_posted = 0;  // next slot the application fills
@@ -179,8 +171,8 @@ struct Qp {
     std::uint32_t rewound_psn = 0;
   } comp;
 
-  // Receive queue.
-  FixedRing<RecvWqe> rq;
+  // Receive queue: as the send queue (tail: rq_next).
+  ring::SpscRing<RecvWqe> rq;
   std::uint32_t rq_posted = 0;
   std::uint32_t rq_next = 0;  // the WQE the next SEND consumes
   // Or a shared one: a message's WQE is taken from it at its first packet
@@ -204,7 +196,7 @@ struct Qp {
     std::uint64_t write_epoch = 0;
     std::vector<ResponderResource> resources;
     std::uint32_t next_resource = 0;
-    FixedRing<Response> out;
+    ring::Slots<Response> out;
     std::uint32_t out_head = 0;
     std::uint32_t out_tail = 0;
   } resp;

@@ -10,32 +10,29 @@
 namespace uroce::transport {
 
 bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
-  const std::uint64_t head = head_.load(std::memory_order_relaxed);
-  if (head - tail_.load(std::memory_order_acquire) >= capacity_) {
+  if (ring_.room() == 0) {
     overflow_.store(true, std::memory_order_release);
     if (events_ != nullptr) events_->offer(true);  // the error wakes the waiter, who polls -EOVERFLOW
     return false;
   }
-  ring_[head % capacity_] = wc;
+  ring_.slot() = wc;
   if (events_ == nullptr) {
-    head_.store(head + 1, std::memory_order_release);
+    ring_.publish(1);
     return true;
   }
   // Sequentially consistent with the arming thread (CompletionQueue::arm):
   // either it sees this entry pending, or this sees it armed.
-  head_.store(head + 1, std::memory_order_seq_cst);
+  ring_.publish(1, std::memory_order_seq_cst);
   events_->offer(solicited || wc.status != IBV_WC_SUCCESS);
   return true;
 }
 
 int CompletionRing::poll(int n, ibv_wc* out) {
   if (overflow_.load(std::memory_order_acquire)) return -EOVERFLOW;
-  const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
-  const std::uint64_t avail = head_.load(std::memory_order_acquire) - tail;
-  const auto k = static_cast<int>(std::min<std::uint64_t>(avail, n < 0 ? 0 : static_cast<std::uint64_t>(n)));
-  for (int i = 0; i < k; ++i) out[i] = ring_[(tail + i) % capacity_];
-  tail_.store(tail + k, std::memory_order_release);
-  return k;
+  const std::uint32_t k = std::min<std::uint32_t>(ring_.ready(), n < 0 ? 0 : static_cast<std::uint32_t>(n));
+  for (std::uint32_t i = 0; i < k; ++i) out[i] = ring_.at(i);
+  ring_.consume(k);
+  return static_cast<int>(k);
 }
 
 namespace {
@@ -69,19 +66,19 @@ bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
 int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-  const std::uint32_t slot = qp.sq_published.load(std::memory_order_relaxed);
-  if (slot - qp.sq_retired.load(std::memory_order_acquire) >= qp.sq.limit()) return ENOMEM;
+  if (qp.sq.room() == 0) return ENOMEM;
+  const std::uint32_t slot = qp.sq.head();
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_send_sge) return EINVAL;
   if (!service_allows(qp.type, wr.opcode)) return EINVAL;
   if (qp.type == IBV_QPT_UD) {
     if (ud == nullptr || !ud->built()) return EINVAL;
-    UdDest& d = qp.ud_dest[qp.sq.slot(slot)];
+    UdDest& d = qp.ud_dest[qp.sq.index(slot)];
     d.path = *ud;
     d.qpn = wr.wr.ud.remote_qpn & 0xffffff;
     d.qkey = wr.wr.ud.remote_qkey;
   }
 
-  SendWqe& w = qp.sq[slot];
+  SendWqe& w = qp.sq.slot();
   reset_fields(w);  // the SGEs in use are written below
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
@@ -113,7 +110,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
     // Inline data is copied now; the buffers may be reused on return.
     if (w.kind != WqeKind::kSend && w.kind != WqeKind::kWrite) return EINVAL;
     if (total > qp.caps.max_inline_data) return EINVAL;
-    std::uint8_t* dst = qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.slot(slot)) * qp.caps.max_inline_data;
+    std::uint8_t* dst = qp.inline_buf.data() + static_cast<std::size_t>(qp.sq.index(slot)) * qp.caps.max_inline_data;
     std::uint32_t at = 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
@@ -135,7 +132,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   if (qp.type == IBV_QPT_UD && w.length > qp.mtu) return EINVAL;
   // Posting to a QP in ERR is allowed: the engine flushes the WR at its
   // next poll (sync_from_app).
-  qp.sq_published.store(slot + 1, std::memory_order_release);
+  qp.sq.publish(1);
   ring_doorbell(qp);
   return 0;
 }
@@ -159,33 +156,30 @@ void fill_recv_wqe(RecvWqe& w, const ibv_recv_wr& wr) {
 
 int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
   if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
-  const std::uint32_t slot = qp.rq_published.load(std::memory_order_relaxed);
-  if (slot - qp.rq_retired.load(std::memory_order_acquire) >= qp.rq.limit()) return ENOMEM;
+  if (qp.rq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
-  fill_recv_wqe(qp.rq[slot], wr);
-  qp.rq_published.store(slot + 1, std::memory_order_release);
+  fill_recv_wqe(qp.rq.slot(), wr);
+  qp.rq.publish(1);
   ring_doorbell(qp);
   return 0;
 }
 
 int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {
-  const std::uint32_t slot = srq.published.load(std::memory_order_relaxed);
-  if (slot - srq.taken.load(std::memory_order_acquire) >= srq.ring.limit()) return ENOMEM;
+  if (srq.ring.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > srq.max_sge) return EINVAL;
-  fill_recv_wqe(srq.ring[slot], wr);
-  srq.published.store(slot + 1, std::memory_order_release);
+  fill_recv_wqe(srq.ring.slot(), wr);
+  srq.ring.publish(1);
   return 0;
 }
 
 bool srq_take(Srq& srq, RecvWqe& out) {
-  const std::uint32_t next = srq.taken.load(std::memory_order_relaxed);
-  const std::uint32_t posted = srq.published.load(std::memory_order_acquire);
-  if (next == posted) return false;
-  out = srq.ring[next];
-  srq.taken.store(next + 1, std::memory_order_release);
+  const std::uint32_t posted = srq.ring.ready();
+  if (posted == 0) return false;
+  out = srq.ring.at();
+  srq.ring.consume(1);
   // The limit event: once, when what is left falls below the armed limit.
   std::uint32_t limit = srq.limit.load(std::memory_order_relaxed);
-  if (limit != 0 && posted - (next + 1) < limit &&
+  if (limit != 0 && posted - 1 < limit &&
       srq.limit.compare_exchange_strong(limit, 0, std::memory_order_acq_rel) && srq.on_limit != nullptr) {
     srq.on_limit(srq.arg);
   }
@@ -193,25 +187,19 @@ bool srq_take(Srq& srq, RecvWqe& out) {
 }
 
 std::uint32_t srq_count(const Srq& srq) {
-  return srq.published.load(std::memory_order_acquire) - srq.taken.load(std::memory_order_acquire);
+  return srq.ring.published() - srq.ring.consumed();
 }
 
 void sync_from_app(Qp& qp) {
-  qp.sq_posted = qp.sq_published.load(std::memory_order_acquire);
-  qp.rq_posted = qp.rq_published.load(std::memory_order_acquire);
+  qp.sq_posted += qp.sq.ready_from(qp.sq_posted);
+  qp.rq_posted += qp.rq.ready_from(qp.rq_posted);
   // In ERR, work posted since is flushed at once.
   if (qp.state == IBV_QPS_ERR && (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted)) qp_enter_error(qp);
 }
 
 void publish_to_app(Qp& qp) {
-  if (qp.sched.sq_retired != qp.comp_next) {
-    qp.sched.sq_retired = qp.comp_next;
-    qp.sq_retired.store(qp.comp_next, std::memory_order_release);
-  }
-  if (qp.sched.rq_retired != qp.rq_next) {
-    qp.sched.rq_retired = qp.rq_next;
-    qp.rq_retired.store(qp.rq_next, std::memory_order_release);
-  }
+  qp.sq.consume_to(qp.comp_next);
+  qp.rq.consume_to(qp.rq_next);
 }
 
 }  // namespace uroce::transport

@@ -11,8 +11,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <vector>
 
+#include "ring/spsc_ring.h"
 #include "wire/path_header.h"
 #include "wire/tx_frame.h"
 
@@ -41,28 +41,22 @@ struct CqEvents {
 };
 
 // A completion queue's ring: the engine produces, the application polls.
-// Single producer, single consumer, lock-free.
+// Holds exactly `capacity` (cqe) completions; the one after overflows it.
 class CompletionRing {
  public:
-  explicit CompletionRing(std::uint32_t capacity, CqEvents* events = nullptr)
-      : ring_(capacity), capacity_(capacity), events_(events) {}
+  explicit CompletionRing(std::uint32_t capacity, CqEvents* events = nullptr) : events_(events) { ring_.init(capacity); }
   // False (and the ring is marked overflowed) when full. `solicited`: a
   // receive whose last packet had the SE bit.
   bool push(const ibv_wc& wc, bool solicited = false);
   int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
-  std::uint32_t capacity() const { return capacity_; }
+  std::uint32_t capacity() const { return ring_.limit(); }
   bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
   // Whether completions wait to be polled (the application's thread).
-  bool pending() const {
-    return head_.load(std::memory_order_seq_cst) != tail_.load(std::memory_order_relaxed);
-  }
+  bool pending() const { return ring_.ready(std::memory_order_seq_cst) != 0; }
   std::uint32_t users = 0;  // QPs attached (control path)
 
  private:
-  std::vector<ibv_wc> ring_;
-  std::uint32_t capacity_;
-  std::atomic<std::uint64_t> head_{0};  // next to write
-  std::atomic<std::uint64_t> tail_{0};  // next to read
+  ring::SpscRing<ibv_wc> ring_;
   std::atomic<bool> overflow_{false};
   CqEvents* events_;  // nullptr: nobody waits for events
 };
@@ -137,31 +131,6 @@ struct RecvWqe {
   std::array<Sge, kMaxSge> sge{};
 };
 
-// A ring's slots, fixed at creation: a power of two of them for cheap
-// indexing, of which `limit` (the depth asked for) may be in use. The
-// cursors run free and live with their owners (Qp, Srq).
-template <typename T>
-class FixedRing {
- public:
-  void init(std::uint32_t capacity) {
-    std::uint32_t c = 1;
-    while (c < capacity) c <<= 1;
-    slots_.assign(c, T{});
-    mask_ = c - 1;
-    limit_ = capacity;
-  }
-  T& operator[](std::uint32_t i) { return slots_[i & mask_]; }
-  const T& operator[](std::uint32_t i) const { return slots_[i & mask_]; }
-  std::uint32_t limit() const { return limit_; }
-  std::uint32_t capacity() const { return mask_ + 1; }
-  std::uint32_t slot(std::uint32_t i) const { return i & mask_; }
-
- private:
-  std::vector<T> slots_;
-  std::uint32_t mask_ = 0;
-  std::uint32_t limit_ = 0;
-};
-
 // A shared receive queue (IBTA 10.2.9.5, 11.2.3): receive WQEs any RC QP
 // attached to it consumes, one per incoming message, in the order posted.
 // The application posts (one producer); the engine that serves every QP on
@@ -170,9 +139,8 @@ class FixedRing {
 struct Srq {
   std::uint64_t pd = 0;  // ProtectionDomain::id()
   std::uint32_t max_sge = 0;
-  FixedRing<RecvWqe> ring;
-  std::atomic<std::uint32_t> published{0};  // application -> engine: the next free slot
-  std::atomic<std::uint32_t> taken{0};      // engine -> application: WQEs taken so far
+  // Head: the application's next free slot; tail: the WQEs the engine took.
+  ring::SpscRing<RecvWqe> ring;
   // srq_limit (ibv_modify_srq): when fewer WQEs than this remain after a
   // take, the engine calls on_limit once and disarms it (sets 0), as
   // IBV_EVENT_SRQ_LIMIT_REACHED works. 0: not armed.

@@ -22,7 +22,7 @@ std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint1
       complete_send(qp, IBV_WC_LOC_PROT_ERR);
       break;
     }
-    const UdDest& d = qp.ud_dest[qp.sq.slot(qp.req_next)];
+    const UdDest& d = qp.ud_dest[qp.sq.index(qp.req_next)];
     wire::TxFrame& f = out[n];
     f.npieces = 0;
     wire::TransportHeaders th;

@@ -303,9 +303,9 @@ int QueuePair::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) { return impl_->
 
 int QueuePair::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) { return impl_->post_recv(*this, wr, bad_wr); }
 
-std::uint32_t QueuePair::send_retired() const { return impl_->qp.sq_retired.load(std::memory_order_acquire); }
+std::uint32_t QueuePair::send_retired() const { return impl_->qp.sq.consumed(); }
 
-std::uint32_t QueuePair::recv_retired() const { return impl_->qp.rq_retired.load(std::memory_order_acquire); }
+std::uint32_t QueuePair::recv_retired() const { return impl_->qp.rq.consumed(); }
 
 QueuePair::CongestionState QueuePair::congestion() const { return impl_of(*ctx_).backend->congestion(*this); }
 

@@ -60,41 +60,41 @@ constexpr std::string_view kLog = "uroce/log.h";
 std::vector<Layer> layer_table() {
   std::vector<Layer> t = {
       {"uroce", "include/uroce", {}, false},  // the public API
-      // One SPSC ring design, for every ring of the stack (coming).
+      // The one SPSC ring design, for every ring of the stack.
       {"ring", "lib/ring", {}, false},
       {"wire", "lib/wire", {kPort}, false},
       {"mem", "lib/mem", {}, false},
       {"cc", "lib/cc", {}, false},
       {"pcap", "lib/pcap", {}, false},
-      {"transport", "lib/transport", {"wire", "mem", "cc", kPort}, false},
-      {"engine", "lib/engine", {"wire", "mem", "cc", "transport", kPort}, false},
+      {"transport", "lib/transport", {"ring", "wire", "mem", "cc", kPort}, false},
+      {"engine", "lib/engine", {"ring", "wire", "mem", "cc", "transport", kPort}, false},
       // The "uroce" logger (spdlog) behind uroce/log.h: control path only.
       {"log", "lib/log", {kLog}, true},
       // The client's half of the service protocol: sockets and shared memory.
-      {"service", "lib/service", {}, false},
+      {"service", "lib/service", {"ring"}, false},
       // The ports, beside verbs: the engine's PacketIo and Clock on DPDK or a
       // simulated link. Neither sees the API or what is assembled on them.
-      {"dpdk", "drivers/dpdk", {"wire", "mem", "cc", "transport", "engine", "log", kLog, kPort}, true, true},
-      {"sim", "drivers/sim", {"wire", "mem", "cc", "transport", "engine", "pcap", kPort}, false},
-      {"verbs", "lib/verbs", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce"}, true},
+      {"dpdk", "drivers/dpdk", {"ring", "wire", "mem", "cc", "transport", "engine", "log", kLog, kPort}, true, true},
+      {"sim", "drivers/sim", {"ring", "wire", "mem", "cc", "transport", "engine", "pcap", kPort}, false},
+      {"verbs", "lib/verbs", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce"}, true},
       // The daemon's half of the service protocol, on a local Context.
       {"service_daemon", "lib/service/daemon",
-       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, true},
+       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, true},
       // The communication manager (QP1, IB CM) on the API and verbs' internals.
-      {"cm", "lib/cm", {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, false},
+      {"cm", "lib/cm", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, false},
       // The assemblies: a Context on a driver's port (Device, RingPair on
       // DPDK; SimPair, SimFabric on the simulator) and their telemetry.
       {"device", "lib/device",
-       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap"},
+       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap"},
        true, true},
       // libibverbs.so.1 on top of the stack: starts EAL and opens a device::Device.
       {"ibverbs", "lib/ibverbs",
-       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap",
+       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap",
         "device"},
        true, true},
       // librdmacm.so.1: lib/cm on libibverbs.so.1's device.
       {"rdmacm", "lib/rdmacm",
-       {"wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap", "device",
+       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap", "device",
         "cm", "ibverbs"},
        false},
   };

@@ -49,26 +49,15 @@ std::size_t Pump::run_completions() {
 // The QP's work retired so far (completed, or rejected by the pump), told
 // to the client: its ring slots are free again.
 void Pump::publish_retired(PumpQp& q) {
-  const std::uint32_t sq = q.qp->send_retired() + q.sq_rejected;
-  if (sq != q.sq_retired) {
-    q.sq_retired = sq;
-    q.sq.header->retired.store(sq, std::memory_order_release);
-  }
-  const std::uint32_t rq = q.qp->recv_retired() + q.rq_rejected;
-  if (rq != q.rq_retired) {
-    q.rq_retired = rq;
-    q.rq.header->retired.store(rq, std::memory_order_release);
-  }
+  q.sq.consume_to(q.qp->send_retired() + q.sq_rejected);
+  q.rq.consume_to(q.qp->recv_retired() + q.rq_rejected);
 }
 
 std::size_t Pump::drain_sq(PumpQp& q) {
   std::size_t moved = 0;
-  const std::uint32_t head = q.sq.header->head.load(std::memory_order_acquire);
-  std::uint32_t ahead = head - q.sq_next;
-  if (ahead > q.sq.slots()) {
-    ++q.bad_cursor;
-    ahead = 0;
-  }
+  bool wild = false;
+  const std::uint32_t ahead = q.sq.ready_from(q.sq_next, &wild);
+  if (wild) ++q.bad_cursor;
   for (std::uint32_t k = 0; k < std::min(ahead, kBurst); ++k) {
     service::SendSlot s;
     std::memcpy(&s, &q.sq[q.sq_next], sizeof s);  // once: the client may rewrite the slot meanwhile
@@ -119,12 +108,9 @@ std::size_t Pump::drain_sq(PumpQp& q) {
 
 std::size_t Pump::drain_rq(PumpQp& q) {
   std::size_t moved = 0;
-  const std::uint32_t head = q.rq.header->head.load(std::memory_order_acquire);
-  std::uint32_t ahead = head - q.rq_next;
-  if (ahead > q.rq.slots()) {
-    ++q.bad_cursor;
-    ahead = 0;
-  }
+  bool wild = false;
+  const std::uint32_t ahead = q.rq.ready_from(q.rq_next, &wild);
+  if (wild) ++q.bad_cursor;
   for (std::uint32_t k = 0; k < std::min(ahead, kBurst); ++k) {
     service::RecvSlot s;
     std::memcpy(&s, &q.rq[q.rq_next], sizeof s);
@@ -161,9 +147,7 @@ std::size_t Pump::fill(PumpCq& c) {
   // A solicited event seen before the move has its completion in the CQ
   // already (the engine pushes, then fires), so it reaches the ring below.
   const bool solicited_fired = c.fire_due.exchange(false, std::memory_order_acq_rel);
-  const std::uint32_t tail = h.tail.load(std::memory_order_acquire);
-  const std::uint32_t used = c.head - tail;
-  const std::uint32_t room = used > c.ring.slots() ? 0 : c.ring.slots() - used;  // a wild tail: treated as full
+  const std::uint32_t room = c.ring.room(kBurst);  // a wild tail: treated as full
   int n = 0;
   if (room != 0) {
     ibv_wc wc[kBurst];
@@ -177,11 +161,8 @@ std::size_t Pump::fill(PumpCq& c) {
       }
       return 0;
     }
-    for (int i = 0; i < n; ++i) c.ring[c.head + static_cast<std::uint32_t>(i)] = wc[i];
-    if (n > 0) {
-      c.head += static_cast<std::uint32_t>(n);
-      h.head.store(c.head, std::memory_order_seq_cst);
-    }
+    for (int i = 0; i < n; ++i) c.ring.slot(static_cast<std::uint32_t>(i)) = wc[i];
+    if (n > 0) c.ring.publish(static_cast<std::uint32_t>(n), std::memory_order_seq_cst);
   }
   // The client stores armed, then loads head; this stores head, then loads
   // armed (both seq_cst): one of the two sees the other.

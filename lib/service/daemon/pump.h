@@ -29,17 +29,15 @@ struct PumpQp {
   QueuePair* qp = nullptr;
   service::Ring<service::SendSlot> sq;
   service::Ring<service::RecvSlot> rq;
-  std::uint32_t sq_next = 0, rq_next = 0;          // next slot to take
+  std::uint32_t sq_next = 0, rq_next = 0;          // next slot to take (the rings' tails: retired)
   std::uint32_t sq_rejected = 0, rq_rejected = 0;  // taken but refused by the QP
-  std::uint32_t sq_retired = 0, rq_retired = 0;    // last stored into the headers
   std::uint64_t bad_cursor = 0;                    // a head more than a ring ahead
 };
 
 // A client CQ's ring as this side fills it.
 struct PumpCq {
   CompletionQueue* cq = nullptr;
-  service::Ring<ibv_wc> ring;
-  std::uint32_t head = 0;  // next slot to write
+  service::Ring<ibv_wc> ring;  // this side's head: ring.head()
   int event_fd = -1;
   bool solicited_armed = false;      // cq->arm(true) done for the client's current arming
   std::atomic<bool> fire_due{false}; // the daemon CQ's solicited event came (engine thread)

@@ -524,11 +524,9 @@ void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& repl
     // (the client's library restarts its own side as it gets this reply).
     pumps_[q.worker].with_lock([&] {
       PumpQp& p = *q.pump;
-      p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = p.sq_retired = p.rq_retired = 0;
-      p.sq.header->head.store(0);
-      p.sq.header->retired.store(0);
-      p.rq.header->head.store(0);
-      p.rq.header->retired.store(0);
+      p.sq_next = p.rq_next = p.sq_rejected = p.rq_rejected = 0;
+      p.sq.reset();  // head and retired
+      p.rq.reset();
     });
   }
 }
@@ -773,8 +771,8 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   new (static_cast<char*>(map) + sq_bytes) service::RingHeader();
   auto pump = std::make_unique<PumpQp>();
   pump->qp = qp;
-  pump->sq = service::Ring<service::SendSlot>::at(map, sq_slots);
-  pump->rq = service::Ring<service::RecvSlot>::at(static_cast<char*>(map) + sq_bytes, rq_slots);
+  pump->sq = service::Ring<service::SendSlot>::work_queue_at(map, sq_slots, sq_slots);
+  pump->rq = service::Ring<service::RecvSlot>::work_queue_at(static_cast<char*>(map) + sq_bytes, rq_slots, rq_slots);
   reply.handle = c.next_handle++;
   service::CreateQpReply& out = reply.create_qp;
   out.qpn = qp->qp_num();
