@@ -30,6 +30,8 @@ LoopbackPort::LoopbackPort(const std::vector<PacketIo*>& queues, const std::uint
   const wire::Ipv6Addr link_local = wire::ipv6_link_local(mac);
   std::memcpy(gids_[0].data(), link_local.data(), 16);
   std::memcpy(gids_[1].data(), gid.raw, 16);
+  ipv4_ = is_ipv4_gid(gid);
+  std::memcpy(&own_ipv4_, gid.raw + 12, 4);
   nslots_ = static_cast<std::uint32_t>(queues.size()) * kSlotsPerQueue;
   slots_ = std::make_unique<Slot[]>(nslots_);
   // Not value-initialised: pages nobody loops into are never touched.
@@ -49,21 +51,14 @@ LoopbackQueue::LoopbackQueue(LoopbackPort& port, PacketIo& inner, std::uint32_t 
     : port_(port), inner_(inner), first_slot_(first_slot), pending_(LoopbackPort::kSlotsPerQueue) {}
 
 bool LoopbackQueue::to_self(const TxFrame& f) const {
+  // Per frame sent: one load and compare for IPv4 (the common case).
   const std::uint8_t* l3 = f.head.data + f.l3_offset;
-  std::uint8_t dst[16];
-  switch (l3[0] >> 4) {
-    case 4:  // as a GID: ::ffff:a.b.c.d
-      std::memset(dst, 0, 10);
-      dst[10] = dst[11] = 0xff;
-      std::memcpy(dst + 12, l3 + 16, 4);
-      break;
-    case 6:
-      std::memcpy(dst, l3 + 24, 16);
-      break;
-    default:
-      return false;
+  if ((l3[0] >> 4) == 4) {
+    std::uint32_t dst;
+    std::memcpy(&dst, l3 + 16, 4);
+    return port_.ipv4_ && dst == port_.own_ipv4_;
   }
-  return port_.own(dst);
+  return (l3[0] >> 4) == 6 && port_.own(l3 + 24);
 }
 
 bool LoopbackQueue::loop(const TxFrame& f) {

@@ -110,6 +110,8 @@ class LoopbackPort {
 
   std::array<std::uint8_t, 6> mac_{};
   std::array<std::array<std::uint8_t, 16>, 2> gids_{};
+  bool ipv4_ = false;           // GID 1 is IPv4-mapped: own_ipv4_ is its address
+  std::uint32_t own_ipv4_ = 0;  // as it lies in a header
   std::uint32_t nslots_ = 0;
   std::unique_ptr<Slot[]> slots_;
   std::unique_ptr<std::uint8_t[]> buffers_;
