@@ -30,7 +30,9 @@
 #   ibv_devinfo), not instrumented, which load our ASan-built provider
 #   library; the ASan runtime then refuses to start ("ASan runtime does not
 #   come first"). The rest of test_ibverbs runs. The same for service's
-#   StockRc* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw);
+#   Stock*, AClientKilled* and RdmaCmThrough* cases (stock ibv_rc_pingpong, ib_write_bw, rping),
+#   and every case of rdmacm_stock (stock rdma_server/rdma_client,
+#   rdma_xserver/rdma_xclient, rping);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
@@ -44,7 +46,8 @@ results=${1:-}
 declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
 declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibverbs.UroceRun*'
-                   [service]='-Service.StockRc*:Service.AClientKilled*')
+                   [service]='-Service.Stock*:Service.AClientKilled*:Service.RdmaCmThrough*'
+                   [rdmacm_stock]='-RdmacmUtils*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -68,6 +69,8 @@ struct StockCase {
   const char* server;  // in /usr/bin, then its arguments before -p
   const char* client;
 };
+
+void PrintTo(const StockCase& c, std::ostream* os) { *os << c.server << " / " << c.client; }
 
 class StockSync : public ::testing::TestWithParam<StockCase> {};
 

@@ -159,6 +159,24 @@ TEST_F(Service, TwoProgramsOnOneDaemonTalkThroughItsLoopback) {
   EXPECT_GT(looped(*a_), looped_before + 100);
 }
 
+// Stock ibv_rc_pingpong with both ends on one daemon, over GID 1 and GID 0:
+// the device reaches itself through its loopback, as an RNIC would.
+TEST_F(Service, StockPingpongWithBothEndsOnOneDaemon) {
+  for (const char* gid : {"1", "0"}) {
+    const std::string args = "ibv_rc_pingpong -d uroce0 -g " + std::string(gid) + " -p " + port() + " -n 300";
+    Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args,
+                      dir_ + "/self-s.log");
+    std::this_thread::sleep_for(1s);
+    Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args +
+                          " 127.0.0.1",
+                      dir_ + "/self-c.log");
+    const int rc = c.wait(), rs = s.wait();
+    EXPECT_EQ(rc, 0) << args << "\n" << c.out();
+    EXPECT_EQ(rs, 0) << args << "\n" << s.out();
+    EXPECT_NE(c.out().find("iters in"), std::string::npos) << c.out();
+  }
+}
+
 // rdma_cm through uroced is not carried yet: stock rping gets ENOSYS and one
 // line that says what to do, at once, on both sides (it crashed before).
 TEST_F(Service, RdmaCmThroughTheDaemonSaysItIsNotSupported) {
