@@ -171,8 +171,10 @@ matrix() {
   done
   local u
   # (No SEND bandwidth over UC: without flow control it loses messages a
-  # slower receiver then waits for.)
-  for u in "ib_send_bw -x 1 -c UD" "ib_send_lat -x 1 -c UD" "ib_write_bw -x 1 -c UC" \
+  # slower receiver then waits for. UD has none either: its bandwidth run is
+  # timed, -D 1, so a datagram dropped by a receiver that fell behind is not
+  # waited for.)
+  for u in "ib_send_bw -x 1 -c UD -D 1" "ib_send_lat -x 1 -c UD" "ib_write_bw -x 1 -c UC" \
            "ib_send_lat -x 1 -c UC" "ib_write_lat -x 1 -c UC"; do
     [[ -n $quick && $u == *_lat* ]] && continue
     pair "$link" "${u/ -x/ -d uroce0 -x}" 300
