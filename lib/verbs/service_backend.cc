@@ -340,6 +340,13 @@ int ServiceBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_m
   if (attr_mask & IBV_QP_STATE) {
     q.remote->state = attr.qp_state;
     q.qp.app_state.store(attr.qp_state, std::memory_order_release);
+    // RESET empties the queues: the daemon restarted its side of the rings
+    // before it answered; this side's cursors restart too, or the next post
+    // would hand the daemon every stale slot before it.
+    if (attr.qp_state == IBV_QPS_RESET) {
+      q.remote->sq.reset();
+      q.remote->rq.reset();
+    }
   }
   return 0;
 }

@@ -515,6 +515,77 @@ TEST_F(Service, AnAttachedContextAnswersFromItsBackend) {
   EXPECT_EQ(uroce::internal::resolve_counter(*ctx, "resolve_started"), 0u);
 }
 
+// A QP taken to RESET and connected again through the daemon starts on
+// empty queues on both sides: the next SEND is the only one the daemon
+// takes, and its bytes arrive (two QPs of one daemon, through its loopback).
+TEST_F(Service, AQpResetThroughTheDaemonStartsOnEmptyQueues) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  uroce::ProtectionDomain* pd = ctx->alloc_pd();
+  uroce::CompletionQueue* cq = ctx->create_cq(64);
+  ASSERT_TRUE(pd && cq);
+  uroce::QpInitAttr init;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  init.send_cq = init.recv_cq = cq;
+  uroce::QueuePair* qa = pd->create_qp(init);
+  uroce::QueuePair* qb = pd->create_qp(init);
+  ASSERT_TRUE(qa && qb) << ctx->last_error();
+  auto* buf = static_cast<std::uint8_t*>(ctx->alloc_buffer(1 << 16));
+  uroce::MemoryRegion* mr = pd->reg_mr(buf, 1 << 16, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(buf && mr) << ctx->last_error();
+  const ibv_gid own = ctx->gid();
+  auto connect = [&] {
+    uroce::ConnectParams p;
+    ASSERT_EQ(uroce::connect_rc(qa, own, qb->qp_num(), p.psn_a, p.psn_b, p), 0) << ctx->last_error();
+    ASSERT_EQ(uroce::connect_rc(qb, own, qa->qp_num(), p.psn_b, p.psn_a, p), 0) << ctx->last_error();
+  };
+  auto poll = [&](std::size_t n) {
+    std::vector<ibv_wc> out;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc[8];
+      const int k = cq->poll(8, wc);
+      out.insert(out.end(), wc, wc + std::max(k, 0));
+    }
+    std::this_thread::sleep_for(50ms);  // and nothing more arrives
+    ibv_wc wc[8];
+    for (int k; (k = cq->poll(8, wc)) > 0;) out.insert(out.end(), wc, wc + k);
+    return out;
+  };
+  auto send = [&](std::uint8_t fill, std::uint64_t id) {
+    std::memset(buf, fill, 256);
+    ASSERT_EQ(uroce::test::post_recv_one(qb, buf + 4096, 256, mr->lkey, id + 1), 0);
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), 256, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(qa->post_send(&wr, &bad), 0) << ctx->last_error();
+  };
+  connect();
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    send(static_cast<std::uint8_t>(i), 100 + 2 * i);
+    ASSERT_EQ(poll(2).size(), 2u) << "send " << i;
+  }
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(qa->modify(reset, IBV_QP_STATE), 0) << ctx->last_error();
+  ASSERT_EQ(qb->modify(reset, IBV_QP_STATE), 0) << ctx->last_error();
+  connect();
+  send(0xab, 7);
+  const std::vector<ibv_wc> wc = poll(2);
+  ASSERT_EQ(wc.size(), 2u) << "stale work requests ran after the RESET";
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(w.wr_id == 7 || w.wr_id == 8) << w.wr_id;
+  }
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(buf[4096 + i], 0xab) << i;
+}
+
 // A daemon of its own with small limits, and what SIGTERM does.
 // Heap memory as stock programs register it (malloc, memalign), between a
 // client of daemon a and one of daemon b in this process: an RDMA WRITE
