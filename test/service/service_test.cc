@@ -556,15 +556,7 @@ TEST_F(Service, AQpResetThroughTheDaemonStartsOnEmptyQueues) {
   auto send = [&](std::uint8_t fill, std::uint64_t id) {
     std::memset(buf, fill, 256);
     ASSERT_EQ(uroce::test::post_recv_one(qb, buf + 4096, 256, mr->lkey, id + 1), 0);
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), 256, mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(qa->post_send(&wr, &bad), 0) << ctx->last_error();
+    ASSERT_EQ(uroce::test::post_send_one(qa, IBV_WR_SEND, buf, 256, mr->lkey, id), 0) << ctx->last_error();
   };
   connect();
   for (std::uint64_t i = 0; i < 5; ++i) {

@@ -32,6 +32,23 @@ inline int post_rdma(QueuePair* qp, ibv_wr_opcode op, const void* local, std::ui
   return post_rdma(qp, op, local, len, lkey, reinterpret_cast<std::uint64_t>(remote), rkey, wr_id, flags);
 }
 
+// One signaled SEND (or SEND_WITH_IMM, with `imm` as it goes on the wire)
+// of `len` bytes at `local` (under `lkey`), one SGE. Returns post_send()'s
+// status.
+inline int post_send_one(QueuePair* qp, ibv_wr_opcode op, const void* local, std::uint32_t len, std::uint32_t lkey,
+                         std::uint64_t wr_id, std::uint32_t imm = 0) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(local), len, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = op;
+  wr.imm_data = imm;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  return qp->post_send(&wr, &bad);
+}
+
 // One receive of `len` bytes at `addr` (under `lkey`), one SGE. Returns
 // post_recv()'s status.
 inline int post_recv_one(QueuePair* qp, const void* addr, std::uint32_t len, std::uint32_t lkey, std::uint64_t wr_id) {
