@@ -12,9 +12,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
+
+#include "support/free_port.h"
 
 namespace uroce::test {
 namespace {
@@ -40,16 +44,48 @@ int sh(const std::string& cmd) {
 const std::string kPingpong = UROCE_PINGPONG_BIN;
 const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.*:error";
 
-// Runs a server and a client; returns "" or what went wrong.
-std::string run_pair(const std::string& server_cmd, const std::string& client_cmd, std::string* outputs = nullptr) {
+// A side channel's TCP port for one pair, as "-p N", and the EAL file
+// prefix of one process: both unique, so no two pairs (of this suite or of
+// another copy of it) meet.
+struct PairIds {
+  int tcp = free_tcp_port();
+  std::string opt() const { return " -p " + std::to_string(tcp); }
+  static std::string prefix(const std::string& who) {
+    used().insert(who);
+    return who + std::to_string(getpid());
+  }
+  // EAL leaves a runtime folder per prefix (/var/run/dpdk/<prefix>) even
+  // with --no-shconf; the suite removes the ones it made when it ends.
+  static std::set<std::string>& used() {
+    static std::set<std::string> names;
+    return names;
+  }
+};
+
+class RemoveRuntimeFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    for (const std::string& who : PairIds::used()) {
+      std::filesystem::remove_all("/var/run/dpdk/" + who + std::to_string(getpid()), ignored);
+    }
+  }
+};
+const auto* const kRemoveRuntimeFolders = ::testing::AddGlobalTestEnvironment(new RemoveRuntimeFolders);
+
+// Runs a server and a client on side channel `ids`, the client once the
+// server listens (in network namespace `server_ns`, "" for this one);
+// returns "" or what went wrong.
+std::string run_pair(const std::string& server_cmd, const std::string& client_cmd, const PairIds& ids,
+                     const std::string& server_ns = "", std::string* outputs = nullptr) {
   Proc server;
-  server.start(server_cmd);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  server.start(server_cmd + ids.opt());
+  const bool listened = wait_tcp_listening(ids.tcp, server_ns.empty() ? "" : "ip netns exec " + server_ns + " ");
   Proc client;
-  client.start(client_cmd);
+  client.start(client_cmd + ids.opt());
   client.finish();
   server.finish();
-  std::string why;
+  std::string why = listened ? "" : "the server never listened on its TCP port; ";
   for (const Proc* p : {&server, &client}) {
     const char* who = p == &server ? "server" : "client";
     if (p->status != 0) why += std::string(who) + " exited " + std::to_string(p->status) + "; ";
@@ -81,10 +117,11 @@ TEST_P(PingpongMemif, TwoProcessesValidateEachOthersBuffers) {
                            std::to_string(c.mtu) + ".sock";
   const std::string opts = " -s " + std::to_string(c.size) + " -m " + std::to_string(c.mtu) + " -n 500 -c";
   const std::string why = run_pair(
-      kPingpong + " " + kEal + " -l 0 --file-prefix=pps" + std::to_string(getpid()) +
+      kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pps") +
           " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.0.1/24" + opts,
-      kPingpong + " " + kEal + " -l 1 --file-prefix=ppc" + std::to_string(getpid()) +
-          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.0.2/24" + opts + " 127.0.0.1");
+      kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("ppc") +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.0.2/24" + opts + " 127.0.0.1",
+      PairIds{});
   std::remove(sock.c_str());
   EXPECT_EQ(why, "");
 }
@@ -96,11 +133,12 @@ TEST(PingpongIpv6, GidIndexZeroOverMemif) {
   const std::string opts = " -g 0 -s 4096 -m 1024 -n 300 -c --counters";
   std::string out;
   const std::string why = run_pair(
-      kPingpong + " " + kEal + " -l 0 --file-prefix=p6s --vdev=net_memif0,role=server,bsize=8192,socket=" + sock +
+      kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("p6s") +
+          " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock +
           " -- --ip 10.96.1.1/24" + opts,
-      kPingpong + " " + kEal + " -l 1 --file-prefix=p6c --vdev=net_memif0,role=client,bsize=8192,socket=" + sock +
-          " -- --ip 10.96.1.2/24" + opts + " 127.0.0.1",
-      &out);
+      kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("p6c") +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.1.2/24" + opts + " 127.0.0.1",
+      PairIds{}, "", &out);
   std::remove(sock.c_str());
   EXPECT_EQ(why, "");
   // The QPN is unpredictable (security review L6): any 24-bit number.
@@ -139,7 +177,7 @@ class PingpongVeth : public ::testing::Test {
     sh("ip netns del " + ns_b_);
   }
   std::string port(const std::string& ifname, int core, const std::string& prefix) const {
-    return kEal + " -l " + std::to_string(core) + " --file-prefix=" + prefix +
+    return kEal + " -l " + std::to_string(core) + " --file-prefix=" + PairIds::prefix(prefix) +
            " --vdev=net_af_packet0,iface=" + ifname + ",blocksz=16384,framesz=8192,framecnt=512";
   }
   std::string ns_a_;
@@ -152,7 +190,8 @@ TEST_F(PingpongVeth, ServerAndClientOverAfPacketWithMtu4096) {
     const std::string why =
         run_pair("ip netns exec " + ns_a_ + " " + kPingpong + " " + port("ppveth0", 0, "vs") + " -- --ip 10.95.0.11/24" + opts,
                  "ip netns exec " + ns_b_ + " " + kPingpong + " " + port("ppveth1", 1, "vc") + " -- --ip 10.95.0.12/24" + opts +
-                     " 10.95.0.1");
+                     " 10.95.0.1",
+                 PairIds{}, ns_a_);
     EXPECT_EQ(why, "") << "size " << c.size << " mtu " << c.mtu;
   }
 }
@@ -163,17 +202,19 @@ const std::string kPerf = UROCE_PERF_BIN;
 
 std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
                           const std::string& server_port, const std::string& client_port, const std::string& server_ip,
-                          const std::string& client_ip, const std::string& connect_to, const std::string& op) {
+                          const std::string& client_ip, const std::string& connect_to, const std::string& op,
+                          const std::string& server_ns = "") {
   const bool atomic = op.rfind("atomic", 0) == 0, read = op.rfind("read", 0) == 0;
   const std::string opts = " " + op + (atomic ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
+  const PairIds ids;
   Proc server;
-  server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts + ids.opt());
+  const bool listened = wait_tcp_listening(ids.tcp, server_ns.empty() ? "" : "ip netns exec " + server_ns + " ");
   Proc client;
-  client.start(client_prefix + kPerf + " " + client_port + " -- --ip " + client_ip + opts + " " + connect_to);
+  client.start(client_prefix + kPerf + " " + client_port + " -- --ip " + client_ip + opts + ids.opt() + " " + connect_to);
   client.finish();
   server.finish();
-  std::string why;
+  std::string why = listened ? "" : "the server never listened on its TCP port; ";
   if (server.status != 0) why += "server exited " + std::to_string(server.status) + "; ";
   if (client.status != 0) why += "client exited " + std::to_string(client.status) + "; ";
   if (client.out.find("verification: PASSED (both sides)") == std::string::npos) why += "client: no PASSED; ";
@@ -197,8 +238,8 @@ TEST_P(PerfMemif, EveryOperationVerifiedOnBothSides) {
   const std::string sock = "/tmp/uroce-perf-" + std::to_string(getpid()) + "-" + name + ".sock";
   const std::string vdev = ",bsize=8192,socket=" + sock;
   const std::string why = run_perf_pair(
-      "", "", kEal + " -l 0 --file-prefix=pfs --vdev=net_memif0,role=server" + vdev,
-      kEal + " -l 1 --file-prefix=pfc --vdev=net_memif0,role=client" + vdev, "10.93.0.1/24", "10.93.0.2/24",
+      "", "", kEal + " -l 0 --file-prefix=" + PairIds::prefix("pfs") + " --vdev=net_memif0,role=server" + vdev,
+      kEal + " -l 1 --file-prefix=" + PairIds::prefix("pfc") + " --vdev=net_memif0,role=client" + vdev, "10.93.0.1/24", "10.93.0.2/24",
       "127.0.0.1", GetParam());
   std::remove(sock.c_str());
   EXPECT_EQ(why, "");
@@ -214,7 +255,7 @@ TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {
   for (const std::string op : {"write", "read", "send", "atomic"}) {
     const std::string why = run_perf_pair("ip netns exec " + ns_a_ + " ", "ip netns exec " + ns_b_ + " ",
                                           port("ppveth0", 0, "pvs"), port("ppveth1", 1, "pvc"), "10.95.0.11/24",
-                                          "10.95.0.12/24", "10.95.0.1", op);
+                                          "10.95.0.12/24", "10.95.0.1", op, ns_a_);
     EXPECT_EQ(why, "") << op;
   }
 }
@@ -231,7 +272,7 @@ TEST(PingpongUsage, BadArgumentsGiveAOneLineHint) {
   EXPECT_EQ(q.status, 2);
   EXPECT_NE(q.out.find("no EAL arguments"), std::string::npos) << q.out;
   Proc r;
-  r.start(kPingpong + " " + kEal + " -l 0 --file-prefix=ppu -- --ip 10.0.0.1/24 -m 1500");
+  r.start(kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("ppu") + " -- --ip 10.0.0.1/24 -m 1500");
   r.finish();
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("-m must be"), std::string::npos) << r.out;

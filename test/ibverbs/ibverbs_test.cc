@@ -192,25 +192,7 @@ class LinkPair {
     return "UROCE_EAL='" + eal + " --vdev=net_af_packet0,iface=ibveth" + (server ? "0" : "1") +
            ",blocksz=16384,framesz=8192,framecnt=512' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 ";
   }
-  // Whether a socket of the server's network namespace listens on TCP
-  // `port` (/proc/net/tcp and tcp6: state 0A is LISTEN).
-  bool listening(int port) const {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, ":%04X", port);
-    const std::string cmd = prefix(true) + "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null";
-    std::string table;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      std::array<char, 4096> buf;
-      for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) table.append(buf.data(), n);
-      pclose(p);
-    }
-    // A row: "sl local_address rem_address st ...", local "ADDR:PORT".
-    for (std::size_t at = 0; (at = table.find(std::string(hex) + " ", at)) != std::string::npos; ++at) {
-      const std::size_t st = table.find(' ', table.find(' ', at + 1) + 1);
-      if (st != std::string::npos && table.compare(st + 1, 2, "0A") == 0) return true;
-    }
-    return false;
-  }
+  bool listening(int port) const { return uroce::test::tcp_port_listening(port, prefix(true)); }
   std::string prefix(bool server) const {
     if (link_ == Link::kMemif) return "";
     return "ip netns exec " + (server ? Namespaces::get().a : Namespaces::get().b) + " ";

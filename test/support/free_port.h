@@ -10,6 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
 namespace uroce::test {
 
 inline int free_tcp_port() {
@@ -26,6 +32,39 @@ inline int free_tcp_port() {
   }
   close(fd);
   return port;
+}
+
+// Whether a socket listens on TCP `port` in the network namespace that
+// `prefix` runs commands in ("" for this one, "ip netns exec NS " for
+// another): /proc/net/tcp and tcp6, where state 0A is LISTEN.
+inline bool tcp_port_listening(int port, const std::string& prefix = "") {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, ":%04X", port);
+  std::string table;
+  if (FILE* p = popen((prefix + "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null").c_str(), "r")) {
+    std::array<char, 4096> buf;
+    for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) table.append(buf.data(), n);
+    pclose(p);
+  }
+  // A row: "sl local_address rem_address st ...", local "ADDR:PORT".
+  for (std::size_t at = 0; (at = table.find(std::string(hex) + " ", at)) != std::string::npos; ++at) {
+    const std::size_t st = table.find(' ', table.find(' ', at + 1) + 1);
+    if (st != std::string::npos && table.compare(st + 1, 2, "0A") == 0) return true;
+  }
+  return false;
+}
+
+// Waits until a server listens on `port` (see above), up to `limit`: a
+// client started then finds it, however slowly the machine started it.
+// False if it never did.
+inline bool wait_tcp_listening(int port, const std::string& prefix = "",
+                               std::chrono::seconds limit = std::chrono::seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!tcp_port_listening(port, prefix)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 }  // namespace uroce::test
