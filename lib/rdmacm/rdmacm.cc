@@ -239,14 +239,20 @@ int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) 
 }
 
 // The library's view of a QP that uroced's CM moved (ServiceCm's hook):
-// ibv_query_qp brings libibverbs's and the QP's own state up to date.
+// ibv_query_qp brings libibverbs's and the QP's own state up to date. Found
+// among the device's live QPs, not in `qps`: a program may destroy a QP with
+// ibv_destroy_qp (perftest does) while its connection still reports events;
+// the device's mutex keeps it alive through the query.
 void refresh_through_verbs(void* arg, QueuePair* qp) {
-  auto* s = static_cast<State*>(arg);
-  auto it = s->qps.find(qp);
-  if (it == s->qps.end()) return;
-  ibv_qp_attr attr{};
-  ibv_qp_init_attr init{};
-  ibv_query_qp(it->second, &attr, IBV_QP_STATE, &init);
+  ibverbs::Ctx* x = ibverbs::ctx_of(static_cast<State*>(arg)->verbs);
+  std::lock_guard<std::mutex> lock(x->mutex);
+  for (ibverbs::Qp* q : x->qps) {
+    if (q->qp != qp) continue;
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ibv_query_qp(&q->ex.qp_base, &attr, IBV_QP_STATE, &init);
+    return;
+  }
 }
 
 // Takes a request's still-queued CONNECT_REQUEST out of its channel and
