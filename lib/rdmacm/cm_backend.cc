@@ -130,7 +130,8 @@ int ServiceCm::disconnect(std::uint32_t comm_id) {
   req.handle = comm_id;
   service::Reply reply;
   if (const int e = call(req, reply, "disconnect"); e != 0) return e;
-  refresh(comm_id, false);  // ERR
+  // ERR now: the DISCONNECTED that follows needs no second look.
+  refresh(comm_id, true);
   return 0;
 }
 

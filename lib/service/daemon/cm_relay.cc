@@ -66,7 +66,15 @@ int CmRelay::open(std::uint32_t client, int& fd, std::string& why) {
       why = "eventfd: " + std::string(std::strerror(errno));
       return ENOMEM;
     }
-    manager_ = cm::Manager::open(ctx_, why, cm::Timing{}, &wake, &wake_fd_);
+    // More patient than in process: a client answers a request through the
+    // socket, a round trip per verbs call (PD, CQ, QP, regions, then accept),
+    // on a host whose cores its programs share with the daemon; 2 s of
+    // resends is too little there. Linux's CM waits 4.3 s a try
+    // (remote_cm_response_timeout 20) before resending a REQ.
+    cm::Timing timing;
+    timing.resend_ns = 500'000'000;
+    timing.max_resends = 16;
+    manager_ = cm::Manager::open(ctx_, why, timing, &wake, &wake_fd_);
     if (!manager_) return ENODEV;
     spdlog::info("uroced: the communication manager (QP1) is open for rdma_cm clients");
   }
@@ -293,6 +301,9 @@ void CmRelay::release(std::uint32_t client) {
 QueuePair* Server::process_qp(const Client& c, std::uint32_t qpn) const {
   // The socket's peer pid (SO_PEERCRED, not the client's word) and uid: a
   // QP of another process is unknown here, as another client's handle is.
+  // A peer whose pid the daemon's namespace cannot see has pid 0: it names
+  // no QP (another such peer would have the same 0).
+  if (c.pid <= 0) return nullptr;
   for (const auto& [sock, k] : clients_) {
     if (k->pid != c.pid || k->uid != c.uid) continue;
     for (const auto& [h, q] : k->qps) {
