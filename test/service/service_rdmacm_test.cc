@@ -155,7 +155,7 @@ TEST_F(ServiceRdmaCm, StockPerftestWithRdmaCm) {
 
 // A service ID is one client's at a time; its listener goes with it.
 TEST_F(ServiceRdmaCm, ASecondListenerOnATakenServiceIdGetsEaddrinuse) {
-  const std::uint64_t service_id = 0x0106000000004e21;  // rdma_cm's TCP port space, port 20001
+  const std::uint64_t service_id = 0x01064e21;  // rdma_cm's TCP port space, port 20001
   auto first = std::make_unique<Raw>(*a_);
   Raw second(*a_);
   ASSERT_TRUE(first->client) << first->error;
@@ -229,7 +229,7 @@ TEST_F(ServiceRdmaCm, AClientNamingAnothersQpOrConnectionIsRefused) {
   req.cm_connect.remote_gid.raw[10] = req.cm_connect.remote_gid.raw[11] = 0xff;
   req.cm_connect.remote_gid.raw[12] = 10;
   req.cm_connect.remote_gid.raw[15] = 2;
-  req.cm_connect.service_id = 0x0106000000004e22;
+  req.cm_connect.service_id = 0x01064e22;
   req.cm_connect.mtu = IBV_MTU_1024;
   Reply reply;
   EXPECT_EQ(me.call(req, reply), EINVAL);
@@ -256,6 +256,35 @@ TEST_F(ServiceRdmaCm, AClientNamingAnothersQpOrConnectionIsRefused) {
   EXPECT_EQ(me.call(ev, reply), ENOENT);
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
+}
+
+// A listener's client that goes with a request unanswered: the request is
+// refused at once (REJ), not left for the requester to time out.
+TEST_F(ServiceRdmaCm, AListenerThatGoesRefusesItsWaitingRequests) {
+  const std::string p = port();
+  auto raw = std::make_unique<Raw>(*a_);
+  ASSERT_TRUE(raw->client) << raw->error;
+  ASSERT_EQ(raw->open(), 0) << raw->message;
+  ASSERT_EQ(raw->listen(0x01060000u | static_cast<std::uint32_t>(std::stoul(p))), 0) << raw->message;
+  Process c = spawn(run_on(*b_) + "timeout 60 rping -c -a 10.0.0.1 -p " + p + " -C 1", dir_ + "/refused-c.log");
+  // The request arrives: an event waits for the listener's client, unanswered.
+  bool requested = false;
+  for (int i = 0; i < 500 && !requested; ++i) {
+    Request req;
+    req.op = Op::kCmEvent;
+    Reply reply;
+    requested = raw->call(req, reply) == 0 && reply.cm_event.type == 0;  // cm::EventType::kRequest
+    if (!requested) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(requested) << c.out();
+  raw.reset();
+  const auto gone = std::chrono::steady_clock::now();
+  const int rc = c.wait();
+  EXPECT_NE(rc, 0) << c.out();
+  EXPECT_NE(rc, 124) << "rping was never told: " << c.out();
+  EXPECT_LT(std::chrono::steady_clock::now() - gone, 5s) << c.out();
+  // IBTA's consumer reject (28), not a refusal of the service (8).
+  EXPECT_NE(c.out().find("RDMA_CM_EVENT_REJECTED, error 28"), std::string::npos) << c.out();
 }
 
 // A client killed with a connection up: its peer learns (the daemon sends
