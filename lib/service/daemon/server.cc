@@ -832,8 +832,9 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
 
 void Server::release(Client& c) {
   // Its rdma_cm listeners, requests and connections end first (their QPs
-  // still there, moved to ERR as the DREQs go); then the pumps first, so no worker touches the client's rings any more; then
-  // the QPs (to error, then gone), CQs, regions, PDs, and the mappings.
+  // still there, moved to ERR as the DREQs go). Then the pumps, so no
+  // worker touches the client's rings any more; then the QPs (to error,
+  // then gone), CQs, regions, PDs, and the mappings.
   cm_->release(c.id);
   ibv_qp_attr err{};
   err.qp_state = IBV_QPS_ERR;
