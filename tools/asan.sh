@@ -30,7 +30,7 @@
 #   ibv_devinfo), not instrumented, which load our ASan-built provider
 #   library; the ASan runtime then refuses to start ("ASan runtime does not
 #   come first"). The rest of test_ibverbs runs. The same for service's
-#   Stock*, AClientKilled* and RdmaCmThrough* cases (stock ibv_rc_pingpong, ib_write_bw, rping),
+#   Stock* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw), service_rdmacm's (rping, perftest -R),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
 #   rdma_xserver/rdma_xclient, rping);
 #   the daemons and the C verbs program run instrumented in the rest.
@@ -46,7 +46,8 @@ results=${1:-}
 declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
 declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibverbs.UroceRun*'
-                   [service]='-Service.Stock*:Service.AClientKilled*:Service.RdmaCmThrough*'
+                   [service]='-Service.Stock*:Service.AClientKilled*'
+                   [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*'
                    [rdmacm_stock]='-RdmacmUtils*')
 
 kind=asan

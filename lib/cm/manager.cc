@@ -138,6 +138,7 @@ struct Manager::Impl {
   Counters counters;
   ModifyFn modify_fn = nullptr;
   void* modify_arg = nullptr;
+  bool armed = false;  // QP1's CQ has an on_mad callback: armed at every poll()
 
   int modify(QueuePair* qp, ibv_qp_attr& a, int mask) {
     return modify_fn != nullptr ? modify_fn(modify_arg, qp, a, mask) : qp->modify(a, mask);
@@ -760,6 +761,11 @@ Manager::~Manager() {
 }
 
 std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing timing) {
+  return open(ctx, error, timing, nullptr, nullptr);
+}
+
+std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing timing, void (*on_mad)(void*),
+                                       void* arg) {
   auto impl = std::make_unique<Impl>();
   impl->ctx = &ctx;
   impl->timing = timing;
@@ -768,7 +774,8 @@ std::unique_ptr<Manager> Manager::open(Context& ctx, std::string& error, Timing 
   std::unique_ptr<Manager> m(new Manager(std::move(impl)));
   Impl& i = *m->impl_;
   i.pd = ctx.alloc_pd();
-  i.cq = i.pd != nullptr ? ctx.create_cq(4 * kSlots) : nullptr;
+  i.cq = i.pd != nullptr ? ctx.create_cq(4 * kSlots, on_mad, arg) : nullptr;
+  i.armed = on_mad != nullptr;
   const std::size_t bytes = std::size_t{kSlots} * (kRecvBytes + wire::kMadBytes);
   i.buffer = i.cq != nullptr ? static_cast<std::uint8_t*>(ctx.alloc_buffer(bytes)) : nullptr;
   i.mr = i.buffer != nullptr ? i.pd->reg_mr(i.buffer, bytes, IBV_ACCESS_LOCAL_WRITE) : nullptr;
@@ -949,6 +956,26 @@ int Manager::disconnect(std::uint32_t comm_id) {
   return 0;
 }
 
+int Manager::abandon(std::uint32_t comm_id) {
+  Impl& i = *impl_;
+  Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr) return ENOENT;
+  switch (c->state) {
+    case Impl::State::kReqRcvd: return reject(comm_id, {});
+    case Impl::State::kEstablished: return disconnect(comm_id);
+    case Impl::State::kDreqSent: return 0;  // its DREP (or the resends running out) ends it
+    case Impl::State::kReqSent:
+    case Impl::State::kRepSent:
+      i.reject(c->peer, c->tid, c->local_id, c->remote_id,
+               c->state == Impl::State::kReqSent ? wire::CmMsgKind::kReq : wire::CmMsgKind::kRep,
+               wire::RejReason::kTimeout);
+      i.to_err(c->qp);
+      i.erase_conn(comm_id);
+      return 0;
+  }
+  return 0;
+}
+
 void Manager::forget_qp(QueuePair* qp) {
   for (auto& [id, c] : impl_->conns) {
     if (c.qp == qp) c.qp = nullptr;
@@ -959,6 +986,9 @@ std::size_t Manager::poll(std::vector<Event>& events) {
   Impl& i = *impl_;
   const std::size_t before = events.size();
   ibv_wc wc[16];
+  // Armed before the CQ is read, so a MAD that lands after the read still
+  // wakes the owner (ibv_req_notify_cq's rule).
+  if (i.armed) i.cq->arm(false);
   // A bounded share per call: under a flood the caller (librdmacm's thread,
   // holding the library's mutex) gets out between shares, and what QP1
   // cannot take meanwhile is dropped by its engine (no receive posted).

@@ -99,11 +99,56 @@ struct Timing {
   std::uint32_t max_pending_requests = 4096;
 };
 
-class Manager {
+// What a connection request names (Backend::connect).
+struct ConnectParams {
+  QueuePair* qp = nullptr;     // RC, in RESET or INIT
+  ibv_gid remote_gid{};
+  std::uint8_t sgid_index = 1; // our GID of the remote's family
+  std::uint64_t service_id = 0;
+  ibv_mtu mtu = IBV_MTU_1024;
+  std::uint8_t responder_resources = 16;  // READs/atomics we take
+  std::uint8_t initiator_depth = 16;      // READs/atomics we issue
+  std::uint8_t retry_count = 7;
+  std::uint8_t rnr_retry_count = 7;
+  std::uint8_t timeout = 14;
+  std::vector<std::uint8_t> private_data;  // up to 92 bytes (rdma_cm's header first, if any)
+};
+
+// What an answer to a kRequest names (Backend::accept).
+struct AcceptParams {
+  QueuePair* qp = nullptr;  // RC, in RESET or INIT
+  std::uint8_t responder_resources = 16;
+  std::uint8_t initiator_depth = 16;
+  std::uint8_t rnr_retry_count = 7;
+  std::vector<std::uint8_t> private_data;  // up to 196 bytes
+};
+
+// What librdmacm drives: the manager of a Context in process (Manager), or
+// the one of uroced through its socket (lib/rdmacm/cm_backend.h), with the
+// same calls and events. Each call as Manager's says.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int listen(std::uint64_t service_id, void* owner, std::uint32_t backlog = kMaxBacklog) = 0;
+  virtual int unlisten(std::uint64_t service_id) = 0;
+  virtual int connect(const ConnectParams& p, std::uint32_t& comm_id) = 0;
+  virtual int accept(std::uint32_t comm_id, const AcceptParams& p) = 0;
+  virtual int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) = 0;
+  virtual int disconnect(std::uint32_t comm_id) = 0;
+  virtual void forget_qp(QueuePair* qp) = 0;
+  virtual std::size_t poll(std::vector<Event>& events) = 0;
+};
+
+class Manager final : public Backend {
  public:
   // QP1 on `ctx`: a UD QP with the GSI Q_Key, its receives posted. nullptr
   // and `error` if the context has a QP1 already or is attached to uroced.
   static std::unique_ptr<Manager> open(Context& ctx, std::string& error, Timing timing = {});
+  // The same, and `on_mad(arg)` is called (on an engine's thread: a short
+  // call, an eventfd write) when QP1 completes something after a poll():
+  // an owner that sleeps between polls (uroced's loop) wakes for MADs.
+  static std::unique_ptr<Manager> open(Context& ctx, std::string& error, Timing timing, void (*on_mad)(void*),
+                                       void* arg);
   ~Manager();
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
@@ -112,49 +157,39 @@ class Manager {
   // `backlog` of them (1..kMaxBacklog; 0: kMaxBacklog) wait for accept() or
   // reject(), more are refused with REJ "no resources". EADDRINUSE if
   // someone listens on it already.
-  int listen(std::uint64_t service_id, void* owner, std::uint32_t backlog = kMaxBacklog);
-  int unlisten(std::uint64_t service_id);
+  int listen(std::uint64_t service_id, void* owner, std::uint32_t backlog = kMaxBacklog) override;
+  int unlisten(std::uint64_t service_id) override;
 
-  struct ConnectParams {
-    QueuePair* qp = nullptr;     // RC, in RESET or INIT
-    ibv_gid remote_gid{};
-    std::uint8_t sgid_index = 1; // our GID of the remote's family
-    std::uint64_t service_id = 0;
-    ibv_mtu mtu = IBV_MTU_1024;
-    std::uint8_t responder_resources = 16;  // READs/atomics we take
-    std::uint8_t initiator_depth = 16;      // READs/atomics we issue
-    std::uint8_t retry_count = 7;
-    std::uint8_t rnr_retry_count = 7;
-    std::uint8_t timeout = 14;
-    std::vector<std::uint8_t> private_data;  // up to 92 bytes (rdma_cm's header first, if any)
-  };
+  using ConnectParams = cm::ConnectParams;
+  using AcceptParams = cm::AcceptParams;
+
   // Sends a REQ; `comm_id` names the connection in later events. EINVAL
   // for a QP not RC or in another state, too much private data.
-  int connect(const ConnectParams& p, std::uint32_t& comm_id);
+  int connect(const ConnectParams& p, std::uint32_t& comm_id) override;
 
-  struct AcceptParams {
-    QueuePair* qp = nullptr;  // RC, in RESET or INIT
-    std::uint8_t responder_resources = 16;
-    std::uint8_t initiator_depth = 16;
-    std::uint8_t rnr_retry_count = 7;
-    std::vector<std::uint8_t> private_data;  // up to 196 bytes
-  };
   // Answers a kRequest: the QP goes to RTR with the REQ's path and PSN, a
   // REP goes back; kEstablished follows the RTU. ENOENT for no such request.
-  int accept(std::uint32_t comm_id, const AcceptParams& p);
+  int accept(std::uint32_t comm_id, const AcceptParams& p) override;
   // Answers a kRequest with a REJ (reason: consumer reject).
-  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data);
+  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
   // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
-  int disconnect(std::uint32_t comm_id);
+  int disconnect(std::uint32_t comm_id) override;
+  // Ends connection `comm_id` whatever its state, its owner gone (uroced's
+  // client that held it): a request is refused (REJ consumer reject), one
+  // being made withdrawn (REJ timeout, as Linux's CM when an ID is
+  // destroyed), an established one disconnected (DREQ, resent until its
+  // DREP). Events that still come for it (that DREP's kDisconnected) are
+  // for nobody: the caller drops them. ENOENT for no such connection.
+  int abandon(std::uint32_t comm_id);
   // `qp` is being destroyed: the connections it served go on without it
   // (a later DREQ or DREP moves no QP).
-  void forget_qp(QueuePair* qp);
+  void forget_qp(QueuePair* qp) override;
 
   // Takes in the MADs that arrived, resends what is overdue, and appends
   // what happened to `events`. Returns the number of events added. The
   // engines run elsewhere (workers, or the caller's progress()). Each MAD
   // and each timer costs O(log n) in the connections held, never O(n).
-  std::size_t poll(std::vector<Event>& events);
+  std::size_t poll(std::vector<Event>& events) override;
 
   const Counters& counters() const;
   // Connections held, and those of them waiting as kRequest (for tests).

@@ -39,6 +39,7 @@
 
 #include "cm/manager.h"
 #include "ibverbs/internal.h"
+#include "rdmacm/cm_backend.h"
 #include "rdmacm/internal.h"
 
 namespace uroce::rdmacm {
@@ -88,7 +89,7 @@ struct State {
   int init_error = 0;  // what every call answers once init() failed (ENODEV, ENOSYS)
   std::string error;
   ibv_context* verbs = nullptr;
-  std::unique_ptr<cm::Manager> manager;
+  std::unique_ptr<cm::Backend> manager;  // this process's (cm::Manager) or uroced's (ServiceCm)
   std::array<std::uint8_t, 4> ip{};  // the device's IPv4 address
   std::map<std::uint32_t, Id*> by_comm;      // connecting / connected IDs by the manager's comm ID
   std::map<std::uint16_t, Id*> listeners;    // by port
@@ -235,6 +236,23 @@ int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) 
   auto it = s->qps.find(qp);
   if (it == s->qps.end()) return ENOENT;  // destroyed (rdma_destroy_qp) before its connection ended
   return ibv_modify_qp(it->second, &attr, mask);
+}
+
+// The library's view of a QP that uroced's CM moved (ServiceCm's hook):
+// ibv_query_qp brings libibverbs's and the QP's own state up to date. Found
+// among the device's live QPs, not in `qps`: a program may destroy a QP with
+// ibv_destroy_qp (perftest does) while its connection still reports events;
+// the device's mutex keeps it alive through the query.
+void refresh_through_verbs(void* arg, QueuePair* qp) {
+  ibverbs::Ctx* x = ibverbs::ctx_of(static_cast<State*>(arg)->verbs);
+  std::lock_guard<std::mutex> lock(x->mutex);
+  for (ibverbs::Qp* q : x->qps) {
+    if (q->qp != qp) continue;
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ibv_query_qp(&q->ex.qp_base, &attr, IBV_QP_STATE, &init);
+    return;
+  }
 }
 
 // Takes a request's still-queued CONNECT_REQUEST out of its channel and
@@ -430,19 +448,25 @@ int init(State& s) {
   if (x->ctx->query_gid(1, g) != 0) return ENODEV;
   std::memcpy(s.ip.data(), g.raw + 12, 4);
   if (x->ctx->attached()) {
-    // The CM's QP1 would have to live in the daemon, beside every client's
-    // connections; uroced does not carry it yet.
-    s.error = "rdma_cm through uroced is not supported yet: run the program in-process (uroce-run without --service)";
-    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
-    s.init_error = ENOSYS;
-    return ENOSYS;
+    // QP1 and the QPs are the daemon's: its CM connects them (cm_relay.h),
+    // through a connection of our own to it.
+    const char* socket = std::getenv("UROCE_SERVICE");
+    auto cm = ServiceCm::open(socket != nullptr && *socket != '\0' ? socket : "/run/uroce/uroced.sock", s.error);
+    if (!cm) {
+      std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+      return ENODEV;
+    }
+    cm->set_refresh(refresh_through_verbs, &s);
+    s.manager = std::move(cm);
+  } else {
+    auto manager = cm::Manager::open(*x->ctx, s.error);
+    if (!manager) {
+      std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+      return ENODEV;
+    }
+    manager->set_modify(modify_through_verbs, &s);
+    s.manager = std::move(manager);
   }
-  s.manager = cm::Manager::open(*x->ctx, s.error);
-  if (!s.manager) {
-    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
-    return ENODEV;
-  }
-  s.manager->set_modify(modify_through_verbs, &s);
   s.thread = std::thread([&s] { run(s); });
   s.thread.detach();
   return 0;

@@ -41,6 +41,18 @@ enum class Op : std::uint32_t {
   kDestroyQp,    // handle
   kQpCounters,   // handle -> counters (QpCountersReply)
   kStats,        // -> StatsReply: the daemon's totals and clients (uroced --stats, tests)
+  // rdma_cm through the daemon's communication manager (QP1 is the
+  // daemon's; cm_relay.h). QPs are named by number, and must be this
+  // process's (the socket's peer pid): a second connection of the same
+  // process carries these, so that its events never wait behind verbs calls.
+  kCmOpen,       // -> an eventfd, signalled while events wait for kCmEvent
+  kCmListen,     // CmListen: EADDRINUSE if anyone holds the service ID
+  kCmUnlisten,   // CmListen (service_id)
+  kCmConnect,    // CmConnect -> handle: the connection's comm ID
+  kCmAccept,     // CmAccept
+  kCmReject,     // CmReject
+  kCmDisconnect, // handle: comm ID
+  kCmEvent,      // -> CmEvent, the oldest queued; ENOENT when none
 };
 
 struct Hello {
@@ -84,6 +96,36 @@ struct ModifyQp {
   ibv_qp_attr attr{};
 };
 
+// The CM's requests. Private data as IBTA's messages carry it (REQ 92
+// bytes, REP 196, REJ 148).
+struct CmListen {
+  std::uint64_t service_id = 0;
+  std::uint32_t backlog = 0;
+};
+struct CmConnect {
+  std::uint32_t qpn = 0;        // the QP to connect: RC, RESET or INIT, of this process
+  ibv_gid remote_gid{};
+  std::uint64_t service_id = 0;
+  std::uint32_t mtu = IBV_MTU_1024;
+  std::uint8_t sgid_index = 1;
+  std::uint8_t responder_resources = 16, initiator_depth = 16;
+  std::uint8_t retry_count = 7, rnr_retry_count = 7, timeout = 14;
+  std::uint8_t private_data_len = 0;
+  std::uint8_t private_data[92] = {};
+};
+struct CmAccept {
+  std::uint32_t comm_id = 0;
+  std::uint32_t qpn = 0;
+  std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7;
+  std::uint8_t private_data_len = 0;
+  std::uint8_t private_data[196] = {};
+};
+struct CmReject {
+  std::uint32_t comm_id = 0;
+  std::uint8_t private_data_len = 0;
+  std::uint8_t private_data[148] = {};
+};
+
 struct Request {
   Op op{};
   std::uint32_t handle = 0;  // the object a call names, where it names one
@@ -93,6 +135,10 @@ struct Request {
     CreateCq create_cq;
     CreateQp create_qp;
     ModifyQp modify_qp;
+    CmListen cm_listen;
+    CmConnect cm_connect;
+    CmAccept cm_accept;
+    CmReject cm_reject;
   };
   Request() : hello{} {}
 };
@@ -154,6 +200,25 @@ struct StatsReply {
   Client client[kMaxClients];
 };
 
+// One event of the daemon's CM for this client (cm::Event, what rdma_cm
+// reports of it).
+struct CmEvent {
+  std::uint32_t type = 0;        // cm::EventType
+  std::uint32_t comm_id = 0;
+  std::uint64_t service_id = 0;  // kRequest: the listener's
+  ibv_gid peer_gid{};            // kRequest
+  std::uint16_t reason = 0;      // kRejected
+  std::uint8_t active = 0;       // kEstablished: ours was the REQ (the rep fields are set)
+  // kRequest: the REQ's; kEstablished (active): the REP's.
+  std::uint8_t responder_resources = 0, initiator_depth = 0, flow_control = 0;
+  std::uint8_t retry_count = 0, rnr_retry_count = 0, srq = 0;
+  std::uint32_t qpn = 0;
+  std::uint32_t remaining = 0;   // events still queued after this one
+  std::uint8_t req_private_data[92] = {};  // kRequest: the REQ's, rdma_cm's header first
+  std::uint16_t private_data_len = 0;
+  std::uint8_t private_data[224] = {};     // as cm::Event::private_data
+};
+
 struct Reply {
   std::int32_t error = 0;             // 0 or an errno value
   std::uint32_t handle = 0;           // the object made
@@ -166,6 +231,7 @@ struct Reply {
     QueryQpReply query_qp;
     QpCountersReply counters;
     StatsReply stats;
+    CmEvent cm_event;
   };
   Reply() : hello{} {}
 };

@@ -77,11 +77,12 @@ std::vector<Layer> layer_table() {
       {"dpdk", "drivers/dpdk", {"ring", "wire", "mem", "cc", "transport", "engine", "log", kLog, kPort}, true, true},
       {"sim", "drivers/sim", {"ring", "wire", "mem", "cc", "transport", "engine", "pcap", kPort}, false},
       {"verbs", "lib/verbs", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce"}, true},
-      // The daemon's half of the service protocol, on a local Context.
-      {"service_daemon", "lib/service/daemon",
-       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, true},
       // The communication manager (QP1, IB CM) on the API and verbs' internals.
       {"cm", "lib/cm", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, false},
+      // The daemon's half of the service protocol, on a local Context (and
+      // the CM, run for its rdma_cm clients).
+      {"service_daemon", "lib/service/daemon",
+       {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "cm"}, true},
       // The assemblies: a Context on a driver's port (Device, RingPair on
       // DPDK; SimPair, SimFabric on the simulator) and their telemetry.
       {"device", "lib/device",

@@ -177,21 +177,6 @@ TEST_F(Service, StockPingpongWithBothEndsOnOneDaemon) {
   }
 }
 
-// rdma_cm through uroced is not carried yet: stock rping gets ENOSYS and one
-// line that says what to do, at once, on both sides (it crashed before).
-TEST_F(Service, RdmaCmThroughTheDaemonSaysItIsNotSupported) {
-  for (const char* side : {"-s", "-c"}) {
-    Process p = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 30 rping " + side +
-                          " -a 10.0.0.1 -C 1",
-                      dir_ + "/rping.log");
-    const int rc = p.wait();
-    EXPECT_NE(rc, 0) << p.out();
-    EXPECT_NE(rc, 124) << "rping hung: " << p.out();
-    EXPECT_LT(rc, 128) << "rping died of a signal: " << p.out();
-    EXPECT_NE(p.out().find("rdma_cm through uroced is not supported yet"), std::string::npos) << p.out();
-  }
-}
-
 TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   struct Case {
     std::string args;

@@ -33,13 +33,21 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kDestroyQp, "destroy_qp", false, Budget::kNone, &Server::op_destroy_qp},
     {Op::kQpCounters, "qp_counters", false, Budget::kNone, &Server::op_qp_counters},
     {Op::kStats, "stats", true, Budget::kNone, &Server::op_stats},
+    {Op::kCmOpen, "cm_open", false, Budget::kNone, &Server::op_cm_open},
+    {Op::kCmListen, "cm_listen", false, Budget::kNone, &Server::op_cm_listen},
+    {Op::kCmUnlisten, "cm_unlisten", false, Budget::kNone, &Server::op_cm_unlisten},
+    {Op::kCmConnect, "cm_connect", false, Budget::kNone, &Server::op_cm_connect},
+    {Op::kCmAccept, "cm_accept", false, Budget::kNone, &Server::op_cm_accept},
+    {Op::kCmReject, "cm_reject", false, Budget::kNone, &Server::op_cm_reject},
+    {Op::kCmDisconnect, "cm_disconnect", false, Budget::kNone, &Server::op_cm_disconnect},
+    {Op::kCmEvent, "cm_event", false, Budget::kNone, &Server::op_cm_event},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kStats));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kCmEvent));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "service/shm.h"
+#include "service_daemon/cm_relay.h"
 #include "uroce/stats.h"
 #include <spdlog/spdlog.h>
 
@@ -109,7 +110,7 @@ std::string check_socket_folder(int dir_fd, const std::string& dir) {
 }  // namespace
 
 Server::Server(Context& ctx, std::size_t workers, const ServerConfig& config)
-    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)) {
+    : ctx_(ctx), config_(config), pumps_(std::max<std::size_t>(workers, 1)), cm_(std::make_unique<CmRelay>(ctx)) {
   memory_budget_ = config_.limits.memory_mb != 0 ? config_.limits.memory_mb * kMiB : half_of_memory();
   mappings_budget_ = half_of_max_map_count();
 }
@@ -202,6 +203,8 @@ std::string Server::listen() {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   ev.data.fd = signal_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, signal_fd_, &ev);
+  ev.data.fd = cm_->wake_fd();  // MADs on QP1
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cm_->wake_fd(), &ev);
   return "";
 }
 
@@ -233,6 +236,10 @@ int Server::run() {
         accept_client();
         continue;
       }
+      if (fd == cm_->wake_fd()) {
+        cm_->clear_wake();  // polled below
+        continue;
+      }
       auto it = clients_.find(fd);
       if (it == clients_.end()) continue;
       Client& c = *it->second;
@@ -241,6 +248,7 @@ int Server::run() {
       if (!stays) drop(fd, c.leaving ? "" : c.attached ? "gone" : "gone before hello");
     }
     const bool expired = expire();
+    cm_->poll();
     tick();
     if (n > 0 || expired) publish_client_table();
   }
@@ -806,6 +814,7 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
   auto it = c.qps.find(handle);
   if (it == c.qps.end()) return EINVAL;
   Qp& rec = it->second;
+  cm_->forget_qp(rec.qp);
   pumps_[rec.worker].remove(rec.pump.get());
   if (const int e = rec.pd->destroy_qp(rec.qp); e != 0) {
     pumps_[rec.worker].add(rec.pump.get());
@@ -822,8 +831,11 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
 }
 
 void Server::release(Client& c) {
-  // The pumps first, so no worker touches the client's rings any more; then
-  // the QPs (to error, then gone), CQs, regions, PDs, and the mappings.
+  // Its rdma_cm listeners, requests and connections end first (their QPs
+  // still there, moved to ERR as the DREQs go). Then the pumps, so no
+  // worker touches the client's rings any more; then the QPs (to error,
+  // then gone), CQs, regions, PDs, and the mappings.
+  cm_->release(c.id);
   ibv_qp_attr err{};
   err.qp_state = IBV_QPS_ERR;
   for (auto& [h, q] : c.qps) {

@@ -24,6 +24,8 @@
 
 namespace uroce::daemon {
 
+class CmRelay;
+
 class Server {
  public:
   Server(Context& ctx, std::size_t workers, const ServerConfig& config);
@@ -238,6 +240,11 @@ class Server {
               std::vector<int>& reply_fds);
   OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
       op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats;
+  // rdma_cm (cm_relay.cc).
+  OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
+      op_cm_event;
+  // QP number `qpn` of c's process (any of its clients), or nullptr.
+  QueuePair* process_qp(const Client& c, std::uint32_t qpn) const;
   // "" or why `c` may not make one more object counted by `b` (its budget
   // and its uid's).
   std::string over_budget(const Client& c, Budget b) const;
@@ -301,6 +308,7 @@ class Server {
   std::uint32_t mappings_budget_ = 0;  // half of vm.max_map_count
   std::map<FileKey, MappedFile> mapped_files_;
   ProtectionDomain* files_pd_ = nullptr;  // the port's registrations of whole files; no QP in it
+  std::unique_ptr<CmRelay> cm_;  // rdma_cm: QP1 and the clients' listeners and connections
 };
 
 }  // namespace uroce::daemon
