@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--pfc PRIO] [--netdev IF|none] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--dcqcn FILE] [--pfc PRIO] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -41,8 +41,8 @@ constexpr const char* kUsage =
     "                  tests read IF's first address with `ip addr` and use it for rdma_cm, so IF\n"
     "                  should hold uroce's --ip too). PROGRAM runs in a private mount namespace with a\n"
     "                  read-only tmpfs over /sys/class (every real class bound back in); nothing\n"
-    "                  changes outside its process tree. Needs root. Default: the iface= of the one\n"
-    "                  --vdev when it is net_af_packet (a warning if it cannot be shown); none: off\n"
+    "                  changes outside its process tree. Needs root. For an af_packet port, its\n"
+    "                  iface=; for memif, an interface holding the same address. Default: none\n"
     "  --lib DIR       where uroce's libibverbs.so.1 is (default: found beside this program)\n"
     "\n"
     "  --service       run PROGRAM against the uroced daemon instead (README \"Running as a\n"
@@ -76,7 +76,7 @@ std::string find_library() {
 struct Options {
   std::vector<std::string> eal;
   std::string ip, port_id, queues, workers, dcqcn, pfc, lib;
-  std::string netdev;  // --netdev: "" for the default, "none" for off
+  std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
 };
@@ -177,18 +177,13 @@ int main(int argc, char** argv) {
     setenv("UROCE_EAL", eal.c_str(), 1);
     setenv("UROCE_IP", o.ip.c_str(), 1);
   }
-  // uroce0's interface in sysfs: named, or the af_packet port's own (a
-  // default that may fail quietly but for one line).
-  const bool named = !o.netdev.empty() && o.netdev != "none";
-  const std::string netdev = named ? o.netdev
-                             : o.netdev.empty() && o.service.empty() && (o.port_id.empty() || o.port_id == "0")
-                                 ? uroce::run::af_packet_iface(eal)
-                                 : "";
-  if (!netdev.empty()) {
-    if (std::string e = uroce::run::show_netdev("uroce0", netdev); !e.empty()) {
-      std::fprintf(stderr, "uroce-run: %s%s\n", e.c_str(),
-                   named ? "" : " (uroce0's interface not shown in sysfs; --netdev none says nothing)");
-      if (named) return 2;
+  // uroce0's interface in sysfs, when named: opt-in, since a visible
+  // /sys/class/infiniband changes what some programs do (Open MPI's btl_openib
+  // steps aside only when there is none) and the namespace needs root.
+  if (!o.netdev.empty()) {
+    if (std::string e = uroce::run::show_netdev("uroce0", o.netdev); !e.empty()) {
+      std::fprintf(stderr, "uroce-run: %s\n", e.c_str());
+      return 2;
     }
   }
   const std::pair<const char*, const std::string*> optional[] = {

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 namespace uroce::run {
@@ -103,22 +102,6 @@ std::string show_netdev(const std::string& device, const std::string& ifname) {
   if (mount(nullptr, kClass, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return fail(std::string("remount ") + kClass + " read-only");
   close(real);
-  return "";
-}
-
-std::string af_packet_iface(const std::string& eal_args) {
-  std::istringstream in(eal_args);
-  std::vector<std::string> vdevs;
-  std::string prev;
-  for (std::string a; in >> a; prev = a) {
-    if (a.rfind("--vdev=", 0) == 0) vdevs.push_back(a.substr(7));
-    else if (prev == "--vdev") vdevs.push_back(a);
-  }
-  if (vdevs.size() != 1 || vdevs[0].rfind("net_af_packet", 0) != 0) return "";
-  std::istringstream kv(vdevs[0]);
-  for (std::string item; std::getline(kv, item, ',');) {
-    if (item.rfind("iface=", 0) == 0) return item.substr(6);
-  }
   return "";
 }
 

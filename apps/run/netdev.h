@@ -19,8 +19,4 @@ namespace uroce::run {
 // CAP_SYS_ADMIN, i.e. root).
 std::string show_netdev(const std::string& device, const std::string& ifname);
 
-// The iface= of the EAL args' net_af_packet vdev when they name exactly one
-// vdev and it is an af_packet one (so it is DPDK port 0), else "".
-std::string af_packet_iface(const std::string& eal_args);
-
 }  // namespace uroce::run
