@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -98,6 +99,26 @@ TEST_F(RunNetdev, AnUnknownInterfaceIsRefusedWithOneLine) {
   const RunResult bad = uroce_run("--service --netdev ../net true");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("no interface name"), std::string::npos) << bad.err;
+}
+
+TEST_F(RunNetdev, WithoutRootItSaysSoAndRunsNothing) {
+  // setpriv (util-linux) drops to nobody before uroce-run starts.
+  const std::string as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  if (std::system((as_nobody + "test -x " + UROCE_RUN + " 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "nobody cannot run " << UROCE_RUN << " here (or no setpriv)";
+  const std::string cmd = as_nobody + UROCE_RUN +
+                          " --service --netdev lo echo ran 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_EQ(out,
+            "uroce-run: cannot show uroce0's interface in sysfs (a private mount namespace needs root): "
+            "unshare: Operation not permitted\n");
 }
 
 }  // namespace
