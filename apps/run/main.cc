@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "common/args.h"
+#include "netdev.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--pfc PRIO] [--lib DIR] PROGRAM [ARGS...]\n"
-    "       uroce-run --service [--socket PATH] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--dcqcn FILE] [--pfc PRIO] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
+    "       uroce-run --service [--socket PATH] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
     "on uroce: it sees one RDMA device, uroce0, on the DPDK port the EAL args name, with\n"
@@ -34,6 +35,14 @@ constexpr const char* kUsage =
     "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
     "  --pfc PRIO      the lossless 802.1p priority, 0-7 (default off): PFC on the port where its\n"
     "                  driver can (else one warning), data sent with DSCP PRIO*8\n"
+    "  --netdev IF     the Linux interface uroce0 stands for, shown to PROGRAM as a kernel RDMA\n"
+    "                  device shows its own: /sys/class/infiniband/uroce0/device/net/IF and\n"
+    "                  ports/1/gid_attrs/ndevs/{0,1}, for programs that look it up there (rdma-core's\n"
+    "                  tests read IF's first address with `ip addr` and use it for rdma_cm, so IF\n"
+    "                  should hold uroce's --ip too). PROGRAM runs in a private mount namespace with a\n"
+    "                  read-only tmpfs over /sys/class (every real class bound back in); nothing\n"
+    "                  changes outside its process tree. Needs root. For an af_packet port, its\n"
+    "                  iface=; for memif, an interface holding the same address. Default: none\n"
     "  --lib DIR       where uroce's libibverbs.so.1 is (default: found beside this program)\n"
     "\n"
     "  --service       run PROGRAM against the uroced daemon instead (README \"Running as a\n"
@@ -67,6 +76,7 @@ std::string find_library() {
 struct Options {
   std::vector<std::string> eal;
   std::string ip, port_id, queues, workers, dcqcn, pfc, lib;
+  std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
 };
@@ -79,14 +89,14 @@ Options parse_service(int argc, char** argv) {
   int i = 2;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--socket" || a == "--lib") {
+    if (a == "--socket" || a == "--lib" || a == "--netdev") {
       if (i + 1 >= argc) usage_error(a + " needs a value");
-      (a == "--socket" ? o.service : o.lib) = argv[++i];
+      (a == "--socket" ? o.service : a == "--lib" ? o.lib : o.netdev) = argv[++i];
     } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (a.rfind("--", 0) == 0) {
-      usage_error("unknown option " + a + " with --service (only --socket and --lib; see --help)");
+      usage_error("unknown option " + a + " with --service (only --socket, --netdev and --lib; see --help)");
     } else {
       break;
     }
@@ -126,6 +136,7 @@ Options parse(int argc, char** argv) {
       uroce::app::parse_pfc_priority(o.pfc, "--pfc");  // checked here, where the user typed it
     }
     else if (a == "--lib") value(o.lib);
+    else if (a == "--netdev") value(o.netdev);
     else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -165,6 +176,15 @@ int main(int argc, char** argv) {
     unsetenv("UROCE_SERVICE");
     setenv("UROCE_EAL", eal.c_str(), 1);
     setenv("UROCE_IP", o.ip.c_str(), 1);
+  }
+  // uroce0's interface in sysfs, when named: opt-in, since a visible
+  // /sys/class/infiniband changes what some programs do (Open MPI's btl_openib
+  // steps aside only when there is none) and the namespace needs root.
+  if (!o.netdev.empty()) {
+    if (std::string e = uroce::run::show_netdev("uroce0", o.netdev); !e.empty()) {
+      std::fprintf(stderr, "uroce-run: %s\n", e.c_str());
+      return 2;
+    }
   }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
