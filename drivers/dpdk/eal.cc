@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "dpdk/rte.h"
-
-#include <rte_dev.h>
 #include "log/log.h"
+
+#include <rte_dev.h>  // rte_eal_hotplug_add/remove
 
 namespace uroce::dpdk {
 namespace {

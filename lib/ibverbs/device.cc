@@ -44,7 +44,9 @@ struct Process {
   int open_contexts = 0;
   bool joined = false;       // EAL is the application's
   std::string vdev;          // joined: the --vdev hot-plugged for the device; "" a port the application named
-  bool down_between = false; // joined: the device is taken down at the last close (a removable vdev)
+  // Joined: the device is taken down at the last close: a removable vdev
+  // (dpdk::vdev_removable) uroce added, not one the application had probed.
+  bool down_between = false;
   bool vdev_added = false;   // by uroce (so uroce removes it), while the device is up
   Config config;             // joined: what brings the device up again
   const cc::DcqcnParams* dcqcn = nullptr;
@@ -266,7 +268,7 @@ void start() {
   if (d->ctx->start_workers(config.workers) != 0) {
     std::fprintf(stderr, "uroce libibverbs: workers did not start (UROCE_WORKERS): %s\n",
                  d->ctx->last_error().c_str());
-    if (p.down_between) take_down(*d);
+    if (p.down_between && p.vdev_added) take_down(*d);
     return;
   }
   d->ctx->stop_workers();
@@ -291,7 +293,7 @@ int first_open(Device& d) {
   }
   if (d.ctx->start_workers(p.workers) != 0) {
     std::fprintf(stderr, "uroce libibverbs: workers did not start: %s\n", d.ctx->last_error().c_str());
-    if (p.down_between) take_down(d);
+    if (p.down_between && p.vdev_added) take_down(d);
     return EAGAIN;
   }
   return 0;
@@ -433,7 +435,7 @@ int ibv_close_device(ibv_context* context) {
     uroce::ibverbs::ProcessLock lock;
     if (--p.open_contexts == 0) {
       x->ctx->stop_workers();
-      if (p.down_between) uroce::ibverbs::take_down(*x->dev);
+      if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);
     }
   }
   close(context->cmd_fd);
