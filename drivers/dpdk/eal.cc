@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,10 +14,13 @@
 #include "dpdk/rte.h"
 #include "log/log.h"
 
+#include <rte_dev.h>  // rte_eal_hotplug_add/remove
+
 namespace uroce::dpdk {
 namespace {
 
-bool eal_started = false;
+bool eal_started = false;  // by uroce (eal_init)
+bool eal_joined = false;   // the application's, found by eal_started_elsewhere
 
 bool has_arg(const std::vector<std::string>& args, std::string_view name) {
   for (const auto& a : args) {
@@ -111,7 +115,128 @@ std::string eal_init(const std::vector<std::string>& eal_args) {
   return "";
 }
 
-bool eal_uses_hugepages() { return eal_started && rte_eal_has_hugepages() != 0; }
+bool eal_uses_hugepages() { return (eal_started || eal_joined) && rte_eal_has_hugepages() != 0; }
+
+bool eal_started_elsewhere() {
+  if (eal_started) return false;
+  if (rte_lcore_count() == 0) return false;
+  if (!eal_joined) {
+    logger().info("EAL already runs in this process (the application's): joining it, {} lcore(s), main lcore {}, {}",
+                  rte_lcore_count(), rte_get_main_lcore(),
+                  rte_eal_has_hugepages() ? "hugepages" : "normal pages (--no-huge)");
+  }
+  eal_joined = true;
+  return true;
+}
+
+namespace {
+
+// Options that set up the whole process: when the application started
+// EAL they were its own to choose, and uroce can change none of them.
+// (name, whether it takes a value)
+constexpr std::pair<std::string_view, bool> kProcessWide[] = {
+    {"-l", true},           {"-c", true},           {"--lcores", true},     {"--main-lcore", true},
+    {"-n", true},           {"-m", true},           {"--socket-mem", true}, {"--socket-limit", true},
+    {"--file-prefix", true}, {"--log-level", true}, {"--proc-type", true},  {"--iova-mode", true},
+    {"--huge-dir", true},   {"--base-virtaddr", true},
+    {"--no-huge", false},   {"--no-shconf", false}, {"--no-pci", false},    {"--in-memory", false},
+    {"--no-telemetry", false}, {"--legacy-mem", false}, {"--single-file-segments", false}, {"--no-hpet", false},
+};
+
+}  // namespace
+
+std::string parse_join_args(const std::vector<std::string>& eal_args, JoinArgs& out) {
+  out = JoinArgs{};
+  // eal_args[0] is the program name.
+  for (std::size_t i = 1; i < eal_args.size(); ++i) {
+    const std::string& a = eal_args[i];
+    // "--opt=value", "--opt value", "-l0", "-l 0".
+    std::string name = a;
+    std::string value;
+    bool has_value = false;
+    if (a.rfind("--", 0) == 0) {
+      if (const auto eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        has_value = true;
+      }
+    } else if (a.size() > 2 && a[0] == '-') {
+      name = a.substr(0, 2);
+      value = a.substr(2);
+      has_value = true;
+    }
+    auto take_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= eal_args.size()) return false;
+      value = eal_args[++i];
+      return true;
+    };
+    if (name == "--vdev") {
+      if (!take_value() || value.empty()) return "UROCE_EAL: --vdev without a device (e.g. --vdev=net_memif0,role=client)";
+      if (!out.vdev.empty()) {
+        return "UROCE_EAL: one --vdev only when the application runs EAL (uroce hot-plugs one port): '" + value + "'";
+      }
+      out.vdev = value;
+      continue;
+    }
+    bool known = false;
+    for (const auto& [option, with_value] : kProcessWide) {
+      if (name != option) continue;
+      known = true;
+      if (with_value && !take_value()) return "UROCE_EAL: " + name + " without its value";
+      if (!with_value && has_value) known = false;  // "-l..." forms only for those taking a value
+      break;
+    }
+    if (!known) {
+      return "UROCE_EAL: '" + a + "' cannot apply to the application's running EAL: give only --vdev=DEVICE,ARGS "
+             "(uroce hot-plugs it) or set UROCE_PORT_ID to a port the application probed (docs/embedding.md)";
+    }
+    out.ignored.push_back(a + (has_value || value.empty() ? "" : " " + value));
+  }
+  return "";
+}
+
+namespace {
+
+std::string vdev_name(const std::string& devargs) { return devargs.substr(0, devargs.find(',')); }
+
+}  // namespace
+
+std::string hotplug_vdev(const std::string& devargs, std::uint16_t& port_id, bool& added) {
+  const std::string name = vdev_name(devargs);
+  const std::string args = devargs.size() > name.size() ? devargs.substr(name.size() + 1) : "";
+  added = false;
+  if (name.empty()) return "UROCE_EAL: --vdev=" + devargs + ": no device name";
+  const int rc = rte_eal_hotplug_add("vdev", name.c_str(), args.c_str());
+  if (rc == 0) {
+    added = true;
+  } else if (rc != -EEXIST) {
+    return "cannot hot-plug --vdev=" + devargs + " into the application's EAL: " + rte_strerror(-rc) +
+           " (is the driver linked into the application, and the name new?)";
+  }
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id) != 0) {
+    if (added) rte_eal_hotplug_remove("vdev", name.c_str());
+    added = false;
+    return "--vdev=" + devargs + " made no ethdev port named '" + name + "'";
+  }
+  logger().info("port {} ({}): {} the application's EAL", port_id, name,
+                added ? "hot-plugged into" : "already probed by");
+  return "";
+}
+
+bool vdev_removable(const std::string& devargs) {
+  if (devargs.rfind("net_memif", 0) != 0) return true;
+  return devargs.find(",role=client") != std::string::npos;
+}
+
+std::string unplug_vdev(const std::string& devargs) {
+  const std::string name = vdev_name(devargs);
+  if (const int rc = rte_eal_hotplug_remove("vdev", name.c_str()); rc != 0) {
+    return "cannot remove " + name + " from the application's EAL: " + std::string(rte_strerror(-rc));
+  }
+  logger().info("{} removed from the application's EAL", name);
+  return "";
+}
 
 std::string no_huge_warning(const char* tool) {
   if (eal_uses_hugepages()) return "";

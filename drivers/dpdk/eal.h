@@ -3,6 +3,7 @@
 // user can act on.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,42 @@ std::string check_hugepages(const std::vector<std::string>& eal_args, std::strin
 // no permission, EAL already started, or DPDK's own reason.
 std::string eal_init(const std::vector<std::string>& eal_args);
 
+// An EAL the application started itself (SPDK, VPP, OVS-DPDK; issue 27
+// item 13, docs/embedding.md): uroce joins it instead of starting one, and
+// never cleans it up.
+//
+// Whether EAL already runs in this process, started by someone else. A
+// probe with no side effect: rte_eal_init fills the lcore count before it
+// returns, and nothing else does.
+bool eal_started_elsewhere();
+
+// What of UROCE_EAL applies to an EAL that already runs: at most one
+// --vdev (hot-plugged by hotplug_vdev). The options that set up the whole
+// process (lcores, memory, file prefix, log level, ...) were the
+// application's to choose: they are listed in `ignored`. Anything else
+// (-a/--allow, -b/--block, a second --vdev, an unknown option) makes it
+// return a one-line error naming it; "" otherwise.
+struct JoinArgs {
+  std::string vdev;                  // the --vdev's devargs ("net_memif0,role=client,..."), "" none
+  std::vector<std::string> ignored;  // as given, each with its value
+};
+std::string parse_join_args(const std::vector<std::string>& eal_args, JoinArgs& out);
+
+// Hot-plugs the virtual device `devargs` into the running EAL
+// (rte_eal_hotplug_add on the vdev bus) and finds its ethdev port. "" or a
+// line. `added` false: the application had probed a device of that name
+// already, so it is not uroce's to remove.
+std::string hotplug_vdev(const std::string& devargs, std::uint16_t& port_id, bool& added);
+// Whether a vdev hotplug_vdev added may be removed again. Not a memif
+// server (memif's default role): DPDK 22.11's memif, removing the last
+// device of a listening socket, frees the socket and its interrupt handle
+// but neither closes the listening fd nor unregisters its callback, so the
+// application's interrupt thread would keep a dangling source (and a peer
+// connecting to the name would run the callback on freed memory).
+bool vdev_removable(const std::string& devargs);
+// Removes a device hotplug_vdev added (its port already closed). "" or a line.
+std::string unplug_vdev(const std::string& devargs);
+
 // Releases EAL's resources at exit. Safe to call when eal_init failed.
 // EAL's interrupt thread stays parked from then on (see eal.cc).
 void eal_cleanup();
@@ -36,7 +73,8 @@ void eal_cleanup();
 // Inline when no alarm can be set. Not from the interrupt thread itself.
 void run_on_interrupt_thread(void (*fn)(void*), void* arg);
 
-// Whether EAL runs on hugepages (not --no-huge). The tools then take their
+// Whether EAL runs on hugepages (not --no-huge), uroce's or the
+// application's. The tools then take their
 // memory regions from hugepages too, or fail with the command that reserves
 // them; with --no-huge they use normal pages and say so once.
 bool eal_uses_hugepages();

@@ -29,12 +29,27 @@ namespace {
 // the process exits. It is never freed: a program may call ibv_get_device_list
 // again after ibv_free_device_list, and tearing DPDK down from a static
 // destructor races EAL's own threads.
+//
+// In an application's own EAL (docs/embedding.md) the port behind the device
+// is the application's EAL's: a vdev uroce hot-plugged is closed and removed
+// with the last context (the application may shut EAL down after that), and
+// hot-plugged again by the next ibv_open_device; one that cannot be removed
+// (dpdk::vdev_removable) and a port the application named stay, stopped
+// by no one but with no thread of uroce's on them.
 struct Process {
   std::once_flag started;
   Device* device = nullptr;  // nullptr: not configured, or it failed (said once on stderr)
   std::vector<int> workers;  // their CPUs (UROCE_WORKERS)
-  std::mutex mutex;          // guards open_contexts and the workers' running
+  std::mutex mutex;          // guards open_contexts, the workers' running and the fields below
   int open_contexts = 0;
+  bool joined = false;       // EAL is the application's
+  std::string vdev;          // joined: the --vdev hot-plugged for the device; "" a port the application named
+  // Joined: the device is taken down at the last close: a removable vdev
+  // (dpdk::vdev_removable) uroce added, not one the application had probed.
+  bool down_between = false;
+  bool vdev_added = false;   // by uroce (so uroce removes it), while the device is up
+  Config config;             // joined: what brings the device up again
+  const cc::DcqcnParams* dcqcn = nullptr;
 };
 
 Process& process() {
@@ -72,8 +87,10 @@ class ProcessLock {
 void stop_at_exit() {
   if (in_process_lock) return;
   ProcessLock lock;
-  // Returns at once inside a control call of this thread (lib/verbs).
-  if (process().device != nullptr) process().device->ctx->stop_workers();
+  // Returns at once inside a control call of this thread (lib/verbs). Only
+  // the workers stop: nothing here touches EAL, which the application may
+  // have cleaned up already.
+  if (process().device != nullptr && process().device->ctx != nullptr) process().device->ctx->stop_workers();
 }
 
 const char* getenv_fn(const char* name) { return std::getenv(name); }
@@ -129,6 +146,73 @@ void name_device(Device* d) {
   d->provider_ops = &kProviderOps;
 }
 
+// The port of an application's running EAL that UROCE_EAL (a --vdev to
+// hot-plug) or UROCE_PORT_ID (a port it probed) names. "" or a line.
+std::string join_port(const Config& config, std::uint16_t& port_id) {
+  Process& p = process();
+  dpdk::JoinArgs args;
+  if (std::string e = dpdk::parse_join_args(config.eal, args); !e.empty()) return e;
+  const bool named = std::getenv("UROCE_PORT_ID") != nullptr;
+  if (!args.vdev.empty() && named) {
+    return "the application runs EAL: give its port either as UROCE_EAL='--vdev=...' (hot-plugged) or as "
+           "UROCE_PORT_ID (a port it probed), not both";
+  }
+  if (args.vdev.empty() && !named) {
+    return "the application runs EAL: name uroce's port, UROCE_EAL='--vdev=net_memif0,...' (hot-plugged) or "
+           "UROCE_PORT_ID=N (a port it probed and left unconfigured); see docs/embedding.md";
+  }
+  if (!args.ignored.empty()) {
+    std::string line;
+    for (const std::string& a : args.ignored) line += (line.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "uroce libibverbs: the application runs EAL: its own settings hold, not UROCE_EAL's '%s'\n",
+                 line.c_str());
+  }
+  p.vdev = args.vdev;
+  p.down_between = !p.vdev.empty() && dpdk::vdev_removable(p.vdev);
+  port_id = config.port_id;
+  return "";
+}
+
+void unplug(Process& p) {
+  if (std::string e = dpdk::unplug_vdev(p.vdev); !e.empty()) std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+  p.vdev_added = false;
+}
+
+// Opens the uroce device on its port (hot-plugging the vdev first when
+// joined with one) and fills d's port, context, GUID and MTU. "" or a line.
+std::string bring_up(Device& d, std::uint16_t port_id) {
+  Process& p = process();
+  const Config& config = p.config;
+  if (p.joined && !p.vdev.empty()) {
+    if (std::string e = dpdk::hotplug_vdev(p.vdev, port_id, p.vdev_added); !e.empty()) return e;
+  }
+  std::string error;
+  auto port = device::Device::open(port_id, config.ip, kDeviceName, error, config.queues, p.dcqcn,
+                                   config.pfc_priority);
+  if (!port) {
+    if (p.vdev_added) unplug(p);
+    return "no device on DPDK port " + std::to_string(port_id) +
+           (p.vdev.empty() ? " (UROCE_PORT_ID): " : " (" + p.vdev + "): ") + error;
+  }
+  const uroce::PortConfig pc = device::device_config(port->queues, port->clock);
+  d.guid = eui64_of(pc.mac);
+  d.active_mtu = pc.active_mtu;
+  d.ctx = port->ctx.get();
+  d.port = port.release();
+  return "";
+}
+
+// Joined with a removable hot-plugged vdev, after the last context (its workers
+// stopped): closes the port and removes the vdev, so that the application
+// may shut its EAL down. Process::mutex held.
+void take_down(Device& d) {
+  Process& p = process();
+  delete d.port;  // the context, then the port: stopped and closed, its mbuf pool freed
+  d.port = nullptr;
+  d.ctx = nullptr;
+  if (p.vdev_added) unplug(p);
+}
+
 void start() {
   if (const char* service = std::getenv("UROCE_SERVICE"); service != nullptr && *service != '\0') {
     if (Device* d = attach_service(service)) {
@@ -156,37 +240,63 @@ void start() {
     }
     dcqcn = &params;
   }
-  if (std::string e = dpdk::eal_init(config.eal); !e.empty()) {
+  Process& p = process();
+  p.joined = dpdk::eal_started_elsewhere();
+  std::uint16_t port_id = config.port_id;
+  if (p.joined) {
+    if (std::string e = join_port(config, port_id); !e.empty()) {
+      std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+      return;
+    }
+  } else if (std::string e = dpdk::eal_init(config.eal); !e.empty()) {
     std::fprintf(stderr, "uroce libibverbs: EAL did not start (UROCE_EAL='%s'): %s\n", std::getenv("UROCE_EAL"),
                  e.c_str());
     return;
   }
-  std::string error;
-  auto port = device::Device::open(config.port_id, config.ip, kDeviceName, error, config.queues, dcqcn,
-                                 config.pfc_priority);
-  if (!port) {
-    std::fprintf(stderr, "uroce libibverbs: no device on DPDK port %u (UROCE_PORT_ID): %s\n", config.port_id,
-                 error.c_str());
+  auto* d = new Device{};
+  name_device(d);
+  p.config = config;
+  p.dcqcn = dcqcn;
+  if (std::string e = bring_up(*d, port_id); !e.empty()) {
+    std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+    if (p.vdev_added) unplug(p);
+    delete d;
     return;
   }
   // Verbs programs only post and poll: the engines run on threads of their
   // own while a context is open (ibv_open_device). This checks they can.
-  if (port->ctx->start_workers(config.workers) != 0) {
+  if (d->ctx->start_workers(config.workers) != 0) {
     std::fprintf(stderr, "uroce libibverbs: workers did not start (UROCE_WORKERS): %s\n",
-                 port->ctx->last_error().c_str());
+                 d->ctx->last_error().c_str());
+    if (p.down_between && p.vdev_added) take_down(*d);
     return;
   }
-  port->ctx->stop_workers();
-  process().workers = config.workers;
+  d->ctx->stop_workers();
+  p.workers = config.workers;
   std::atexit(stop_at_exit);
-  auto* d = new Device{};
-  name_device(d);
-  const uroce::PortConfig pc = device::device_config(port->queues, port->clock);
-  d->guid = eui64_of(pc.mac);
-  d->active_mtu = pc.active_mtu;
-  d->ctx = port->ctx.get();
-  d->port = port.release();
-  process().device = d;
+  // Joined with a removable vdev, the device stays up until the last
+  // ibv_close_device takes it down (and the next ibv_open_device brings it
+  // up again): a memif peer sees one connection, not a plug and unplug at
+  // every ibv_get_device_list.
+  p.device = d;
+}
+
+// The first context's: the device up (joined with a vdev: hot-plugged
+// again) and its workers running. Process::mutex held. 0 or an errno.
+int first_open(Device& d) {
+  Process& p = process();
+  if (d.ctx == nullptr) {
+    if (std::string e = bring_up(d, p.config.port_id); !e.empty()) {
+      std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+      return ENODEV;
+    }
+  }
+  if (d.ctx->start_workers(p.workers) != 0) {
+    std::fprintf(stderr, "uroce libibverbs: workers did not start: %s\n", d.ctx->last_error().c_str());
+    if (p.down_between && p.vdev_added) take_down(d);
+    return EAGAIN;
+  }
+  return 0;
 }
 
 Device* started_device() {
@@ -252,7 +362,6 @@ ibv_context* ibv_open_device(ibv_device* device) {
   auto* x = uroce::ibverbs::allocate<uroce::ibverbs::Ctx>();
   if (x == nullptr) return nullptr;
   x->dev = d;
-  x->ctx = d->ctx;
   ibv_context& c = x->vctx.context;
   c.device = device;
   uroce::ibverbs::fill_data_ops(c.ops);
@@ -300,16 +409,18 @@ ibv_context* ibv_open_device(ibv_device* device) {
     // down on EAL's interrupt thread) then finds no worker in its rings.
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
-    if (p.open_contexts++ == 0 && x->ctx->start_workers(p.workers) != 0) {
-      --p.open_contexts;
-      std::fprintf(stderr, "uroce libibverbs: workers did not start: %s\n", x->ctx->last_error().c_str());
+    int err = 0;
+    if (p.open_contexts == 0) err = uroce::ibverbs::first_open(*d);
+    if (err != 0) {
       close(c.cmd_fd);
       close(c.async_fd);
       close(x->async_write);
       delete x;
-      errno = EAGAIN;
+      errno = err;
       return nullptr;
     }
+    ++p.open_contexts;
+    x->ctx = d->ctx;
   }
   uroce::ibverbs::watch_events(x);
   return &c;
@@ -322,7 +433,10 @@ int ibv_close_device(ibv_context* context) {
   {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
-    if (--p.open_contexts == 0) x->ctx->stop_workers();
+    if (--p.open_contexts == 0) {
+      x->ctx->stop_workers();
+      if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);
+    }
   }
   close(context->cmd_fd);
   close(context->async_fd);

@@ -142,6 +142,10 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
         if (idle >= kIdlePollsBeforeYield) sched_yield();
       }
     });
+    // Named (before start_workers returns), so that an embedding
+    // application and its tests see uroce's threads come and go: none
+    // outlives the last context (docs/embedding.md).
+    pthread_setname_np(workers_.back().native_handle(), "uroce-worker");
   }
   pthread_sigmask(SIG_SETMASK, &was, nullptr);
   return 0;
