@@ -56,6 +56,10 @@ int post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   QpImpl& q = impl_of(qp);
+  if (q.init.srq != nullptr) [[unlikely]] {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return impl_of(q.pd->context()).note(EINVAL, "this QP receives from an SRQ: post to the SRQ");
+  }
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = q.remote->post_recv(*wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;

@@ -145,7 +145,8 @@ TEST_P(Transports, RcSendsLandInAnSrqAndItsLimitEventComes) {
   ASSERT_EQ(uroce::connect_rc(r1, s.ctx->gid(), s1->qp_num(), p.psn_b, p.psn_a, p), 0) << r.ctx->last_error();
   ASSERT_EQ(uroce::connect_rc(s2, r.ctx->gid(), r2->qp_num(), p.psn_a, p.psn_b, p), 0) << s.ctx->last_error();
   ASSERT_EQ(uroce::connect_rc(r2, s.ctx->gid(), s2->qp_num(), p.psn_b, p.psn_a, p), 0) << r.ctx->last_error();
-  EXPECT_NE(uroce::test::post_recv_one(r1, r.buf, 64, r.mr->lkey, 1), 0) << "a QP on an SRQ takes no receives";
+  EXPECT_EQ(uroce::test::post_recv_one(r1, r.buf, 64, r.mr->lkey, 1), EINVAL) << "a QP on an SRQ takes no receives";
+  EXPECT_NE(r.ctx->last_error().find("post to the SRQ"), std::string::npos) << r.ctx->last_error();
 
   constexpr int kRecvs = 12, kSends = 10;
   for (int i = 0; i < kRecvs; ++i) {
