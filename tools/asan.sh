@@ -31,6 +31,7 @@
 #   library; the ASan runtime then refuses to start ("ASan runtime does not
 #   come first"). The rest of test_ibverbs runs. The same for service's
 #   Stock* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw), service_rdmacm's (rping, perftest -R),
+#   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
 #   rdma_xserver/rdma_xclient, rping);
 #   the daemons and the C verbs program run instrumented in the rest.
@@ -48,6 +49,7 @@ declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibverbs.UroceRun*'
                    [service]='-Service.Stock*:Service.AClientKilled*'
                    [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*'
+                   [service_transports]='-*/Transports.StockPingpongs/*'
                    [rdmacm_stock]='-RdmacmUtils*')
 
 kind=asan

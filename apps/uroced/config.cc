@@ -17,7 +17,8 @@ const char* const kUsage =
     "              [--uid-max-mrs N] [--uid.UID.KEY N] [--hello-timeout-ms N] [--reply-timeout-ms N]\n"
     "              [--max-object-mb N] [--uid-max-memory-mb N] [--max-memory-mb N]\n"
     "              [--max-mappings N] [--uid-max-mappings N] [--max-port-registrations N]\n"
-    "              [--uid-max-port-registrations N] [--log-level LEVEL]\n"
+    "              [--uid-max-port-registrations N] [--max-srqs N] [--uid-max-srqs N]\n"
+    "              [--max-ahs N] [--uid-max-ahs N] [--log-level LEVEL]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -84,6 +85,10 @@ std::string set_limit(Limits& l, const std::string& key, const std::string& valu
   if (key == "uid_max_qps") return number(1u << 24, l.uid_qps);
   if (key == "uid_max_cqs") return number(1u << 24, l.uid_cqs);
   if (key == "uid_max_mrs") return number(1u << 24, l.uid_mrs);
+  if (key == "max_srqs") return number(1u << 20, l.srqs);
+  if (key == "uid_max_srqs") return number(1u << 24, l.uid_srqs);
+  if (key == "max_ahs") return number(1u << 15, l.ahs);
+  if (key == "uid_max_ahs") return number(1u << 15, l.uid_ahs);
   if (key == "max_object_mb") return number(1ull << 30, l.object_mb);
   if (key == "uid_max_memory_mb") return number(1ull << 30, l.uid_memory_mb);
   if (key == "max_memory_mb") return number(1ull << 30, l.memory_mb);

@@ -264,10 +264,11 @@ class ProtectionDomain {
   int destroy_qp(QueuePair* qp);
 
   // ibv_create_srq: a shared receive queue of this PD. `on_limit(arg)` runs
-  // on the engine's thread when fewer WQEs than the armed limit remain
-  // (IBV_EVENT_SRQ_LIMIT_REACHED); it must not block or make control calls.
+  // on the engine's thread (attached to uroced: the library's event thread)
+  // when fewer WQEs than the armed limit remain (IBV_EVENT_SRQ_LIMIT_REACHED);
+  // it must not block or make control calls.
   // nullptr on error: max_wr or max_sge over the device limits (EINVAL), or
-  // attached to uroced (EOPNOTSUPP, not yet).
+  // over a budget of uroced's (ENOMEM, max_srqs) when attached.
   SharedReceiveQueue* create_srq(const SrqInitAttr& attr, void (*on_limit)(void* arg) = nullptr,
                                  void* arg = nullptr);
   // EBUSY while QPs use it.

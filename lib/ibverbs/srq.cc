@@ -1,8 +1,8 @@
 // Shared receive queues: ibv_create_srq, ibv_modify_srq, ibv_query_srq,
 // ibv_destroy_srq and the post_srq_recv op behind the inline
 // ibv_post_srq_recv, on uroce's SharedReceiveQueue; RC QPs made with
-// ibv_qp_init_attr.srq receive from it (lib/transport/queues.cc). In service mode (uroced)
-// not yet: ibv_create_srq answers EOPNOTSUPP with one line.
+// ibv_qp_init_attr.srq receive from it (lib/transport/queues.cc), in process
+// or through uroced (lib/service/daemon/srq_ah.cc).
 #include <cerrno>
 #include <new>
 #include <string>

@@ -33,6 +33,10 @@ RemoteQp::~RemoteQp() {
   if (map != nullptr) munmap(map, map_bytes);
 }
 
+RemoteSrq::~RemoteSrq() {
+  if (map != nullptr) munmap(map, map_bytes);
+}
+
 int RemoteCq::poll(int n, ibv_wc* wc) {
   if (overflowed()) return -EOVERFLOW;
   const std::uint32_t k = std::min<std::uint32_t>(ring.ready(), n > 0 ? static_cast<std::uint32_t>(n) : 0);
@@ -54,24 +58,37 @@ int RemoteCq::arm(bool solicited_only) {
   return 0;
 }
 
-int RemoteQp::post_send(const ibv_send_wr& wr) {
+namespace {
+
+// The operations each service carries (IBTA table 39), as the engine
+// checks them (transport/queues.cc): UC SENDs and WRITEs, UD only SENDs.
+bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return type != IBV_QPT_UD;
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return type == IBV_QPT_RC;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int RemoteQp::post_send(const ibv_send_wr& wr, std::uint32_t ah) {
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   if (sq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_send_sge) return EINVAL;
   const bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  switch (wr.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      break;
-    default:
-      return EINVAL;
-  }
+  if (!service_allows(type, wr.opcode)) return EINVAL;
+  if (type == IBV_QPT_UD && ah == 0) return EINVAL;
   SendSlot& s = sq.slot();
   s.wr_id = wr.wr_id;
   s.opcode = wr.opcode;
@@ -81,8 +98,12 @@ int RemoteQp::post_send(const ibv_send_wr& wr) {
   s.rkey = atomic ? wr.wr.atomic.rkey : wr.wr.rdma.rkey;
   s.compare_add = atomic ? wr.wr.atomic.compare_add : 0;
   s.swap = atomic ? wr.wr.atomic.swap : 0;
+  s.ah = ah;
+  s.remote_qpn = type == IBV_QPT_UD ? wr.wr.ud.remote_qpn : 0;
+  s.remote_qkey = type == IBV_QPT_UD ? wr.wr.ud.remote_qkey : 0;
   std::uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (type == IBV_QPT_UD && total > mtu) return EINVAL;  // a datagram is one packet (IBTA 9.8)
   if (wr.send_flags & IBV_SEND_INLINE) {
     // Copied now: the buffers may be reused once post_send returns.
     if (wr.opcode == IBV_WR_RDMA_READ || atomic || total > cap.max_inline_data) return EINVAL;
@@ -105,7 +126,7 @@ int RemoteQp::post_send(const ibv_send_wr& wr) {
 }
 
 int RemoteQp::post_recv(const ibv_recv_wr& wr) {
-  if (state == IBV_QPS_RESET) return EINVAL;
+  if (state == IBV_QPS_RESET || on_srq) return EINVAL;
   if (rq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > cap.max_recv_sge) return EINVAL;
   RecvSlot& s = rq.slot();
@@ -114,6 +135,35 @@ int RemoteQp::post_recv(const ibv_recv_wr& wr) {
   for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
   rq.publish(1);
   return 0;
+}
+
+int RemoteSrq::post_recv(const ibv_recv_wr& wr) {
+  if (ring.room() == 0) return ENOMEM;
+  if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > max_sge) return EINVAL;
+  RecvSlot& s = ring.slot();
+  s.wr_id = wr.wr_id;
+  s.num_sge = static_cast<std::uint32_t>(wr.num_sge);
+  for (int i = 0; i < wr.num_sge; ++i) s.sge[i] = WireSge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  ring.publish(1);
+  return 0;
+}
+
+int RemoteSrq::modify(const ibv_srq_attr& attr, int attr_mask, std::string& why) {
+  Request req;
+  req.op = Op::kModifySrq;
+  req.modify_srq = ModifySrq{handle, attr_mask, attr};
+  Reply reply;
+  return client->call(req, reply, nullptr, 0, nullptr, why);
+}
+
+int RemoteSrq::query(ibv_srq_attr& attr, std::string& why) {
+  Request req;
+  req.op = Op::kQuerySrq;
+  req.handle = handle;
+  Reply reply;
+  const int e = client->call(req, reply, nullptr, 0, nullptr, why);
+  if (e == 0) attr = reply.query_srq.attr;
+  return e;
 }
 
 // --- Attaching --------------------------------------------------------------------------
@@ -238,15 +288,23 @@ std::unique_ptr<RemoteCq> Client::create_cq(std::uint32_t cqe, void (*on_event)(
   cq->on_event = on_event;
   cq->arg = arg;
   cq->event_fd = fds[1];
-  {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    waiters_[cq->handle] = Waiter{cq->event_fd, on_event, arg};
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = cq->handle;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cq->event_fd, &ev);
-  }
+  watch_fd(cq->handle, cq->event_fd, on_event, arg);
   return cq;
+}
+
+void Client::watch_fd(std::uint32_t handle, int fd, void (*on_event)(void*), void* arg) {
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  waiters_[handle] = Waiter{fd, on_event, arg};
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = handle;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Client::unwatch_fd(std::uint32_t handle, int fd) {
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  waiters_.erase(handle);
 }
 
 int Client::destroy_cq(RemoteCq* cq, std::string& why) {
@@ -255,11 +313,7 @@ int Client::destroy_cq(RemoteCq* cq, std::string& why) {
   req.handle = cq->handle;
   Reply reply;
   if (const int e = call(req, reply, nullptr, 0, nullptr, why); e != 0) return e;
-  {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, cq->event_fd, nullptr);
-    waiters_.erase(cq->handle);
-  }
+  unwatch_fd(cq->handle, cq->event_fd);
   close(cq->event_fd);
   cq->event_fd = -1;
   return 0;
@@ -298,6 +352,9 @@ std::unique_ptr<RemoteQp> Client::create_qp(const CreateQp& attr, std::string& w
   qp->sq = Ring<SendSlot>::work_queue_at(static_cast<char*>(qp->map) + r.sq_offset, r.sq_slots, qp->cap.max_send_wr);
   qp->rq = Ring<RecvSlot>::work_queue_at(static_cast<char*>(qp->map) + r.rq_offset, r.rq_slots, qp->cap.max_recv_wr);
   qp->sq_sig_all = attr.sq_sig_all != 0;
+  qp->type = static_cast<ibv_qp_type>(attr.qp_type);
+  qp->on_srq = attr.srq != 0;
+  qp->mtu = 128u << hello_.active_mtu;
   return qp;
 }
 
@@ -307,6 +364,55 @@ int Client::destroy_qp(RemoteQp* qp, std::string& why) {
   req.handle = qp->handle;
   Reply reply;
   return call(req, reply, nullptr, 0, nullptr, why);
+}
+
+std::unique_ptr<RemoteSrq> Client::create_srq(const CreateSrq& attr, void (*on_limit)(void*), void* arg,
+                                              std::string& why, int& err) {
+  Request req;
+  req.op = Op::kCreateSrq;
+  req.create_srq = attr;
+  Reply reply;
+  std::vector<int> fds;
+  err = call(req, reply, nullptr, 0, &fds, why);
+  if (err != 0) return nullptr;
+  const CreateSrqReply& r = reply.create_srq;
+  if (fds.size() != 2 || r.slots == 0 || (r.slots & (r.slots - 1)) != 0 || r.max_wr > r.slots ||
+      r.file_size < Ring<RecvSlot>::bytes(r.slots)) {
+    for (int fd : fds) close(fd);
+    why = "uroced's SRQ reply is malformed";
+    err = EPROTO;
+    return nullptr;
+  }
+  auto srq = std::make_unique<RemoteSrq>();
+  srq->client = this;
+  srq->handle = reply.handle;
+  srq->max_wr = r.max_wr;
+  srq->max_sge = r.max_sge;
+  srq->map_bytes = r.file_size;
+  srq->map = map_shared(fds[0], srq->map_bytes);
+  close(fds[0]);
+  if (srq->map == nullptr) {
+    close(fds[1]);
+    why = std::string("mmap of the SRQ ring: ") + std::strerror(errno);
+    err = ENOMEM;
+    return nullptr;
+  }
+  srq->ring = Ring<RecvSlot>::work_queue_at(srq->map, r.slots, r.max_wr);
+  srq->event_fd = fds[1];
+  watch_fd(srq->handle, srq->event_fd, on_limit, arg);
+  return srq;
+}
+
+int Client::destroy_srq(RemoteSrq* srq, std::string& why) {
+  Request req;
+  req.op = Op::kDestroySrq;
+  req.handle = srq->handle;
+  Reply reply;
+  if (const int e = call(req, reply, nullptr, 0, nullptr, why); e != 0) return e;
+  unwatch_fd(srq->handle, srq->event_fd);
+  close(srq->event_fd);
+  srq->event_fd = -1;
+  return 0;
 }
 
 void Client::watch_events() {

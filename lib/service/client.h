@@ -45,14 +45,44 @@ struct RemoteQp {
   Ring<RecvSlot> rq;
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
+  ibv_qp_type type = IBV_QPT_RC;
+  bool on_srq = false;        // receives from an SRQ: post_recv refused
+  std::uint32_t mtu = 4096;   // UD: the largest datagram (the port's active MTU)
   ibv_qp_state state = IBV_QPS_RESET;  // as the last modify or query left it
   void* map = nullptr;
   std::size_t map_bytes = 0;
 
-  // ibv_post_send / ibv_post_recv for one WR: 0, ENOMEM (queue full) or EINVAL.
-  int post_send(const ibv_send_wr& wr);
+  // ibv_post_send / ibv_post_recv for one WR: 0, ENOMEM (queue full) or
+  // EINVAL. The daemon drops what it would refuse, with no completion, so
+  // everything it checks is checked here first: the opcode for the QP's
+  // type (IBTA table 39), SGEs, inline size, UD's length against the MTU.
+  // `ah`: a UD send's address handle, by its number (CreateAh); 0 none.
+  int post_send(const ibv_send_wr& wr, std::uint32_t ah = 0);
   int post_recv(const ibv_recv_wr& wr);
   ~RemoteQp();
+};
+
+class Client;
+
+// An SRQ whose ring the daemon drains; its limit event comes through an
+// eventfd, as a CQ's completion events do.
+struct RemoteSrq {
+  Client* client = nullptr;
+  std::uint32_t handle = 0;
+  Ring<RecvSlot> ring;  // this side's head: ring.head()
+  std::uint32_t max_wr = 0, max_sge = 0;
+  void* map = nullptr;
+  std::size_t map_bytes = 0;
+  int event_fd = -1;  // the daemon's signal (closed by Client::destroy_srq, or with the Client)
+
+  // As SharedReceiveQueue's: post_recv for one WR (0, ENOMEM full, EINVAL
+  // too many SGEs); modify and query are calls to the daemon (its errno);
+  // count: posted and not yet taken by a QP.
+  int post_recv(const ibv_recv_wr& wr);
+  int modify(const ibv_srq_attr& attr, int attr_mask, std::string& why);
+  int query(ibv_srq_attr& attr, std::string& why);
+  std::uint32_t count() const { return ring.head() - ring.consumed(); }
+  ~RemoteSrq();
 };
 
 // Where a region lies: whole pages of memory files side by side, from the
@@ -101,6 +131,10 @@ class Client {
   int destroy_cq(RemoteCq* cq, std::string& why);
   std::unique_ptr<RemoteQp> create_qp(const CreateQp& attr, std::string& why, int& err);
   int destroy_qp(RemoteQp* qp, std::string& why);
+  // `on_limit(arg)` runs on the event thread when the SRQ's armed limit is crossed.
+  std::unique_ptr<RemoteSrq> create_srq(const CreateSrq& attr, void (*on_limit)(void*), void* arg, std::string& why,
+                                        int& err);
+  int destroy_srq(RemoteSrq* srq, std::string& why);
 
  private:
   Client() = default;
@@ -110,7 +144,11 @@ class Client {
   HelloReply hello_{};
   std::mutex call_mutex_;  // one call at a time on the socket
 
-  // Completion events: an epoll set of the CQs' eventfds.
+  // The event thread's waiters_ entry for an object's eventfd (CQ or SRQ).
+  void watch_fd(std::uint32_t handle, int fd, void (*on_event)(void*), void* arg);
+  void unwatch_fd(std::uint32_t handle, int fd);
+
+  // Completion and SRQ limit events: an epoll set of the CQs' and SRQs' eventfds.
   // The thread finds a CQ by handle under events_mutex_, so destroy_cq
   // (which removes it under the same lock) never races a callback.
   struct Waiter {

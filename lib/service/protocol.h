@@ -19,7 +19,7 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -40,6 +40,12 @@ enum class Op : std::uint32_t {
   kQueryQp,      // handle -> QueryQpReply
   kDestroyQp,    // handle
   kQpCounters,   // handle -> counters (QpCountersReply)
+  kCreateSrq,    // CreateSrq -> handle + ring file + eventfd (IBV_EVENT_SRQ_LIMIT_REACHED)
+  kModifySrq,    // ModifySrq
+  kQuerySrq,     // handle -> QuerySrqReply
+  kDestroySrq,   // handle
+  kCreateAh,     // CreateAh: the client names it (its number, in every UD send slot)
+  kDestroyAh,    // handle: the AH's number
   kStats,        // -> StatsReply: the daemon's totals and clients (uroced --stats, tests)
   // rdma_cm through the daemon's communication manager (QP1 is the
   // daemon's; cm_relay.h). QPs are named by number, and must be this
@@ -88,6 +94,31 @@ struct CreateQp {
   std::uint32_t qp_type = IBV_QPT_RC;
   std::uint32_t sq_sig_all = 0;
   ibv_qp_cap cap{};
+  std::uint32_t srq = 0;  // the SRQ it receives from (its handle); 0: a receive queue of its own
+};
+
+struct CreateSrq {
+  std::uint32_t pd = 0;
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t srq_limit = 0;
+};
+
+struct ModifySrq {
+  std::uint32_t srq = 0;
+  std::int32_t mask = 0;  // IBV_SRQ_LIMIT only (no resizing)
+  ibv_srq_attr attr{};
+};
+
+// Address handles are numbered by the client, below kMaxAhNumber (its
+// library's own handle of the AH, unique in its process): a UD send slot
+// names one by that number, and the daemon looks it up in the client's own
+// table, so a number is only ever one of the asking client's AHs.
+inline constexpr std::uint32_t kMaxAhNumber = 1u << 15;
+struct CreateAh {
+  std::uint32_t pd = 0;
+  std::uint32_t ah = 0;  // 1 .. kMaxAhNumber - 1, not in use by this client
+  ibv_ah_attr attr{};
 };
 
 struct ModifyQp {
@@ -139,6 +170,9 @@ struct Request {
     CmConnect cm_connect;
     CmAccept cm_accept;
     CmReject cm_reject;
+    CreateSrq create_srq;
+    ModifySrq modify_srq;
+    CreateAh create_ah;
   };
   Request() : hello{} {}
 };
@@ -176,6 +210,16 @@ struct QueryQpReply {
 struct CreateCqReply {
   std::uint32_t slots = 0;
   std::uint64_t file_size = 0;
+};
+
+struct CreateSrqReply {
+  std::uint32_t max_wr = 0, max_sge = 0;  // what the SRQ got
+  std::uint32_t slots = 0;
+  std::uint64_t file_size = 0;
+};
+
+struct QuerySrqReply {
+  ibv_srq_attr attr{};
 };
 
 struct QpCountersReply {
@@ -232,6 +276,8 @@ struct Reply {
     QpCountersReply counters;
     StatsReply stats;
     CmEvent cm_event;
+    CreateSrqReply create_srq;
+    QuerySrqReply query_srq;
   };
   Reply() : hello{} {}
 };
@@ -260,6 +306,12 @@ struct SendSlot {
   std::uint64_t swap = 0;
   WireSge sge[kMaxSge];
   std::uint8_t inline_data[kMaxInline];
+  // UD (ibv_send_wr.wr.ud): the address handle's number (CreateAh), the
+  // destination QP and its Q_Key.
+  std::uint32_t ah = 0;
+  std::uint32_t remote_qpn = 0;
+  std::uint32_t remote_qkey = 0;
+  std::uint32_t pad = 0;
 };
 
 struct RecvSlot {
@@ -269,7 +321,7 @@ struct RecvSlot {
   WireSge sge[kMaxSge];
 };
 
-static_assert(sizeof(SendSlot) == 568, "SendSlot is part of the protocol");
+static_assert(sizeof(SendSlot) == 584, "SendSlot is part of the protocol");
 static_assert(sizeof(RecvSlot) == 272, "RecvSlot is part of the protocol");
 static_assert(sizeof(ibv_wc) == 48, "CQ slots are ibv_wc");
 

@@ -50,6 +50,8 @@ void give_handle(std::uint32_t h) {
 
 namespace internal {
 
+std::uint32_t take_ah_handle() { return take_handle(); }
+
 std::unique_ptr<AddressHandle> Access::make_ah(std::unique_ptr<AhImpl> impl) {
   return std::unique_ptr<AddressHandle>(new AddressHandle(std::move(impl)));
 }

@@ -31,11 +31,24 @@ namespace {
 // WRs into the rings the daemon drains.
 int post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   QpImpl& q = impl_of(qp);
+  const bool ud = q.init.qp_type == IBV_QPT_UD;
   for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = q.remote->post_send(*wr); rc != 0) {
+    // A UD send names its AH by number (the daemon's table of this
+    // client's AHs holds it under the same one); of the QP's PD, as in process.
+    std::uint32_t ah = 0;
+    if (ud) {
+      const AddressHandle* h = AddressHandle::of(wr->wr.ud.ah);
+      if (h == nullptr || h->pd() != q.pd) [[unlikely]] {
+        if (bad_wr != nullptr) *bad_wr = wr;
+        return impl_of(q.pd->context()).note(EINVAL, "UD send WR: wr.ud.ah is not an address handle of the QP's PD");
+      }
+      ah = wr->wr.ud.ah->handle;
+    }
+    if (const int rc = q.remote->post_send(*wr, ah); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
       return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
-                                                           : "bad send WR: opcode, SGE count, inline size or QP state");
+                                                           : "bad send WR: opcode (for the QP type), SGE count, "
+                                                             "inline size, length (UD: at most the MTU) or QP state");
     }
   }
   return 0;
@@ -43,6 +56,10 @@ int post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   QpImpl& q = impl_of(qp);
+  if (q.init.srq != nullptr) [[unlikely]] {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return impl_of(q.pd->context()).note(EINVAL, "this QP receives from an SRQ: post to the SRQ");
+  }
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = q.remote->post_recv(*wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
@@ -101,17 +118,11 @@ class ServiceBackend final : public Backend {
   int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
   void refresh_counters(const QueuePair& qp) override;
   QueuePair::CongestionState congestion(const QueuePair&) override { return {}; }  // the daemon's (uroced --stats)
-  AddressHandle* create_ah(ProtectionDomain*, const ibv_ah_attr&) override {
-    c_.fail(EOPNOTSUPP, "address handles (UD) through uroced are not supported yet: run the program in-process");
-    return nullptr;
-  }
-  // None exist (create_ah fails).
-  int destroy_ah(AddressHandle*) override { return c_.fail(EINVAL, "not an address handle of this context"); }
-  SharedReceiveQueue* create_srq(ProtectionDomain*, const SrqInitAttr&, void (*)(void*), void*) override {
-    c_.fail(EOPNOTSUPP, "shared receive queues through uroced are not supported yet: run the program in-process");
-    return nullptr;
-  }
-  int destroy_srq(SharedReceiveQueue*) override { return c_.fail(EINVAL, "not an SRQ of this context"); }
+  AddressHandle* create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) override;
+  int destroy_ah(AddressHandle* ah) override;
+  SharedReceiveQueue* create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                 void* arg) override;
+  int destroy_srq(SharedReceiveQueue* srq) override;
   // The engines are the daemon's (uroced --stats).
   std::vector<Stat> stats() override { return {}; }
   std::vector<Stat> engine_stats(std::size_t) override { return {}; }
@@ -288,8 +299,17 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
     c_.fail(EINVAL, "send_cq and recv_cq are required, both of this context");
     return nullptr;
   }
-  service::CreateQp req{pd->handle(), impl_of(*attr.send_cq).remote->handle, impl_of(*attr.recv_cq).remote->handle,
-                        static_cast<std::uint32_t>(attr.qp_type), attr.sq_sig_all ? 1u : 0u, attr.cap};
+  if (attr.srq != nullptr && !impl_of(*attr.srq).remote) {
+    c_.fail(EINVAL, "srq is not an SRQ of this context");
+    return nullptr;
+  }
+  service::CreateQp req{pd->handle(),
+                        impl_of(*attr.send_cq).remote->handle,
+                        impl_of(*attr.recv_cq).remote->handle,
+                        static_cast<std::uint32_t>(attr.qp_type),
+                        attr.sq_sig_all ? 1u : 0u,
+                        attr.cap,
+                        attr.srq != nullptr ? impl_of(*attr.srq).remote->handle : 0};
   std::string why;
   int err = 0;
   auto rqp = client_->create_qp(req, why, err);
@@ -308,6 +328,7 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
   auto qp = Access::make_qp(&ctx_, std::move(impl));
   ++impl_of(*attr.send_cq).users;
   ++impl_of(*attr.recv_cq).users;
+  if (attr.srq != nullptr) ++impl_of(*attr.srq).users;
   c_.qps.push_back(std::move(qp));
   return c_.qps.back().get();
 }
@@ -322,6 +343,7 @@ int ServiceBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
   if (const int e = client_->destroy_qp(q.remote.get(), why); e != 0) return c_.fail(e, "destroy_qp: " + why);
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
+  if (q.init.srq != nullptr) --impl_of(*q.init.srq).users;
   erase_owned(c_.qps, qp);
   return 0;
 }
@@ -365,6 +387,76 @@ int ServiceBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int, QpInit
   q.remote->state = attr.qp_state;
   q.qp.app_state.store(attr.qp_state, std::memory_order_release);
   if (init_attr != nullptr) *init_attr = q.init;
+  return 0;
+}
+
+SharedReceiveQueue* ServiceBackend::create_srq(ProtectionDomain* pd, const SrqInitAttr& attr, void (*on_limit)(void*),
+                                               void* arg) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string why;
+  int err = 0;
+  auto remote = client_->create_srq(service::CreateSrq{pd->handle(), attr.max_wr, attr.max_sge, attr.srq_limit},
+                                    on_limit, arg, why, err);
+  if (!remote) {
+    c_.fail(err, "create_srq: " + why);
+    return nullptr;
+  }
+  auto impl = std::make_unique<SrqImpl>();
+  impl->pd = pd;
+  impl->init = attr;
+  impl->remote = std::move(remote);
+  c_.srqs.push_back(Access::make_srq(std::move(impl)));
+  return c_.srqs.back().get();
+}
+
+int ServiceBackend::destroy_srq(SharedReceiveQueue* srq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::none_of(c_.srqs.begin(), c_.srqs.end(), [srq](const auto& p) { return p.get() == srq; })) {
+    return c_.fail(EINVAL, "not an SRQ of this context");
+  }
+  if (impl_of(*srq).users != 0) return c_.fail(EBUSY, "QPs still use this SRQ: destroy them first");
+  std::string why;
+  if (const int e = client_->destroy_srq(impl_of(*srq).remote.get(), why); e != 0) {
+    return c_.fail(e, "destroy_srq: " + why);
+  }
+  erase_owned(c_.srqs, srq);
+  return 0;
+}
+
+// The daemon makes the AH (and resolves its GID, as for a QP's address)
+// under this process's number for it, which UD send slots carry.
+AddressHandle* ServiceBackend::create_ah(ProtectionDomain* pd, const ibv_ah_attr& attr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::uint32_t number = take_ah_handle();
+  if (number == 0 || number >= service::kMaxAhNumber) {
+    c_.fail(ENOMEM, "ibv_create_ah: every one of the 32767 address handles is in use; destroy some");
+    return nullptr;
+  }
+  auto impl = std::make_unique<AhImpl>();
+  impl->ah.handle = number;
+  impl->pd = pd;
+  impl->attr = attr;
+  auto ah = Access::make_ah(std::move(impl));  // its destructor gives the number back
+  service::Request req;
+  req.op = service::Op::kCreateAh;
+  req.create_ah = service::CreateAh{pd->handle(), number, attr};
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "ibv_create_ah: " + why);
+    return nullptr;
+  }
+  c_.ahs.push_back(std::move(ah));
+  return c_.ahs.back().get();
+}
+
+int ServiceBackend::destroy_ah(AddressHandle* ah) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::none_of(c_.ahs.begin(), c_.ahs.end(), [ah](const auto& p) { return p.get() == ah; })) {
+    return c_.fail(EINVAL, "not an address handle of this context");
+  }
+  if (const int e = simple(service::Op::kDestroyAh, ah->ibv()->handle, "destroy_ah"); e != 0) return e;
+  erase_owned(c_.ahs, ah);
   return 0;
 }
 

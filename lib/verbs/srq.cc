@@ -68,9 +68,12 @@ int internal::LocalBackend::destroy_srq(SharedReceiveQueue* srq) {
   });
 }
 
+// Attached to uroced (impl_->remote) each call is the daemon's: the ring it
+// drains, or a control call.
 int SharedReceiveQueue::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = transport::srq_post_recv(impl_->srq, *wr); rc != 0) {
+    const int rc = impl_->remote ? impl_->remote->post_recv(*wr) : transport::srq_post_recv(impl_->srq, *wr);
+    if (rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
       return rc;
     }
@@ -79,6 +82,11 @@ int SharedReceiveQueue::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 int SharedReceiveQueue::modify(const ibv_srq_attr& attr, int attr_mask) {
+  if (impl_->remote) {
+    std::string why;
+    const int e = impl_->remote->modify(attr, attr_mask, why);
+    return e == 0 ? 0 : impl_of(impl_->pd->context()).fail(e, "modify_srq: " + why);
+  }
   if ((attr_mask & IBV_SRQ_MAX_WR) != 0) return EINVAL;  // no resizing
   if ((attr_mask & ~IBV_SRQ_LIMIT) != 0) return EINVAL;
   if ((attr_mask & IBV_SRQ_LIMIT) != 0) {
@@ -89,13 +97,20 @@ int SharedReceiveQueue::modify(const ibv_srq_attr& attr, int attr_mask) {
 }
 
 int SharedReceiveQueue::query(ibv_srq_attr& attr) const {
+  if (impl_->remote) {
+    std::string why;
+    const int e = impl_->remote->query(attr, why);
+    return e == 0 ? 0 : impl_of(impl_->pd->context()).fail(e, "query_srq: " + why);
+  }
   attr.max_wr = impl_->init.max_wr;
   attr.max_sge = impl_->init.max_sge;
   attr.srq_limit = impl_->srq.limit.load(std::memory_order_acquire);
   return 0;
 }
 
-std::uint32_t SharedReceiveQueue::count() const { return transport::srq_count(impl_->srq); }
+std::uint32_t SharedReceiveQueue::count() const {
+  return impl_->remote ? impl_->remote->count() : transport::srq_count(impl_->srq);
+}
 ProtectionDomain* SharedReceiveQueue::pd() const { return impl_->pd; }
 
 }  // namespace uroce

@@ -68,6 +68,9 @@ struct SharedReceiveQueue::Impl {
   SrqInitAttr init;
   int engine = -1;          // the engine serving its QPs; -1 while none does (control path)
   std::uint32_t users = 0;  // QPs attached (control path)
+  // Attached to uroced: the ring the daemon drains, and its calls; `srq`
+  // stays unused.
+  std::unique_ptr<service::RemoteSrq> remote;
 };
 
 // Standard layout with the verbs handle first: AddressHandle::of() finds
@@ -111,6 +114,10 @@ struct Context::Impl {
 };
 
 namespace internal {
+// A process-wide address handle number (AddressHandle's ibv_ah::handle,
+// given back by its destructor); 0 when all 32767 are in use.
+std::uint32_t take_ah_handle();
+
 // Destroys *p if `v` owns it; false if it does not (not an object of this
 // context).
 template <typename T>

@@ -27,6 +27,11 @@ struct Limits {
   std::uint32_t uid_qps = 1024;
   std::uint32_t uid_cqs = 2048;
   std::uint32_t uid_mrs = 16384;
+  std::uint32_t srqs = 256;        // shared receive queues per client
+  std::uint32_t uid_srqs = 1024;
+  // Address handles: the daemon's process has 32767 in all (ibv_query_device's max_ah).
+  std::uint32_t ahs = 1024;        // per client
+  std::uint32_t uid_ahs = 4096;
   // Memory the daemon holds for clients (README "Budgets"): CQs' and QPs'
   // rings and engine arrays per client; everything (region files, CQs, QPs)
   // per uid and for the whole daemon (0: half the machine's memory).

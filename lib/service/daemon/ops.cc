@@ -32,6 +32,12 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kQueryQp, "query_qp", false, Budget::kNone, &Server::op_query_qp},
     {Op::kDestroyQp, "destroy_qp", false, Budget::kNone, &Server::op_destroy_qp},
     {Op::kQpCounters, "qp_counters", false, Budget::kNone, &Server::op_qp_counters},
+    {Op::kCreateSrq, "create_srq", false, Budget::kSrqs, &Server::op_create_srq},
+    {Op::kModifySrq, "modify_srq", false, Budget::kNone, &Server::op_modify_srq},
+    {Op::kQuerySrq, "query_srq", false, Budget::kNone, &Server::op_query_srq},
+    {Op::kDestroySrq, "destroy_srq", false, Budget::kNone, &Server::op_destroy_srq},
+    {Op::kCreateAh, "create_ah", false, Budget::kAhs, &Server::op_create_ah},
+    {Op::kDestroyAh, "destroy_ah", false, Budget::kNone, &Server::op_destroy_ah},
     {Op::kStats, "stats", true, Budget::kNone, &Server::op_stats},
     {Op::kCmOpen, "cm_open", false, Budget::kNone, &Server::op_cm_open},
     {Op::kCmListen, "cm_listen", false, Budget::kNone, &Server::op_cm_listen},
@@ -123,7 +129,7 @@ void Server::op_modify_qp(Client& c, const Request& req, const int*, int, Reply&
   if ((r.mask & IBV_QP_AV) && r.attr.ah_attr.is_global) {
     const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
     if (reach != Reach::kKnown) {
-      defer(c, r, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
+      defer(c, req, reach == Reach::kUnreachable ? kRefusalHoldOff : std::chrono::milliseconds{});
       return;
     }
   }

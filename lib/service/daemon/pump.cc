@@ -22,10 +22,16 @@ void Pump::add(PumpQp* q) { with_lock([&] { qps_.push_back(q); }); }
 void Pump::remove(PumpQp* q) { with_lock([&] { erase(qps_, q); }); }
 void Pump::add(PumpCq* c) { with_lock([&] { cqs_.push_back(c); }); }
 void Pump::remove(PumpCq* c) { with_lock([&] { erase(cqs_, c); }); }
+void Pump::add(PumpSrq* s) { with_lock([&] { srqs_.push_back(s); }); }
+void Pump::remove(PumpSrq* s) { with_lock([&] { erase(srqs_, s); }); }
 
 std::size_t Pump::run_requests() {
   if (lock_.exchange(true, std::memory_order_acquire)) return 0;
   std::size_t moved = 0;
+  for (PumpSrq* s : srqs_) {
+    moved += drain_srq(*s);
+    publish_retired(*s);
+  }
   for (PumpQp* q : qps_) {
     moved += drain_rq(*q) + drain_sq(*q);
     publish_retired(*q);  // rejected requests free their slots at once
@@ -41,6 +47,7 @@ std::size_t Pump::run_completions() {
   // completions are seen: a client that polls a completion may post again
   // at once (verbs: at most max_send_wr outstanding, completions retire them).
   for (PumpQp* q : qps_) publish_retired(*q);
+  for (PumpSrq* s : srqs_) publish_retired(*s);
   for (PumpCq* c : cqs_) moved += fill(*c);
   lock_.store(false, std::memory_order_release);
   return moved;
@@ -85,7 +92,13 @@ std::size_t Pump::drain_sq(PumpQp& q) {
     } else {
       wr.imm_data = s.imm_data;
     }
-    if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    if (q.ahs != nullptr) {
+      // UD: the AH by its number in this client's own table; none there
+      // (destroyed, or never made) and the engine refuses the WR.
+      wr.wr.ud.ah = q.ahs->find(s.ah);
+      wr.wr.ud.remote_qpn = s.remote_qpn;
+      wr.wr.ud.remote_qkey = s.remote_qkey;
+    } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
       wr.wr.atomic.remote_addr = s.remote_addr;
       wr.wr.atomic.rkey = s.rkey;
       wr.wr.atomic.compare_add = s.compare_add;
@@ -133,6 +146,40 @@ std::size_t Pump::drain_rq(PumpQp& q) {
   return moved;
 }
 
+// The SRQ's WQEs taken by its QPs (and those it refused) free their slots.
+void Pump::publish_retired(PumpSrq& s) {
+  s.ring.consume_to(s.posted - s.srq->count() + s.rejected);
+}
+
+std::size_t Pump::drain_srq(PumpSrq& s) {
+  std::size_t moved = 0;
+  bool wild = false;
+  const std::uint32_t ahead = s.ring.ready_from(s.next, &wild);
+  if (wild) ++s.bad_cursor;
+  for (std::uint32_t k = 0; k < std::min(ahead, kBurst); ++k) {
+    service::RecvSlot slot;
+    std::memcpy(&slot, &s.ring[s.next], sizeof slot);
+    int rc = EINVAL;
+    if (slot.num_sge <= service::kMaxSge) {
+      ibv_sge sge[service::kMaxSge];
+      for (std::uint32_t i = 0; i < slot.num_sge; ++i) {
+        sge[i] = ibv_sge{slot.sge[i].addr, slot.sge[i].length, slot.sge[i].lkey};
+      }
+      ibv_recv_wr wr{};
+      wr.wr_id = slot.wr_id;
+      wr.sg_list = sge;
+      wr.num_sge = static_cast<int>(slot.num_sge);
+      ibv_recv_wr* bad = nullptr;
+      rc = s.srq->post_recv(&wr, &bad);
+      if (rc == ENOMEM) break;  // full: the rest waits in the ring
+    }
+    ++(rc == 0 ? s.posted : s.rejected);
+    ++s.next;
+    ++moved;
+  }
+  return moved;
+}
+
 namespace {
 
 void signal(int fd) {
@@ -141,6 +188,8 @@ void signal(int fd) {
 }
 
 }  // namespace
+
+void PumpSrq::on_limit(void* self) { signal(static_cast<PumpSrq*>(self)->event_fd); }
 
 std::size_t Pump::fill(PumpCq& c) {
   service::RingHeader& h = *c.ring.header;

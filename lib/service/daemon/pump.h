@@ -24,14 +24,42 @@
 
 namespace uroce::daemon {
 
+// A client's address handles by their numbers (service::CreateAh), read by
+// the pumps of its UD QPs: a send slot names an AH by number, so it can
+// only ever reach one of its own client's. Set and cleared by the control
+// path; an entry is cleared, then every pump waited for, before its AH goes.
+struct AhTable {
+  std::unique_ptr<std::atomic<ibv_ah*>[]> ah{new std::atomic<ibv_ah*>[service::kMaxAhNumber]{}};
+  ibv_ah* find(std::uint32_t number) const {
+    return number < service::kMaxAhNumber ? ah[number].load(std::memory_order_acquire) : nullptr;
+  }
+};
+
 // A client QP's two rings as this side drains them.
 struct PumpQp {
   QueuePair* qp = nullptr;
+  const AhTable* ahs = nullptr;  // a UD QP's: its client's address handles
   service::Ring<service::SendSlot> sq;
   service::Ring<service::RecvSlot> rq;
   std::uint32_t sq_next = 0, rq_next = 0;          // next slot to take (the rings' tails: retired)
   std::uint32_t sq_rejected = 0, rq_rejected = 0;  // taken but refused by the QP
   std::uint64_t bad_cursor = 0;                    // a head more than a ring ahead
+};
+
+// A client SRQ's ring as this side drains it into the SRQ. A slot is free
+// again once a QP has taken its WQE (as in process: max_wr posted and not
+// yet taken), so `retired` is what was posted less what the SRQ still holds.
+struct PumpSrq {
+  SharedReceiveQueue* srq = nullptr;
+  service::Ring<service::RecvSlot> ring;
+  std::uint32_t next = 0;      // next slot to take
+  std::uint32_t posted = 0;    // taken and accepted by the SRQ
+  std::uint32_t rejected = 0;  // taken but refused by it
+  std::uint64_t bad_cursor = 0;
+  int event_fd = -1;           // IBV_EVENT_SRQ_LIMIT_REACHED to the client
+  // SharedReceiveQueue's on_limit, on the engine's thread: one eventfd
+  // write (never blocks), once per arming of the limit.
+  static void on_limit(void* self);
 };
 
 // A client CQ's ring as this side fills it.
@@ -60,6 +88,8 @@ class Pump {
   void remove(PumpQp* q);
   void add(PumpCq* c);
   void remove(PumpCq* c);
+  void add(PumpSrq* s);
+  void remove(PumpSrq* s);
   // Runs f with the lists held (the worker does not run the pump meanwhile).
   template <typename F>
   void with_lock(F&& f) {
@@ -73,11 +103,14 @@ class Pump {
   void publish_retired(PumpQp& q);
   std::size_t drain_sq(PumpQp& q);
   std::size_t drain_rq(PumpQp& q);
+  std::size_t drain_srq(PumpSrq& s);
+  static void publish_retired(PumpSrq& s);
   std::size_t fill(PumpCq& c);
 
   std::atomic<bool> lock_{false};
   std::vector<PumpQp*> qps_;
   std::vector<PumpCq*> cqs_;
+  std::vector<PumpSrq*> srqs_;
 };
 
 }  // namespace uroce::daemon

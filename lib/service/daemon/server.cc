@@ -308,6 +308,8 @@ Server::UidUsage Server::usage(uid_t uid) const {
     u.mrs += static_cast<std::uint32_t>(c->mrs.size());
     u.cqs += static_cast<std::uint32_t>(c->cqs.size());
     u.qps += static_cast<std::uint32_t>(c->qps.size());
+    u.srqs += static_cast<std::uint32_t>(c->srqs.size());
+    u.ahs += static_cast<std::uint32_t>(c->ahs.size());
   }
   return u;
 }
@@ -329,6 +331,8 @@ std::string Server::over_budget(const Client& c, Budget budget) const {
     case Budget::kMrs: b = {c.mrs.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions", "max_mrs"}; break;
     case Budget::kCqs: b = {c.cqs.size(), l.cqs, &UidUsage::cqs, l.uid_cqs, "CQs", "max_cqs"}; break;
     case Budget::kQps: b = {c.qps.size(), l.qps, &UidUsage::qps, l.uid_qps, "QPs", "max_qps"}; break;
+    case Budget::kSrqs: b = {c.srqs.size(), l.srqs, &UidUsage::srqs, l.uid_srqs, "SRQs", "max_srqs"}; break;
+    case Budget::kAhs: b = {c.ahs.size(), l.ahs, &UidUsage::ahs, l.uid_ahs, "address handles", "max_ahs"}; break;
   }
   if (b.mine >= b.limit) {
     return "this client has " + std::to_string(b.mine) + " " + b.what + ", its limit (uroced " + b.key + ")";
@@ -539,7 +543,7 @@ void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& repl
   }
 }
 
-void Server::defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off) {
+void Server::defer(Client& c, const Request& r, std::chrono::milliseconds hold_off) {
   // The resolver answers within a second; the deadline only bounds a wait
   // behind too many other resolutions.
   const auto now = std::chrono::steady_clock::now();
@@ -551,22 +555,28 @@ void Server::defer(Client& c, const service::ModifyQp& r, std::chrono::milliseco
   reply_deferred_ = true;
 }
 
+const ibv_gid& Server::awaited_gid(const Request& req) {
+  return req.op == service::Op::kCreateAh ? req.create_ah.attr.grh.dgid : req.modify_qp.attr.ah_attr.grh.dgid;
+}
+
 void Server::tick() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> gone;
   for (auto& [sock, cp] : clients_) {
     Client& c = *cp;
     if (!c.deferred || now < c.deferred->not_before) continue;
-    const service::ModifyQp& r = c.deferred->req;
-    const Reach reach = ctx_.resolve_gid(r.attr.ah_attr.grh.dgid);
+    const Request& req = c.deferred->req;
+    const Reach reach = ctx_.resolve_gid(awaited_gid(req));
     if (reach == Reach::kPending && now < c.deferred->deadline) continue;
     Reply reply;
-    Qp* q = find(c.qps, r.qp, "QP", reply);
-    if (q != nullptr && reach == Reach::kPending) {
-      fail(reply, EHOSTUNREACH, "modify QP: the peer's GID was not resolved in time (too many resolutions under "
-                                "way); try again");
-    } else if (q != nullptr) {
-      modify_qp(c, *q, r, reply);  // known: applied now; unreachable: refused at once
+    const char* what = req.op == service::Op::kCreateAh ? "create AH" : "modify QP";
+    if (reach == Reach::kPending) {
+      fail(reply, EHOSTUNREACH, std::string(what) + ": the peer's GID was not resolved in time (too many "
+                                                    "resolutions under way); try again");
+    } else if (req.op == service::Op::kCreateAh) {
+      create_ah(c, req.create_ah, reply);  // known: made now; unreachable: refused at once
+    } else if (Qp* q = find(c.qps, req.modify_qp.qp, "QP", reply); q != nullptr) {
+      modify_qp(c, *q, req.modify_qp, reply);
     }
     c.deferred.reset();
     // Through the same non-blocking path as every reply (held if the
@@ -703,8 +713,14 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   auto pd = c.pds.find(r.pd);
   auto scq = c.cqs.find(r.send_cq);
   auto rcq = c.cqs.find(r.recv_cq);
-  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end()) {
-    fail(reply, EINVAL, "create_qp names a PD or CQ that is not this client's");
+  auto srq = c.srqs.find(r.srq);
+  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() || (r.srq != 0 && srq == c.srqs.end())) {
+    fail(reply, EINVAL, "create_qp names a PD, CQ or SRQ that is not this client's");
+    return;
+  }
+  if (r.qp_type != IBV_QPT_RC && r.qp_type != IBV_QPT_UC && r.qp_type != IBV_QPT_UD) {
+    fail(reply, EOPNOTSUPP, "qp_type must be IBV_QPT_RC, IBV_QPT_UC or IBV_QPT_UD (XRC and raw packet QPs are "
+                            "not supported)");
     return;
   }
   if (r.cap.max_send_sge > service::kMaxSge || r.cap.max_recv_sge > service::kMaxSge ||
@@ -731,12 +747,14 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
     fail(reply, ENOMEM, e);
     return;
   }
-  // The worker serving the fewest of this daemon's QPs.
+  // The worker serving the fewest of this daemon's QPs; the SRQ's, on one
+  // (one engine takes from an SRQ).
   std::vector<std::size_t> load(pumps_.size(), 0);
   for (const auto& [sock, k] : clients_) {
     for (const auto& [h, q] : k->qps) ++load[q.worker];
   }
-  const std::size_t worker = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+  const std::size_t worker = r.srq != 0 ? srq->second.worker
+                                        : static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
   QpInitAttr attr;
   attr.send_cq = scq->second.cq;
   attr.recv_cq = rcq->second.cq;
@@ -744,12 +762,8 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   attr.qp_type = static_cast<ibv_qp_type>(r.qp_type);
   attr.sq_sig_all = r.sq_sig_all != 0;
   attr.worker = static_cast<int>(worker);
-  if (attr.qp_type != IBV_QPT_RC) {
-    // UD's address handles and UC's sends that complete without an ACK are
-    // not carried by the service protocol yet.
-    fail(reply, EOPNOTSUPP, "UC and UD QPs through uroced are not supported yet: run the program in-process");
-    return;
-  }
+  attr.srq = r.srq != 0 ? srq->second.srq : nullptr;
+  if (attr.qp_type == IBV_QPT_UD && !c.ah_table) c.ah_table = std::make_unique<AhTable>();
   QueuePair* qp = pd->second->create_qp(attr);
   if (qp == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
@@ -779,6 +793,7 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   new (static_cast<char*>(map) + sq_bytes) service::RingHeader();
   auto pump = std::make_unique<PumpQp>();
   pump->qp = qp;
+  pump->ahs = attr.qp_type == IBV_QPT_UD ? c.ah_table.get() : nullptr;
   pump->sq = service::Ring<service::SendSlot>::work_queue_at(map, sq_slots, sq_slots);
   pump->rq = service::Ring<service::RecvSlot>::work_queue_at(static_cast<char*>(map) + sq_bytes, rq_slots, rq_slots);
   reply.handle = c.next_handle++;
@@ -796,6 +811,7 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   rec.pd = pd->second;
   rec.send_cq = r.send_cq;
   rec.recv_cq = r.recv_cq;
+  rec.srq = r.srq;
   rec.map = map;
   rec.bytes = bytes;
   rec.charge = add.objects;
@@ -804,6 +820,7 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   pumps_[worker].add(rec.pump.get());
   ++scq->second.users;
   ++rcq->second.users;
+  if (r.srq != 0) ++srq->second.users;
   c.ring_bytes += bytes;
   charge(c, add, +1);
   ++mappings_total_;
@@ -826,6 +843,7 @@ int Server::destroy_qp(Client& c, std::uint32_t handle) {
   --mappings_total_;
   --c.cqs[rec.send_cq].users;
   --c.cqs[rec.recv_cq].users;
+  if (rec.srq != 0) --c.srqs[rec.srq].users;
   c.qps.erase(it);
   return 0;
 }
@@ -843,6 +861,10 @@ void Server::release(Client& c) {
     q.qp->modify(err, IBV_QP_STATE);
   }
   while (!c.qps.empty()) destroy_qp(c, c.qps.begin()->first);
+  while (!c.srqs.empty()) {
+    if (destroy_srq(c, c.srqs.begin()->first) != 0) c.srqs.erase(c.srqs.begin());
+  }
+  while (!c.ahs.empty()) destroy_ah(c, c.ahs.begin()->first);
   while (!c.cqs.empty()) {
     if (destroy_cq(c, c.cqs.begin()->first) != 0) c.cqs.erase(c.cqs.begin());
   }

@@ -74,7 +74,7 @@ class Server {
   struct UidUsage {
     std::uint32_t connections = 0;  // attached (said hello)
     std::uint32_t waiting = 0;      // not yet said hello
-    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, ahs = 0;
   };
 
   struct Totals {
@@ -133,10 +133,25 @@ class Server {
     std::uint32_t users = 0;
     std::unique_ptr<PumpCq> pump;
   };
+  struct Srq {
+    SharedReceiveQueue* srq = nullptr;
+    ProtectionDomain* pd = nullptr;
+    void* map = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t charge = 0;  // against the memory budgets: ring and WQE array
+    std::size_t worker = 0;    // its QPs' too (one engine takes from an SRQ)
+    std::uint32_t users = 0;   // QPs on it
+    std::unique_ptr<PumpSrq> pump;
+  };
+  struct Ah {
+    AddressHandle* ah = nullptr;
+    ProtectionDomain* pd = nullptr;
+  };
   struct Qp {
     QueuePair* qp = nullptr;
     ProtectionDomain* pd = nullptr;
     std::uint32_t send_cq = 0, recv_cq = 0;
+    std::uint32_t srq = 0;  // its SRQ's handle, 0 none
     void* map = nullptr;
     std::size_t bytes = 0;
     std::uint64_t charge = 0;  // against the memory budgets: rings and WQE arrays
@@ -163,18 +178,21 @@ class Server {
     std::map<std::uint32_t, Mr> mrs;
     std::map<std::uint32_t, Cq> cqs;
     std::map<std::uint32_t, Qp> qps;
+    std::map<std::uint32_t, Srq> srqs;
+    std::map<std::uint32_t, Ah> ahs;  // by the client's number for them (service::CreateAh)
+    std::unique_ptr<AhTable> ah_table;  // the same for the pumps, made with its first UD QP or AH
     std::map<FileKey, File> files;
     std::uint64_t mapped = 0;             // bytes of memory files
     std::uint64_t ring_bytes = 0;
     std::uint64_t object_bytes = 0;       // CQs and QPs: rings and engine arrays (max_object_mb)
     std::uint32_t mappings = 0;           // made for it: its files, region views, rings (max_mappings)
-    // A modify_qp waiting for its peer's address (Context::resolve_gid
-    // kPending), or refused (kUnreachable) and held off a moment, answered
-    // from tick(). One at most: the client's socket is
-    // not read meanwhile, so its requests stay in order and one client's
+    // A modify_qp or create_ah waiting for its peer's address
+    // (Context::resolve_gid kPending), or refused (kUnreachable) and held
+    // off a moment, answered from tick(). One at most: the client's socket
+    // is not read meanwhile, so its requests stay in order and one client's
     // unreachable peers cost the control loop nothing.
     struct Deferred {
-      service::ModifyQp req;
+      service::Request req;
       std::chrono::steady_clock::time_point not_before;  // a refusal's reply waits till then
       std::chrono::steady_clock::time_point deadline;
     };
@@ -225,7 +243,7 @@ class Server {
                     std::vector<int>& reply_fds);
   // The object count a request adds one to, checked against the client's
   // and its uid's budget before the request runs.
-  enum class Budget : std::uint8_t { kNone, kPds, kMrs, kCqs, kQps };
+  enum class Budget : std::uint8_t { kNone, kPds, kMrs, kCqs, kQps, kSrqs, kAhs };
   // One row per service::Op, in the enum's order (ops.cc kOps).
   struct OpRow {
     service::Op op;
@@ -239,7 +257,8 @@ class Server {
   void handle(Client& c, const service::Request& req, const int* fds, int nfds, service::Reply& reply,
               std::vector<int>& reply_fds);
   OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
-      op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats;
+      op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats, op_create_srq, op_modify_srq, op_query_srq,
+      op_destroy_srq, op_create_ah, op_destroy_ah;
   // rdma_cm (cm_relay.cc).
   OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
       op_cm_event;
@@ -264,16 +283,31 @@ class Server {
   }
   // kModifyQp on `q`, whose address (if any) resolved or failed already.
   void modify_qp(Client& c, Qp& q, const service::ModifyQp& r, service::Reply& reply);
+  // kCreateAh once its destination's address is resolved (or refused).
+  void create_ah(Client& c, const service::CreateAh& r, service::Reply& reply);
+  // The GID a deferred request waits on (modify_qp's or create_ah's).
+  static const ibv_gid& awaited_gid(const service::Request& req);
   // Stops reading c's socket until its deferred request is answered.
   // `hold_off`: the reply waits at least this long (a refusal, so that a
   // client asking again and again for an unreachable address is answered a
   // few times a second, not as fast as it can ask).
-  void defer(Client& c, const service::ModifyQp& r, std::chrono::milliseconds hold_off = {});
+  void defer(Client& c, const service::Request& r, std::chrono::milliseconds hold_off = {});
   static constexpr std::chrono::milliseconds kRefusalHoldOff{100};
 
   int destroy_qp(Client& c, std::uint32_t handle);
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
+  int destroy_srq(Client& c, std::uint32_t handle);
+  int destroy_ah(Client& c, std::uint32_t number);
+  // Runs f while no pump runs (every worker between two rounds).
+  template <typename F>
+  void with_all_pumps(F&& f, std::size_t i = 0) {
+    if (i == pumps_.size()) {
+      f();
+      return;
+    }
+    pumps_[i].with_lock([&] { with_all_pumps(f, i + 1); });
+  }
   // The daemon's mapping of a checked memory file (made, sealed and made
   // known to the port at first sight); nullptr and `why`.
   MappedFile* map_file(const Client& c, int fd, const service::MemoryFileInfo& info, std::string& why);
