@@ -32,7 +32,8 @@
 #   come first"). The rest of test_ibverbs runs. The same for service's
 #   Stock*, AClientKilled* and RdmaCmThrough* cases (stock ibv_rc_pingpong, ib_write_bw, rping),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
-#   rdma_xserver/rdma_xclient, rping);
+#   rdma_xserver/rdma_xclient, rping) and of fabric_stock (libfabric's
+#   fi_info and fi_pingpong, rdmacm-utils, cmtime);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
@@ -47,7 +48,8 @@ declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
 declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibverbs.UroceRun*'
                    [service]='-Service.Stock*:Service.AClientKilled*:Service.RdmaCmThrough*'
-                   [rdmacm_stock]='-RdmacmUtils*')
+                   [rdmacm_stock]='-RdmacmUtils*'
+                   [fabric_stock]='-Fabric.*:Fabric/*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh
