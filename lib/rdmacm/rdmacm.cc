@@ -779,6 +779,10 @@ ibv_cq* create_cq(rdma_cm_id* id, std::uint32_t size, ibv_comp_channel** channel
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (attr->qp_type != IBV_QPT_RC) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: RC QPs only (uroce's rdma_cm has no UD or UC port space)\n");
+    return fail(EOPNOTSUPP);
+  }
   auto& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -789,7 +793,6 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
     if (const int rc = uroce::rdmacm::take_device(s, id_of(id)); rc != 0) return fail(rc);
   }
   if (pd == nullptr) pd = id->pd;
-  if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
   if ((id->send_cq != nullptr && attr->send_cq != nullptr && attr->send_cq != id->send_cq) ||
       (id->recv_cq != nullptr && attr->recv_cq != nullptr && attr->recv_cq != id->recv_cq)) {
     return fail(EINVAL);

@@ -168,6 +168,20 @@ TEST(FabricApi, AnIdHasNoDeviceUntilBoundAndALoopbackAddressBindsToNone) {
   EXPECT_EQ(rdma_get_src_port(id), ours.sin_port);
   EXPECT_EQ(rdma_destroy_id(id), 0);
 
+  // A QP other than RC: refused (uroce's rdma_cm connects RC only), and
+  // the ID stays as it was.
+  ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+  ibv_qp_init_attr ud{};
+  ud.qp_type = IBV_QPT_UD;
+  ud.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  errno = 0;
+  EXPECT_EQ(rdma_create_qp(id, nullptr, &ud), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(id->qp, nullptr);
+  EXPECT_EQ(id->send_cq, nullptr);
+  EXPECT_EQ(id->verbs, nullptr) << "not bound by a refused call";
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+
   // An address that is neither: refused.
   ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
   sockaddr_in other = ipv4({10, 0, 0, 9}, 0);

@@ -106,22 +106,37 @@ bool listening(int port) {
   return false;
 }
 
+// Whether a process of the server's namespace has opened its af_packet
+// port (a row in /proc/net/packet): uroce is up there. The program listens
+// at once after (an rdma_cm listener, which nothing outside the process
+// sees); a REQ that comes before the listen is refused and sent again for
+// half a second (docs/rdma_cm.md).
+bool port_open() {
+  const Outcome t = run("ip netns exec " + Namespaces::get().a + " cat /proc/net/packet");
+  return t.status == 0 && t.out.find('\n') != std::string::npos && t.out.find('\n') + 1 < t.out.size();
+}
+
+// Waits (up to 40 s) until `ready` or the server is done.
+template <typename Ready>
+void wait_for(std::future<Outcome>& server, Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  while (!ready() && std::chrono::steady_clock::now() < deadline &&
+         server.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+  }
+}
+
 struct Pair {
   Outcome server, client;
 };
 
 // The server, then the client once the server listens on TCP `tcp_port`
-// (its side channel), or with 0, 2 s later (an rdma_cm listener, which
-// nothing outside the process sees).
+// (its side channel), or with 0, once its port is open.
 Pair run_pair(const std::string& server_cmd, const std::string& client_cmd, int tcp_port) {
   auto server = std::async(std::launch::async, [&] { return run("timeout 60 " + side(true) + server_cmd); });
   if (tcp_port == 0) {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    wait_for(server, port_open);
   } else {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-    while (!listening(tcp_port) && std::chrono::steady_clock::now() < deadline &&
-           server.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-    }
+    wait_for(server, [tcp_port] { return listening(tcp_port); });
   }
   Pair p;
   p.client = run("timeout 60 " + side(false) + client_cmd);
@@ -175,6 +190,8 @@ struct PingpongCase {
   const char* provider;
   const char* endpoint;
 };
+
+void PrintTo(const PingpongCase& c, std::ostream* os) { *os << c.provider << " " << c.endpoint; }
 
 class FiPingpong : public ::testing::TestWithParam<PingpongCase> {};
 
@@ -258,7 +275,7 @@ TEST(Fabric, CmtimeTimesEveryStep) {
   auto server = std::async(std::launch::async, [&] {
     return run("sh -c 'echo $$ > " + pidfile + "; exec " + side(true) + "/usr/bin/cmtime -b 10.94.0.1 -p 7390 -c 20'");
   });
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  wait_for(server, port_open);
   const Outcome client = run("timeout 60 " + side(false) + "/usr/bin/cmtime -s 10.94.0.1 -p 7390 -c 20");
   int pid = 0;
   std::ifstream(pidfile) >> pid;
