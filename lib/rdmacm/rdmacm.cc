@@ -1150,12 +1150,12 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
     if (chosen != nullptr) {
       r->ai_family = AF_INET;
       ok = copy_addr(to, to_len, reinterpret_cast<const sockaddr*>(&v4), sizeof v4);
-    } else if (got != nullptr) {
+    } else {  // getaddrinfo's success has at least one
       r->ai_family = got->ai_family;
       ok = copy_addr(to, to_len, got->ai_addr, got->ai_addrlen);
     }
     freeaddrinfo(got);
-    if (!ok) return undo(got == nullptr ? EADDRNOTAVAIL : ENOMEM);
+    if (!ok) return undo(ENOMEM);
   } else if (hints->ai_dst_len > 0 && hints->ai_dst_addr != nullptr) {
     if (!copy_addr(&r->ai_dst_addr, &r->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len)) return undo(ENOMEM);
   }
