@@ -33,7 +33,8 @@
 #   Stock* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw), service_rdmacm's (rping, perftest -R),
 #   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
-#   rdma_xserver/rdma_xclient, rping);
+#   rdma_xserver/rdma_xclient, rping) and of fabric_stock (libfabric's
+#   fi_info and fi_pingpong, rdmacm-utils, cmtime);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
@@ -50,7 +51,8 @@ declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibver
                    [service]='-Service.Stock*:Service.AClientKilled*'
                    [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*'
                    [service_transports]='-*/Transports.StockPingpongs/*'
-                   [rdmacm_stock]='-RdmacmUtils*')
+                   [rdmacm_stock]='-RdmacmUtils*'
+                   [fabric_stock]='-Fabric.*:Fabric/*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh

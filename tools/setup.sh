@@ -19,7 +19,8 @@ PACKAGES=(
   ibverbs-utils                 # stock ibv_devinfo, ibv_devices, ibv_rc_pingpong, run on our libibverbs.so.1 by the tests
   perftest                      # stock ib_write_bw & co., run on our libibverbs.so.1 by the tests
   librdmacm-dev                 # rdma-core's <rdma/rdma_cma.h>, the ABI lib/rdmacm implements (header only)
-  rdmacm-utils                  # stock rping, run on our librdmacm.so.1 by the tests
+  rdmacm-utils                  # stock rping, rdma_server, cmtime, run on our librdmacm.so.1 by the tests
+  libfabric-bin                 # stock fi_info, fi_pingpong: libfabric's verbs provider on our libraries, by the tests
   python3-matplotlib            # tools/plot.py: the plots of docs/ (and its test)
 )
 

@@ -5,7 +5,9 @@
 # ibv_srq_pingpong, ibv_ud_pingpong, ibv_uc_pingpong and perftest's eight
 # ib_*_{bw,lat} in the variants issue 12 lists (and ib_send_bw --use-srq,
 # SEND over UD, SEND and WRITE over UC), and rdma_cm's rping and perftest -R
-# on our librdmacm.so.1.
+# on our librdmacm.so.1; over veth, libfabric's verbs provider (fi_info,
+# fi_pingpong over verbs MSG and verbs;ofi_rxm RDM), rdma_server/rdma_client,
+# rdma_xserver/rdma_xclient and cmtime.
 # Prints PASS/FAIL per case with perftest's own figures, then
 # "N passed, M failed"; exits 1 if any failed.
 #
@@ -192,10 +194,81 @@ matrix() {
   done
 }
 
+# libfabric's verbs provider (fi_info, fi_pingpong), rdmacm-utils'
+# synchronous endpoints and cmtime, over veth. libfabric finds a device
+# through a kernel interface carrying its address, and fi_pingpong's TCP
+# side channel goes to the address its rdma_cm connects to: uroce's
+# addresses are added to the kernel interfaces for these (docs/rdma_cm.md).
+fabric() {
+  command -v fi_pingpong >/dev/null || { report FAIL veth "libfabric" "no fi_pingpong: tools/setup.sh installs libfabric-bin"; return; }
+  ip -n "$nsa" addr add 10.96.0.11/24 dev svveth0
+  ip -n "$nsb" addr add 10.96.0.12/24 dev svveth1
+  if timeout 60 $(side veth server) fi_info -p verbs >"$tmp/one" 2>&1 && grep -q 'provider: verbs;ofi_rxm' "$tmp/one"; then
+    report PASS veth "fi_info -p verbs" "$(grep -c 'provider: verbs;ofi_rxm' "$tmp/one") verbs;ofi_rxm entries"
+  else
+    report FAIL veth "fi_info -p verbs" "no verbs;ofi_rxm"
+  fi
+  local e p
+  for e in "verbs msg" "verbs;ofi_rxm rdm"; do
+    p=$((port++))
+    timeout 120 $(side veth server) fi_pingpong -p "${e% *}" -e "${e#* }" -I 100 -B $p -P $p >"$tmp/srv" 2>&1 &
+    local spid=$!
+    sleep 2
+    timeout 120 $(side veth client) fi_pingpong -p "${e% *}" -e "${e#* }" -I 100 -B $p -P $p 10.96.0.11 >"$tmp/cli" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$? f
+    f=$(grep -E '^1m +100 +=100' "$tmp/cli" | tr -s ' ')
+    if [[ $crc -eq 0 && $src -eq 0 && -n $f ]]; then
+      report PASS veth "fi_pingpong -p \"${e% *}\" -e ${e#* }" "$f"
+    else
+      report FAIL veth "fi_pingpong -p \"${e% *}\" -e ${e#* }" "server rc=$src client rc=$crc"
+      grep -v 'EAL:\|TELEMETRY' "$tmp/cli" | tail -3 | sed 's/^/    client: /'
+    fi
+  done
+  local sc name
+  for sc in "rdma_server -s 10.96.0.11:rdma_client" "rdma_xserver:rdma_xclient"; do
+    p=$((port++))
+    name=${sc%:*}
+    name="${name%% *} / ${sc#*:}"
+    timeout 60 $(side veth server) ${sc%:*} -p $p >"$tmp/srv" 2>&1 &
+    local spid=$!
+    sleep 2
+    timeout 60 $(side veth client) ${sc#*:} -s 10.96.0.11 -p $p >"$tmp/cli" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q ': end 0' "$tmp/cli" && grep -q ': end 0' "$tmp/srv"; then
+      report PASS veth "$name" "end 0 on both"
+    else
+      report FAIL veth "$name" "server rc=$src client rc=$crc"
+    fi
+  done
+  # cmtime's server never exits: stopped once its client is done.
+  p=$((port++))
+  $(side veth server) cmtime -b 10.96.0.11 -p $p -c 100 >"$tmp/srv" 2>&1 &
+  local spid=$!
+  sleep 2
+  timeout 120 $(side veth client) cmtime -s 10.96.0.11 -p $p -c 100 >"$tmp/cli" 2>&1
+  local crc=$?
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  local f
+  f=$(grep -E '^connect +:' "$tmp/cli" | awk '{print $NF " us/connect"}')
+  if [[ $crc -eq 0 && -n $f ]] && ! grep -q failed "$tmp/cli"; then
+    report PASS veth "cmtime -c 100" "$f"
+  else
+    report FAIL veth "cmtime -c 100" "client rc=$crc"
+  fi
+  ip -n "$nsa" addr del 10.96.0.11/24 dev svveth0
+  ip -n "$nsb" addr del 10.96.0.12/24 dev svveth1
+}
+
 [[ $links == memif || $links == all ]] && matrix memif
 if [[ $links == veth || $links == all ]]; then
   make_veth
   matrix veth
+  fabric
 fi
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

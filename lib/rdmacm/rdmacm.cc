@@ -103,6 +103,11 @@ struct State {
   // allocates one per device on first use and frees it with the last ID).
   ibv_pd* default_pd = nullptr;
   int pd_refs = 0;
+  // The device's RDMA READ depths (max_qp_rd_atom, max_qp_init_rd_atom),
+  // queried at the first connect or accept.
+  bool have_depths = false;
+  std::uint8_t max_responder = 0;
+  std::uint8_t max_initiator = 0;
   std::thread thread;
   std::atomic<bool> stop{false};
 };
@@ -514,6 +519,31 @@ bool ours(const sockaddr_in& in, const State& s) {
   return in.sin_addr.s_addr == INADDR_ANY || std::memcmp(&in.sin_addr, s.ip.data(), 4) == 0;
 }
 
+bool loopback(const sockaddr_in& in) { return (ntohl(in.sin_addr.s_addr) >> 24) == 127; }
+
+// rdma_conn_param's RDMA READ depths as rdma-core's librdmacm takes them
+// (ucma_valid_param): RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH ask for the
+// device's maximum (libfabric's verbs provider passes them), a figure
+// beyond it is refused. Under the mutex. 0 or EINVAL.
+int read_depths(State& s, const rdma_conn_param& c, std::uint8_t& responder, std::uint8_t& initiator) {
+  if (!s.have_depths) {
+    ibv_device_attr a{};
+    if (ibv_query_device(s.verbs, &a) != 0) return EINVAL;
+    s.max_responder = static_cast<std::uint8_t>(std::min(a.max_qp_rd_atom, 255));
+    s.max_initiator = static_cast<std::uint8_t>(std::min(a.max_qp_init_rd_atom, 255));
+    s.have_depths = true;
+  }
+  responder = c.responder_resources == RDMA_MAX_RESP_RES ? s.max_responder : c.responder_resources;
+  initiator = c.initiator_depth == RDMA_MAX_INIT_DEPTH ? s.max_initiator : c.initiator_depth;
+  if (responder > s.max_responder || initiator > s.max_initiator) {
+    std::fprintf(stderr,
+                 "uroce librdmacm: responder_resources %u or initiator_depth %u beyond the device's %u and %u\n",
+                 c.responder_resources, c.initiator_depth, s.max_responder, s.max_initiator);
+    return EINVAL;
+  }
+  return 0;
+}
+
 // rdma-core's ucma_complete: a synchronous ID waits on its own channel for
 // the event the call started and keeps it in id->event (acknowledged by
 // its next call or rdma_destroy_id); a failed one is the call's error.
@@ -608,7 +638,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
   auto* i = new Id();
   i->sync = sync;
   s.ids.insert(i);
-  i->cm.verbs = s.verbs;
+  // id->verbs stays NULL until the ID is bound to the device, as rdma-core's.
   i->cm.channel = channel;
   i->cm.context = context;
   i->cm.ps = ps;
@@ -650,15 +680,32 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   sockaddr_in in{};
-  if (!uroce::rdmacm::as_ipv4(addr, in) || !uroce::rdmacm::ours(in, s)) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_bind_addr: not this device's address (IPv4 %u.%u.%u.%u, or any)\n",
-                 s.ip[0], s.ip[1], s.ip[2], s.ip[3]);
+  const bool loopback = uroce::rdmacm::as_ipv4(addr, in) && uroce::rdmacm::loopback(in);
+  if (!loopback && (!uroce::rdmacm::as_ipv4(addr, in) || !uroce::rdmacm::ours(in, s))) {
+    // For an IPv4 address, once per process: libfabric's verbs provider
+    // tries every address of every kernel interface (IPv6 ones included)
+    // to find the one that is a device's.
+    static bool said = false;
+    if (!said && addr->sa_family == AF_INET) {
+      std::fprintf(stderr, "uroce librdmacm: rdma_bind_addr: not this device's address (IPv4 %u.%u.%u.%u, or any)\n",
+                   s.ip[0], s.ip[1], s.ip[2], s.ip[3]);
+      said = true;
+    }
     return fail(EADDRNOTAVAIL);
   }
   Id* i = id_of(id);
-  if (const int rc = uroce::rdmacm::take_device(s, i); rc != 0) return fail(rc);
   i->port = ntohs(in.sin_port);
   if (i->port == 0) i->port = s.next_port++;
+  if (loopback) {
+    // A loopback address binds, to no device, as with the kernel's rdma_cm
+    // (id->verbs stays NULL): libfabric's verbs provider binds "localhost"
+    // and, finding no device, offers the devices' own addresses instead.
+    // Listening there listens on the device (its only address).
+    in.sin_port = htons(i->port);
+    std::memcpy(&id->route.addr.src_addr, &in, sizeof in);
+    return 0;
+  }
+  if (const int rc = uroce::rdmacm::take_device(s, i); rc != 0) return fail(rc);
   const sockaddr_in src = uroce::rdmacm::ipv4(s.ip, i->port);
   std::memcpy(&id->route.addr.src_addr, &src, sizeof src);
   return 0;
@@ -756,19 +803,20 @@ ibv_cq* create_cq(rdma_cm_id* id, std::uint32_t size, ibv_comp_channel** channel
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (attr->qp_type != IBV_QPT_RC) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: RC QPs only (uroce's rdma_cm has no UD or UC port space)\n");
+    return fail(EOPNOTSUPP);
+  }
   auto& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
     if (id->qp != nullptr) return fail(EINVAL);
-    // No PD given: the device's default one (an ID not bound yet binds now:
-    // there is one device).
-    if (pd == nullptr && id->pd == nullptr) {
-      if (const int rc = uroce::rdmacm::take_device(s, id_of(id)); rc != 0) return fail(rc);
-    }
+    // An ID not bound yet binds now (there is one device): its verbs
+    // context for the CQs, its default PD if none is given.
+    if (const int rc = uroce::rdmacm::take_device(s, id_of(id)); rc != 0) return fail(rc);
   }
   if (pd == nullptr) pd = id->pd;
-  if (attr->qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
   if ((id->send_cq != nullptr && attr->send_cq != nullptr && attr->send_cq != id->send_cq) ||
       (id->recv_cq != nullptr && attr->recv_cq != nullptr && attr->recv_cq != id->recv_cq)) {
     return fail(EINVAL);
@@ -891,8 +939,9 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     if (p.private_data.size() + conn_param->private_data_len > 92) return fail(EINVAL);
     const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
     if (d != nullptr) p.private_data.insert(p.private_data.end(), d, d + conn_param->private_data_len);
-    p.responder_resources = conn_param->responder_resources;
-    p.initiator_depth = conn_param->initiator_depth;
+    if (const int rc = uroce::rdmacm::read_depths(s, *conn_param, p.responder_resources, p.initiator_depth); rc != 0) {
+      return fail(rc);
+    }
     p.retry_count = std::min<std::uint8_t>(conn_param->retry_count, 7);
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
@@ -927,8 +976,9 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (conn_param != nullptr) {
     const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
     if (d != nullptr) p.private_data.assign(d, d + conn_param->private_data_len);
-    p.responder_resources = conn_param->responder_resources;
-    p.initiator_depth = conn_param->initiator_depth;
+    if (const int rc = uroce::rdmacm::read_depths(s, *conn_param, p.responder_resources, p.initiator_depth); rc != 0) {
+      return fail(rc);
+    }
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
   if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
@@ -1069,44 +1119,76 @@ ibv_context** rdma_get_devices(int* num_devices) {
 }
 void rdma_free_devices(ibv_context** list) { free(list); }
 
-// node:service as rdma_addrinfo: IPv4 (an IPv4 address that resolves as
-// v4-mapped IPv6 included, given as IPv4), RC in the TCP port space.
+namespace {
+
+// A copy of `len` bytes of `a` in `*to` (malloc'd: rdma_freeaddrinfo frees it).
+bool copy_addr(sockaddr** to, socklen_t* to_len, const sockaddr* a, socklen_t len) {
+  *to = static_cast<sockaddr*>(calloc(1, len));
+  if (*to == nullptr) return false;
+  std::memcpy(*to, a, len);
+  *to_len = len;
+  return true;
+}
+
+}  // namespace
+
+// As rdma-core's: node:service through getaddrinfo (an IPv4 address
+// preferred, one that resolves as v4-mapped IPv6 given as IPv4; an IPv6-only
+// name kept as IPv6, for rdma_bind_addr or rdma_resolve_addr to refuse), in
+// ai_src_addr when passive, else ai_dst_addr; with neither node nor service,
+// the hints' own addresses (libfabric's verbs provider passes its endpoints'
+// addresses that way). RC in the TCP port space unless the hints say.
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
-  if (res == nullptr) return fail(EINVAL);
-  addrinfo h{};
-  h.ai_family = AF_UNSPEC;
-  h.ai_socktype = SOCK_STREAM;
-  const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE);
-  if (passive) h.ai_flags |= AI_PASSIVE;
-  if (hints != nullptr && (hints->ai_flags & RAI_NUMERICHOST)) h.ai_flags |= AI_NUMERICHOST;
-  addrinfo* got = nullptr;
-  if (const int rc = getaddrinfo(node, service, &h, &got); rc != 0) {
-    errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
-    return -1;
-  }
-  sockaddr_in found{};
-  bool have = false;
-  for (const addrinfo* a = got; a != nullptr && !have; a = a->ai_next) have = uroce::rdmacm::as_ipv4(a->ai_addr, found);
-  freeaddrinfo(got);
-  if (!have) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_getaddrinfo: %s has no IPv4 address (uroce's rdma_cm is IPv4)\n",
-                 node != nullptr ? node : "(null)");
-    errno = EADDRNOTAVAIL;
-    return -1;
-  }
+  if (res == nullptr || (node == nullptr && service == nullptr && hints == nullptr)) return fail(EINVAL);
+  const rdma_addrinfo none{};
+  if (hints == nullptr) hints = &none;
   auto* r = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
-  auto* addr = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
-  std::memcpy(addr, &found, sizeof found);
-  r->ai_flags = hints != nullptr ? hints->ai_flags : 0;
-  r->ai_family = AF_INET;
-  r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
-  r->ai_port_space = hints != nullptr && hints->ai_port_space != 0 ? hints->ai_port_space : RDMA_PS_TCP;
-  if (passive) {
-    r->ai_src_addr = reinterpret_cast<sockaddr*>(addr);
-    r->ai_src_len = sizeof(sockaddr_in);
-  } else {
-    r->ai_dst_addr = reinterpret_cast<sockaddr*>(addr);
-    r->ai_dst_len = sizeof(sockaddr_in);
+  if (r == nullptr) return fail(ENOMEM);
+  const auto undo = [r](int err) {
+    rdma_freeaddrinfo(r);
+    return fail(err);
+  };
+  const bool passive = hints->ai_flags & RAI_PASSIVE;
+  r->ai_flags = hints->ai_flags;
+  r->ai_family = hints->ai_family;
+  r->ai_qp_type = hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
+  r->ai_port_space = hints->ai_port_space != 0 ? hints->ai_port_space : RDMA_PS_TCP;
+  if (node != nullptr || service != nullptr) {
+    addrinfo h{};
+    h.ai_family = (hints->ai_flags & RAI_FAMILY) ? hints->ai_family : AF_UNSPEC;
+    h.ai_socktype = SOCK_STREAM;
+    if (passive) h.ai_flags |= AI_PASSIVE;
+    if (hints->ai_flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
+    addrinfo* got = nullptr;
+    if (const int rc = getaddrinfo(node, service, &h, &got); rc != 0) {
+      return undo(rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL);
+    }
+    sockaddr_in v4{};
+    const addrinfo* chosen = nullptr;
+    for (const addrinfo* a = got; a != nullptr && chosen == nullptr; a = a->ai_next) {
+      if (uroce::rdmacm::as_ipv4(a->ai_addr, v4)) chosen = a;
+    }
+    bool ok = false;
+    sockaddr** to = passive ? &r->ai_src_addr : &r->ai_dst_addr;
+    socklen_t* to_len = passive ? &r->ai_src_len : &r->ai_dst_len;
+    if (chosen != nullptr) {
+      r->ai_family = AF_INET;
+      ok = copy_addr(to, to_len, reinterpret_cast<const sockaddr*>(&v4), sizeof v4);
+    } else {  // getaddrinfo's success has at least one
+      r->ai_family = got->ai_family;
+      ok = copy_addr(to, to_len, got->ai_addr, got->ai_addrlen);
+    }
+    freeaddrinfo(got);
+    if (!ok) return undo(ENOMEM);
+  } else if (hints->ai_dst_len > 0 && hints->ai_dst_addr != nullptr) {
+    if (!copy_addr(&r->ai_dst_addr, &r->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len)) return undo(ENOMEM);
+  }
+  if (r->ai_src_len == 0 && hints->ai_src_len > 0 && hints->ai_src_addr != nullptr) {
+    if (!copy_addr(&r->ai_src_addr, &r->ai_src_len, hints->ai_src_addr, hints->ai_src_len)) return undo(ENOMEM);
+  }
+  if (r->ai_family == 0) {
+    const sockaddr* a = r->ai_dst_addr != nullptr ? r->ai_dst_addr : r->ai_src_addr;
+    r->ai_family = a != nullptr ? a->sa_family : AF_INET;
   }
   *res = r;
   return 0;
