@@ -169,6 +169,9 @@ struct Qp {
     std::uint32_t awaited_psn = 0;
     bool rewound = false;          // rewound since the last progress
     std::uint32_t rewound_psn = 0;
+    // While rewound: the highest READ response PSN seen beyond `psn` (the
+    // tail of the answer cut short rises; a resent answer starts lower).
+    std::uint32_t rewound_seen = 0;
   } comp;
 
   // Receive queue: as the send queue (tail: rq_next).
