@@ -238,10 +238,15 @@ CompleterStep match(Qp& qp, Env& env, Reply& r, WqeKind kind) {
   return CompleterStep::done;
 }
 
-void answered(Qp& qp, Env& env, std::uint32_t psn, bool last) {
+// `last`: the WR's last response; `segment_last`: a READ segment's (its
+// request no longer outstanding; the WR's own counts in complete_send). A
+// segment asked for before a go-back and not since is put right by
+// catch_up, which counts the requests again.
+void answered(Qp& qp, Env& env, std::uint32_t psn, bool last, bool segment_last = false) {
   qp.counters.add(QpCounter::rx_packets);
   qp.comp.psn = psn_add(psn, 1);
   if (last) complete_send(qp, IBV_WC_SUCCESS);
+  else if (segment_last && qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
   if (qp.state != IBV_QPS_ERR) {
     catch_up(qp);
     progress(qp, env);
@@ -255,15 +260,17 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
   const std::uint32_t offset = index * qp.mtu;
   const std::uint32_t expect = std::min(qp.mtu, w.length - offset);
   const bool last = r.psn == last_psn(w);
-  // The opcode must fit the position: Last/Only end the READ. A restarted
-  // READ may begin with First (a fresh request) or Middle (rxe), so either
-  // is accepted before the last packet.
-  if (r.p.info->has(wire::kLast) != last || r.p.payload_length != expect) {
+  const bool segment_last = index + 1 == read_segment_end(w.npackets, index);
+  // The opcode must fit the position: Last/Only end each segment's answer
+  // (the READ's own at its last). A restarted READ may begin with First (a
+  // fresh request) or Middle (rxe), so either is accepted before the last
+  // packet.
+  if (r.p.info->has(wire::kLast) != segment_last || r.p.payload_length != expect) {
     return leave(r, CompleterExit::bad_read_response);
   }
   sgl_scatter_payload(w.sge.data(), w.num_sge, offset, r.p);
   qp.counters.add(QpCounter::rx_bytes, expect);
-  answered(qp, env, r.psn, last);
+  answered(qp, env, r.psn, last, segment_last);
   return CompleterStep::done;
 }
 

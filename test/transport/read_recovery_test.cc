@@ -5,17 +5,24 @@
 //  - requester: the answer to the READ sent again loses its first packets
 //    too; the gap is asked for again at once, not after the local ACK
 //    timeout (UCX's is about a second: the cliff of issue 27);
+//  - requester: a READ larger than the window is asked for in segments, so
+//    that no answer in flight is larger than the window (the tail of a
+//    bigger one is lost whole by a ring that cannot hold it, and only the
+//    timeout finds it);
 //  - responder: a duplicate READ in the middle of an answer still being sent
 //    restarts that answer from the duplicate's PSN, instead of sending the
 //    rest of the old one first and then the same bytes again.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "support/scripted_rc.h"
 #include "support/work_requests.h"
+#include "transport/qp.h"
 #include "wire/frame.h"
 
 namespace uroce::test {
@@ -100,6 +107,58 @@ TEST(ReadRecovery, AResentReadAnswerThatLosesItsHeadIsAskedForAgainAtOnce) {
   EXPECT_EQ(wc[0].wr_id, 7u);
   for (std::uint32_t i = 0; i < kPackets; ++i) EXPECT_EQ(dst[i * kMtu], i + 1) << "packet " << i;
   EXPECT_EQ(r.dev.qp->state(), IBV_QPS_RTS);
+}
+
+// Packet `i` of a segmented READ answer (segments of kReadSegmentPackets,
+// each answered First ... Last), carrying byte value i % 251 + 1.
+void segment_answer(ScriptedRc& r, std::uint32_t i, std::uint32_t packets) {
+  const std::uint32_t seg = transport::kReadSegmentPackets;
+  const bool first = i % seg == 0;
+  const bool last = i + 1 == packets || (i + 1) % seg == 0;
+  const Opcode op = first && last ? Opcode::kRcReadResponseOnly
+                    : first       ? Opcode::kRcReadResponseFirst
+                    : last        ? Opcode::kRcReadResponseLast
+                                  : Opcode::kRcReadResponseMiddle;
+  r.inject(r.spec(op, kSqPsn + i), std::vector<std::uint8_t>(kMtu, static_cast<std::uint8_t>(i % 251 + 1)));
+}
+
+TEST(ReadRecovery, AReadLargerThanTheWindowIsAskedForInSegments) {
+  ScriptedRc r;
+  constexpr std::uint32_t kPackets = 600;  // 4.7 segments
+  const std::uint32_t seg = transport::kReadSegmentPackets;
+  std::vector<std::uint8_t> dst(kPackets * kMtu, 0);
+  MemoryRegion* mr = r.dev.pd->reg_mr(dst.data(), dst.size(), kAll);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(post_rdma(r.dev.qp, IBV_WR_RDMA_READ, dst.data(), static_cast<std::uint32_t>(dst.size()), mr->lkey,
+                      0x10000, 0x99, 5),
+            0);
+  r.run(4);
+  auto asked = read_requests(r);
+  std::printf("  a READ of %u packets: %zu request(s) at first, the first for %u bytes\n", kPackets, asked.size(),
+              asked.empty() ? 0 : asked[0].second);
+  // Two segments fill the window; the answer in flight never exceeds it.
+  ASSERT_EQ(asked.size(), transport::kWindowPackets / seg);
+  EXPECT_EQ(asked[0], std::make_pair(kSqPsn, seg * kMtu));
+  EXPECT_EQ(asked[1], std::make_pair(kSqPsn + seg, seg * kMtu));
+  // The first segment's answer opens room for the third segment, and so on.
+  std::uint32_t answered = 0;
+  for (std::uint32_t s = 0; answered < kPackets; ++s) {
+    const std::uint32_t end = std::min(kPackets, (s + 1) * seg);
+    for (; answered < end; ++answered) segment_answer(r, answered, kPackets);
+    r.run(4);
+    asked = read_requests(r);
+    const std::uint32_t want = std::min((kPackets + seg - 1) / seg, s + 1 + transport::kWindowPackets / seg);
+    ASSERT_EQ(asked.size(), want) << "after segment " << s;
+  }
+  // The last segment asks for what is left.
+  EXPECT_EQ(asked.back(), std::make_pair(kSqPsn + 4 * seg, (kPackets - 4 * seg) * kMtu));
+  ibv_wc wc[2];
+  ASSERT_EQ(r.dev.cq->poll(2, wc), 1);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].wr_id, 5u);
+  for (std::uint32_t i = 0; i < kPackets; ++i) ASSERT_EQ(dst[i * kMtu], i % 251 + 1) << "packet " << i;
+  EXPECT_EQ(r.dev.qp->state(), IBV_QPS_RTS);
+  EXPECT_EQ(r.dev.qp->counter("timeouts"), 0u);
 }
 
 // Stale packets alone (the first answer's tail, rising) never make the
