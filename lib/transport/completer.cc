@@ -43,6 +43,7 @@ void go_back(Qp& qp, std::uint32_t psn) {
   requester_rewind(qp, psn);
   qp.comp.rewound = true;
   qp.comp.rewound_psn = psn;
+  qp.comp.rewound_seen = psn_add(psn, -1);
   qp.comp.awaiting = false;
   qp.comp.deadline = 0;
 }
@@ -109,6 +110,7 @@ struct Reply {
   std::uint32_t psn;
   CompleterExit exit = CompleterExit::kCount;
   std::uint32_t retry_from = 0;  // retry: where to go back to
+  bool ahead = false;            // a READ response beyond the next one due
   SendWqe* wqe = nullptr;        // read_response, atomic_ack: the WR answered
 };
 
@@ -186,17 +188,31 @@ CompleterStep nak(Qp& qp, Reply& r) {
   return CompleterStep::retry;
 }
 
-// Responses were lost behind a later answer: go back, unless already going
-// back (then the timer covers a second loss).
+// Responses were lost behind a later answer: go back (IBTA 9.7.5.1.6),
+// unless already going back. Then READ responses beyond the next one due
+// are at first the tail of the answer that was cut short, in rising PSN
+// order; one at or below the highest of them belongs to the answer to the
+// request sent again, whose first packets were lost as well (a burst that
+// overflowed the receiver's ring once tends to do so again). That loss is
+// known now: asking again at once spends the same retry as the local ACK
+// timeout would, without the timeout's wait (UCX's is about a second).
+// Any other second loss is still left to the timer.
 CompleterStep implicit_nak(Qp& qp, Reply& r) {
   qp.counters.add(QpCounter::implicit_naks);
-  if (qp.comp.rewound) return CompleterStep::done;
+  if (qp.comp.rewound) {
+    if (!r.ahead) return CompleterStep::done;
+    if (psn_after(r.psn, qp.comp.rewound_seen)) {
+      qp.comp.rewound_seen = r.psn;
+      return CompleterStep::done;
+    }
+    qp.counters.add(QpCounter::read_restart_lost);
+  }
   r.retry_from = qp.comp.psn;
   return CompleterStep::retry;
 }
 
 CompleterStep retry(Qp& qp, Reply& r) {
-  spend_retry(qp, r.retry_from);
+  if (spend_retry(qp, r.retry_from) && r.ahead) qp.comp.rewound_seen = r.psn;
   return CompleterStep::done;
 }
 
@@ -212,6 +228,7 @@ CompleterStep match(Qp& qp, Env& env, Reply& r, WqeKind kind) {
   if (r.psn != qp.comp.psn) {
     // A response beyond the next one due: the ones between were lost.
     qp.counters.add(QpCounter::out_of_sequence_responses);
+    r.ahead = kind == WqeKind::kRead;
     return CompleterStep::implicit_nak;
   }
   if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
@@ -221,10 +238,15 @@ CompleterStep match(Qp& qp, Env& env, Reply& r, WqeKind kind) {
   return CompleterStep::done;
 }
 
-void answered(Qp& qp, Env& env, std::uint32_t psn, bool last) {
+// `last`: the WR's last response; `segment_last`: a READ segment's (its
+// request no longer outstanding; the WR's own counts in complete_send). A
+// segment asked for before a go-back and not since is put right by
+// catch_up, which counts the requests again.
+void answered(Qp& qp, Env& env, std::uint32_t psn, bool last, bool segment_last = false) {
   qp.counters.add(QpCounter::rx_packets);
   qp.comp.psn = psn_add(psn, 1);
   if (last) complete_send(qp, IBV_WC_SUCCESS);
+  else if (segment_last && qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
   if (qp.state != IBV_QPS_ERR) {
     catch_up(qp);
     progress(qp, env);
@@ -238,15 +260,17 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
   const std::uint32_t offset = index * qp.mtu;
   const std::uint32_t expect = std::min(qp.mtu, w.length - offset);
   const bool last = r.psn == last_psn(w);
-  // The opcode must fit the position: Last/Only end the READ. A restarted
-  // READ may begin with First (a fresh request) or Middle (rxe), so either
-  // is accepted before the last packet.
-  if (r.p.info->has(wire::kLast) != last || r.p.payload_length != expect) {
+  const bool segment_last = index + 1 == read_segment_end(w.npackets, index);
+  // The opcode must fit the position: Last/Only end each segment's answer
+  // (the READ's own at its last). A restarted READ may begin with First (a
+  // fresh request) or Middle (rxe), so either is accepted before the last
+  // packet.
+  if (r.p.info->has(wire::kLast) != segment_last || r.p.payload_length != expect) {
     return leave(r, CompleterExit::bad_read_response);
   }
   sgl_scatter_payload(w.sge.data(), w.num_sge, offset, r.p);
   qp.counters.add(QpCounter::rx_bytes, expect);
-  answered(qp, env, r.psn, last);
+  answered(qp, env, r.psn, last, segment_last);
   return CompleterStep::done;
 }
 

@@ -36,6 +36,7 @@ namespace uroce::transport {
   X(acks_sent, "ACK packets sent")                                                     \
   X(acks_received, "ACK packets received")                                             \
   X(implicit_naks, "READ/atomic responses found missing behind a later ACK")           \
+  X(read_restart_lost, "resent READ answers that lost their first packets too: asked again at once, not at the timeout") \
   X(read_responses_sent, "RDMA READ response packets sent")                            \
   X(atomics_executed, "atomic operations executed")                                    \
   X(atomics_replayed, "duplicate atomics answered from the response cache")            \

@@ -30,6 +30,13 @@ namespace uroce::transport {
 inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far above any BDP here
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
+// A READ is asked for in segments of this many response packets, one READ
+// request each, so that its answer in flight stays within the window too:
+// the responder sends an answer at once and whole, and a receiver that
+// cannot take it (an af_packet ring of 512 frames and a 4 MiB READ of 1024
+// packets) loses its tail, which only the local ACK timeout finds (there is
+// no later packet to show the gap). Two segments fill the window.
+inline constexpr std::uint32_t kReadSegmentPackets = kWindowPackets / 2;
 
 // A READ or atomic the responder has executed, kept for duplicates
 // (IBTA 9.7.5.1.2-3: max_dest_rd_atomic responder resources).
@@ -169,6 +176,9 @@ struct Qp {
     std::uint32_t awaited_psn = 0;
     bool rewound = false;          // rewound since the last progress
     std::uint32_t rewound_psn = 0;
+    // While rewound: the highest READ response PSN seen beyond `psn` (the
+    // tail of the answer cut short rises; a resent answer starts lower).
+    std::uint32_t rewound_seen = 0;
   } comp;
 
   // Receive queue: as the send queue (tail: rq_next).
@@ -210,6 +220,13 @@ struct Qp {
     return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
   }
 };
+
+// One past the last packet (index from the WQE's first PSN) of the READ
+// segment that packet `index` of a READ of `npackets` belongs to.
+inline std::uint32_t read_segment_end(std::uint32_t npackets, std::uint32_t index) {
+  const std::uint32_t end = (index / kReadSegmentPackets + 1) * kReadSegmentPackets;
+  return end < npackets ? end : npackets;
+}
 
 // --- qp.cc: control path -----------------------------------------------------
 

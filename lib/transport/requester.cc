@@ -114,6 +114,15 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       }
     }
     if (is_read_or_atomic(w) && qp.req.reads_outstanding >= qp.attr.max_rd_atomic) break;
+    if (w.kind == WqeKind::kRead && reliable) {
+      // Its next segment's answer must fit the window beside what is in
+      // flight (all of it when nothing is).
+      const std::uint32_t index = w.started ? qp.req.pkt_index : 0;
+      const std::uint32_t total = w.started ? w.npackets : packets_for(w, qp.mtu);
+      const std::int32_t in_flight = psn_diff(qp.req.psn, qp.comp.psn);
+      const std::uint32_t ask = read_segment_end(total, index) - index;
+      if (in_flight > 0 && static_cast<std::uint32_t>(in_flight) + ask > kWindowPackets) break;
+    }
     // Resolved once, and again after any deregistration (a retransmission
     // reads the region anew).
     const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
@@ -166,15 +175,19 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       }
       case WqeKind::kRead: {
-        // One request for the rest of the READ: a restart at a later PSN asks
-        // only for the bytes from there on (IBTA 9.7.5.1.2; rxe does the same).
+        // One request for the rest of the segment (kReadSegmentPackets): a
+        // restart at a later PSN asks only for the bytes from there on (IBTA
+        // 9.7.5.1.2; rxe does the same), within the segment its first request
+        // named, so a duplicate stays inside the responder's resource.
+        const std::uint32_t end = read_segment_end(w.npackets, qp.req.pkt_index);
         const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
+        const std::uint32_t stop = end == w.npackets ? w.length : end * qp.mtu;
         th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);
         th.reth.va.set(w.remote_addr + offset);
         th.reth.rkey.set(w.rkey);
-        th.reth.dma_length.set(w.length - std::min(offset, w.length));
-        qp.req.psn = psn_add(psn, w.npackets - qp.req.pkt_index);
-        qp.req.pkt_index = w.npackets;
+        th.reth.dma_length.set(stop - std::min(offset, stop));
+        qp.req.psn = psn_add(psn, end - qp.req.pkt_index);
+        qp.req.pkt_index = end;
         ++qp.req.reads_outstanding;
         break;
       }

@@ -487,13 +487,17 @@ ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
 // --- Duplicates ------------------------------------------------------------------
 
 // Drops queued answers from `psn` on: the requester has gone back there and
-// will ask again for everything after it.
+// will ask again for everything after it. That includes the rest of a READ
+// answer running through `psn` (IBTA 9.7.5.1.2: a duplicate READ is
+// answered from its own PSN; rxe restarts the resource the same way).
+// Sending that rest as well, ahead of the new answer, would pour the same
+// bytes on the requester twice, just after a burst it could not take.
 void drop_answers_from(Qp& qp, std::uint32_t psn) {
   std::uint32_t keep = qp.resp.out_head;
   for (std::uint32_t i = qp.resp.out_head; i != qp.resp.out_tail; ++i) {
     const Response& r = qp.resp.out[i];
-    const std::uint32_t at = r.kind == Response::Kind::kRead ? r.first_psn : r.psn;
-    if (psn_before(at, psn) || r.fatal) qp.resp.out[keep++] = r;
+    const std::uint32_t last = r.kind == Response::Kind::kRead ? r.last_psn : r.psn;
+    if (psn_before(last, psn) || r.fatal) qp.resp.out[keep++] = r;
   }
   qp.resp.out_tail = keep;
 }

@@ -21,6 +21,7 @@
 
 #include "support/exit_rig.h"
 #include "transport/rules.h"
+#include "verbs/verbs_impl.h"
 
 namespace uroce::transport {
 // gtest prints a failing case's parameter with these (a uint8_t enum would
@@ -109,18 +110,26 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
       return {};
     }
     case ResponderExit::duplicate_no_room: {
-      // One resource, answer queue of 2 * 1 + 8: nine one-packet READs and
-      // a two-packet one fill it within one receive burst; a duplicate of the
-      // second half of the last keeps every queued answer (all start before
-      // it), so it finds no room.
+      // A duplicate READ drops the queued answers from its PSN on, the rest
+      // of its own answer included, so only answers still owed before it
+      // can leave it no room: a queue full of those is made by hand (RNR
+      // NAKs for the PSN before the READ), as no requester can make one.
       ConnectParams params;
       params.max_rd_atomic = 1;
       ScriptedRc& r = rig.connect(params);
+      r.inject(rig.read(p));
+      r.run(2);
+      transport::Qp& t = testing::transport_qp(r.dev.qp);
+      std::size_t owed = 0;
+      for (; t.resp.out_tail - t.resp.out_head < t.resp.out.limit(); ++owed) {
+        transport::Response& a = t.resp.out[t.resp.out_tail++];
+        a = transport::Response{};
+        a.psn = p - 1;
+        a.syndrome = wire::make_syndrome(wire::AethKind::kRnrNak, 1);
+      }
       rig.mark();
-      for (std::uint32_t i = 0; i < 9; ++i) r.inject(rig.read(p + i));
-      r.inject(rig.read(p + 9, 0, 2048));
-      r.inject(rig.read(p + 10, 1024, 1024));
-      return {0, kInUse, 11};  // the ten READs' eleven responses
+      r.inject(rig.read(p));
+      return {0, kInUse, owed};  // the answers owed before it
     }
     case ResponderExit::op_sequence: {
       ScriptedRc& r = rig.connect();
