@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,7 @@ namespace {
 struct EventBox {
   rdma_cm_event ev{};
   std::vector<std::uint8_t> data;
+  struct Id* counted = nullptr;  // once reported: the ID whose acknowledgement it owes
 };
 using EventQueue = std::list<EventBox*>;
 
@@ -74,6 +76,11 @@ struct Id {
   bool has_ep_qp_attr = false;
   ibv_qp_init_attr ep_qp_attr{};
   std::vector<std::uint8_t> connect_data;  // rdma_addrinfo's ai_connect, before the caller's
+  // Events rdma_get_cm_event reported for this ID (a CONNECT_REQUEST counts
+  // for its listener), and how many of them rdma_ack_cm_event has taken
+  // back: rdma_destroy_id waits until they are equal, as rdma-core's does.
+  std::uint64_t events_reported = 0;
+  std::uint64_t events_acked = 0;
 };
 
 struct Channel {
@@ -110,11 +117,19 @@ struct State {
   std::uint8_t max_initiator = 0;
   std::thread thread;
   std::atomic<bool> stop{false};
+  std::condition_variable acked;  // an event was acknowledged (rdma_destroy_id waits on it)
 };
 
 State& state() {
   static State* s = new State();  // never destroyed: the thread may outlive static destructors
   return *s;
+}
+
+// What a thread blocked in rdma_get_cm_event does when its channel is
+// destroyed under it: the kernel's read would never return, so neither
+// does this (the process ends around it).
+[[noreturn]] void wait_forever() {
+  for (;;) pause();
 }
 
 // The wake-up byte: written when the queue becomes non-empty, read away when
@@ -652,7 +667,24 @@ int rdma_destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return fail(EINVAL);
   auto& s = state();
   Id* i = id_of(id);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.ids.count(i)) return fail(EINVAL);
+  }
+  // The event a synchronous call kept: acknowledged here, as rdma-core does.
+  if (id->event != nullptr) {
+    rdma_ack_cm_event(id->event);
+    id->event = nullptr;
+  }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  // Every event reported for the ID must be acknowledged first (rdma-core's
+  // rdma_destroy_id waits the same way): a program's event thread may still
+  // be handling one, and after this returns no event of the ID reaches it.
+  // rping's client relies on it: its main thread destroys the ID, then the
+  // channel, while the event thread goes back to rdma_get_cm_event after
+  // acknowledging the DISCONNECTED; without the wait the channel can be gone
+  // by then (EBADF, rping exits 255).
+  s.acked.wait(lock, [&] { return !s.ids.count(i) || i->events_acked == i->events_reported; });
   if (s.ids.erase(i) == 0) return fail(EINVAL);
   if (i->listening) {
     s.manager->unlisten(uroce::wire::rdma_cm_service_id(static_cast<std::uint16_t>(id->ps), i->port));
@@ -666,8 +698,6 @@ int rdma_destroy_id(rdma_cm_id* id) {
     s.by_comm.erase(i->comm_id);
   }
   forget_unread_events(s, i);
-  // The event a synchronous call kept (rdma-core acknowledges it here).
-  if (id->event != nullptr) delete reinterpret_cast<EventBox*>(id->event);
   uroce::rdmacm::put_device(s, i);
   if (i->sync) uroce::rdmacm::close_channel(s, uroce::rdmacm::channel_of(id));
   delete i;
@@ -1028,7 +1058,11 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return fail(EINVAL);
   auto& s = state();
   auto* c = reinterpret_cast<Channel*>(channel);
-  c->readers.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.channels.count(c)) return fail(EBADF);  // destroyed before the call
+    c->readers.fetch_add(1);
+  }
   struct Leave {
     Channel* c;
     ~Leave() { c->readers.fetch_sub(1); }
@@ -1036,12 +1070,17 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(s.mutex);
-      if (!s.channels.count(c)) return fail(EBADF);  // destroyed
+      // Destroyed while this thread waited: as on the kernel's channel, a
+      // read in progress goes on waiting; it is never ended with an error.
+      if (!s.channels.count(c)) uroce::rdmacm::wait_forever();
       if (!c->queue.empty()) {
         EventBox* e = c->queue.front();
         c->queue.pop_front();
         if (c->queue.empty()) drain(c);
         if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) id_of(e->ev.id)->request_queued = false;
+        const bool request = e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.listen_id != nullptr;
+        e->counted = id_of(request ? e->ev.listen_id : e->ev.id);
+        ++e->counted->events_reported;
         *event = &e->ev;
         return 0;
       }
@@ -1057,13 +1096,22 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     }
     pollfd p{c->ch.fd, POLLIN, 0};
     if (poll(&p, 1, -1) < 0 && errno != EINTR) return fail(errno);
-    if (p.revents & POLLNVAL) return fail(EBADF);
+    if (p.revents & POLLNVAL) uroce::rdmacm::wait_forever();  // closed by rdma_destroy_event_channel meanwhile
   }
 }
 
 int rdma_ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return fail(EINVAL);
-  delete reinterpret_cast<EventBox*>(event);
+  auto& s = state();
+  auto* e = reinterpret_cast<EventBox*>(event);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (e->counted != nullptr && s.ids.count(e->counted)) {
+      ++e->counted->events_acked;
+      s.acked.notify_all();
+    }
+  }
+  delete e;
   return 0;
 }
 
@@ -1247,7 +1295,10 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   if (from->queue.empty()) uroce::rdmacm::drain(from);
   if (i->sync) {
     if (id->event != nullptr) {
-      delete reinterpret_cast<EventBox*>(id->event);
+      // Acknowledged, as rdma_ack_cm_event would (under the mutex here).
+      auto* kept = reinterpret_cast<EventBox*>(id->event);
+      if (kept->counted != nullptr && s.ids.count(kept->counted)) ++kept->counted->events_acked;
+      delete kept;
       id->event = nullptr;
     }
     uroce::rdmacm::close_channel(s, from);

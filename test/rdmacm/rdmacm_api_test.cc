@@ -27,6 +27,8 @@
 
 #include <arpa/inet.h>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -329,6 +331,41 @@ TEST(RdmaCmApi, AnIpv4AddressGivenAsV4MappedIpv6IsTakenAsIpv4) {
 
 // Item 4: an ID with no channel is synchronous; each call returns once
 // its event is in, kept in id->event.
+// rdma_destroy_id returns only once every event reported for the ID has
+// been acknowledged (rdma-core's rule, which rping's teardown relies on:
+// its event thread handles the last event while main destroys the ID, then
+// the channel). An event read and not yet acknowledged holds the destroy;
+// the acknowledgement lets it through.
+TEST(RdmaCmApi, DestroyingAnIdWaitsForItsEventsToBeAcknowledged) {
+  configure();
+  Deadline deadline(30);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in peer = address(next_port());
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(&peer), 1000), 0);
+  rdma_cm_event* e = nullptr;
+  ASSERT_EQ(rdma_get_cm_event(ch, &e), 0);
+  ASSERT_EQ(e->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    EXPECT_EQ(rdma_destroy_id(id), 0);
+    destroyed.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(destroyed.load()) << "rdma_destroy_id returned with an event of the ID unacknowledged";
+  EXPECT_EQ(rdma_ack_cm_event(e), 0);
+  destroyer.join();
+  EXPECT_TRUE(destroyed.load());
+  // An ID with every event acknowledged goes at once, and a read on a
+  // channel already destroyed is refused, not left waiting.
+  rdma_cm_id* other = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &other, nullptr, RDMA_PS_TCP), 0);
+  EXPECT_EQ(rdma_destroy_id(other), 0);
+  rdma_destroy_event_channel(ch);
+}
+
 TEST(RdmaCmApi, ASynchronousIdWaitsForEachEventAndARefusalIsItsError) {
   configure();
   Deadline deadline(30);
