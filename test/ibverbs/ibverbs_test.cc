@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "support/free_port.h"
+#include "support/uroce_ready.h"
 
 namespace {
 
@@ -126,8 +127,9 @@ TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
 // device) and over memif (two processes); stock ibv_rc_pingpong over memif.
 
 // Two processes on one link, the server (10.0.0.1 on memif, 10.97.0.11 on
-// veth) started first, the client `delay` later: a memif pair, or a veth
-// pair between two network namespaces made for the test suite (af_packet;
+// veth) started first, the client once the server is ready (run below): a
+// memif pair, or a veth pair between two network namespaces made for the
+// test suite (af_packet;
 // the kernels there carry the programs' TCP exchange, 10.97.0.1 and .2).
 struct Pair {
   Outcome server, client;
@@ -198,14 +200,16 @@ class LinkPair {
     return "ip netns exec " + (server ? Namespaces::get().a : Namespaces::get().b) + " ";
   }
   // The client starts once the server listens on TCP port `listen_port`
-  // (the stock pairs' side channel; up to a minute), or, with 0, `delay`
-  // after the server (rping: the server's readiness is its CM listen,
-  // which nothing outside it sees).
-  Pair run(const std::string& server_cmd, const std::string& client_cmd, int listen_port = 0,
-           std::chrono::milliseconds delay = std::chrono::milliseconds(1500)) const {
-    auto server = std::async(std::launch::async, [&] { return ::run(env(true), prefix(true) + server_cmd); });
+  // (the stock pairs' side channel; up to a minute), or, with 0, once the
+  // server's uroce device is up (rping, perftest -R: the server's readiness
+  // is its CM listen, which nothing outside it sees; support/uroce_ready.h).
+  Pair run(const std::string& server_cmd, const std::string& client_cmd, int listen_port = 0) const {
+    const std::string mark = uroce::test::mark_env("ibverbs");
+    auto server =
+        std::async(std::launch::async, [&] { return ::run(mark + " " + env(true), prefix(true) + server_cmd); });
     if (listen_port == 0) {
-      std::this_thread::sleep_for(delay);
+      uroce::test::wait_uroce_workers(
+          mark, [&] { return server.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
     } else {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
       while (!listening(listen_port) && std::chrono::steady_clock::now() < deadline &&
@@ -244,7 +248,7 @@ TEST(Ibverbs, CRcLoopbackOverNetRingRunsEveryVerb) {
 TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
   LinkPair m(Link::kMemif);
   const Pair p = m.run(std::string(UROCE_IBVERBS_RC " memif server ") + m.dir(),
-                       std::string(UROCE_IBVERBS_RC " memif client ") + m.dir(), 0, std::chrono::milliseconds(200));
+                       std::string(UROCE_IBVERBS_RC " memif client ") + m.dir());
   EXPECT_EQ(p.server.status, 0) << p.server.out;
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   EXPECT_NE(p.server.out.find("all checks passed"), std::string::npos) << p.server.out;

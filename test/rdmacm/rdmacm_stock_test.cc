@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "support/uroce_ready.h"
+
 namespace {
 
 // This process's rdma_cm ports: per test, apart from another copy's.
@@ -42,8 +44,8 @@ Outcome run(const std::string& command) {
   return r;
 }
 
-// The server started first, the client 1.5 s later, each under uroce-run
-// on one end of a memif pair.
+// The server started first, the client once the server's device is up
+// (its uroce workers run), each under uroce-run on one end of a memif pair.
 struct Pair {
   Outcome server, client;
 };
@@ -56,11 +58,15 @@ Pair run_pair(const std::string& server_cmd, const std::string& client_cmd) {
            (server ? "0" : "1") + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir +
            "/memif.sock -- --ip 10.0.0." + (server ? "1" : "2") + "/24 ";
   };
-  auto server = std::async(std::launch::async, [&] { return run(side(true) + server_cmd); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::string mark = uroce::test::mark_env("rdmacm-stock");
+  auto server = std::async(std::launch::async, [&] { return run("env " + mark + " " + side(true) + server_cmd); });
+  const bool up = uroce::test::wait_uroce_workers(
+      mark, [&] { return server.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
   Pair p;
   p.client = run(side(false) + client_cmd);
   p.server = server.get();
+  if (!up) p.server.out = "(the server's uroce device never came up)\n" + p.server.out;
+  EXPECT_TRUE(up) << p.server.out;
   if (made != nullptr) std::system(("rm -rf '" + dir + "'").c_str());
   return p;
 }
