@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <sys/ioctl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -110,11 +111,30 @@ struct State {
   std::uint8_t max_initiator = 0;
   std::thread thread;
   std::atomic<bool> stop{false};
+  State* parent = nullptr;  // in a forked child: the parent's, kept as it was
 };
 
+// Never destroyed: the thread may outlive static destructors. A forked child
+// gets a State of its own (fork_child): the parent's CM thread is not in it,
+// its mutex may be held by that thread, and its IDs' connections are the
+// parent's; the child's first call opens the device and a CM afresh (through
+// uroced: a connection of its own; in-process: no device, ibverbs says why).
+State* g_state = nullptr;
+
+void fork_child() {
+  State* parent = g_state;
+  g_state = new State();
+  g_state->parent = parent;
+}
+
 State& state() {
-  static State* s = new State();  // never destroyed: the thread may outlive static destructors
-  return *s;
+  static const bool made = [] {
+    g_state = new State();
+    pthread_atfork(nullptr, nullptr, fork_child);
+    return true;
+  }();
+  (void)made;
+  return *g_state;
 }
 
 // The wake-up byte: written when the queue becomes non-empty, read away when
@@ -440,8 +460,13 @@ int init(State& s) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr || n == 0) {
-    s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
-    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    if (ibverbs::in_forked_child_of_in_process()) {
+      // ibverbs has said why, once.
+      s.error = "a forked child cannot use its parent's in-process device: run the program through uroced";
+    } else {
+      s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
+      std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    }
     if (list != nullptr) ibv_free_device_list(list);
     return ENODEV;
   }
