@@ -62,7 +62,13 @@ Process* g_process = nullptr;
 // engines are the parent's, and this process has none (fork_child).
 bool g_in_process_child = false;
 
-void fork_child();
+// Set by the child's fork handler, which only marks: it must not allocate,
+// as memory.cc's handler may not have given the child its own copy of heap
+// pages shared with uroced yet (a malloc there would write the parent's
+// heap). The first call in the child starts afresh (forget_parent).
+bool g_forked = false;
+void fork_child() { g_forked = true; }
+void forget_parent();
 
 Process& process() {
   static const bool installed = [] {
@@ -71,6 +77,10 @@ Process& process() {
     return true;
   }();
   (void)installed;
+  if (g_forked) {
+    g_forked = false;
+    forget_parent();
+  }
   return *g_process;
 }
 
@@ -88,15 +98,14 @@ int refuse_in_child() {
   return ENODEV;
 }
 
-// pthread_atfork's child handler: one thread, the parent's copied memory.
-// The parent's device, its contexts and every object on them are left
+// In a forked child, at its first call: the parent's device, its contexts and every object on them are left
 // alone (leaked in the child: destroying them would stop the parent's
 // engines or, attached, ask uroced to destroy the parent's objects), and
 // ibverbs starts afresh: attached to uroced, the next ibv_get_device_list
 // attaches this process on a connection of its own (lib/service/client.cc
 // has closed the inherited one); in-process, the port and its engines
 // stay the parent's and this process gets no device (refuse_in_child).
-void fork_child() {
+void forget_parent() {
   Process* old = g_process;
   g_process = new Process;
   g_process->parent = old;

@@ -120,12 +120,10 @@ struct State {
 // parent's; the child's first call opens the device and a CM afresh (through
 // uroced: a connection of its own; in-process: no device, ibverbs says why).
 State* g_state = nullptr;
-
-void fork_child() {
-  State* parent = g_state;
-  g_state = new State();
-  g_state->parent = parent;
-}
+// Only marked in the fork handler, which must not allocate (see
+// lib/ibverbs/device.cc): the State is replaced at the child's first call.
+bool g_forked = false;
+void fork_child() { g_forked = true; }
 
 State& state() {
   static const bool made = [] {
@@ -134,6 +132,12 @@ State& state() {
     return true;
   }();
   (void)made;
+  if (g_forked) {
+    g_forked = false;
+    State* parent = g_state;
+    g_state = new State();
+    g_state->parent = parent;
+  }
   return *g_state;
 }
 
@@ -488,6 +492,11 @@ int init(State& s) {
     }
     cm->set_refresh(refresh_through_verbs, &s);
     s.manager = std::move(cm);
+    // The daemon's port space is every client's (a parent and its forked
+    // children among them): each process starts its own ports (those bound
+    // as 0) at a point of its own, 32 apart for neighbouring pids, so two
+    // processes' first listeners do not take the same service ID.
+    s.next_port = static_cast<std::uint16_t>(40000 + (getpid() % 512) * 32);
   } else {
     auto manager = cm::Manager::open(*x->ctx, s.error);
     if (!manager) {

@@ -186,9 +186,10 @@ Clients& clients() {
 }
 void clients_prepare() { clients().mutex.lock(); }
 void clients_parent() { clients().mutex.unlock(); }
+// Allocates and frees nothing: memory.cc's handler may not have given the
+// child its own copy of heap pages shared with uroced yet.
 void clients_child() {
   for (Client* c : clients().live) c->forget_after_fork();
-  clients().live.clear();  // never destroyed by the child's own calls on them
   clients().mutex.unlock();
 }
 
@@ -261,6 +262,10 @@ std::unique_ptr<Client> Client::connect(const std::string& path, std::string& er
 }
 
 Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(clients().mutex);
+    clients().live.erase(this);
+  }
   if (forked_.load()) {
     // A parent's, in a forked child: its thread is not in this process
     // (std::thread would end the program for a joinable one; it is left),
@@ -268,10 +273,6 @@ Client::~Client() {
     static auto* left = new std::vector<std::thread>;  // kept, never joined
     left->push_back(std::move(events_));
     return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(clients().mutex);
-    clients().live.erase(this);
   }
   if (events_.joinable()) {
     const std::uint64_t one = 1;
