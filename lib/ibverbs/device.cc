@@ -53,13 +53,14 @@ struct Process {
   Config config;             // joined: what brings the device up again
   const cc::DcqcnParams* dcqcn = nullptr;
   Process* parent = nullptr;  // in a forked child: the parent's, kept as it was
+  bool in_process = false;    // start() took the in-process path (EAL here or joined), whatever came of it
 };
 
-// A forked child's own (fork_child): the parent's is left as it was, its
-// mutex perhaps held by a thread the child does not have.
+// In a forked child, a Process of its own (forget_parent): the parent's is
+// left as it was, its mutex perhaps held by a thread the child does not have.
 Process* g_process = nullptr;
 // The child of a process whose device was in-process: the port and its
-// engines are the parent's, and this process has none (fork_child).
+// engines are the parent's, and this process has none (forget_parent).
 bool g_in_process_child = false;
 
 // Set by the child's fork handler, which only marks: it must not allocate,
@@ -98,10 +99,10 @@ int refuse_in_child() {
   return ENODEV;
 }
 
-// In a forked child, at its first call: the parent's device, its contexts and every object on them are left
-// alone (leaked in the child: destroying them would stop the parent's
-// engines or, attached, ask uroced to destroy the parent's objects), and
-// ibverbs starts afresh: attached to uroced, the next ibv_get_device_list
+// In a forked child, at its first call: the parent's device, its contexts
+// and every object on them are left alone (kept in the child: destroying
+// them would stop the parent's engines or, attached, ask uroced to destroy
+// the parent's objects), and ibverbs starts afresh: attached to uroced, the next ibv_get_device_list
 // attaches this process on a connection of its own (lib/service/client.cc
 // has closed the inherited one); in-process, the port and its engines
 // stay the parent's and this process gets no device (refuse_in_child).
@@ -109,7 +110,7 @@ void forget_parent() {
   Process* old = g_process;
   g_process = new Process;
   g_process->parent = old;
-  if (old->device != nullptr && old->device->port != nullptr) g_in_process_child = true;
+  if (old->in_process) g_in_process_child = true;
   forget_watched_contexts_in_child();
 }
 
@@ -281,6 +282,7 @@ void start() {
   std::string message;
   switch (read_config(getenv_fn, config, message)) {
     case ConfigStatus::kOk:
+      process().in_process = true;
       break;
     case ConfigStatus::kUnset:
     case ConfigStatus::kInvalid:
