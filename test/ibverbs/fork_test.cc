@@ -278,7 +278,11 @@ TEST(Fork, ChildrenThroughUrocedAttachAfreshAndLeaveTheParentsObjects) {
         if (const int e = keep(c, k); e != 0) return e;
         // Two children at once, each with verbs traffic and an rdma_cm
         // connection of its own through the daemon.
-        const pid_t one = fork_running([] {
+        const pid_t one = fork_running([&k] {
+          // The parent's objects are not the child's to destroy: nothing
+          // reaches the daemon (still_kept below finds them).
+          CHECK(ibv_destroy_qp(k.qp) != 0);
+          CHECK(ibv_destroy_cq(k.cq) != 0);
           ibv_context* cc = open_uroce0();
           CHECK(cc != nullptr);
           if (const int e = traffic(cc, "first child"); e != 0) return e;
@@ -301,8 +305,6 @@ TEST(Fork, ChildrenThroughUrocedAttachAfreshAndLeaveTheParentsObjects) {
       },
       150s);
   EXPECT_EQ(rc, 0) << d.out();
-  // The daemon saw three clients, none refused.
-  EXPECT_EQ(d.out().find("EINVAL"), std::string::npos) << d.out();
 }
 
 TEST(Fork, InProcessChildGetsAClearErrorAtOnceAndTheParentKeepsWorking) {
