@@ -3,9 +3,11 @@
 // hands out a verbs_context laid out as the stock inline verbs expect
 // (research note verbs-abi.md §2).
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -50,11 +52,66 @@ struct Process {
   bool vdev_added = false;   // by uroce (so uroce removes it), while the device is up
   Config config;             // joined: what brings the device up again
   const cc::DcqcnParams* dcqcn = nullptr;
+  Process* parent = nullptr;  // in a forked child: the parent's, kept as it was
+  bool in_process = false;    // start() took the in-process path (EAL here or joined), whatever came of it
 };
 
+// In a forked child, a Process of its own (forget_parent): the parent's is
+// left as it was, its mutex perhaps held by a thread the child does not have.
+Process* g_process = nullptr;
+// The child of a process whose device was in-process: the port and its
+// engines are the parent's, and this process has none (forget_parent).
+bool g_in_process_child = false;
+
+// Set by the child's fork handler, which only marks: it must not allocate,
+// as memory.cc's handler may not have given the child its own copy of heap
+// pages shared with uroced yet (a malloc there would write the parent's
+// heap). The first call in the child starts afresh (forget_parent).
+bool g_forked = false;
+void fork_child() { g_forked = true; }
+void forget_parent();
+
 Process& process() {
-  static Process* p = new Process;
-  return *p;
+  static const bool installed = [] {
+    g_process = new Process;
+    pthread_atfork(nullptr, nullptr, fork_child);
+    return true;
+  }();
+  (void)installed;
+  if (g_forked) {
+    g_forked = false;
+    forget_parent();
+  }
+  return *g_process;
+}
+
+// ENODEV for everything a forked child asks of its parent's in-process
+// device, said once (a kernel device the process cannot use has no node
+// to open either).
+int refuse_in_child() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    std::fprintf(stderr,
+                 "uroce: a forked child cannot use its parent's in-process device (one process owns the port): run "
+                 "the program through uroced (uroce-run --service)\n");
+  }
+  errno = ENODEV;
+  return ENODEV;
+}
+
+// In a forked child, at its first call: the parent's device, its contexts
+// and every object on them are left alone (kept in the child: destroying
+// them would stop the parent's engines or, attached, ask uroced to destroy
+// the parent's objects), and ibverbs starts afresh: attached to uroced, the next ibv_get_device_list
+// attaches this process on a connection of its own (lib/service/client.cc
+// has closed the inherited one); in-process, the port and its engines
+// stay the parent's and this process gets no device (refuse_in_child).
+void forget_parent() {
+  Process* old = g_process;
+  g_process = new Process;
+  g_process->parent = old;
+  if (old->in_process) g_in_process_child = true;
+  forget_watched_contexts_in_child();
 }
 
 // Process::mutex held, marked on the thread from before it asks for the lock
@@ -225,6 +282,7 @@ void start() {
   std::string message;
   switch (read_config(getenv_fn, config, message)) {
     case ConfigStatus::kOk:
+      process().in_process = true;
       break;
     case ConfigStatus::kUnset:
     case ConfigStatus::kInvalid:
@@ -301,14 +359,27 @@ int first_open(Device& d) {
 
 Device* started_device() {
   Process& p = process();
+  if (g_in_process_child) {
+    refuse_in_child();
+    return nullptr;
+  }
   std::call_once(p.started, start);
   return p.device;
 }
 
 }  // namespace
 
+bool in_forked_child_of_in_process() {
+  process();
+  return g_in_process_child;
+}
+
 Device* device_of(ibv_device* dev) {
   Device* d = process().device;
+  if (g_in_process_child && dev != nullptr) {
+    refuse_in_child();
+    return nullptr;
+  }
   if (dev == nullptr || d == nullptr || dev != &d->ibv) {
     errno = ENODEV;
     return nullptr;

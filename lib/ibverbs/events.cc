@@ -40,11 +40,18 @@ struct Monitor {
   std::condition_variable wake;
   std::vector<Ctx*> contexts;
   bool running = false;
+  Monitor* parent = nullptr;  // in a forked child: the parent's, kept as it was
 };
 
+Monitor* g_monitor = nullptr;  // never freed: the thread may outlive static destructors
+
 Monitor& monitor() {
-  static Monitor* m = new Monitor;  // never freed: the thread may outlive static destructors
-  return *m;
+  static const bool made = [] {
+    if (g_monitor == nullptr) g_monitor = new Monitor;
+    return true;
+  }();
+  (void)made;
+  return *g_monitor;
 }
 
 // Called with x->mutex held. The event waits in the context's queue; the
@@ -152,6 +159,12 @@ void watch_events(Ctx* x) {
     m.running = true;
     std::thread(run).detach();
   }
+}
+
+void forget_watched_contexts_in_child() {
+  Monitor* old = &monitor();
+  g_monitor = new Monitor;
+  g_monitor->parent = old;  // the parent's stays as it was: its mutex may be held by its thread
 }
 
 void unwatch_events(Ctx* x) {

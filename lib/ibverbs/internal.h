@@ -65,6 +65,10 @@ static_assert(offsetof(Device, provider_ops) == 664, "verbs_device::ops sits rig
 // for one that is not ours.
 Device* device_of(ibv_device* dev);
 Device* device_of(ibv_context* ctx);
+// True in a forked child of a process whose device was in-process: it has
+// no device (its parent owns the port), and every call on the inherited
+// one fails with ENODEV after one line on stderr (device.cc).
+bool in_forked_child_of_in_process();
 
 // verbs_context.query_port: length-tolerant (the caller's struct size).
 int query_port_op(ibv_context* context, std::uint8_t port_num, ibv_port_attr* attr, std::size_t attr_len);
@@ -233,6 +237,9 @@ void fill_poll_ops(ibv_cq_ex& ex);
 // QPs and CQs and writes ibv_async_event records to their async_fd.
 void watch_events(Ctx* ctx);
 void unwatch_events(Ctx* ctx);
+// In a forked child (device.cc's fork handler): the watching thread is the
+// parent's, so the next watch_events starts one of the child's own.
+void forget_watched_contexts_in_child();
 // Drops the unread events of a QP or CQ being destroyed (x->mutex held), as
 // the kernel drops them.
 void forget_events(Ctx* x, const void* object);

@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <sys/ioctl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -118,11 +119,34 @@ struct State {
   std::thread thread;
   std::atomic<bool> stop{false};
   std::condition_variable acked;  // an event was acknowledged (rdma_destroy_id waits on it)
+  State* parent = nullptr;  // in a forked child: the parent's, kept as it was
 };
 
+// Never destroyed: the thread may outlive static destructors. A forked child
+// gets a State of its own (fork_child): the parent's CM thread is not in it,
+// its mutex may be held by that thread, and its IDs' connections are the
+// parent's; the child's first call opens the device and a CM afresh (through
+// uroced: a connection of its own; in-process: no device, ibverbs says why).
+State* g_state = nullptr;
+// Only marked in the fork handler, which must not allocate (see
+// lib/ibverbs/device.cc): the State is replaced at the child's first call.
+bool g_forked = false;
+void fork_child() { g_forked = true; }
+
 State& state() {
-  static State* s = new State();  // never destroyed: the thread may outlive static destructors
-  return *s;
+  static const bool made = [] {
+    g_state = new State();
+    pthread_atfork(nullptr, nullptr, fork_child);
+    return true;
+  }();
+  (void)made;
+  if (g_forked) {
+    g_forked = false;
+    State* parent = g_state;
+    g_state = new State();
+    g_state->parent = parent;
+  }
+  return *g_state;
 }
 
 // What a thread blocked in rdma_get_cm_event does when its channel is
@@ -455,8 +479,13 @@ int init(State& s) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr || n == 0) {
-    s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
-    std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    if (ibverbs::in_forked_child_of_in_process()) {
+      // ibverbs has said why, once.
+      s.error = "a forked child cannot use its parent's in-process device: run the program through uroced";
+    } else {
+      s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
+      std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+    }
     if (list != nullptr) ibv_free_device_list(list);
     return ENODEV;
   }
@@ -478,6 +507,11 @@ int init(State& s) {
     }
     cm->set_refresh(refresh_through_verbs, &s);
     s.manager = std::move(cm);
+    // The daemon's port space is every client's (a parent and its forked
+    // children among them): each process starts its own ports (those bound
+    // as 0) at a point of its own, 32 apart for neighbouring pids, so two
+    // processes' first listeners do not take the same service ID.
+    s.next_port = static_cast<std::uint16_t>(40000 + (getpid() % 512) * 32);
   } else {
     auto manager = cm::Manager::open(*x->ctx, s.error);
     if (!manager) {

@@ -1,6 +1,7 @@
 #include "service/client.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 #include <sstream>
 
@@ -168,6 +170,41 @@ int RemoteSrq::query(ibv_srq_attr& attr, std::string& why) {
 
 // --- Attaching --------------------------------------------------------------------------
 
+namespace {
+
+// Every live Client, for the fork handler: a forked child must not speak on
+// its parent's connection (uroced would take the child's calls for the
+// parent's: one client, objects mixed, handles raced). The child's side
+// closes the inherited socket and leaves the rest alone.
+struct Clients {
+  std::mutex mutex;
+  std::set<Client*> live;
+};
+Clients& clients() {
+  static Clients* c = new Clients;  // never freed: Clients may outlive static destructors
+  return *c;
+}
+void clients_prepare() { clients().mutex.lock(); }
+void clients_parent() { clients().mutex.unlock(); }
+// Allocates and frees nothing: memory.cc's handler may not have given the
+// child its own copy of heap pages shared with uroced yet.
+void clients_child() {
+  for (Client* c : clients().live) c->forget_after_fork();
+  clients().mutex.unlock();
+}
+
+}  // namespace
+
+void Client::forget_after_fork() {
+  forked_.store(true);
+  // The parent's thread, socket and epoll set: the child has only copies of
+  // the descriptors; closing them leaves the parent's connection as it is.
+  if (sock_ >= 0) close(sock_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+  sock_ = epoll_fd_ = stop_fd_ = -1;
+}
+
 std::unique_ptr<Client> Client::connect(const std::string& path, std::string& error) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -176,7 +213,13 @@ std::unique_ptr<Client> Client::connect(const std::string& path, std::string& er
     return nullptr;
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  static const int handlers = pthread_atfork(clients_prepare, clients_parent, clients_child);
+  (void)handlers;
   std::unique_ptr<Client> c(new Client);
+  {
+    std::lock_guard<std::mutex> lock(clients().mutex);
+    clients().live.insert(c.get());
+  }
   c->sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (c->sock_ < 0) {
     error = std::string("socket: ") + std::strerror(errno);
@@ -219,6 +262,18 @@ std::unique_ptr<Client> Client::connect(const std::string& path, std::string& er
 }
 
 Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(clients().mutex);
+    clients().live.erase(this);
+  }
+  if (forked_.load()) {
+    // A parent's, in a forked child: its thread is not in this process
+    // (std::thread would end the program for a joinable one; it is left),
+    // its descriptors are closed, and the daemon's objects stay the parent's.
+    static auto* left = new std::vector<std::thread>;  // kept, never joined
+    left->push_back(std::move(events_));
+    return;
+  }
   if (events_.joinable()) {
     const std::uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof one);
@@ -234,6 +289,10 @@ Client::~Client() {
 
 int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std::vector<int>* got,
                  std::string& message) {
+  if (forked_.load(std::memory_order_relaxed)) {
+    message = "this process was forked from the one that attached to uroced: its objects are the parent's";
+    return ENODEV;
+  }
   std::lock_guard<std::mutex> lock(call_mutex_);
   if (const int e = send_message(sock_, &req, sizeof req, fds, nfds); e != 0) {
     message = std::string("uroced's socket: ") + std::strerror(e) + " (has the daemon stopped?)";

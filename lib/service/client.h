@@ -7,6 +7,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -109,6 +110,13 @@ class Client {
 
   const HelloReply& hello() const { return hello_; }
 
+  // In a forked child (pthread_atfork): the connection is the parent's, so
+  // its descriptors are closed here and every call answers ENODEV without
+  // a word to the daemon (the parent's objects are not the child's to
+  // destroy). The child attaches anew with connect().
+  void forget_after_fork();
+  bool forked() const { return forked_.load(); }
+
   // One control call: 0 or the daemon's errno, its reason in `message`.
   // Descriptors sent with the request are not closed; those of the reply are
   // returned in `fds` (up to kMaxFds).
@@ -141,6 +149,7 @@ class Client {
   void watch_events();  // the event thread
 
   int sock_ = -1;
+  std::atomic<bool> forked_{false};
   HelloReply hello_{};
   std::mutex call_mutex_;  // one call at a time on the socket
 
