@@ -909,7 +909,7 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   const std::uint32_t psn = i.new_psn();
   if (i.to_init(p.qp) != 0 ||
       i.to_rtr(p.qp, req.primary.local_gid, sgid_index, req.path_mtu, req.local_qpn, psn, responder) != 0 ||
-      i.to_rts(p.qp, req.starting_psn, 14, req.retry_count, p.rnr_retry_count, initiator) != 0) {
+      i.to_rts(p.qp, req.starting_psn, p.timeout, req.retry_count, p.rnr_retry_count, initiator) != 0) {
     return EINVAL;
   }
   c->qp = p.qp;

@@ -120,6 +120,7 @@ struct AcceptParams {
   std::uint8_t responder_resources = 16;
   std::uint8_t initiator_depth = 16;
   std::uint8_t rnr_retry_count = 7;
+  std::uint8_t timeout = 14;  // the QP's local ACK timeout (4.096 us * 2^timeout)
   std::vector<std::uint8_t> private_data;  // up to 196 bytes
 };
 

@@ -103,6 +103,7 @@ int ServiceCm::accept(std::uint32_t comm_id, const cm::AcceptParams& p) {
   r.responder_resources = p.responder_resources;
   r.initiator_depth = p.initiator_depth;
   r.rnr_retry_count = p.rnr_retry_count;
+  r.timeout = p.timeout;
   r.private_data_len = static_cast<std::uint8_t>(p.private_data.size());
   std::copy(p.private_data.begin(), p.private_data.end(), r.private_data);
   service::Reply reply;

@@ -36,6 +36,7 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -77,6 +78,9 @@ struct Id {
   bool has_ep_qp_attr = false;
   ibv_qp_init_attr ep_qp_attr{};
   std::vector<std::uint8_t> connect_data;  // rdma_addrinfo's ai_connect, before the caller's
+  // RDMA_OPTION_ID_ACK_TIMEOUT (rdma_set_option): the QP's local ACK
+  // timeout at connect or accept; the manager's default (14) when unset.
+  std::optional<std::uint8_t> ack_timeout;
   // Events rdma_get_cm_event reported for this ID (a CONNECT_REQUEST counts
   // for its listener), and how many of them rdma_ack_cm_event has taken
   // back: rdma_destroy_id waits until they are equal, as rdma-core's does.
@@ -1009,6 +1013,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.retry_count = std::min<std::uint8_t>(conn_param->retry_count, 7);
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
+  if (i->ack_timeout) p.timeout = *i->ack_timeout;
   ibv_port_attr pa{};
   if (ibv_query_port(id->verbs, 1, &pa) == 0) p.mtu = pa.active_mtu;
   if (uroce::rdmacm::debug()) {
@@ -1045,6 +1050,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     }
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
+  if (i->ack_timeout) p.timeout = *i->ack_timeout;
   if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
   const bool sync = i->sync;
   lock.unlock();
@@ -1172,8 +1178,26 @@ const char* rdma_event_str(rdma_cm_event_type event) {
 }
 
 // Options are taken and ignored: one traffic class, no timeouts to tune.
-int rdma_set_option(rdma_cm_id* id, int /*level*/, int /*optname*/, void* /*optval*/, size_t /*optlen*/) {
-  return id == nullptr ? fail(EINVAL) : 0;
+// RDMA_OPTION_ID_ACK_TIMEOUT sets the local ACK timeout the ID's QP gets
+// when it connects or accepts (Linux's rdma_set_ack_timeout: one byte; a
+// QP's timeout field has 5 bits, so above 31 is refused). Other options
+// (TOS, REUSEADDR, AFONLY, IB paths) are taken and change nothing: uroce
+// has one traffic class per port and no port reuse rules of the kernel's.
+int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+    if (optval == nullptr || optlen != sizeof(std::uint8_t)) return fail(EINVAL);
+    const std::uint8_t t = *static_cast<const std::uint8_t*>(optval);
+    if (t > 31) {
+      std::fprintf(stderr, "uroce librdmacm: RDMA_OPTION_ID_ACK_TIMEOUT %u: a QP's timeout is 0..31\n", t);
+      return fail(EINVAL);
+    }
+    id_of(id)->ack_timeout = t;
+  }
+  return 0;
 }
 
 __be16 rdma_get_src_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>(&id->route.addr.src_addr)->sin_port; }

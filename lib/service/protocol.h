@@ -147,7 +147,7 @@ struct CmConnect {
 struct CmAccept {
   std::uint32_t comm_id = 0;
   std::uint32_t qpn = 0;
-  std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7;
+  std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[196] = {};
 };

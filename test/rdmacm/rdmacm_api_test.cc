@@ -187,6 +187,66 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   rdma_destroy_event_channel(client_ch);
 }
 
+// RDMA_OPTION_ID_ACK_TIMEOUT (rdma-core's test_rdmacm_async_traffic sets
+// 21): each side's QP gets the timeout its ID was given, on connect and on
+// accept; a value a QP cannot hold (over 31) or of the wrong size is refused.
+TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
+  configure();
+  Deadline deadline(30);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in at = address(next_port());
+  ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  rdma_cm_id* client = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  std::uint8_t too_big = 32;
+  EXPECT_NE(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &too_big, 1), 0);
+  EXPECT_EQ(errno, EINVAL);
+  int wrong_size = 21;
+  EXPECT_NE(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wrong_size, sizeof wrong_size), 0);
+  std::uint8_t client_timeout = 21;
+  ASSERT_EQ(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &client_timeout, 1), 0);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
+  rdma_conn_param param{};
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  ASSERT_EQ(rdma_connect(client, &param), 0);
+  const Got request = next_event(ch);
+  ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
+  std::uint8_t server_timeout = 18;
+  ASSERT_EQ(rdma_set_option(request.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &server_timeout, 1), 0);
+  ASSERT_EQ(rdma_accept(request.id, &param), 0);
+  // Both ESTABLISHED events come to the one channel, in either order.
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
+  EXPECT_EQ(q.timeout, 21);
+  ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
+  EXPECT_EQ(q.timeout, 18);
+  ASSERT_EQ(rdma_disconnect(client), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  rdma_destroy_qp(client);
+  rdma_destroy_qp(request.id);
+  EXPECT_EQ(rdma_destroy_id(client), 0);
+  EXPECT_EQ(rdma_destroy_id(request.id), 0);
+  EXPECT_EQ(rdma_destroy_id(listener), 0);
+  rdma_destroy_event_channel(ch);
+}
+
 // Item 6.
 TEST(RdmaCmApi, BoundIdsShareTheDefaultPdAndCreateQpMakesTheCqsItIsNotGiven) {
   configure();

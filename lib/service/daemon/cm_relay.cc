@@ -156,6 +156,7 @@ int CmRelay::accept(std::uint32_t client, QueuePair* qp, const service::CmAccept
   p.responder_resources = r.responder_resources;
   p.initiator_depth = r.initiator_depth;
   p.rnr_retry_count = r.rnr_retry_count;
+  p.timeout = r.timeout;
   p.private_data = bytes(r.private_data, r.private_data_len);
   if (const int e = manager_->accept(r.comm_id, p); e != 0) {
     why = e == ENOENT ? "connection " + std::to_string(r.comm_id) + " is not a request waiting for an answer"
@@ -361,8 +362,8 @@ void Server::op_cm_connect(Client& c, const service::Request& req, const int*, i
 void Server::op_cm_accept(Client& c, const service::Request& req, const int*, int, service::Reply& reply,
                           std::vector<int>&) {
   const service::CmAccept& r = req.cm_accept;
-  if (r.private_data_len > sizeof r.private_data || r.rnr_retry_count > 7) {
-    fail(reply, EINVAL, "cm_accept: private data over 196 bytes, or an RNR retry count over 7");
+  if (r.private_data_len > sizeof r.private_data || r.rnr_retry_count > 7 || r.timeout > 31) {
+    fail(reply, EINVAL, "cm_accept: private data over 196 bytes, an RNR retry count over 7 or a timeout over 31");
     return;
   }
   QueuePair* qp = process_qp(c, r.qpn);
