@@ -31,7 +31,7 @@
 #   library; the ASan runtime then refuses to start ("ASan runtime does not
 #   come first"). The rest of test_ibverbs runs. The same for service's
 #   Stock* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw), service_rdmacm's (rping, perftest -R),
-#   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong),
+#   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong), service_ucx's (ucx_perftest),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
 #   rdma_xserver/rdma_xclient, rping) and of fabric_stock (libfabric's
 #   fi_info and fi_pingpong, rdmacm-utils, cmtime);
@@ -51,6 +51,7 @@ declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibver
                    [service]='-Service.Stock*:Service.AClientKilled*'
                    [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*'
                    [service_transports]='-*/Transports.StockPingpongs/*'
+                   [service_ucx]='-*/Ucx.Stock*/*'
                    [rdmacm_stock]='-RdmacmUtils*'
                    [fabric_stock]='-Fabric.*:Fabric/*')
 
