@@ -526,6 +526,9 @@ int init(State& s) {
     s.manager = std::move(manager);
   }
   s.thread = std::thread([&s] { run(s); });
+  // Named, so that a test (or an operator with top -H) sees the CM is up:
+  // the program's listen comes a moment later (test/support/uroce_ready.h).
+  pthread_setname_np(s.thread.native_handle(), "uroce-cm");
   s.thread.detach();
   return 0;
 }

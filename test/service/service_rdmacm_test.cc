@@ -21,6 +21,7 @@
 #include "service/client.h"
 #include "service/protocol.h"
 #include "support/free_port.h"
+#include "support/uroce_ready.h"
 #include "support/uroced.h"
 
 namespace {
@@ -84,12 +85,22 @@ std::size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// Waits until the server `s` (started with `mark` in its environment) runs
+// librdmacm's thread: its CM is open, and it listens a moment later (a REQ
+// before that is sent again). Not a fixed delay, which a loaded machine
+// can outlast.
+void wait_cm(const std::string& mark, const Process& s) {
+  const bool up = uroce::test::wait_uroce_thread(mark, "uroce-cm", [&] { return kill(s.pid, 0) != 0; });
+  EXPECT_TRUE(up) << "the server's rdma_cm never started:\n" << s.out();
+}
+
 // rping's server on `server`, its client on `client`, `n` pings verified
 // (-V: the client checks each echo) and printed (-v).
 void rping_pair(const Daemon& server, const Daemon& client, const std::string& log, int n = 10) {
   const std::string args = " -a 10.0.0.1 -p " + port() + " -C " + std::to_string(n) + " -v -V";
-  Process s = spawn(run_on(server) + "timeout 60 rping -s" + args, log + "-s.log");
-  std::this_thread::sleep_for(1s);
+  const std::string mark = uroce::test::mark_env("svc-rdmacm");
+  Process s = spawn("env " + mark + " " + run_on(server) + "timeout 60 rping -s" + args, log + "-s.log");
+  wait_cm(mark, s);
   Process c = spawn(run_on(client) + "timeout 60 rping -c" + args, log + "-c.log");
   const int rc = c.wait(), rs = s.wait();
   EXPECT_EQ(rc, 0) << c.out();
@@ -142,8 +153,9 @@ TEST_F(ServiceRdmaCm, StockPerftestWithRdmaCm) {
   const Case cases[] = {{a_, b_, "ib_send_bw -d uroce0 -R -s 4096 -n 500 -p " + port()},
                         {a_, a_, "ib_write_bw -d uroce0 -R -s 4096 -n 500 -p " + port()}};
   for (const Case& k : cases) {
-    Process s = spawn(run_on(*k.server) + "timeout 60 " + k.args, dir_ + "/perf-s.log");
-    std::this_thread::sleep_for(1s);
+    const std::string mark = uroce::test::mark_env("svc-rdmacm");
+    Process s = spawn("env " + mark + " " + run_on(*k.server) + "timeout 60 " + k.args, dir_ + "/perf-s.log");
+    wait_cm(mark, s);
     Process c = spawn(run_on(*k.client) + "timeout 60 " + k.args + " 10.0.0.1", dir_ + "/perf-c.log");
     const int rc = c.wait(), rs = s.wait();
     EXPECT_EQ(rc, 0) << k.args << "\n" << c.out();
@@ -291,8 +303,9 @@ TEST_F(ServiceRdmaCm, AListenerThatGoesRefusesItsWaitingRequests) {
 // the DREQ), and the daemon serves the next pair as before.
 TEST_F(ServiceRdmaCm, AClientKilledMidConnectionLeavesTheDaemonServing) {
   const std::string args = " -a 10.0.0.1 -p " + port() + " -v";
-  Process s = spawn(run_on(*a_) + "timeout 60 rping -s -C 100000" + args, dir_ + "/victim-s.log");
-  std::this_thread::sleep_for(1s);
+  const std::string mark = uroce::test::mark_env("svc-rdmacm");
+  Process s = spawn("env " + mark + " " + run_on(*a_) + "timeout 60 rping -s -C 100000" + args, dir_ + "/victim-s.log");
+  wait_cm(mark, s);
   // The client pings on until it is killed (SIGKILL: nothing of its own runs).
   Process c = spawn(run_on(*b_) + "timeout -s KILL 4 rping -c -C 100000" + args, dir_ + "/victim-c.log");
   c.wait();

@@ -163,10 +163,11 @@ TEST_F(Service, TwoProgramsOnOneDaemonTalkThroughItsLoopback) {
 // the device reaches itself through its loopback, as an RNIC would.
 TEST_F(Service, StockPingpongWithBothEndsOnOneDaemon) {
   for (const char* gid : {"1", "0"}) {
-    const std::string args = "ibv_rc_pingpong -d uroce0 -g " + std::string(gid) + " -p " + port() + " -n 300";
+    const std::string tcp = port();
+    const std::string args = "ibv_rc_pingpong -d uroce0 -g " + std::string(gid) + " -p " + tcp + " -n 300";
     Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args,
                       dir_ + "/self-s.log");
-    std::this_thread::sleep_for(1s);
+    uroce::test::wait_tcp_listening(std::stoi(tcp));
     Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args +
                           " 127.0.0.1",
                       dir_ + "/self-c.log");
@@ -179,17 +180,19 @@ TEST_F(Service, StockPingpongWithBothEndsOnOneDaemon) {
 
 TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   struct Case {
+    std::string tcp;
     std::string args;
     std::string marker;
   };
-  const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -p " + port() + " -n 500", "iters in"},
-                        {"ibv_rc_pingpong -d uroce0 -g 1 -p " + port() + " -n 200 -e -s 65536", "iters in"},
-                        {"ib_write_bw -d uroce0 -x 1 -p " + port() + " -s 65536 -n 2000 --report_gbits", "65536"}};
+  const std::string p1 = port(), p2 = port(), p3 = port();
+  const Case cases[] = {{p1, "ibv_rc_pingpong -d uroce0 -g 1 -p " + p1 + " -n 500", "iters in"},
+                        {p2, "ibv_rc_pingpong -d uroce0 -g 1 -p " + p2 + " -n 200 -e -s 65536", "iters in"},
+                        {p3, "ib_write_bw -d uroce0 -x 1 -p " + p3 + " -s 65536 -n 2000 --report_gbits", "65536"}};
   for (const Case& k : cases) {
     const std::string tag = k.args.substr(0, k.args.find(' '));
     Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + k.args,
                       dir_ + "/stock-s.log");
-    std::this_thread::sleep_for(1s);
+    uroce::test::wait_tcp_listening(std::stoi(k.tcp));
     Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket + " timeout 60 " + k.args +
                           " 127.0.0.1",
                       dir_ + "/stock-c.log");
@@ -207,7 +210,7 @@ TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
   Process vs = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket +
                          " ib_write_bw -d uroce0 -x 1 -p " + victim_port + " -s 65536 -D 6",
                      dir_ + "/victim-s.log");
-  std::this_thread::sleep_for(1s);
+  uroce::test::wait_tcp_listening(std::stoi(victim_port));
   Process vc = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket +
                          " ib_write_bw -d uroce0 -x 1 -p " + victim_port + " -s 65536 -D 6 127.0.0.1",
                      dir_ + "/victim-c.log");

@@ -361,11 +361,11 @@ TEST_P(Transports, StockPingpongs) {
                         {"ibv_ud_pingpong -d uroce0 -g 0 -s 1024", 300},
                         {"ibv_uc_pingpong -d uroce0 -g 1 -s 4096", 500}};
   for (const Case& k : cases) {
-    const std::string args = k.args + " -n " + std::to_string(k.iters) +
-                             " -p " + std::to_string(uroce::test::free_tcp_port());
+    const int tcp = uroce::test::free_tcp_port();
+    const std::string args = k.args + " -n " + std::to_string(k.iters) + " -p " + std::to_string(tcp);
     Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args,
                       dir_ + "/pp-s.log");
-    std::this_thread::sleep_for(1s);
+    uroce::test::wait_tcp_listening(tcp);
     Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + other().socket + " timeout 60 " + args +
                           " 127.0.0.1",
                       dir_ + "/pp-c.log");

@@ -2,9 +2,10 @@
 // programs show nothing outside the process when they are ready (rping's
 // server listens through rdma_cm, which no socket table lists). Give the
 // server's command a mark in its environment (mark_env), then wait until a
-// process carrying that mark runs uroce's worker threads (named
-// "uroce-worker" when the device opens; the program listens a moment
-// later, and a REQ that comes before is sent again, docs/rdma_cm.md).
+// process carrying that mark runs one of uroce's threads: "uroce-worker"
+// (in-process, when the device opens) or "uroce-cm" (librdmacm's, started
+// by the first rdma_cm call, also through uroced). The program listens a
+// moment later, and a REQ that comes before is sent again (docs/rdma_cm.md).
 #pragma once
 
 #include <dirent.h>
@@ -31,8 +32,8 @@ inline std::string read_all(const std::string& path) {
 }
 
 // Whether a process whose environment holds `mark` (as mark_env gave it)
-// has a thread named uroce-worker.
-inline bool uroce_workers_running(const std::string& mark) {
+// has a thread named `thread`.
+inline bool uroce_thread_running(const std::string& mark, const std::string& thread = "uroce-worker") {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return false;
   bool found = false;
@@ -43,7 +44,7 @@ inline bool uroce_workers_running(const std::string& mark) {
     if (read_all(pid + "/environ").find(needle) == std::string::npos) continue;
     if (DIR* tasks = opendir((pid + "/task").c_str())) {
       while (dirent* t = readdir(tasks)) {
-        if (t->d_name[0] != '.' && read_all(pid + "/task/" + t->d_name + "/comm") == "uroce-worker\n") found = true;
+        if (t->d_name[0] != '.' && read_all(pid + "/task/" + t->d_name + "/comm") == thread + "\n") found = true;
       }
       closedir(tasks);
     }
@@ -56,13 +57,19 @@ inline bool uroce_workers_running(const std::string& mark) {
 // Waits up to `limit` for that; false if it never came (or `gone()` says
 // the server has ended).
 template <typename Gone>
-bool wait_uroce_workers(const std::string& mark, Gone gone, std::chrono::seconds limit = std::chrono::seconds(60)) {
+bool wait_uroce_thread(const std::string& mark, const std::string& thread, Gone gone,
+                       std::chrono::seconds limit = std::chrono::seconds(60)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!uroce_workers_running(mark)) {
+  while (!uroce_thread_running(mark, thread)) {
     if (gone() || std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+template <typename Gone>
+bool wait_uroce_workers(const std::string& mark, Gone gone, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  return wait_uroce_thread(mark, "uroce-worker", gone, limit);
 }
 
 }  // namespace uroce::test
