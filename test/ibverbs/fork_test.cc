@@ -294,8 +294,12 @@ TEST(Fork, ChildrenThroughUrocedAttachAfreshAndLeaveTheParentsObjects) {
           if (const int e = traffic(cc, "second child"); e != 0) return e;
           return rdma_cm_connection(cc);
         });
-        CHECK(uroce::test::wait_exit(one, 60s) == 0);
-        CHECK(uroce::test::wait_exit(two, 60s) == 0);
+        // Both waited for (or killed) before either is judged: a child left
+        // running would outlive the test, blocked on the daemon.
+        const int first = uroce::test::wait_exit(one, 60s);
+        const int second = uroce::test::wait_exit(two, 60s);
+        CHECK(first == 0);
+        CHECK(second == 0);
         // The parent's objects are as they were, and it still works.
         if (const int e = still_kept(k); e != 0) return e;
         if (const int e = traffic(c, "parent"); e != 0) return e;

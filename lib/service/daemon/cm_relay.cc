@@ -262,7 +262,9 @@ void CmRelay::route(const cm::Event& e) {
     out.qpn = e.rep.local_qpn;
   }
   out.private_data_len = static_cast<std::uint16_t>(std::min(e.private_data.size(), sizeof out.private_data));
-  std::memcpy(out.private_data, e.private_data.data(), out.private_data_len);
+  // copy_n, not memcpy: an event with no private data has an empty vector,
+  // whose data() may be null (UBSan: memcpy's source must not be).
+  std::copy_n(e.private_data.begin(), out.private_data_len, out.private_data);
   c->second.events.push_back(out);
   signal_fd(c->second.event_fd);
 }
