@@ -49,7 +49,7 @@ declare -A options=([neighbor_flood]=quarantine_size_mb=0)
 # Tests with a GoogleTest filter here (see above).
 declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibverbs.UroceRun*'
                    [service]='-Service.Stock*:Service.AClientKilled*'
-                   [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*'
+                   [service_rdmacm]='-ServiceRdmaCm.Stock*:ServiceRdmaCm.AClientKilled*:ServiceRdmaCm.AListenerThatGoes*'
                    [service_transports]='-*/Transports.StockPingpongs/*'
                    [service_ucx]='-*/Ucx.Stock*/*'
                    [rdmacm_stock]='-RdmacmUtils*'
