@@ -281,9 +281,18 @@ sockaddr_in ipv4(const std::array<std::uint8_t, 4>& ip, std::uint16_t port) {
 // QP transitions through libibverbs (the manager's hook).
 int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) {
   auto* s = static_cast<State*>(arg);
-  auto it = s->qps.find(qp);
-  if (it == s->qps.end()) return ENOENT;  // destroyed (rdma_destroy_qp) before its connection ended
-  return ibv_modify_qp(it->second, &attr, mask);
+  if (s->qps.count(qp) == 0) return ENOENT;  // destroyed (rdma_destroy_qp) before its connection ended
+  // Found among the device's live QPs, as refresh_through_verbs below does:
+  // a program may destroy the QP with ibv_destroy_qp (perftest does), and
+  // then `qps` still names it. The device's mutex keeps it alive through the
+  // modify, which takes that mutex only for a move to RESET, and the CM
+  // never moves a QP to RESET.
+  ibverbs::Ctx* x = ibverbs::ctx_of(s->verbs);
+  std::lock_guard<std::mutex> lock(x->mutex);
+  for (ibverbs::Qp* q : x->qps) {
+    if (q->qp == qp) return ibv_modify_qp(&q->ex.qp_base, &attr, mask);
+  }
+  return ENOENT;  // destroyed with ibv_destroy_qp
 }
 
 // The library's view of a QP that uroced's CM moved (ServiceCm's hook):

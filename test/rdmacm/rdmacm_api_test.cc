@@ -247,6 +247,58 @@ TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   rdma_destroy_event_channel(ch);
 }
 
+// A program that destroys its connected QP with ibv_destroy_qp (perftest
+// does, before rdma_destroy_id) and then hears the peer disconnect: the CM
+// moves the QP to ERR only if it still exists, and otherwise leaves it (it
+// used to modify the freed QP; AddressSanitizer's run shows a use after free).
+TEST(RdmaCmApi, AQpDestroyedWithIbvDestroyQpIsLeftAloneByALaterDisconnect) {
+  configure();
+  Deadline deadline(30);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in at = address(next_port());
+  ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  rdma_cm_id* client = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
+  rdma_conn_param param{};
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  ASSERT_EQ(rdma_connect(client, &param), 0);
+  const Got request = next_event(ch);
+  ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
+  ASSERT_EQ(rdma_accept(request.id, &param), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  // The client's QP goes the verbs way, its ID stays; then the server ends
+  // the connection, and the client's DISCONNECTED still comes.
+  ASSERT_EQ(ibv_destroy_qp(client->qp), 0);
+  client->qp = nullptr;
+  ASSERT_EQ(rdma_disconnect(request.id), 0);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_ERR) << "the server's own QP is still moved to ERR";
+  rdma_destroy_qp(request.id);
+  EXPECT_EQ(rdma_destroy_id(client), 0);
+  EXPECT_EQ(rdma_destroy_id(request.id), 0);
+  EXPECT_EQ(rdma_destroy_id(listener), 0);
+  rdma_destroy_event_channel(ch);
+}
+
 // Item 6.
 TEST(RdmaCmApi, BoundIdsShareTheDefaultPdAndCreateQpMakesTheCqsItIsNotGiven) {
   configure();
