@@ -196,13 +196,12 @@ void clients_child() {
 }  // namespace
 
 void Client::forget_after_fork() {
-  forked_.store(true);
   // The parent's thread, socket and epoll set: the child has only copies of
   // the descriptors; closing them leaves the parent's connection as it is.
+  // Nothing of this object is written (see forked()).
   if (sock_ >= 0) close(sock_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
-  sock_ = epoll_fd_ = stop_fd_ = -1;
 }
 
 std::unique_ptr<Client> Client::connect(const std::string& path, std::string& error) {
@@ -266,7 +265,7 @@ Client::~Client() {
     std::lock_guard<std::mutex> lock(clients().mutex);
     clients().live.erase(this);
   }
-  if (forked_.load()) {
+  if (forked()) {
     // A parent's, in a forked child: its thread is not in this process
     // (std::thread would end the program for a joinable one; it is left),
     // its descriptors are closed, and the daemon's objects stay the parent's.
@@ -289,7 +288,7 @@ Client::~Client() {
 
 int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std::vector<int>* got,
                  std::string& message) {
-  if (forked_.load(std::memory_order_relaxed)) {
+  if (forked()) {
     message = "this process was forked from the one that attached to uroced: its objects are the parent's";
     return ENODEV;
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
@@ -115,7 +116,11 @@ class Client {
   // a word to the daemon (the parent's objects are not the child's to
   // destroy). The child attaches anew with connect().
   void forget_after_fork();
-  bool forked() const { return forked_.load(); }
+  // Known by the pid, not by a flag the child writes: this object may sit
+  // in heap pages the process shares with uroced (memory.cc), which a
+  // forked child shares too until memory.cc's handler copies them, so a
+  // write here in the child could reach the parent's copy.
+  bool forked() const { return getpid() != owner_; }
 
   // One control call: 0 or the daemon's errno, its reason in `message`.
   // Descriptors sent with the request are not closed; those of the reply are
@@ -149,7 +154,7 @@ class Client {
   void watch_events();  // the event thread
 
   int sock_ = -1;
-  std::atomic<bool> forked_{false};
+  const pid_t owner_ = getpid();  // the process that attached
   HelloReply hello_{};
   std::mutex call_mutex_;  // one call at a time on the socket
 
