@@ -11,13 +11,18 @@
 # https://github.com/intel/mpi-benchmarks with `make IMB-MPI1 CC=mpicc CXX=mpicxx`
 # (see docs/mpi.md). Needs root and openmpi-bin (installed when missing).
 #
-# Usage: tools/mpi-imb.sh [IMB-MPI1] [RUNS]   (or IMB=..., RUNS=...)
+# Usage: tools/mpi-imb.sh [--service] [IMB-MPI1] [RUNS]   (or IMB=..., RUNS=...)
+#   --service  each namespace runs a uroced on its end of the veth, and each
+#              rank runs through its namespace's daemon (uroce-run --service)
+#              instead of owning the port (docs/service.md)
 #   IMB_ARGS   extra IMB-MPI1 arguments (default "-msglog 16:22 -iter 20 -time 10": 64 KiB to 4 MiB)
 #   UROCE_COUNTERS=1  print both ranks' QP and port counters (DPDK telemetry) after each run
 #   KEEP=DIR   keep each run's output in DIR
 #   UROCE_LIB=DIR  uroce's libibverbs.so.1 from DIR (uroce-run --lib), e.g. another build's
 set -uo pipefail
 cd "$(dirname "$0")/.."
+service=
+[[ ${1:-} == --service ]] && { service=1; shift; }
 imb=${1:-${IMB:-}}
 runs=${2:-${RUNS:-5}}
 imb_args=${IMB_ARGS:--msglog 16:22 -iter 20 -time 10}
@@ -33,13 +38,17 @@ if ! command -v mpirun >/dev/null; then
 fi
 build=${UROCE_BUILD_DIR:-build}
 run=$PWD/$build/apps/run/uroce-run
-[[ -x $run ]] || { echo "mpi-imb: $run missing: build uroce first" >&2; exit 1; }
+uroced=$PWD/$build/apps/uroced/uroced
+[[ -x $run && -x $uroced ]] || { echo "mpi-imb: $run or $uroced missing: build uroce first (tools/setup.sh)" >&2; exit 1; }
 node=/dev/infiniband/uuroce0
 made_node=
 nsa=uroce-mpia-$$
 nsb=uroce-mpib-$$
 tmp=$(mktemp -d /tmp/uroce-mpi.XXXXXX)
+daemons=()
 cleanup() {
+  for d in "${daemons[@]}"; do kill "$d" 2>/dev/null; done
+  for d in "${daemons[@]}"; do wait "$d" 2>/dev/null; done
   ip netns del "$nsa" 2>/dev/null
   ip netns del "$nsb" 2>/dev/null
   if [[ -n $made_node ]]; then
@@ -106,14 +115,35 @@ EOF
 
 lib=()
 [[ -n ${UROCE_LIB:-} ]] && lib=(--lib "$UROCE_LIB")
+# What runs a rank in namespace A or B: uroce-run owning that side's port, or
+# uroce-run attaching to that side's daemon.
+rank_a=("$run" $(eal "$nsa" mpiv0 0) -- --ip 10.96.0.11/24)
+rank_b=("$run" $(eal "$nsb" mpiv1 1) -- --ip 10.96.0.12/24)
+if [[ -n $service ]]; then
+  for side in a:mpiv0:0:11 b:mpiv1:1:12; do
+    IFS=: read -r n ifc cpu host <<<"$side"
+    ns=$nsa; [[ $n == b ]] && ns=$nsb
+    # shellcheck disable=SC2046
+    ip netns exec "$ns" "$uroced" --eal "$(eal "$ns" "$ifc" "$cpu")" --ip "10.96.0.$host/24" \
+      --socket "$tmp/$n.sock" >"$tmp/uroced-$n.log" 2>&1 &
+    daemons+=($!)
+  done
+  for n in a b; do
+    for _ in $(seq 600); do grep -q 'uroced: ready' "$tmp/uroced-$n.log" && break; sleep 0.1; done
+    grep -q 'uroced: ready' "$tmp/uroced-$n.log" ||
+      { echo "mpi-imb: uroced in namespace $n did not start:" >&2; cat "$tmp/uroced-$n.log" >&2; exit 1; }
+  done
+  rank_a=("$run" --service --socket "$tmp/a.sock")
+  rank_b=("$run" --service --socket "$tmp/b.sock")
+fi
 cliffs=0
 failed=0
 for ((i = 1; i <= runs; ++i)); do
   out=$tmp/run$i
-  # shellcheck disable=SC2046
+  # shellcheck disable=SC2086
   ip netns exec "$nsa" timeout 900 mpirun "${mpi[@]}" \
-    -np 1 -host "$nsa" "$run" $(eal "$nsa" mpiv0 0) -- --ip 10.96.0.11/24 "${lib[@]}" "$imb" PingPong Allreduce $imb_args : \
-    -np 1 -host "$nsb" "$run" $(eal "$nsb" mpiv1 1) -- --ip 10.96.0.12/24 "${lib[@]}" "$imb" PingPong Allreduce $imb_args \
+    -np 1 -host "$nsa" "${rank_a[@]}" "${lib[@]}" "$imb" PingPong Allreduce $imb_args : \
+    -np 1 -host "$nsb" "${rank_b[@]}" "${lib[@]}" "$imb" PingPong Allreduce $imb_args \
     >"$out" 2>&1 &
   pid=$!
   if [[ ${UROCE_COUNTERS:-} == 1 ]]; then
