@@ -27,6 +27,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using uroce::test::Uroced;
 using uroce::service::Client;
 using uroce::service::Op;
 using uroce::service::Reply;
@@ -34,48 +35,33 @@ using uroce::service::Request;
 using uroce::test::Process;
 using uroce::test::spawn;
 
-const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
-
-struct Daemon : uroce::test::Uroced {
-  Daemon(const std::string& dir, const std::string& name, bool server, int cpu)
-      : Uroced({.eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
-                       (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192",
-                .prefix = "uroce-svccm-" + name + "-" + std::to_string(getpid()),
-                .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
-                .socket = dir + "/" + name + ".sock",
-                .log = dir + "/" + name + ".log"}) {}
-};
 
 class ServiceRdmaCm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/uroce-svccm-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);
-    b_ = new Daemon(dir_, "b", false, 1);
-    for (Daemon* d : {a_, b_}) {
-      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
-    }
+    pair_ = new uroce::test::MemifUrocedPair("svccm");
+    dir_ = pair_->dir.dir;
+    a_ = &pair_->a;
+    b_ = &pair_->b;
   }
   static void TearDownTestSuite() {
-    delete b_;
-    delete a_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete pair_;
   }
   void SetUp() override {
-    ASSERT_EQ(a_->error, "");
-    ASSERT_EQ(b_->error, "");
+    ASSERT_EQ(pair_->error, "");
   }
   static std::string dir_;
-  static Daemon* a_;
-  static Daemon* b_;
+  static uroce::test::MemifUrocedPair* pair_;
+  static Uroced* a_;
+  static Uroced* b_;
 };
 std::string ServiceRdmaCm::dir_;
-Daemon* ServiceRdmaCm::a_ = nullptr;
-Daemon* ServiceRdmaCm::b_ = nullptr;
+uroce::test::MemifUrocedPair* ServiceRdmaCm::pair_ = nullptr;
+Uroced* ServiceRdmaCm::a_ = nullptr;
+Uroced* ServiceRdmaCm::b_ = nullptr;
 
 // A stock program under uroce-run against daemon `d`.
-std::string run_on(const Daemon& d) { return std::string(UROCE_RUN) + " --service --socket " + d.socket + " "; }
+std::string run_on(const Uroced& d) { return std::string(UROCE_RUN) + " --service --socket " + d.socket + " "; }
 
 std::string port() { return std::to_string(uroce::test::free_tcp_port()); }
 
@@ -96,7 +82,7 @@ void wait_cm(const std::string& mark, const Process& s) {
 
 // rping's server on `server`, its client on `client`, `n` pings verified
 // (-V: the client checks each echo) and printed (-v).
-void rping_pair(const Daemon& server, const Daemon& client, const std::string& log, int n = 10) {
+void rping_pair(const Uroced& server, const Uroced& client, const std::string& log, int n = 10) {
   const std::string args = " -a 10.0.0.1 -p " + port() + " -C " + std::to_string(n) + " -v -V";
   const std::string mark = uroce::test::mark_env("svc-rdmacm");
   Process s = spawn("env " + mark + " " + run_on(server) + "timeout 60 rping -s" + args, log + "-s.log");
@@ -113,7 +99,7 @@ void rping_pair(const Daemon& server, const Daemon& client, const std::string& l
 struct Raw {
   std::unique_ptr<Client> client;
   std::string error;
-  explicit Raw(const Daemon& d) { client = Client::connect(d.socket, error); }
+  explicit Raw(const Uroced& d) { client = Client::connect(d.socket, error); }
   int call(Request& req, Reply& reply, std::vector<int>* fds = nullptr) {
     std::string why;
     const int e = client->call(req, reply, nullptr, 0, fds, why);
@@ -146,8 +132,8 @@ TEST_F(ServiceRdmaCm, StockRpingAcrossTwoDaemons) { rping_pair(*a_, *b_, dir_ + 
 // perftest's -R: the connection by rdma_cm, then the test over it.
 TEST_F(ServiceRdmaCm, StockPerftestWithRdmaCm) {
   struct Case {
-    const Daemon* server;
-    const Daemon* client;
+    const Uroced* server;
+    const Uroced* client;
     std::string args;
   };
   const Case cases[] = {{a_, b_, "ib_send_bw -d uroce0 -R -s 4096 -n 500 -p " + port()},

@@ -42,8 +42,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-
-const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
+using uroce::test::Uroced;
 
 using uroce::test::Process;
 using uroce::test::read_text_file;
@@ -51,52 +50,34 @@ using uroce::test::spawn;
 
 std::string env_lib() { return "env -u UROCE_EAL -u UROCE_IP LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " "; }
 
-// A daemon on one end of a memif pair in `dir`.
-struct Daemon : uroce::test::Uroced {
-  Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "")
-      : Uroced({.eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
-                       (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192",
-                .prefix = "uroce-svc-" + name + "-" + std::to_string(getpid()),
-                .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
-                .socket = dir + "/" + name + ".sock",
-                .log = dir + "/" + name + ".log",
-                .extra = extra}) {}
-  // What the daemon says of itself (one client more: the asking one).
-  uroce::service::StatsReply stats() const {
-    std::string e;
-    auto c = uroce::service::Client::connect(socket, e);
-    uroce::service::StatsReply s{};
-    if (!c) return s;
-    uroce::service::Request req;
-    req.op = uroce::service::Op::kStats;
-    uroce::service::Reply reply;
-    if (c->call(req, reply, nullptr, 0, nullptr, e) == 0) s = reply.stats;
-    return s;
-  }
-};
+// What daemon `d` says of itself (one client more: the asking one).
+uroce::service::StatsReply stats(const Uroced& d) {
+  std::string e;
+  auto c = uroce::service::Client::connect(d.socket, e);
+  uroce::service::StatsReply s{};
+  if (!c) return s;
+  uroce::service::Request req;
+  req.op = uroce::service::Op::kStats;
+  uroce::service::Reply reply;
+  if (c->call(req, reply, nullptr, 0, nullptr, e) == 0) s = reply.stats;
+  return s;
+}
 
 // Two daemons joined by memif, for the whole suite (a memif peer that goes
 // away and comes back is a DPDK corner of its own; see README).
 class Service : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/uroce-service-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);  // ready: its memif socket listens
-    b_ = new Daemon(dir_, "b", false, 1);
-    // The memif link comes up once b has joined a's socket.
-    for (Daemon* d : {a_, b_}) {
-      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
-    }
+    pair_ = new uroce::test::MemifUrocedPair("svc");
+    dir_ = pair_->dir.dir;
+    a_ = &pair_->a;
+    b_ = &pair_->b;
   }
   static void TearDownTestSuite() {
-    delete b_;
-    delete a_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete pair_;
   }
   void SetUp() override {
-    ASSERT_EQ(a_->error, "");
-    ASSERT_EQ(b_->error, "");
+    ASSERT_EQ(pair_->error, "");
   }
   // ibverbs_rc's two sides, one on each daemon, exchanging through `tag`'s folder.
   static std::pair<Process, Process> verbs_pair(const std::string& tag) {
@@ -110,12 +91,14 @@ class Service : public ::testing::Test {
     return {s, c};
   }
   static std::string dir_;
-  static Daemon* a_;
-  static Daemon* b_;
+  static uroce::test::MemifUrocedPair* pair_;
+  static Uroced* a_;
+  static Uroced* b_;
 };
 std::string Service::dir_;
-Daemon* Service::a_ = nullptr;
-Daemon* Service::b_ = nullptr;
+uroce::test::MemifUrocedPair* Service::pair_ = nullptr;
+Uroced* Service::a_ = nullptr;
+Uroced* Service::b_ = nullptr;
 
 // A free TCP port for a stock pair's side channel, as text.
 std::string port() { return std::to_string(uroce::test::free_tcp_port()); }
@@ -137,7 +120,7 @@ TEST_F(Service, TwoClientsEachWithAPeerRunEveryVerbWithDataVerified) {
 }
 
 // The daemon's loopback_frames (DPDK telemetry /uroce/port,0).
-std::uint64_t looped(const Daemon& d) {
+std::uint64_t looped(const Uroced& d) {
   const std::string port = uroce::test::telemetry_query(d.telemetry, "/uroce/port,0");
   const std::size_t at = port.find("\"loopback_frames\":");
   return at == std::string::npos ? 0 : std::stoull(port.substr(at + 18));
@@ -204,7 +187,7 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
 }
 
 TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
-  const uroce::service::StatsReply before = a_->stats();
+  const uroce::service::StatsReply before = stats(*a_);
   // The victim: ib_write_bw for 6 s between the daemons, killed after 2 s.
   const std::string victim_port = port();
   Process vs = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket +
@@ -233,7 +216,7 @@ TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
   uroce::service::StatsReply during{};
   for (auto end = std::chrono::steady_clock::now() + 5s; during.qps < 2 && std::chrono::steady_clock::now() < end;) {
     std::this_thread::sleep_for(20ms);
-    during = a_->stats();
+    during = stats(*a_);
   }
   EXPECT_GE(during.qps, 2u) << "victim and a survivor both hold QPs on daemon a";
   kill(vs.pid, SIGKILL);
@@ -246,7 +229,7 @@ TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
   // Everything the victim had is back: the daemon's counts are as before.
   uroce::service::StatsReply after{};
   for (int i = 0; i < 100; ++i) {
-    after = a_->stats();
+    after = stats(*a_);
     if (after.qps == before.qps && after.mrs == before.mrs) break;
     std::this_thread::sleep_for(50ms);
   }
@@ -377,15 +360,15 @@ TEST_F(Service, RegisteredMemoryKeepsItsBytesAndMovesWithWholePages) {
     ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the move";
   }
   EXPECT_NE(read_text_file("/proc/self/maps").find("uroce-mr"), std::string::npos) << "no shared file over the region";
-  const std::uint64_t mapped = a_->stats().mapped_bytes;
+  const std::uint64_t mapped = stats(*a_).mapped_bytes;
   uroce::MemoryRegion* inner = pd->reg_mr(block + page + 4000, 64, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(inner, nullptr) << ctx->last_error();
-  EXPECT_EQ(a_->stats().mapped_bytes, mapped) << "a region inside the same pages shares their file";
+  EXPECT_EQ(stats(*a_).mapped_bytes, mapped) << "a region inside the same pages shares their file";
   // Over the last of those pages and beyond: that page stays on its file,
   // the page after it moves onto a new one; the region is both side by side.
   uroce::MemoryRegion* beyond = pd->reg_mr(block + 3 * page, 2 * page, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(beyond, nullptr) << ctx->last_error();
-  EXPECT_EQ(a_->stats().mapped_bytes, mapped + page) << "only the page not on a file yet is moved";
+  EXPECT_EQ(stats(*a_).mapped_bytes, mapped + page) << "only the page not on a file yet is moved";
   for (long i = 0; i < 8 * page; ++i) {
     ASSERT_EQ(block[i], static_cast<std::uint8_t>(i * 7 + 3)) << "byte " << i << " changed by the second move";
   }
@@ -784,7 +767,7 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
   const uroce::test::TempDir tmp("/tmp/uroce-service-limits-");
   const std::string& dir = tmp.dir;
   {
-    Daemon d(dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2");
+    Uroced d(uroce::test::memif_uroced("svc", dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2"));
     ASSERT_EQ(d.error, "");
     std::string error;
     auto ctx = uroce::Context::attach(d.socket, error);

@@ -32,53 +32,37 @@
 namespace {
 
 using namespace std::chrono_literals;
+using uroce::test::Uroced;
 using uroce::test::Process;
 using uroce::test::spawn;
 
-const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
-
-// A daemon on one end of a memif pair in `dir`.
-struct Daemon : uroce::test::Uroced {
-  Daemon(const std::string& dir, const std::string& name, bool server, int cpu, const std::string& extra = "")
-      : Uroced({.eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
-                       (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192",
-                .prefix = "uroce-svct-" + name + "-" + std::to_string(getpid()),
-                .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
-                .socket = dir + "/" + name + ".sock",
-                .log = dir + "/" + name + ".log",
-                .extra = extra}) {}
-};
 
 // Both daemons for the whole suite, as service_test's.
 class Transports : public ::testing::TestWithParam<bool> {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/uroce-svc-transports-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);
-    b_ = new Daemon(dir_, "b", false, 1);
-    for (Daemon* d : {a_, b_}) {
-      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
-    }
+    pair_ = new uroce::test::MemifUrocedPair("svct");
+    dir_ = pair_->dir.dir;
+    a_ = &pair_->a;
+    b_ = &pair_->b;
   }
   static void TearDownTestSuite() {
-    delete b_;
-    delete a_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete pair_;
   }
   void SetUp() override {
-    ASSERT_EQ(a_->error, "");
-    ASSERT_EQ(b_->error, "");
+    ASSERT_EQ(pair_->error, "");
   }
   // The second program's daemon: a's own (loopback) or b.
-  static Daemon& other() { return GetParam() ? *b_ : *a_; }
+  static Uroced& other() { return GetParam() ? *b_ : *a_; }
   static std::string dir_;
-  static Daemon* a_;
-  static Daemon* b_;
+  static uroce::test::MemifUrocedPair* pair_;
+  static Uroced* a_;
+  static Uroced* b_;
 };
 std::string Transports::dir_;
-Daemon* Transports::a_ = nullptr;
-Daemon* Transports::b_ = nullptr;
+uroce::test::MemifUrocedPair* Transports::pair_ = nullptr;
+Uroced* Transports::a_ = nullptr;
+Uroced* Transports::b_ = nullptr;
 
 // One program's objects: a Context attached to `socket`, a PD, a CQ and a
 // 64 KiB registered buffer.
@@ -394,7 +378,7 @@ INSTANTIATE_TEST_SUITE_P(Service, Transports, ::testing::Values(false, true),
 // client's AH number sends nothing.
 TEST(ServiceTransportsHostile, AClientCannotNameAnotherClientsSrqPdOrAddressHandle) {
   const uroce::test::TempDir tmp("/tmp/uroce-svct-hostile-");
-  Daemon d(tmp.dir, "hostile", true, 1);
+  Uroced d(uroce::test::memif_uroced("svct", tmp.dir, "hostile", true, 1));
   ASSERT_EQ(d.error, "");
   Side a(d.socket), b(d.socket);
   ASSERT_EQ(a.error, "");
@@ -485,7 +469,7 @@ TEST(ServiceTransportsHostile, AClientCannotNameAnotherClientsSrqPdOrAddressHand
 // next gets a clear error naming the key, and freeing one makes room.
 TEST(ServiceTransportsHostile, SrqsAndAddressHandlesPastTheirBudgetGetAClearError) {
   const uroce::test::TempDir tmp("/tmp/uroce-svct-budget-");
-  Daemon d(tmp.dir, "budget", true, 1, "--max-srqs 1 --max-ahs 1");
+  Uroced d(uroce::test::memif_uroced("svct", tmp.dir, "budget", true, 1, "--max-srqs 1 --max-ahs 1"));
   ASSERT_EQ(d.error, "");
   Side a(d.socket);
   ASSERT_EQ(a.error, "");

@@ -25,23 +25,14 @@
 namespace {
 
 using namespace std::chrono_literals;
+using uroce::test::Uroced;
 using uroce::test::Process;
 using uroce::test::spawn;
 
-const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error";
 // UCX uses a verbs device only if /dev/infiniband/<dev_name> is a character
 // device (it stats it); uroce opens nothing there, so a null device serves.
 const std::string kNode = "/dev/infiniband/uuroce0";
 
-struct Daemon : uroce::test::Uroced {
-  Daemon(const std::string& dir, const std::string& name, bool server, int cpu)
-      : Uroced({.eal = kEal + " -l " + std::to_string(cpu) + " --vdev=net_memif0,role=" +
-                       (server ? "server" : "client") + ",socket=" + dir + "/memif.sock,bsize=8192",
-                .prefix = "uroce-svcucx-" + name + "-" + std::to_string(getpid()),
-                .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
-                .socket = dir + "/" + name + ".sock",
-                .log = dir + "/" + name + ".log"}) {}
-};
 
 class Ucx : public ::testing::TestWithParam<bool> {
  protected:
@@ -50,35 +41,31 @@ class Ucx : public ::testing::TestWithParam<bool> {
     if (stat(kNode.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) {
       made_node_ = std::system(("mkdir -p /dev/infiniband && mknod " + kNode + " c 1 3").c_str()) == 0;
     }
-    char tmpl[] = "/tmp/uroce-svc-ucx-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    a_ = new Daemon(dir_, "a", true, 0);
-    b_ = new Daemon(dir_, "b", false, 1);
-    for (Daemon* d : {a_, b_}) {
-      if (d->error.empty() && !d->wait_link_up()) d->error = "its memif link did not come up: " + d->out();
-    }
+    pair_ = new uroce::test::MemifUrocedPair("svcucx");
+    dir_ = pair_->dir.dir;
+    a_ = &pair_->a;
+    b_ = &pair_->b;
   }
   static void TearDownTestSuite() {
-    delete b_;
-    delete a_;
-    std::system(("rm -rf '" + dir_ + "'").c_str());
+    delete pair_;
     if (made_node_) std::system(("rm -f " + kNode + "; rmdir /dev/infiniband 2>/dev/null").c_str());
   }
   void SetUp() override {
-    ASSERT_EQ(a_->error, "");
-    ASSERT_EQ(b_->error, "");
+    ASSERT_EQ(pair_->error, "");
     struct stat st{};
     ASSERT_TRUE(stat(kNode.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) << kNode << " (root needed to make it)";
   }
-  static Daemon& other() { return GetParam() ? *b_ : *a_; }
+  static Uroced& other() { return GetParam() ? *b_ : *a_; }
   static std::string dir_;
-  static Daemon* a_;
-  static Daemon* b_;
+  static uroce::test::MemifUrocedPair* pair_;
+  static Uroced* a_;
+  static Uroced* b_;
   static bool made_node_;
 };
 std::string Ucx::dir_;
-Daemon* Ucx::a_ = nullptr;
-Daemon* Ucx::b_ = nullptr;
+uroce::test::MemifUrocedPair* Ucx::pair_ = nullptr;
+Uroced* Ucx::a_ = nullptr;
+Uroced* Ucx::b_ = nullptr;
 bool Ucx::made_node_ = false;
 
 struct Case {

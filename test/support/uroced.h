@@ -201,4 +201,40 @@ class Uroced {
   int exited_ = kRunning;
 };
 
+// Options for one of two uroced joined by a memif link whose socket is in
+// `dir`: the server end (10.0.0.1) or the client end (10.0.0.2), on CPU
+// `cpu`. `tag` keeps each test binary's EAL prefixes apart.
+inline UrocedOptions memif_uroced(const std::string& tag, const std::string& dir, const std::string& name,
+                                  bool server, int cpu, const std::string& extra = "") {
+  return {.eal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.eal:error -l " + std::to_string(cpu) +
+                 " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir +
+                 "/memif.sock,bsize=8192",
+          .prefix = "uroce-" + tag + "-" + name + "-" + std::to_string(getpid()),
+          .ip = std::string("10.0.0.") + (server ? "1" : "2") + "/24",
+          .socket = dir + "/" + name + ".sock",
+          .log = dir + "/" + name + ".log",
+          .extra = extra};
+}
+
+// Two daemons on the two ends of one memif link, in a scratch folder of
+// their own: a (the server end, 10.0.0.1, CPU 0) and b (10.0.0.2, CPU 1).
+// `error` is "" once both are ready and the link is up (b has joined a's
+// socket), else what went wrong.
+struct MemifUrocedPair {
+  explicit MemifUrocedPair(const std::string& tag)
+      : dir("/tmp/uroce-" + tag + "-"),
+        a(memif_uroced(tag, dir.dir, "a", true, 0)),
+        b(memif_uroced(tag, dir.dir, "b", false, 1)) {
+    if (!a.error.empty()) error = "daemon a: " + a.error;
+    if (error.empty() && !b.error.empty()) error = "daemon b: " + b.error;
+    for (Uroced* d : {&a, &b}) {
+      if (error.empty() && !d->wait_link_up()) error = "the memif link did not come up: " + d->out();
+    }
+  }
+  TempDir dir;
+  Uroced a;
+  Uroced b;
+  std::string error;
+};
+
 }  // namespace uroce::test
