@@ -17,26 +17,17 @@
 #include <string>
 #include <thread>
 
+#include "support/command.h"
+
 namespace {
 
-struct Outcome {
-  int status = -1;  // exit code; -1 if it did not exit normally
-  std::string out;  // stdout and stderr
-};
+using uroce::test::Outcome;
 
 // `env` (VAR=value ...) then own_eal_app `args`, with no uroce variable
 // inherited; a minute at most.
 Outcome run(const std::string& env, const std::string& args) {
-  const std::string line = "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS "
-                           "-u UROCE_SERVICE " + env + " timeout 60 " OWN_EAL_APP " " + args + " 2>&1";
-  Outcome o;
-  FILE* p = popen(line.c_str(), "r");
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) o.out.append(buf.data(), n);
-  const int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
+  const std::string line = uroce::test::kNoUroceEnv + env + " timeout 60 " OWN_EAL_APP " " + args + " 2>&1";
+  return uroce::test::run_command(line);
 }
 
 class Dir {

@@ -16,31 +16,22 @@
 #include <thread>
 #include <vector>
 
+#include "support/command.h"
+
 namespace {
+
+using uroce::test::Outcome;
 
 const std::string kEal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --log-level=lib.eal:error";
 const std::string kConfigured = "UROCE_EAL='" + kEal + "' UROCE_IP=10.0.0.1/24 ";
-
-struct Outcome {
-  int status = -1;  // exit code; -1 if it did not exit normally
-  std::string out;  // stdout and stderr
-};
 
 // Runs `command` under sh with no uroce variable inherited, then `env`
 // (VAR=value ...) and LD_LIBRARY_PATH at our libraries; killed after
 // `seconds` (timeout's status 137 then).
 Outcome run(const std::string& env, const std::string& command, int seconds = 60) {
-  const std::string line = "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS "
-                           "-u UROCE_DCQCN -u UROCE_SERVICE LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " " +
+  const std::string line = uroce::test::kNoUroceEnv + "LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " " +
                            env + "timeout -s KILL " + std::to_string(seconds) + " " + command + " 2>&1";
-  Outcome r;
-  FILE* p = popen(line.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return uroce::test::run_command(line);
 }
 
 // The text of `out` between the marker line `from` and the next "--- ".

@@ -25,42 +25,18 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include "support/rdmacm_rig.h"
 
 namespace {
 
-const std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
+using uroce::test::Deadline;
+using uroce::test::ipv4;
+using uroce::test::next_port;
+using uroce::test::sa;
 
-void configure() {
-  static bool once = [] {
-    const std::string eal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --file-prefix=fabricapi" +
-                            std::to_string(getpid()) + " --log-level=lib.eal:error";
-    setenv("UROCE_EAL", eal.c_str(), 1);
-    setenv("UROCE_IP", "10.0.0.1/24", 1);
-    return true;
-  }();
-  (void)once;
-}
+const std::array<std::uint8_t, 4>& kOurIp = uroce::test::kRdmacmIp;
 
-// A hung library fails the test instead of hanging the suite.
-struct Deadline {
-  explicit Deadline(unsigned seconds) { alarm(seconds); }
-  ~Deadline() { alarm(0); }
-};
-
-std::uint16_t next_port() {
-  static std::uint16_t port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
-  return port++;
-}
-
-sockaddr_in ipv4(const std::array<std::uint8_t, 4>& ip, std::uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  std::memcpy(&a.sin_addr, ip.data(), 4);
-  a.sin_port = htons(port);
-  return a;
-}
-
-sockaddr* sa(void* a) { return static_cast<sockaddr*>(a); }
+void configure() { uroce::test::configure_net_ring("fabricapi"); }
 
 const sockaddr_in& in4(const sockaddr* a) { return *reinterpret_cast<const sockaddr_in*>(a); }
 

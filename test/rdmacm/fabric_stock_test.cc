@@ -29,22 +29,15 @@
 #include <thread>
 #include <vector>
 
+#include "support/command.h"
+#include "support/free_port.h"
+
 namespace {
 
-struct Outcome {
-  int status = -1;  // the exit status; -1 if killed by a signal
-  std::string out;
-};
+using uroce::test::Outcome;
 
 Outcome run(const std::string& command) {
-  Outcome r;
-  FILE* p = popen(("env -u UROCE_EAL -u UROCE_IP -u LD_LIBRARY_PATH -u FI_PROVIDER " + command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return uroce::test::run_command(uroce::test::kNoUroceEnv + "-u LD_LIBRARY_PATH -u FI_PROVIDER " + command + " 2>&1");
 }
 
 bool have(const char* path) { return access(path, X_OK) == 0; }
@@ -93,18 +86,8 @@ std::string side(bool server) {
          ",blocksz=16384,framesz=8192,framecnt=512 -- --ip 10.94.0." + (server ? "1" : "2") + "/24 ";
 }
 
-// Whether a socket of the server's namespace listens on TCP `port`
-// (/proc/net/tcp: state 0A is LISTEN).
-bool listening(int port) {
-  char hex[8];
-  std::snprintf(hex, sizeof hex, ":%04X ", port);
-  const Outcome t = run("ip netns exec " + Namespaces::get().a + " cat /proc/net/tcp /proc/net/tcp6");
-  for (std::size_t at = 0; (at = t.out.find(hex, at)) != std::string::npos; ++at) {
-    const std::size_t st = t.out.find(' ', t.out.find(' ', at + 1) + 1);
-    if (st != std::string::npos && t.out.compare(st + 1, 2, "0A") == 0) return true;
-  }
-  return false;
-}
+// Whether a socket of the server's namespace listens on TCP `port`.
+bool listening(int port) { return uroce::test::tcp_port_listening(port, "ip netns exec " + Namespaces::get().a + " "); }
 
 // Whether a process of the server's namespace has opened its af_packet
 // port (a row in /proc/net/packet): uroce is up there. The program listens

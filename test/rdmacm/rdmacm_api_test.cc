@@ -35,42 +35,18 @@
 #include <future>
 #include <string>
 #include <thread>
+#include "support/rdmacm_rig.h"
 
 namespace {
 
-const std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
+using uroce::test::Deadline;
+using uroce::test::ipv4;
+using uroce::test::next_port;
+using uroce::test::sa;
 
-void configure() {
-  static bool once = [] {
-    const std::string eal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --file-prefix=rdmacmapi" +
-                            std::to_string(getpid()) + " --log-level=lib.eal:error";
-    setenv("UROCE_EAL", eal.c_str(), 1);
-    setenv("UROCE_IP", "10.0.0.1/24", 1);
-    return true;
-  }();
-  (void)once;
-}
+const std::array<std::uint8_t, 4>& kOurIp = uroce::test::kRdmacmIp;
 
-// A hung library must fail the test, not hang the suite: SIGALRM ends the
-// process after `seconds`.
-struct Deadline {
-  explicit Deadline(unsigned seconds) { alarm(seconds); }
-  ~Deadline() { alarm(0); }
-};
-
-// This process's rdma_cm ports: per test, apart from another copy's.
-std::uint16_t next_port() {
-  static std::uint16_t port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
-  return port++;
-}
-
-sockaddr_in address(std::uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  std::memcpy(&a.sin_addr, kOurIp.data(), 4);
-  a.sin_port = htons(port);
-  return a;
-}
+void configure() { uroce::test::configure_net_ring("rdmacmapi"); }
 
 sockaddr_in6 mapped(std::uint16_t port) {
   sockaddr_in6 a{};
@@ -80,8 +56,6 @@ sockaddr_in6 mapped(std::uint16_t port) {
   a.sin6_port = htons(port);
   return a;
 }
-
-sockaddr* sa(void* a) { return static_cast<sockaddr*>(a); }
 
 // The next event on `ch` (blocking); its type and a copy of its parameters.
 struct Got {
@@ -123,7 +97,7 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   ASSERT_NE(client_ch, nullptr);
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(server_ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(port);
+  sockaddr_in at = ipv4(port);
   ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, 4), 0);
 
@@ -197,7 +171,7 @@ TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(next_port());
+  sockaddr_in at = ipv4(next_port());
   ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, 4), 0);
   rdma_cm_id* client = nullptr;
@@ -258,7 +232,7 @@ TEST(RdmaCmApi, AQpDestroyedWithIbvDestroyQpIsLeftAloneByALaterDisconnect) {
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(next_port());
+  sockaddr_in at = ipv4(next_port());
   ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, 4), 0);
   rdma_cm_id* client = nullptr;
@@ -310,9 +284,9 @@ TEST(RdmaCmApi, BoundIdsShareTheDefaultPdAndCreateQpMakesTheCqsItIsNotGiven) {
   ASSERT_EQ(rdma_create_id(ch, &a, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_create_id(ch, &b, nullptr, RDMA_PS_TCP), 0);
   EXPECT_EQ(a->pd, nullptr) << "not bound to a device yet";
-  sockaddr_in peer = address(next_port());
+  sockaddr_in peer = ipv4(next_port());
   ASSERT_EQ(rdma_resolve_addr(a, nullptr, sa(&peer), 1000), 0);
-  sockaddr_in local = address(next_port());
+  sockaddr_in local = ipv4(next_port());
   ASSERT_EQ(rdma_bind_addr(b, sa(&local)), 0);
   ASSERT_NE(a->pd, nullptr) << "rdma_resolve_addr binds the ID to the device: its default PD";
   EXPECT_EQ(a->pd, b->pd) << "one default PD per device";
@@ -455,7 +429,7 @@ TEST(RdmaCmApi, DestroyingAnIdWaitsForItsEventsToBeAcknowledged) {
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in peer = address(next_port());
+  sockaddr_in peer = ipv4(next_port());
   ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(&peer), 1000), 0);
   rdma_cm_event* e = nullptr;
   ASSERT_EQ(rdma_get_cm_event(ch, &e), 0);
@@ -484,7 +458,7 @@ TEST(RdmaCmApi, ASynchronousIdWaitsForEachEventAndARefusalIsItsError) {
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0) << strerror(errno);
   ASSERT_NE(id->channel, nullptr) << "a channel of its own";
-  sockaddr_in nobody = address(next_port());
+  sockaddr_in nobody = ipv4(next_port());
   ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(&nobody), 1000), 0);
   ASSERT_NE(id->event, nullptr);
   EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ADDR_RESOLVED);
@@ -520,7 +494,7 @@ TEST(RdmaCmApi, MigratingAnIdMakesItAsynchronousOrSynchronous) {
   Deadline deadline(30);
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in peer = address(next_port());
+  sockaddr_in peer = ipv4(next_port());
   ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(&peer), 1000), 0);
   ASSERT_NE(id->event, nullptr);
   rdma_event_channel* ch = rdma_create_event_channel();

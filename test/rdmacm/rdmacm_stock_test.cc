@@ -19,9 +19,12 @@
 #include <string>
 #include <thread>
 
+#include "support/command.h"
 #include "support/uroce_ready.h"
 
 namespace {
+
+using uroce::test::Outcome;
 
 // This process's rdma_cm ports: per test, apart from another copy's.
 int next_port() {
@@ -29,19 +32,8 @@ int next_port() {
   return port++;
 }
 
-struct Outcome {
-  int status = -1;
-  std::string out;
-};
 Outcome run(const std::string& command) {
-  Outcome r;
-  FILE* p = popen(("env -u UROCE_EAL -u UROCE_IP -u LD_LIBRARY_PATH timeout 60 " + command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return uroce::test::run_command(uroce::test::kNoUroceEnv + "-u LD_LIBRARY_PATH timeout 60 " + command + " 2>&1");
 }
 
 // The server started first, the client once the server's device is up

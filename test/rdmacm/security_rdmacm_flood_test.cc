@@ -29,13 +29,16 @@
 #include <vector>
 
 #include "wire/cm_mad.h"
+#include "support/rdmacm_rig.h"
 
 namespace {
+
+using uroce::test::ipv4;
 
 using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kQkey = 0x80010000;
 constexpr std::uint32_t kBacklog = 8;
-const std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
+const std::array<std::uint8_t, 4>& kOurIp = uroce::test::kRdmacmIp;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -61,25 +64,7 @@ struct Watchdog {
   std::thread thread_;
 };
 
-void configure() {
-  static bool once = [] {
-    setenv("UROCE_EAL",
-           "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --file-prefix=cmflood "
-           "--log-level=lib.eal:error",
-           1);
-    setenv("UROCE_IP", "10.0.0.1/24", 1);
-    return true;
-  }();
-  (void)once;
-}
-
-sockaddr_in address(std::uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  std::memcpy(&a.sin_addr, kOurIp.data(), 4);
-  a.sin_port = htons(port);
-  return a;
-}
+void configure() { uroce::test::configure_net_ring("cmflood"); }
 
 // Every event queued on `ch` now (the channel made non-blocking).
 std::vector<rdma_cm_event_type> take_all(rdma_event_channel* ch, std::vector<rdma_cm_id*>* requests = nullptr,
@@ -214,7 +199,7 @@ TEST(SecurityRdmaCm, SeventyThousandUnreadEventsNeitherBlockNorGetLost) {
   ASSERT_NE(ch, nullptr) << std::strerror(errno);
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in dst = address(7480);
+  sockaddr_in dst = ipv4(7480);
   constexpr int kEvents = 70000;
   {
     Watchdog w("70,000 rdma_resolve_addr without reading the channel", 120);
@@ -251,7 +236,7 @@ TEST(SecurityRdmaCm, ReqFloodStaysWithinTheBacklogExpiresAndALegitRequestGetsThr
   ASSERT_NE(own_ch, nullptr);
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(listen_ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(kPort);
+  sockaddr_in at = ipv4(kPort);
   ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, kBacklog), 0);
   Peer peer(listener->verbs);
@@ -341,7 +326,7 @@ TEST(SecurityRdmaCm, UnreadRequestsGoWithTheirDestroyedListener) {
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(kPort);
+  sockaddr_in at = ipv4(kPort);
   ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, kBacklog), 0);
   Peer peer(listener->verbs);

@@ -1,0 +1,35 @@
+// A command run under sh with its output captured, for the tests that run
+// uroce's programs or stock ones: what it printed on stdout (a command that
+// wants its stderr too ends with 2>&1) and how it ended.
+#pragma once
+
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <string>
+
+namespace uroce::test {
+
+struct Outcome {
+  int status = -1;  // the exit status; -1 if killed by a signal, or not run
+  std::string out;
+};
+
+inline Outcome run_command(const std::string& line) {
+  Outcome r;
+  FILE* p = popen(line.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// `env` clearing every variable through which uroce's library would take
+// its configuration from the test's own environment.
+inline const std::string kNoUroceEnv =
+    "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS -u UROCE_DCQCN -u UROCE_SERVICE ";
+
+}  // namespace uroce::test
