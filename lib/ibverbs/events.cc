@@ -20,6 +20,11 @@
 //                          flags it; srq.cc).
 // A QP that enters ERR as requester (retry exceeded, a NAK received)
 // reports it through its error completion only, as RNICs do.
+// A QP that a transport error or a CQ overflow put in ERR also gets one
+// warning line with its non-zero counters: a program prints only the
+// completion's status ("Failed status 12"), and the counters (timeouts,
+// NAKs, losses) say why, before the QP is gone. (A QP the CM moves to ERR
+// at a disconnect gets none.)
 // Polling, not a hook in the engine: events are rare, and the engines'
 // loops stay free of them.
 #include <unistd.h>
@@ -31,6 +36,8 @@
 #include <thread>
 
 #include "ibverbs/internal.h"
+#include "log/log.h"
+#include "uroce/stats.h"
 
 namespace uroce::ibverbs {
 namespace {
@@ -60,6 +67,29 @@ void post(Ctx* x, const ibv_async_event& e) {
   x->events.push_back(e);
   const char one = 1;
   [[maybe_unused]] const ssize_t n = write(x->async_write, &one, 1);
+}
+
+// The counters that only an error ending the QP moves (IBTA 9.7.5, 9.7.6:
+// retries spent, NAKs that end a request, sent or received).
+bool ended_by_error(const Qp& qp) {
+  for (const char* name : {"retry_exceeded", "rnr_retry_exceeded", "nak_inv_req_sent", "nak_rem_access_sent",
+                           "nak_rem_op_sent", "nak_inv_req_received", "nak_rem_access_received",
+                           "nak_rem_op_received"}) {
+    if (qp.qp->counter(name) != 0) return true;
+  }
+  return false;
+}
+
+void warn_error_state(const Qp& qp) {
+  std::string counters;
+  for (const Stat& st : qp.qp->stats()) {
+    if (st.value == 0) continue;
+    counters += ' ';
+    counters += st.name;
+    counters += '=';
+    counters += std::to_string(st.value);
+  }
+  logger().warn("qp {:#x} entered the error state by itself; its counters:{}", qp.ex.qp_base.qp_num, counters);
 }
 
 void look_at(Ctx* x) {
@@ -100,6 +130,7 @@ void look_at(Ctx* x) {
     qp->fatal_reported = true;
     const bool cq_overflow = cq_of(qp->ex.qp_base.send_cq)->cq->overflowed() ||
                              cq_of(qp->ex.qp_base.recv_cq)->cq->overflowed();
+    if (cq_overflow || ended_by_error(*qp)) warn_error_state(*qp);
     if (cq_overflow) {
       e.event_type = IBV_EVENT_QP_FATAL;
     } else if (qp->qp->counter("nak_rem_access_sent") != qp->nak_access_base) {
@@ -144,6 +175,11 @@ void count_delivered(const ibv_async_event& e) {
 }
 
 }  // namespace
+
+void warn_if_ended_by_error(Qp* qp) {
+  if (qp->fatal_reported || qp->qp->state() != IBV_QPS_ERR || qp->requested_state.load() == IBV_QPS_ERR) return;
+  if (ended_by_error(*qp)) warn_error_state(*qp);
+}
 
 void forget_events(Ctx* x, const void* object) {
   std::erase_if(x->events, [object](const ibv_async_event& e) {

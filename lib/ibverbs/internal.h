@@ -243,6 +243,9 @@ void forget_watched_contexts_in_child();
 // Drops the unread events of a QP or CQ being destroyed (x->mutex held), as
 // the kernel drops them.
 void forget_events(Ctx* x, const void* object);
+// ibv_destroy_qp, x->mutex held: the warning the event monitor gives a QP
+// that an error ended (events.cc), if the monitor has not looked since.
+void warn_if_ended_by_error(Qp* qp);
 
 // An asynchronous event of `o` (ibv_cq, ibv_qp, ibv_srq) acknowledged:
 // counted in its `acked` field under its mutex, waking a destroy that waits.

@@ -225,6 +225,7 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
     std::lock_guard<std::mutex> lock(x->mutex);
     std::erase(x->qps, qp);
     uroce::ibverbs::forget_events(x, ibv_qp);
+    uroce::ibverbs::warn_if_ended_by_error(qp);
   }
   auto* pd = reinterpret_cast<uroce::ibverbs::Pd*>(ibv_qp->pd);
   if (const int rc = pd->pd->destroy_qp(qp->qp); rc != 0) {

@@ -19,33 +19,23 @@
 #include <string_view>
 #include <thread>
 
+#include "support/command.h"
 #include "support/free_port.h"
 #include "support/uroce_ready.h"
 
 namespace {
 
+using uroce::test::Outcome;
+
 const std::string kEal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --log-level=lib.eal:error";
 const std::string kConfigured = "UROCE_EAL='" + kEal + "' UROCE_IP=10.0.0.1/24 ";
-
-struct Outcome {
-  int status = -1;  // exit code; -1 if it did not exit normally
-  std::string out;  // stdout and stderr
-};
 
 // Runs `command` under sh with no uroce variable inherited, then `env`
 // (VAR=value ...) and LD_LIBRARY_PATH at our library.
 Outcome run(const std::string& env, const std::string& command) {
-  const std::string line = "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS "
-                           "-u UROCE_DCQCN LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " " +
+  const std::string line = uroce::test::kNoUroceEnv + "LD_LIBRARY_PATH=" UROCE_IBVERBS_DIR " " +
                            env + "timeout 120 " + command + " 2>&1";
-  Outcome r;
-  FILE* p = popen(line.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return uroce::test::run_command(line);
 }
 
 bool have(const char* tool) { return access(tool, X_OK) == 0; }
@@ -243,6 +233,14 @@ TEST(Ibverbs, CRcLoopbackOverNetRingRunsEveryVerb) {
   const Outcome r = run(kConfigured, UROCE_IBVERBS_RC " loopback");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("all checks passed"), std::string::npos) << r.out;
+  // Its WRITE with a wrong rkey ends both QPs: each says so once on stderr,
+  // with the counters that tell why (the NAK sent, the NAK received).
+  const std::string said = "entered the error state by itself; its counters:";
+  const std::string responder = line_with(r.out, "nak_rem_access_sent=1");
+  const std::string requester = line_with(r.out, "nak_rem_access_received=1");
+  EXPECT_NE(responder.find(said), std::string::npos) << r.out;
+  EXPECT_NE(requester.find(said), std::string::npos) << r.out;
+  EXPECT_NE(responder, requester);
 }
 
 TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
