@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <signal.h>
 #include <infiniband/verbs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -357,6 +358,58 @@ TEST(ForkServe, TheOwnersOwnQpTalksToAChildsQp) {
       },
       180s);
   EXPECT_EQ(rc, 0);
+}
+
+// An owner that exits (from a signal handler, as qperf's does) while a child
+// is attached: the exit handler stops the service, the socket and its
+// folder go, the child's connection closes; nothing hangs.
+TEST(ForkServe, AnOwnerThatExitsWithAChildAttachedRemovesItsSocket) {
+  uroce::test::TempDir dir("/tmp/uroce-fserve-");
+  int where[2];
+  ASSERT_EQ(pipe(where), 0);
+  const int rc = uroce::test::run_in_child(
+      [&] {
+        close(where[0]);
+        set_in_process(dir.dir);
+        ibv_context* c = open_uroce0();
+        CHECK(c != nullptr);
+        int hold[2], ready[2];
+        CHECK(pipe(hold) == 0 && pipe(ready) == 0);
+        const pid_t child = fork_running([&] {
+          close(hold[1]);
+          ibv_context* cc = open_uroce0();
+          CHECK(cc != nullptr);
+          ibv_pd* pd = ibv_alloc_pd(cc);
+          CHECK(pd != nullptr);
+          char path[108] = {};
+          std::snprintf(path, sizeof path, "%s", std::getenv("UROCE_SERVICE"));
+          CHECK(send_all(where[1], path, sizeof path));
+          CHECK(send_all(ready[1], "r", 1));
+          char x;
+          [[maybe_unused]] const ssize_t n = read(hold[0], &x, 1);  // end of file: the owner is gone
+          // The owner's service went with it: this child's calls fail, at once.
+          CHECK(ibv_alloc_pd(cc) == nullptr);
+          return 0;
+        });
+        close(hold[0]);
+        char r;
+        CHECK(recv_all(ready[0], &r, 1));
+        // exit() from a signal handler, with a context open and a child attached.
+        signal(SIGALRM, [](int) { std::exit(0); });
+        alarm(1);
+        for (;;) pause();
+        (void)child;
+      },
+      60s);
+  close(where[1]);
+  EXPECT_EQ(rc, 0);
+  char path[108] = {};
+  ASSERT_TRUE(recv_all(where[0], path, sizeof path));
+  close(where[0]);
+  const std::string socket = path;
+  ASSERT_FALSE(socket.empty());
+  EXPECT_FALSE(exists(socket)) << socket;
+  EXPECT_FALSE(exists(socket.substr(0, socket.rfind('/'))));
 }
 
 // The socket's folder is the owner's uid's alone (0700), and the server
