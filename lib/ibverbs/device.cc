@@ -61,6 +61,7 @@ struct Process {
   // Serving forked children (fork_service.h): like a context, it keeps the
   // device up and its workers running, theirs running its hook.
   ForkService* service = nullptr;
+  bool service_failed = false;  // said once; later forks do not try again (their children are refused)
 };
 
 // In a forked child, a Process of its own (forget_parent): the parent's is
@@ -409,6 +410,7 @@ void start_service(Process& p, Device& d) {
   if (d.ctx == nullptr) {
     if (std::string e = bring_up(d, p.config.port_id); !e.empty()) {
       std::fprintf(stderr, "uroce libibverbs: cannot serve forked children: %s\n", e.c_str());
+      p.service_failed = true;
       return;
     }
   }
@@ -434,6 +436,7 @@ void start_service(Process& p, Device& d) {
   }
   std::fprintf(stderr, "uroce libibverbs: cannot serve forked children (they will get no device): %s\n",
                why.c_str());
+  p.service_failed = true;
   if (p.open_contexts == 0 && p.down_between && p.vdev_added) take_down(d);
 }
 
@@ -461,7 +464,9 @@ void fork_prepare() {
   // its parent's), nor while this thread holds the lock (never: no verb forks).
   if (g_process == nullptr || g_forked || g_in_process_child || in_process_lock) return;
   Process& p = *g_process;
-  if (!p.in_process || p.device == nullptr || p.service != nullptr || !fork_serve_wanted()) return;
+  if (!p.in_process || p.device == nullptr || p.service != nullptr || p.service_failed || !fork_serve_wanted()) {
+    return;
+  }
   ProcessLock lock;
   if (p.device != nullptr && p.service == nullptr) start_service(p, *p.device);
 }
