@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -389,6 +390,7 @@ TEST(ForkServe, AnOwnerThatExitsWithAChildAttachedRemovesItsSocket) {
           [[maybe_unused]] const ssize_t n = read(hold[0], &x, 1);  // end of file: the owner is gone
           // The owner's service went with it: this child's calls fail, at once.
           CHECK(ibv_alloc_pd(cc) == nullptr);
+          CHECK(send_all(where[1], "k", 1));  // this child is not the test's to wait for: it says
           return 0;
         });
         close(hold[0]);
@@ -405,11 +407,17 @@ TEST(ForkServe, AnOwnerThatExitsWithAChildAttachedRemovesItsSocket) {
   EXPECT_EQ(rc, 0);
   char path[108] = {};
   ASSERT_TRUE(recv_all(where[0], path, sizeof path));
-  close(where[0]);
   const std::string socket = path;
   ASSERT_FALSE(socket.empty());
   EXPECT_FALSE(exists(socket)) << socket;
   EXPECT_FALSE(exists(socket.substr(0, socket.rfind('/'))));
+  // The orphaned child's verdict ('k'), or end of file if it failed or died.
+  pollfd pfd{where[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 30000), 1) << "the child neither answered nor ended";
+  char verdict = 0;
+  EXPECT_EQ(read(where[0], &verdict, 1), 1);
+  EXPECT_EQ(verdict, 'k');
+  close(where[0]);
 }
 
 // The socket's folder is the owner's uid's alone (0700), and the server
