@@ -9,19 +9,23 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "cc/dcqcn.h"
 #include "device/device.h"
 #include "dpdk/eal.h"
+#include "ibverbs/fork_service.h"
 #include "ibverbs/internal.h"
 
 namespace uroce::ibverbs {
@@ -54,14 +58,26 @@ struct Process {
   const cc::DcqcnParams* dcqcn = nullptr;
   Process* parent = nullptr;  // in a forked child: the parent's, kept as it was
   bool in_process = false;    // start() took the in-process path (EAL here or joined), whatever came of it
+  // Serving forked children (fork_service.h): like a context, it keeps the
+  // device up and its workers running, theirs running its hook.
+  ForkService* service = nullptr;
+  bool service_failed = false;  // said once; later forks do not try again (their children are refused)
 };
 
 // In a forked child, a Process of its own (forget_parent): the parent's is
 // left as it was, its mutex perhaps held by a thread the child does not have.
 Process* g_process = nullptr;
-// The child of a process whose device was in-process: the port and its
-// engines are the parent's, and this process has none (forget_parent).
+// The child of a process whose device was in-process and which does not
+// serve its children (UROCE_FORK_SERVE=off, or its service did not start):
+// the port and its engines are the parent's, and this process has none
+// (forget_parent).
 bool g_in_process_child = false;
+
+// The socket of the parent's ForkService, for a child to find: set in the
+// parent before it forks (fork_prepare), read by the child's first call.
+// Fixed storage: the child's fork handler may not allocate, and a copy in
+// the heap could sit in pages the child does not own yet (memory.cc).
+char g_service_socket[108] = "";
 
 // Set by the child's fork handler, which only marks: it must not allocate,
 // as memory.cc's handler may not have given the child its own copy of heap
@@ -70,11 +86,12 @@ bool g_in_process_child = false;
 bool g_forked = false;
 void fork_child() { g_forked = true; }
 void forget_parent();
+void fork_prepare();
 
 Process& process() {
   static const bool installed = [] {
     g_process = new Process;
-    pthread_atfork(nullptr, nullptr, fork_child);
+    pthread_atfork(fork_prepare, nullptr, fork_child);
     return true;
   }();
   (void)installed;
@@ -86,8 +103,8 @@ Process& process() {
 }
 
 // ENODEV for everything a forked child asks of its parent's in-process
-// device, said once (a kernel device the process cannot use has no node
-// to open either).
+// device when the parent does not serve it, said once (a kernel device the
+// process cannot use has no node to open either).
 int refuse_in_child() {
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
@@ -105,12 +122,22 @@ int refuse_in_child() {
 // the parent's objects), and ibverbs starts afresh: attached to uroced, the next ibv_get_device_list
 // attaches this process on a connection of its own (lib/service/client.cc
 // has closed the inherited one); in-process, the port and its engines
-// stay the parent's and this process gets no device (refuse_in_child).
+// stay the parent's, and the next ibv_get_device_list attaches this
+// process to the parent's ForkService as to a uroced, or, if the parent
+// does not serve, this process gets no device (refuse_in_child).
+// UROCE_SERVICE names the parent's socket from here on, so that this
+// process's own children, and programs it runs, attach there too.
 void forget_parent() {
   Process* old = g_process;
   g_process = new Process;
   g_process->parent = old;
-  if (old->in_process) g_in_process_child = true;
+  if (old->in_process) {
+    if (g_service_socket[0] != '\0') {
+      setenv("UROCE_SERVICE", g_service_socket, 1);
+    } else {
+      g_in_process_child = true;
+    }
+  }
   forget_watched_contexts_in_child();
 }
 
@@ -141,13 +168,23 @@ class ProcessLock {
 // two polls, touching nothing) until the process ends; inside open/close
 // the orderly stop is skipped. Another thread's verb ends, so its lock is
 // waited for.
+//
+// A ForkService stops first (its socket removed, its children's QPs flushed
+// while the workers still pump them), waiting a moment at most: its loop may
+// be blocked on a control call this thread holds. It is not destroyed: that
+// would take control calls too.
 void stop_at_exit() {
   if (in_process_lock) return;
   ProcessLock lock;
+  Process& p = process();
+  if (p.service != nullptr) {
+    p.service->stop_at_exit(std::chrono::seconds(2));
+    g_service_socket[0] = '\0';
+  }
   // Returns at once inside a control call of this thread (lib/verbs). Only
   // the workers stop: nothing here touches EAL, which the application may
   // have cleaned up already.
-  if (process().device != nullptr && process().device->ctx != nullptr) process().device->ctx->stop_workers();
+  if (p.device != nullptr && p.device->ctx != nullptr) p.device->ctx->stop_workers();
 }
 
 const char* getenv_fn(const char* name) { return std::getenv(name); }
@@ -357,6 +394,83 @@ int first_open(Device& d) {
   return 0;
 }
 
+// UROCE_FORK_SERVE=off: forked children are refused, as before there was a
+// ForkService (for a program that forks for other reasons and wants no
+// thread or socket of uroce's for it).
+bool fork_serve_wanted() {
+  const char* v = std::getenv("UROCE_FORK_SERVE");
+  return v == nullptr || (std::strcmp(v, "off") != 0 && std::strcmp(v, "0") != 0);
+}
+
+// Starts serving forked children on the device: brought up again if it was
+// taken down between contexts, the workers restarted with the service's hook
+// (stopping and starting them again loses nothing: the QPs wait in the
+// engines). Process::mutex held. Says why not on stderr.
+void start_service(Process& p, Device& d) {
+  if (d.ctx == nullptr) {
+    if (std::string e = bring_up(d, p.config.port_id); !e.empty()) {
+      std::fprintf(stderr, "uroce libibverbs: cannot serve forked children: %s\n", e.c_str());
+      p.service_failed = true;
+      return;
+    }
+  }
+  std::string why;
+  std::unique_ptr<ForkService> s = ForkService::start(*d.ctx, p.workers.size(), why);
+  if (s && s->socket().size() >= sizeof g_service_socket) {
+    why = "socket path " + s->socket() + " is too long (set TMPDIR to a shorter folder)";
+    s.reset();
+  }
+  if (s) {
+    d.ctx->stop_workers();
+    if (d.ctx->start_workers(p.workers, s->hook()) == 0) {
+      std::memcpy(g_service_socket, s->socket().c_str(), s->socket().size() + 1);
+      p.service = s.release();
+      return;
+    }
+    why = "workers did not start: " + d.ctx->last_error();
+    s->stop();
+    s.reset();
+    if (p.open_contexts > 0 && d.ctx->start_workers(p.workers) != 0) {
+      std::fprintf(stderr, "uroce libibverbs: workers did not start again: %s\n", d.ctx->last_error().c_str());
+    }
+  }
+  std::fprintf(stderr, "uroce libibverbs: cannot serve forked children (they will get no device): %s\n",
+               why.c_str());
+  p.service_failed = true;
+  if (p.open_contexts == 0 && p.down_between && p.vdev_added) take_down(d);
+}
+
+// Ends the service: its children's QPs flushed (workers still pumping),
+// then the workers without its hook, then the server. Process::mutex held.
+void stop_service(Process& p, Device& d) {
+  p.service->stop();
+  d.ctx->stop_workers();
+  if (p.open_contexts > 0 && d.ctx->start_workers(p.workers) != 0) {
+    std::fprintf(stderr, "uroce libibverbs: workers did not start again: %s\n", d.ctx->last_error().c_str());
+  }
+  delete p.service;
+  p.service = nullptr;
+  g_service_socket[0] = '\0';
+  if (p.open_contexts == 0 && p.down_between && p.vdev_added) take_down(d);
+}
+
+// Before a fork: a process whose device is up in-process serves its
+// children from the first fork on (lazily: one that never forks has no
+// thread or socket for it). Started here, in the parent, so that the
+// socket listens before the child runs; the child finds it in
+// g_service_socket.
+void fork_prepare() {
+  // Not in a child that has not made its first call yet (its Process is
+  // its parent's), nor while this thread holds the lock (never: no verb forks).
+  if (g_process == nullptr || g_forked || g_in_process_child || in_process_lock) return;
+  Process& p = *g_process;
+  if (!p.in_process || p.device == nullptr || p.service != nullptr || p.service_failed || !fork_serve_wanted()) {
+    return;
+  }
+  ProcessLock lock;
+  if (p.device != nullptr && p.service == nullptr) start_service(p, *p.device);
+}
+
 Device* started_device() {
   Process& p = process();
   if (g_in_process_child) {
@@ -481,7 +595,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
     int err = 0;
-    if (p.open_contexts == 0) err = uroce::ibverbs::first_open(*d);
+    // A ForkService keeps the workers running (with its hook) already.
+    if (p.open_contexts == 0 && p.service == nullptr) err = uroce::ibverbs::first_open(*d);
     if (err != 0) {
       close(c.cmd_fd);
       close(c.async_fd);
@@ -505,8 +620,15 @@ int ibv_close_device(ibv_context* context) {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
     if (--p.open_contexts == 0) {
-      x->ctx->stop_workers();
-      if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);
+      if (p.service == nullptr) {
+        x->ctx->stop_workers();
+        if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);
+      } else if (!p.service->has_clients()) {
+        // The program's last context, and no child attached: the service
+        // ends (a later fork starts another). With children attached it
+        // serves on, until a last close finds none or the program exits.
+        uroce::ibverbs::stop_service(p, *x->dev);
+      }
     }
   }
   close(context->cmd_fd);

@@ -77,6 +77,11 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
   auto* p = allocate<Pd>();
   if (p == nullptr) return nullptr;
   p->pd = x->ctx->alloc_pd();
+  if (p->pd == nullptr) {  // attached: the service refused, or is gone
+    delete p;
+    errno = ENOMEM;
+    return nullptr;
+  }
   p->ibv.context = context;
   p->ibv.handle = p->pd->handle();
   return &p->ibv;

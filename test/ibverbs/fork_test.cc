@@ -6,8 +6,11 @@
 //   the daemon, two children at once, while the parent's objects stay
 //   intact (the daemon's, the parent's, not destroyed by a child);
 // - in-process: the child cannot run a second engine on its parent's port;
-//   it gets ENODEV at once with one line on stderr, and the parent keeps
-//   working.
+//   the parent serves it as uroced would (lib/ibverbs/fork_service.h), so
+//   the child attaches to its parent, runs traffic and rdma_cm, and the
+//   parent's own objects are still not the child's (ENODEV); with
+//   UROCE_FORK_SERVE=off the child gets ENODEV at once with one line on
+//   stderr, and the parent keeps working.
 // Each case runs in a child of this test process of its own, so that each
 // starts from a process that has not touched the device.
 #include <gtest/gtest.h>
@@ -320,6 +323,9 @@ TEST(Fork, InProcessChildGetsAClearErrorAtOnceAndTheParentKeepsWorking) {
         setenv("UROCE_EAL", eal.c_str(), 1);
         setenv("UROCE_IP", "10.0.0.1/24", 1);
         unsetenv("UROCE_SERVICE");
+        // Refused as before a parent served its children: the program asked
+        // for no service (InProcessChildIsServedByItsParent: the default).
+        setenv("UROCE_FORK_SERVE", "off", 1);
         ibv_context* c = open_uroce0();
         CHECK(c != nullptr);
         ibv_device* dev = c->device;
@@ -356,6 +362,60 @@ TEST(Fork, InProcessChildGetsAClearErrorAtOnceAndTheParentKeepsWorking) {
   EXPECT_NE(text.find(line), std::string::npos) << text;
   // Said once, whatever the child asked.
   EXPECT_EQ(text.find(line), text.rfind(line)) << text;
+}
+
+TEST(Fork, InProcessChildIsServedByItsParent) {
+  uroce::test::TempDir dir("/tmp/uroce-fork-");
+  const std::string err = dir.dir + "/child.err";
+  const std::string eal = kEal + " --file-prefix=uroce-fork-sv-" + std::to_string(getpid());
+  const int rc = uroce::test::run_in_child(
+      [&] {
+        setenv("UROCE_EAL", eal.c_str(), 1);
+        setenv("UROCE_IP", "10.0.0.1/24", 1);
+        unsetenv("UROCE_SERVICE");
+        unsetenv("UROCE_FORK_SERVE");
+        ibv_context* c = open_uroce0();
+        CHECK(c != nullptr);
+        ibv_device* dev = c->device;
+        Kept k;
+        if (const int e = keep(c, k); e != 0) return e;
+        // Two children at once, each with verbs traffic and an rdma_cm
+        // connection of its own through the parent.
+        const pid_t one = fork_running([&] {
+          const int fd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+          dup2(fd, 2);
+          // The parent's objects are still not the child's.
+          errno = 0;
+          CHECK(ibv_open_device(dev) == nullptr && errno == ENODEV);
+          CHECK(ibv_alloc_pd(c) == nullptr);
+          CHECK(ibv_destroy_qp(k.qp) != 0);
+          ibv_context* cc = open_uroce0();
+          CHECK(cc != nullptr && cc != c);
+          if (const int e = traffic(cc, "first child"); e != 0) return e;
+          if (const int e = rdma_cm_connection(cc); e != 0) return e;
+          return ibv_close_device(cc) == 0 ? 0 : 150;
+        });
+        const pid_t two = fork_running([] {
+          ibv_context* cc = open_uroce0();
+          CHECK(cc != nullptr);
+          if (const int e = traffic(cc, "second child"); e != 0) return e;
+          if (const int e = rdma_cm_connection(cc); e != 0) return e;
+          return ibv_close_device(cc) == 0 ? 0 : 151;
+        });
+        const int first = uroce::test::wait_exit(one, 90s);
+        const int second = uroce::test::wait_exit(two, 90s);
+        CHECK(first == 0);
+        CHECK(second == 0);
+        // The parent's objects are as they were, and it still works.
+        if (const int e = still_kept(k); e != 0) return e;
+        if (const int e = traffic(c, "parent"); e != 0) return e;
+        CHECK(ibv_close_device(c) == 0);
+        return 0;
+      },
+      200s);
+  EXPECT_EQ(rc, 0) << uroce::test::read_text_file(err);
+  // No refusal: the child had a device.
+  EXPECT_EQ(uroce::test::read_text_file(err).find("cannot use its parent's"), std::string::npos);
 }
 
 }  // namespace

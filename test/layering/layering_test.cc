@@ -88,15 +88,16 @@ std::vector<Layer> layer_table() {
       {"device", "lib/device",
        {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap"},
        true, true},
-      // libibverbs.so.1 on top of the stack: starts EAL and opens a device::Device.
+      // libibverbs.so.1 on top of the stack: starts EAL and opens a device::Device;
+      // serves its forked children with the daemon's Server (fork_service.h).
       {"ibverbs", "lib/ibverbs",
        {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap",
-        "device"},
+        "device", "cm", "service_daemon"},
        true, true},
       // librdmacm.so.1: lib/cm on libibverbs.so.1's device.
       {"rdmacm", "lib/rdmacm",
        {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs", "dpdk", "sim", "pcap", "device",
-        "cm", "ibverbs"},
+        "cm", "service_daemon", "ibverbs"},
        false},
   };
   // The programs: each may include everything (apps/ is on their include

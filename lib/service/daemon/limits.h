@@ -62,6 +62,14 @@ struct ServerConfig {
   std::uint32_t reply_timeout_ms = 2000;  // a client that leaves a reply unread this long is dropped
   Limits limits;                          // every uid's but those in uid_limits
   std::map<std::uint32_t, Limits> uid_limits;  // the uids with keys of their own ("uid.1000.uid_max_qps")
+  // Embedded in an in-process program (lib/ibverbs/fork_service.cc), which
+  // serves its forked children: run() returns when this eventfd is readable
+  // and takes no signal (they are the program's); -1: uroced, which stops
+  // on SIGTERM and SIGINT through a signalfd.
+  int stop_fd = -1;
+  // Only peers of the server's own uid attach (SO_PEERCRED), root's
+  // included: the embedded server's clients are its program's children.
+  bool own_uid_only = false;
 
   // The budgets of `uid`'s clients.
   const Limits& limits_for(std::uint32_t uid) const {

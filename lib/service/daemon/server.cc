@@ -191,18 +191,23 @@ std::string Server::listen() {
   }
   if (::listen(listen_fd_, 64) != 0) return "listen: " + errno_text(errno);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC);
-  if (epoll_fd_ < 0 || signal_fd_ < 0) return "epoll/signalfd: " + errno_text(errno);
+  // uroced stops on SIGTERM/SIGINT (blocked by its main, read here); an
+  // embedded server on its program's eventfd, leaving signals to the program.
+  if (config_.stop_fd < 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC);
+  }
+  const int stop_fd = config_.stop_fd >= 0 ? config_.stop_fd : signal_fd_;
+  if (epoll_fd_ < 0 || stop_fd < 0) return "epoll/signalfd: " + errno_text(errno);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = listen_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.fd = signal_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, signal_fd_, &ev);
+  ev.data.fd = stop_fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_fd, &ev);
   ev.data.fd = cm_->wake_fd();  // MADs on QP1
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cm_->wake_fd(), &ev);
   return "";
@@ -216,11 +221,13 @@ int Server::run() {
     n = std::max(n, 0);
     for (int i = 0; i < n; ++i) {
       const int fd = evs[i].data.fd;
-      if (fd == signal_fd_) {
-        signalfd_siginfo info{};
-        [[maybe_unused]] ssize_t r = read(signal_fd_, &info, sizeof info);
-        spdlog::info("uroced: signal {}: moving {} client(s)' QPs to the error state and closing them",
-                      info.ssi_signo, clients_.size());
+      if (fd == signal_fd_ || (fd == config_.stop_fd && fd >= 0)) {
+        if (fd == signal_fd_) {
+          signalfd_siginfo info{};
+          [[maybe_unused]] ssize_t r = read(signal_fd_, &info, sizeof info);
+          spdlog::info("uroced: signal {}: moving {} client(s)' QPs to the error state and closing them",
+                       info.ssi_signo, clients_.size());
+        }
         // QPs to ERR: their outstanding work completes with flush errors,
         // which the pumps still carry to the clients' rings.
         ibv_qp_attr attr{};
@@ -388,6 +395,12 @@ void Server::accept_client() {
   // ones never keep its next client out, and never another uid's), at most
   // max_clients in all, each closed after hello_timeout_ms. The budgets of
   // attached clients apply at hello (admit).
+  if (config_.own_uid_only && cred.uid != geteuid()) {
+    refusals.warn("uroce: refused a connection of pid " + std::to_string(cred.pid) + " (uid " +
+                  std::to_string(cred.uid) + "): only this program's own uid may attach");
+    close(sock);
+    return;
+  }
   auto c = std::make_unique<Client>();
   c->limits = config_.limits_for(cred.uid);
   if (usage(cred.uid).waiting >= c->limits.connections_per_uid()) {

@@ -38,7 +38,8 @@ class Server {
   // created with its mode (umask) and its group set without following links.
   std::string listen();
   // Serves until SIGTERM or SIGINT (blocked by the caller, read here
-  // through a signalfd), then moves every client's QPs to the error state,
+  // through a signalfd), or embedded until ServerConfig::stop_fd is
+  // readable (no signal taken), then moves every client's QPs to the error state,
   // lets their completions out, and closes the clients. Returns 0. Never
   // blocks on a client: sockets are non-blocking, a reply the client does
   // not take is held (and the client not read) until it does, or dropped
