@@ -14,7 +14,9 @@
 // each QP stays right. A synchronous ID (made with no channel) has a
 // channel of its own, and its calls wait there for the event they started,
 // as rdma-core's do; endpoint.cc builds rdma-core's endpoint helpers on
-// them.
+// them. The device, the manager and the thread live from the first call
+// to the destruction of the last ID and event channel (release_if_unused),
+// and start again at the next.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -88,6 +89,39 @@ TEST(CmTeardown, ASynchronousIdAloneHoldsTheCmUntilItIsDestroyed) {
   ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0) << strerror(errno);
   EXPECT_EQ(threads_named("uroce-cm"), 1) << all_threads();
   EXPECT_EQ(rdma_destroy_id(id), 0);
+  EXPECT_EQ(threads_named("uroce-cm"), 0) << all_threads();
+  EXPECT_EQ(thread_names().size(), start) << all_threads();
+}
+
+// Threads that each make and destroy a channel and an ID, over and over:
+// one thread's teardown never takes what another has just made (a call
+// that starts the CM waits for a teardown under way to end), nothing hangs,
+// and with the last gone the CM thread is too.
+TEST(CmTeardown, ThreadsMakingAndDestroyingIdsAtOnce) {
+  configure();
+  Deadline deadline(120);
+  const std::size_t start = baseline_threads();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&failures] {
+      for (int k = 0; k < 50; ++k) {
+        rdma_event_channel* ch = rdma_create_event_channel();
+        rdma_cm_id* id = nullptr;
+        if (ch == nullptr || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0) {
+          ++failures;
+          if (ch != nullptr) rdma_destroy_event_channel(ch);
+          continue;
+        }
+        sockaddr_in at = address(0);
+        if (rdma_bind_addr(id, sa(&at)) != 0 || id->verbs == nullptr || id->pd == nullptr) ++failures;
+        if (rdma_destroy_id(id) != 0) ++failures;
+        rdma_destroy_event_channel(ch);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(threads_named("uroce-cm"), 0) << all_threads();
   EXPECT_EQ(thread_names().size(), start) << all_threads();
 }
