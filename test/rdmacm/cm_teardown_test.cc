@@ -15,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -164,6 +165,33 @@ TEST(CmTeardown, AListedContextStaysUsableAfterTheCmStops) {
   ASSERT_NE(pd, nullptr);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
   connect_to_ourselves();
+}
+
+}  // namespace
+
+namespace {
+
+// A thread blocked in rdma_get_cm_event when another destroys the channel
+// goes on waiting (as on Linux's channel); the teardown does not wait for
+// it, and the next round's channel (perhaps on the same descriptor number)
+// and its events are not taken by it. Last: the blocked thread stays.
+TEST(CmTeardown, AReaderLeftBlockedOnADestroyedChannelDoesNotHoldTheCm) {
+  configure();
+  Deadline deadline(60);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  std::atomic<bool> returned{false};
+  std::thread reader([ch, &returned] {
+    rdma_cm_event* e = nullptr;
+    rdma_get_cm_event(ch, &e);
+    returned = true;
+  });
+  reader.detach();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // inside its wait
+  rdma_destroy_event_channel(ch);
+  EXPECT_EQ(threads_named("uroce-cm"), 0) << all_threads();
+  connect_to_ourselves();
+  EXPECT_FALSE(returned.load());
 }
 
 }  // namespace
