@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,7 +110,18 @@ inline void connect_to_ourselves() {
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
   ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
   // A SEND from the client to the server proves the QPs were connected.
-  std::array<char, 64> in{}, out{};
+  // Pages of their own, not the stack: through uroced a registered range is
+  // shared with the daemon page by page.
+  struct Buffers {
+    char* in = static_cast<char*>(std::aligned_alloc(4096, 4096));
+    char* out = static_cast<char*>(std::aligned_alloc(4096, 4096));
+    ~Buffers() {
+      std::free(in);
+      std::free(out);
+    }
+  } buffers;
+  std::span<char> in(buffers.in, 64), out(buffers.out, 64);
+  std::memset(buffers.in, 0, 4096);
   std::strcpy(out.data(), "across the CM");
   ibv_mr* in_mr = ibv_reg_mr(request.id->pd, in.data(), in.size(), IBV_ACCESS_LOCAL_WRITE);
   ibv_mr* out_mr = ibv_reg_mr(client->pd, out.data(), out.size(), 0);
