@@ -128,7 +128,7 @@ struct State {
   State* parent = nullptr;  // in a forked child: the parent's, kept as it was
   // The program is done with rdma_cm (release_if_unused): the CM thread,
   // the manager and the device are being let go outside the mutex; a call
-  // that would start them again (start) waits for `torn_down`.
+  // that would start them again (start_cm) waits for `torn_down`.
   bool tearing_down = false;
   std::condition_variable torn_down;
   // rdma_get_devices handed `verbs` out since it was opened: the program may
@@ -562,7 +562,7 @@ int init(State& s) {
 
 // init, once a teardown under way (release_if_unused) has ended. `lock`
 // holds the mutex.
-int start(State& s, std::unique_lock<std::mutex>& lock) {
+int start_cm(State& s, std::unique_lock<std::mutex>& lock) {
   s.torn_down.wait(lock, [&s] { return !s.tearing_down; });
   return init(s);
 }
@@ -582,7 +582,7 @@ void release_if_unused(State& s, std::unique_lock<std::mutex>& lock) {
   s.stop.store(true);
   // Out of the mutex: the thread's loop takes it. No call reaches the
   // manager meanwhile (every one names an ID or a channel, and none is
-  // left; qp_destroyed and start look at tearing_down).
+  // left; qp_destroyed and start_cm look at tearing_down).
   lock.unlock();
   if (s.thread.joinable()) s.thread.join();
   s.manager.reset();
@@ -744,7 +744,7 @@ extern "C" {
 rdma_event_channel* rdma_create_event_channel(void) {
   auto& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
-  if (const int rc = uroce::rdmacm::start(s, lock); rc != 0) {
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) {
     errno = rc;
     return nullptr;
   }
@@ -774,7 +774,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
     return fail(EPROTONOSUPPORT);
   }
   std::unique_lock<std::mutex> lock(s.mutex);
-  if (const int rc = uroce::rdmacm::start(s, lock); rc != 0) return fail(rc);
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) return fail(rc);
   // No channel: a synchronous ID, with a channel of its own.
   const bool sync = channel == nullptr;
   if (sync) {
@@ -1317,7 +1317,7 @@ ibv_context** rdma_get_devices(int* num_devices) {
   auto& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
   if (num_devices != nullptr) *num_devices = 0;
-  if (const int rc = uroce::rdmacm::start(s, lock); rc != 0) {
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) {
     errno = rc;
     return nullptr;
   }
