@@ -979,6 +979,7 @@ int Manager::abandon(std::uint32_t comm_id) {
 void Manager::forget_qp(QueuePair* qp) {
   for (auto& [id, c] : impl_->conns) {
     if (c.qp == qp) c.qp = nullptr;
+    if (c.params.qp == qp) c.params.qp = nullptr;  // connect()'s copy: no pointer to it is left
   }
 }
 

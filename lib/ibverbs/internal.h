@@ -199,6 +199,12 @@ struct Qp {
   int pending_error = 0;
 };
 Qp* qp_of(ibv_qp* qp);
+// Told by ibv_destroy_qp, before the QP goes and with no lock of ibverbs
+// held, that `qp` is being destroyed: librdmacm's CM forgets it, so no
+// later event of its connection moves a freed QP (or a new one at its
+// address). One hook per process; nullptr for none.
+using QpDestroyHook = void (*)(QueuePair* qp);
+void set_qp_destroy_hook(QpDestroyHook hook);
 
 // A shared receive queue (srq.cc). Its limit event is set by the engine's
 // thread and reported by the event monitor as IBV_EVENT_SRQ_LIMIT_REACHED.

@@ -3,6 +3,7 @@
 // RC, UC and UD, on a receive queue of their own or an SRQ (srq.cc); XRC
 // and raw packet QPs get EOPNOTSUPP with one line on stderr.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -89,7 +90,11 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   return &qp->ex.qp_base;
 }
 
+std::atomic<QpDestroyHook> g_qp_destroy_hook{nullptr};
+
 }  // namespace
+
+void set_qp_destroy_hook(QpDestroyHook hook) { g_qp_destroy_hook.store(hook); }
 
 Qp* qp_of(ibv_qp* qp) {
   if (qp == nullptr || ctx_of(qp->context) == nullptr) {
@@ -220,6 +225,9 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
   Qp* qp = qp_of(ibv_qp);
   if (qp == nullptr) return EINVAL;
   uroce::ibverbs::Ctx* x = qp->ctx;
+  // Before any lock of ours: the hook takes librdmacm's, whose holder (its
+  // CM thread) may be waiting for the context's mutex.
+  if (const uroce::ibverbs::QpDestroyHook hook = uroce::ibverbs::g_qp_destroy_hook.load()) hook(qp->qp);
   {
     // Out of the event monitor's sight first, then gone from the engines.
     std::lock_guard<std::mutex> lock(x->mutex);

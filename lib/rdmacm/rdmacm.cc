@@ -14,7 +14,9 @@
 // each QP stays right. A synchronous ID (made with no channel) has a
 // channel of its own, and its calls wait there for the event they started,
 // as rdma-core's do; endpoint.cc builds rdma-core's endpoint helpers on
-// them.
+// them. The device, the manager and the thread live from the first call
+// to the destruction of the last ID and event channel (release_if_unused),
+// and start again at the next.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -124,6 +126,16 @@ struct State {
   std::atomic<bool> stop{false};
   std::condition_variable acked;  // an event was acknowledged (rdma_destroy_id waits on it)
   State* parent = nullptr;  // in a forked child: the parent's, kept as it was
+  // The program is done with rdma_cm (release_if_unused): the CM thread,
+  // the manager and the device are being let go outside the mutex; a call
+  // that would start them again (start_cm) waits for `torn_down`.
+  bool tearing_down = false;
+  std::condition_variable torn_down;
+  // rdma_get_devices handed `verbs` out since it was opened: the program may
+  // hold it as long as the process lives (rdma-core's contexts stay valid
+  // until exit; libfabric's verbs provider opens its domain on one after
+  // rdma_free_devices), so it stays open when the rest is let go.
+  bool verbs_handed_out = false;
 };
 
 // Never destroyed: the thread may outlive static destructors. A forked child
@@ -137,10 +149,13 @@ State* g_state = nullptr;
 bool g_forked = false;
 void fork_child() { g_forked = true; }
 
+void qp_destroyed(QueuePair* qp);
+
 State& state() {
   static const bool made = [] {
     g_state = new State();
     pthread_atfork(nullptr, nullptr, fork_child);
+    ibverbs::set_qp_destroy_hook(qp_destroyed);
     return true;
   }();
   (void)made;
@@ -484,26 +499,29 @@ void run(State& s) {
   }
 }
 
-// Opens the device and the manager once. Under the mutex. 0 or an errno.
+// Opens the device and the manager, at the first call and again at the
+// first call after release_if_unused. Under the mutex. 0 or an errno.
 int init(State& s) {
   if (s.initialised) return s.manager ? 0 : s.init_error;
   s.initialised = true;
   s.init_error = ENODEV;
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr || n == 0) {
-    if (ibverbs::in_forked_child_of_in_process()) {
-      // ibverbs has said why, once.
-      s.error = "a forked child cannot use its parent's in-process device: run the program through uroced";
-    } else {
-      s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
-      std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+  if (s.verbs == nullptr) {  // else kept open by the last round (verbs_handed_out)
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr || n == 0) {
+      if (ibverbs::in_forked_child_of_in_process()) {
+        // ibverbs has said why, once.
+        s.error = "a forked child cannot use its parent's in-process device: run the program through uroced";
+      } else {
+        s.error = "no uroce device: set UROCE_EAL and UROCE_IP (or run under uroce-run)";
+        std::fprintf(stderr, "uroce librdmacm: %s\n", s.error.c_str());
+      }
+      if (list != nullptr) ibv_free_device_list(list);
+      return ENODEV;
     }
-    if (list != nullptr) ibv_free_device_list(list);
-    return ENODEV;
+    s.verbs = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
   }
-  s.verbs = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
   ibverbs::Ctx* x = s.verbs != nullptr ? ibverbs::ctx_of(s.verbs) : nullptr;
   if (x == nullptr) return ENODEV;
   ibv_gid g{};
@@ -537,9 +555,69 @@ int init(State& s) {
   s.thread = std::thread([&s] { run(s); });
   // Named, so that a test (or an operator with top -H) sees the CM is up:
   // the program's listen comes a moment later (test/support/uroce_ready.h).
+  // Joined by release_if_unused.
   pthread_setname_np(s.thread.native_handle(), "uroce-cm");
-  s.thread.detach();
   return 0;
+}
+
+// init, once a teardown under way (release_if_unused) has ended. `lock`
+// holds the mutex.
+int start_cm(State& s, std::unique_lock<std::mutex>& lock) {
+  s.torn_down.wait(lock, [&s] { return !s.tearing_down; });
+  return init(s);
+}
+
+// The program is done with rdma_cm: no ID and no event channel left. The
+// CM thread stops and is joined, the manager goes (QP1; through uroced, this
+// process's CM connection to it), the default PD is freed and the device
+// context closed, so an application that owns EAL can close uroce (its last
+// ibv_close_device) before rte_eal_cleanup (docs/embedding.md). The next
+// call that needs them starts afresh (init). The context stays open if
+// rdma_get_devices handed it out (the program may hold it) or a QP or MR
+// of the program's still uses the default PD. `lock` holds the mutex, and
+// holds it again on return.
+void release_if_unused(State& s, std::unique_lock<std::mutex>& lock) {
+  if (!s.manager || s.tearing_down || !s.ids.empty() || !s.channels.empty()) return;
+  s.tearing_down = true;
+  s.stop.store(true);
+  // Out of the mutex: the thread's loop takes it. No call reaches the
+  // manager meanwhile (every one names an ID or a channel, and none is
+  // left; qp_destroyed and start_cm look at tearing_down).
+  lock.unlock();
+  if (s.thread.joinable()) s.thread.join();
+  s.manager.reset();
+  lock.lock();
+  if (s.default_pd != nullptr && s.pd_refs == 0 && ibv_dealloc_pd(s.default_pd) == 0) s.default_pd = nullptr;
+  ibv_context* verbs = s.default_pd == nullptr && !s.verbs_handed_out ? s.verbs : nullptr;
+  if (verbs != nullptr) {
+    s.verbs = nullptr;
+    s.have_depths = false;
+  }
+  s.by_comm.clear();
+  s.listeners.clear();
+  s.qps.clear();
+  s.error.clear();
+  s.init_error = 0;
+  s.initialised = false;
+  s.stop.store(false);
+  if (verbs != nullptr) {
+    lock.unlock();
+    ibv_close_device(verbs);  // the last one takes the device down (joined EAL, a removable vdev)
+    lock.lock();
+  }
+  s.tearing_down = false;
+  s.torn_down.notify_all();
+}
+
+// ibv_destroy_qp's hook (set_qp_destroy_hook): a QP the program destroys
+// itself, not with rdma_destroy_qp (perftest does), is forgotten by the CM,
+// so no later event of its connection (a DREQ, a timer) moves it. Takes the
+// mutex: the CM thread is not inside a modify of it meanwhile.
+void qp_destroyed(QueuePair* qp) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.qps.erase(qp);
+  if (s.manager && !s.tearing_down) s.manager->forget_qp(qp);
 }
 
 }  // namespace
@@ -665,22 +743,27 @@ extern "C" {
 
 rdma_event_channel* rdma_create_event_channel(void) {
   auto& s = state();
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (const int rc = uroce::rdmacm::init(s); rc != 0) {
-      errno = rc;
-      return nullptr;
-    }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) {
+    errno = rc;
+    return nullptr;
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
   Channel* c = uroce::rdmacm::open_channel(s);
-  return c != nullptr ? &c->ch : nullptr;
+  if (c == nullptr) {
+    const int err = errno;
+    uroce::rdmacm::release_if_unused(s, lock);
+    errno = err;
+    return nullptr;
+  }
+  return &c->ch;
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
-  std::lock_guard<std::mutex> lock(state().mutex);
-  uroce::rdmacm::close_channel(state(), reinterpret_cast<Channel*>(channel));
+  auto& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  uroce::rdmacm::close_channel(s, reinterpret_cast<Channel*>(channel));
+  uroce::rdmacm::release_if_unused(s, lock);
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps) {
@@ -690,16 +773,23 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
     std::fprintf(stderr, "uroce librdmacm: only RDMA_PS_TCP and RDMA_PS_IB (RC) are supported\n");
     return fail(EPROTONOSUPPORT);
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (const int rc = uroce::rdmacm::init(s); rc != 0) return fail(rc);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) return fail(rc);
   // No channel: a synchronous ID, with a channel of its own.
   const bool sync = channel == nullptr;
   if (sync) {
     Channel* own = uroce::rdmacm::open_channel(s);
-    if (own == nullptr) return fail(errno);
+    if (own == nullptr) {
+      const int err = errno;
+      uroce::rdmacm::release_if_unused(s, lock);
+      return fail(err);
+    }
     channel = &own->ch;
   }
-  if (!s.channels.count(reinterpret_cast<Channel*>(channel))) return fail(EBADF);
+  if (!s.channels.count(reinterpret_cast<Channel*>(channel))) {
+    uroce::rdmacm::release_if_unused(s, lock);  // started by this call for a channel that is not one
+    return fail(EBADF);
+  }
   auto* i = new Id();
   i->sync = sync;
   s.ids.insert(i);
@@ -751,6 +841,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
   uroce::rdmacm::put_device(s, i);
   if (i->sync) uroce::rdmacm::close_channel(s, uroce::rdmacm::channel_of(id));
   delete i;
+  uroce::rdmacm::release_if_unused(s, lock);
   return 0;
 }
 
@@ -1218,21 +1309,29 @@ __be16 rdma_get_dst_port(rdma_cm_id* id) { return reinterpret_cast<sockaddr_in*>
 // With no device: NULL with errno ENODEV and *num_devices 0, as rdma-core's
 // (its ucma_init fails), not an empty list: SPDK crashed on that in its own
 // error path (issue 27).
+//
+// The context listed stays open for the rest of the process (rdma-core's
+// stay valid until exit), but the CM thread and the manager still stop with
+// the last ID and channel (release_if_unused).
 ibv_context** rdma_get_devices(int* num_devices) {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   if (num_devices != nullptr) *num_devices = 0;
-  if (const int rc = uroce::rdmacm::init(s); rc != 0) {
+  if (const int rc = uroce::rdmacm::start_cm(s, lock); rc != 0) {
     errno = rc;
     return nullptr;
   }
   auto** list = static_cast<ibv_context**>(calloc(2, sizeof(ibv_context*)));
   if (list == nullptr) {
+    uroce::rdmacm::release_if_unused(s, lock);
     errno = ENOMEM;
     return nullptr;
   }
   list[0] = s.verbs;
+  s.verbs_handed_out = true;
   if (num_devices != nullptr) *num_devices = 1;
+  // Started for the list alone: nothing but the context needs to run.
+  uroce::rdmacm::release_if_unused(s, lock);
   return list;
 }
 void rdma_free_devices(ibv_context** list) { free(list); }
