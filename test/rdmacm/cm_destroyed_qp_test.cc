@@ -18,32 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "support/rdmacm_rig.h"
+
 namespace {
 
-const std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
+using uroce::test::Deadline;
+using uroce::test::next_port;
+using uroce::test::sa;
 
-void configure() {
-  static bool once = [] {
-    const std::string eal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --file-prefix=cmqpgone" +
-                            std::to_string(getpid()) + " --log-level=lib.eal:error";
-    setenv("UROCE_EAL", eal.c_str(), 1);
-    setenv("UROCE_IP", "10.0.0.1/24", 1);
-    return true;
-  }();
-  (void)once;
-}
-
-struct Deadline {
-  explicit Deadline(unsigned seconds) { alarm(seconds); }
-  ~Deadline() { alarm(0); }
-};
-
-std::uint16_t next_port() {
-  static std::uint16_t port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
-  return port++;
-}
-
-sockaddr* sa(void* a) { return static_cast<sockaddr*>(a); }
+void configure() { uroce::test::configure_net_ring("cmqpgone"); }
 
 rdma_cm_event_type next_event(rdma_event_channel* ch) {
   rdma_cm_event* e = nullptr;
@@ -65,10 +48,7 @@ struct Connection {
     ch = rdma_create_event_channel();
     ASSERT_NE(ch, nullptr);
     ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-    sockaddr_in at{};
-    at.sin_family = AF_INET;
-    std::memcpy(&at.sin_addr, kOurIp.data(), 4);
-    at.sin_port = htons(next_port());
+    sockaddr_in at = uroce::test::ipv4(next_port());
     ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
     ASSERT_EQ(rdma_listen(listener, 4), 0);
     ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);

@@ -29,22 +29,7 @@ namespace {
 
 using namespace uroce::test;
 
-void configure() {
-  static bool once = [] {
-    const std::string eal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_ring0 --file-prefix=cmteardown" +
-                            std::to_string(getpid()) + " --log-level=lib.eal:error";
-    setenv("UROCE_EAL", eal.c_str(), 1);
-    setenv("UROCE_IP", "10.0.0.1/24", 1);
-    return true;
-  }();
-  (void)once;
-}
-
-// A hung library must fail the test, not hang the suite.
-struct Deadline {
-  explicit Deadline(unsigned seconds) { alarm(seconds); }
-  ~Deadline() { alarm(0); }
-};
+void configure() { configure_net_ring("cmteardown"); }
 
 // The threads a process with uroce's device started (EAL's, ibverbs's
 // event monitor) but no rdma_cm: a context opened and closed once.
@@ -114,7 +99,7 @@ TEST(CmTeardown, ThreadsMakingAndDestroyingIdsAtOnce) {
           if (ch != nullptr) rdma_destroy_event_channel(ch);
           continue;
         }
-        sockaddr_in at = address(0);
+        sockaddr_in at = ipv4(0);
         if (rdma_bind_addr(id, sa(&at)) != 0 || id->verbs == nullptr || id->pd == nullptr) ++failures;
         if (rdma_destroy_id(id) != 0) ++failures;
         rdma_destroy_event_channel(ch);
@@ -155,7 +140,7 @@ TEST(CmTeardown, AListedContextStaysUsableAfterTheCmStops) {
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(next_port());
+  sockaddr_in at = ipv4(next_port());
   ASSERT_EQ(rdma_bind_addr(id, sa(&at)), 0);
   EXPECT_EQ(id->verbs, listed);
   EXPECT_EQ(rdma_destroy_id(id), 0);

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-namespace uroce::test {
+#include "support/rdmacm_rig.h"
 
-inline constexpr std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
+namespace uroce::test {
 
 // The names of this process's threads (/proc/self/task/*/comm).
 inline std::vector<std::string> thread_names() {
@@ -50,20 +50,6 @@ inline std::string all_threads() {
   return s;
 }
 
-inline std::uint16_t next_port() {
-  static std::uint16_t port = static_cast<std::uint16_t>(20000 + getpid() % 20000);
-  return port++;
-}
-
-inline sockaddr_in address(std::uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  std::memcpy(&a.sin_addr, kOurIp.data(), 4);
-  a.sin_port = htons(port);
-  return a;
-}
-inline sockaddr* sa(void* a) { return static_cast<sockaddr*>(a); }
-
 struct Got {
   rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
   rdma_cm_id* id = nullptr;
@@ -86,7 +72,7 @@ inline void connect_to_ourselves() {
   EXPECT_EQ(threads_named("uroce-cm"), 1) << all_threads();
   rdma_cm_id* listener = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = address(next_port());
+  sockaddr_in at = ipv4(next_port());
   ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
   ASSERT_EQ(rdma_listen(listener, 4), 0);
   rdma_cm_id* client = nullptr;
