@@ -81,22 +81,30 @@ Got next_event(rdma_event_channel* ch) {
 }
 
 // A UD ID's QP with the library's default CQs, and a registered buffer
-// (GRH room, then the message).
+// (GRH room, then the message) on a page of its own: through uroced a
+// registered region's pages move onto a shared file, and a stack page
+// (this thread's frames, written during the move) must not be one.
 struct UdEnd {
+  static constexpr std::size_t kBytes = kGrh + kMsg;
   rdma_cm_id* id = nullptr;
-  std::array<char, kGrh + kMsg> buf{};
+  char* buf = static_cast<char*>(std::aligned_alloc(4096, 4096));
   ibv_mr* mr = nullptr;
+  UdEnd() = default;
+  UdEnd(const UdEnd&) = delete;
+  UdEnd& operator=(const UdEnd&) = delete;
+  ~UdEnd() { std::free(buf); }
   bool make(rdma_cm_id* of) {
+    std::memset(buf, 0, 4096);
     id = of;
     ibv_qp_init_attr attr{};
     attr.qp_type = IBV_QPT_UD;
     attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
     if (rdma_create_qp(id, nullptr, &attr) != 0) return false;
-    mr = ibv_reg_mr(id->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    mr = ibv_reg_mr(id->pd, buf, kBytes, IBV_ACCESS_LOCAL_WRITE);
     return mr != nullptr;
   }
   bool post_recv() {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data()), static_cast<std::uint32_t>(buf.size()), mr->lkey};
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(kBytes), mr->lkey};
     ibv_recv_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -104,9 +112,9 @@ struct UdEnd {
     return ibv_post_recv(id->qp, &wr, &bad) == 0;
   }
   bool send(ibv_ah* ah, std::uint32_t qpn, std::uint32_t qkey, const std::string& text) {
-    std::memset(buf.data() + kGrh, 0, kMsg);
-    std::memcpy(buf.data() + kGrh, text.data(), text.size());
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf.data() + kGrh), static_cast<std::uint32_t>(kMsg), mr->lkey};
+    std::memset(buf + kGrh, 0, kMsg);
+    std::memcpy(buf + kGrh, text.data(), text.size());
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf + kGrh), static_cast<std::uint32_t>(kMsg), mr->lkey};
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -127,7 +135,7 @@ struct UdEnd {
     }
     return false;
   }
-  std::string text() const { return std::string(buf.data() + kGrh, strnlen(buf.data() + kGrh, kMsg)); }
+  std::string text() const { return std::string(buf + kGrh, strnlen(buf + kGrh, kMsg)); }
   void close() {
     if (mr != nullptr) ibv_dereg_mr(mr);
     if (id != nullptr && id->qp != nullptr) rdma_destroy_qp(id);
@@ -205,7 +213,7 @@ std::string sidr_scenario(std::uint16_t port) {
   if (check(UdEnd::poll(server.id->recv_cq, in), "the server receives the datagram")) {
     check(server.text() == "ping from the client", "the server's data: '" + server.text() + "'");
     check(in.src_qp == client.id->qp->qp_num && (in.wc_flags & IBV_WC_GRH), "from the client's QP, with a GRH");
-    ibv_ah* back = ibv_create_ah_from_wc(server.id->pd, &in, reinterpret_cast<ibv_grh*>(server.buf.data()), 1);
+    ibv_ah* back = ibv_create_ah_from_wc(server.id->pd, &in, reinterpret_cast<ibv_grh*>(server.buf), 1);
     check(back != nullptr, "ibv_create_ah_from_wc");
     check(client.post_recv(), "client post_recv");
     check(server.send(back, in.src_qp, kUdpQkey, "pong from the server"), "server send");
@@ -232,6 +240,24 @@ std::string sidr_scenario(std::uint16_t port) {
     rdma_destroy_id(req2.id);
   }
   rdma_destroy_id(refused);
+
+  // More private data than a SIDR_REQ carries after rdma_cm's header
+  // (216 - 36 bytes): refused at the call.
+  rdma_cm_id* big = resolved_client(client_ch, port, nullptr, check);
+  std::array<char, 181> lots{};
+  rdma_conn_param bp{};
+  bp.private_data = lots.data();
+  bp.private_data_len = static_cast<std::uint8_t>(lots.size());
+  check(rdma_connect(big, &bp) != 0 && errno == EINVAL, "181 bytes of private data: EINVAL");
+  // A UD QP on an RC (TCP port space) ID is not what the ID connects.
+  rdma_cm_id* rc = nullptr;
+  check(rdma_create_id(client_ch, &rc, nullptr, RDMA_PS_TCP) == 0 && rc->qp_type == IBV_QPT_RC, "an RC ID");
+  ibv_qp_init_attr ud_attr{};
+  ud_attr.qp_type = IBV_QPT_UD;
+  ud_attr.cap = ibv_qp_cap{1, 1, 1, 1, 0};
+  check(rc != nullptr && rdma_create_qp(rc, big->pd, &ud_attr) != 0, "a UD QP on an RC ID is refused");
+  rdma_destroy_id(rc);
+  rdma_destroy_id(big);
 
   // Nobody listens on port + 1: "service ID not supported" (after the
   // library's retries of a listener that may be a moment late).
