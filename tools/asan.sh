@@ -33,7 +33,7 @@
 #   Stock* and AClientKilled* cases (stock ibv_rc_pingpong, ib_write_bw), service_rdmacm's (rping, perftest -R),
 #   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong), service_ucx's (ucx_perftest),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
-#   rdma_xserver/rdma_xclient, rping) and of fabric_stock (libfabric's
+#   rdma_xserver/rdma_xclient, rping, udaddy) and of fabric_stock (libfabric's
 #   fi_info and fi_pingpong, rdmacm-utils, cmtime);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does

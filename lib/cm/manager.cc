@@ -64,7 +64,12 @@ const char* event_name(EventType t) {
 }
 
 struct Manager::Impl {
-  enum class State { kReqSent, kReqRcvd, kRepSent, kEstablished, kDreqSent };
+  // The kSidr states are Service ID Resolution's (IBTA 12.11), which makes
+  // no connection: a SIDR_REQ is sent and resent until its SIDR_REP
+  // (kSidrReqSent); one received waits for accept() or reject()
+  // (kSidrReqRcvd), and their answer is kept a while (kSidrRepSent) to be
+  // sent again to a duplicate SIDR_REQ, whose sender did not get it.
+  enum class State { kReqSent, kReqRcvd, kRepSent, kEstablished, kDreqSent, kSidrReqSent, kSidrReqRcvd, kSidrRepSent };
   struct Conn {
     State state = State::kReqSent;
     bool active = false;
@@ -139,6 +144,10 @@ struct Manager::Impl {
   ModifyFn modify_fn = nullptr;
   void* modify_arg = nullptr;
   bool armed = false;  // QP1's CQ has an on_mad callback: armed at every poll()
+
+  static bool sidr(State s) {
+    return s == State::kSidrReqSent || s == State::kSidrReqRcvd || s == State::kSidrRepSent;
+  }
 
   int modify(QueuePair* qp, ibv_qp_attr& a, int mask) {
     return modify_fn != nullptr ? modify_fn(modify_arg, qp, a, mask) : qp->modify(a, mask);
@@ -331,7 +340,7 @@ struct Manager::Impl {
   void index_remote(const Conn& c) { by_remote[{c.peer, c.remote_id}] = c.local_id; }
   // A connection stops waiting as kReqRcvd (answered, refused, withdrawn).
   void leave_req_rcvd(Conn& c) {
-    if (c.state != State::kReqRcvd) return;
+    if (c.state != State::kReqRcvd && c.state != State::kSidrReqRcvd) return;
     --pending_requests;
     auto l = listeners.find(c.listen_service);
     if (l != listeners.end() && l->second.generation == c.listen_generation) --l->second.pending;
@@ -621,7 +630,7 @@ struct Manager::Impl {
     drep.rtu.local_comm_id = m.dreq.remote_comm_id;
     drep.rtu.remote_comm_id = m.dreq.local_comm_id;
     Conn* c = find(m.dreq.remote_comm_id);
-    if (c == nullptr || c->peer != peer || c->remote_id != m.dreq.local_comm_id) {
+    if (c == nullptr || c->peer != peer || c->remote_id != m.dreq.local_comm_id || sidr(c->state)) {
       // Gone already (or never ours): a DREP all the same, so the peer
       // stops asking (IBTA 12.9.8.x).
       if (!unsolicited_reply_allowed()) return;
@@ -648,6 +657,123 @@ struct Manager::Impl {
     Event e;
     e.type = EventType::kDisconnected;
     e.comm_id = c->local_id;
+    erase_conn(c->local_id);
+    events.push_back(std::move(e));
+  }
+
+  // --- Service ID Resolution (IBTA 12.11) ------------------------------------------
+
+  void sidr_reply(const Gid& peer, std::uint64_t tid, std::uint32_t request_id, std::uint64_t service_id,
+                  wire::SidrStatus status, std::array<std::uint8_t, wire::kMadBytes>* keep = nullptr,
+                  std::uint32_t qpn = 0, std::uint32_t qkey = 0, const std::vector<std::uint8_t>& private_data = {}) {
+    wire::CmMad m = header_for(wire::CmAttr::kSidrRep, tid);
+    m.sidr_rep.request_id = request_id;
+    m.sidr_rep.status = static_cast<std::uint8_t>(status);
+    m.sidr_rep.service_id = service_id;
+    if (status == wire::SidrStatus::kOk) {
+      m.sidr_rep.qpn = qpn;
+      m.sidr_rep.qkey = qkey;
+    }
+    std::copy_n(private_data.begin(), std::min(private_data.size(), m.sidr_rep.private_data.size()),
+                m.sidr_rep.private_data.begin());
+    std::array<std::uint8_t, wire::kMadBytes> bytes{};
+    wire::encode_cm_mad(m, bytes);
+    if (keep != nullptr) *keep = bytes;
+    send(peer, bytes);
+  }
+
+  // A SIDR answer was sent: kept (kSidrRepSent) for duplicates of the
+  // request until the requester's resends would have run out.
+  void keep_sidr_answer(Conn& c) {
+    leave_req_rcvd(c);
+    c.state = State::kSidrRepSent;
+    arm(c, now() + timing.resend_ns * static_cast<std::uint64_t>(timing.max_resends + 1));
+  }
+
+  void on_sidr_req(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    const wire::CmSidrReq& req = m.sidr_req;
+    if (Conn* c = find_remote(req.request_id, peer)) {
+      // Again: our answer was lost (send it again) or is still to come.
+      ++counters.duplicates;
+      if (c->state == State::kSidrRepSent) send(peer, c->last);
+      return;
+    }
+    // rdma_cm's connected port spaces (TCP, IB) are not resolved by SIDR.
+    const auto rdma_cm = wire::rdma_cm_service(req.service_id);
+    const bool datagram = !rdma_cm || rdma_cm->ps == wire::kRdmaPsUdp || rdma_cm->ps == wire::kRdmaPsIpoib;
+    const auto l = datagram ? listeners.find(req.service_id) : listeners.end();
+    if (l == listeners.end()) {
+      if (!unsolicited_reply_allowed()) return;
+      ++counters.sidr_rep_sent_no_service;
+      sidr_reply(peer, m.header.tid, req.request_id, req.service_id, wire::SidrStatus::kUnsupportedServiceId);
+      return;
+    }
+    Listener& listener = l->second;
+    if (listener.pending >= listener.backlog || pending_requests >= timing.max_pending_requests) {
+      ++counters.sidr_req_refused;
+      sidr_reply(peer, m.header.tid, req.request_id, req.service_id, wire::SidrStatus::kNoQp);
+      return;
+    }
+    Conn c;
+    c.state = State::kSidrReqRcvd;
+    c.local_id = new_comm_id();
+    c.remote_id = req.request_id;
+    c.tid = m.header.tid;
+    c.peer = peer;
+    c.req.service_id = req.service_id;
+    c.listen_service = req.service_id;
+    c.listen_generation = listener.generation;
+    ++listener.pending;
+    ++pending_requests;
+    Event e;
+    e.type = EventType::kRequest;
+    e.sidr = true;
+    e.comm_id = c.local_id;
+    e.listener = listener.owner;
+    e.req.service_id = req.service_id;
+    std::copy_n(req.private_data.begin(), e.req.private_data.size(), e.req.private_data.begin());
+    e.peer_gid = to_gid(peer);
+    std::size_t skip = 0;
+    if (rdma_cm && wire::decode_rdma_cm_header(req.private_data)) skip = wire::kRdmaCmHeaderBytes;
+    e.private_data.assign(req.private_data.begin() + static_cast<std::ptrdiff_t>(skip), req.private_data.end());
+    auto [it, inserted] = conns.emplace(c.local_id, std::move(c));
+    (void)inserted;
+    index_remote(it->second);
+    arm(it->second, now() + timing.request_ns);
+    events.push_back(std::move(e));
+  }
+
+  void on_sidr_rep(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
+    const wire::CmSidrRep& rep = m.sidr_rep;
+    Conn* c = find(rep.request_id);
+    if (c == nullptr || c->peer != peer || c->state != State::kSidrReqSent) {
+      ++counters.unknown_conn_dropped;  // a late duplicate, or never ours
+      return;
+    }
+    if (rep.status == static_cast<std::uint8_t>(wire::SidrStatus::kUnsupportedServiceId) &&
+        c->no_service_retries < timing.no_service_retries) {
+      // Perhaps not listening *yet*, as for a REJ "invalid service ID".
+      ++c->no_service_retries;
+      ++counters.req_retried_no_service;
+      c->sent_at = now();
+      c->wait_ns = timing.no_service_wait_ns;
+      arm(*c, c->sent_at + c->wait_ns);
+      return;
+    }
+    Event e;
+    e.sidr = true;
+    e.comm_id = c->local_id;
+    e.peer_gid = to_gid(peer);
+    e.private_data.assign(rep.private_data.begin(), rep.private_data.end());
+    if (rep.status == static_cast<std::uint8_t>(wire::SidrStatus::kOk)) {
+      e.type = EventType::kEstablished;
+      e.active = true;
+      e.rep.local_qpn = rep.qpn;
+      e.rep.local_qkey = rep.qkey;
+    } else {
+      e.type = EventType::kUnreachable;
+      e.reason = rep.status;
+    }
     erase_conn(c->local_id);
     events.push_back(std::move(e));
   }
@@ -700,6 +826,8 @@ struct Manager::Impl {
       case wire::CmAttr::kMra: on_mra(m, peer); break;
       case wire::CmAttr::kDreq: on_dreq(m, peer, events); break;
       case wire::CmAttr::kDrep: on_drep(m, peer, events); break;
+      case wire::CmAttr::kSidrReq: on_sidr_req(m, peer, events); break;
+      case wire::CmAttr::kSidrRep: on_sidr_rep(m, peer, events); break;
       default: ++counters.mads_refused; break;
     }
   }
@@ -714,6 +842,22 @@ struct Manager::Impl {
       Conn* c = find(id);
       if (c == nullptr) continue;
       c->due = 0;
+      if (c->state == State::kSidrRepSent) {  // kept long enough for the peer's resends
+        erase_conn(id);
+        continue;
+      }
+      if (c->state == State::kSidrReqRcvd) {
+        // Unanswered: SIDR has no "timeout" answer; the requester's own
+        // resends run out. The owner is told it is gone.
+        ++counters.req_timed_out;
+        Event e;
+        e.type = EventType::kUnreachable;
+        e.comm_id = c->local_id;
+        e.sidr = true;
+        erase_conn(id);
+        events.push_back(std::move(e));
+        continue;
+      }
       if (c->state == State::kReqRcvd) {
         // Nobody answered it: refuse it (REJ timeout, IBTA 12.6.7, reason 4) so the
         // peer stops asking, and tell the owner it is gone.
@@ -726,7 +870,8 @@ struct Manager::Impl {
         events.push_back(std::move(e));
         continue;
       }
-      const bool waiting = c->state == State::kReqSent || c->state == State::kRepSent || c->state == State::kDreqSent;
+      const bool waiting = c->state == State::kReqSent || c->state == State::kRepSent ||
+                           c->state == State::kDreqSent || c->state == State::kSidrReqSent;
       if (!waiting) continue;
       if (c->resends < timing.max_resends) {
         ++c->resends;
@@ -740,6 +885,7 @@ struct Manager::Impl {
       Event e;
       e.type = c->state == State::kDreqSent ? EventType::kDisconnected : EventType::kUnreachable;
       e.comm_id = c->local_id;
+      e.sidr = c->state == State::kSidrReqSent;
       if (c->state == State::kRepSent) to_err(c->qp);
       erase_conn(id);
       events.push_back(std::move(e));
@@ -895,6 +1041,20 @@ int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
 int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   Impl& i = *impl_;
   Impl::Conn* c = i.find(comm_id);
+  if (c != nullptr && c->state == Impl::State::kSidrReqRcvd) {
+    // The UD QP's own number and Q_Key (IBTA 12.11.2: what a datagram to it must carry).
+    ibv_qp_attr qa{};
+    QpInitAttr init;
+    if (p.qp == nullptr || p.private_data.size() > wire::kSidrRepPrivateBytes ||
+        p.qp->query(qa, IBV_QP_STATE | IBV_QP_QKEY, &init) != 0 || init.qp_type != IBV_QPT_UD ||
+        qa.qp_state == IBV_QPS_RESET) {
+      return EINVAL;
+    }
+    i.sidr_reply(c->peer, c->tid, c->remote_id, c->req.service_id, wire::SidrStatus::kOk, &c->last, p.qp->qp_num(),
+                 qa.qkey, p.private_data);
+    i.keep_sidr_answer(*c);
+    return 0;
+  }
   if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
   if (p.qp == nullptr || p.private_data.size() > 196) return EINVAL;
   const wire::CmReq& req = c->req;
@@ -935,6 +1095,12 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
 int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) {
   Impl& i = *impl_;
   Impl::Conn* c = i.find(comm_id);
+  if (c != nullptr && c->state == Impl::State::kSidrReqRcvd) {
+    i.sidr_reply(c->peer, c->tid, c->remote_id, c->req.service_id, wire::SidrStatus::kReject, &c->last, 0, 0,
+                 private_data);
+    i.keep_sidr_answer(*c);
+    return 0;
+  }
   if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
   i.reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kConsumerReject,
            private_data);
@@ -961,6 +1127,11 @@ int Manager::abandon(std::uint32_t comm_id) {
   Impl::Conn* c = i.find(comm_id);
   if (c == nullptr) return ENOENT;
   switch (c->state) {
+    case Impl::State::kSidrReqRcvd: return reject(comm_id, {});
+    case Impl::State::kSidrRepSent: return 0;  // its timer ends it
+    case Impl::State::kSidrReqSent:
+      i.erase_conn(comm_id);  // nothing to withdraw: the peer's answer is dropped
+      return 0;
     case Impl::State::kReqRcvd: return reject(comm_id, {});
     case Impl::State::kEstablished: return disconnect(comm_id);
     case Impl::State::kDreqSent: return 0;  // its DREP (or the resends running out) ends it
@@ -973,6 +1144,27 @@ int Manager::abandon(std::uint32_t comm_id) {
       i.erase_conn(comm_id);
       return 0;
   }
+  return 0;
+}
+
+int Manager::sidr_request(const SidrParams& p, std::uint32_t& request_id) {
+  Impl& i = *impl_;
+  if (p.private_data.size() > wire::kSidrReqPrivateBytes) return EINVAL;
+  Impl::Conn c;
+  c.state = Impl::State::kSidrReqSent;
+  c.active = true;
+  c.local_id = i.new_comm_id();
+  c.tid = std::uint64_t{++i.tid_counter} | std::uint64_t{c.local_id} << 32;
+  c.peer = gid_bytes(p.remote_gid);
+  c.req.service_id = p.service_id;
+  wire::CmMad m = i.header_for(wire::CmAttr::kSidrReq, c.tid);
+  m.sidr_req.request_id = c.local_id;
+  m.sidr_req.service_id = p.service_id;
+  std::copy(p.private_data.begin(), p.private_data.end(), m.sidr_req.private_data.begin());
+  request_id = c.local_id;
+  auto [it, inserted] = i.conns.emplace(c.local_id, std::move(c));
+  (void)inserted;
+  i.send_tracked(it->second, m);
   return 0;
 }
 

@@ -26,12 +26,14 @@ namespace uroce::cm {
 
 // What poll() reports.
 enum class EventType {
-  kRequest,       // passive: a REQ for a service we listen on (accept() or reject() it)
-  kEstablished,   // both: the connection is up (active: REP taken, RTU sent; passive: RTU in)
+  kRequest,       // passive: a REQ (or SIDR_REQ) for a service we listen on (accept() or reject() it)
+  kEstablished,   // both: the connection is up (active: REP taken, RTU sent; passive: RTU in);
+                  // SIDR: the SIDR_REP said "valid QP" (active side only)
   kRejected,      // active or passive: a REJ came (reason, private data); passive: also
                   // for a request not answered yet, which the peer withdrew
   kUnreachable,   // a REQ, REP or DREQ went unanswered through every retry, or a
-                  // kRequest was not answered within Timing::request_ns (REJ timeout sent)
+                  // kRequest was not answered within Timing::request_ns (REJ timeout sent);
+                  // SIDR: the SIDR_REQ went unanswered, or the SIDR_REP refused (reason)
   kDisconnected,  // a DREQ came (answered with DREP), or our DREQ's DREP did, or it timed out
 };
 const char* event_name(EventType t);
@@ -44,8 +46,15 @@ struct Event {
   wire::CmRep rep;             // kEstablished on the active side: the REP as it came
   bool active = false;         // kEstablished: ours was the REQ (rep is set)
   ibv_gid peer_gid{};          // kRequest: the address it came from
-  std::uint16_t reason = 0;    // kRejected: the REJ's reason (wire::RejReason)
-  std::vector<std::uint8_t> private_data;  // REQ (after rdma_cm's header), REP, REJ, DREQ
+  std::uint16_t reason = 0;    // kRejected: the REJ's reason (wire::RejReason); kUnreachable
+                               // of a SIDR request: the SIDR_REP's status (0: no answer)
+  std::vector<std::uint8_t> private_data;  // REQ (after rdma_cm's header), REP, REJ, DREQ; SIDR
+                                           // REQ (after the header), SIDR REP
+  // SIDR (IBTA 12.11): no connection, only the peer's UD QP. kRequest: the
+  // SIDR_REQ's service ID and the first bytes of its private data (rdma_cm's
+  // header) in req; kEstablished (active): the SIDR_REP's QPN and Q_Key in
+  // rep.local_qpn and rep.local_qkey, the peer's GID in peer_gid.
+  bool sidr = false;
 };
 
 // The counters of the manager, for tests and telemetry.
@@ -76,6 +85,11 @@ struct Counters {
   // on the same link, another host's): dropped unanswered, since the host
   // that owns the address answers for it.
   std::uint64_t mads_dropped_not_ours = 0;
+  // SIDR (IBTA 12.11).
+  std::uint64_t sidr_rep_sent_no_service = 0;  // SIDR_REQ for a service nobody listens on
+                                               // (SIDR_REP "service ID not supported")
+  std::uint64_t sidr_req_refused = 0;          // beyond a backlog or max_pending_requests
+                                               // (SIDR_REP "no QP")
 };
 
 // rdma_listen's backlog when none (or more) is asked: Linux's default
@@ -114,6 +128,14 @@ struct ConnectParams {
   std::vector<std::uint8_t> private_data;  // up to 92 bytes (rdma_cm's header first, if any)
 };
 
+// What a SIDR request names (Backend::sidr_request): no QP of ours, the
+// peer's is what comes back.
+struct SidrParams {
+  ibv_gid remote_gid{};
+  std::uint64_t service_id = 0;
+  std::vector<std::uint8_t> private_data;  // up to 216 bytes (rdma_cm's header first, if any)
+};
+
 // What an answer to a kRequest names (Backend::accept).
 struct AcceptParams {
   QueuePair* qp = nullptr;  // RC, in RESET or INIT
@@ -121,7 +143,7 @@ struct AcceptParams {
   std::uint8_t initiator_depth = 16;
   std::uint8_t rnr_retry_count = 7;
   std::uint8_t timeout = 14;  // the QP's local ACK timeout (4.096 us * 2^timeout)
-  std::vector<std::uint8_t> private_data;  // up to 196 bytes
+  std::vector<std::uint8_t> private_data;  // up to 196 bytes (a SIDR request's answer: 136)
 };
 
 // What librdmacm drives: the manager of a Context in process (Manager), or
@@ -138,6 +160,7 @@ class Backend {
   virtual int disconnect(std::uint32_t comm_id) = 0;
   virtual void forget_qp(QueuePair* qp) = 0;
   virtual std::size_t poll(std::vector<Event>& events) = 0;
+  virtual int sidr_request(const SidrParams& p, std::uint32_t& request_id) = 0;
 };
 
 class Manager final : public Backend {
@@ -170,8 +193,11 @@ class Manager final : public Backend {
 
   // Answers a kRequest: the QP goes to RTR with the REQ's path and PSN, a
   // REP goes back; kEstablished follows the RTU. ENOENT for no such request.
+  // A SIDR request: a SIDR_REP "valid QP" with the QP's number and Q_Key
+  // (a UD QP, in INIT or later; else EINVAL), and nothing follows.
   int accept(std::uint32_t comm_id, const AcceptParams& p) override;
-  // Answers a kRequest with a REJ (reason: consumer reject).
+  // Answers a kRequest with a REJ (reason: consumer reject); a SIDR request
+  // with a SIDR_REP "rejected" (12.11.2), its private data cut to 136 bytes.
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
   // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
   int disconnect(std::uint32_t comm_id) override;
@@ -185,6 +211,13 @@ class Manager final : public Backend {
   // `qp` is being destroyed: the connections it served go on without it
   // (a later DREQ or DREP moves no QP).
   void forget_qp(QueuePair* qp) override;
+
+  // Sends a SIDR_REQ (IBTA 12.11.1) for `service_id` to the peer's CM;
+  // `request_id` names it in the kEstablished (the peer's QPN and Q_Key) or
+  // kUnreachable that follows. Resent as a REQ is (Timing), and, refused
+  // with "service ID not supported", tried again as a REQ is after "invalid
+  // service ID". EINVAL for more than 216 bytes of private data.
+  int sidr_request(const SidrParams& p, std::uint32_t& request_id) override;
 
   // Takes in the MADs that arrived, resends what is overdue, and appends
   // what happened to `events`. Returns the number of events added. The

@@ -108,6 +108,7 @@ int ServiceCm::accept(std::uint32_t comm_id, const cm::AcceptParams& p) {
   std::copy(p.private_data.begin(), p.private_data.end(), r.private_data);
   service::Reply reply;
   if (const int e = call(req, reply, "accept"); e != 0) return e;
+  if (sidr_requests_.erase(comm_id) != 0) return 0;  // a UD QP, left as it was
   qps_[comm_id] = p.qp;
   refresh(comm_id, false);  // RTS, as the REP left
   return 0;
@@ -122,7 +123,24 @@ int ServiceCm::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& pr
   r.private_data_len = static_cast<std::uint8_t>(std::min(private_data.size(), sizeof r.private_data));
   std::copy_n(private_data.begin(), r.private_data_len, r.private_data);
   service::Reply reply;
+  sidr_requests_.erase(comm_id);
   return call(req, reply, "reject");
+}
+
+int ServiceCm::sidr_request(const cm::SidrParams& p, std::uint32_t& request_id) {
+  if (p.private_data.size() > sizeof(service::CmSidrRequest::private_data)) return EINVAL;
+  service::Request req;
+  req.op = service::Op::kCmSidrRequest;
+  service::CmSidrRequest& r = req.cm_sidr_request;
+  r = service::CmSidrRequest{};
+  r.remote_gid = p.remote_gid;
+  r.service_id = p.service_id;
+  r.private_data_len = static_cast<std::uint8_t>(p.private_data.size());
+  std::copy(p.private_data.begin(), p.private_data.end(), r.private_data);
+  service::Reply reply;
+  if (const int e = call(req, reply, "sidr_request"); e != 0) return e;
+  request_id = reply.handle;
+  return 0;
 }
 
 int ServiceCm::disconnect(std::uint32_t comm_id) {
@@ -158,6 +176,7 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
     e.peer_gid = in.peer_gid;
     e.reason = in.reason;
     e.active = in.active != 0;
+    e.sidr = in.sidr != 0;
     e.private_data.assign(in.private_data, in.private_data + std::min<std::size_t>(in.private_data_len, sizeof in.private_data));
     if (e.type == cm::EventType::kRequest) {
       auto owner = owners_.find(in.service_id);
@@ -174,6 +193,7 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
         e.req.local_qpn = in.qpn;
         e.req.service_id = in.service_id;
         std::copy(std::begin(in.req_private_data), std::end(in.req_private_data), e.req.private_data.begin());
+        if (e.sidr) sidr_requests_.insert(e.comm_id);
         events.push_back(std::move(e));
       }
     } else {
@@ -184,8 +204,10 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
         e.rep.rnr_retry_count = in.rnr_retry_count;
         e.rep.srq = in.srq != 0;
         e.rep.local_qpn = in.qpn;
+        e.rep.local_qkey = in.qkey;
         std::copy_n(in.private_data, std::min(e.private_data.size(), e.rep.private_data.size()), e.rep.private_data.begin());
       }
+      if (e.type != cm::EventType::kEstablished) sidr_requests_.erase(e.comm_id);  // one that timed out
       // The daemon moved the QP (RTS, or ERR): the library sees it before the program does.
       refresh(e.comm_id, e.type != cm::EventType::kEstablished);
       events.push_back(std::move(e));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@ class ServiceCm final : public cm::Backend {
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
   int disconnect(std::uint32_t comm_id) override;
   void forget_qp(QueuePair* qp) override;
+  int sidr_request(const cm::SidrParams& p, std::uint32_t& request_id) override;
   // Reads the daemon's events once its eventfd says some wait: a read(2)
   // that finds nothing otherwise.
   std::size_t poll(std::vector<cm::Event>& events) override;
@@ -53,6 +55,7 @@ class ServiceCm final : public cm::Backend {
   int event_fd_ = -1;
   std::map<std::uint64_t, void*> owners_;      // listened service ID -> listen()'s owner
   std::map<std::uint32_t, QueuePair*> qps_;    // comm ID -> the QP the daemon moves for it
+  std::set<std::uint32_t> sidr_requests_;      // SIDR requests to answer (no QP is moved for them)
   RefreshFn refresh_ = nullptr;
   void* refresh_arg_ = nullptr;
 };

@@ -285,6 +285,46 @@ void set_conn_data(EventBox* e, const std::vector<std::uint8_t>& data) {
   e->ev.param.conn.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(e->data.size(), 255));
 }
 
+// The same for a UD ID's events (rdma_ud_param).
+void set_ud_data(EventBox* e, const std::vector<std::uint8_t>& data) {
+  e->data = data;
+  e->ev.param.ud.private_data = e->data.empty() ? nullptr : e->data.data();
+  e->ev.param.ud.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(e->data.size(), 255));
+}
+
+// What a SIDR request of ours came to (the kernel's cma_sidr_rep_handler):
+// ESTABLISHED with the peer's UD QP, its Q_Key and an address handle's
+// attributes to reach it; UNREACHABLE with the SIDR_REP's status, or
+// -ETIMEDOUT when none came. An ID has nothing more of it: no DISCONNECTED
+// follows. Under the state's mutex.
+void deliver_sidr(State& s, const cm::Event& e, std::map<std::uint32_t, Id*>::iterator it, Id* id) {
+  s.by_comm.erase(it);
+  id->comm_id = 0;
+  EventBox* box = nullptr;
+  if (e.type == cm::EventType::kEstablished) {
+    if (id->cm.ps == RDMA_PS_UDP && e.rep.local_qkey != wire::kRdmaUdpQkey) {
+      // A Q_Key other than the port space's: our QP could not take its
+      // datagrams (the kernel refuses it the same way).
+      box = make_event(id, RDMA_CM_EVENT_ADDR_ERROR, -EINVAL);
+    } else {
+      box = make_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+      set_ud_data(box, e.private_data);
+      rdma_ud_param& u = box->ev.param.ud;
+      u.ah_attr.is_global = 1;
+      u.ah_attr.port_num = 1;
+      u.ah_attr.grh.dgid = e.peer_gid;
+      u.ah_attr.grh.sgid_index = is_ipv4_gid(e.peer_gid) ? 1 : 0;
+      u.ah_attr.grh.hop_limit = 64;
+      u.qp_num = e.rep.local_qpn;
+      u.qkey = e.rep.local_qkey;
+    }
+  } else if (e.type == cm::EventType::kUnreachable) {
+    box = make_event(id, RDMA_CM_EVENT_UNREACHABLE, e.reason != 0 ? e.reason : -ETIMEDOUT);
+    set_ud_data(box, e.private_data);
+  }
+  if (box != nullptr) push(channel_of(&id->cm), box);
+}
+
 sockaddr_in ipv4(const std::array<std::uint8_t, 4>& ip, std::uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -386,7 +426,7 @@ void deliver(State& s, cm::Event& e) {
     id->listening = false;
     id->comm_id = e.comm_id;
     id->port = listener->port;
-    id->cm.qp_type = IBV_QPT_RC;
+    id->cm.qp_type = e.sidr ? IBV_QPT_UD : IBV_QPT_RC;
     std::array<std::uint8_t, 4> peer{};
     std::memcpy(peer.data(), e.peer_gid.raw + 12, 4);
     std::uint16_t peer_port = 0;
@@ -418,6 +458,17 @@ void deliver(State& s, cm::Event& e) {
     s.ids.insert(id);
     EventBox* box = make_event(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
     box->ev.listen_id = &listener->cm;
+    if (e.sidr) {
+      // A SIDR_REQ: param.ud with its private data (rdma_cm's header
+      // skipped), as the kernel's rdma_cm reports it; no AH, no QPN.
+      set_ud_data(box, e.private_data);
+      if (push(channel, box)) {
+        id->request_queued = true;
+        id->request_event = std::prev(channel->queue.end());
+        id->request_channel = channel;
+      }
+      return;
+    }
     set_conn_data(box, e.private_data);
     rdma_conn_param& c = box->ev.param.conn;
     // In the receiver's terms, as Linux's CM reports a REQ (cm_format_req_event):
@@ -445,6 +496,10 @@ void deliver(State& s, cm::Event& e) {
     // withdrawn by the peer): it never learns of it, as with a connection
     // the kernel refused before accept(2).
     withdraw_request(s, id);
+    return;
+  }
+  if (e.sidr) {
+    deliver_sidr(s, e, it, id);
     return;
   }
   EventBox* box = nullptr;
@@ -769,8 +824,8 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
-  if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB) {
-    std::fprintf(stderr, "uroce librdmacm: only RDMA_PS_TCP and RDMA_PS_IB (RC) are supported\n");
+  if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB && ps != RDMA_PS_UDP) {
+    std::fprintf(stderr, "uroce librdmacm: only RDMA_PS_TCP, RDMA_PS_IB (RC) and RDMA_PS_UDP (UD) are supported\n");
     return fail(EPROTONOSUPPORT);
   }
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -798,7 +853,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
   i->cm.context = context;
   i->cm.ps = ps;
   i->cm.port_num = 1;
-  i->cm.qp_type = IBV_QPT_RC;
+  i->cm.qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
   *id = &i->cm;
   return 0;
 }
@@ -942,6 +997,61 @@ int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
   return uroce::rdmacm::complete(id, sync);
 }
 
+namespace uroce::rdmacm {
+namespace {
+
+// A UD ID's QP is ready at once, as rdma-core's librdmacm makes it
+// (ucma_init_ud_qp): INIT with the port space's Q_Key, RTR, RTS. No peer
+// to wait for: each datagram names its own.
+int ud_qp_to_rts(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = wire::kRdmaUdpQkey;
+  if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) return rc;
+  a.qp_state = IBV_QPS_RTR;
+  if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return rc;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+// rdma_connect of a UD ID: a SIDR_REQ with rdma_cm's header and the
+// caller's private data (216 bytes in all). Under the state's mutex.
+int sidr_connect(State& s, Id* i, const rdma_conn_param* conn_param) {
+  const auto* dst = reinterpret_cast<const sockaddr_in*>(&i->cm.route.addr.dst_addr);
+  cm::SidrParams p;
+  std::array<std::uint8_t, 4> peer{};
+  std::memcpy(peer.data(), &dst->sin_addr, 4);
+  p.remote_gid = ipv4_gid(peer);
+  p.service_id = wire::rdma_cm_service_id(static_cast<std::uint16_t>(i->cm.ps), ntohs(dst->sin_port));
+  wire::RdmaCmHeader h;
+  h.src_port = i->port;
+  std::memcpy(h.src_addr.data() + 12, s.ip.data(), 4);
+  std::memcpy(h.dst_addr.data() + 12, peer.data(), 4);
+  p.private_data.assign(wire::kRdmaCmHeaderBytes, 0);
+  wire::encode_rdma_cm_header(h, p.private_data);
+  p.private_data.insert(p.private_data.end(), i->connect_data.begin(), i->connect_data.end());
+  if (conn_param != nullptr && conn_param->private_data != nullptr) {
+    const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
+    p.private_data.insert(p.private_data.end(), d, d + conn_param->private_data_len);
+  }
+  if (p.private_data.size() > wire::kSidrReqPrivateBytes) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_connect: a UD ID's private data is at most %zu bytes\n",
+                 wire::kSidrReqPrivateBytes - wire::kRdmaCmHeaderBytes);
+    return EINVAL;
+  }
+  std::uint32_t request = 0;
+  if (const int rc = s.manager->sidr_request(p, request); rc != 0) return rc;
+  i->comm_id = request;
+  i->connect_data.clear();
+  s.by_comm[request] = i;
+  return 0;
+}
+
+}  // namespace
+}  // namespace uroce::rdmacm
+
 namespace {
 
 // The CQs rdma_create_qp makes when the caller gives none, each with a
@@ -974,8 +1084,10 @@ ibv_cq* create_cq(rdma_cm_id* id, std::uint32_t size, ibv_comp_channel** channel
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
-  if (attr->qp_type != IBV_QPT_RC) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: RC QPs only (uroce's rdma_cm has no UD or UC port space)\n");
+  // An ID's QP is of its port space's type: RC, or UD for RDMA_PS_UDP.
+  if (attr->qp_type != id->qp_type || (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD)) {
+    std::fprintf(stderr, "uroce librdmacm: rdma_create_qp: %s QPs only on this ID (its port space's)\n",
+                 id->qp_type == IBV_QPT_UD ? "UD" : "RC");
     return fail(EOPNOTSUPP);
   }
   auto& s = state();
@@ -1031,7 +1143,10 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                       IBV_ACCESS_REMOTE_ATOMIC;
-  if (const int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+  const int rc = attr->qp_type == IBV_QPT_UD
+                     ? uroce::rdmacm::ud_qp_to_rts(qp)
+                     : ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) {
     ibv_destroy_qp(qp);
     destroy_cqs(id);
     return fail(rc);
@@ -1083,6 +1198,15 @@ void rdma_destroy_qp(rdma_cm_id* id) {
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   auto& s = state();
+  if (id != nullptr && id->qp_type == IBV_QPT_UD) {
+    // SIDR: no QP of ours in the request (the answer names the peer's).
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+    if (const int rc = uroce::rdmacm::sidr_connect(s, id_of(id), conn_param); rc != 0) return fail(rc);
+    const bool sync = id_of(id)->sync;
+    lock.unlock();
+    return uroce::rdmacm::complete(id, sync);
+  }
   if (id == nullptr || id->qp == nullptr) {
     std::fprintf(stderr, "uroce librdmacm: rdma_connect: create the QP first (rdma_create_qp)\n");
     return fail(EINVAL);
@@ -1145,6 +1269,19 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   Id* i = id_of(id);
   uroce::cm::Manager::AcceptParams p;
   p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  if (id->qp_type == IBV_QPT_UD) {
+    // A SIDR_REP with the QP's number and Q_Key (RDMA_UDP_QKEY, as
+    // rdma_create_qp set it); nothing follows, so the ID keeps no
+    // connection (rdma-core returns at once for UD too).
+    if (conn_param != nullptr && conn_param->private_data != nullptr) {
+      const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
+      p.private_data.assign(d, d + conn_param->private_data_len);
+    }
+    if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
+    s.by_comm.erase(i->comm_id);
+    i->comm_id = 0;
+    return 0;
+  }
   if (conn_param != nullptr) {
     const auto* d = static_cast<const std::uint8_t*>(conn_param->private_data);
     if (d != nullptr) p.private_data.assign(d, d + conn_param->private_data_len);
@@ -1368,8 +1505,10 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
   const bool passive = hints->ai_flags & RAI_PASSIVE;
   r->ai_flags = hints->ai_flags;
   r->ai_family = hints->ai_family;
-  r->ai_qp_type = hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
   r->ai_port_space = hints->ai_port_space != 0 ? hints->ai_port_space : RDMA_PS_TCP;
+  // As rdma-core's (a datagram socket type for the UDP port space): UD there.
+  r->ai_qp_type = hints->ai_qp_type != 0 ? hints->ai_qp_type
+                                         : (r->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
   if (node != nullptr || service != nullptr) {
     addrinfo h{};
     h.ai_family = (hints->ai_flags & RAI_FAMILY) ? hints->ai_family : AF_UNSPEC;

@@ -19,7 +19,7 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 3;
+inline constexpr std::uint32_t kProtocolVersion = 4;  // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey)
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -59,6 +59,8 @@ enum class Op : std::uint32_t {
   kCmReject,     // CmReject
   kCmDisconnect, // handle: comm ID
   kCmEvent,      // -> CmEvent, the oldest queued; ENOENT when none
+  kCmSidrRequest,  // CmSidrRequest -> handle: the request's ID (rdma_connect of a UD ID);
+                   // its answer is accepted or rejected with kCmAccept, kCmReject
 };
 
 struct Hello {
@@ -156,6 +158,13 @@ struct CmReject {
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[148] = {};
 };
+// A SIDR_REQ (IBTA 12.11): 216 bytes of private data, no QP of ours.
+struct CmSidrRequest {
+  ibv_gid remote_gid{};
+  std::uint64_t service_id = 0;
+  std::uint8_t private_data_len = 0;
+  std::uint8_t private_data[216] = {};
+};
 
 struct Request {
   Op op{};
@@ -170,6 +179,7 @@ struct Request {
     CmConnect cm_connect;
     CmAccept cm_accept;
     CmReject cm_reject;
+    CmSidrRequest cm_sidr_request;
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
@@ -261,6 +271,11 @@ struct CmEvent {
   std::uint8_t req_private_data[92] = {};  // kRequest: the REQ's, rdma_cm's header first
   std::uint16_t private_data_len = 0;
   std::uint8_t private_data[224] = {};     // as cm::Event::private_data
+  // SIDR (cm::Event::sidr): kRequest of a SIDR_REQ; kEstablished with the
+  // peer's UD QP in qpn and its Q_Key here; kUnreachable with the SIDR_REP's
+  // status in reason.
+  std::uint8_t sidr = 0;
+  std::uint32_t qkey = 0;
 };
 
 struct Reply {

@@ -117,6 +117,8 @@ UROCE_CODEC(CmRtu, kCmAttrBytes, UROCE_CM_RTU_FIELDS)
 UROCE_CODEC(CmDreq, kCmAttrBytes, UROCE_CM_DREQ_FIELDS)
 UROCE_CODEC(CmRej, kCmAttrBytes, UROCE_CM_REJ_FIELDS)
 UROCE_CODEC(CmMra, kCmAttrBytes, UROCE_CM_MRA_FIELDS)
+UROCE_CODEC(CmSidrReq, kCmAttrBytes, UROCE_CM_SIDR_REQ_FIELDS)
+UROCE_CODEC(CmSidrRep, kCmAttrBytes, UROCE_CM_SIDR_REP_FIELDS)
 UROCE_CODEC(RdmaCmHeader, kRdmaCmHeaderBytes, UROCE_RDMA_CM_HEADER_FIELDS)
 
 #undef UROCE_CODEC
@@ -166,7 +168,7 @@ const char* mad_status_name(MadStatus s) {
     case MadStatus::kNotCm: return "not a CM MAD (base version 1, class 0x07)";
     case MadStatus::kBadClassVersion: return "CM class version other than 2";
     case MadStatus::kNotSend: return "method other than Send";
-    case MadStatus::kUnknownAttr: return "CM attribute not handled (SIDR, LAP, APR, ClassPortInfo)";
+    case MadStatus::kUnknownAttr: return "CM attribute not handled (LAP, APR, ClassPortInfo)";
   }
   return "unknown";
 }
@@ -191,6 +193,8 @@ MadStatus decode_cm_mad(std::span<const std::uint8_t> mad, CmMad& out) {
     case CmAttr::kDreq: get_fields(attr, out.dreq); return MadStatus::kOk;
     case CmAttr::kRej: get_fields(attr, out.rej); return MadStatus::kOk;
     case CmAttr::kMra: get_fields(attr, out.mra); return MadStatus::kOk;
+    case CmAttr::kSidrReq: get_fields(attr, out.sidr_req); return MadStatus::kOk;
+    case CmAttr::kSidrRep: get_fields(attr, out.sidr_rep); return MadStatus::kOk;
     default: return MadStatus::kUnknownAttr;
   }
 }
@@ -217,6 +221,8 @@ bool encode_cm_mad(const CmMad& mad, std::array<std::uint8_t, kMadBytes>& bytes)
     case CmAttr::kDreq: put_fields(mad.dreq, attr); return true;
     case CmAttr::kRej: put_fields(mad.rej, attr); return true;
     case CmAttr::kMra: put_fields(mad.mra, attr); return true;
+    case CmAttr::kSidrReq: put_fields(mad.sidr_req, attr); return true;
+    case CmAttr::kSidrRep: put_fields(mad.sidr_rep, attr); return true;
     default: return false;
   }
 }

@@ -1,6 +1,7 @@
 // Communication Management MADs (IBTA 12.6, 13.4): the 256-byte messages
 // two CMs exchange as UD datagrams to QP1 (Q_Key 0x80010000) to connect RC
-// and UC QPs: REQ, MRA, REJ, REP, RTU, DREQ, DREP. Each decodes from and
+// and UC QPs: REQ, MRA, REJ, REP, RTU, DREQ, DREP; and SIDR_REQ and
+// SIDR_REP, which find a UD QP by service ID (12.11). Each decodes from and
 // encodes to the exact bytes of the wire (big-endian, bit fields packed as
 // the tables of 12.6 give them), so that decode then encode reproduces what
 // Soft-RoCE sent. The rdma_cm header that rdma_cm puts at the start of a
@@ -303,6 +304,59 @@ struct CmMra {
   X(service_timeout, 9, 3, 5)   \
   X(private_data, 10, 0, 222 * 8)
 
+// SIDR_REQ (IBTA 12.11.1, table 119; the kernel's ibta_vol1_c12.h gives the
+// same offsets): the request ID is the requester's, as a comm ID is.
+inline constexpr std::size_t kSidrReqPrivateBytes = 216;
+struct CmSidrReq {
+  std::uint32_t request_id = 0;
+  std::uint16_t pkey = 0xffff;
+  std::uint64_t service_id = 0;
+  std::array<std::uint8_t, kSidrReqPrivateBytes> private_data{};
+  friend bool operator==(const CmSidrReq&, const CmSidrReq&) = default;
+};
+#define UROCE_CM_SIDR_REQ_FIELDS(X) \
+  X(request_id, 0, 0, 32)           \
+  X(pkey, 4, 0, 16)                 \
+  X(service_id, 8, 0, 64)           \
+  X(private_data, 16, 0, 216 * 8)
+
+// SIDR_REP's status (IBTA 12.11.2, table 121).
+enum class SidrStatus : std::uint8_t {
+  kOk = 0,                      // the QPN and Q_Key are valid
+  kUnsupportedServiceId = 1,    // nobody serves the service ID
+  kReject = 2,                  // the service provider refused
+  kNoQp = 3,                    // no QP available
+  kRedirect = 4,                // ClassPortInfo says where (not sent by uroce)
+  kUnsupportedClassVersion = 5,
+};
+
+// SIDR_REP (IBTA 12.11.2, table 120).
+inline constexpr std::size_t kSidrRepPrivateBytes = 136;
+struct CmSidrRep {
+  std::uint32_t request_id = 0;
+  std::uint8_t status = 0;            // SidrStatus
+  std::uint8_t additional_info_length = 0;
+  std::uint32_t qpn = 0;              // 24 bits
+  std::uint64_t service_id = 0;
+  std::uint32_t qkey = 0;
+  std::array<std::uint8_t, 72> additional_info{};  // ClassPortInfo for a redirect
+  std::array<std::uint8_t, kSidrRepPrivateBytes> private_data{};
+  friend bool operator==(const CmSidrRep&, const CmSidrRep&) = default;
+};
+#define UROCE_CM_SIDR_REP_FIELDS(X)   \
+  X(request_id, 0, 0, 32)             \
+  X(status, 4, 0, 8)                  \
+  X(additional_info_length, 5, 0, 8)  \
+  X(qpn, 8, 0, 24)                    \
+  X(service_id, 12, 0, 64)            \
+  X(qkey, 20, 0, 32)                  \
+  X(additional_info, 24, 0, 72 * 8)   \
+  X(private_data, 96, 0, 136 * 8)
+
+// rdma_cm's Q_Key for the UDP port space (rdma-core's RDMA_UDP_QKEY): the
+// UD QPs of RDMA_PS_UDP IDs take it, and SIDR_REP carries it.
+inline constexpr std::uint32_t kRdmaUdpQkey = 0x01234567;
+
 // Why a MAD was refused (counted by its receiver).
 enum class MadStatus : std::uint8_t {
   kOk,
@@ -310,7 +364,7 @@ enum class MadStatus : std::uint8_t {
   kNotCm,           // another management class or base version
   kBadClassVersion, // a CM class version other than 2
   kNotSend,         // a method other than Send (GET, responses: not for a CM)
-  kUnknownAttr,     // an attribute this CM does not take (SIDR, LAP, APR, ClassPortInfo)
+  kUnknownAttr,     // an attribute this CM does not take (LAP, APR, ClassPortInfo)
 };
 const char* mad_status_name(MadStatus s);
 
@@ -323,6 +377,8 @@ struct CmMad {
   CmDreq dreq;
   CmRej rej;
   CmMra mra;
+  CmSidrReq sidr_req;
+  CmSidrRep sidr_rep;
   CmAttr attr() const { return static_cast<CmAttr>(header.attr_id); }
 };
 

@@ -3,7 +3,8 @@
 //  - rdma_server and rdma_client, rdma_xserver and rdma_xclient: rdma-core's
 //    synchronous endpoints (rdma_create_ep, rdma_get_request, blocking
 //    connect and accept, rdma_verbs.h's helpers) (item 4);
-//  - rping given the IPv4 address as v4-mapped IPv6 (item 12).
+//  - rping given the IPv4 address as v4-mapped IPv6 (item 12);
+//  - udaddy: rdma_cm's UDP port space (SIDR, then UD datagrams).
 // This process starts no EAL: its pollers would share the CPUs the two
 // programs' need.
 #include <gtest/gtest.h>
@@ -105,6 +106,20 @@ TEST(RdmacmUtils, RpingWithAV4MappedAddressPingsOverMemif) {
   std::size_t pings = 0;
   for (std::size_t at = 0; (at = p.client.out.find("ping data: rdma-ping-", at)) != std::string::npos; ++at) ++pings;
   EXPECT_EQ(pings, 10u) << p.client.out;
+}
+
+// rdma_cm's UDP port space with a stock program: udaddy (rdmacm-utils)
+// resolves the server's UD QP by SIDR (its fixed port 7174), both ends send
+// 10 datagrams each way to what the events said (the server answering
+// through ibv_create_ah_from_wc), and each ends with "test complete".
+TEST(RdmacmUtils, UdaddyResolvesAndExchangesDatagramsOverMemif) {
+  if (access("/usr/bin/udaddy", X_OK) != 0) FAIL() << "no /usr/bin/udaddy: tools/setup.sh installs rdmacm-utils";
+  const Pair p = run_pair("/usr/bin/udaddy -b 10.0.0.1 -C 10", "/usr/bin/udaddy -s 10.0.0.1 -C 10");
+  EXPECT_EQ(p.server.status, 0) << p.server.out;
+  EXPECT_EQ(p.client.status, 0) << p.client.out;
+  EXPECT_NE(p.client.out.find("test complete"), std::string::npos) << p.client.out;
+  EXPECT_NE(p.server.out.find("test complete"), std::string::npos) << p.server.out;
+  EXPECT_EQ(p.client.out.find("error"), std::string::npos) << p.client.out;
 }
 
 }  // namespace

@@ -376,7 +376,7 @@ TEST(CmMad, HostileMadsAreRefusedForTheirFlaw) {
   EXPECT_EQ(with(1, 0x04), wire::MadStatus::kNotCm) << "performance management";
   EXPECT_EQ(with(2, 1), wire::MadStatus::kBadClassVersion);
   EXPECT_EQ(with(3, 0x01), wire::MadStatus::kNotSend) << "Get";
-  EXPECT_EQ(with(17, 0x17), wire::MadStatus::kUnknownAttr) << "SIDR REQ";
+  EXPECT_EQ(with(17, 0x19), wire::MadStatus::kUnknownAttr) << "LAP (SIDR REQ decodes now: cm_sidr_mad_test.cc)";
   EXPECT_EQ(with(17, 0x01), wire::MadStatus::kUnknownAttr) << "ClassPortInfo";
   EXPECT_EQ(with(17, 0x99), wire::MadStatus::kUnknownAttr);
   // Any bytes at all decode or are refused, never read past 256.

@@ -160,9 +160,32 @@ int CmRelay::accept(std::uint32_t client, QueuePair* qp, const service::CmAccept
   p.private_data = bytes(r.private_data, r.private_data_len);
   if (const int e = manager_->accept(r.comm_id, p); e != 0) {
     why = e == ENOENT ? "connection " + std::to_string(r.comm_id) + " is not a request waiting for an answer"
-                      : "accept: the QP must be RC and in RESET or INIT, its peer reachable";
+                      : "accept: the QP must be RC and in RESET or INIT, its peer reachable "
+                        "(a SIDR request's: UD, INIT or later)";
     return e;
   }
+  if (sidr_requests_.count(r.comm_id) != 0) end(r.comm_id);  // answered: nothing follows
+  return 0;
+}
+
+int CmRelay::sidr_request(std::uint32_t client, const service::CmSidrRequest& r, std::uint32_t& request_id,
+                          std::string& why) {
+  ClientCm* c = client_cm(client, why);
+  if (c == nullptr) return EINVAL;
+  if (c->conns.size() >= CmLimits::kConnections) {
+    why = "this client holds " + std::to_string(c->conns.size()) + " connections, its limit";
+    return ENOMEM;
+  }
+  cm::SidrParams p;
+  p.remote_gid = r.remote_gid;
+  p.service_id = r.service_id;
+  p.private_data = bytes(r.private_data, r.private_data_len);
+  if (const int e = manager_->sidr_request(p, request_id); e != 0) {
+    why = "sidr_request: " + std::string(std::strerror(e));
+    return e;
+  }
+  conns_[request_id] = client;
+  c->conns.insert(request_id);
   return 0;
 }
 
@@ -201,6 +224,7 @@ int CmRelay::next_event(std::uint32_t client, service::CmEvent& out, std::string
 }
 
 void CmRelay::end(std::uint32_t comm_id) {
+  sidr_requests_.erase(comm_id);
   auto it = conns_.find(comm_id);
   if (it == conns_.end()) return;
   if (auto c = clients_.find(it->second); c != clients_.end()) c->second.conns.erase(comm_id);
@@ -224,11 +248,12 @@ void CmRelay::route(const cm::Event& e) {
     client = l->second;
     conns_[e.comm_id] = client;
     c->second.conns.insert(e.comm_id);
+    if (e.sidr) sidr_requests_.insert(e.comm_id);
   } else {
     auto it = conns_.find(e.comm_id);
     if (it == conns_.end()) return;  // abandoned by a client that went, or rejected meanwhile
     client = it->second;
-    if (e.type != cm::EventType::kEstablished) end(e.comm_id);
+    if (e.type != cm::EventType::kEstablished || e.sidr) end(e.comm_id);
   }
   auto c = clients_.find(client);
   if (c == clients_.end() || c->second.events.size() >= CmLimits::kEvents) {
@@ -244,6 +269,8 @@ void CmRelay::route(const cm::Event& e) {
   out.peer_gid = e.peer_gid;
   out.reason = e.reason;
   out.active = e.active ? 1 : 0;
+  out.sidr = e.sidr ? 1 : 0;
+  out.qkey = e.rep.local_qkey;
   if (e.type == cm::EventType::kRequest) {
     out.responder_resources = e.req.responder_resources;
     out.initiator_depth = e.req.initiator_depth;
@@ -391,6 +418,22 @@ void Server::op_cm_disconnect(Client& c, const service::Request& req, const int*
                               std::vector<int>&) {
   std::string why;
   if (const int e = cm_->disconnect(c.id, req.handle, why); e != 0) fail(reply, e, why);
+}
+
+void Server::op_cm_sidr_request(Client& c, const service::Request& req, const int*, int, service::Reply& reply,
+                                std::vector<int>&) {
+  const service::CmSidrRequest& r = req.cm_sidr_request;
+  if (r.private_data_len > sizeof r.private_data) {
+    fail(reply, EINVAL, "cm_sidr_request: private data over 216 bytes");
+    return;
+  }
+  std::string why;
+  std::uint32_t request_id = 0;
+  if (const int e = cm_->sidr_request(c.id, r, request_id, why); e != 0) {
+    fail(reply, e, why);
+    return;
+  }
+  reply.handle = request_id;
 }
 
 void Server::op_cm_event(Client& c, const service::Request&, const int*, int, service::Reply& reply,

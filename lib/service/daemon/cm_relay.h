@@ -60,6 +60,10 @@ class CmRelay {
   int accept(std::uint32_t client, QueuePair* qp, const service::CmAccept& r, std::string& why);
   int reject(std::uint32_t client, const service::CmReject& r, std::string& why);
   int disconnect(std::uint32_t client, std::uint32_t comm_id, std::string& why);
+  // A SIDR_REQ (rdma_cm's UDP port space): counted as a connection until
+  // its answer (or its timeout) is reported.
+  int sidr_request(std::uint32_t client, const service::CmSidrRequest& r, std::uint32_t& request_id,
+                   std::string& why);
   // The client's oldest event; ENOENT when none waits.
   int next_event(std::uint32_t client, service::CmEvent& out, std::string& why);
 
@@ -97,6 +101,8 @@ class CmRelay {
   std::map<std::uint32_t, ClientCm> clients_;
   std::map<std::uint64_t, std::uint32_t> listeners_;  // service ID -> client
   std::map<std::uint32_t, std::uint32_t> conns_;      // comm ID -> client
+  std::set<std::uint32_t> sidr_requests_;             // comm IDs of SIDR requests to answer: none
+                                                      // is held once answered
   Counters counters_;
 };
 
