@@ -40,6 +40,8 @@ class ServiceCm final : public cm::Backend {
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
   int disconnect(std::uint32_t comm_id) override;
   void forget_qp(QueuePair* qp) override;
+  int qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) override;
+  int establish(std::uint32_t comm_id) override;
   // Reads the daemon's events once its eventfd says some wait: a read(2)
   // that finds nothing otherwise.
   std::size_t poll(std::vector<cm::Event>& events) override;

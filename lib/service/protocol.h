@@ -19,7 +19,7 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 3;
+inline constexpr std::uint32_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -59,6 +59,8 @@ enum class Op : std::uint32_t {
   kCmReject,     // CmReject
   kCmDisconnect, // handle: comm ID
   kCmEvent,      // -> CmEvent, the oldest queued; ENOENT when none
+  kCmInitQpAttr, // CmInitQpAttr -> CmInitQpAttrReply (rdma_init_qp_attr)
+  kCmEstablish,  // handle: comm ID, after a kConnectResponse (rdma_establish: the RTU)
 };
 
 struct Hello {
@@ -135,6 +137,10 @@ struct CmListen {
 };
 struct CmConnect {
   std::uint32_t qpn = 0;        // the QP to connect: RC, RESET or INIT, of this process
+  // 1: the program moves that QP itself (rdma_connect with qp_num and no
+  // rdma_create_qp): the daemon only names it to the peer.
+  std::uint8_t program_qp = 0;
+  std::uint8_t srq = 0;         // with program_qp: it receives from an SRQ
   ibv_gid remote_gid{};
   std::uint64_t service_id = 0;
   std::uint32_t mtu = IBV_MTU_1024;
@@ -147,6 +153,7 @@ struct CmConnect {
 struct CmAccept {
   std::uint32_t comm_id = 0;
   std::uint32_t qpn = 0;
+  std::uint8_t program_qp = 0, srq = 0;  // as in CmConnect
   std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[196] = {};
@@ -155,6 +162,10 @@ struct CmReject {
   std::uint32_t comm_id = 0;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[148] = {};
+};
+struct CmInitQpAttr {
+  std::uint32_t comm_id = 0;
+  std::uint32_t qp_state = 0;  // IBV_QPS_INIT, RTR or RTS
 };
 
 struct Request {
@@ -170,6 +181,7 @@ struct Request {
     CmConnect cm_connect;
     CmAccept cm_accept;
     CmReject cm_reject;
+    CmInitQpAttr cm_init_qp_attr;
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
@@ -252,8 +264,8 @@ struct CmEvent {
   std::uint64_t service_id = 0;  // kRequest: the listener's
   ibv_gid peer_gid{};            // kRequest
   std::uint16_t reason = 0;      // kRejected
-  std::uint8_t active = 0;       // kEstablished: ours was the REQ (the rep fields are set)
-  // kRequest: the REQ's; kEstablished (active): the REP's.
+  std::uint8_t active = 0;       // kEstablished, kConnectResponse: ours was the REQ (the rep fields are set)
+  // kRequest: the REQ's; kEstablished (active), kConnectResponse: the REP's.
   std::uint8_t responder_resources = 0, initiator_depth = 0, flow_control = 0;
   std::uint8_t retry_count = 0, rnr_retry_count = 0, srq = 0;
   std::uint32_t qpn = 0;
@@ -261,6 +273,11 @@ struct CmEvent {
   std::uint8_t req_private_data[92] = {};  // kRequest: the REQ's, rdma_cm's header first
   std::uint16_t private_data_len = 0;
   std::uint8_t private_data[224] = {};     // as cm::Event::private_data
+};
+
+struct CmInitQpAttrReply {
+  ibv_qp_attr attr{};
+  std::int32_t mask = 0;
 };
 
 struct Reply {
@@ -278,6 +295,7 @@ struct Reply {
     CmEvent cm_event;
     CreateSrqReply create_srq;
     QuerySrqReply query_srq;
+    CmInitQpAttrReply cm_init_qp_attr;
   };
   Reply() : hello{} {}
 };
