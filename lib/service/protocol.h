@@ -137,10 +137,6 @@ struct CmListen {
 };
 struct CmConnect {
   std::uint32_t qpn = 0;        // the QP to connect: RC, RESET or INIT, of this process
-  // 1: the program moves that QP itself (rdma_connect with qp_num and no
-  // rdma_create_qp): the daemon only names it to the peer.
-  std::uint8_t program_qp = 0;
-  std::uint8_t srq = 0;         // with program_qp: it receives from an SRQ
   ibv_gid remote_gid{};
   std::uint64_t service_id = 0;
   std::uint32_t mtu = IBV_MTU_1024;
@@ -149,14 +145,19 @@ struct CmConnect {
   std::uint8_t retry_count = 7, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[92] = {};
+  // 1: the program moves that QP itself (rdma_connect with qp_num and no
+  // rdma_create_qp): the daemon checks it is this process's, names it to
+  // the peer, and never moves it.
+  std::uint8_t program_qp = 0;
+  std::uint8_t srq = 0;         // with program_qp: it receives from an SRQ
 };
 struct CmAccept {
   std::uint32_t comm_id = 0;
   std::uint32_t qpn = 0;
-  std::uint8_t program_qp = 0, srq = 0;  // as in CmConnect
   std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[196] = {};
+  std::uint8_t program_qp = 0, srq = 0;  // as in CmConnect
 };
 struct CmReject {
   std::uint32_t comm_id = 0;
