@@ -59,6 +59,7 @@ const char* event_name(EventType t) {
     case EventType::kRejected: return "rejected";
     case EventType::kUnreachable: return "unreachable";
     case EventType::kDisconnected: return "disconnected";
+    case EventType::kConnectResponse: return "connect response";
   }
   return "unknown";
 }
@@ -69,7 +70,10 @@ struct Manager::Impl {
   // (kSidrReqSent); one received waits for accept() or reject()
   // (kSidrReqRcvd), and their answer is kept a while (kSidrRepSent) to be
   // sent again to a duplicate SIDR_REQ, whose sender did not get it.
-  enum class State { kReqSent, kReqRcvd, kRepSent, kEstablished, kDreqSent, kSidrReqSent, kSidrReqRcvd, kSidrRepSent };
+  // kRepRcvd: active, the program's own QP: the REP is in, establish() sends the RTU.
+  enum class State {
+    kReqSent, kReqRcvd, kRepSent, kEstablished, kDreqSent, kRepRcvd, kSidrReqSent, kSidrReqRcvd, kSidrRepSent
+  };
   struct Conn {
     State state = State::kReqSent;
     bool active = false;
@@ -82,6 +86,17 @@ struct Manager::Impl {
     wire::CmReq req;                 // ours (active) or theirs (passive)
     std::uint32_t peer_qpn = 0;
     ConnectParams params;            // active side
+    // The QP's RTR and RTS values (IBTA 12.6.5, 12.6.8): on the passive side
+    // from the REQ (and the PSN our REP carries) until accept() settles
+    // them, on the active side once the REP is in (qp_path set). What the
+    // manager moves its QPs with, and what qp_attr() answers.
+    bool qp_path = false;
+    bool program_qp = false;         // the QP is the program's (qp stays null): never moved here
+    Gid dgid{};
+    std::uint8_t mtu = IBV_MTU_1024;
+    std::uint32_t rq_psn = 0, sq_psn = 0;
+    std::uint8_t responder = 0, initiator = 0;  // max_dest_rd_atomic, max_rd_atomic
+    std::uint8_t timeout = 14, retry = 7, rnr_retry = 7;
     std::array<std::uint8_t, wire::kMadBytes> last{};  // what to send again
     std::uint64_t sent_at = 0;
     std::uint64_t wait_ns = 0;       // extended by an MRA
@@ -393,36 +408,61 @@ struct Manager::Impl {
     a.qp_access_flags = kAllAccess;
     return modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   }
-  int to_rtr(QueuePair* qp, const Gid& peer, std::uint8_t sgid_index, std::uint8_t mtu, std::uint32_t dest_qpn,
-             std::uint32_t rq_psn, std::uint8_t responder_resources) {
-    if (qp == nullptr) return EINVAL;
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = static_cast<ibv_mtu>(mtu);
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = responder_resources;
-    a.min_rnr_timer = kMinRnrTimer;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = to_gid(peer);
-    a.ah_attr.grh.sgid_index = sgid_index;
-    a.ah_attr.grh.hop_limit = 64;
-    return modify(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  // The attributes of `c`'s QP for RTR or RTS (its qp_path values).
+  static int rtr_rts_attr(const Conn& c, ibv_qp_state state, ibv_qp_attr& a) {
+    a = ibv_qp_attr{};
+    a.qp_state = state;
+    if (state == IBV_QPS_RTR) {
+      a.path_mtu = static_cast<ibv_mtu>(c.mtu);
+      a.dest_qp_num = c.peer_qpn;
+      a.rq_psn = c.rq_psn;
+      a.max_dest_rd_atomic = c.responder;
+      a.min_rnr_timer = kMinRnrTimer;
+      a.ah_attr.is_global = 1;
+      a.ah_attr.port_num = 1;
+      a.ah_attr.grh.dgid = to_gid(c.dgid);
+      a.ah_attr.grh.sgid_index = c.sgid_index;
+      a.ah_attr.grh.hop_limit = 64;
+      return IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+    a.sq_psn = c.sq_psn;
+    a.timeout = c.timeout;
+    a.retry_cnt = c.retry;
+    a.rnr_retry = c.rnr_retry;
+    a.max_rd_atomic = c.initiator;
+    return IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+           IBV_QP_MAX_QP_RD_ATOMIC;
   }
-  int to_rts(QueuePair* qp, std::uint32_t sq_psn, std::uint8_t timeout, std::uint8_t retry, std::uint8_t rnr_retry,
-             std::uint8_t initiator_depth) {
+  int to_rtr(QueuePair* qp, const Conn& c) {
     if (qp == nullptr) return EINVAL;
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = sq_psn;
-    a.timeout = timeout;
-    a.retry_cnt = retry;
-    a.rnr_retry = rnr_retry;
-    a.max_rd_atomic = initiator_depth;
-    return modify(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                             IBV_QP_MAX_QP_RD_ATOMIC);
+    ibv_qp_attr a;
+    const int mask = rtr_rts_attr(c, IBV_QPS_RTR, a);
+    return modify(qp, a, mask);
+  }
+  int to_rts(QueuePair* qp, const Conn& c) {
+    if (qp == nullptr) return EINVAL;
+    ibv_qp_attr a;
+    const int mask = rtr_rts_attr(c, IBV_QPS_RTS, a);
+    return modify(qp, a, mask);
+  }
+  // Our GID index whose GID is `g` (the one a REQ was sent to); 0 if none.
+  std::uint8_t sgid_index_of(const Gid& g) const {
+    for (std::uint8_t index = 0; index < 2; ++index) {
+      ibv_gid ours{};
+      if (ctx->query_gid(index, ours) == 0 && gid_bytes(ours) == g) return index;
+    }
+    return 0;
+  }
+  // An MRA for `c`'s REP: the program moves its own QP before the RTU
+  // (Linux's rdma_cm sends one on each REP of an ID without a QP).
+  void send_rep_mra(const Conn& c) {
+    wire::CmMad m = header_for(wire::CmAttr::kMra, c.tid);
+    m.mra.local_comm_id = c.local_id;
+    m.mra.remote_comm_id = c.remote_id;
+    m.mra.mraed = wire::CmMsgKind::kRep;
+    m.mra.service_timeout = kCmResponseTimeout;
+    send_once(c.peer, m);
   }
   void to_err(QueuePair* qp) {
     if (qp == nullptr) return;
@@ -490,6 +530,19 @@ struct Manager::Impl {
     c.peer = peer;
     c.req = req;
     c.peer_qpn = req.local_qpn;
+    // Until accept(): the REQ's values in our terms (Linux's cm_req_handler),
+    // and the PSN our REP will carry, so the program can move a QP of its
+    // own before it accepts.
+    c.qp_path = true;
+    c.dgid = req.primary.local_gid;
+    c.sgid_index = sgid_index_of(req.primary.remote_gid);
+    c.mtu = req.path_mtu;
+    c.rq_psn = new_psn();
+    c.sq_psn = req.starting_psn;
+    c.responder = req.initiator_depth;
+    c.initiator = req.responder_resources;
+    c.retry = req.retry_count;
+    c.rnr_retry = req.rnr_retry_count;
     c.listen_service = req.service_id;
     c.listen_generation = listener.generation;
     ++listener.pending;
@@ -527,10 +580,12 @@ struct Manager::Impl {
     }
     if (c->state == State::kEstablished) {
       ++counters.duplicates;  // our RTU was lost: send it again
-      wire::CmMad rtu = header_for(wire::CmAttr::kRtu, c->tid);
-      rtu.rtu.local_comm_id = c->local_id;
-      rtu.rtu.remote_comm_id = c->remote_id;
-      send_once(peer, rtu);
+      send_rtu(*c);
+      return;
+    }
+    if (c->state == State::kRepRcvd) {
+      ++counters.duplicates;  // the program is still moving its QP: ask for more time again
+      send_rep_mra(*c);
       return;
     }
     if (c->state != State::kReqSent) return;
@@ -538,35 +593,55 @@ struct Manager::Impl {
     index_remote(*c);
     c->peer_qpn = rep.local_qpn;
     const ConnectParams& p = c->params;
-    const std::uint8_t responder = std::min(p.responder_resources, rep.initiator_depth);
-    const std::uint8_t initiator = std::min(p.initiator_depth, rep.responder_resources);
     // Each side's starting PSN is the one the other sends from: ours (the
     // REQ's) is what we receive, the REP's what we send (IBTA 12.6.5 and
     // 12.6.8; Linux's CM and Soft-RoCE in rping.pcap do the same).
-    if (to_rtr(c->qp, c->peer, c->sgid_index, c->req.path_mtu, rep.local_qpn, c->req.starting_psn, responder) != 0 ||
-        to_rts(c->qp, rep.starting_psn, p.timeout, p.retry_count, rep.rnr_retry_count, initiator) != 0) {
-      reject(peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kRep, wire::RejReason::kNoResources);
-      Event e;
-      e.type = EventType::kRejected;
-      e.comm_id = c->local_id;
-      e.reason = static_cast<std::uint16_t>(wire::RejReason::kNoResources);
-      erase_conn(c->local_id);
-      events.push_back(std::move(e));
-      return;
-    }
-    wire::CmMad rtu = header_for(wire::CmAttr::kRtu, c->tid);
-    rtu.rtu.local_comm_id = c->local_id;
-    rtu.rtu.remote_comm_id = c->remote_id;
-    send_once(peer, rtu);
-    c->state = State::kEstablished;
-    disarm(*c);
+    c->qp_path = true;
+    c->dgid = c->peer;
+    c->mtu = c->req.path_mtu;
+    c->rq_psn = c->req.starting_psn;
+    c->sq_psn = rep.starting_psn;
+    c->responder = std::min(p.responder_resources, rep.initiator_depth);
+    c->initiator = std::min(p.initiator_depth, rep.responder_resources);
+    c->timeout = p.timeout;
+    c->retry = p.retry_count;
+    c->rnr_retry = rep.rnr_retry_count;
     Event e;
-    e.type = EventType::kEstablished;
     e.comm_id = c->local_id;
     e.rep = rep;
     e.active = true;
     e.private_data.assign(rep.private_data.begin(), rep.private_data.end());
+    if (c->program_qp) {
+      // The program's own QP: it moves it (qp_attr), then establish().
+      c->state = State::kRepRcvd;
+      arm(*c, now() + timing.request_ns);  // establish() within that, or REJ timeout
+      send_rep_mra(*c);
+      e.type = EventType::kConnectResponse;
+      events.push_back(std::move(e));
+      return;
+    }
+    if (to_rtr(c->qp, *c) != 0 || to_rts(c->qp, *c) != 0) {
+      reject(peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kRep, wire::RejReason::kNoResources);
+      Event r;
+      r.type = EventType::kRejected;
+      r.comm_id = c->local_id;
+      r.reason = static_cast<std::uint16_t>(wire::RejReason::kNoResources);
+      erase_conn(c->local_id);
+      events.push_back(std::move(r));
+      return;
+    }
+    send_rtu(*c);
+    c->state = State::kEstablished;
+    disarm(*c);
+    e.type = EventType::kEstablished;
     events.push_back(std::move(e));
+  }
+
+  void send_rtu(const Conn& c) {
+    wire::CmMad rtu = header_for(wire::CmAttr::kRtu, c.tid);
+    rtu.rtu.local_comm_id = c.local_id;
+    rtu.rtu.remote_comm_id = c.remote_id;
+    send_once(c.peer, rtu);
   }
 
   void on_rtu(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
@@ -590,7 +665,7 @@ struct Manager::Impl {
     // timed out): it stops counting against the backlog at once.
     const bool withdrawn = c != nullptr && c->state == State::kReqRcvd && c->remote_id == m.rej.local_comm_id;
     if (c == nullptr || c->peer != peer ||
-        (c->state != State::kReqSent && c->state != State::kRepSent && !withdrawn)) {
+        (c->state != State::kReqSent && c->state != State::kRepSent && c->state != State::kRepRcvd && !withdrawn)) {
       ++counters.unknown_conn_dropped;
       return;
     }
@@ -622,7 +697,8 @@ struct Manager::Impl {
     }
     // The peer needs longer: wait its service timeout (4.096 us * 2^t) on top.
     c->wait_ns = timing.resend_ns + (4096ull << std::min<std::uint8_t>(m.mra.service_timeout, 31));
-    if (c->state != State::kReqRcvd && c->due != 0) arm(*c, c->sent_at + c->wait_ns);
+    const bool resending = c->state != State::kReqRcvd && c->state != State::kRepRcvd;
+    if (resending && c->due != 0) arm(*c, c->sent_at + c->wait_ns);
   }
 
   void on_dreq(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
@@ -870,6 +946,17 @@ struct Manager::Impl {
         events.push_back(std::move(e));
         continue;
       }
+      if (c->state == State::kRepRcvd) {
+        // The program never called establish(): refuse the REP (REJ
+        // timeout, IBTA 12.6.7) so the peer stops waiting.
+        reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kRep, wire::RejReason::kTimeout);
+        Event e;
+        e.type = EventType::kUnreachable;
+        e.comm_id = c->local_id;
+        erase_conn(id);
+        events.push_back(std::move(e));
+        continue;
+      }
       const bool waiting = c->state == State::kReqSent || c->state == State::kRepSent ||
                            c->state == State::kDreqSent || c->state == State::kSidrReqSent;
       if (!waiting) continue;
@@ -992,12 +1079,19 @@ int Manager::unlisten(std::uint64_t service_id) { return impl_->listeners.erase(
 
 int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
   Impl& i = *impl_;
-  if (p.qp == nullptr || p.private_data.size() > 92 || p.mtu < IBV_MTU_256 || p.mtu > IBV_MTU_4096) return EINVAL;
-  ibv_qp_attr qa{};
-  QpInitAttr init;
-  if (p.qp->query(qa, IBV_QP_STATE, &init) != 0 || init.qp_type != IBV_QPT_RC) return EINVAL;
-  if (p.qp->state() != IBV_QPS_RESET && p.qp->state() != IBV_QPS_INIT) return EINVAL;
-  if (const int rc = i.to_init(p.qp); rc != 0) return rc;
+  if ((p.qp == nullptr && (p.qpn == 0 || p.qpn > 0xffffff)) || p.private_data.size() > 92 || p.mtu < IBV_MTU_256 ||
+      p.mtu > IBV_MTU_4096) {
+    return EINVAL;
+  }
+  bool srq = p.srq;
+  if (p.qp != nullptr) {
+    ibv_qp_attr qa{};
+    QpInitAttr init;
+    if (p.qp->query(qa, IBV_QP_STATE, &init) != 0 || init.qp_type != IBV_QPT_RC) return EINVAL;
+    srq = init.srq != nullptr;
+    if (p.qp->state() != IBV_QPS_RESET && p.qp->state() != IBV_QPS_INIT) return EINVAL;
+    if (const int rc = i.to_init(p.qp); rc != 0) return rc;
+  }
   ibv_gid local{};
   if (i.ctx->query_gid(p.sgid_index, local) != 0) return EINVAL;
   Impl::Conn c;
@@ -1006,6 +1100,7 @@ int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
   c.local_id = i.new_comm_id();
   c.tid = std::uint64_t{++i.tid_counter} | std::uint64_t{c.local_id} << 32;
   c.qp = p.qp;
+  c.program_qp = p.qp == nullptr;
   c.peer = gid_bytes(p.remote_gid);
   c.sgid_index = p.sgid_index;
   c.params = p;
@@ -1013,7 +1108,8 @@ int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
   q.local_comm_id = c.local_id;
   q.service_id = p.service_id;
   q.local_ca_guid = i.guid;
-  q.local_qpn = p.qp->qp_num();
+  q.local_qpn = p.qp != nullptr ? p.qp->qp_num() : p.qpn;
+  q.srq = srq;
   q.responder_resources = p.responder_resources;
   q.initiator_depth = p.initiator_depth;
   q.remote_cm_response_timeout = kCmResponseTimeout;
@@ -1056,39 +1152,79 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
     return 0;
   }
   if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
-  if (p.qp == nullptr || p.private_data.size() > 196) return EINVAL;
+  if ((p.qp == nullptr && (p.qpn == 0 || p.qpn > 0xffffff)) || p.private_data.size() > 196) return EINVAL;
   const wire::CmReq& req = c->req;
-  // Our GID the REQ was sent to picks the source address.
-  std::uint8_t sgid_index = 0;
-  for (std::uint8_t g = 0; g < 2; ++g) {
-    ibv_gid ours{};
-    if (i.ctx->query_gid(g, ours) == 0 && gid_bytes(ours) == req.primary.remote_gid) sgid_index = g;
-  }
-  const std::uint8_t responder = std::min(p.responder_resources, req.initiator_depth);
-  const std::uint8_t initiator = std::min(p.initiator_depth, req.responder_resources);
-  const std::uint32_t psn = i.new_psn();
-  if (i.to_init(p.qp) != 0 ||
-      i.to_rtr(p.qp, req.primary.local_gid, sgid_index, req.path_mtu, req.local_qpn, psn, responder) != 0 ||
-      i.to_rts(p.qp, req.starting_psn, p.timeout, req.retry_count, p.rnr_retry_count, initiator) != 0) {
+  // The REQ's values (on_req) settled by the answer; kept only if the QP
+  // moves (a failed accept leaves the request as it was).
+  Impl::Conn settled = *c;
+  settled.responder = std::min(p.responder_resources, req.initiator_depth);
+  settled.initiator = std::min(p.initiator_depth, req.responder_resources);
+  settled.timeout = p.timeout;
+  settled.rnr_retry = p.rnr_retry_count;
+  if (p.qp != nullptr && (i.to_init(p.qp) != 0 || i.to_rtr(p.qp, settled) != 0 || i.to_rts(p.qp, settled) != 0)) {
     return EINVAL;
   }
+  c->responder = settled.responder;
+  c->initiator = settled.initiator;
+  c->timeout = settled.timeout;
+  c->rnr_retry = settled.rnr_retry;
   c->qp = p.qp;
-  c->sgid_index = sgid_index;
+  c->program_qp = p.qp == nullptr;
   wire::CmMad m = i.header_for(wire::CmAttr::kRep, c->tid);
   wire::CmRep& rep = m.rep;
   rep.local_comm_id = c->local_id;
   rep.remote_comm_id = c->remote_id;
-  rep.local_qpn = p.qp->qp_num();
-  rep.starting_psn = psn;
-  rep.responder_resources = responder;
-  rep.initiator_depth = initiator;
+  rep.local_qpn = p.qp != nullptr ? p.qp->qp_num() : p.qpn;
+  rep.starting_psn = c->rq_psn;
+  rep.responder_resources = c->responder;
+  rep.initiator_depth = c->initiator;
   rep.target_ack_delay = kTargetAckDelay;
-  rep.rnr_retry_count = p.rnr_retry_count;
+  rep.rnr_retry_count = c->rnr_retry;
+  rep.srq = p.qp == nullptr && p.srq;
   rep.local_ca_guid = i.guid;
   std::copy(p.private_data.begin(), p.private_data.end(), rep.private_data.begin());
   i.leave_req_rcvd(*c);
   c->state = Impl::State::kRepSent;
   i.send_tracked(*c, m);
+  return 0;
+}
+
+int Manager::qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) {
+  Impl& i = *impl_;
+  const Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr) return ENOENT;
+  attr = ibv_qp_attr{};
+  switch (state) {
+    case IBV_QPS_INIT:
+      // As Linux's CM (cm_init_qp_init_attr): remote writes always, reads
+      // and atomics only if we take some (responder resources).
+      attr.qp_state = IBV_QPS_INIT;
+      attr.port_num = 1;
+      attr.pkey_index = 0;
+      attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      // Before the REP (active): what the REQ offers.
+      if ((c->qp_path ? c->responder : c->params.responder_resources) > 0) {
+        attr.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+      }
+      mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+      return 0;
+    case IBV_QPS_RTR:
+    case IBV_QPS_RTS:
+      if (!c->qp_path) return EINVAL;  // active: the REP is not in yet
+      mask = Impl::rtr_rts_attr(*c, state, attr);
+      return 0;
+    default:
+      return EINVAL;
+  }
+}
+
+int Manager::establish(std::uint32_t comm_id) {
+  Impl& i = *impl_;
+  Impl::Conn* c = i.find(comm_id);
+  if (c == nullptr || c->state != Impl::State::kRepRcvd) return EINVAL;
+  i.send_rtu(*c);
+  c->state = Impl::State::kEstablished;
+  i.disarm(*c);
   return 0;
 }
 
@@ -1101,9 +1237,11 @@ int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& priv
     i.keep_sidr_answer(*c);
     return 0;
   }
-  if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
-  i.reject(c->peer, c->tid, c->local_id, c->remote_id, wire::CmMsgKind::kReq, wire::RejReason::kConsumerReject,
-           private_data);
+  // A request, or (active, the program's own QP) a REP the program refuses.
+  const bool rep_in = c != nullptr && c->state == Impl::State::kRepRcvd;
+  if (c == nullptr || (c->state != Impl::State::kReqRcvd && !rep_in)) return ENOENT;
+  i.reject(c->peer, c->tid, c->local_id, c->remote_id, rep_in ? wire::CmMsgKind::kRep : wire::CmMsgKind::kReq,
+           wire::RejReason::kConsumerReject, private_data);
   i.erase_conn(comm_id);
   return 0;
 }
@@ -1137,6 +1275,7 @@ int Manager::abandon(std::uint32_t comm_id) {
     case Impl::State::kDreqSent: return 0;  // its DREP (or the resends running out) ends it
     case Impl::State::kReqSent:
     case Impl::State::kRepSent:
+    case Impl::State::kRepRcvd:
       i.reject(c->peer, c->tid, c->local_id, c->remote_id,
                c->state == Impl::State::kReqSent ? wire::CmMsgKind::kReq : wire::CmMsgKind::kRep,
                wire::RejReason::kTimeout);

@@ -9,7 +9,10 @@
 // thread. The QPs it connects move through their states here, as the
 // kernel's CM moves them for rdma_cm: INIT at connect(), RTR and RTS when
 // the REP is in (active side) or at accept() (passive: RTR, then RTS at the
-// RTU), ERR at a disconnect.
+// RTU), ERR at a disconnect. A QP the program made and moves itself
+// (rdma_connect or rdma_accept with conn_param->qp_num, no rdma_create_qp)
+// is never moved here: qp_attr() tells the program its attributes, and on
+// the active side establish() sends the RTU once it has.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +38,9 @@ enum class EventType {
                   // kRequest was not answered within Timing::request_ns (REJ timeout sent);
                   // SIDR: the SIDR_REQ went unanswered, or the SIDR_REP refused (reason)
   kDisconnected,  // a DREQ came (answered with DREP), or our DREQ's DREP did, or it timed out
+  kConnectResponse,  // active, the QP the program's own (ConnectParams::qp null): the REP
+                     // came (rep is set); the program moves its QP (qp_attr), then
+                     // establish() sends the RTU. No kEstablished follows on this side.
 };
 const char* event_name(EventType t);
 
@@ -43,8 +49,8 @@ struct Event {
   std::uint32_t comm_id = 0;   // ours: the handle for accept(), reject(), disconnect()
   void* listener = nullptr;    // kRequest: the owner given to listen()
   wire::CmReq req;             // kRequest: the REQ as it came
-  wire::CmRep rep;             // kEstablished on the active side: the REP as it came
-  bool active = false;         // kEstablished: ours was the REQ (rep is set)
+  wire::CmRep rep;             // kEstablished on the active side, kConnectResponse: the REP as it came
+  bool active = false;         // kEstablished, kConnectResponse: ours was the REQ (rep is set)
   ibv_gid peer_gid{};          // kRequest: the address it came from
   std::uint16_t reason = 0;    // kRejected: the REJ's reason (wire::RejReason); kUnreachable
                                // of a SIDR request: the SIDR_REP's status (0: no answer)
@@ -115,7 +121,12 @@ struct Timing {
 
 // What a connection request names (Backend::connect).
 struct ConnectParams {
-  QueuePair* qp = nullptr;     // RC, in RESET or INIT
+  // RC, in RESET or INIT: the manager moves it. nullptr: the program's own
+  // QP, numbered `qpn`, which the program moves itself (rdma_connect with
+  // conn_param->qp_num on an ID with no QP): the manager never touches it.
+  QueuePair* qp = nullptr;
+  std::uint32_t qpn = 0;       // with no `qp`: the number the REQ names
+  bool srq = false;            // with no `qp`: it receives from an SRQ
   ibv_gid remote_gid{};
   std::uint8_t sgid_index = 1; // our GID of the remote's family
   std::uint64_t service_id = 0;
@@ -138,7 +149,9 @@ struct SidrParams {
 
 // What an answer to a kRequest names (Backend::accept).
 struct AcceptParams {
-  QueuePair* qp = nullptr;  // RC, in RESET or INIT
+  QueuePair* qp = nullptr;  // RC, in RESET or INIT; nullptr: the program's own, as in ConnectParams
+  std::uint32_t qpn = 0;
+  bool srq = false;
   std::uint8_t responder_resources = 16;
   std::uint8_t initiator_depth = 16;
   std::uint8_t rnr_retry_count = 7;
@@ -161,6 +174,8 @@ class Backend {
   virtual void forget_qp(QueuePair* qp) = 0;
   virtual std::size_t poll(std::vector<Event>& events) = 0;
   virtual int sidr_request(const SidrParams& p, std::uint32_t& request_id) = 0;
+  virtual int qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) = 0;
+  virtual int establish(std::uint32_t comm_id) = 0;
 };
 
 class Manager final : public Backend {
@@ -196,8 +211,9 @@ class Manager final : public Backend {
   // A SIDR request: a SIDR_REP "valid QP" with the QP's number and Q_Key
   // (a UD QP, in INIT or later; else EINVAL), and nothing follows.
   int accept(std::uint32_t comm_id, const AcceptParams& p) override;
-  // Answers a kRequest with a REJ (reason: consumer reject); a SIDR request
-  // with a SIDR_REP "rejected" (12.11.2), its private data cut to 136 bytes.
+  // Answers a kRequest with a REJ (reason: consumer reject), and refuses the
+  // REP of a kConnectResponse the same way; a SIDR request with a SIDR_REP
+  // "rejected" (12.11.2), its private data cut to 136 bytes.
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
   // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
   int disconnect(std::uint32_t comm_id) override;
@@ -218,6 +234,21 @@ class Manager final : public Backend {
   // with "service ID not supported", tried again as a REQ is after "invalid
   // service ID". EINVAL for more than 216 bytes of private data.
   int sidr_request(const SidrParams& p, std::uint32_t& request_id) override;
+  // What a QP of connection `comm_id` is given to move to `state` (INIT,
+  // RTR or RTS) as the manager would move it, from what the connection
+  // knows (rdma_init_qp_attr; Linux's ib_cm_init_qp_attr): INIT the port,
+  // P_Key index and access (remote READ and atomics only with responder
+  // resources); RTR the path, MTU, peer's QPN, receive PSN, responder
+  // resources, RNR timer; RTS the send PSN, ACK timeout, retry counts,
+  // initiator depth. On the passive side the values hold before accept()
+  // (the REQ's, and the PSN the REP will carry), on the active side INIT
+  // after connect() and the rest once the REP is in. EINVAL for a state
+  // not yet known (RTR before the REP) or not one of the three; ENOENT for
+  // no such connection.
+  int qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) override;
+  // kConnectResponse taken and the program's QP moved: sends the RTU, the
+  // connection is up (no event). EINVAL unless it waits for that.
+  int establish(std::uint32_t comm_id) override;
 
   // Takes in the MADs that arrived, resends what is overdue, and appends
   // what happened to `events`. Returns the number of events added. The

@@ -67,12 +67,17 @@ int ServiceCm::unlisten(std::uint64_t service_id) {
 }
 
 int ServiceCm::connect(const cm::ConnectParams& p, std::uint32_t& comm_id) {
-  if (p.qp == nullptr || p.private_data.size() > sizeof(service::CmConnect::private_data)) return EINVAL;
+  if ((p.qp == nullptr && p.qpn == 0) || p.private_data.size() > sizeof(service::CmConnect::private_data)) {
+    return EINVAL;
+  }
   service::Request req;
   req.op = service::Op::kCmConnect;
   service::CmConnect& r = req.cm_connect;
   r = service::CmConnect{};
-  r.qpn = p.qp->qp_num();
+  // The program's own QP (no p.qp): the daemon names it and never moves it.
+  r.qpn = p.qp != nullptr ? p.qp->qp_num() : p.qpn;
+  r.program_qp = p.qp == nullptr ? 1 : 0;
+  r.srq = p.srq ? 1 : 0;
   r.remote_gid = p.remote_gid;
   r.service_id = p.service_id;
   r.mtu = static_cast<std::uint32_t>(p.mtu);
@@ -87,19 +92,25 @@ int ServiceCm::connect(const cm::ConnectParams& p, std::uint32_t& comm_id) {
   service::Reply reply;
   if (const int e = call(req, reply, "connect"); e != 0) return e;
   comm_id = reply.handle;
-  qps_[comm_id] = p.qp;
-  refresh(comm_id, false);  // INIT
+  if (p.qp != nullptr) {
+    qps_[comm_id] = p.qp;
+    refresh(comm_id, false);  // INIT
+  }
   return 0;
 }
 
 int ServiceCm::accept(std::uint32_t comm_id, const cm::AcceptParams& p) {
-  if (p.qp == nullptr || p.private_data.size() > sizeof(service::CmAccept::private_data)) return EINVAL;
+  if ((p.qp == nullptr && p.qpn == 0) || p.private_data.size() > sizeof(service::CmAccept::private_data)) {
+    return EINVAL;
+  }
   service::Request req;
   req.op = service::Op::kCmAccept;
   service::CmAccept& r = req.cm_accept;
   r = service::CmAccept{};
   r.comm_id = comm_id;
-  r.qpn = p.qp->qp_num();
+  r.qpn = p.qp != nullptr ? p.qp->qp_num() : p.qpn;
+  r.program_qp = p.qp == nullptr ? 1 : 0;
+  r.srq = p.srq ? 1 : 0;
   r.responder_resources = p.responder_resources;
   r.initiator_depth = p.initiator_depth;
   r.rnr_retry_count = p.rnr_retry_count;
@@ -109,9 +120,30 @@ int ServiceCm::accept(std::uint32_t comm_id, const cm::AcceptParams& p) {
   service::Reply reply;
   if (const int e = call(req, reply, "accept"); e != 0) return e;
   if (sidr_requests_.erase(comm_id) != 0) return 0;  // a UD QP, left as it was
-  qps_[comm_id] = p.qp;
-  refresh(comm_id, false);  // RTS, as the REP left
+  if (p.qp != nullptr) {
+    qps_[comm_id] = p.qp;
+    refresh(comm_id, false);  // RTS, as the REP left
+  }
   return 0;
+}
+
+int ServiceCm::qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) {
+  service::Request req;
+  req.op = service::Op::kCmInitQpAttr;
+  req.cm_init_qp_attr = service::CmInitQpAttr{comm_id, static_cast<std::uint32_t>(state)};
+  service::Reply reply;
+  if (const int e = call(req, reply, "init_qp_attr"); e != 0) return e;
+  attr = reply.cm_init_qp_attr.attr;
+  mask = reply.cm_init_qp_attr.mask;
+  return 0;
+}
+
+int ServiceCm::establish(std::uint32_t comm_id) {
+  service::Request req;
+  req.op = service::Op::kCmEstablish;
+  req.handle = comm_id;
+  service::Reply reply;
+  return call(req, reply, "establish");
 }
 
 int ServiceCm::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) {
@@ -197,7 +229,8 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
         events.push_back(std::move(e));
       }
     } else {
-      if (e.type == cm::EventType::kEstablished && e.active) {
+      const bool goes_on = e.type == cm::EventType::kEstablished || e.type == cm::EventType::kConnectResponse;
+      if (goes_on && e.active) {
         e.rep.responder_resources = in.responder_resources;
         e.rep.initiator_depth = in.initiator_depth;
         e.rep.end_to_end_flow_control = in.flow_control != 0;
@@ -209,7 +242,7 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
       }
       if (e.type != cm::EventType::kEstablished) sidr_requests_.erase(e.comm_id);  // one that timed out
       // The daemon moved the QP (RTS, or ERR): the library sees it before the program does.
-      refresh(e.comm_id, e.type != cm::EventType::kEstablished);
+      refresh(e.comm_id, !goes_on);
       events.push_back(std::move(e));
     }
     if (in.remaining == 0) break;

@@ -42,6 +42,8 @@ class ServiceCm final : public cm::Backend {
   int disconnect(std::uint32_t comm_id) override;
   void forget_qp(QueuePair* qp) override;
   int sidr_request(const cm::SidrParams& p, std::uint32_t& request_id) override;
+  int qp_attr(std::uint32_t comm_id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) override;
+  int establish(std::uint32_t comm_id) override;
   // Reads the daemon's events once its eventfd says some wait: a read(2)
   // that finds nothing otherwise.
   std::size_t poll(std::vector<cm::Event>& events) override;

@@ -505,8 +505,12 @@ void deliver(State& s, cm::Event& e) {
   EventBox* box = nullptr;
   switch (e.type) {
     case cm::EventType::kEstablished:
-      id->connected = true;
-      box = make_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+    case cm::EventType::kConnectResponse:
+      // kConnectResponse: an ID with no QP (rdma_connect with qp_num): the
+      // program moves its own QP, then rdma_establish sends the RTU, and no
+      // ESTABLISHED follows on this side (rdma-core's ucma the same).
+      id->connected = e.type == cm::EventType::kEstablished;
+      box = make_event(id, id->connected ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
       set_conn_data(box, e.private_data);
       if (e.active) {
         // The REP in the receiver's terms, as Linux's CM reports it
@@ -1207,8 +1211,11 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     lock.unlock();
     return uroce::rdmacm::complete(id, sync);
   }
-  if (id == nullptr || id->qp == nullptr) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_connect: create the QP first (rdma_create_qp)\n");
+  // With no QP of the ID's, the program's own, named by conn_param->qp_num.
+  if (id == nullptr || (id->qp == nullptr && (conn_param == nullptr || conn_param->qp_num == 0))) {
+    std::fprintf(stderr,
+                 "uroce librdmacm: rdma_connect: create the QP first (rdma_create_qp), or name yours in "
+                 "conn_param->qp_num\n");
     return fail(EINVAL);
   }
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -1216,7 +1223,12 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   Id* i = id_of(id);
   const auto* dst = reinterpret_cast<const sockaddr_in*>(&id->route.addr.dst_addr);
   uroce::cm::Manager::ConnectParams p;
-  p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  if (id->qp != nullptr) {
+    p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  } else {
+    p.qpn = conn_param->qp_num;
+    p.srq = conn_param->srq != 0;
+  }
   std::array<std::uint8_t, 4> peer{};
   std::memcpy(peer.data(), &dst->sin_addr, 4);
   p.remote_gid = uroce::ipv4_gid(peer);
@@ -1260,15 +1272,24 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
 
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   auto& s = state();
-  if (id == nullptr || id->qp == nullptr) {
-    std::fprintf(stderr, "uroce librdmacm: rdma_accept: create the QP first (rdma_create_qp)\n");
+  // With no QP of the ID's, the program's own, named by conn_param->qp_num
+  // and moved to RTS by the program (rdma_init_qp_attr) before this.
+  if (id == nullptr || (id->qp == nullptr && (conn_param == nullptr || conn_param->qp_num == 0))) {
+    std::fprintf(stderr,
+                 "uroce librdmacm: rdma_accept: create the QP first (rdma_create_qp), or name yours in "
+                 "conn_param->qp_num\n");
     return fail(EINVAL);
   }
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
   Id* i = id_of(id);
   uroce::cm::Manager::AcceptParams p;
-  p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  if (id->qp != nullptr) {
+    p.qp = uroce::ibverbs::qp_of(id->qp)->qp;
+  } else {
+    p.qpn = conn_param->qp_num;
+    p.srq = conn_param->srq != 0;
+  }
   if (id->qp_type == IBV_QPT_UD) {
     // A SIDR_REP with the QP's number and Q_Key (RDMA_UDP_QKEY, as
     // rdma_create_qp set it); nothing follows, so the ID keeps no
@@ -1332,7 +1353,61 @@ int rdma_disconnect(rdma_cm_id* id) {
   return reported ? uroce::rdmacm::complete(id, true) : 0;
 }
 
-int rdma_establish(rdma_cm_id* /*id*/) { return 0; }
+// After RDMA_CM_EVENT_CONNECT_RESPONSE on an ID with no QP: the program has
+// moved its QP to RTS, the RTU goes. No ESTABLISHED event follows on this
+// side (as rdma-core's). EINVAL for an ID with a QP (the CM moved it and
+// answered already) or one that waits for no such call.
+int rdma_establish(rdma_cm_id* id) {
+  auto& s = state();
+  if (id == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  Id* i = id_of(id);
+  if (id->qp != nullptr || i->comm_id == 0) return fail(EINVAL);
+  if (const int rc = s.manager->establish(i->comm_id); rc != 0) return fail(rc);
+  i->connected = true;
+  return 0;
+}
+
+// The attributes a QP of `id`'s connection is moved to `qp_attr->qp_state`
+// with, as the CM would move one of its own (Linux's rdma_init_qp_attr):
+// for a program that made its QP itself (ibv_create_qp) and connects it
+// with conn_param->qp_num. With no connection yet, INIT's only (no remote
+// access: the connection decides it); RTR and RTS once the peer's REQ or
+// REP is in. A UD ID's: INIT with rdma_cm's Q_Key, RTR, RTS (send PSN 0).
+int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  auto& s = state();
+  if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return fail(EINVAL);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  Id* i = id_of(id);
+  const ibv_qp_state want = qp_attr->qp_state;
+  if (want != IBV_QPS_INIT && want != IBV_QPS_RTR && want != IBV_QPS_RTS) return fail(EINVAL);
+  ibv_qp_attr a{};
+  a.qp_state = want;
+  int mask = IBV_QP_STATE;
+  if (id->qp_type == IBV_QPT_UD) {
+    if (want == IBV_QPS_INIT) {
+      a.port_num = 1;
+      a.qkey = RDMA_UDP_QKEY;
+      mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+    } else if (want == IBV_QPS_RTS) {
+      mask |= IBV_QP_SQ_PSN;
+    }
+  } else if (i->comm_id == 0) {
+    if (want != IBV_QPS_INIT) return fail(EINVAL);
+    a.port_num = 1;
+    mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  } else {
+    // A connection the manager no longer holds (ended) has no attributes.
+    if (const int rc = s.manager->qp_attr(i->comm_id, want, a, mask); rc != 0) return fail(EINVAL);
+    // RDMA_OPTION_ID_ACK_TIMEOUT wins, as in Linux's rdma_init_qp_attr.
+    if ((mask & IBV_QP_TIMEOUT) && i->ack_timeout) a.timeout = *i->ack_timeout;
+  }
+  *qp_attr = a;
+  *qp_attr_mask = mask;
+  return 0;
+}
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return fail(EINVAL);
@@ -1627,16 +1702,18 @@ int unsupported(const char* what) {
 }
 }  // namespace
 
-int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) { return unsupported("rdma_init_qp_attr"); }
 int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return unsupported("rdma_create_srq"); }
 int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return unsupported("rdma_create_srq_ex"); }
 void rdma_destroy_srq(rdma_cm_id*) {}
 int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return unsupported("multicast"); }
 int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return unsupported("multicast"); }
 int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return unsupported("multicast"); }
-int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return unsupported("ECE"); }
-int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return unsupported("ECE"); }
-int rdma_reject_ece(rdma_cm_id*, const void*, uint8_t) { return unsupported("ECE"); }
+// ECE (enhanced connection establishment): not yet. EOPNOTSUPP with no
+// line, as ibv_query_ece and ibv_set_ece answer: programs (rdma-core's
+// tests) try ECE and go on without it on exactly that errno.
+int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
+int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
+int rdma_reject_ece(rdma_cm_id*, const void*, uint8_t) { return fail(EOPNOTSUPP); }
 
 // rsockets: not provided. rpoll on plain fds is poll(2) (rping polls its
 // event channel's fd with it); the rest fail with ENOSYS (returning -1 as

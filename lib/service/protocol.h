@@ -19,7 +19,10 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 4;  // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey)
+// 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey) and a program's own QPs
+// on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
+// program_qp and srq).
+inline constexpr std::uint32_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -61,6 +64,8 @@ enum class Op : std::uint32_t {
   kCmEvent,      // -> CmEvent, the oldest queued; ENOENT when none
   kCmSidrRequest,  // CmSidrRequest -> handle: the request's ID (rdma_connect of a UD ID);
                    // its answer is accepted or rejected with kCmAccept, kCmReject
+  kCmInitQpAttr, // CmInitQpAttr -> CmInitQpAttrReply (rdma_init_qp_attr)
+  kCmEstablish,  // handle: comm ID, after a kConnectResponse (rdma_establish: the RTU)
 };
 
 struct Hello {
@@ -145,6 +150,11 @@ struct CmConnect {
   std::uint8_t retry_count = 7, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[92] = {};
+  // 1: the program moves that QP itself (rdma_connect with qp_num and no
+  // rdma_create_qp): the daemon checks it is this process's, names it to
+  // the peer, and never moves it.
+  std::uint8_t program_qp = 0;
+  std::uint8_t srq = 0;         // with program_qp: it receives from an SRQ
 };
 struct CmAccept {
   std::uint32_t comm_id = 0;
@@ -152,6 +162,7 @@ struct CmAccept {
   std::uint8_t responder_resources = 16, initiator_depth = 16, rnr_retry_count = 7, timeout = 14;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[196] = {};
+  std::uint8_t program_qp = 0, srq = 0;  // as in CmConnect
 };
 struct CmReject {
   std::uint32_t comm_id = 0;
@@ -164,6 +175,10 @@ struct CmSidrRequest {
   std::uint64_t service_id = 0;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[216] = {};
+};
+struct CmInitQpAttr {
+  std::uint32_t comm_id = 0;
+  std::uint32_t qp_state = 0;  // IBV_QPS_INIT, RTR or RTS
 };
 
 struct Request {
@@ -180,6 +195,7 @@ struct Request {
     CmAccept cm_accept;
     CmReject cm_reject;
     CmSidrRequest cm_sidr_request;
+    CmInitQpAttr cm_init_qp_attr;
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
@@ -262,8 +278,8 @@ struct CmEvent {
   std::uint64_t service_id = 0;  // kRequest: the listener's
   ibv_gid peer_gid{};            // kRequest
   std::uint16_t reason = 0;      // kRejected
-  std::uint8_t active = 0;       // kEstablished: ours was the REQ (the rep fields are set)
-  // kRequest: the REQ's; kEstablished (active): the REP's.
+  std::uint8_t active = 0;       // kEstablished, kConnectResponse: ours was the REQ (the rep fields are set)
+  // kRequest: the REQ's; kEstablished (active), kConnectResponse: the REP's.
   std::uint8_t responder_resources = 0, initiator_depth = 0, flow_control = 0;
   std::uint8_t retry_count = 0, rnr_retry_count = 0, srq = 0;
   std::uint32_t qpn = 0;
@@ -276,6 +292,11 @@ struct CmEvent {
   // status in reason.
   std::uint8_t sidr = 0;
   std::uint32_t qkey = 0;
+};
+
+struct CmInitQpAttrReply {
+  ibv_qp_attr attr{};
+  std::int32_t mask = 0;
 };
 
 struct Reply {
@@ -293,6 +314,7 @@ struct Reply {
     CmEvent cm_event;
     CreateSrqReply create_srq;
     QuerySrqReply query_srq;
+    CmInitQpAttrReply cm_init_qp_attr;
   };
   Reply() : hello{} {}
 };

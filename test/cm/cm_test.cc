@@ -545,5 +545,122 @@ TEST(Cm, PerftestsGoldenRequestsAreEachAnsweredAsSoftRoceAnswered) {
   EXPECT_NE(qps[0]->qp_num(), qps[1]->qp_num());
 }
 
+// A QP the program made and moves itself (rdma_cm's conn_param->qp_num):
+// the REQ and REP name it, the manager never moves it (RESET until the
+// program moves it, RTS after a disconnect), qp_attr() gives each side what
+// it needs, the active side gets kConnectResponse and establish() sends the
+// RTU. The REP is held with an MRA meanwhile: 3 s of moving (longer than
+// the passive side's 2 s of REP resends) do not end the connection.
+TEST(Cm, AProgramsOwnQpsAreNamedNeverMovedAndConnectWithQpAttr) {
+  CmPair p(5);
+  ASSERT_TRUE(p.ma && p.mb) << p.why;
+  ASSERT_EQ(p.mb->listen(kService, &p.owner), 0);
+  cm::Manager::ConnectParams cp = p.connect_params();
+  cp.qp = nullptr;
+  cp.qpn = p.qa->qp_num();
+  cp.responder_resources = 3;
+  cp.initiator_depth = 5;
+  std::uint32_t id = 0;
+  ASSERT_EQ(p.ma->connect(cp, id), 0);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RESET) << "not the manager's to move";
+  ibv_qp_attr a{};
+  int mask = 0;
+  EXPECT_EQ(p.ma->qp_attr(id, IBV_QPS_RTR, a, mask), EINVAL) << "no RTR before the REP";
+  ASSERT_EQ(p.ma->qp_attr(id, IBV_QPS_INIT, a, mask), 0);
+  EXPECT_EQ(mask, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT);
+  EXPECT_EQ(a.qp_access_flags, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+  EXPECT_EQ(p.ma->qp_attr(id, IBV_QPS_SQD, a, mask), EINVAL);
+  EXPECT_EQ(p.ma->qp_attr(id + 1, IBV_QPS_INIT, a, mask), ENOENT);
+  EXPECT_EQ(p.ma->establish(id), EINVAL) << "no REP yet";
+
+  ASSERT_TRUE(p.run([&] { return CmPair::find(p.eb, EventType::kRequest) != nullptr; }));
+  const Event req = *CmPair::find(p.eb, EventType::kRequest);
+  EXPECT_EQ(req.req.local_qpn, p.qa->qp_num());
+  // The passive side moves its QP before it accepts, with the REQ's values.
+  ibv_qp_attr b_rtr{}, b_rts{};
+  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ASSERT_EQ(p.mb->qp_attr(req.comm_id, s, a, mask), 0);
+    ASSERT_EQ(p.qb->modify(a, mask), 0) << "to " << s;
+    (s == IBV_QPS_RTR ? b_rtr : b_rts) = a;
+  }
+  EXPECT_EQ(b_rtr.dest_qp_num, p.qa->qp_num());
+  EXPECT_EQ(b_rtr.max_dest_rd_atomic, 5);
+  EXPECT_EQ(b_rts.max_rd_atomic, 3);
+  cm::Manager::AcceptParams ap;
+  ap.qpn = p.qb->qp_num();
+  ap.responder_resources = 2;
+  ap.initiator_depth = 1;
+  ASSERT_EQ(p.mb->accept(req.comm_id, ap), 0);
+
+  ASSERT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kConnectResponse) != nullptr; }));
+  const Event rep = *CmPair::find(p.ea, EventType::kConnectResponse);
+  EXPECT_EQ(rep.comm_id, id);
+  EXPECT_EQ(rep.rep.local_qpn, p.qb->qp_num());
+  EXPECT_EQ(rep.rep.starting_psn, b_rtr.rq_psn) << "the REP carries the PSN qp_attr gave before";
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RESET);
+  // The program takes its time: the REP's MRA keeps the passive side waiting.
+  EXPECT_FALSE(p.run([&] { return !p.eb.empty() && p.eb.back().type != EventType::kRequest; }, 3'000'000'000ull));
+  ibv_qp_attr a_rtr{}, a_rts{};
+  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ASSERT_EQ(p.ma->qp_attr(id, s, a, mask), 0);
+    ASSERT_EQ(p.qa->modify(a, mask), 0) << "to " << s;
+    (s == IBV_QPS_RTR ? a_rtr : a_rts) = a;
+  }
+  EXPECT_EQ(a_rtr.dest_qp_num, p.qb->qp_num());
+  EXPECT_EQ(a_rtr.max_dest_rd_atomic, 1);
+  EXPECT_EQ(a_rts.max_rd_atomic, 2);
+  EXPECT_EQ(a_rts.sq_psn, b_rtr.rq_psn);
+  EXPECT_EQ(b_rts.sq_psn, a_rtr.rq_psn);
+  ASSERT_EQ(p.ma->establish(id), 0);
+  ASSERT_TRUE(p.run([&] { return CmPair::find(p.eb, EventType::kEstablished) != nullptr; }));
+  EXPECT_EQ(CmPair::find(p.eb, EventType::kUnreachable), nullptr);
+  EXPECT_EQ(CmPair::find(p.ea, EventType::kEstablished), nullptr) << "the active side is told nothing more";
+  EXPECT_EQ(p.ma->establish(id), EINVAL) << "once";
+
+  auto* bufa = static_cast<std::uint8_t*>(p.net.a->alloc_buffer(4096));
+  auto* bufb = static_cast<std::uint8_t*>(p.net.b->alloc_buffer(4096));
+  MemoryRegion* mra = p.pda->reg_mr(bufa, 4096, IBV_ACCESS_LOCAL_WRITE);
+  MemoryRegion* mrb = p.pdb->reg_mr(bufb, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_recv_one(p.qb, bufb, 4096, mrb->lkey, 0), 0);
+  std::memcpy(bufa, "own QPs", 8);
+  ASSERT_EQ(post_rdma(p.qa, IBV_WR_SEND, bufa, 8, mra->lkey, std::uint64_t{0}, 0, 7), 0);
+  const auto got = wait_completions(p.net, p.cqb, 1, 1'000'000'000);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(reinterpret_cast<const char*>(bufb), "own QPs");
+
+  ASSERT_EQ(p.ma->disconnect(id), 0);
+  ASSERT_TRUE(p.run([&] {
+    return CmPair::find(p.ea, EventType::kDisconnected) != nullptr && CmPair::find(p.eb, EventType::kDisconnected);
+  }));
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS) << "the program's, not the manager's";
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+}
+
+// A connect response the program never establishes: after Timing::request_ns
+// the REP is refused (REJ timeout), both sides told.
+TEST(Cm, AConnectResponseNeverEstablishedIsRefusedInTime) {
+  CmPair p(6);
+  ASSERT_TRUE(p.ma && p.mb) << p.why;
+  ASSERT_EQ(p.mb->listen(kService, &p.owner), 0);
+  cm::Manager::ConnectParams cp = p.connect_params();
+  cp.qp = nullptr;
+  cp.qpn = p.qa->qp_num();
+  std::uint32_t id = 0;
+  ASSERT_EQ(p.ma->connect(cp, id), 0);
+  ASSERT_TRUE(p.run([&] { return CmPair::find(p.eb, EventType::kRequest) != nullptr; }));
+  ASSERT_EQ(p.mb->accept(CmPair::find(p.eb, EventType::kRequest)->comm_id, accept_params(p.qb)), 0);
+  ASSERT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kConnectResponse) != nullptr; }));
+  ASSERT_TRUE(p.run(
+      [&] {
+        return CmPair::find(p.ea, EventType::kUnreachable) != nullptr &&
+               CmPair::find(p.eb, EventType::kRejected) != nullptr;
+      },
+      15'000'000'000ull));
+  EXPECT_EQ(CmPair::find(p.eb, EventType::kRejected)->reason, static_cast<std::uint16_t>(wire::RejReason::kTimeout));
+  EXPECT_EQ(p.ma->connections(), 0u);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_ERR) << "B's QP is its manager's: the REJ ends it";
+}
+
 }  // namespace
 }  // namespace uroce::test

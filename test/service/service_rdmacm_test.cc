@@ -304,4 +304,77 @@ TEST_F(ServiceRdmaCm, AClientKilledMidConnectionLeavesTheDaemonServing) {
   rping_pair(*a_, *b_, dir_ + "/after-kill", 5);
 }
 
+// rdma_init_qp_attr and rdma_establish through the daemon (a QP the
+// program moves itself): only on the client's own connections, only when
+// the connection has the attributes or waits for the RTU; the daemon never
+// moves such a QP.
+TEST_F(ServiceRdmaCm, InitQpAttrAndEstablishOnlyOnTheClientsOwnConnections) {
+  Raw me(*a_);
+  Raw other(*a_);
+  ASSERT_TRUE(me.client) << me.error;
+  ASSERT_TRUE(other.client) << other.error;
+  ASSERT_EQ(me.open(), 0) << me.message;
+  ASSERT_EQ(other.open(), 0) << other.message;
+  Request req;
+  Reply reply;
+  req.op = Op::kAllocPd;
+  ASSERT_EQ(me.call(req, reply), 0) << me.message;
+  const std::uint32_t pd = reply.handle;
+  req = Request{};
+  req.op = Op::kCreateCq;
+  req.create_cq = uroce::service::CreateCq{16};
+  std::vector<int> fds;
+  ASSERT_EQ(me.call(req, reply, &fds), 0) << me.message;
+  const std::uint32_t cq = reply.handle;
+  req = Request{};
+  req.op = Op::kCreateQp;
+  req.create_qp = uroce::service::CreateQp{pd, cq, cq, IBV_QPT_RC, 0, ibv_qp_cap{4, 4, 1, 1, 0}};
+  ASSERT_EQ(me.call(req, reply, &fds), 0) << me.message;
+  for (int fd : fds) close(fd);
+  const std::uint32_t qp = reply.handle;
+  const std::uint32_t qpn = reply.create_qp.qpn;
+  // A REQ to an address nobody answers: the connection waits (resends).
+  req = Request{};
+  req.op = Op::kCmConnect;
+  req.cm_connect = uroce::service::CmConnect{};
+  req.cm_connect.qpn = qpn;
+  req.cm_connect.program_qp = 1;
+  req.cm_connect.remote_gid.raw[10] = req.cm_connect.remote_gid.raw[11] = 0xff;
+  req.cm_connect.remote_gid.raw[12] = 10;
+  req.cm_connect.remote_gid.raw[15] = 9;
+  req.cm_connect.service_id = 0x01064e23;
+  req.cm_connect.mtu = IBV_MTU_1024;
+  ASSERT_EQ(me.call(req, reply), 0) << me.message;
+  const std::uint32_t comm_id = reply.handle;
+  const auto init_qp_attr = [&](Raw& r, std::uint32_t id, std::uint32_t state) {
+    Request q;
+    q.op = Op::kCmInitQpAttr;
+    q.cm_init_qp_attr = uroce::service::CmInitQpAttr{id, state};
+    return r.call(q, reply);
+  };
+  const auto establish = [&](Raw& r, std::uint32_t id) {
+    Request q;
+    q.op = Op::kCmEstablish;
+    q.handle = id;
+    return r.call(q, reply);
+  };
+  ASSERT_EQ(init_qp_attr(me, comm_id, IBV_QPS_INIT), 0) << me.message;
+  EXPECT_EQ(reply.cm_init_qp_attr.attr.qp_state, IBV_QPS_INIT);
+  EXPECT_EQ(reply.cm_init_qp_attr.mask, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT);
+  EXPECT_EQ(init_qp_attr(me, comm_id, IBV_QPS_RTR), EINVAL) << "no RTR before the REP";
+  EXPECT_NE(me.message.find("REP"), std::string::npos) << me.message;
+  EXPECT_EQ(init_qp_attr(me, comm_id, 99), EINVAL);
+  EXPECT_EQ(establish(me, comm_id), EINVAL) << "no connect response to answer";
+  // Another client's connection is unknown to it.
+  EXPECT_EQ(init_qp_attr(other, comm_id, IBV_QPS_INIT), ENOENT);
+  EXPECT_EQ(establish(other, comm_id), ENOENT);
+  EXPECT_EQ(init_qp_attr(me, comm_id + 1, IBV_QPS_INIT), ENOENT);
+  // The daemon did not move the program's QP.
+  req = Request{};
+  req.op = Op::kQueryQp;
+  req.handle = qp;
+  ASSERT_EQ(me.call(req, reply), 0) << me.message;
+  EXPECT_EQ(reply.query_qp.attr.qp_state, IBV_QPS_RESET);
+}
+
 }  // namespace

@@ -129,6 +129,8 @@ int CmRelay::connect(std::uint32_t client, QueuePair* qp, const service::CmConne
   }
   cm::ConnectParams p;
   p.qp = qp;
+  p.qpn = r.qpn;
+  p.srq = r.srq != 0;
   p.remote_gid = r.remote_gid;
   p.sgid_index = r.sgid_index;
   p.service_id = r.service_id;
@@ -153,6 +155,8 @@ int CmRelay::accept(std::uint32_t client, QueuePair* qp, const service::CmAccept
   if (const int e = owned(client, r.comm_id, why); e != 0) return e;
   cm::AcceptParams p;
   p.qp = qp;
+  p.qpn = r.qpn;
+  p.srq = r.srq != 0;
   p.responder_resources = r.responder_resources;
   p.initiator_depth = r.initiator_depth;
   p.rnr_retry_count = r.rnr_retry_count;
@@ -210,6 +214,29 @@ int CmRelay::disconnect(std::uint32_t client, std::uint32_t comm_id, std::string
   return 0;
 }
 
+int CmRelay::init_qp_attr(std::uint32_t client, const service::CmInitQpAttr& r, service::CmInitQpAttrReply& out,
+                          std::string& why) {
+  if (client_cm(client, why) == nullptr) return EINVAL;
+  if (const int e = owned(client, r.comm_id, why); e != 0) return e;
+  const auto state = static_cast<ibv_qp_state>(r.qp_state);
+  if (const int e = manager_->qp_attr(r.comm_id, state, out.attr, out.mask); e != 0) {
+    why = "init_qp_attr: connection " + std::to_string(r.comm_id) + " has no attributes for QP state " +
+          std::to_string(r.qp_state) + " yet (INIT, RTR, RTS; RTR and RTS once the REP is in)";
+    return e;
+  }
+  return 0;
+}
+
+int CmRelay::establish(std::uint32_t client, std::uint32_t comm_id, std::string& why) {
+  if (client_cm(client, why) == nullptr) return EINVAL;
+  if (const int e = owned(client, comm_id, why); e != 0) return e;
+  if (const int e = manager_->establish(comm_id); e != 0) {
+    why = "establish: connection " + std::to_string(comm_id) + " does not wait for it (a connect response)";
+    return e;
+  }
+  return 0;
+}
+
 int CmRelay::next_event(std::uint32_t client, service::CmEvent& out, std::string& why) {
   ClientCm* c = client_cm(client, why);
   if (c == nullptr) return EINVAL;
@@ -253,7 +280,10 @@ void CmRelay::route(const cm::Event& e) {
     auto it = conns_.find(e.comm_id);
     if (it == conns_.end()) return;  // abandoned by a client that went, or rejected meanwhile
     client = it->second;
-    if (e.type != cm::EventType::kEstablished || e.sidr) end(e.comm_id);
+    // An answered SIDR request ends with its event; a connection goes on
+    // after ESTABLISHED, and after CONNECT_RESPONSE (the program's own QP).
+    const bool goes_on = (e.type == cm::EventType::kEstablished && !e.sidr) || e.type == cm::EventType::kConnectResponse;
+    if (!goes_on) end(e.comm_id);
   }
   auto c = clients_.find(client);
   if (c == clients_.end() || c->second.events.size() >= CmLimits::kEvents) {
@@ -280,7 +310,7 @@ void CmRelay::route(const cm::Event& e) {
     out.srq = e.req.srq ? 1 : 0;
     out.qpn = e.req.local_qpn;
     std::memcpy(out.req_private_data, e.req.private_data.data(), sizeof out.req_private_data);
-  } else if (e.type == cm::EventType::kEstablished && e.active) {
+  } else if ((e.type == cm::EventType::kEstablished || e.type == cm::EventType::kConnectResponse) && e.active) {
     out.responder_resources = e.rep.responder_resources;
     out.initiator_depth = e.rep.initiator_depth;
     out.flow_control = e.rep.end_to_end_flow_control ? 1 : 0;
@@ -381,7 +411,7 @@ void Server::op_cm_connect(Client& c, const service::Request& req, const int*, i
   }
   std::string why;
   std::uint32_t comm_id = 0;
-  if (const int e = cm_->connect(c.id, qp, r, comm_id, why); e != 0) {
+  if (const int e = cm_->connect(c.id, r.program_qp != 0 ? nullptr : qp, r, comm_id, why); e != 0) {
     fail(reply, e, why);
     return;
   }
@@ -401,7 +431,22 @@ void Server::op_cm_accept(Client& c, const service::Request& req, const int*, in
     return;
   }
   std::string why;
-  if (const int e = cm_->accept(c.id, qp, r, why); e != 0) fail(reply, e, why);
+  if (const int e = cm_->accept(c.id, r.program_qp != 0 ? nullptr : qp, r, why); e != 0) fail(reply, e, why);
+}
+
+void Server::op_cm_init_qp_attr(Client& c, const service::Request& req, const int*, int, service::Reply& reply,
+                                std::vector<int>&) {
+  std::string why;
+  reply.cm_init_qp_attr = service::CmInitQpAttrReply{};  // the reply's union was a HelloReply until now
+  if (const int e = cm_->init_qp_attr(c.id, req.cm_init_qp_attr, reply.cm_init_qp_attr, why); e != 0) {
+    fail(reply, e, why);
+  }
+}
+
+void Server::op_cm_establish(Client& c, const service::Request& req, const int*, int, service::Reply& reply,
+                             std::vector<int>&) {
+  std::string why;
+  if (const int e = cm_->establish(c.id, req.handle, why); e != 0) fail(reply, e, why);
 }
 
 void Server::op_cm_reject(Client& c, const service::Request& req, const int*, int, service::Reply& reply,

@@ -54,7 +54,9 @@ class CmRelay {
   int open(std::uint32_t client, int& fd, std::string& why);
   int listen(std::uint32_t client, std::uint64_t service_id, std::uint32_t backlog, std::string& why);
   int unlisten(std::uint32_t client, std::uint64_t service_id, std::string& why);
-  // `qp`: the client's process's (the caller checked).
+  // `qp`: the client's process's (the caller checked); nullptr when the
+  // program moves its QP itself (r.program_qp: the caller checked r.qpn is
+  // its process's all the same).
   int connect(std::uint32_t client, QueuePair* qp, const service::CmConnect& r, std::uint32_t& comm_id,
               std::string& why);
   int accept(std::uint32_t client, QueuePair* qp, const service::CmAccept& r, std::string& why);
@@ -64,6 +66,10 @@ class CmRelay {
   // its answer (or its timeout) is reported.
   int sidr_request(std::uint32_t client, const service::CmSidrRequest& r, std::uint32_t& request_id,
                    std::string& why);
+  // rdma_init_qp_attr and rdma_establish on one of the client's connections.
+  int init_qp_attr(std::uint32_t client, const service::CmInitQpAttr& r, service::CmInitQpAttrReply& out,
+                   std::string& why);
+  int establish(std::uint32_t client, std::uint32_t comm_id, std::string& why);
   // The client's oldest event; ENOENT when none waits.
   int next_event(std::uint32_t client, service::CmEvent& out, std::string& why);
 

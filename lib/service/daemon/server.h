@@ -262,7 +262,7 @@ class Server {
       op_destroy_srq, op_create_ah, op_destroy_ah;
   // rdma_cm (cm_relay.cc).
   OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
-      op_cm_event, op_cm_sidr_request;
+      op_cm_event, op_cm_sidr_request, op_cm_init_qp_attr, op_cm_establish;
   // QP number `qpn` of c's process (any of its clients), or nullptr.
   QueuePair* process_qp(const Client& c, std::uint32_t qpn) const;
   // "" or why `c` may not make one more object counted by `b` (its budget
