@@ -13,6 +13,17 @@
 // munmap) and takes new ones at the same addresses has new anonymous pages
 // there, which are moved afresh.
 //
+// Stacks: the pages of a stack are written by the thread running on it
+// (its frames, the arguments of the very calls doing the move), and a
+// write between the copy and the remap is lost: the thread returns into
+// stale frames. So the move is made by a thread of its own while the
+// caller waits blocked, signals held (a handler would write the stack):
+// a blocked thread writes nothing. Another thread's stack is refused: that
+// thread may run at any time (known by the stack pointer of each blocked
+// thread, /proc/self/task/*/syscall, and by [stack] for the main thread's).
+// A move at the bottom of the main thread's [stack] first grows it one
+// page, so a growable stack stays below the file and the stack can grow on.
+//
 // fork(): the moved pages were private memory, so a child must get a copy,
 // not the parent's pages (a child's malloc on shared heap pages would
 // corrupt the parent's heap). As the kernel copies pinned pages into a
@@ -21,21 +32,29 @@
 // child, a copy taken while the parent's forking thread waits for it.
 // With RDMAV_FORK_SAFE or IBV_FORK_SAFE the pages are MADV_DONTFORK
 // instead, as rdma-core after ibv_fork_init: the child has none.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -264,7 +283,183 @@ int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
 }
 
 
+std::atomic<std::uint64_t> g_refused{0};
+
+// A refusal: counted, and said on stderr (ibv_reg_mr only sets errno).
+int refuse(int err, const std::string& why) {
+  g_refused.fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr, "uroce: reg_mr through uroced refused: %s\n", why.c_str());
+  return err;
+}
+
+// Pages [lo, hi) to move onto a file of their own; the file once moved.
+struct Move {
+  std::uintptr_t lo, hi;
+  int fd = -1;
+  std::string why;
+};
+
+// The caller's wait and the mover's: the caller sleeps in futex(2) on
+// `moved` while the mover works, and the mover starts only once it sees the
+// caller inside that very call (/proc/self/task/TID/syscall), so no write of
+// the caller's (the call's own return address among them) lands between a
+// copy and its remap.
+struct MoveJob {
+  std::vector<Move>* moves = nullptr;
+  pid_t caller = 0;
+  std::atomic<int> moved{0};
+  bool waited = false;  // the caller was seen blocked: the moves were made
+};
+
+long futex(std::atomic<int>* word, int op, int value) {
+  return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, nullptr, nullptr, 0);
+}
+
+// True once thread `tid` is blocked in futex(FUTEX_WAIT_PRIVATE) on `word`.
+bool waits_on(pid_t tid, const std::atomic<int>* word) {
+  const int fd = open(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[256];
+  const ssize_t got = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (got <= 0) return false;
+  text[got] = '\0';
+  char* end = nullptr;
+  if (std::strtol(text, &end, 10) != SYS_futex) return false;
+  return std::strtoull(end, nullptr, 16) == reinterpret_cast<std::uintptr_t>(word);
+}
+
+void* run_moves(void* arg) {
+  auto* job = static_cast<MoveJob*>(arg);
+  // The caller is on its way into futex(2): a few instructions, unless
+  // the machine is loaded; 10 s is far beyond any scheduling delay.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(job->waited = waits_on(job->caller, &job->moved)) && std::chrono::steady_clock::now() < deadline) {
+    sched_yield();
+  }
+  if (job->waited) {
+    for (Move& m : *job->moves) {
+      m.fd = move_onto_file(m.lo, m.hi, m.why);
+      if (m.fd < 0) break;
+    }
+  }
+  job->moved.store(1, std::memory_order_release);
+  futex(&job->moved, FUTEX_WAKE_PRIVATE, 1);
+  return nullptr;
+}
+
+__attribute__((noinline)) void wait_moved(std::atomic<int>& moved) {
+  while (moved.load(std::memory_order_acquire) == 0) futex(&moved, FUTEX_WAIT_PRIVATE, 0);
+}
+
+// Moves on a thread of their own while this one sleeps with every signal
+// held (a handler would write its stack, which may be among the pages).
+// An empty string, or why nothing was moved.
+std::string move_all(std::vector<Move>& moves) {
+  MoveJob job;
+  job.moves = &moves;
+  job.caller = static_cast<pid_t>(syscall(SYS_gettid));
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);  // the mover inherits it too
+  pthread_t mover;
+  const int e = pthread_create(&mover, nullptr, run_moves, &job);
+  if (e == 0) {
+    wait_moved(job.moved);
+    pthread_join(mover, nullptr);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (e != 0) return std::string("no thread to move the pages onto a memory file: ") + std::strerror(e);
+  if (!job.waited) return "the pages were not moved: this thread was not seen waiting within 10 s";
+  return "";
+}
+
+// Where the main thread's stack may lie: below the top of [stack], as far
+// as its size limit reaches (the kernel keeps other mappings out of it).
+// Only its top part is named [stack] in /proc/self/maps once a move has
+// split it.
+std::pair<std::uintptr_t, std::uintptr_t> main_stack_range(const std::vector<Vma>& maps) {
+  for (const Vma& v : maps) {
+    if (v.path != "[stack]") continue;
+    rlimit lim{};
+    std::uintptr_t size = 8u << 20;
+    if (getrlimit(RLIMIT_STACK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) size = std::max<std::uintptr_t>(lim.rlim_cur, size);
+    return {v.hi - std::min(v.hi, size), v.hi};
+  }
+  return {0, 0};
+}
+
+// Reads the stack pointer of thread `tid` while it is blocked (in a system
+// call or stopped): false while it runs, or when it cannot be read.
+bool blocked_sp(const std::string& tid, std::uintptr_t& sp) {
+  const int fd = open(("/proc/self/task/" + tid + "/syscall").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[256];
+  const ssize_t got = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (got <= 0) return false;
+  text[got] = '\0';
+  if (std::strncmp(text, "running", 7) == 0) return false;
+  // "nr arg1 .. arg6 sp pc", or "-1 sp pc" outside a system call: sp is the second last.
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  if (words.size() < 3) return false;
+  sp = std::stoull(words[words.size() - 2], nullptr, 16);
+  return true;
+}
+
+// The thread (other than this one) whose stack holds pages of `moves`:
+// its id, or 0. [stack] is the main thread's; another thread's stack is
+// the mapping holding its stack pointer (a window around it inside the
+// heap, for stacks a program allocated there). A thread that is running
+// shows no stack pointer: it is looked at twice, then taken as elsewhere.
+pid_t stack_owner(const std::vector<Move>& moves, const std::vector<Vma>& maps) {
+  const auto self = static_cast<pid_t>(syscall(SYS_gettid));
+  auto overlaps = [&](std::uintptr_t lo, std::uintptr_t hi) {
+    for (const Move& m : moves) {
+      if (m.lo < hi && lo < m.hi) return true;
+    }
+    return false;
+  };
+  if (const auto [lo, hi] = main_stack_range(maps); self != getpid() && overlaps(lo, hi)) return getpid();
+  std::vector<std::string> tids;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.' && std::atoi(e->d_name) != self) tids.emplace_back(e->d_name);
+    }
+    closedir(d);
+  }
+  for (const std::string& tid : tids) {
+    std::uintptr_t sp = 0;
+    if (!blocked_sp(tid, sp)) {
+      sched_yield();
+      if (!blocked_sp(tid, sp)) continue;
+    }
+    for (const Vma& v : maps) {
+      if (sp < v.lo || sp >= v.hi) continue;
+      constexpr std::uintptr_t kWindow = 256 * 1024;
+      const bool heap = v.path == "[heap]";
+      const std::uintptr_t lo = heap ? std::max(v.lo, sp - std::min(sp, kWindow)) : v.lo;
+      const std::uintptr_t hi = heap ? std::min(v.hi, sp + kWindow) : v.hi;
+      if (overlaps(lo, hi)) return static_cast<pid_t>(std::atoi(tid.c_str()));
+    }
+  }
+  return 0;
+}
+
+// Grows the main thread's [stack] down one page below `lo` (its lowest
+// page now): a growable stack must stay below the file mapped at `lo`, or
+// the next deeper call would find the file there and fault. Not
+// instrumented: it reads below the stack pointer on purpose.
+__attribute__((no_sanitize_address, noinline)) void grow_stack_below(std::uintptr_t lo) {
+  const volatile char* below = reinterpret_cast<const volatile char*>(lo - 1);
+  (void)*below;
+}
+
 }  // namespace
+
+std::uint64_t Client::refused_shares() { return g_refused.load(std::memory_order_relaxed); }
 
 int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& why) {
   const std::uintptr_t page = page_size();
@@ -298,8 +493,13 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     std::uintptr_t page;  // of its file: pieces are whole pages of it
   };
   std::vector<Run> runs;
+  std::uintptr_t grow_below = 0;  // the main stack's lowest page, when a run starts there
+  const auto [stack_lo, stack_hi] = main_stack_range(maps);
   std::uintptr_t covered = a0;
+  std::uintptr_t previous_hi = 0;  // the end of the mapping before v
   for (const Vma& v : maps) {
+    const std::uintptr_t below = previous_hi;
+    previous_hi = v.hi;
     if (v.hi <= covered || covered >= a1) continue;
     if (v.lo > covered) break;  // a hole
     const std::uintptr_t lo = covered, hi = std::min(v.hi, a1);
@@ -314,6 +514,7 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
         runs.push_back(Run{lo, hi, ours->second.fd, off, ours->second.page});
       }
     } else if (v.private_anonymous()) {
+      if (lo == v.lo && below != v.lo && v.lo >= stack_lo && v.hi <= stack_hi) grow_below = lo;
       if (!runs.empty() && runs.back().fd < 0) {
         runs.back().hi = hi;
       } else {
@@ -322,21 +523,22 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     } else {
       why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " + hex_range(lo, hi) +
             " are " + v.perms + " " + (v.path.empty() ? "memory" : v.path) +
-            ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
-      return EINVAL;
+            ", not private anonymous memory: allocate the buffer with malloc or "
+            "mmap(MAP_PRIVATE|MAP_ANONYMOUS)";
+      return refuse(EINVAL, why);
     }
     covered = hi;
   }
   if (covered < a1) {
     why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " +
           hex_range(covered, a1) + " are not mapped";
-    return EFAULT;
+    return refuse(EFAULT, why);
   }
   if (runs.size() > kMaxPieces) {
     why = "the region lies on " + std::to_string(runs.size()) + " pieces of memory (pages moved for earlier "
           "regions between others), more than " + std::to_string(kMaxPieces) +
           " in one registration: register it in parts, or its buffer before those inside it";
-    return EINVAL;
+    return refuse(EINVAL, why);
   }
 
   // A hugepage buffer's file is mapped in whole hugepages, at addresses
@@ -347,20 +549,45 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     if (runs.size() != 1) {
       why = "a region at " + hex_range(a, a + len) + " reaches past its hugepage buffer (alloc_buffer): "
             "in service mode it must lie inside it";
-      return EINVAL;
+      return refuse(EINVAL, why);
     }
     const std::uintptr_t head = r.lo & (r.page - 1);  // the VMA is hugepage-aligned, so this stays inside it
     r.lo -= head;
     r.file_offset -= head;
     r.hi = (r.hi + r.page - 1) & ~(r.page - 1);
   }
-  out.pieces.clear();
-  for (Run& r : runs) {
-    if (r.fd < 0) {
-      r.fd = move_onto_file(r.lo, r.hi, why);
-      if (r.fd < 0) return ENOMEM;
-      all.by_inode[inode_of(r.fd)] = File{r.fd, false};
+  std::vector<Move> moves;
+  for (const Run& r : runs) {
+    if (r.fd < 0) moves.push_back(Move{r.lo, r.hi, -1, {}});
+  }
+  if (!moves.empty()) {
+    if (const pid_t owner = stack_owner(moves, maps); owner != 0) {
+      why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: it is on another thread's stack "
+            "(thread " + std::to_string(owner) + "), whose frames would be lost while it moves: register it from "
+            "that thread, or use malloc'd memory";
+      return refuse(EINVAL, why);
     }
+    if (grow_below != 0) grow_stack_below(grow_below);
+    if (std::string e = move_all(moves); !e.empty()) {
+      why = e;
+      return ENOMEM;
+    }
+    for (const Move& m : moves) {
+      if (m.fd < 0) {
+        why = m.why.empty() ? "an earlier piece failed" : m.why;
+        // The pieces moved before it stay on their files, as memory of ours.
+        for (const Move& done : moves) {
+          if (done.fd >= 0) all.by_inode[inode_of(done.fd)] = File{done.fd, false};
+        }
+        return ENOMEM;
+      }
+      all.by_inode[inode_of(m.fd)] = File{m.fd, false};
+    }
+  }
+  out.pieces.clear();
+  std::size_t next_move = 0;
+  for (Run& r : runs) {
+    if (r.fd < 0) r.fd = moves[next_move++].fd;
     out.pieces.push_back(SharedRange::Piece{r.fd, r.file_offset, r.hi - r.lo});
   }
   out.offset = a - runs.front().lo;
