@@ -19,7 +19,7 @@
 namespace uroce::service {
 
 // Bumped when a message or a ring slot changes shape.
-inline constexpr std::uint32_t kProtocolVersion = 3;
+inline constexpr std::uint32_t kProtocolVersion = 4;  // 4: StatsReply lists SRQs and AHs
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -242,6 +242,10 @@ struct StatsReply {
   static constexpr std::size_t kMaxClients = 8;
   std::uint32_t listed = 0;
   Client client[kMaxClients];
+  // Appended (version 4): SRQs and address handles, in all and per listed client.
+  std::uint32_t srqs = 0, ahs = 0;
+  std::uint32_t client_srqs[kMaxClients] = {};
+  std::uint32_t client_ahs[kMaxClients] = {};
 };
 
 // One event of the daemon's CM for this client (cm::Event, what rdma_cm
