@@ -309,24 +309,26 @@ struct MoveJob {
   pid_t caller = 0;
   std::atomic<int> moved{0};
   bool waited = false;  // the caller was seen blocked: the moves were made
+  bool blind = false;   // its system call cannot be read: nothing moved
 };
 
 long futex(std::atomic<int>* word, int op, int value) {
   return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, nullptr, nullptr, 0);
 }
 
-// True once thread `tid` is blocked in futex(FUTEX_WAIT_PRIVATE) on `word`.
-bool waits_on(pid_t tid, const std::atomic<int>* word) {
+// 1 once thread `tid` is blocked in futex(FUTEX_WAIT_PRIVATE) on `word`,
+// 0 not yet, -1 if its system call cannot be read here.
+int waits_on(pid_t tid, const std::atomic<int>* word) {
   const int fd = open(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return -1;
   char text[256];
   const ssize_t got = read(fd, text, sizeof text - 1);
   close(fd);
-  if (got <= 0) return false;
+  if (got <= 0) return -1;
   text[got] = '\0';
   char* end = nullptr;
-  if (std::strtol(text, &end, 10) != SYS_futex) return false;
-  return std::strtoull(end, nullptr, 16) == reinterpret_cast<std::uintptr_t>(word);
+  if (std::strtol(text, &end, 10) != SYS_futex) return 0;
+  return std::strtoull(end, nullptr, 16) == reinterpret_cast<std::uintptr_t>(word) ? 1 : 0;
 }
 
 void* run_moves(void* arg) {
@@ -334,8 +336,11 @@ void* run_moves(void* arg) {
   // The caller is on its way into futex(2): a few instructions, unless
   // the machine is loaded; 10 s is far beyond any scheduling delay.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!(job->waited = waits_on(job->caller, &job->moved)) && std::chrono::steady_clock::now() < deadline) {
-    sched_yield();
+  for (int seen; !job->waited && !job->blind && std::chrono::steady_clock::now() < deadline;) {
+    seen = waits_on(job->caller, &job->moved);
+    job->waited = seen == 1;
+    job->blind = seen < 0;
+    if (seen == 0) sched_yield();
   }
   if (job->waited) {
     for (Move& m : *job->moves) {
@@ -370,8 +375,45 @@ std::string move_all(std::vector<Move>& moves) {
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (e != 0) return std::string("no thread to move the pages onto a memory file: ") + std::strerror(e);
+  if (job.blind) {
+    return "stack pages cannot be moved here (/proc/self/task/TID/syscall cannot be read, so the thread's "
+           "stand-still cannot be seen): register malloc'd memory";
+  }
   if (!job.waited) return "the pages were not moved: this thread was not seen waiting within 10 s";
   return "";
+}
+
+std::pair<std::uintptr_t, std::uintptr_t> main_stack_range(const std::vector<Vma>& maps);
+
+// Whether any of `moves` lies on the stack this thread runs on: the main
+// thread's stack, a thread's own (pthread_getattr_np), or the mapping of
+// its stack pointer now (a signal's alternate stack, a stack of the
+// program's own making).
+bool on_own_stack(const std::vector<Move>& moves, const std::vector<Vma>& maps) {
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> stacks;
+  if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) {
+    stacks.push_back(main_stack_range(maps));
+  } else {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* lo = nullptr;
+      std::size_t size = 0;
+      if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
+        stacks.emplace_back(reinterpret_cast<std::uintptr_t>(lo), reinterpret_cast<std::uintptr_t>(lo) + size);
+      }
+      pthread_attr_destroy(&attr);
+    }
+  }
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  for (const Vma& v : maps) {
+    if (here >= v.lo && here < v.hi) stacks.emplace_back(v.lo, v.hi);
+  }
+  for (const auto& [lo, hi] : stacks) {
+    for (const Move& m : moves) {
+      if (m.lo < hi && lo < m.hi) return true;
+    }
+  }
+  return false;
 }
 
 // Where the main thread's stack may lie: below the top of [stack], as far
@@ -568,9 +610,17 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
       return refuse(EINVAL, why);
     }
     if (grow_below != 0) grow_stack_below(grow_below);
-    if (std::string e = move_all(moves); !e.empty()) {
-      why = e;
-      return ENOMEM;
+    if (on_own_stack(moves, maps)) {
+      if (std::string e = move_all(moves); !e.empty()) {
+        why = e;
+        return refuse(ENOMEM, why);
+      }
+    } else {
+      // Pages this thread does not run on: moved here, as they always were.
+      for (Move& m : moves) {
+        m.fd = move_onto_file(m.lo, m.hi, m.why);
+        if (m.fd < 0) break;
+      }
     }
     for (const Move& m : moves) {
       if (m.fd < 0) {
