@@ -13,16 +13,9 @@
 // munmap) and takes new ones at the same addresses has new anonymous pages
 // there, which are moved afresh.
 //
-// Stacks: the pages of a stack are written by the thread running on it
-// (its frames, the arguments of the very calls doing the move), and a
-// write between the copy and the remap is lost: the thread returns into
-// stale frames. So the move is made by a thread of its own while the
-// caller waits blocked, signals held (a handler would write the stack):
-// a blocked thread writes nothing. Another thread's stack is refused: that
-// thread may run at any time (known by the stack pointer of each blocked
-// thread, /proc/self/task/*/syscall, and by [stack] for the main thread's).
-// A move at the bottom of the main thread's [stack] first grows it one
-// page, so a growable stack stays below the file and the stack can grow on.
+// Stacks: pages of the registering thread's own stack are moved by a
+// helper thread while it sleeps; another thread's are refused
+// (stack_pages.cc).
 //
 // fork(): the moved pages were private memory, so a child must get a copy,
 // not the parent's pages (a child's malloc on shared heap pages would
@@ -32,29 +25,23 @@
 // child, a copy taken while the parent's forking thread waits for it.
 // With RDMAV_FORK_SAFE or IBV_FORK_SAFE the pages are MADV_DONTFORK
 // instead, as rdma-core after ibv_fork_init: the child has none.
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -63,32 +50,21 @@
 #include <vector>
 
 #include "service/client.h"
+#include "service/pages.h"
 
 namespace uroce::service {
-namespace {
 
-std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+using pages::Move;
+using pages::Vma;
+using pages::grow_stack_below;
+using pages::main_stack_range;
+using pages::move_onto_file;
+using pages::move_while_still;
+using pages::on_own_stack;
+using pages::read_maps;
+using pages::stack_owner;
 
-// mmap and munmap straight to the kernel: allocators that hook them (UCX's
-// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
-// drop the very registration being made.
-void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
-  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-}
-int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
-
-// One line of /proc/self/maps.
-struct Vma {
-  std::uintptr_t lo = 0, hi = 0;
-  std::string perms;
-  std::uint64_t offset = 0;
-  std::uint64_t inode = 0;
-  std::uint64_t dev = 0;  // as st_dev: an inode number alone repeats across filesystems
-  std::string path;
-  bool private_anonymous() const { return perms.compare(0, 2, "rw") == 0 && perms[3] == 'p' && inode == 0; }
-};
-
-std::vector<Vma> read_maps() {
+std::vector<Vma> pages::read_maps() {
   std::vector<Vma> all;
   std::ifstream maps("/proc/self/maps");
   std::string line;
@@ -112,6 +88,19 @@ std::vector<Vma> read_maps() {
   }
   return all;
 }
+
+namespace {
+
+std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+
+// mmap and munmap straight to the kernel: allocators that hook them (UCX's
+// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
+// drop the very registration being made.
+void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+}
+int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+
 
 // Our memory files, by device and inode: each kept open while the process maps it, to
 // be passed again for a later region on its pages. Process-wide: a later
@@ -248,9 +237,9 @@ std::string hex_range(std::uintptr_t a, std::uintptr_t b) {
   return text;
 }
 
-// Moves the private anonymous pages [b0, b1) onto a new memory file in
-// place; its descriptor, or -1 and why.
-int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
+}  // namespace
+
+int pages::move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
   const std::size_t bytes = b1 - b0;
   const int file = make_memory_file("uroce-mr", bytes);
   if (file < 0) {
@@ -283,6 +272,8 @@ int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
 }
 
 
+namespace {
+
 std::atomic<std::uint64_t> g_refused{0};
 
 // A refusal: counted, and said on stderr (ibv_reg_mr only sets errno).
@@ -292,212 +283,6 @@ int refuse(int err, const std::string& why) {
   return err;
 }
 
-// Pages [lo, hi) to move onto a file of their own; the file once moved.
-struct Move {
-  std::uintptr_t lo, hi;
-  int fd = -1;
-  std::string why;
-};
-
-// The caller's wait and the mover's: the caller sleeps in futex(2) on
-// `moved` while the mover works, and the mover starts only once it sees the
-// caller inside that very call (/proc/self/task/TID/syscall), so no write of
-// the caller's (the call's own return address among them) lands between a
-// copy and its remap.
-struct MoveJob {
-  std::vector<Move>* moves = nullptr;
-  pid_t caller = 0;
-  std::atomic<int> moved{0};
-  bool waited = false;  // the caller was seen blocked: the moves were made
-  bool blind = false;   // its system call cannot be read: nothing moved
-};
-
-long futex(std::atomic<int>* word, int op, int value) {
-  return syscall(SYS_futex, reinterpret_cast<int*>(word), op, value, nullptr, nullptr, 0);
-}
-
-// 1 once thread `tid` is blocked in futex(FUTEX_WAIT_PRIVATE) on `word`,
-// 0 not yet, -1 if its system call cannot be read here.
-int waits_on(pid_t tid, const std::atomic<int>* word) {
-  const int fd = open(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char text[256];
-  const ssize_t got = read(fd, text, sizeof text - 1);
-  close(fd);
-  if (got <= 0) return -1;
-  text[got] = '\0';
-  char* end = nullptr;
-  if (std::strtol(text, &end, 10) != SYS_futex) return 0;
-  return std::strtoull(end, nullptr, 16) == reinterpret_cast<std::uintptr_t>(word) ? 1 : 0;
-}
-
-void* run_moves(void* arg) {
-  auto* job = static_cast<MoveJob*>(arg);
-  // The caller is on its way into futex(2): a few instructions, unless
-  // the machine is loaded; 10 s is far beyond any scheduling delay.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (int seen; !job->waited && !job->blind && std::chrono::steady_clock::now() < deadline;) {
-    seen = waits_on(job->caller, &job->moved);
-    job->waited = seen == 1;
-    job->blind = seen < 0;
-    if (seen == 0) sched_yield();
-  }
-  if (job->waited) {
-    for (Move& m : *job->moves) {
-      m.fd = move_onto_file(m.lo, m.hi, m.why);
-      if (m.fd < 0) break;
-    }
-  }
-  job->moved.store(1, std::memory_order_release);
-  futex(&job->moved, FUTEX_WAKE_PRIVATE, 1);
-  return nullptr;
-}
-
-__attribute__((noinline)) void wait_moved(std::atomic<int>& moved) {
-  while (moved.load(std::memory_order_acquire) == 0) futex(&moved, FUTEX_WAIT_PRIVATE, 0);
-}
-
-// Moves on a thread of their own while this one sleeps with every signal
-// held (a handler would write its stack, which may be among the pages).
-// An empty string, or why nothing was moved.
-std::string move_all(std::vector<Move>& moves) {
-  MoveJob job;
-  job.moves = &moves;
-  job.caller = static_cast<pid_t>(syscall(SYS_gettid));
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);  // the mover inherits it too
-  pthread_t mover;
-  const int e = pthread_create(&mover, nullptr, run_moves, &job);
-  if (e == 0) {
-    wait_moved(job.moved);
-    pthread_join(mover, nullptr);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (e != 0) return std::string("no thread to move the pages onto a memory file: ") + std::strerror(e);
-  if (job.blind) {
-    return "stack pages cannot be moved here (/proc/self/task/TID/syscall cannot be read, so the thread's "
-           "stand-still cannot be seen): register malloc'd memory";
-  }
-  if (!job.waited) return "the pages were not moved: this thread was not seen waiting within 10 s";
-  return "";
-}
-
-std::pair<std::uintptr_t, std::uintptr_t> main_stack_range(const std::vector<Vma>& maps);
-
-// Whether any of `moves` lies on the stack this thread runs on: the main
-// thread's stack, a thread's own (pthread_getattr_np), or the mapping of
-// its stack pointer now (a signal's alternate stack, a stack of the
-// program's own making).
-bool on_own_stack(const std::vector<Move>& moves, const std::vector<Vma>& maps) {
-  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> stacks;
-  if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) {
-    stacks.push_back(main_stack_range(maps));
-  } else {
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void* lo = nullptr;
-      std::size_t size = 0;
-      if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
-        stacks.emplace_back(reinterpret_cast<std::uintptr_t>(lo), reinterpret_cast<std::uintptr_t>(lo) + size);
-      }
-      pthread_attr_destroy(&attr);
-    }
-  }
-  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  for (const Vma& v : maps) {
-    if (here >= v.lo && here < v.hi) stacks.emplace_back(v.lo, v.hi);
-  }
-  for (const auto& [lo, hi] : stacks) {
-    for (const Move& m : moves) {
-      if (m.lo < hi && lo < m.hi) return true;
-    }
-  }
-  return false;
-}
-
-// Where the main thread's stack may lie: below the top of [stack], as far
-// as its size limit reaches (the kernel keeps other mappings out of it).
-// Only its top part is named [stack] in /proc/self/maps once a move has
-// split it.
-std::pair<std::uintptr_t, std::uintptr_t> main_stack_range(const std::vector<Vma>& maps) {
-  for (const Vma& v : maps) {
-    if (v.path != "[stack]") continue;
-    rlimit lim{};
-    std::uintptr_t size = 8u << 20;
-    if (getrlimit(RLIMIT_STACK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) size = std::max<std::uintptr_t>(lim.rlim_cur, size);
-    return {v.hi - std::min(v.hi, size), v.hi};
-  }
-  return {0, 0};
-}
-
-// Reads the stack pointer of thread `tid` while it is blocked (in a system
-// call or stopped): false while it runs, or when it cannot be read.
-bool blocked_sp(const std::string& tid, std::uintptr_t& sp) {
-  const int fd = open(("/proc/self/task/" + tid + "/syscall").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char text[256];
-  const ssize_t got = read(fd, text, sizeof text - 1);
-  close(fd);
-  if (got <= 0) return false;
-  text[got] = '\0';
-  if (std::strncmp(text, "running", 7) == 0) return false;
-  // "nr arg1 .. arg6 sp pc", or "-1 sp pc" outside a system call: sp is the second last.
-  std::istringstream in(text);
-  std::vector<std::string> words;
-  for (std::string w; in >> w;) words.push_back(w);
-  if (words.size() < 3) return false;
-  sp = std::stoull(words[words.size() - 2], nullptr, 16);
-  return true;
-}
-
-// The thread (other than this one) whose stack holds pages of `moves`:
-// its id, or 0. [stack] is the main thread's; another thread's stack is
-// the mapping holding its stack pointer (a window around it inside the
-// heap, for stacks a program allocated there). A thread that is running
-// shows no stack pointer: it is looked at twice, then taken as elsewhere.
-pid_t stack_owner(const std::vector<Move>& moves, const std::vector<Vma>& maps) {
-  const auto self = static_cast<pid_t>(syscall(SYS_gettid));
-  auto overlaps = [&](std::uintptr_t lo, std::uintptr_t hi) {
-    for (const Move& m : moves) {
-      if (m.lo < hi && lo < m.hi) return true;
-    }
-    return false;
-  };
-  if (const auto [lo, hi] = main_stack_range(maps); self != getpid() && overlaps(lo, hi)) return getpid();
-  std::vector<std::string> tids;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.' && std::atoi(e->d_name) != self) tids.emplace_back(e->d_name);
-    }
-    closedir(d);
-  }
-  for (const std::string& tid : tids) {
-    std::uintptr_t sp = 0;
-    if (!blocked_sp(tid, sp)) {
-      sched_yield();
-      if (!blocked_sp(tid, sp)) continue;
-    }
-    for (const Vma& v : maps) {
-      if (sp < v.lo || sp >= v.hi) continue;
-      constexpr std::uintptr_t kWindow = 256 * 1024;
-      const bool heap = v.path == "[heap]";
-      const std::uintptr_t lo = heap ? std::max(v.lo, sp - std::min(sp, kWindow)) : v.lo;
-      const std::uintptr_t hi = heap ? std::min(v.hi, sp + kWindow) : v.hi;
-      if (overlaps(lo, hi)) return static_cast<pid_t>(std::atoi(tid.c_str()));
-    }
-  }
-  return 0;
-}
-
-// Grows the main thread's [stack] down one page below `lo` (its lowest
-// page now): a growable stack must stay below the file mapped at `lo`, or
-// the next deeper call would find the file there and fault. Not
-// instrumented: it reads below the stack pointer on purpose.
-__attribute__((no_sanitize_address, noinline)) void grow_stack_below(std::uintptr_t lo) {
-  const volatile char* below = reinterpret_cast<const volatile char*>(lo - 1);
-  (void)*below;
-}
 
 }  // namespace
 
@@ -556,7 +341,8 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
         runs.push_back(Run{lo, hi, ours->second.fd, off, ours->second.page});
       }
     } else if (v.private_anonymous()) {
-      if (lo == v.lo && below != v.lo && v.lo >= stack_lo && v.hi <= stack_hi) grow_below = lo;
+      // (Not at the stack's size limit: there it cannot grow, and the move leaves it as it is.)
+      if (lo == v.lo && below != v.lo && v.lo >= stack_lo + page && v.hi <= stack_hi) grow_below = lo;
       if (!runs.empty() && runs.back().fd < 0) {
         runs.back().hi = hi;
       } else {
@@ -611,7 +397,7 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     }
     if (grow_below != 0) grow_stack_below(grow_below);
     if (on_own_stack(moves, maps)) {
-      if (std::string e = move_all(moves); !e.empty()) {
+      if (std::string e = move_while_still(moves); !e.empty()) {
         why = e;
         return refuse(ENOMEM, why);
       }

@@ -11,6 +11,7 @@
 #include <alloca.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -39,7 +40,7 @@ using uroce::test::Uroced;
 // Two daemons joined by memif for the whole suite, and one client context
 // on each with an RC QP connected to the other's.
 class ServiceStack : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() { pair_ = new uroce::test::MemifUrocedPair("svcstk"); }
   static void TearDownTestSuite() { delete pair_; }
   void SetUp() override {
@@ -313,6 +314,38 @@ TEST_F(ServiceStack, TheMainStackFromAnotherThreadIsRefused) {
   t.join();
   EXPECT_NE(why.find("another thread's stack"), std::string::npos) << why;
   for (int i = 0; i < 3000; ++i) ASSERT_EQ(buf[i], 0x42) << "byte " << i;
+}
+
+// A signal handler on an alternate stack (sigaltstack, fresh private
+// pages) registers a buffer on that stack: the stack it runs on, moved
+// while it sleeps as a thread's own stack is. The signal is raised by this
+// thread at a known point, so the handler may call what it likes.
+ServiceStack* g_on_signal = nullptr;
+std::string g_signal_result;
+void register_on_alt_stack(int) { g_signal_result = g_on_signal->carry_on_stack(2500, 77, false); }
+
+TEST_F(ServiceStack, ABufferOnASignalsAlternateStackRegisters) {
+  const std::size_t bytes = 256 * 1024;
+  void* alt = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(alt, MAP_FAILED);
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = bytes;
+  stack_t old_ss{};
+  ASSERT_EQ(sigaltstack(&ss, &old_ss), 0);
+  struct sigaction sa {}, old_sa {};
+  sa.sa_handler = register_on_alt_stack;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old_sa), 0);
+  g_on_signal = this;
+  g_signal_result = "the handler did not run";
+  raise(SIGUSR1);
+  sigaction(SIGUSR1, &old_sa, nullptr);
+  ss.ss_flags = SS_DISABLE;
+  sigaltstack(&ss, nullptr);
+  EXPECT_EQ(g_signal_result, "");
+  munmap(alt, bytes);
 }
 
 // Shared mappings are not the program's private pages to move: a shared
