@@ -189,9 +189,8 @@ bool blocked_sp(const std::string& tid, std::uintptr_t& sp) {
 }  // namespace
 
 // The thread (other than this one) whose stack holds pages of `moves`:
-// its id, or 0. [stack] is the main thread's; another thread's stack is
-// the mapping holding its stack pointer (a window around it inside the
-// heap, for stacks a program allocated there). A thread that is running
+// its id, or 0. The main thread's stack is where it lies; another
+// thread's, the pages around its stack pointer. A thread that is running
 // shows no stack pointer: it is looked at twice, then taken as elsewhere.
 pid_t stack_owner(const std::vector<Move>& moves, const std::vector<Vma>& maps) {
   const auto self = static_cast<pid_t>(syscall(SYS_gettid));
@@ -215,12 +214,15 @@ pid_t stack_owner(const std::vector<Move>& moves, const std::vector<Vma>& maps) 
       sched_yield();
       if (!blocked_sp(tid, sp)) continue;
     }
+    // Its frames lie around its stack pointer, inside the mapping that
+    // holds it: a window, not the whole mapping, as the kernel may have
+    // merged a thread's stack with anonymous memory beside it (and a
+    // program's own stacks may sit in its heap).
+    constexpr std::uintptr_t kWindow = 256 * 1024;
     for (const Vma& v : maps) {
       if (sp < v.lo || sp >= v.hi) continue;
-      constexpr std::uintptr_t kWindow = 256 * 1024;
-      const bool heap = v.path == "[heap]";
-      const std::uintptr_t lo = heap ? std::max(v.lo, sp - std::min(sp, kWindow)) : v.lo;
-      const std::uintptr_t hi = heap ? std::min(v.hi, sp + kWindow) : v.hi;
+      const std::uintptr_t lo = std::max(v.lo, sp - std::min(sp, kWindow));
+      const std::uintptr_t hi = std::min(v.hi, sp + kWindow);
       if (overlaps(lo, hi)) return static_cast<pid_t>(std::atoi(tid.c_str()));
     }
   }
