@@ -57,12 +57,13 @@ int print_stats(const Config& config) {
   // This query is a client too (the last one listed, with nothing). The
   // daemon tells root of every client, anyone else of their own uid's.
   if (geteuid() != 0) std::printf("(the clients of uid %u only: run as root for all)\n", geteuid());
-  std::printf("clients %u  pds %u  mrs %u  cqs %u  qps %u  mapped %llu bytes\n", s.clients, s.pds, s.mrs, s.cqs,
-              s.qps, static_cast<unsigned long long>(s.mapped_bytes));
+  std::printf("clients %u  pds %u  mrs %u  cqs %u  qps %u  srqs %u  ahs %u  mapped %llu bytes\n", s.clients, s.pds,
+              s.mrs, s.cqs, s.qps, s.srqs, s.ahs, static_cast<unsigned long long>(s.mapped_bytes));
   for (std::uint32_t i = 0; i < s.listed; ++i) {
     const auto& c = s.client[i];
-    std::printf("client %u  pid %d  uid %u  pds %u  mrs %u  cqs %u  qps %u  mapped %llu", c.id, c.pid, c.uid, c.pds,
-                c.mrs, c.cqs, c.qps, static_cast<unsigned long long>(c.mapped_bytes));
+    std::printf("client %u  pid %d  uid %u  pds %u  mrs %u  cqs %u  qps %u  srqs %u  ahs %u  mapped %llu", c.id, c.pid,
+                c.uid, c.pds, c.mrs, c.cqs, c.qps, s.client_srqs[i], s.client_ahs[i],
+                static_cast<unsigned long long>(c.mapped_bytes));
     for (std::uint32_t j = 0; j < std::min<std::uint32_t>(c.qps, 4); ++j) std::printf("%s%#x", j ? "," : "  qpn ", c.qpn[j]);
     std::printf("\n");
   }

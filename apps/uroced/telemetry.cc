@@ -31,6 +31,7 @@ int list_clients(const char*, const char*, rte_tel_data* d) {
     const std::string fields[] = {"pid " + std::to_string(r.pid),   "uid " + std::to_string(r.uid),
                                   "pds " + std::to_string(r.pds),   "mrs " + std::to_string(r.mrs),
                                   "cqs " + std::to_string(r.cqs),   "qps " + std::to_string(r.qps),
+                                  "srqs " + std::to_string(r.srqs), "ahs " + std::to_string(r.ahs),
                                   "mapped_bytes " + std::to_string(r.mapped_bytes), "qpns " + qpns};
     for (const std::string& f : fields) rte_tel_data_add_array_string(c, f.c_str());
     const std::string name = "client_" + std::to_string(r.id);  // names: [A-Za-z0-9_/] only

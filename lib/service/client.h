@@ -135,6 +135,9 @@ class Client {
   // are not private anonymous memory, or too many pieces), EFAULT (pages
   // not mapped), ENOMEM.
   int share(void* addr, std::size_t len, SharedRange& out, std::string& why);
+  // Registrations share() refused in this process (each with a line on
+  // stderr): memory it cannot pass or move safely.
+  static std::uint64_t refused_shares();
   // Memory already in a file (Context::alloc_buffer in service mode).
   void* alloc_buffer(std::size_t bytes);
   void free_buffer(void* p);

@@ -13,6 +13,10 @@
 // munmap) and takes new ones at the same addresses has new anonymous pages
 // there, which are moved afresh.
 //
+// Stacks: pages of the registering thread's own stack are moved by a
+// helper thread while it sleeps; another thread's are refused
+// (stack_pages.cc).
+//
 // fork(): the moved pages were private memory, so a child must get a copy,
 // not the parent's pages (a child's malloc on shared heap pages would
 // corrupt the parent's heap). As the kernel copies pinned pages into a
@@ -31,6 +35,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -44,32 +50,21 @@
 #include <vector>
 
 #include "service/client.h"
+#include "service/pages.h"
 
 namespace uroce::service {
-namespace {
 
-std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+using pages::Move;
+using pages::Vma;
+using pages::grow_stack_below;
+using pages::main_stack_range;
+using pages::move_onto_file;
+using pages::move_while_still;
+using pages::on_own_stack;
+using pages::read_maps;
+using pages::stack_owner;
 
-// mmap and munmap straight to the kernel: allocators that hook them (UCX's
-// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
-// drop the very registration being made.
-void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
-  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
-}
-int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
-
-// One line of /proc/self/maps.
-struct Vma {
-  std::uintptr_t lo = 0, hi = 0;
-  std::string perms;
-  std::uint64_t offset = 0;
-  std::uint64_t inode = 0;
-  std::uint64_t dev = 0;  // as st_dev: an inode number alone repeats across filesystems
-  std::string path;
-  bool private_anonymous() const { return perms.compare(0, 2, "rw") == 0 && perms[3] == 'p' && inode == 0; }
-};
-
-std::vector<Vma> read_maps() {
+std::vector<Vma> pages::read_maps() {
   std::vector<Vma> all;
   std::ifstream maps("/proc/self/maps");
   std::string line;
@@ -93,6 +88,19 @@ std::vector<Vma> read_maps() {
   }
   return all;
 }
+
+namespace {
+
+std::uintptr_t page_size() { return static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)); }
+
+// mmap and munmap straight to the kernel: allocators that hook them (UCX's
+// ucm, Open MPI's patcher) would otherwise see the remap as an unmap and
+// drop the very registration being made.
+void* raw_mmap(void* addr, std::size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+}
+int raw_munmap(void* addr, std::size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+
 
 // Our memory files, by device and inode: each kept open while the process maps it, to
 // be passed again for a later region on its pages. Process-wide: a later
@@ -229,9 +237,9 @@ std::string hex_range(std::uintptr_t a, std::uintptr_t b) {
   return text;
 }
 
-// Moves the private anonymous pages [b0, b1) onto a new memory file in
-// place; its descriptor, or -1 and why.
-int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
+}  // namespace
+
+int pages::move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
   const std::size_t bytes = b1 - b0;
   const int file = make_memory_file("uroce-mr", bytes);
   if (file < 0) {
@@ -264,7 +272,21 @@ int move_onto_file(std::uintptr_t b0, std::uintptr_t b1, std::string& why) {
 }
 
 
+namespace {
+
+std::atomic<std::uint64_t> g_refused{0};
+
+// A refusal: counted, and said on stderr (ibv_reg_mr only sets errno).
+int refuse(int err, const std::string& why) {
+  g_refused.fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr, "uroce: reg_mr through uroced refused: %s\n", why.c_str());
+  return err;
+}
+
+
 }  // namespace
+
+std::uint64_t Client::refused_shares() { return g_refused.load(std::memory_order_relaxed); }
 
 int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& why) {
   const std::uintptr_t page = page_size();
@@ -298,8 +320,13 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     std::uintptr_t page;  // of its file: pieces are whole pages of it
   };
   std::vector<Run> runs;
+  std::uintptr_t grow_below = 0;  // the main stack's lowest page, when a run starts there
+  const auto [stack_lo, stack_hi] = main_stack_range(maps);
   std::uintptr_t covered = a0;
+  std::uintptr_t previous_hi = 0;  // the end of the mapping before v
   for (const Vma& v : maps) {
+    const std::uintptr_t below = previous_hi;
+    previous_hi = v.hi;
     if (v.hi <= covered || covered >= a1) continue;
     if (v.lo > covered) break;  // a hole
     const std::uintptr_t lo = covered, hi = std::min(v.hi, a1);
@@ -314,6 +341,8 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
         runs.push_back(Run{lo, hi, ours->second.fd, off, ours->second.page});
       }
     } else if (v.private_anonymous()) {
+      // (Not at the stack's size limit: there it cannot grow, and the move leaves it as it is.)
+      if (lo == v.lo && below != v.lo && v.lo >= stack_lo + page && v.hi <= stack_hi) grow_below = lo;
       if (!runs.empty() && runs.back().fd < 0) {
         runs.back().hi = hi;
       } else {
@@ -322,21 +351,22 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     } else {
       why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " + hex_range(lo, hi) +
             " are " + v.perms + " " + (v.path.empty() ? "memory" : v.path) +
-            ", not private anonymous memory: allocate the buffer with malloc/mmap(MAP_ANONYMOUS)";
-      return EINVAL;
+            ", not private anonymous memory: allocate the buffer with malloc or "
+            "mmap(MAP_PRIVATE|MAP_ANONYMOUS)";
+      return refuse(EINVAL, why);
     }
     covered = hi;
   }
   if (covered < a1) {
     why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: the pages at " +
           hex_range(covered, a1) + " are not mapped";
-    return EFAULT;
+    return refuse(EFAULT, why);
   }
   if (runs.size() > kMaxPieces) {
     why = "the region lies on " + std::to_string(runs.size()) + " pieces of memory (pages moved for earlier "
           "regions between others), more than " + std::to_string(kMaxPieces) +
           " in one registration: register it in parts, or its buffer before those inside it";
-    return EINVAL;
+    return refuse(EINVAL, why);
   }
 
   // A hugepage buffer's file is mapped in whole hugepages, at addresses
@@ -347,20 +377,53 @@ int Client::share(void* addr, std::size_t len, SharedRange& out, std::string& wh
     if (runs.size() != 1) {
       why = "a region at " + hex_range(a, a + len) + " reaches past its hugepage buffer (alloc_buffer): "
             "in service mode it must lie inside it";
-      return EINVAL;
+      return refuse(EINVAL, why);
     }
     const std::uintptr_t head = r.lo & (r.page - 1);  // the VMA is hugepage-aligned, so this stays inside it
     r.lo -= head;
     r.file_offset -= head;
     r.hi = (r.hi + r.page - 1) & ~(r.page - 1);
   }
-  out.pieces.clear();
-  for (Run& r : runs) {
-    if (r.fd < 0) {
-      r.fd = move_onto_file(r.lo, r.hi, why);
-      if (r.fd < 0) return ENOMEM;
-      all.by_inode[inode_of(r.fd)] = File{r.fd, false};
+  std::vector<Move> moves;
+  for (const Run& r : runs) {
+    if (r.fd < 0) moves.push_back(Move{r.lo, r.hi, -1, {}});
+  }
+  if (!moves.empty()) {
+    if (const pid_t owner = stack_owner(moves, maps); owner != 0) {
+      why = "cannot share memory at " + hex_range(a, a + len) + " with uroced: it is on another thread's stack "
+            "(thread " + std::to_string(owner) + "), whose frames would be lost while it moves: register it from "
+            "that thread, or use malloc'd memory";
+      return refuse(EINVAL, why);
     }
+    if (grow_below != 0) grow_stack_below(grow_below);
+    if (on_own_stack(moves, maps)) {
+      if (std::string e = move_while_still(moves); !e.empty()) {
+        why = e;
+        return refuse(ENOMEM, why);
+      }
+    } else {
+      // Pages this thread does not run on: moved here, as they always were.
+      for (Move& m : moves) {
+        m.fd = move_onto_file(m.lo, m.hi, m.why);
+        if (m.fd < 0) break;
+      }
+    }
+    for (const Move& m : moves) {
+      if (m.fd < 0) {
+        why = m.why.empty() ? "an earlier piece failed" : m.why;
+        // The pieces moved before it stay on their files, as memory of ours.
+        for (const Move& done : moves) {
+          if (done.fd >= 0) all.by_inode[inode_of(done.fd)] = File{done.fd, false};
+        }
+        return ENOMEM;
+      }
+      all.by_inode[inode_of(m.fd)] = File{m.fd, false};
+    }
+  }
+  out.pieces.clear();
+  std::size_t next_move = 0;
+  for (Run& r : runs) {
+    if (r.fd < 0) r.fd = moves[next_move++].fd;
     out.pieces.push_back(SharedRange::Piece{r.fd, r.file_offset, r.hi - r.lo});
   }
   out.offset = a - runs.front().lo;

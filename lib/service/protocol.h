@@ -21,8 +21,8 @@ namespace uroce::service {
 // Bumped when a message or a ring slot changes shape.
 // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey) and a program's own QPs
 // on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
-// program_qp and srq).
-inline constexpr std::uint32_t kProtocolVersion = 4;
+// program_qp and srq). 5: StatsReply lists SRQs and AHs.
+inline constexpr std::uint32_t kProtocolVersion = 5;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -268,6 +268,10 @@ struct StatsReply {
   static constexpr std::size_t kMaxClients = 8;
   std::uint32_t listed = 0;
   Client client[kMaxClients];
+  // Appended (version 4): SRQs and address handles, in all and per listed client.
+  std::uint32_t srqs = 0, ahs = 0;
+  std::uint32_t client_srqs[kMaxClients] = {};
+  std::uint32_t client_ahs[kMaxClients] = {};
 };
 
 // One event of the daemon's CM for this client (cm::Event, what rdma_cm

@@ -362,6 +362,8 @@ Server::ClientRow Server::row_of(const Client& c) {
   r.mrs = static_cast<std::uint32_t>(c.mrs.size());
   r.cqs = static_cast<std::uint32_t>(c.cqs.size());
   r.qps = static_cast<std::uint32_t>(c.qps.size());
+  r.srqs = static_cast<std::uint32_t>(c.srqs.size());
+  r.ahs = static_cast<std::uint32_t>(c.ahs.size());
   r.mapped_bytes = c.mapped + c.ring_bytes;
   for (const auto& [h, q] : c.qps) r.qpns.push_back(q.qp->qp_num());
   return r;
@@ -619,6 +621,8 @@ void Server::stats(const Client& asking, service::StatsReply& s) const {
     s.mrs += static_cast<std::uint32_t>(k->mrs.size());
     s.cqs += static_cast<std::uint32_t>(k->cqs.size());
     s.qps += static_cast<std::uint32_t>(k->qps.size());
+    s.srqs += static_cast<std::uint32_t>(k->srqs.size());
+    s.ahs += static_cast<std::uint32_t>(k->ahs.size());
     s.mapped_bytes += k->mapped + k->ring_bytes;
   }
   for (const auto& [sock, k] : clients_) {
@@ -634,6 +638,8 @@ void Server::stats(const Client& asking, service::StatsReply& s) const {
     e.cqs = r.cqs;
     e.qps = r.qps;
     e.mapped_bytes = r.mapped_bytes;
+    s.client_srqs[s.listed - 1] = r.srqs;
+    s.client_ahs[s.listed - 1] = r.ahs;
     for (std::size_t j = 0; j < r.qpns.size() && j < std::size(e.qpn); ++j) e.qpn[j] = r.qpns[j];
   }
 }
@@ -646,6 +652,8 @@ Server::Totals Server::totals() const {
     t.mrs += static_cast<std::uint32_t>(c->mrs.size());
     t.cqs += static_cast<std::uint32_t>(c->cqs.size());
     t.qps += static_cast<std::uint32_t>(c->qps.size());
+    t.srqs += static_cast<std::uint32_t>(c->srqs.size());
+    t.ahs += static_cast<std::uint32_t>(c->ahs.size());
     t.mapped_bytes += c->mapped + c->ring_bytes;
   }
   return t;
@@ -661,8 +669,9 @@ void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply&
   }
   const std::uint32_t slots = service::ring_slots(r.cqe);
   const std::size_t bytes = service::page_round(service::Ring<ibv_wc>::bytes(slots));
-  // The shared ring, and an engine ring of cqe completions per worker.
-  const Charge add{0, bytes + pumps_.size() * std::uint64_t{r.cqe} * sizeof(ibv_wc), 1};
+  // The shared ring, and an engine ring per worker: cqe completions in
+  // the smallest power of two of slots that holds them (ring::SpscRing).
+  const Charge add{0, bytes + pumps_.size() * std::uint64_t{service::ring_slots(r.cqe)} * sizeof(ibv_wc), 1};
   if (std::string e = over_budget(c, add); !e.empty()) {
     fail(reply, ENOMEM, e);
     return;
@@ -776,7 +785,12 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   attr.sq_sig_all = r.sq_sig_all != 0;
   attr.worker = static_cast<int>(worker);
   attr.srq = r.srq != 0 ? srq->second.srq : nullptr;
-  if (attr.qp_type == IBV_QPT_UD && !c.ah_table) c.ah_table = std::make_unique<AhTable>();
+  if (attr.qp_type == IBV_QPT_UD) {
+    if (std::string e = make_ah_table(c); !e.empty()) {
+      fail(reply, ENOMEM, e);
+      return;
+    }
+  }
   QueuePair* qp = pd->second->create_qp(attr);
   if (qp == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());

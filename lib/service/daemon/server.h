@@ -62,7 +62,7 @@ class Server {
     std::uint32_t id = 0;
     std::int32_t pid = 0;
     std::uint32_t uid = 0;
-    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, ahs = 0;
     std::uint64_t mapped_bytes = 0;
     std::vector<std::uint32_t> qpns;
   };
@@ -79,7 +79,7 @@ class Server {
   };
 
   struct Totals {
-    std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0;
+    std::uint32_t clients = 0, pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, ahs = 0;
     std::uint64_t mapped_bytes = 0;  // clients' memory files and rings mapped here
   };
   Totals totals() const;
@@ -214,6 +214,9 @@ class Server {
   // "" when `add` fits every budget of `c`, its uid and the daemon; else
   // the one-line reason. charge()/uncharge() book it.
   std::string over_budget(const Client& c, const Charge& add) const;
+  // The client's table of address handles (its first UD QP or AH makes
+  // it), charged to its budgets: "" or why not.
+  std::string make_ah_table(Client& c);
   void charge(Client& c, const Charge& add, int sign);
 
   void accept_client();

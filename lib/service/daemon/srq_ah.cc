@@ -165,6 +165,10 @@ void Server::create_ah(Client& c, const service::CreateAh& r, Reply& reply) {
     fail(reply, EINVAL, no_object("PD", r.pd));
     return;
   }
+  if (std::string e = make_ah_table(c); !e.empty()) {
+    fail(reply, ENOMEM, e);
+    return;
+  }
   AddressHandle* ah = pd->second->create_ah(r.attr);
   if (ah == nullptr) {
     const std::string why = ctx_.last_error();
@@ -174,7 +178,6 @@ void Server::create_ah(Client& c, const service::CreateAh& r, Reply& reply) {
          why);
     return;
   }
-  if (!c.ah_table) c.ah_table = std::make_unique<AhTable>();
   c.ah_table->ah[r.ah].store(ah->ibv(), std::memory_order_release);
   c.ahs[r.ah] = Ah{ah, pd->second};
   reply.handle = r.ah;
@@ -184,6 +187,17 @@ void Server::op_destroy_ah(Client& c, const Request& req, const int*, int, Reply
   if (const int e = destroy_ah(c, req.handle); e != 0) {
     fail(reply, e, e == EINVAL ? no_object("address handle", req.handle) : ctx_.last_error());
   }
+}
+
+std::string Server::make_ah_table(Client& c) {
+  if (c.ah_table) return "";
+  // A slot per address-handle number (kMaxAhNumber), charged to the client
+  // as its queues are, so the daemon's memory budget counts it.
+  const Charge add{0, sizeof(std::atomic<ibv_ah*>) * service::kMaxAhNumber, 0};
+  if (std::string e = over_budget(c, add); !e.empty()) return "the table of address handles: " + e;
+  c.ah_table = std::make_unique<AhTable>();
+  charge(c, add, +1);
+  return "";
 }
 
 int Server::destroy_ah(Client& c, std::uint32_t number) {
