@@ -431,9 +431,14 @@ TEST(ServiceConnAlone, AUidsOwnBudgetsComeFromTheConfigurationFile) {
                 return 0;
               }),
               0);
-    const int a = raw_connect(d.socket), b = raw_connect(d.socket), c = raw_connect(d.socket);
+    // One after another: connections that have not said hello yet count
+    // against the same budget (the oldest gives way), so a third opened
+    // before the first's hello is read could push the first out instead.
+    const int a = raw_connect(d.socket);
     EXPECT_EQ(hello(a), 0);
+    const int b = raw_connect(d.socket);
     EXPECT_EQ(hello(b), 0);
+    const int c = raw_connect(d.socket);
     std::string why;
     EXPECT_EQ(hello(c, &why), EUSERS);
     EXPECT_NE(why.find("uid.0.uid_max_connections"), std::string::npos) << why;
