@@ -28,6 +28,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <utility>
@@ -393,7 +394,11 @@ int run(bool server, const std::string& dir, const char* app_vdev) {
   }
   rte_free(buf);
   rte_mempool_free(own_pool);
+  // As an application would: its EAL's runtime folder goes with it.
+  const std::string runtime = rte_eal_get_runtime_dir();
   CHECK(rte_eal_cleanup() == 0);
+  std::error_code ignored;
+  std::filesystem::remove_all(runtime, ignored);
   std::printf("own_eal_app %s: EAL cleaned up by the application\n", server ? "server" : "client");
   std::fflush(stdout);
   return 0;

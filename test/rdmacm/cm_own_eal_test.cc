@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,10 @@ TEST(CmOwnEal, RdmaCmLetsGoOfTheDeviceBeforeTheApplicationCleansUpEal) {
     EXPECT_EQ(threads_named("uroce-worker"), 0) << all_threads();
     EXPECT_EQ(rte_eth_dev_count_avail(), ports_before) << "uroce's vdev is still in the application's EAL";
   }
+  const std::string runtime = rte_eal_get_runtime_dir();
   EXPECT_EQ(rte_eal_cleanup(), 0);
+  std::error_code ignored;
+  std::filesystem::remove_all(runtime, ignored);  // as an application would
   alarm(0);
 }
 
