@@ -3,7 +3,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -325,28 +324,7 @@ void eal_cleanup() {
     logger().warn("EAL's interrupt thread did not answer within 10 s: EAL left to the process's exit, not cleaned up");
     return;
   }
-  // EAL leaves its runtime folder (/var/run/dpdk/PREFIX: the telemetry
-  // socket, the multi-process socket) behind: a process per file prefix
-  // would fill /var/run/dpdk. What it holds is this process's alone unless
-  // the configuration is shared (a "config" file, for secondary
-  // processes), which stays with the folder.
-  const std::filesystem::path runtime = rte_eal_get_runtime_dir();
   rte_eal_cleanup();
-  remove_runtime_dir(runtime);
-}
-
-void remove_own_runtime_dir() {
-  if (eal_started) remove_runtime_dir(rte_eal_get_runtime_dir());
-}
-
-void remove_runtime_dir(const std::filesystem::path& dir) {
-  std::error_code ignored;
-  if (dir.empty() || std::filesystem::exists(dir / "config", ignored)) return;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "dpdk_telemetry.v2" || name.rfind("mp_socket", 0) == 0) std::filesystem::remove(entry.path(), ignored);
-  }
-  std::filesystem::remove(dir, ignored);  // only if nothing else is left in it
 }
 
 }  // namespace uroce::dpdk

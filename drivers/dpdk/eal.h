@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,18 +64,9 @@ bool vdev_removable(const std::string& devargs);
 // Removes a device hotplug_vdev added (its port already closed). "" or a line.
 std::string unplug_vdev(const std::string& devargs);
 
-// Releases EAL's resources at exit, and its runtime folder (remove_runtime_dir).
-// Safe to call when eal_init failed. EAL's interrupt thread stays parked
-// from then on (see eal.cc).
+// Releases EAL's resources at exit. Safe to call when eal_init failed.
+// EAL's interrupt thread stays parked from then on (see eal.cc).
 void eal_cleanup();
-// Removes EAL's runtime folder `dir` (rte_eal_get_runtime_dir(), after
-// rte_eal_cleanup): its telemetry and multi-process sockets, then the folder
-// if nothing else is in it. A folder with a shared configuration ("config",
-// for secondary processes) is left alone.
-void remove_runtime_dir(const std::filesystem::path& dir);
-// At exit without eal_cleanup (libibverbs leaves EAL to the process's exit):
-// the runtime folder of an EAL uroce started; nothing for an application's.
-void remove_own_runtime_dir();
 
 // Runs `fn` on EAL's interrupt thread, serialised with the PMDs' control
 // handlers (memif serves its peer's messages there), and waits for it.

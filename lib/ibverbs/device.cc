@@ -185,9 +185,6 @@ void stop_at_exit() {
   // the workers stop: nothing here touches EAL, which the application may
   // have cleaned up already.
   if (p.device != nullptr && p.device->ctx != nullptr) p.device->ctx->stop_workers();
-  // EAL's runtime folder, one per process's file prefix, would otherwise
-  // stay in /var/run/dpdk.
-  if (p.in_process && !p.joined) dpdk::remove_own_runtime_dir();
 }
 
 const char* getenv_fn(const char* name) { return std::getenv(name); }
