@@ -100,6 +100,23 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   if (multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   const bool ipv4_cksum = config.ipv4_checksum_offload && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM);
   if (ipv4_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+  // With several queues, RSS spreads the peers' flows over them by IP
+  // addresses and UDP ports (a RoCEv2 QP's source port is its flow's
+  // entropy), and the engine that receives a frame hands it to the one
+  // serving its QP. A port that cannot hash delivers everything to queue
+  // 0: it still works, through the handover.
+  std::uint64_t rss = 0;
+  if (config.queues > 1) {
+    rss = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+    if (rss != 0) {
+      conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+      conf.rx_adv_conf.rss_conf.rss_hf = rss;
+    } else {
+      logger().info("port {} ({}, driver {}): no RSS over IP/UDP: every frame arrives on queue 0 and its engine "
+                    "passes on those of the other engines' QPs",
+                    port, device_name(port), driver);
+    }
+  }
   int rc = rte_eth_dev_configure(port, config.queues, config.queues, &conf);
   for (std::uint16_t q = 0; rc == 0 && q < config.queues; ++q) {
     rc = rte_eth_rx_queue_setup(port, q, config.rx_desc, rte_eth_dev_socket_id(port), nullptr, pool);
@@ -135,14 +152,18 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
     }
   }
   logger().info("port {} ({}): {} queue pair(s) of {} RX / {} TX descriptors, max frame {}, MTU {}, "
-                "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}; PFC {}",
+                "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}; PFC {}; RSS {:#x}",
                 port, driver, config.queues, config.rx_desc, config.tx_desc, config.max_frame,
                 conf.rxmode.mtu != 0 ? std::to_string(conf.rxmode.mtu) : "default", multi_seg ? "on" : "off",
                 ipv4_cksum ? "on" : "off",
                 pfc == PortPfc::kOn            ? "on priority " + std::to_string(config.pfc_priority)
                 : pfc == PortPfc::kUnsupported ? std::string("not supported by the driver")
-                                               : std::string("not asked"));
-  return std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame, pfc));
+                                               : std::string("not asked"),
+                rss);
+  auto opened = std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame, pfc));
+  opened->max_tx_segments_ = std::min(info.tx_desc_lim.nb_seg_max, info.tx_desc_lim.nb_mtu_seg_max);
+  if (opened->max_tx_segments_ < 3) opened->multi_seg_tx_ = false;  // a head, a piece and a tail at the least
+  return opened;
 }
 
 namespace {

@@ -55,6 +55,8 @@ class Port {
   // The largest frame sent or received (PortConfig::max_frame).
   std::uint16_t max_frame() const { return max_frame_; }
   PortPfc pfc() const { return pfc_; }
+  // The most segments one frame may have on this port (its driver's limit).
+  std::uint16_t max_tx_segments() const { return max_tx_segments_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -74,6 +76,7 @@ class Port {
   bool ipv4_cksum_;
   std::uint16_t max_frame_;
   PortPfc pfc_;
+  std::uint16_t max_tx_segments_ = UINT16_MAX;
 };
 
 // Ports EAL found (physical and virtual).

@@ -1,12 +1,14 @@
 #include "dpdk/port_io.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <thread>
-#include <cstring>
 #include <utility>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <rte_cycles.h>
@@ -17,6 +19,7 @@
 #include <rte_ring.h>
 
 #include "dpdk/rte.h"
+#include "log/log.h"
 #include "uroce/port.h"
 #include "wire/headers.h"
 #include "wire/pfc.h"
@@ -31,10 +34,6 @@ constexpr std::size_t kMaxFrame = 9022;
 
 // Below this payload size, copying beats attaching external buffers.
 constexpr std::uint32_t kZeroCopyFrom = 512;
-
-rte_iova_t iova_of(const void* p) {
-  return rte_eal_iova_mode() == RTE_IOVA_VA ? reinterpret_cast<rte_iova_t>(p) : rte_mem_virt2iova(p);
-}
 
 }  // namespace
 
@@ -284,44 +283,71 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
       burst[built++] = head;
       continue;
     }
-    // Zero copy: each payload piece as an external buffer pointing into the
-    // region, then the pad and ICRC in a tail mbuf.
-    std::array<rte_mbuf*, wire::TxFrame::kMaxPieces + 1> segs;
-    const unsigned nsegs = f.npieces + 1u;
+    // Zero copy: each payload piece as external buffers pointing into the
+    // region, one per IOVA-contiguous run of its pages (one in VA mode),
+    // then the pad and ICRC in a tail mbuf. Too many segments for the
+    // port: the payload is copied into one.
+    std::array<int, wire::TxFrame::kMaxPieces> slots;
+    std::array<const IovaTable*, wire::TxFrame::kMaxPieces> tables;
+    unsigned nsegs = 1;
+    for (int k = 0; k < f.npieces; ++k) {
+      const auto* data = f.pieces[k].data();
+      const std::size_t len = f.pieces[k].size();
+      slots[k] = registered(data, len, tables[k]);
+      nsegs += slots[k] < 0 ? 1u : tables[k]->segments(reinterpret_cast<std::uintptr_t>(data), len);
+    }
+    std::array<rte_mbuf*, 2 * wire::TxFrame::kMaxPieces + 1> segs;
+    const bool copy_all = 1 + nsegs > port_.max_tx_segments() || nsegs > segs.size();
+    if (copy_all) [[unlikely]] nsegs = 2;
     if (rte_pktmbuf_alloc_bulk(pool, segs.data(), nsegs) != 0) {
       ++counters_.tx_dropped_no_mbuf;
       break;  // the frame stays with the engine, its head too
     }
-    for (int k = 0; k < f.npieces; ++k) {
-      rte_mbuf* seg = segs[static_cast<std::size_t>(k)];
-      auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
-      const auto len = static_cast<std::uint16_t>(f.pieces[k].size());
-      const int slot = registered(data, len);
-      if (slot < 0) [[unlikely]] {
-        // Memory the port has no registration (DMA mapping) for: the NIC
-        // must not be sent to it. Copied into the segment (its buffer holds
-        // a whole frame).
-        std::memcpy(rte_pktmbuf_append(seg, len), data, len);
-        ++counters_.tx_copied_unregistered;
-        continue;
+    if (copy_all) [[unlikely]] {
+      for (int k = 0; k < f.npieces; ++k) {
+        std::memcpy(rte_pktmbuf_append(segs[0], static_cast<std::uint16_t>(f.pieces[k].size())), f.pieces[k].data(),
+                    f.pieces[k].size());
       }
-      // Its own shared info, at the start of the segment's own buffer (unused
-      // while it points into the region), with a reference count of 1: then
-      // neither the attach nor the free takes a shared atomic. The free
-      // callback counts the segment freed on this queue, so memory is
-      // unregistered (and unmapped) only after the frames that point into it
-      // are gone (unregister_memory).
-      auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(seg->buf_addr);
-      shinfo->free_cb = on_segment_free;
-      auto& attached = segments_.attached[static_cast<std::size_t>(slot)];
-      shinfo->fcb_opaque = &segments_.freed[static_cast<std::size_t>(slot)];
-      rte_mbuf_ext_refcnt_set(shinfo, 1);
-      rte_pktmbuf_attach_extbuf(seg, data, iova_of(data), len, shinfo);
-      attached.store(attached.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      seg->data_len = len;
-      seg->pkt_len = len;
+      ++counters_.tx_copied_segment_limit;
+      counters_.tx_copied_bytes += f.payload_in_pieces();
+    } else {
+      unsigned s = 0;
+      for (int k = 0; k < f.npieces; ++k) {
+        auto* data = const_cast<std::uint8_t*>(f.pieces[k].data());
+        std::size_t len = f.pieces[k].size();
+        if (slots[k] < 0) [[unlikely]] {
+          // Memory the port has no registration (DMA mapping) for: the NIC
+          // must not be sent to it. Copied into the segment (its buffer
+          // holds a whole frame).
+          std::memcpy(rte_pktmbuf_append(segs[s++], static_cast<std::uint16_t>(len)), data, len);
+          ++counters_.tx_copied_unregistered;
+          continue;
+        }
+        const auto row = static_cast<std::size_t>(slots[k]);
+        auto& attached = segments_.attached[row];
+        unsigned runs = 0;
+        for (std::size_t run; len > 0; data += run, len -= run, ++runs) {
+          const std::uint64_t iova = tables[k]->lookup(reinterpret_cast<std::uintptr_t>(data), len, run);
+          rte_mbuf* seg = segs[s++];
+          // Its own shared info, at the start of the segment's own buffer
+          // (unused while it points into the region), with a reference count
+          // of 1: then neither the attach nor the free takes a shared
+          // atomic. The free callback counts the segment freed on this
+          // queue, so memory is unregistered (and unmapped) only after the
+          // frames that point into it are gone (unregister_memory).
+          auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(seg->buf_addr);
+          shinfo->free_cb = on_segment_free;
+          shinfo->fcb_opaque = &segments_.freed[row];
+          rte_mbuf_ext_refcnt_set(shinfo, 1);
+          rte_pktmbuf_attach_extbuf(seg, data, iova, static_cast<std::uint16_t>(run), shinfo);
+          attached.store(attached.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+          seg->data_len = static_cast<std::uint16_t>(run);
+          seg->pkt_len = static_cast<std::uint16_t>(run);
+        }
+        if (runs > 1) ++counters_.tx_pieces_split;
+      }
     }
-    rte_mbuf* tail = segs[f.npieces];
+    rte_mbuf* tail = segs[nsegs - 1];
     std::memcpy(rte_pktmbuf_append(tail, f.trailer_len), f.trailer.data(), f.trailer_len);
     // Linked by hand: the chain is built once, its length known.
     rte_mbuf* prev = head;
@@ -331,8 +357,10 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     }
     head->nb_segs = static_cast<std::uint16_t>(1 + nsegs);
     head->pkt_len = f.frame_bytes();
-    ++counters_.tx_zero_copy_frames;
-    counters_.tx_zero_copy_bytes += f.payload_in_pieces();
+    if (!copy_all) {
+      ++counters_.tx_zero_copy_frames;
+      counters_.tx_zero_copy_bytes += f.payload_in_pieces();
+    }
     mark_offloads(head, f);
     origin[built] = i;
     burst[built++] = head;
@@ -367,10 +395,13 @@ void PortIo::on_segment_free(void* /*addr*/, void* opaque) {
   static_cast<std::atomic<std::uint64_t>*>(opaque)->fetch_add(1, std::memory_order_relaxed);
 }
 
-int PortIo::registered(const std::uint8_t* p, std::size_t len) {
+int PortIo::registered(const std::uint8_t* p, std::size_t len, const IovaTable*& table) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   const std::uint32_t generation = memory_->generation.load(std::memory_order_acquire);
-  if (generation == hit_generation_ && a >= hit_lo_ && a + len <= hit_hi_) [[likely]] return hit_slot_;
+  if (generation == hit_generation_ && a >= hit_lo_ && a + len <= hit_hi_) [[likely]] {
+    table = hit_table_;
+    return hit_slot_;
+  }
   const std::uint32_t used = memory_->used.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < used; ++i) {
     const std::uintptr_t hi = memory_->hi[i].load(std::memory_order_acquire);
@@ -379,7 +410,9 @@ int PortIo::registered(const std::uint8_t* p, std::size_t len) {
       hit_lo_ = lo;
       hit_hi_ = hi;
       hit_slot_ = static_cast<int>(i);
+      hit_table_ = memory_->tables[i].load(std::memory_order_relaxed);
       hit_generation_ = generation;
+      table = hit_table_;
       return hit_slot_;
     }
   }
@@ -418,16 +451,30 @@ bool PortIo::drained(int slot, const std::vector<std::pair<PortIo*, std::uint64_
 }
 
 void PortIo::release(Memory::Span& span) {
-  if (span.slot >= 0) memory_->held[static_cast<std::size_t>(span.slot)] = false;
+  if (span.slot >= 0) {
+    memory_->held[static_cast<std::size_t>(span.slot)] = false;
+    memory_->tables[static_cast<std::size_t>(span.slot)].store(nullptr, std::memory_order_relaxed);
+  }
   span.slot = -1;
-  if (!span.ours) return;
   auto* base = reinterpret_cast<void*>(span.lo);
   const std::size_t bytes = span.hi - span.lo;
-  rte_eth_dev_info info{};
-  if (rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
-    rte_dev_dma_unmap(info.device, base, iova_of(base), bytes);
+  if (span.ours) {
+    rte_eth_dev_info info{};
+    if (span.mapped && rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
+      for (const IovaTable::Run& r : span.table->runs()) {
+        rte_dev_dma_unmap(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes);
+      }
+    }
+    rte_extmem_unregister(base, bytes);
   }
-  rte_extmem_unregister(base, bytes);
+  if (span.locked) {
+    // mlock does not nest: pages another span still covers stay locked.
+    bool shared = false;
+    for (const Memory::Span& s : memory_->spans) {
+      shared = shared || (&s != &span && s.locked && s.lo < span.hi && span.lo < s.hi);
+    }
+    if (!shared) munlock(base, bytes);
+  }
 }
 
 void PortIo::reap_retired() {
@@ -460,18 +507,63 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   span.lo = lo;
   span.hi = hi;
   span.users = 1;
-  const int rc = rte_extmem_register(base, bytes, nullptr, 0, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  // IOVA as PA: the pages must stay where they are now (resident; a
+  // hugepage or a locked page is not swapped, and the kernel migrates a
+  // locked one only when vm.compact_unevictable_allowed is 1: see
+  // docs/nic-setup.md), and their addresses are read once.
+  std::string why;
+  if (!m.iova_map->identity()) {
+    if (mlock(base, bytes) == 0) {
+      span.locked = true;
+      span.table = IovaTable::read(*m.iova_map, lo, bytes, page, why);
+    } else {
+      why = std::string("cannot lock it in memory: ") + std::strerror(errno) + " (raise RLIMIT_MEMLOCK: ulimit -l)";
+    }
+  } else {
+    span.table = std::make_shared<IovaTable>(lo, bytes);
+  }
+  if (!span.table) {
+    // Its frames are copied: the device is never sent to an address that
+    // may be wrong.
+    ++counters_.regions_iova_unknown;
+    logger().warn("port {}: memory at {} ({} bytes) will be copied into frames, not sent zero-copy: its device "
+                  "addresses are unknown: {}",
+                  port_.id(), static_cast<const void*>(base), bytes, why);
+    m.spans.push_back(span);
+    return;
+  }
+  std::vector<rte_iova_t> iovas(span.table->page_iovas().begin(), span.table->page_iovas().end());
+  const int rc = rte_extmem_register(base, bytes, iovas.empty() ? nullptr : iovas.data(),
+                                     static_cast<unsigned>(iovas.size()), page);
   if (rc == 0) {
     span.ours = true;
     rte_eth_dev_info info{};
     if (rte_eth_dev_info_get(port_.id(), &info) != 0 || info.device == nullptr) {
       span.usable = true;
-    } else if (rte_dev_dma_map(info.device, base, iova_of(base), bytes) == 0) {
-      ++counters_.regions_dma_mapped;
-      span.usable = true;
-    } else if (rte_errno == ENOTSUP) {
-      ++counters_.regions_dma_unneeded;  // a virtual device reads host memory itself
-      span.usable = true;
+    } else {
+      // One mapping per IOVA-contiguous run (the whole span in VA mode).
+      const std::vector<IovaTable::Run> runs = span.table->runs();
+      std::size_t done = 0;
+      int map_errno = 0;
+      for (; done < runs.size(); ++done) {
+        const IovaTable::Run& r = runs[done];
+        if (rte_dev_dma_map(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes) != 0) {
+          map_errno = rte_errno;
+          break;
+        }
+      }
+      if (done == runs.size()) {
+        ++counters_.regions_dma_mapped;
+        span.usable = span.mapped = true;
+      } else if (done == 0 && map_errno == ENOTSUP) {
+        ++counters_.regions_dma_unneeded;  // a virtual device reads host memory itself
+        span.usable = true;
+      } else {
+        for (std::size_t k = 0; k < done; ++k) {
+          rte_dev_dma_unmap(info.device, reinterpret_cast<void*>(runs[k].va), runs[k].iova, runs[k].bytes);
+        }
+      }
     }
   } else if (rte_errno == EEXIST) {
     // Inside memory DPDK knows already (its own heap), not overlapping ours: usable.
@@ -485,6 +577,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       if (m.held[i]) continue;
       m.held[i] = true;
       span.slot = static_cast<int>(i);
+      m.tables[i].store(span.table.get(), std::memory_order_relaxed);
       m.lo[i].store(lo, std::memory_order_relaxed);
       m.hi[i].store(hi, std::memory_order_release);
       if (m.used.load(std::memory_order_relaxed) <= i) m.used.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
@@ -495,6 +588,11 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   if (span.usable) ++counters_.regions_registered;
   else ++counters_.regions_register_failed;
   m.spans.push_back(span);
+}
+
+void PortIo::use_iova_map(std::shared_ptr<IovaMap> map) {
+  std::lock_guard<std::mutex> lock(memory_->mutex);
+  memory_->iova_map = std::move(map);
 }
 
 void PortIo::unregister_memory(void* addr, std::size_t len) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/iova.h"
 #include "dpdk/neighbors.h"
 #include "dpdk/port.h"
 #include "engine/packet_io.h"
@@ -62,7 +63,10 @@ class TscClock : public engine::Clock {
   X(tx_copied_unregistered, "payload pieces copied, not attached: their memory is not registered with the port") \
   X(memory_drain_failed, "memory unregistered while frames from it could not be shown sent: its registration kept") \
   X(resolve_requests_sent, "ARP requests and neighbour solicitations sent for addresses being resolved") \
-  X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)")
+  X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)") \
+  X(tx_pieces_split, "zero-copy payload pieces sent as two or more segments: their pages are not contiguous to the device (IOVA as PA)") \
+  X(tx_copied_segment_limit, "frames whose payload was copied into one segment: as zero-copy segments it would pass the port's per-frame limit") \
+  X(regions_iova_unknown, "memory regions whose device addresses could not be read or pinned (IOVA as PA): copied, never DMA'd from")
 
 // Written by the engine's thread (or a control call, which holds it) with
 // plain stores: read them in a control call or once the engine is stopped.
@@ -112,8 +116,17 @@ class PortIo : public engine::PacketIo {
   // first waits until every queue's frames attached before it are freed
   // (zero-copy frames must not outlive the DMA mapping); if a driver cannot
   // show that, the registration is kept (counted as memory_drain_failed).
+  // In IOVA-as-PA mode each span's pages are locked (mlock: resident, and
+  // at the physical address read once) and their IOVAs read into a table;
+  // a zero-copy segment never crosses from one IOVA-contiguous run of
+  // pages into the next (a piece that would is split), the span is
+  // registered with DPDK with those IOVAs and DMA-mapped run by run.
   void register_memory(void* addr, std::size_t len) override;
   void unregister_memory(void* addr, std::size_t len) override;
+  // Where the port's queues find page IOVAs (default: EAL's mode,
+  // eal_iova_map()). Before any memory is registered: tests give a map of
+  // their own.
+  void use_iova_map(std::shared_ptr<IovaMap> map);
 
   // A peer known without asking (wanted tier: no flood evicts it).
   void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
@@ -194,19 +207,25 @@ class PortIo : public engine::PacketIo {
       bool usable = false;   // frames may point into it
       bool retired = false;  // users gone, but frames could not be shown sent: kept registered
       int slot = -1;         // its row in lo/hi and in each queue's segment counts; held until it is released
+      bool locked = false;   // mlock'ed here (IOVA as PA)
+      bool mapped = false;   // DMA-mapped here, run by run
+      std::shared_ptr<const IovaTable> table;  // its pages' IOVAs (published in `tables` while usable)
       std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // segments of it each queue must have freed
     };
     std::mutex mutex;
     std::vector<Span> spans;
     std::vector<PortIo*> queues;  // the port's queues, to drain
     std::array<std::atomic<std::uintptr_t>, kUsable> lo{}, hi{};
+    std::array<std::atomic<const IovaTable*>, kUsable> tables{};  // written before the row's hi
+    std::shared_ptr<IovaMap> iova_map = eal_iova_map();
     std::array<bool, kUsable> held{};  // control path: a span has the row (usable, or draining)
     std::atomic<std::uint32_t> used{0};  // slots [0, used) may be in use
     std::atomic<std::uint32_t> generation{0};
   };
-  // The row of the usable span [p, p + len) lies in, or -1 (the data path:
-  // a hit in the last span found, else a scan of the table).
-  int registered(const std::uint8_t* p, std::size_t len);
+  // The row of the usable span [p, p + len) lies in, and its IOVA table in
+  // `table`; or -1 (the data path: a hit in the last span found, else a
+  // scan of the rows).
+  int registered(const std::uint8_t* p, std::size_t len, const IovaTable*& table);
   // Every queue's count of zero-copy segments attached into row `slot` so
   // far: once each has freed as many, no frame sent before points into it.
   std::vector<std::pair<PortIo*, std::uint64_t>> tx_marks(int slot) const;
@@ -229,6 +248,7 @@ class PortIo : public engine::PacketIo {
   std::shared_ptr<Memory> memory_;
   std::uintptr_t hit_lo_ = 0, hit_hi_ = 0;  // the last usable span a piece was found in
   int hit_slot_ = -1;
+  const IovaTable* hit_table_ = nullptr;
   std::uint32_t hit_generation_ = ~0u;
   // Zero-copy segments per row of the memory table: attached here (the
   // engine's thread; atomic only so a control call may read it) and freed
