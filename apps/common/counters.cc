@@ -1,6 +1,7 @@
 #include "common/counters.h"
 
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "uroce/stats.h"
@@ -33,6 +34,22 @@ void print_counters(Context& ctx, QueuePair* qp) {
     }
   }
   print_rows(ctx.stats());
+  // With several engines (one per port queue), what each received and
+  // passed on: RSS spreading flows over the queues shows here.
+  if (ctx.engine_stats(1).empty()) return;
+  for (std::size_t i = 0;; ++i) {
+    const std::vector<Stat> rows = ctx.engine_stats(i);
+    if (rows.empty()) break;
+    std::printf("  engine %zu (queue %zu):", i, i);
+    for (const Stat& s : rows) {
+      const std::string_view name = s.name;
+      if (s.scope == StatScope::kEngine &&
+          (name == "rx_frames" || name == "tx_frames" || name == "rx_handed_over" || name == "rx_handed_in")) {
+        std::printf(" %s %llu", s.name, static_cast<unsigned long long>(s.value));
+      }
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace uroce

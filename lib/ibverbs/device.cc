@@ -620,6 +620,7 @@ int ibv_close_device(ibv_context* context) {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
     if (--p.open_contexts == 0) {
+      uroce::ibverbs::print_counters_on_close(*x->ctx);
       if (p.service == nullptr) {
         x->ctx->stop_workers();
         if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);

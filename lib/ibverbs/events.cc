@@ -33,6 +33,11 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "ibverbs/internal.h"
@@ -175,6 +180,32 @@ void count_delivered(const ibv_async_event& e) {
 }
 
 }  // namespace
+
+void print_counters_on_close(uroce::Context& ctx) {
+  const char* want = std::getenv("UROCE_COUNTERS");
+  if (want == nullptr || *want == '\0' || std::strcmp(want, "0") == 0) return;
+  std::string out = "uroce: counters (non-zero) at the last ibv_close_device:\n";
+  for (const Stat& st : ctx.stats()) {
+    if (st.value == 0) continue;
+    out += "uroce:   " + std::string(stat_scope_name(st.scope)) + '.' + st.name + ' ' + std::to_string(st.value) + '\n';
+  }
+  if (!ctx.engine_stats(1).empty()) {
+    for (std::size_t i = 0;; ++i) {
+      const std::vector<Stat> rows = ctx.engine_stats(i);
+      if (rows.empty()) break;
+      out += "uroce:   engine " + std::to_string(i) + " (queue " + std::to_string(i) + "):";
+      for (const Stat& st : rows) {
+        const std::string_view name = st.name;
+        if (st.scope == StatScope::kEngine && (name == "rx_frames" || name == "tx_frames" ||
+                                               name == "rx_handed_over" || name == "rx_handed_in")) {
+          out += ' ' + std::string(name) + ' ' + std::to_string(st.value);
+        }
+      }
+      out += '\n';
+    }
+  }
+  std::fputs(out.c_str(), stderr);
+}
 
 void warn_if_ended_by_error(Qp* qp) {
   if (qp->fatal_reported || qp->qp->state() != IBV_QPS_ERR || qp->requested_state.load() == IBV_QPS_ERR) return;

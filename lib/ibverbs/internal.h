@@ -252,6 +252,10 @@ void forget_events(Ctx* x, const void* object);
 // ibv_destroy_qp, x->mutex held: the warning the event monitor gives a QP
 // that an error ended (events.cc), if the monitor has not looked since.
 void warn_if_ended_by_error(Qp* qp);
+// UROCE_COUNTERS=1: the device's non-zero counters, and with several
+// engines each one's frames received and passed on, to stderr when the
+// program closes its last context (the workers still up).
+void print_counters_on_close(uroce::Context& ctx);
 
 // An asynchronous event of `o` (ibv_cq, ibv_qp, ibv_srq) acknowledged:
 // counted in its `acked` field under its mutex, waking a destroy that waits.

@@ -161,7 +161,10 @@ class Namespaces {
 
 class LinkPair {
  public:
-  explicit LinkPair(Link link) : link_(link) {
+  // With `queues` above 1 (veth only): af_packet with that many queue
+  // pairs (the kernel's PACKET_FANOUT hash spreads flows over them, as RSS
+  // does on a NIC) and as many uroce engines.
+  explicit LinkPair(Link link, int queues = 1) : link_(link), queues_(queues) {
     char tmpl[] = "/tmp/uroce-ibverbs-XXXXXX";
     const char* d = mkdtemp(tmpl);
     dir_ = d != nullptr ? d : "/tmp";
@@ -181,8 +184,10 @@ class LinkPair {
       return "UROCE_EAL='" + eal + " --vdev=net_memif0,role=" + (server ? "server" : "client") + ",socket=" + dir_ +
              "/memif.sock,bsize=8192' UROCE_IP=10.0.0." + (server ? "1" : "2") + "/24 ";
     }
+    const std::string q = std::to_string(queues_);
     return "UROCE_EAL='" + eal + " --vdev=net_af_packet0,iface=ibveth" + (server ? "0" : "1") +
-           ",blocksz=16384,framesz=8192,framecnt=512' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 ";
+           ",blocksz=16384,framesz=8192,framecnt=512" + (queues_ > 1 ? ",qpairs=" + q : "") +
+           "' UROCE_IP=10.97.0.1" + (server ? "1" : "2") + "/24 " + (queues_ > 1 ? "UROCE_QUEUES=" + q + " " : "");
   }
   bool listening(int port) const { return uroce::test::tcp_port_listening(port, prefix(true)); }
   std::string prefix(bool server) const {
@@ -214,6 +219,7 @@ class LinkPair {
 
  private:
   Link link_;
+  int queues_;
   std::string dir_;
 };
 
@@ -251,6 +257,42 @@ TEST(Ibverbs, CRcTwoProcessesOverMemifMoveVerifiedData) {
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   EXPECT_NE(p.server.out.find("all checks passed"), std::string::npos) << p.server.out;
   EXPECT_NE(p.client.out.find("all checks passed"), std::string::npos) << p.client.out;
+}
+
+// The value of "NAME N" in `line` (-1 if absent).
+long long value_in(const std::string& line, const std::string& name) {
+  const std::size_t at = line.find(" " + name + " ");
+  return at == std::string::npos ? -1 : std::atoll(line.c_str() + at + name.size() + 2);
+}
+
+// Two queues on each end (issue 28): Debian's ibv_srq_pingpong with 16 QPs,
+// data checked, each QP's flow on its own UDP source port. The kernel's
+// fanout hash spreads the flows over both queues, so both engines receive,
+// and frames for a QP the other engine serves are passed to it. With
+// UROCE_COUNTERS=1 each end prints its counters at its last
+// ibv_close_device, engine by engine.
+TEST(Ibverbs, TwoQueuesOnVethSpreadAPeersQpsOverBothEngines) {
+  if (!have("/usr/bin/ibv_srq_pingpong")) FAIL() << "no ibv_srq_pingpong: tools/setup.sh installs ibverbs-utils";
+  ASSERT_EQ(Namespaces::get().error(), "");
+  const LinkPair link(Link::kVeth, 2);
+  const int port = next_tcp_port();
+  const std::string cmd = "env UROCE_COUNTERS=1 /usr/bin/ibv_srq_pingpong -d uroce0 -g 1 -q 16 -n 100 -c -p " +
+                          std::to_string(port);
+  const Pair p = link.run(cmd, cmd + " " + link.server_host(), port);
+  EXPECT_EQ(p.server.status, 0) << p.server.out;
+  EXPECT_EQ(p.client.status, 0) << p.client.out;
+  for (const Outcome* o : {&p.server, &p.client}) {
+    EXPECT_NE(o->out.find("iters in"), std::string::npos) << o->out;
+    EXPECT_EQ(o->out.find("Failed status"), std::string::npos) << o->out;
+    const std::string e0 = line_with(o->out, "engine 0 (queue 0):");
+    const std::string e1 = line_with(o->out, "engine 1 (queue 1):");
+    EXPECT_GT(value_in(e0, "rx_frames"), 0) << o->out;
+    EXPECT_GT(value_in(e1, "rx_frames"), 0) << o->out;
+    // Whatever one engine passed on, the other took in.
+    EXPECT_EQ(value_in(e0, "rx_handed_over"), value_in(e1, "rx_handed_in")) << o->out;
+    EXPECT_EQ(value_in(e1, "rx_handed_over"), value_in(e0, "rx_handed_in")) << o->out;
+    std::printf("%s\n%s\n", e0.c_str(), e1.c_str());
+  }
 }
 
 // Debian's ibv_rc_pingpong on both ends, unmodified: `args` on each, the
