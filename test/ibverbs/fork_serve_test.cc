@@ -24,6 +24,7 @@
 #include <fstream>
 #include <string>
 
+#include "support/rc_connect.h"
 #include "support/uroced.h"
 
 namespace {
@@ -107,43 +108,6 @@ bool recv_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
-int to_rts(ibv_qp* qp, const Info& peer) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) return 1;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 7;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = peer.gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-    return 2;
-  }
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC) != 0
-             ? 3
-             : 0;
-}
-
 bool poll_one(ibv_cq* cq, ibv_wc& wc) {
   for (const auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
     const int n = ibv_poll_cq(cq, 1, &wc);
@@ -191,7 +155,7 @@ int exchange(ibv_context* c, const Link& link, const char* name, const char* pee
   CHECK(ibv_query_gid(c, 1, 1, &mine.gid) == 0);
   Info peer;
   CHECK(send_all(link.to_peer, &mine, sizeof mine) && recv_all(link.from_peer, &peer, sizeof peer));
-  CHECK(to_rts(qp, peer) == 0);
+  CHECK(uroce::test::rc_to_rts(qp, peer.qpn, peer.gid) == 0);
   ibv_recv_wr* bad_r = nullptr;
   CHECK(ibv_post_recv(qp, &rwr, &bad_r) == 0);  // not in RESET (IBTA 10.8.2)
   char step = 'r';  // both in RTS, their receives posted, before either sends

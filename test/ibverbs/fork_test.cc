@@ -28,6 +28,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/rc_connect.h"
 #include "support/uroced.h"
 
 namespace {
@@ -57,43 +58,6 @@ ibv_context* open_uroce0() {
   return c;
 }
 
-int to_rts(ibv_qp* qp, std::uint32_t peer_qpn, const ibv_gid& gid) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) return 1;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer_qpn;
-  a.rq_psn = 7;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-    return 2;
-  }
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC) != 0
-             ? 3
-             : 0;
-}
-
 bool poll_one(ibv_cq* cq, ibv_wc& wc) {
   for (const auto end = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < end;) {
     const int n = ibv_poll_cq(cq, 1, &wc);
@@ -120,8 +84,8 @@ int traffic(ibv_context* c, const char* text) {
   CHECK(a != nullptr && b != nullptr);
   ibv_gid gid{};
   CHECK(ibv_query_gid(c, 1, 1, &gid) == 0);
-  CHECK(to_rts(a, b->qp_num, gid) == 0);
-  CHECK(to_rts(b, a->qp_num, gid) == 0);
+  CHECK(uroce::test::rc_to_rts(a, b->qp_num, gid) == 0);
+  CHECK(uroce::test::rc_to_rts(b, a->qp_num, gid) == 0);
   void* buf = nullptr;
   CHECK(posix_memalign(&buf, 4096, 8192) == 0);
   std::memset(buf, 0, 8192);
