@@ -242,7 +242,7 @@ std::string no_huge_warning(const char* tool) {
   if (eal_uses_hugepages()) return "";
   return std::string(tool) +
          ": warning: --no-huge: memory regions use normal 4 KiB pages (more TLB misses; a physical NIC "
-         "cannot DMA them)";
+         "reaches them only through an IOMMU: vfio-pci, IOVA as VA)";
 }
 
 namespace {
