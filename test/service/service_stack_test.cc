@@ -29,6 +29,7 @@
 #include "service/client.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
+#include "support/service_clients.h"
 #include "support/uroced.h"
 #include "support/work_requests.h"
 
@@ -39,97 +40,15 @@ using uroce::test::Uroced;
 
 // Two daemons joined by memif for the whole suite, and one client context
 // on each with an RC QP connected to the other's.
-class ServiceStack : public ::testing::Test {
+class ServiceStack : public ::testing::Test, protected uroce::test::ConnectedClients {
  public:
   static void SetUpTestSuite() { pair_ = new uroce::test::MemifUrocedPair("svcstk"); }
   static void TearDownTestSuite() { delete pair_; }
   void SetUp() override {
     ASSERT_EQ(pair_->error, "");
-    std::string error;
-    ca_ = uroce::Context::attach(pair_->a.socket, error);
-    ASSERT_TRUE(ca_) << error;
-    cb_ = uroce::Context::attach(pair_->b.socket, error);
-    ASSERT_TRUE(cb_) << error;
-    pda_ = ca_->alloc_pd();
-    pdb_ = cb_->alloc_pd();
-    cqa_ = ca_->create_cq(64);
-    cqb_ = cb_->create_cq(64);
-    ASSERT_TRUE(pda_ && pdb_ && cqa_ && cqb_);
-    uroce::QpInitAttr init;
-    init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-    init.send_cq = init.recv_cq = cqa_;
-    qa_ = pda_->create_qp(init);
-    init.send_cq = init.recv_cq = cqb_;
-    qb_ = pdb_->create_qp(init);
-    ASSERT_TRUE(qa_ && qb_);
-    uroce::ConnectParams p;
-    p.mtu = IBV_MTU_4096;
-    ASSERT_EQ(uroce::connect_rc(qa_, uroce::ipv4_gid({10, 0, 0, 2}), qb_->qp_num(), 0x10, 0x20, p), 0)
-        << ca_->last_error();
-    ASSERT_EQ(uroce::connect_rc(qb_, uroce::ipv4_gid({10, 0, 0, 1}), qa_->qp_num(), 0x20, 0x10, p), 0)
-        << cb_->last_error();
+    ASSERT_EQ(set_up(pair_->a, pair_->b), "");
   }
-  void TearDown() override {
-    if (ca_) {
-      if (qa_) pda_->destroy_qp(qa_);
-      if (cqa_) ca_->destroy_cq(cqa_);
-      if (pda_) ca_->dealloc_pd(pda_);
-    }
-    if (cb_) {
-      if (qb_) pdb_->destroy_qp(qb_);
-      if (cqb_) cb_->destroy_cq(cqb_);
-      if (pdb_) cb_->dealloc_pd(pdb_);
-    }
-  }
-
-  static std::string poll_one(uroce::CompletionQueue* cq) {
-    ibv_wc wc{};
-    for (auto end = std::chrono::steady_clock::now() + 10s; cq->poll(1, &wc) == 0;) {
-      if (std::chrono::steady_clock::now() > end) return "no completion in 10 s";
-    }
-    return wc.status == IBV_WC_SUCCESS ? "" : std::string("completion: ") + uroce::wc_status_str(wc.status);
-  }
-
-  // Registers src (on a) and dst (on b), moves src into dst by a WRITE or
-  // a SEND, checks every byte, deregisters both: "" or what went wrong.
-  std::string carry(std::uint8_t* src, std::uint8_t* dst, std::size_t len, std::uint8_t seed, bool send) {
-    for (std::size_t i = 0; i < len; ++i) src[i] = static_cast<std::uint8_t>(i * 13 + seed);
-    std::memset(dst, 0, len);
-    uroce::MemoryRegion* ms = pda_->reg_mr(src, len, IBV_ACCESS_LOCAL_WRITE);
-    if (ms == nullptr) return "reg_mr of the source: " + ca_->last_error();
-    uroce::MemoryRegion* md = pdb_->reg_mr(dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (md == nullptr) {
-      pda_->dereg_mr(ms);
-      return "reg_mr of the destination: " + cb_->last_error();
-    }
-    // The bytes the program wrote before registering are still its own.
-    std::string what;
-    for (std::size_t i = 0; what.empty() && i < len; ++i) {
-      if (src[i] != static_cast<std::uint8_t>(i * 13 + seed)) what = "byte " + std::to_string(i) + " lost by reg_mr";
-    }
-    const auto n = static_cast<std::uint32_t>(len);
-    if (what.empty() && send) {
-      if (uroce::test::post_recv_one(qb_, dst, n, md->lkey, 1) != 0) what = "post_recv: " + cb_->last_error();
-      if (what.empty() && uroce::test::post_send_one(qa_, IBV_WR_SEND, src, n, ms->lkey, 2) != 0) {
-        what = "post_send: " + ca_->last_error();
-      }
-      if (what.empty()) what = poll_one(cqa_);
-      if (what.empty()) what = poll_one(cqb_);
-    } else if (what.empty()) {
-      if (uroce::test::post_rdma(qa_, IBV_WR_RDMA_WRITE, src, n, ms->lkey, dst, md->rkey, seed) != 0) {
-        what = "post_send: " + ca_->last_error();
-      }
-      if (what.empty()) what = poll_one(cqa_);
-    }
-    for (std::size_t i = 0; what.empty() && i < len; ++i) {
-      if (dst[i] != static_cast<std::uint8_t>(i * 13 + seed)) {
-        what = "byte " + std::to_string(i) + " of " + std::to_string(len) + " is " + std::to_string(dst[i]);
-      }
-    }
-    pdb_->dereg_mr(md);
-    pda_->dereg_mr(ms);
-    return what;
-  }
+  void TearDown() override { tear_down(); }
 
   // Both buffers on this frame, right beside the frames of the calls that
   // register them (the pages of the first byte hold those frames too).
@@ -148,10 +67,6 @@ class ServiceStack : public ::testing::Test {
   }
 
   static uroce::test::MemifUrocedPair* pair_;
-  std::unique_ptr<uroce::Context> ca_, cb_;
-  uroce::ProtectionDomain *pda_ = nullptr, *pdb_ = nullptr;
-  uroce::CompletionQueue *cqa_ = nullptr, *cqb_ = nullptr;
-  uroce::QueuePair *qa_ = nullptr, *qb_ = nullptr;
 };
 uroce::test::MemifUrocedPair* ServiceStack::pair_ = nullptr;
 
@@ -227,10 +142,10 @@ TEST_F(ServiceStack, AnotherThreadsStackIsRefusedAndCounted) {
   std::this_thread::sleep_for(50ms);  // the owner blocked on its future
   const std::uint64_t before = uroce::service::Client::refused_shares();
   testing::internal::CaptureStderr();
-  uroce::MemoryRegion* mr = pda_->reg_mr(buf, 2000, IBV_ACCESS_LOCAL_WRITE);
+  uroce::MemoryRegion* mr = pda->reg_mr(buf, 2000, IBV_ACCESS_LOCAL_WRITE);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(mr, nullptr);
-  EXPECT_NE(ca_->last_error().find("another thread's stack"), std::string::npos) << ca_->last_error();
+  EXPECT_NE(ca->last_error().find("another thread's stack"), std::string::npos) << ca->last_error();
   EXPECT_NE(err.find("another thread's stack"), std::string::npos) << err;
   EXPECT_EQ(uroce::service::Client::refused_shares(), before + 1);
   for (int i = 0; i < 2000; ++i) ASSERT_EQ(buf[i], 0x77) << "byte " << i;
@@ -252,10 +167,10 @@ TEST_F(ServiceStack, AStacksGuardPageIsRefusedAndThePageAboveItRegisters) {
     pthread_attr_destroy(&attr);
     auto* low = static_cast<std::uint8_t*>(lowest);
     const std::uint64_t before = uroce::service::Client::refused_shares();
-    if (pda_->reg_mr(low - 64, 128, IBV_ACCESS_LOCAL_WRITE) != nullptr) {
+    if (pda->reg_mr(low - 64, 128, IBV_ACCESS_LOCAL_WRITE) != nullptr) {
       refused = "registered";
     } else {
-      refused = ca_->last_error();
+      refused = ca->last_error();
     }
     counted = uroce::service::Client::refused_shares() - before;
     std::uint8_t dst[512];
@@ -293,8 +208,8 @@ TEST_F(ServiceStack, PagesBelowTheMainStackAreRefused) {
   const auto [lo, hi] = main_stack();
   ASSERT_NE(lo, 0u);
   const std::uint64_t before = uroce::service::Client::refused_shares();
-  EXPECT_EQ(pda_->reg_mr(reinterpret_cast<void*>(lo - 512 * 1024 - 64), 128, IBV_ACCESS_LOCAL_WRITE), nullptr);
-  EXPECT_NE(ca_->last_error().find("not mapped"), std::string::npos) << ca_->last_error();
+  EXPECT_EQ(pda->reg_mr(reinterpret_cast<void*>(lo - 512 * 1024 - 64), 128, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_NE(ca->last_error().find("not mapped"), std::string::npos) << ca->last_error();
   EXPECT_EQ(uroce::service::Client::refused_shares(), before + 1);
 }
 
@@ -305,10 +220,10 @@ TEST_F(ServiceStack, TheMainStackFromAnotherThreadIsRefused) {
   std::memset(buf, 0x42, 3000);
   std::string why;
   std::thread t([&] {
-    if (pda_->reg_mr(buf, 3000, IBV_ACCESS_LOCAL_WRITE) != nullptr) {
+    if (pda->reg_mr(buf, 3000, IBV_ACCESS_LOCAL_WRITE) != nullptr) {
       why = "registered";
     } else {
-      why = ca_->last_error();
+      why = ca->last_error();
     }
   });
   t.join();
@@ -357,8 +272,8 @@ TEST_F(ServiceStack, SharedAnonymousAndShmFileMappingsAreRefusedWithWhatToDo) {
       mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(anon, MAP_FAILED);
   std::memset(anon, 0x33, 2 * kPage);
-  EXPECT_EQ(pda_->reg_mr(anon + 10, kPage, IBV_ACCESS_LOCAL_WRITE), nullptr);
-  EXPECT_NE(ca_->last_error().find("MAP_PRIVATE"), std::string::npos) << ca_->last_error();
+  EXPECT_EQ(pda->reg_mr(anon + 10, kPage, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_NE(ca->last_error().find("MAP_PRIVATE"), std::string::npos) << ca->last_error();
   const std::string name = "/uroce-svcstk-" + std::to_string(getpid());
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);
@@ -367,8 +282,8 @@ TEST_F(ServiceStack, SharedAnonymousAndShmFileMappingsAreRefusedWithWhatToDo) {
   auto* shm = static_cast<std::uint8_t*>(mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   ASSERT_NE(shm, MAP_FAILED);
   std::memset(shm, 0x44, kPage);
-  EXPECT_EQ(pda_->reg_mr(shm, 100, IBV_ACCESS_LOCAL_WRITE), nullptr);
-  EXPECT_NE(ca_->last_error().find("/dev/shm"), std::string::npos) << ca_->last_error();
+  EXPECT_EQ(pda->reg_mr(shm, 100, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_NE(ca->last_error().find("/dev/shm"), std::string::npos) << ca->last_error();
   EXPECT_EQ(uroce::service::Client::refused_shares(), before + 2);
   for (std::size_t i = 0; i < 2 * kPage; ++i) ASSERT_EQ(anon[i], 0x33) << "byte " << i;
   for (std::size_t i = 0; i < kPage; ++i) ASSERT_EQ(shm[i], 0x44) << "byte " << i;

@@ -36,6 +36,7 @@
 #include "verbs/internal.h"
 #include "support/free_port.h"
 #include "support/telemetry_client.h"
+#include "support/service_clients.h"
 #include "support/uroced.h"
 #include "support/work_requests.h"
 
@@ -554,83 +555,13 @@ TEST_F(Service, AQpResetThroughTheDaemonStartsOnEmptyQueues) {
 // client of daemon a and one of daemon b in this process: an RDMA WRITE
 // from one heap buffer into another must carry the bytes each side's
 // program sees, through every way a heap reuses pages.
-class ServiceHeap : public Service {
+class ServiceHeap : public Service, protected uroce::test::ConnectedClients {
  protected:
   void SetUp() override {
     Service::SetUp();
-    std::string error;
-    ca_ = uroce::Context::attach(a_->socket, error);
-    ASSERT_TRUE(ca_) << error;
-    cb_ = uroce::Context::attach(b_->socket, error);
-    ASSERT_TRUE(cb_) << error;
-    pda_ = ca_->alloc_pd();
-    pdb_ = cb_->alloc_pd();
-    cqa_ = ca_->create_cq(64);
-    cqb_ = cb_->create_cq(64);
-    ASSERT_TRUE(pda_ && pdb_ && cqa_ && cqb_);
-    uroce::QpInitAttr init;
-    init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-    init.send_cq = init.recv_cq = cqa_;
-    qa_ = pda_->create_qp(init);
-    init.send_cq = init.recv_cq = cqb_;
-    qb_ = pdb_->create_qp(init);
-    ASSERT_TRUE(qa_ && qb_);
-    uroce::ConnectParams p;
-    p.mtu = IBV_MTU_4096;
-    ASSERT_EQ(uroce::connect_rc(qa_, uroce::ipv4_gid({10, 0, 0, 2}), qb_->qp_num(), 0x10, 0x20, p), 0)
-        << ca_->last_error();
-    ASSERT_EQ(uroce::connect_rc(qb_, uroce::ipv4_gid({10, 0, 0, 1}), qa_->qp_num(), 0x20, 0x10, p), 0)
-        << cb_->last_error();
+    ASSERT_EQ(set_up(*a_, *b_), "");
   }
-  void TearDown() override {
-    if (ca_) {
-      if (qa_) pda_->destroy_qp(qa_);
-      if (cqa_) ca_->destroy_cq(cqa_);
-      if (pda_) ca_->dealloc_pd(pda_);
-    }
-    if (cb_) {
-      if (qb_) pdb_->destroy_qp(qb_);
-      if (cqb_) cb_->destroy_cq(cqb_);
-      if (pdb_) cb_->dealloc_pd(pdb_);
-    }
-  }
-  // Registers src (on a) and dst (on b), WRITEs src into dst, deregisters
-  // both: "" or what went wrong.
-  std::string write_and_check(std::uint8_t* src, std::uint8_t* dst, std::size_t len, std::uint8_t seed) {
-    for (std::size_t i = 0; i < len; ++i) src[i] = static_cast<std::uint8_t>(i * 13 + seed);
-    std::memset(dst, 0, len);
-    uroce::MemoryRegion* ms = pda_->reg_mr(src, len, IBV_ACCESS_LOCAL_WRITE);
-    if (ms == nullptr) return "reg_mr of the source: " + ca_->last_error();
-    uroce::MemoryRegion* md = pdb_->reg_mr(dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (md == nullptr) {
-      pda_->dereg_mr(ms);
-      return "reg_mr of the destination: " + cb_->last_error();
-    }
-    std::string what;
-    if (uroce::test::post_rdma(qa_, IBV_WR_RDMA_WRITE, src, static_cast<std::uint32_t>(len), ms->lkey, dst, md->rkey,
-                               seed) != 0) {
-      what = "post_send: " + ca_->last_error();
-    }
-    ibv_wc wc{};
-    int got = 0;
-    for (auto end = std::chrono::steady_clock::now() + 10s; what.empty() && got == 0;) {
-      got = cqa_->poll(1, &wc);
-      if (std::chrono::steady_clock::now() > end) what = "no completion in 10 s";
-    }
-    if (what.empty() && wc.status != IBV_WC_SUCCESS) what = std::string("completion: ") + uroce::wc_status_str(wc.status);
-    for (std::size_t i = 0; what.empty() && i < len; ++i) {
-      if (dst[i] != static_cast<std::uint8_t>(i * 13 + seed)) {
-        what = "byte " + std::to_string(i) + " of " + std::to_string(len) + " is " + std::to_string(dst[i]);
-      }
-    }
-    pdb_->dereg_mr(md);
-    pda_->dereg_mr(ms);
-    return what;
-  }
-  std::unique_ptr<uroce::Context> ca_, cb_;
-  uroce::ProtectionDomain *pda_ = nullptr, *pdb_ = nullptr;
-  uroce::CompletionQueue *cqa_ = nullptr, *cqb_ = nullptr;
-  uroce::QueuePair *qa_ = nullptr, *qb_ = nullptr;
+  void TearDown() override { tear_down(); }
 };
 
 // Buffers at the top of the heap, freed (the heap shrinks: malloc_trim
@@ -641,7 +572,7 @@ TEST_F(ServiceHeap, HeapPagesGivenBackAndTakenAgainAreRegisteredAfresh) {
     auto* src = static_cast<std::uint8_t*>(std::malloc(100 * 1024));
     auto* dst = static_cast<std::uint8_t*>(std::malloc(100 * 1024));
     ASSERT_TRUE(src && dst);
-    EXPECT_EQ(write_and_check(src, dst, 100 * 1024, static_cast<std::uint8_t>(round + 1)), "") << "round " << round;
+    EXPECT_EQ(carry(src, dst, 100 * 1024, static_cast<std::uint8_t>(round + 1), false), "") << "round " << round;
     std::free(dst);
     std::free(src);
     malloc_trim(0);
@@ -657,17 +588,17 @@ TEST_F(ServiceHeap, RegionsSharingAPageWithALiveRegionAreRegistered) {
   ASSERT_NE(block, MAP_FAILED);
   // [0, 1.5 pages) live, then [1.5, 3.5) over its last page and beyond,
   // then [3, 6) over the second's last page; a destination in [8, 16).
-  uroce::MemoryRegion* first = pda_->reg_mr(block, page + page / 2, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_NE(first, nullptr) << ca_->last_error();
+  uroce::MemoryRegion* first = pda->reg_mr(block, page + page / 2, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(first, nullptr) << ca->last_error();
   std::uint8_t* dst = block + 8 * page;
-  EXPECT_EQ(write_and_check(block + page + page / 2, dst, 2 * page, 7), "");
-  uroce::MemoryRegion* second = pda_->reg_mr(block + page + page / 2, 2 * page, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_NE(second, nullptr) << ca_->last_error();
-  EXPECT_EQ(write_and_check(block + 3 * page, dst, 3 * page, 9), "");
+  EXPECT_EQ(carry(block + page + page / 2, dst, 2 * page, 7, false), "");
+  uroce::MemoryRegion* second = pda->reg_mr(block + page + page / 2, 2 * page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(second, nullptr) << ca->last_error();
+  EXPECT_EQ(carry(block + 3 * page, dst, 3 * page, 9, false), "");
   // The first region still reads what the program writes.
-  EXPECT_EQ(write_and_check(block, dst, page + page / 2, 11), "");
-  EXPECT_EQ(pda_->dereg_mr(second), 0);
-  EXPECT_EQ(pda_->dereg_mr(first), 0);
+  EXPECT_EQ(carry(block, dst, page + page / 2, 11, false), "");
+  EXPECT_EQ(pda->dereg_mr(second), 0);
+  EXPECT_EQ(pda->dereg_mr(first), 0);
   munmap(block, 16 * page);
 }
 
@@ -681,11 +612,11 @@ TEST_F(ServiceHeap, PagesMappedAnewAtTheSameAddressAreRegisteredAfresh) {
   auto* src = static_cast<std::uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(dst, MAP_FAILED);
   ASSERT_NE(src, MAP_FAILED);
-  EXPECT_EQ(write_and_check(src, dst, bytes, 21), "");
+  EXPECT_EQ(carry(src, dst, bytes, 21, false), "");
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(munmap(src, bytes), 0);
     ASSERT_EQ(mmap(src, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), src);
-    EXPECT_EQ(write_and_check(src, dst, bytes, static_cast<std::uint8_t>(22 + round)), "") << "round " << round;
+    EXPECT_EQ(carry(src, dst, bytes, static_cast<std::uint8_t>(22 + round), false), "") << "round " << round;
   }
   munmap(src, bytes);
   munmap(dst, bytes);
@@ -697,10 +628,10 @@ TEST_F(ServiceHeap, PagesMappedAnewAtTheSameAddressAreRegisteredAfresh) {
 // malloc corrupt the parent's).
 TEST_F(ServiceHeap, AForkedChildsMallocLeavesTheParentsHeapAlone) {
   std::vector<std::uint8_t> src(3 * 4096 + 100), dst(3 * 4096 + 100);
-  EXPECT_EQ(write_and_check(src.data(), dst.data(), src.size(), 31), "");
+  EXPECT_EQ(carry(src.data(), dst.data(), src.size(), 31, false), "");
   const std::vector<std::uint8_t> kept(src.begin(), src.end());
-  uroce::MemoryRegion* held = pda_->reg_mr(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_NE(held, nullptr) << ca_->last_error();
+  uroce::MemoryRegion* held = pda->reg_mr(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(held, nullptr) << ca->last_error();
   const pid_t child = fork();
   if (child == 0) {
     std::vector<void*> blocks;
@@ -722,8 +653,8 @@ TEST_F(ServiceHeap, AForkedChildsMallocLeavesTheParentsHeapAlone) {
   EXPECT_EQ(src, kept) << "the child's writes reached the parent";
   for (int i = 0; i < 20000; ++i) std::free(std::malloc(static_cast<std::size_t>(16 + (i * 53) % 5000)));
   malloc_trim(0);
-  EXPECT_EQ(pda_->dereg_mr(held), 0);
-  EXPECT_EQ(write_and_check(src.data(), dst.data(), src.size(), 32), "") << "after the fork";
+  EXPECT_EQ(pda->dereg_mr(held), 0);
+  EXPECT_EQ(carry(src.data(), dst.data(), src.size(), 32, false), "") << "after the fork";
 }
 
 // The library's own buffers (Context::alloc_buffer) are memory files from
@@ -736,8 +667,8 @@ TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
   const bool more = std::system(("echo " + std::to_string(reserved + 4) + " > " + knob + " 2>/dev/null").c_str()) == 0 &&
                     std::atol(read_text_file(knob).c_str()) >= reserved + 4;
   const std::size_t bytes = 4u << 20;
-  auto* buf = static_cast<std::uint8_t*>(cb_->alloc_buffer(bytes));
-  ASSERT_NE(buf, nullptr) << cb_->last_error();
+  auto* buf = static_cast<std::uint8_t*>(cb->alloc_buffer(bytes));
+  ASSERT_NE(buf, nullptr) << cb->last_error();
   std::memset(buf, 0, bytes);
   // Its mapping's page size, from smaps.
   std::ifstream smaps("/proc/self/smaps");
@@ -755,8 +686,8 @@ TEST_F(ServiceHeap, ALibraryBufferIsPassedAsItIsOnHugepagesWhenFree) {
     EXPECT_EQ(page_kb, 2048) << "hugepages were free, the buffer is not on them";
   }
   std::vector<std::uint8_t> src(64 * 1024 + 100);
-  EXPECT_EQ(write_and_check(src.data(), buf + (1u << 20) + 100, src.size(), 41), "") << "pages of " << page_kb << " KiB";
-  cb_->free_buffer(buf);
+  EXPECT_EQ(carry(src.data(), buf + (1u << 20) + 100, src.size(), 41, false), "") << "pages of " << page_kb << " KiB";
+  cb->free_buffer(buf);
   if (more) {
     EXPECT_EQ(std::system(("echo " + std::to_string(reserved) + " > " + knob).c_str()), 0);
   }
