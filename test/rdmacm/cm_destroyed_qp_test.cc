@@ -22,19 +22,14 @@
 
 namespace {
 
+using uroce::test::CmEvent;
+using uroce::test::next_cm_event;
+
 using uroce::test::Deadline;
 using uroce::test::next_port;
 using uroce::test::sa;
 
 void configure() { uroce::test::configure_net_ring("cmqpgone"); }
-
-rdma_cm_event_type next_event(rdma_event_channel* ch) {
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return RDMA_CM_EVENT_ADDR_ERROR;
-  const rdma_cm_event_type t = e->event;
-  rdma_ack_cm_event(e);
-  return t;
-}
 
 // A client and a server of this process, connected through the CM, on one
 // channel.
@@ -53,9 +48,9 @@ struct Connection {
     ASSERT_EQ(rdma_listen(listener, 4), 0);
     ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
     ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-    ASSERT_EQ(next_event(ch), RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
     ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-    ASSERT_EQ(next_event(ch), RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
     ibv_qp_init_attr attr = qp_attr();
     ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
     rdma_conn_param param{};
@@ -70,8 +65,8 @@ struct Connection {
     attr = qp_attr();
     ASSERT_EQ(rdma_create_qp(server, nullptr, &attr), 0) << strerror(errno);
     ASSERT_EQ(rdma_accept(server, &param), 0);
-    ASSERT_EQ(next_event(ch), RDMA_CM_EVENT_ESTABLISHED);
-    ASSERT_EQ(next_event(ch), RDMA_CM_EVENT_ESTABLISHED);
+    ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+    ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
   }
 
   static ibv_qp_init_attr qp_attr() {
@@ -130,8 +125,8 @@ TEST(CmDestroyedQp, ThePeersDisconnectLeavesANewQpAtTheSameAddressAlone) {
   ASSERT_NO_FATAL_FAILURE(c.open());
   const std::vector<ibv_qp*> fresh = destroy_and_replace(c.client);
   ASSERT_EQ(rdma_disconnect(c.server), 0);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
   for (ibv_qp* qp : fresh) {
     EXPECT_EQ(state_of(qp), IBV_QPS_RESET) << "moved by a connection it never had";
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
@@ -149,8 +144,8 @@ TEST(CmDestroyedQp, OurDisconnectsAnswerLeavesANewQpAtTheSameAddressAlone) {
   ASSERT_NO_FATAL_FAILURE(c.open());
   ASSERT_EQ(rdma_disconnect(c.client), 0);
   const std::vector<ibv_qp*> fresh = destroy_and_replace(c.client);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
   for (ibv_qp* qp : fresh) {
     EXPECT_EQ(state_of(qp), IBV_QPS_RESET) << "moved by a connection it never had";
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
@@ -172,7 +167,7 @@ TEST(CmDestroyedQp, BothQpsGoneBeforeTheIdsAreDestroyed) {
   c.server->qp = nullptr;
   rdma_destroy_qp(c.client);  // the CQs rdma_create_qp made
   EXPECT_EQ(rdma_destroy_id(c.client), 0);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);  // the server's, from the client's DREQ
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);  // the server's, from the client's DREQ
   rdma_destroy_qp(c.server);
   EXPECT_EQ(rdma_destroy_id(c.server), 0);
   EXPECT_EQ(rdma_destroy_id(c.listener), 0);
@@ -186,8 +181,8 @@ TEST(CmDestroyedQp, AQpDestroyedAfterTheDisconnectThenItsId) {
   Connection c;
   ASSERT_NO_FATAL_FAILURE(c.open());
   ASSERT_EQ(rdma_disconnect(c.server), 0);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(c.ch), RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(c.ch).type, RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_EQ(ibv_destroy_qp(c.client->qp), 0);
   c.client->qp = nullptr;
   EXPECT_EQ(ibv_destroy_qp(c.server->qp), 0);

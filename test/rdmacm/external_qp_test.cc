@@ -29,9 +29,13 @@
 #include <cstring>
 #include <string>
 
+#include "support/rdmacm_rig.h"
 #include "support/uroced.h"
 
 namespace {
+
+using uroce::test::CmEvent;
+using uroce::test::next_cm_event;
 
 using namespace std::chrono_literals;
 
@@ -45,29 +49,6 @@ const std::string kEal = "--no-huge --no-shconf --no-pci -l 0 -m 256 --vdev=net_
       return __LINE__ % 250 + 1;                                                                 \
     }                                                                                            \
   } while (0)
-
-struct Got {
-  int type = -1;
-  int status = 0;
-  rdma_cm_id* id = nullptr;
-  rdma_conn_param conn{};
-};
-
-// The next event on `ch` (within 20 s), acknowledged; type -1 if none.
-Got next_event(rdma_event_channel* ch) {
-  Got g;
-  pollfd p{ch->fd, POLLIN, 0};
-  if (poll(&p, 1, 20000) != 1) return g;
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return g;
-  g.type = e->event;
-  g.status = e->status;
-  g.id = e->id;
-  g.conn = e->param.conn;
-  g.conn.private_data = nullptr;
-  rdma_ack_cm_event(e);
-  return g;
-}
 
 // Whether an event comes on `ch` within `ms`.
 bool event_within(rdma_event_channel* ch, int ms) {
@@ -202,9 +183,9 @@ int external_qp_connection() {
   CHECK(rdma_listen(listener, 4) == 0);
   addr.sin_port = rdma_get_src_port(listener);
   CHECK(rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000) == 0);
-  CHECK(next_event(cch).type == RDMA_CM_EVENT_ADDR_RESOLVED);
+  CHECK(next_cm_event(cch, 20000).type == RDMA_CM_EVENT_ADDR_RESOLVED);
   CHECK(rdma_resolve_route(client, 2000) == 0);
-  CHECK(next_event(cch).type == RDMA_CM_EVENT_ROUTE_RESOLVED);
+  CHECK(next_cm_event(cch, 20000).type == RDMA_CM_EVENT_ROUTE_RESOLVED);
   CHECK(client->pd != nullptr && client->verbs != nullptr);
   if (const int e = ece_refused_quietly(client); e != 0) return e;
 
@@ -240,7 +221,7 @@ int external_qp_connection() {
 
   // The server: the request names the client's QP, the depths in its own
   // terms (5 to take, 3 to issue); its own QP moves before it accepts.
-  const Got req = next_event(lch);
+  const CmEvent req = next_cm_event(lch, 20000);
   CHECK(req.type == RDMA_CM_EVENT_CONNECT_REQUEST);
   rdma_cm_id* server = req.id;
   CHECK(server->qp == nullptr);
@@ -264,7 +245,7 @@ int external_qp_connection() {
 
   // The client: CONNECT_RESPONSE (not ESTABLISHED), naming the server's QP,
   // the depths in the client's terms (1 to take, 2 to issue).
-  const Got rep = next_event(cch);
+  const CmEvent rep = next_cm_event(cch, 20000);
   CHECK(rep.type == RDMA_CM_EVENT_CONNECT_RESPONSE && rep.status == 0);
   CHECK(rep.conn.qp_num == sqp->qp_num);
   CHECK(rep.conn.responder_resources == 1 && rep.conn.initiator_depth == 2);
@@ -277,7 +258,7 @@ int external_qp_connection() {
   CHECK(c_rtr.path_mtu == s_rtr.path_mtu);
   CHECK(rdma_establish(client) == 0);
   // The RTU: ESTABLISHED on the server; nothing more on the client.
-  CHECK(next_event(lch).type == RDMA_CM_EVENT_ESTABLISHED);
+  CHECK(next_cm_event(lch, 20000).type == RDMA_CM_EVENT_ESTABLISHED);
   CHECK(!event_within(cch, 500));
   // Once is enough.
   errno = 0;
@@ -295,8 +276,8 @@ int external_qp_connection() {
 
   // A disconnect ends the connection; the QPs are the program's: still RTS.
   CHECK(rdma_disconnect(client) == 0);
-  CHECK(next_event(lch).type == RDMA_CM_EVENT_DISCONNECTED);
-  CHECK(next_event(cch).type == RDMA_CM_EVENT_DISCONNECTED);
+  CHECK(next_cm_event(lch, 20000).type == RDMA_CM_EVENT_DISCONNECTED);
+  CHECK(next_cm_event(cch, 20000).type == RDMA_CM_EVENT_DISCONNECTED);
   ibv_qp_init_attr init{};
   a = {};
   CHECK(ibv_query_qp(cqp, &a, IBV_QP_STATE, &init) == 0 && a.qp_state == IBV_QPS_RTS);

@@ -39,6 +39,9 @@
 
 namespace {
 
+using uroce::test::CmEvent;
+using uroce::test::next_cm_event;
+
 using uroce::test::Deadline;
 using uroce::test::ipv4;
 using uroce::test::next_port;
@@ -55,31 +58,6 @@ sockaddr_in6 mapped(std::uint16_t port) {
   std::memcpy(a.sin6_addr.s6_addr + 12, kOurIp.data(), 4);
   a.sin6_port = htons(port);
   return a;
-}
-
-// The next event on `ch` (blocking); its type and a copy of its parameters.
-struct Got {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
-  int status = 0;
-  rdma_cm_id* id = nullptr;
-  rdma_conn_param conn{};
-  std::string data;
-};
-Got next_event(rdma_event_channel* ch) {
-  Got g;
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return g;
-  g.type = e->event;
-  g.status = e->status;
-  g.id = e->id;
-  g.conn = e->param.conn;
-  if (e->param.conn.private_data != nullptr) {
-    const auto* p = static_cast<const char*>(e->param.conn.private_data);
-    g.data.assign(p, strnlen(p, e->param.conn.private_data_len));
-  }
-  g.conn.private_data = nullptr;
-  rdma_ack_cm_event(e);
-  return g;
 }
 
 // Item 14. The client asks to read 5 at once from the server (initiator
@@ -104,9 +82,9 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   rdma_cm_id* client = nullptr;
   ASSERT_EQ(rdma_create_id(client_ch, &client, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-  EXPECT_EQ(next_event(client_ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(next_cm_event(client_ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  EXPECT_EQ(next_event(client_ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(next_cm_event(client_ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
@@ -120,7 +98,7 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   param.private_data_len = 10;
   ASSERT_EQ(rdma_connect(client, &param), 0);
 
-  const Got request = next_event(server_ch);
+  const CmEvent request = next_cm_event(server_ch);
   ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
   EXPECT_EQ(request.data, "resources");
   EXPECT_EQ(request.conn.responder_resources, 5) << "the requester's initiator depth: the reads we take";
@@ -136,12 +114,12 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   answer.rnr_retry_count = 7;
   ASSERT_EQ(rdma_accept(request.id, &answer), 0);
 
-  const Got established = next_event(client_ch);
+  const CmEvent established = next_cm_event(client_ch);
   ASSERT_EQ(established.type, RDMA_CM_EVENT_ESTABLISHED);
   EXPECT_EQ(established.conn.responder_resources, 1) << "the server's initiator depth: the reads the client takes";
   EXPECT_EQ(established.conn.initiator_depth, 2) << "the server's responder resources: the reads the client issues";
   EXPECT_EQ(established.conn.qp_num, request.id->qp->qp_num);
-  EXPECT_EQ(next_event(server_ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(server_ch).type, RDMA_CM_EVENT_ESTABLISHED);
   // And the QPs were set up so: each issues what the other takes.
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
@@ -150,8 +128,8 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   EXPECT_EQ(q.max_dest_rd_atomic, 1);
 
   ASSERT_EQ(rdma_disconnect(client), 0);
-  EXPECT_EQ(next_event(client_ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(server_ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(client_ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(server_ch).type, RDMA_CM_EVENT_DISCONNECTED);
   rdma_destroy_qp(client);
   rdma_destroy_qp(request.id);
   EXPECT_EQ(rdma_destroy_id(client), 0);
@@ -177,9 +155,9 @@ TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   rdma_cm_id* client = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   std::uint8_t too_big = 32;
   EXPECT_NE(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &too_big, 1), 0);
   EXPECT_EQ(errno, EINVAL);
@@ -195,15 +173,15 @@ TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   param.retry_count = 7;
   param.rnr_retry_count = 7;
   ASSERT_EQ(rdma_connect(client, &param), 0);
-  const Got request = next_event(ch);
+  const CmEvent request = next_cm_event(ch);
   ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
   ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
   std::uint8_t server_timeout = 18;
   ASSERT_EQ(rdma_set_option(request.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &server_timeout, 1), 0);
   ASSERT_EQ(rdma_accept(request.id, &param), 0);
   // Both ESTABLISHED events come to the one channel, in either order.
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
@@ -211,8 +189,8 @@ TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
   EXPECT_EQ(q.timeout, 18);
   ASSERT_EQ(rdma_disconnect(client), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
   rdma_destroy_qp(client);
   rdma_destroy_qp(request.id);
   EXPECT_EQ(rdma_destroy_id(client), 0);
@@ -238,9 +216,9 @@ TEST(RdmaCmApi, AQpDestroyedWithIbvDestroyQpIsLeftAloneByALaterDisconnect) {
   rdma_cm_id* client = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
@@ -249,19 +227,19 @@ TEST(RdmaCmApi, AQpDestroyedWithIbvDestroyQpIsLeftAloneByALaterDisconnect) {
   param.retry_count = 7;
   param.rnr_retry_count = 7;
   ASSERT_EQ(rdma_connect(client, &param), 0);
-  const Got request = next_event(ch);
+  const CmEvent request = next_cm_event(ch);
   ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
   ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
   ASSERT_EQ(rdma_accept(request.id, &param), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
   // The client's QP goes the verbs way, its ID stays; then the server ends
   // the connection, and the client's DISCONNECTED still comes.
   ASSERT_EQ(ibv_destroy_qp(client->qp), 0);
   client->qp = nullptr;
   ASSERT_EQ(rdma_disconnect(request.id), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_STATE, &qi), 0);
@@ -369,23 +347,23 @@ TEST(RdmaCmApi, AnIpv4AddressGivenAsV4MappedIpv6IsTakenAsIpv4) {
   rdma_cm_id* client = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at6), 1000), 0) << strerror(errno);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
   const auto* dst = reinterpret_cast<const sockaddr_in*>(&client->route.addr.dst_addr);
   EXPECT_EQ(dst->sin_family, AF_INET);
   EXPECT_EQ(std::memcmp(&dst->sin_addr, kOurIp.data(), 4), 0);
   EXPECT_EQ(ntohs(dst->sin_port), port);
   // ... and a connection to it gets through.
   ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
   ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0);
   ASSERT_EQ(rdma_connect(client, nullptr), 0);
-  const Got request = next_event(ch);
+  const CmEvent request = next_cm_event(ch);
   ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
   EXPECT_EQ(rdma_reject(request.id, nullptr, 0), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_REJECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_REJECTED);
   rdma_destroy_qp(client);
   rdma_destroy_id(request.id);
   rdma_destroy_id(client);
@@ -505,14 +483,14 @@ TEST(RdmaCmApi, MigratingAnIdMakesItAsynchronousOrSynchronous) {
   // Asynchronous now: the call returns at once, its event waits on `ch`.
   ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
   EXPECT_EQ(id->event, nullptr);
-  const Got route = next_event(ch);
+  const CmEvent route = next_cm_event(ch);
   EXPECT_EQ(route.type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   EXPECT_EQ(route.id, id);
   // An unread event moves with the ID to its new channel of its own.
   ASSERT_EQ(rdma_resolve_route(id, 1000), 0);
   ASSERT_EQ(rdma_migrate_id(id, nullptr), 0);
   EXPECT_NE(id->channel, ch);
-  const Got moved = next_event(id->channel);
+  const CmEvent moved = next_cm_event(id->channel);
   EXPECT_EQ(moved.type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   // Synchronous again: a call waits for its event.
   ASSERT_EQ(rdma_resolve_route(id, 1000), 0);

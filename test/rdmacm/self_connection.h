@@ -50,20 +50,6 @@ inline std::string all_threads() {
   return s;
 }
 
-struct Got {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
-  rdma_cm_id* id = nullptr;
-};
-inline Got next_event(rdma_event_channel* ch) {
-  Got g;
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return g;
-  g.type = e->event;
-  g.id = e->id;
-  rdma_ack_cm_event(e);
-  return g;
-}
-
 // One connection of this process to itself through the CM: listen,
 // connect, accept, a SEND across, disconnect, and everything destroyed.
 inline void connect_to_ourselves() {
@@ -78,9 +64,9 @@ inline void connect_to_ourselves() {
   rdma_cm_id* client = nullptr;
   ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-  ASSERT_EQ(next_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  ASSERT_EQ(next_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ASSERT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
@@ -89,7 +75,7 @@ inline void connect_to_ourselves() {
   param.retry_count = 7;
   param.rnr_retry_count = 7;
   ASSERT_EQ(rdma_connect(client, &param), 0);
-  const Got request = next_event(ch);
+  const CmEvent request = next_cm_event(ch);
   ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
   attr = ibv_qp_init_attr{};  // rdma_create_qp wrote the client's CQs into it
   attr.qp_type = IBV_QPT_RC;
@@ -120,8 +106,8 @@ inline void connect_to_ourselves() {
   ibv_recv_wr* rbad = nullptr;
   ASSERT_EQ(ibv_post_recv(request.id->qp, &rwr, &rbad), 0);
   ASSERT_EQ(rdma_accept(request.id, &param), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
   ibv_sge ssge{reinterpret_cast<std::uintptr_t>(out.data()), static_cast<std::uint32_t>(out.size()), out_mr->lkey};
   ibv_send_wr swr{};
   swr.sg_list = &ssge;
@@ -138,8 +124,8 @@ inline void connect_to_ourselves() {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 
   ASSERT_EQ(rdma_disconnect(client), 0);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_EQ(ibv_dereg_mr(in_mr), 0);
   EXPECT_EQ(ibv_dereg_mr(out_mr), 0);
   rdma_destroy_qp(client);

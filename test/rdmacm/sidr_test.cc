@@ -28,9 +28,13 @@
 #include <string>
 #include <thread>
 
+#include "support/rdmacm_rig.h"
 #include "support/uroced.h"
 
 namespace {
+
+using uroce::test::CmEvent;
+using uroce::test::next_cm_event;
 
 const std::array<std::uint8_t, 4> kOurIp = {10, 0, 0, 1};
 constexpr std::uint32_t kUdpQkey = 0x01234567;  // rdma-core's RDMA_UDP_QKEY
@@ -54,31 +58,6 @@ struct Check {
     return ok;
   }
 };
-
-// The next event on `ch`, copied, acknowledged.
-struct Got {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
-  int status = 0;
-  rdma_cm_id* id = nullptr;
-  rdma_ud_param ud{};
-  std::string data;
-};
-Got next_event(rdma_event_channel* ch) {
-  Got g;
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return g;
-  g.type = e->event;
-  g.status = e->status;
-  g.id = e->id;
-  g.ud = e->param.ud;
-  if (e->param.ud.private_data != nullptr) {
-    const auto* p = static_cast<const char*>(e->param.ud.private_data);
-    g.data.assign(p, strnlen(p, e->param.ud.private_data_len));
-  }
-  g.ud.private_data = nullptr;
-  rdma_ack_cm_event(e);
-  return g;
-}
 
 // A UD ID's QP with the library's default CQs, and a registered buffer
 // (GRH room, then the message) on a page of its own: through uroced a
@@ -149,9 +128,9 @@ rdma_cm_id* resolved_client(rdma_event_channel* ch, std::uint16_t port, UdEnd* e
   check(id->qp_type == IBV_QPT_UD, "a UDP ID's qp_type is UD");
   sockaddr_in at = address(port);
   check(rdma_resolve_addr(id, nullptr, sa(&at), 1000) == 0, "rdma_resolve_addr");
-  check(next_event(ch).type == RDMA_CM_EVENT_ADDR_RESOLVED, "ADDR_RESOLVED");
+  check(next_cm_event(ch).type == RDMA_CM_EVENT_ADDR_RESOLVED, "ADDR_RESOLVED");
   check(rdma_resolve_route(id, 1000) == 0, "rdma_resolve_route");
-  check(next_event(ch).type == RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED");
+  check(next_cm_event(ch).type == RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED");
   if (end != nullptr) check(end->make(id), std::string("the client's UD QP: ") + strerror(errno));
   return id;
 }
@@ -177,8 +156,8 @@ std::string sidr_scenario(std::uint16_t port) {
   cp.private_data = hello;
   cp.private_data_len = sizeof hello;
   check(rdma_connect(client_id, &cp) == 0, std::string("rdma_connect: ") + strerror(errno));
-  Got req = next_event(server_ch);
-  if (!check(req.type == RDMA_CM_EVENT_CONNECT_REQUEST, std::string("CONNECT_REQUEST, got ") + rdma_event_str(req.type))) {
+  CmEvent req = next_cm_event(server_ch);
+  if (!check(req.type == RDMA_CM_EVENT_CONNECT_REQUEST, std::string("CONNECT_REQUEST, got ") + req.name())) {
     return check.failures;
   }
   check(req.data == hello, "the request's private data: '" + req.data + "'");
@@ -190,8 +169,8 @@ std::string sidr_scenario(std::uint16_t port) {
   ap.private_data = welcome;
   ap.private_data_len = sizeof welcome;
   check(rdma_accept(req.id, &ap) == 0, std::string("rdma_accept: ") + strerror(errno));
-  Got est = next_event(client_ch);
-  if (!check(est.type == RDMA_CM_EVENT_ESTABLISHED, std::string("ESTABLISHED, got ") + rdma_event_str(est.type) +
+  CmEvent est = next_cm_event(client_ch);
+  if (!check(est.type == RDMA_CM_EVENT_ESTABLISHED, std::string("ESTABLISHED, got ") + est.name() +
                                                          " status " + std::to_string(est.status))) {
     return check.failures;
   }
@@ -228,13 +207,13 @@ std::string sidr_scenario(std::uint16_t port) {
   // A request the server refuses: SIDR_REP "rejected" with its private data.
   rdma_cm_id* refused = resolved_client(client_ch, port, nullptr, check);
   check(rdma_connect(refused, nullptr) == 0, "the second rdma_connect");
-  Got req2 = next_event(server_ch);
+  CmEvent req2 = next_cm_event(server_ch);
   if (check(req2.type == RDMA_CM_EVENT_CONNECT_REQUEST, "the second CONNECT_REQUEST")) {
     const char no[] = "not now";
     check(rdma_reject(req2.id, no, sizeof no) == 0, "rdma_reject");
-    Got r = next_event(client_ch);
+    CmEvent r = next_cm_event(client_ch);
     check(r.type == RDMA_CM_EVENT_UNREACHABLE && r.status == 2,
-          std::string("a refused SIDR: UNREACHABLE status 2, got ") + rdma_event_str(r.type) + " " +
+          std::string("a refused SIDR: UNREACHABLE status 2, got ") + r.name() + " " +
               std::to_string(r.status));
     check(r.data == no, "the refusal's private data: '" + r.data + "'");
     rdma_destroy_id(req2.id);
@@ -263,9 +242,9 @@ std::string sidr_scenario(std::uint16_t port) {
   // library's retries of a listener that may be a moment late).
   rdma_cm_id* lost = resolved_client(client_ch, static_cast<std::uint16_t>(port + 1), nullptr, check);
   check(rdma_connect(lost, nullptr) == 0, "rdma_connect to nobody");
-  Got u = next_event(client_ch);
+  CmEvent u = next_cm_event(client_ch);
   check(u.type == RDMA_CM_EVENT_UNREACHABLE && u.status == 1,
-        std::string("no listener: UNREACHABLE status 1, got ") + rdma_event_str(u.type) + " " + std::to_string(u.status));
+        std::string("no listener: UNREACHABLE status 1, got ") + u.name() + " " + std::to_string(u.status));
   rdma_destroy_id(lost);
 
   client.close();

@@ -2,10 +2,12 @@
 // net_ring (frames to our own address come back in, so a client and a
 // server of one process connect to each other through the CM), a deadline
 // that fails a hung test instead of hanging the suite, ports apart from
-// another copy's, and IPv4 socket addresses.
+// another copy's, IPv4 socket addresses, and the next CM event, copied.
 #pragma once
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 namespace uroce::test {
 
@@ -58,5 +61,49 @@ inline sockaddr_in ipv4(const std::array<std::uint8_t, 4>& ip, std::uint16_t por
 inline sockaddr_in ipv4(std::uint16_t port) { return ipv4(kRdmacmIp, port); }
 
 inline sockaddr* sa(void* a) { return static_cast<sockaddr*>(a); }
+
+// A CM event as the tests look at it: copied, so the event can be
+// acknowledged at once. `type` is -1 when none came.
+struct CmEvent {
+  int type = -1;
+  int status = 0;
+  rdma_cm_id* id = nullptr;
+  rdma_conn_param conn{};  // RC/UC events (private_data cleared: see `data`)
+  rdma_ud_param ud{};      // UD (SIDR) events, likewise
+  std::string data;        // the private data, up to its first NUL
+  // rdma_event_str's name of the type, or "no event".
+  const char* name() const {
+    return type < 0 ? "no event" : rdma_event_str(static_cast<rdma_cm_event_type>(type));
+  }
+};
+
+// The next event on `ch` within `timeout_ms` (-1: as long as it takes),
+// acknowledged.
+inline CmEvent next_cm_event(rdma_event_channel* ch, int timeout_ms = 60000) {
+  CmEvent g;
+  pollfd p{ch->fd, POLLIN, 0};
+  if (timeout_ms >= 0 && poll(&p, 1, timeout_ms) != 1) return g;
+  rdma_cm_event* e = nullptr;
+  if (rdma_get_cm_event(ch, &e) != 0) return g;
+  g.type = e->event;
+  g.status = e->status;
+  g.id = e->id;
+  const bool ud = e->id != nullptr && e->id->ps == RDMA_PS_UDP;
+  const void* data = ud ? e->param.ud.private_data : e->param.conn.private_data;
+  const std::size_t len = ud ? e->param.ud.private_data_len : e->param.conn.private_data_len;
+  if (data != nullptr) {
+    const auto* c = static_cast<const char*>(data);
+    g.data.assign(c, strnlen(c, len));
+  }
+  if (ud) {
+    g.ud = e->param.ud;
+    g.ud.private_data = nullptr;
+  } else {
+    g.conn = e->param.conn;
+    g.conn.private_data = nullptr;
+  }
+  rdma_ack_cm_event(e);
+  return g;
+}
 
 }  // namespace uroce::test
