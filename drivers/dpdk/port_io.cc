@@ -246,19 +246,31 @@ std::uint16_t PortIo::tx_copy_limit() const {
   return port_.multi_seg_tx() ? static_cast<std::uint16_t>(kZeroCopyFrom - 1) : port_.max_frame();
 }
 
-void PortIo::mark_offloads(void* mbuf, const wire::TxFrame& f) {
+bool PortIo::mark_offloads(void* mbuf, const wire::TxFrame& f) {
   // IPv4 frames whose header checksum the engine left to the port.
-  if (!port_.ipv4_checksum_offload() || (f.head.data[f.l3_offset] >> 4) != 4) return;
+  if (!port_.ipv4_checksum_offload() || (f.head.data[f.l3_offset] >> 4) != 4) return false;
   rte_mbuf* m = as_mbuf(mbuf);
   m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
   m->tx_offload = rte_mbuf_tx_offload(f.l3_offset, (f.head.data[f.l3_offset] & 0x0fu) * 4u, 0, 0, 0, 0, 0);
-  ++counters_.tx_ipv4_checksum_offloaded;
+  return true;
 }
 
 std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
   auto* pool = static_cast<rte_mempool*>(port_.pool());
   std::array<rte_mbuf*, 64> burst;
   std::array<std::uint16_t, 64> origin;  // burst[k] carries frames[origin[k]]
+  // What burst[k] adds to the counters once the device takes it: a frame
+  // it refuses goes back to the engine, is offered again and counted then.
+  struct Tally {
+    std::uint32_t copied_bytes = 0;
+    std::uint32_t zero_copy_bytes = 0;  // with zero_copy: a zero-copy frame
+    std::uint8_t copied_unregistered = 0;
+    std::uint8_t pieces_split = 0;
+    bool zero_copy = false;
+    bool segment_limit = false;
+    bool cksum = false;
+  };
+  std::array<Tally, 64> tally;
   std::uint16_t built = 0;
   std::uint16_t i = 0;
   for (; i < n && built < burst.size(); ++i) {
@@ -276,9 +288,11 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     // payload with its pad and ICRC.
     head->data_len = f.head_len;
     head->pkt_len = f.head_len;
+    Tally& t = tally[built];
+    t = Tally{};
     if (f.npieces == 0) {
-      counters_.tx_copied_bytes += f.copied;
-      mark_offloads(head, f);
+      t.copied_bytes = f.copied;
+      t.cksum = mark_offloads(head, f);
       origin[built] = i;
       burst[built++] = head;
       continue;
@@ -308,8 +322,8 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
         std::memcpy(rte_pktmbuf_append(segs[0], static_cast<std::uint16_t>(f.pieces[k].size())), f.pieces[k].data(),
                     f.pieces[k].size());
       }
-      ++counters_.tx_copied_segment_limit;
-      counters_.tx_copied_bytes += f.payload_in_pieces();
+      t.segment_limit = true;
+      t.copied_bytes = f.payload_in_pieces();
     } else {
       unsigned s = 0;
       for (int k = 0; k < f.npieces; ++k) {
@@ -320,7 +334,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
           // must not be sent to it. Copied into the segment (its buffer
           // holds a whole frame).
           std::memcpy(rte_pktmbuf_append(segs[s++], static_cast<std::uint16_t>(len)), data, len);
-          ++counters_.tx_copied_unregistered;
+          ++t.copied_unregistered;
           continue;
         }
         const auto row = static_cast<std::size_t>(slots[k]);
@@ -344,7 +358,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
           seg->data_len = static_cast<std::uint16_t>(run);
           seg->pkt_len = static_cast<std::uint16_t>(run);
         }
-        if (runs > 1) ++counters_.tx_pieces_split;
+        if (runs > 1) ++t.pieces_split;
       }
     }
     rte_mbuf* tail = segs[nsegs - 1];
@@ -358,14 +372,24 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     head->nb_segs = static_cast<std::uint16_t>(1 + nsegs);
     head->pkt_len = f.frame_bytes();
     if (!copy_all) {
-      ++counters_.tx_zero_copy_frames;
-      counters_.tx_zero_copy_bytes += f.payload_in_pieces();
+      t.zero_copy = true;
+      t.zero_copy_bytes = f.payload_in_pieces();
     }
-    mark_offloads(head, f);
+    t.cksum = mark_offloads(head, f);
     origin[built] = i;
     burst[built++] = head;
   }
   const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
+  for (std::uint16_t k = 0; k < sent; ++k) {
+    const Tally& t = tally[k];
+    counters_.tx_copied_bytes += t.copied_bytes;
+    counters_.tx_zero_copy_frames += t.zero_copy;
+    counters_.tx_zero_copy_bytes += t.zero_copy_bytes;
+    counters_.tx_copied_unregistered += t.copied_unregistered;
+    counters_.tx_pieces_split += t.pieces_split;
+    counters_.tx_copied_segment_limit += t.segment_limit;
+    counters_.tx_ipv4_checksum_offloaded += t.cksum;
+  }
   // Taken: every frame before the first one the device refused (dropped
   // ones included); all that were looked at when it took everything. The
   // refused ones go back to the engine with their heads, unchained.

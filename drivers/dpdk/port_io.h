@@ -188,7 +188,8 @@ class PortIo : public engine::PacketIo {
   void send_arp(std::uint16_t oper, const std::array<std::uint8_t, 6>& dst_mac,
                 const std::array<std::uint8_t, 4>& dst_ip);
   bool handle_icmp6(const std::uint8_t* frame, std::uint16_t len);
-  void mark_offloads(void* mbuf, const wire::TxFrame& f);
+  // True when the port fills this frame's IPv4 header checksum.
+  bool mark_offloads(void* mbuf, const wire::TxFrame& f);
   // A neighbour solicitation for `target` (to its solicited-node group), or
   // an advertisement of ours in answer to `to`.
   void send_nd(bool solicit, const ibv_gid& target, const ibv_gid& to, const std::array<std::uint8_t, 6>& to_mac);
