@@ -1,0 +1,543 @@
+#!/usr/bin/env bash
+# The set-up a machine needs before uroce drives one of its NICs with a DPDK
+# PMD (docs/nic-setup.md): the NIC bound to vfio-pci (with an IOMMU), to
+# vfio-pci in no-IOMMU mode or to uio_pci_generic (without one), hugepages
+# reserved and mounted; and the checks of what is missing, one line each
+# with its fix. --undo puts back what it found.
+#
+#   nic-setup.sh --check [--nic PCI|IFACE] [--driver D] [--pages N] [--page-size S]
+#                      report only; exit 0 when the set-up is ready
+#   nic-setup.sh [--nic PCI|IFACE] [--driver D] [--pages N] [--page-size S] [--force]
+#                      check, then set up what is asked; exit 0 when ready
+#   nic-setup.sh --undo
+#                      restore what the set-up changed (saved in $state_dir)
+#
+#   --nic PCI|IFACE    the NIC: a PCI address (0000:00:03.0 or 00:03.0) or its
+#                      kernel interface name (eth1)
+#   --driver D         vfio-pci (IOMMU; IOVA as VA), vfio-noiommu (vfio-pci with
+#                      enable_unsafe_noiommu_mode=1; IOVA as PA), uio (uio_pci_generic;
+#                      IOVA as PA); default: vfio-pci with an IOMMU, else vfio-noiommu
+#   --pages N          hugepages to reserve (of --page-size); 0: none, regions on
+#                      4 KiB pages (then, without an IOMMU, vm.compact_unevictable_allowed
+#                      is set to 0 so that compaction does not move pages under a DMA)
+#   --page-size 2M|1G  hugepage size (default 2M)
+#   --force            unbind a NIC that carries an address or the default route
+#                      (its addresses and routes are saved and restored by --undo)
+#
+# Each problem is one line "nic-setup: <what>: <fix>"; advice that does not
+# stop a set-up from working is "nic-setup: note: <what>: <fix>". Exit status:
+# 0 ready, 1 not ready or an action failed, 2 bad usage. Needs root to act.
+#
+# For tests, NIC_SETUP_SYSFS and NIC_SETUP_PROC replace /sys and /proc,
+# NIC_SETUP_STATE the state directory, NIC_SETUP_HUGETLBFS the mount point
+# (default /dev/hugepages; 1G pages: its name + 1G), and NIC_SETUP_SYSFS_HOOK names a
+# program run after each sysfs write (PATH VALUE) that plays the kernel.
+set -uo pipefail
+
+sys=${NIC_SETUP_SYSFS:-/sys}
+proc=${NIC_SETUP_PROC:-/proc}
+state_dir=${NIC_SETUP_STATE:-/run/uroce-nic-setup}
+state=$state_dir/STATE
+hugetlbfs_dir=${NIC_SETUP_HUGETLBFS:-/dev/hugepages}
+me="tools/nic-setup.sh"
+
+mode=setup nic='' driver='' pages='' page_size=2M force=0
+problems=0
+
+problem() { echo "nic-setup: $1: $2"; problems=$((problems + 1)); }
+note() { echo "nic-setup: note: $1: $2"; }
+say() { echo "nic-setup: $*"; }
+die() { echo "nic-setup: $*" >&2; exit 1; }
+usage_error() { echo "nic-setup: $* (see $me --help)" >&2; exit 2; }
+usage() { sed -n '2,/^set -uo/{/^#/s/^# \{0,1\}//p}' "$0"; }
+
+# A write to sysfs or procfs, then the test's kernel stand-in if there is one.
+sysfs_write() {
+  local path=$1 value=$2
+  printf '%s\n' "$value" >"$path" 2>/dev/null || return 1
+  if [[ -n ${NIC_SETUP_SYSFS_HOOK:-} ]]; then "$NIC_SETUP_SYSFS_HOOK" "$path" "$value" || return 1; fi
+}
+
+parse_args() {
+  while (($# > 0)); do
+    case $1 in
+      --check) mode=check ;;
+      --undo) mode=undo ;;
+      --force) force=1 ;;
+      --nic) (($# > 1)) || usage_error "--nic needs a PCI address or an interface"; nic=$2; shift ;;
+      --driver) (($# > 1)) || usage_error "--driver needs a value"; driver=$2; shift ;;
+      --pages) (($# > 1)) || usage_error "--pages needs a number"; pages=$2; shift ;;
+      --page-size) (($# > 1)) || usage_error "--page-size needs 2M or 1G"; page_size=$2; shift ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage_error "unknown argument '$1'" ;;
+    esac
+    shift
+  done
+  case $driver in
+    '' | vfio-pci | vfio-noiommu | uio) ;;
+    *) usage_error "--driver: vfio-pci, vfio-noiommu or uio, not '$driver'" ;;
+  esac
+  [[ -z $pages || $pages =~ ^[0-9]+$ ]] || usage_error "--pages: a number of hugepages, not '$pages'"
+  case $page_size in
+    2M | 2m) page_size=2M hp_kb=2048 ;;
+    1G | 1g) page_size=1G hp_kb=1048576 ;;
+    *) usage_error "--page-size: 2M or 1G, not '$page_size'" ;;
+  esac
+  hp_dir=$sys/kernel/mm/hugepages/hugepages-${hp_kb}kB
+}
+
+# ---- what the machine has -------------------------------------------------
+
+have_iommu() { [[ -n $(ls -A "$sys/kernel/iommu_groups" 2>/dev/null) ]]; }
+cmdline() { cat "$proc/cmdline" 2>/dev/null; }
+has_word() { [[ " $(cmdline) " =~ [[:space:]]$1 ]]; }
+
+module_loaded() { [[ -d $sys/module/$1 ]]; }
+# A module is there when loaded (or built in), or when modprobe could load it.
+module_available() {
+  module_loaded "${1//-/_}" && return 0
+  command -v modprobe >/dev/null 2>&1 && modprobe -n -q "$1" 2>/dev/null
+}
+
+# The PCI address of --nic in $pci ("" if none such).
+resolve_nic() {
+  pci=''
+  [[ -n $nic ]] || return 0
+  local n=$nic
+  [[ $n =~ ^[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$ ]] && n=0000:$n
+  if [[ -e $sys/bus/pci/devices/$n ]]; then
+    pci=$n
+  elif [[ -e $sys/class/net/$n/device ]]; then
+    # A virtio NIC's interface hangs off virtioN, under the PCI device.
+    local dev
+    dev=$(readlink -f "$sys/class/net/$n/device")
+    [[ ${dev##*/} == virtio* ]] && dev=${dev%/*}
+    pci=${dev##*/}
+  fi
+}
+
+nic_driver() { local d; d=$(readlink "$sys/bus/pci/devices/$1/driver" 2>/dev/null) && basename "$d"; }
+nic_ifaces() {
+  local d
+  for d in "$sys/bus/pci/devices/$1"/net/* "$sys/bus/pci/devices/$1"/virtio*/net/*; do
+    [[ -e $d ]] && echo "${d##*/}"
+  done
+}
+iface_up() { local f; f=$(cat "$sys/class/net/$1/flags" 2>/dev/null) && (((f & 1) == 1)); }
+# Global addresses of IFACE, one "inet 10.0.0.1/24" a line.
+iface_addrs() { ip -o addr show dev "$1" scope global 2>/dev/null | awk '{print $3, $4}'; }
+# (grep reads a variable, not a pipe: with pipefail, grep -q closing the pipe early fails it.)
+carries_default_route() {
+  local r
+  r=$({ ip route show default; ip -6 route show default; } 2>/dev/null)
+  grep -qw "dev $1" <<<"$r"
+}
+is_dpdk_driver() { [[ $1 == vfio-pci || $1 == uio_pci_generic || $1 == igb_uio ]]; }
+
+# The driver the set-up uses: --driver, else by whether there is an IOMMU.
+effective_driver() {
+  if [[ -n $driver ]]; then echo "$driver"
+  elif have_iommu; then echo vfio-pci
+  else echo vfio-noiommu
+  fi
+}
+driver_module() { case $1 in vfio-pci | vfio-noiommu) echo vfio-pci ;; uio) echo uio_pci_generic ;; esac; }
+
+# ---- checks ---------------------------------------------------------------
+
+check_iommu() {
+  local d=$1
+  if have_iommu; then
+    return
+  fi
+  local why="no IOMMU (no entries in /sys/kernel/iommu_groups"
+  if has_word intel_iommu=on || has_word amd_iommu=on; then
+    why+="; the kernel cmdline asks for one: is VT-d/AMD-Vi enabled in the firmware?)"
+  else
+    why+="; intel_iommu=on is not on the kernel cmdline)"
+  fi
+  local fix="use --driver vfio-noiommu or --driver uio (IOVA as PA), or enable VT-d/AMD-Vi in the firmware and add intel_iommu=on iommu=pt to the kernel cmdline"
+  if [[ $d == vfio-pci ]]; then problem "$why" "$fix"; else note "$why" "$fix"; fi
+}
+
+check_module() {
+  local d=$1 m
+  m=$(driver_module "$d")
+  if ! command -v modprobe >/dev/null 2>&1 && ! module_loaded "${m//-/_}"; then
+    problem "modprobe is missing and $m is not loaded" "install kmod (apt-get install kmod)"
+    return
+  fi
+  module_available "$m" || problem "module $m is not loadable" \
+    "install the kernel's modules (linux-image-$(uname -r)), or pick another --driver"
+  if [[ $d == vfio-noiommu ]] && ! module_loaded vfio && command -v modinfo >/dev/null 2>&1 &&
+    [[ $(modinfo -p vfio 2>/dev/null) != *enable_unsafe_noiommu_mode* ]]; then
+    problem "the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU)" "use --driver uio"
+  elif [[ $d == vfio-noiommu ]] && module_loaded vfio && [[ ! -e $sys/module/vfio/parameters/enable_unsafe_noiommu_mode ]]; then
+    problem "the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU)" "use --driver uio"
+  fi
+}
+
+hugetlbfs_mounted() {
+  local want=$1
+  awk -v want="$want" '$3 == "hugetlbfs" {
+      ps = "2M"; n = split($4, o, ","); for (i = 1; i <= n; i++) if (o[i] ~ /^pagesize=/) ps = substr(o[i], 10)
+      if (toupper(ps) == want) found = 1 }
+    END { exit !found }' "$proc/mounts" 2>/dev/null
+}
+
+check_hugepages() {
+  local d=$1 n
+  if [[ $pages == 0 ]]; then
+    # Regions on 4 KiB pages: DPDK looks each one's IOVA up once; without an
+    # IOMMU that is a physical address, which compaction may change.
+    if [[ $d != vfio-pci ]] && [[ $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
+      problem "vm.compact_unevictable_allowed is 1: with 4 KiB pages and IOVA as PA, compaction may move a page a device is reading" \
+        "reserve hugepages (--pages N), or sysctl -w vm.compact_unevictable_allowed=0 (the set-up does it with --pages 0)"
+    fi
+    return
+  fi
+  if [[ ! -d $hp_dir ]]; then
+    problem "no $page_size hugepages in this kernel ($hp_dir missing)" "use --page-size 2M, or hugepagesz=$page_size on the kernel cmdline"
+    return
+  fi
+  n=$(cat "$hp_dir/nr_hugepages")
+  if ((n == 0)); then
+    problem "no $page_size hugepages reserved" "run with --pages N, or add hugepagesz=$page_size hugepages=N to the kernel cmdline (or --pages 0 for 4 KiB pages)"
+  elif [[ -n $pages ]] && ((n < pages)); then
+    problem "$n of the $pages $page_size hugepages asked for are reserved" "free memory (or reserve at boot: hugepagesz=$page_size hugepages=$pages)"
+  fi
+  hugetlbfs_mounted "$page_size" || problem "hugetlbfs (pagesize=$page_size) is not mounted" \
+    "mount -t hugetlbfs -o pagesize=$page_size nodev $hugetlbfs_dir (the set-up does it)"
+}
+
+check_cores() {
+  local iso
+  iso=$(cat "$sys/devices/system/cpu/isolated" 2>/dev/null)
+  if [[ -z $iso ]] && ! has_word isolcpus= && ! has_word nohz_full=; then
+    note "no isolated cores (isolcpus/nohz_full absent from the kernel cmdline)" \
+      "add isolcpus=2-3 nohz_full=2-3 rcu_nocbs=2-3 (your cores) to the kernel cmdline and give uroce those cores (-l 2,3)"
+  fi
+}
+
+check_memlock() {
+  local l
+  l=$(ulimit -l)
+  [[ $l == unlimited ]] && return
+  if (($(id -u) == 0)); then
+    note "memlock limit $l KiB" "root is exempt (CAP_IPC_LOCK); for another user: ulimit -l unlimited (limits.conf memlock)"
+  else
+    problem "memlock limit $l KiB: vfio pins every DMA-mapped page" "ulimit -l unlimited, or memlock unlimited in /etc/security/limits.conf"
+  fi
+}
+
+check_group() {
+  local p=$1 g other drv list=''
+  g=$(readlink "$sys/bus/pci/devices/$p/iommu_group" 2>/dev/null) || return 0
+  for other in "$sys/kernel/iommu_groups/${g##*/}/devices"/*; do
+    other=${other##*/}
+    [[ $other == "$p" || ! -e $sys/bus/pci/devices/$other ]] && continue
+    drv=$(nic_driver "$other")
+    # vfio accepts group members with no driver, vfio-pci's, or PCIe ports.
+    [[ -z $drv || $drv == vfio-pci || $drv == pcieport || $drv == pci-stub ]] && continue
+    list+=" $other ($drv)"
+  done
+  [[ -z $list ]] || problem "IOMMU group ${g##*/} of $p also holds$list" \
+    "vfio needs every device of the group unbound or on vfio-pci: bind them too, or use another slot (or a platform with ACS)"
+}
+
+# The NIC's binding. Sets nic_busy when unbinding it would cut the machine off.
+check_nic() {
+  local d=$1 drv ifs i addrs up
+  nic_busy=''
+  if [[ -z $pci ]]; then
+    problem "no PCI device or interface '$nic'" "give a PCI address from lspci -D or an interface from ip link"
+    return
+  fi
+  drv=$(nic_driver "$pci")
+  [[ $d == vfio-pci ]] && check_group "$pci"
+  if [[ -z $drv ]]; then
+    problem "$pci is bound to no driver" "$me --nic $pci binds it"
+    return
+  fi
+  if is_dpdk_driver "$drv"; then
+    if [[ $d == uio && $drv != uio_pci_generic ]] || [[ $d != uio && $drv == uio_pci_generic ]]; then
+      problem "$pci is bound to $drv, not to the driver asked for ($d)" "$me --undo, then set up again"
+    fi
+    return
+  fi
+  ifs=$(nic_ifaces "$pci" | tr '\n' ' ')
+  local what="$pci is bound to kernel driver $drv"
+  for i in $ifs; do
+    up=down; iface_up "$i" && up=up
+    addrs=$(iface_addrs "$i" | awk '{print $2}' | paste -sd, -)
+    what+=" (interface $i, $up"
+    [[ -n $addrs ]] && { what+=", addresses $addrs"; nic_busy+=" $i has addresses $addrs;"; }
+    if carries_default_route "$i"; then what+=", the default route"; nic_busy+=" $i carries the default route;"; fi
+    what+=")"
+  done
+  if [[ -n $nic_busy ]]; then
+    problem "$what" "unbinding it cuts those off: $me --nic $pci --force (--undo restores them), or pick another NIC"
+  else
+    problem "$what" "$me --nic $pci binds it to $(driver_module "$d")"
+  fi
+}
+
+run_checks() {
+  local d
+  d=$(effective_driver)
+  problems=0
+  check_iommu "$d"
+  check_module "$d"
+  check_hugepages "$d"
+  check_memlock
+  check_cores
+  [[ -n $nic ]] && check_nic "$d"
+  return 0
+}
+
+# ---- state ----------------------------------------------------------------
+
+# Saves KEY=VALUE unless the state already has KEY: a second set-up keeps
+# what the first one found, so --undo restores the machine as it was.
+save() {
+  mkdir -p "$state_dir" || die "cannot create $state_dir"
+  grep -q "^$1=" "$state" 2>/dev/null && return
+  printf '%s=%q\n' "$1" "$2" >>"$state"
+}
+# The value saved under KEY ("" if none); the file holds KEY=%q lines.
+# shellcheck disable=SC1090 # the state file is ours
+saved() { (. "$state" 2>/dev/null; printf '%s' "${!1:-}"); }
+has_saved() { grep -q "^$1=" "$state" 2>/dev/null; }
+
+# Modules present now, to find those the set-up loads.
+modules_now() { local m; for m in "$sys/module"/*; do [[ -e $m ]] && echo "${m##*/}"; done | sort; }
+
+load_module() {
+  local before after new
+  before=$(modules_now)
+  modprobe "$@" || return 1
+  after=$(modules_now)
+  new=$(comm -13 <(echo "$before") <(echo "$after") | tr '\n' ' ')
+  if [[ -n $new ]]; then
+    local prev
+    prev=$(saved modules_loaded)
+    sed -i '/^modules_loaded=/d' "$state" 2>/dev/null
+    printf 'modules_loaded=%q\n' "$prev $new" >>"$state"
+  fi
+}
+
+# ---- set-up ---------------------------------------------------------------
+
+set_up_hugepages() {
+  local d=$1 n
+  if [[ $pages == 0 ]]; then
+    if [[ $d != vfio-pci && $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
+      save compact_unevictable_allowed 1
+      sysfs_write "$proc/sys/vm/compact_unevictable_allowed" 0 || die "cannot write vm.compact_unevictable_allowed"
+      say "vm.compact_unevictable_allowed set to 0"
+    fi
+    return
+  fi
+  [[ -d $hp_dir ]] || return
+  n=$(cat "$hp_dir/nr_hugepages")
+  save hp_dir "$hp_dir"
+  save hp_count "$n"
+  if [[ -n $pages && $n != "$pages" ]]; then
+    sysfs_write "$hp_dir/nr_hugepages" "$pages" || die "cannot write $hp_dir/nr_hugepages"
+    say "$page_size hugepages: $n -> $(cat "$hp_dir/nr_hugepages") (asked $pages)"
+  fi
+  if ! hugetlbfs_mounted "$page_size" && (($(cat "$hp_dir/nr_hugepages") > 0)); then
+    local at=$hugetlbfs_dir
+    [[ $page_size == 1G ]] && at=${hugetlbfs_dir}1G
+    mkdir -p "$at" 2>/dev/null
+    mount -t hugetlbfs -o "pagesize=$page_size" nodev "$at" || die "cannot mount hugetlbfs on $at"
+    save hugetlbfs_mounted "$at"
+    say "hugetlbfs (pagesize=$page_size) mounted on $at"
+  fi
+}
+
+# vfio's no-IOMMU switch on (vfio loaded with it, or the parameter flipped).
+enable_noiommu() {
+  local param=$sys/module/vfio/parameters/enable_unsafe_noiommu_mode
+  if [[ -e $param ]]; then
+    save noiommu "$(cat "$param")"
+    [[ $(cat "$param") == Y ]] || sysfs_write "$param" 1 || die "cannot write $param"
+  else
+    save noiommu unloaded
+    load_module vfio enable_unsafe_noiommu_mode=1 || die "cannot load vfio with enable_unsafe_noiommu_mode=1"
+  fi
+  [[ $(cat "$param" 2>/dev/null) == Y ]] || die "vfio's no-IOMMU mode did not turn on (CONFIG_VFIO_NOIOMMU?): use --driver uio"
+}
+
+# The NIC's interface: its state, addresses and routes saved, then down.
+take_iface_down() {
+  local i=$1
+  save iface "$i"
+  local up=0
+  iface_up "$i" && up=1
+  save iface_up "$up"
+  save iface_addrs "$(iface_addrs "$i" | paste -sd';' -)"
+  save iface_routes "$( (ip route show dev "$i"; ip -6 route show dev "$i") 2>/dev/null |
+    grep -v 'proto kernel' | grep -v '^fe80::' | grep -v '^multicast' | paste -sd';' -)"
+  ip link set "$i" down 2>/dev/null
+}
+
+bind_nic() {
+  local d=$1 m drv i
+  m=$(driver_module "$d")
+  drv=$(nic_driver "$pci")
+  [[ $drv == "$m" ]] && { say "$pci already on $m"; return; }
+  [[ $d == vfio-noiommu ]] && enable_noiommu
+  module_loaded "${m//-/_}" || load_module "$m" || die "cannot load $m"
+  save nic "$pci"
+  save nic_driver "$drv"
+  save nic_override "$(cat "$sys/bus/pci/devices/$pci/driver_override" 2>/dev/null)"
+  for i in $(nic_ifaces "$pci"); do take_iface_down "$i"; break; done
+  sysfs_write "$sys/bus/pci/devices/$pci/driver_override" "$m" || die "cannot write $pci's driver_override"
+  if [[ -n $drv ]]; then
+    sysfs_write "$sys/bus/pci/devices/$pci/driver/unbind" "$pci" || die "cannot unbind $pci from $drv"
+  fi
+  sysfs_write "$sys/bus/pci/drivers_probe" "$pci" || die "cannot probe $pci"
+  [[ $(nic_driver "$pci") == "$m" ]] || die "$pci did not bind to $m (dmesg says why)"
+  say "$pci: ${drv:-no driver} -> $m"
+}
+
+cmd_setup() {
+  local d
+  (($(id -u) == 0)) || [[ -n ${NIC_SETUP_SYSFS:-} ]] || die "needs root to set up (--check does not)"
+  resolve_nic
+  run_checks
+  d=$(effective_driver)
+  if [[ $d == vfio-pci ]] && ! have_iommu; then
+    die "no IOMMU: not binding to vfio-pci (use --driver vfio-noiommu or uio)"
+  fi
+  # Before changing anything: a NIC that carries the machine's traffic stays.
+  if [[ -n $pci && -n ${nic_busy:-} && $force != 1 ]]; then
+    die "refusing to unbind $pci:$nic_busy give --force to do it anyway"
+  fi
+  set_up_hugepages "$d"
+  [[ -n $pci ]] && bind_nic "$d"
+  say "checking again"
+  run_checks
+  report
+}
+
+report() {
+  if ((problems == 0)); then
+    say "ready"
+    return 0
+  fi
+  say "not ready: $problems problem(s)"
+  return 1
+}
+
+# ---- undo -----------------------------------------------------------------
+
+restore_nic() {
+  local p orig override now i want up
+  p=$(saved nic)
+  orig=$(saved nic_driver)
+  override=$(saved nic_override)
+  now=$(nic_driver "$p")
+  [[ $override == "(null)" ]] && override=''
+  # An empty write clears driver_override.
+  sysfs_write "$sys/bus/pci/devices/$p/driver_override" "$override" ||
+    { problem "cannot restore $p's driver_override" "echo '$override' > $sys/bus/pci/devices/$p/driver_override"; }
+  if [[ $now != "$orig" ]]; then
+    [[ -n $now ]] && { sysfs_write "$sys/bus/pci/devices/$p/driver/unbind" "$p" || problem "cannot unbind $p from $now" "see dmesg"; }
+    if [[ -n $orig ]]; then
+      sysfs_write "$sys/bus/pci/drivers_probe" "$p"
+      [[ $(nic_driver "$p") == "$orig" ]] || sysfs_write "$sys/bus/pci/drivers/$orig/bind" "$p"
+    fi
+    now=$(nic_driver "$p")
+    [[ $now == "$orig" ]] || problem "$p is on '${now:-no driver}', not its original '$orig'" "echo $p > $sys/bus/pci/drivers/$orig/bind"
+  fi
+  [[ -n $now ]] && say "$p back on $now"
+  has_saved iface || return 0
+  want=$(saved iface)
+  # udev may name the new interface differently; give it its old name.
+  for _ in {1..50}; do i=$(nic_ifaces "$p" | head -1); [[ -n $i ]] && break; sleep 0.1; done
+  [[ -n $i ]] || { problem "$p has no interface after rebinding" "see dmesg"; return; }
+  if [[ $i != "$want" ]]; then
+    ip link set "$i" down 2>/dev/null
+    ip link set "$i" name "$want" || { problem "cannot rename $i to $want" "ip link set $i name $want"; want=$i; }
+  fi
+  up=$(saved iface_up)
+  if [[ $up == 1 ]]; then ip link set "$want" up || problem "cannot bring $want up" "ip link set $want up"; fi
+  local a r
+  IFS=';' read -ra a <<<"$(saved iface_addrs)"
+  for r in "${a[@]}"; do
+    [[ -n $r ]] || continue
+    ip addr add "${r#* }" dev "$want" 2>/dev/null || [[ $(ip addr show dev "$want") == *" ${r#* } "* ]] ||
+      problem "cannot restore address ${r#* } on $want" "ip addr add ${r#* } dev $want"
+  done
+  IFS=';' read -ra a <<<"$(saved iface_routes)"
+  for r in "${a[@]}"; do
+    [[ -n $r ]] || continue
+    local fam=-4
+    [[ $r == *:* ]] && fam=-6
+    # shellcheck disable=SC2086 # a saved route is words for ip
+    ip $fam route replace $r dev "$want" 2>/dev/null || problem "cannot restore route '$r' on $want" "ip route add $r dev $want"
+  done
+  say "interface $want restored ($([[ $up == 1 ]] && echo up || echo down))"
+}
+
+cmd_undo() {
+  [[ -f $state ]] || { say "nothing to undo (no $state)"; return 0; }
+  problems=0
+  has_saved nic && restore_nic
+  if has_saved hugetlbfs_mounted; then
+    umount "$(saved hugetlbfs_mounted)" || problem "cannot unmount $(saved hugetlbfs_mounted)" "umount it once nothing uses it"
+  fi
+  if has_saved hp_count; then
+    local dir n
+    dir=$(saved hp_dir) n=$(saved hp_count)
+    sysfs_write "$dir/nr_hugepages" "$n" || problem "cannot restore $dir/nr_hugepages" "echo $n > $dir/nr_hugepages"
+    [[ $(cat "$dir/nr_hugepages") == "$n" ]] || problem "hugepages: $(cat "$dir/nr_hugepages"), not $n" "echo $n > $dir/nr_hugepages once they are free"
+    say "hugepages back to $n"
+  fi
+  if has_saved compact_unevictable_allowed; then
+    sysfs_write "$proc/sys/vm/compact_unevictable_allowed" "$(saved compact_unevictable_allowed)"
+    say "vm.compact_unevictable_allowed back to $(saved compact_unevictable_allowed)"
+  fi
+  local param=$sys/module/vfio/parameters/enable_unsafe_noiommu_mode m
+  if has_saved noiommu && [[ $(saved noiommu) != unloaded && -e $param ]]; then
+    local v=0
+    [[ $(saved noiommu) == Y ]] && v=1
+    sysfs_write "$param" "$v" || problem "cannot restore $param" "echo $v > $param"
+  fi
+  # The modules the set-up loaded: a few passes, as one in use by another
+  # goes once its user has.
+  for _ in 1 2 3; do
+    for m in $(saved modules_loaded); do
+      module_loaded "$m" && { modprobe -r "$m" 2>/dev/null || true; }
+    done
+  done
+  for m in $(saved modules_loaded); do
+    module_loaded "$m" && problem "module $m is still loaded" "modprobe -r $m"
+  done
+  [[ -n $(saved modules_loaded | tr -d ' ') ]] && say "modules unloaded: $(saved modules_loaded)"
+  if ((problems == 0)); then
+    rm -f "$state"
+    rmdir "$state_dir" 2>/dev/null
+    say "undone"
+    return 0
+  fi
+  say "undo incomplete: $problems problem(s); state kept in $state"
+  return 1
+}
+
+main() {
+  parse_args "$@"
+  case $mode in
+    check)
+      resolve_nic
+      run_checks
+      report
+      ;;
+    setup) cmd_setup ;;
+    undo) cmd_undo ;;
+  esac
+}
+
+main "$@"
