@@ -17,6 +17,7 @@
 #   --driver D         vfio-pci (IOMMU; IOVA as VA), vfio-noiommu (vfio-pci with
 #                      enable_unsafe_noiommu_mode=1; IOVA as PA), uio (uio_pci_generic;
 #                      IOVA as PA); default: vfio-pci with an IOMMU, else vfio-noiommu
+#                      where the kernel has it (CONFIG_VFIO_NOIOMMU), else uio
 #   --pages N          hugepages to reserve (of --page-size); 0: none, regions on
 #                      4 KiB pages (then, without an IOMMU, vm.compact_unevictable_allowed
 #                      is set to 0 so that compaction does not move pages under a DMA)
@@ -134,11 +135,23 @@ carries_default_route() {
 }
 is_dpdk_driver() { [[ $1 == vfio-pci || $1 == uio_pci_generic || $1 == igb_uio ]]; }
 
-# The driver the set-up uses: --driver, else by whether there is an IOMMU.
+# Whether vfio has a no-IOMMU mode (CONFIG_VFIO_NOIOMMU; Debian 12's kernel
+# has none): the parameter once vfio is loaded, modinfo's list before.
+noiommu_supported() {
+  if module_loaded vfio; then
+    [[ -e $sys/module/vfio/parameters/enable_unsafe_noiommu_mode ]]
+  elif command -v modinfo >/dev/null 2>&1 && modinfo vfio >/dev/null 2>&1; then
+    [[ $(modinfo -p vfio 2>/dev/null) == *enable_unsafe_noiommu_mode* ]]
+  fi
+}
+
+# The driver the set-up uses: --driver, else by whether there is an IOMMU
+# and whether vfio can do without one.
 effective_driver() {
   if [[ -n $driver ]]; then echo "$driver"
   elif have_iommu; then echo vfio-pci
-  else echo vfio-noiommu
+  elif noiommu_supported; then echo vfio-noiommu
+  else echo uio
   fi
 }
 driver_module() { case $1 in vfio-pci | vfio-noiommu) echo vfio-pci ;; uio) echo uio_pci_generic ;; esac; }
@@ -156,7 +169,9 @@ check_iommu() {
   else
     why+="; intel_iommu=on is not on the kernel cmdline)"
   fi
-  local fix="use --driver vfio-noiommu or --driver uio (IOVA as PA), or enable VT-d/AMD-Vi in the firmware and add intel_iommu=on iommu=pt to the kernel cmdline"
+  local fix="use --driver vfio-noiommu or --driver uio (IOVA as PA)"
+  noiommu_supported || fix="use --driver uio (IOVA as PA; this kernel's vfio has no no-IOMMU mode)"
+  fix+=", or enable VT-d/AMD-Vi in the firmware and add intel_iommu=on iommu=pt to the kernel cmdline"
   if [[ $d == vfio-pci ]]; then problem "$why" "$fix"; else note "$why" "$fix"; fi
 }
 
@@ -169,11 +184,8 @@ check_module() {
   fi
   module_available "$m" || problem "module $m is not loadable" \
     "install the kernel's modules (linux-image-$(uname -r)), or pick another --driver"
-  if [[ $d == vfio-noiommu ]] && ! module_loaded vfio && command -v modinfo >/dev/null 2>&1 &&
-    [[ $(modinfo -p vfio 2>/dev/null) != *enable_unsafe_noiommu_mode* ]]; then
-    problem "the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU)" "use --driver uio"
-  elif [[ $d == vfio-noiommu ]] && module_loaded vfio && [[ ! -e $sys/module/vfio/parameters/enable_unsafe_noiommu_mode ]]; then
-    problem "the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU)" "use --driver uio"
+  if [[ $d == vfio-noiommu ]] && ! noiommu_supported; then
+    problem "the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU is off)" "use --driver uio (uio_pci_generic)"
   fi
 }
 
@@ -322,7 +334,7 @@ load_module() {
     local prev
     prev=$(saved modules_loaded)
     sed -i '/^modules_loaded=/d' "$state" 2>/dev/null
-    printf 'modules_loaded=%q\n' "$prev $new" >>"$state"
+    printf 'modules_loaded=%q\n' "${prev:+$prev }${new% }" >>"$state"
   fi
 }
 
@@ -377,8 +389,11 @@ take_iface_down() {
   iface_up "$i" && up=1
   save iface_up "$up"
   save iface_addrs "$(iface_addrs "$i" | paste -sd';' -)"
+  # The routes the kernel makes again by itself (with an address, from a
+  # router advertisement) are left to it.
   save iface_routes "$( (ip route show dev "$i"; ip -6 route show dev "$i") 2>/dev/null |
-    grep -v 'proto kernel' | grep -v '^fe80::' | grep -v '^multicast' | paste -sd';' -)"
+    grep -v -e 'proto kernel' -e 'proto ra' -e '^fe80::' -e '^multicast' |
+    sed -E 's/ expires [0-9]+sec//' | paste -sd';' -)"
   ip link set "$i" down 2>/dev/null
 }
 
@@ -482,32 +497,57 @@ restore_nic() {
   say "interface $want restored ($([[ $up == 1 ]] && echo up || echo down))"
 }
 
-cmd_undo() {
-  [[ -f $state ]] || { say "nothing to undo (no $state)"; return 0; }
-  problems=0
-  has_saved nic && restore_nic
-  if has_saved hugetlbfs_mounted; then
-    umount "$(saved hugetlbfs_mounted)" || problem "cannot unmount $(saved hugetlbfs_mounted)" "umount it once nothing uses it"
+# Drops KEYs from the state: what is restored is not restored again when
+# an --undo that stopped half-way is run once more.
+forget() {
+  local k
+  for k in "$@"; do sed -i "/^$k=/d" "$state"; done
+}
+
+# Runs undo step FUNCTION; forgets KEYs when it found no problem.
+undo_step() {
+  local before=$problems step=$1
+  shift
+  "$step"
+  ((problems == before)) && forget "$@"
+  return 0
+}
+
+undo_mount() {
+  local at
+  at=$(saved hugetlbfs_mounted)
+  if awk -v at="$at" '$2 == at && $3 == "hugetlbfs" { found = 1 } END { exit !found }' "$proc/mounts"; then
+    umount "$at" || problem "cannot unmount $at" "umount it once nothing uses it"
   fi
-  if has_saved hp_count; then
-    local dir n
-    dir=$(saved hp_dir) n=$(saved hp_count)
-    sysfs_write "$dir/nr_hugepages" "$n" || problem "cannot restore $dir/nr_hugepages" "echo $n > $dir/nr_hugepages"
-    [[ $(cat "$dir/nr_hugepages") == "$n" ]] || problem "hugepages: $(cat "$dir/nr_hugepages"), not $n" "echo $n > $dir/nr_hugepages once they are free"
-    say "hugepages back to $n"
-  fi
-  if has_saved compact_unevictable_allowed; then
-    sysfs_write "$proc/sys/vm/compact_unevictable_allowed" "$(saved compact_unevictable_allowed)"
-    say "vm.compact_unevictable_allowed back to $(saved compact_unevictable_allowed)"
-  fi
-  local param=$sys/module/vfio/parameters/enable_unsafe_noiommu_mode m
-  if has_saved noiommu && [[ $(saved noiommu) != unloaded && -e $param ]]; then
-    local v=0
-    [[ $(saved noiommu) == Y ]] && v=1
-    sysfs_write "$param" "$v" || problem "cannot restore $param" "echo $v > $param"
-  fi
-  # The modules the set-up loaded: a few passes, as one in use by another
-  # goes once its user has.
+}
+
+undo_hugepages() {
+  local dir n
+  dir=$(saved hp_dir) n=$(saved hp_count)
+  sysfs_write "$dir/nr_hugepages" "$n" || problem "cannot restore $dir/nr_hugepages" "echo $n > $dir/nr_hugepages"
+  [[ $(cat "$dir/nr_hugepages") == "$n" ]] || problem "hugepages: $(cat "$dir/nr_hugepages"), not $n" "echo $n > $dir/nr_hugepages once they are free"
+  say "hugepages back to $n"
+}
+
+undo_compaction() {
+  local v
+  v=$(saved compact_unevictable_allowed)
+  sysfs_write "$proc/sys/vm/compact_unevictable_allowed" "$v" ||
+    problem "cannot restore vm.compact_unevictable_allowed" "sysctl -w vm.compact_unevictable_allowed=$v"
+  say "vm.compact_unevictable_allowed back to $v"
+}
+
+undo_noiommu() {
+  local param=$sys/module/vfio/parameters/enable_unsafe_noiommu_mode v=0
+  [[ $(saved noiommu) != unloaded && -e $param ]] || return 0
+  [[ $(saved noiommu) == Y ]] && v=1
+  sysfs_write "$param" "$v" || problem "cannot restore $param" "echo $v > $param"
+}
+
+# The modules the set-up loaded: a few passes, as one in use by another
+# goes once its user has.
+undo_modules() {
+  local m
   for _ in 1 2 3; do
     for m in $(saved modules_loaded); do
       module_loaded "$m" && { modprobe -r "$m" 2>/dev/null || true; }
@@ -516,14 +556,26 @@ cmd_undo() {
   for m in $(saved modules_loaded); do
     module_loaded "$m" && problem "module $m is still loaded" "modprobe -r $m"
   done
-  [[ -n $(saved modules_loaded | tr -d ' ') ]] && say "modules unloaded: $(saved modules_loaded)"
+  [[ -n $(saved modules_loaded | tr -d ' ') ]] && say "modules unloaded:$(saved modules_loaded)"
+  return 0
+}
+
+cmd_undo() {
+  [[ -f $state ]] || { say "nothing to undo (no $state)"; return 0; }
+  problems=0
+  has_saved nic && undo_step restore_nic nic nic_driver nic_override iface iface_up iface_addrs iface_routes
+  has_saved hugetlbfs_mounted && undo_step undo_mount hugetlbfs_mounted
+  has_saved hp_count && undo_step undo_hugepages hp_dir hp_count
+  has_saved compact_unevictable_allowed && undo_step undo_compaction compact_unevictable_allowed
+  has_saved noiommu && undo_step undo_noiommu noiommu
+  has_saved modules_loaded && undo_step undo_modules modules_loaded
   if ((problems == 0)); then
     rm -f "$state"
     rmdir "$state_dir" 2>/dev/null
     say "undone"
     return 0
   fi
-  say "undo incomplete: $problems problem(s); state kept in $state"
+  say "undo incomplete: $problems problem(s); what is left to restore is in $state (--undo again)"
   return 1
 }
 

@@ -148,6 +148,14 @@ esac
 exit 0
 EOF
 
+# modinfo: vfio has its no-IOMMU switch unless the machine says not
+# (Debian 12's kernel: CONFIG_VFIO_NOIOMMU off).
+cat >"$tmp/bin-modinfo" <<'EOF'
+#!/usr/bin/env bash
+[[ ${*: -1} == vfio ]] || exit 1
+[[ -e $FAKE/no-noiommu ]] || echo "enable_unsafe_noiommu_mode:Enable UNSAFE, no-IOMMU mode. (bool)"
+EOF
+
 cat >"$tmp/bin-mount" <<'EOF'
 #!/usr/bin/env bash
 echo "mount $*" >>"$FAKE/log"
@@ -156,12 +164,13 @@ EOF
 cat >"$tmp/bin-umount" <<'EOF'
 #!/usr/bin/env bash
 echo "umount $*" >>"$FAKE/log"
+[[ -e $FAKE/busy ]] && { echo "umount: $1: target is busy." >&2; exit 32; }
 grep -v " $1 hugetlbfs " "$FAKE/proc/mounts" >"$FAKE/proc/mounts.new"
 mv "$FAKE/proc/mounts.new" "$FAKE/proc/mounts"
 EOF
 
 mkdir -p "$tmp/bin"
-for b in modprobe ip mount umount; do mv "$tmp/bin-$b" "$tmp/bin/$b"; done
+for b in modprobe modinfo ip mount umount; do mv "$tmp/bin-$b" "$tmp/bin/$b"; done
 chmod +x "$tmp/hook" "$tmp/bin"/*
 
 # A machine with no IOMMU, no hugepages, nothing isolated, e1000e on
@@ -263,6 +272,18 @@ run --check --nic "$pci"
 expect "check group" 1 "nic-setup: IOMMU group 7 of $pci also holds 0000:00:04.1 (snd_hda_intel): vfio needs every device of the group"
 expect_no "check group" "no IOMMU"
 
+# A kernel without vfio's no-IOMMU mode: asked for, a problem; by default
+# the set-up takes uio_pci_generic instead.
+touch "$fake/no-noiommu"
+run --check --driver vfio-noiommu
+expect "check no noiommu" 1 "nic-setup: the kernel's vfio has no no-IOMMU mode (CONFIG_VFIO_NOIOMMU is off): use --driver uio"
+rm -f "$sys/kernel/iommu_groups/7/devices"/* && rmdir "$sys/kernel/iommu_groups/7/devices" "$sys/kernel/iommu_groups/7"
+run --nic eth1 --pages 4 --force
+expect "set-up, no noiommu" 0 "nic-setup: $pci: e1000e -> uio_pci_generic" "nic-setup: ready"
+run --undo
+expect "undo, no noiommu" 0 "nic-setup: undone"
+expect_eq "undo, no noiommu: driver" "$(driver_of)" e1000e
+
 # Bad usage: one line, status 2.
 for bad in "--driver igb" "--pages x" "--page-size 4K" "--bogus"; do
   # shellcheck disable=SC2086 # the words are the arguments
@@ -311,6 +332,22 @@ expect_eq "undo: modules" "$(modules)" "e1000e "
 [[ ! -e $fake/run/STATE ]] || fail "undo: state file left"
 run --undo
 expect "undo twice" 0 "nic-setup: nothing to undo"
+
+# An undo that stops half-way (the mount is busy) keeps only what is left
+# to restore; run again once it is free, it finishes.
+make_machine
+run --nic eth1 --pages 16 --force
+expect "set-up before a busy undo" 0 "nic-setup: ready"
+touch "$fake/busy"
+run --undo
+expect "busy undo" 1 "nic-setup: cannot unmount $fake/hugepages: umount it once nothing uses it" "nic-setup: undo incomplete: 1 problem(s)"
+expect_eq "busy undo: driver" "$(driver_of)" e1000e
+expect_eq "busy undo: state left" "$(cut -d= -f1 "$fake/run/STATE" | tr '\n' ' ')" "hugetlbfs_mounted "
+rm "$fake/busy"
+run --undo
+expect "undo after busy" 0 "nic-setup: undone"
+expect_no "undo after busy" "back on"
+! grep -q hugetlbfs "$fake/proc/mounts" || fail "undo after busy: hugetlbfs still mounted"
 
 # vfio already loaded with no-IOMMU off, an idle NIC, uio... each restored:
 # vfio's switch goes back to N and stays loaded; 4 KiB pages set compaction
