@@ -424,7 +424,9 @@ cmd_setup() {
   run_checks
   d=$(effective_driver)
   if [[ $d == vfio-pci ]] && ! have_iommu; then
-    die "no IOMMU: not binding to vfio-pci (use --driver vfio-noiommu or uio)"
+    local instead="--driver vfio-noiommu or --driver uio"
+    noiommu_supported || instead="--driver uio"
+    die "no IOMMU: not binding to vfio-pci (use $instead)"
   fi
   # Before changing anything: a NIC that carries the machine's traffic stays.
   if [[ -n $pci && -n ${nic_busy:-} && $force != 1 ]]; then
@@ -556,7 +558,7 @@ undo_modules() {
   for m in $(saved modules_loaded); do
     module_loaded "$m" && problem "module $m is still loaded" "modprobe -r $m"
   done
-  [[ -n $(saved modules_loaded | tr -d ' ') ]] && say "modules unloaded:$(saved modules_loaded)"
+  [[ -n $(saved modules_loaded | tr -d ' ') ]] && say "modules unloaded: $(saved modules_loaded)"
   return 0
 }
 
