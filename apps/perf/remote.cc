@@ -106,6 +106,10 @@ bool Endpoint::set_up() {
     std::fprintf(stderr, "uroce-perf: set-up failed: %s\n", ctx_.last_error().c_str());
     return false;
   }
+  if (o_.offset != 0) {
+    std::printf("buffer: %zu bytes at offset %ld of a page\n", layout_.bytes,
+                static_cast<long>(reinterpret_cast<std::uintptr_t>(buf_) % sysconf(_SC_PAGESIZE)));
+  }
   prepare_buffer_and_qps();
   return true;
 }

@@ -213,6 +213,10 @@ bool Pingpong::set_up() {
   buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size + o_.offset));
   if (buf_ == nullptr) return fail(ctx_.last_error().c_str());
   buf_ += o_.offset;
+  if (o_.offset != 0) {
+    const auto in_page = static_cast<long>(reinterpret_cast<std::uintptr_t>(buf_) % static_cast<std::uintptr_t>(page_));
+    std::printf("  buffer: %u bytes at offset %ld of a page\n", o_.size, in_page);
+  }
   // As ibv_rc_pingpong: the buffer starts as 0x7b; with -c the client marks
   // the first byte of every page, and the server checks the marks at the end.
   std::memset(buf_, 0x7b, o_.size);

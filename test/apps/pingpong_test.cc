@@ -166,6 +166,8 @@ TEST(PingpongOffset, BuffersInsideAPageOverMemif) {
         PairIds{}, "", &out);
     std::remove(sock.c_str());
     EXPECT_EQ(why, "") << "size " << size;
+    EXPECT_NE(out.find("buffer: " + std::to_string(size) + " bytes at offset 4095 of a page"), std::string::npos) << out;
+    EXPECT_NE(out.find("buffer: " + std::to_string(size) + " bytes at offset 100 of a page"), std::string::npos) << out;
     EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
   }
 }
@@ -222,12 +224,13 @@ TEST_F(PingpongVeth, ServerAndClientOverAfPacketWithMtu4096) {
 // both sides, over memif and over the namespaced veth pair.
 const std::string kPerf = UROCE_PERF_BIN;
 
-// server_opts and client_opts: more options for one side only.
+// server_opts and client_opts: more options for one side only; `outputs`,
+// if given, receives the server's output then the client's.
 std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
                           const std::string& server_port, const std::string& client_port, const std::string& server_ip,
                           const std::string& client_ip, const std::string& connect_to, const std::string& op,
                           const std::string& server_ns = "", const std::string& server_opts = "",
-                          const std::string& client_opts = "") {
+                          const std::string& client_opts = "", std::string* outputs = nullptr) {
   const bool atomic = op.rfind("atomic", 0) == 0, read = op.rfind("read", 0) == 0;
   const std::string opts = " " + op + (atomic ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
   const PairIds ids;
@@ -252,6 +255,7 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
     if (at == std::string::npos || sender.compare(at + 25, 2, "0 ") == 0) why += "no zero-copy frames; ";
   }
   if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
+  if (outputs != nullptr) *outputs = server.out + client.out;
   return why;
 }
 
@@ -284,12 +288,15 @@ TEST(PerfOffset, EveryOperationVerifiedWithBuffersInsideAPage) {
   for (const std::string op : {"write", "read", "send", "atomic"}) {
     const std::string sock = "/tmp/uroce-perfo-" + std::to_string(getpid()) + "-" + op + ".sock";
     const std::string vdev = ",bsize=8192,socket=" + sock;
+    std::string out;
     const std::string why = run_perf_pair(
         "", "", kEal + " -l 0 --file-prefix=" + PairIds::prefix("pfos") + " --vdev=net_memif0,role=server" + vdev,
         kEal + " -l 1 --file-prefix=" + PairIds::prefix("pfoc") + " --vdev=net_memif0,role=client" + vdev, "10.93.1.1/24",
-        "10.93.1.2/24", "127.0.0.1", op, "", " --offset 4095", " --offset 100");
+        "10.93.1.2/24", "127.0.0.1", op, "", " --offset 4095", " --offset 100", &out);
     std::remove(sock.c_str());
     EXPECT_EQ(why, "") << op;
+    EXPECT_TRUE(std::regex_search(out, std::regex("buffer: [0-9]+ bytes at offset 4095 of a page"))) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("buffer: [0-9]+ bytes at offset 100 of a page"))) << out;
   }
 }
 
