@@ -153,23 +153,23 @@ TEST(PingpongIpv6, GidIndexZeroOverMemif) {
 // every 4096 of its buffer (ibv_rc_pingpong's check) and the server finds
 // them at the same offsets in its own. Zero-copy frames carry the pieces.
 TEST(PingpongOffset, BuffersInsideAPageOverMemif) {
-  for (const int size : {4097, 20000}) {
-    const std::string sock = "/tmp/uroce-ppo-" + std::to_string(getpid()) + "-" + std::to_string(size) + ".sock";
-    const std::string opts = " -s " + std::to_string(size) + " -m 1024 -n 300 -c --counters";
-    std::string out;
-    const std::string why = run_pair(
-        kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pos") +
-            " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.2.1/24 --offset 4095" + opts,
-        kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("poc") +
-            " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.2.2/24 --offset 100" + opts +
-            " 127.0.0.1",
-        PairIds{}, "", &out);
-    std::remove(sock.c_str());
-    EXPECT_EQ(why, "") << "size " << size;
-    EXPECT_NE(out.find("buffer: " + std::to_string(size) + " bytes at offset 4095 of a page"), std::string::npos) << out;
-    EXPECT_NE(out.find("buffer: " + std::to_string(size) + " bytes at offset 100 of a page"), std::string::npos) << out;
-    EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
-  }
+  // 20000 bytes from offset 4095: the first piece of a page is 1 byte long.
+  const std::string size = "20000";
+  const std::string sock = "/tmp/uroce-ppo-" + std::to_string(getpid()) + ".sock";
+  const std::string opts = " -s " + size + " -m 1024 -n 300 -c --counters";
+  std::string out;
+  const std::string why = run_pair(
+      kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pos") +
+          " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.2.1/24 --offset 4095" + opts,
+      kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("poc") +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.2.2/24 --offset 100" + opts +
+          " 127.0.0.1",
+      PairIds{}, "", &out);
+  std::remove(sock.c_str());
+  EXPECT_EQ(why, "");
+  EXPECT_NE(out.find("buffer: " + size + " bytes at offset 4095 of a page"), std::string::npos) << out;
+  EXPECT_NE(out.find("buffer: " + size + " bytes at offset 100 of a page"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, PingpongMemif,
