@@ -300,6 +300,21 @@ TEST(PerfOffset, EveryOperationVerifiedWithBuffersInsideAPage) {
   }
 }
 
+// The in-process modes take --offset too: both devices' buffers start 4095
+// bytes into a page (the atomic's target still 8-byte aligned), on the
+// simulated link and on net_ring.
+TEST(PerfOffset, InProcessModesVerifyEveryByte) {
+  for (const std::string mode : {"--sim", "-- --ring"}) {
+    for (const std::string op : {"write", "read", "send", "atomic"}) {
+      Proc p;
+      p.start(kPerf + " " + mode + " " + op + " --offset 4095 -s 5000 -n 300 --verify");
+      p.finish();
+      EXPECT_EQ(p.status, 0) << mode << " " << op << ": " << p.out;
+      EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << mode << " " << op << ": " << p.out;
+    }
+  }
+}
+
 TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {
   for (const std::string op : {"write", "read", "send", "atomic"}) {
     const std::string why = run_perf_pair("ip netns exec " + ns_a_ + " ", "ip netns exec " + ns_b_ + " ",
