@@ -13,7 +13,7 @@
 #                      restore what the set-up changed (saved in $state_dir)
 #
 #   --nic PCI|IFACE    the NIC: a PCI address (0000:00:03.0 or 00:03.0) or its
-#                      kernel interface name (eth1)
+#                      kernel interface name (eth1); also as the last word, without --nic
 #   --driver D         vfio-pci (IOMMU; IOVA as VA), vfio-noiommu (vfio-pci with
 #                      enable_unsafe_noiommu_mode=1; IOVA as PA), uio (uio_pci_generic;
 #                      IOVA as PA); default: vfio-pci with an IOMMU, else vfio-noiommu
@@ -70,7 +70,8 @@ parse_args() {
       --pages) (($# > 1)) || usage_error "--pages needs a number"; pages=$2; shift ;;
       --page-size) (($# > 1)) || usage_error "--page-size needs 2M or 1G"; page_size=$2; shift ;;
       -h | --help) usage; exit 0 ;;
-      *) usage_error "unknown argument '$1'" ;;
+      -*) usage_error "unknown argument '$1'" ;;
+      *) [[ -z $nic ]] || usage_error "one NIC at a time ('$nic', then '$1')"; nic=$1 ;;
     esac
     shift
   done

@@ -284,8 +284,13 @@ run --undo
 expect "undo, no noiommu" 0 "nic-setup: undone"
 expect_eq "undo, no noiommu: driver" "$(driver_of)" e1000e
 
+# The NIC as the last word, as with --nic.
+make_machine
+run --check "$pci"
+expect "check, NIC as a word" 1 "nic-setup: $pci is bound to kernel driver e1000e (interface eth1, up, addresses 10.9.0.5/24"
+
 # Bad usage: one line, status 2.
-for bad in "--driver igb" "--pages x" "--page-size 4K" "--bogus"; do
+for bad in "--driver igb" "--pages x" "--page-size 4K" "--bogus" "eth1 eth2"; do
   # shellcheck disable=SC2086 # the words are the arguments
   run $bad
   expect "usage $bad" 2 "nic-setup: "
