@@ -24,6 +24,10 @@
 #   --page-size 2M|1G  hugepage size (default 2M)
 #   --force            unbind a NIC that carries an address or the default route
 #                      (its addresses and routes are saved and restored by --undo)
+#   --unsafe-interrupts  vfio-pci on an IOMMU that does not remap interrupts (a VM's
+#                      vIOMMU without intremap=on): vfio_iommu_type1 with
+#                      allow_unsafe_interrupts=1 (a device could then raise
+#                      interrupts it was not given)
 #
 # Each problem is one line "nic-setup: <what>: <fix>"; advice that does not
 # stop a set-up from working is "nic-setup: note: <what>: <fix>". Exit status:
@@ -42,7 +46,7 @@ state=$state_dir/STATE
 hugetlbfs_dir=${NIC_SETUP_HUGETLBFS:-/dev/hugepages}
 me="tools/nic-setup.sh"
 
-mode=setup nic='' driver='' pages='' page_size=2M force=0
+mode=setup nic='' driver='' pages='' page_size=2M force=0 unsafe_interrupts=0
 problems=0
 
 problem() { echo "nic-setup: $1: $2"; problems=$((problems + 1)); }
@@ -65,6 +69,7 @@ parse_args() {
       --check) mode=check ;;
       --undo) mode=undo ;;
       --force) force=1 ;;
+      --unsafe-interrupts) unsafe_interrupts=1 ;;
       --nic) (($# > 1)) || usage_error "--nic needs a PCI address or an interface"; nic=$2; shift ;;
       --driver) (($# > 1)) || usage_error "--driver needs a value"; driver=$2; shift ;;
       --pages) (($# > 1)) || usage_error "--pages needs a number"; pages=$2; shift ;;
@@ -174,6 +179,24 @@ check_iommu() {
   noiommu_supported || fix="use --driver uio (IOVA as PA; this kernel's vfio has no no-IOMMU mode)"
   fix+=", or enable VT-d/AMD-Vi in the firmware and add intel_iommu=on iommu=pt to the kernel cmdline"
   if [[ $d == vfio-pci ]]; then problem "$why" "$fix"; else note "$why" "$fix"; fi
+}
+
+# vfio_iommu_type1 attaches a group only where the IOMMU remaps interrupts
+# (so a device cannot raise one it was not given), unless told otherwise;
+# DPDK then says only "failed to select IOMMU type". On x86, remapped
+# interrupts show in /proc/interrupts as IR-IO-APIC, IR-PCI-MSI.
+interrupts_remapped() {
+  [[ $(uname -m) == x86_64 || $(uname -m) == i?86 ]] || return 0
+  [[ $(cat "$sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts" 2>/dev/null) == Y ]] && return 0
+  grep -q 'IR-' "$proc/interrupts" 2>/dev/null
+}
+
+check_interrupt_remapping() {
+  [[ $1 == vfio-pci ]] && have_iommu || return 0
+  interrupts_remapped && return 0
+  ((unsafe_interrupts)) && return 0
+  problem "the IOMMU does not remap interrupts (no IR- in /proc/interrupts): vfio-pci will not take the NIC (DPDK: \"failed to select IOMMU type\")" \
+    "enable interrupt remapping (firmware; no intremap=off; qemu: -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on), or --unsafe-interrupts"
 }
 
 check_module() {
@@ -300,6 +323,7 @@ run_checks() {
   d=$(effective_driver)
   problems=0
   check_iommu "$d"
+  check_interrupt_remapping "$d"
   check_module "$d"
   check_hugepages "$d"
   check_memlock
@@ -382,6 +406,19 @@ enable_noiommu() {
   [[ $(cat "$param" 2>/dev/null) == Y ]] || die "vfio's no-IOMMU mode did not turn on (CONFIG_VFIO_NOIOMMU?): use --driver uio"
 }
 
+# --unsafe-interrupts: vfio_iommu_type1's allow_unsafe_interrupts on.
+allow_unsafe_interrupts() {
+  local param=$sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts
+  if [[ -e $param ]]; then
+    save unsafe_interrupts "$(cat "$param")"
+    [[ $(cat "$param") == Y ]] || sysfs_write "$param" 1 || die "cannot write $param"
+  else
+    save unsafe_interrupts unloaded
+    load_module vfio_iommu_type1 allow_unsafe_interrupts=1 || die "cannot load vfio_iommu_type1 with allow_unsafe_interrupts=1"
+  fi
+  say "vfio_iommu_type1: allow_unsafe_interrupts on"
+}
+
 # The NIC's interface: its state, addresses and routes saved, then down.
 take_iface_down() {
   local i=$1
@@ -404,6 +441,7 @@ bind_nic() {
   drv=$(nic_driver "$pci")
   [[ $drv == "$m" ]] && { say "$pci already on $m"; return; }
   [[ $d == vfio-noiommu ]] && enable_noiommu
+  [[ $d == vfio-pci ]] && ((unsafe_interrupts)) && allow_unsafe_interrupts
   module_loaded "${m//-/_}" || load_module "$m" || die "cannot load $m"
   save nic "$pci"
   save nic_driver "$drv"
@@ -428,6 +466,9 @@ cmd_setup() {
     local instead="--driver vfio-noiommu or --driver uio"
     noiommu_supported || instead="--driver uio"
     die "no IOMMU: not binding to vfio-pci (use $instead)"
+  fi
+  if [[ $d == vfio-pci && -n $pci ]] && ! interrupts_remapped && ((!unsafe_interrupts)); then
+    die "the IOMMU does not remap interrupts: not binding to vfio-pci, which DPDK could not use (--unsafe-interrupts, or --driver uio)"
   fi
   # Before changing anything: a NIC that carries the machine's traffic stays.
   if [[ -n $pci && -n ${nic_busy:-} && $force != 1 ]]; then
@@ -540,6 +581,13 @@ undo_compaction() {
   say "vm.compact_unevictable_allowed back to $v"
 }
 
+undo_unsafe_interrupts() {
+  local param=$sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts v=0
+  [[ $(saved unsafe_interrupts) != unloaded && -e $param ]] || return 0
+  [[ $(saved unsafe_interrupts) == Y ]] && v=1
+  sysfs_write "$param" "$v" || problem "cannot restore $param" "echo $v > $param"
+}
+
 undo_noiommu() {
   local param=$sys/module/vfio/parameters/enable_unsafe_noiommu_mode v=0
   [[ $(saved noiommu) != unloaded && -e $param ]] || return 0
@@ -571,6 +619,7 @@ cmd_undo() {
   has_saved hp_count && undo_step undo_hugepages hp_dir hp_count
   has_saved compact_unevictable_allowed && undo_step undo_compaction compact_unevictable_allowed
   has_saved noiommu && undo_step undo_noiommu noiommu
+  has_saved unsafe_interrupts && undo_step undo_unsafe_interrupts unsafe_interrupts
   has_saved modules_loaded && undo_step undo_modules modules_loaded
   if ((problems == 0)); then
     rm -f "$state"

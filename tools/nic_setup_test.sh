@@ -49,6 +49,8 @@ attach() {  # bind device dir $1 to driver $2; a net driver makes its interface
 case $path in
   */driver_override)
     [[ -z $value ]] && echo '(null)' >"$path" ;;
+  */allow_unsafe_interrupts)
+    if [[ $value == 1 || $value == Y ]]; then echo Y >"$path"; else echo N >"$path"; fi ;;
   */enable_unsafe_noiommu_mode)
     if [[ $value == 1 || $value == Y ]]; then echo Y >"$path"; else echo N >"$path"; fi ;;
   */driver/unbind)
@@ -81,7 +83,7 @@ cat >"$tmp/bin-modprobe" <<'EOF'
 #!/usr/bin/env bash
 sys=$FAKE/sys
 echo "modprobe $*" >>"$FAKE/log"
-known=" vfio vfio-pci vfio_pci uio_pci_generic "
+known=" vfio vfio-pci vfio_pci vfio_iommu_type1 uio_pci_generic "
 load() {
   mkdir -p "$sys/module/$1"
   case $1 in
@@ -89,6 +91,8 @@ load() {
           [[ -e $sys/module/vfio/parameters/enable_unsafe_noiommu_mode ]] ||
             echo "${noiommu:-N}" >"$sys/module/vfio/parameters/enable_unsafe_noiommu_mode" ;;
     vfio_pci) load vfio; mkdir -p "$sys/module/vfio_pci_core" "$sys/bus/pci/drivers/vfio-pci" ;;
+    vfio_iommu_type1) mkdir -p "$sys/module/vfio_iommu_type1/parameters"
+          echo "${unsafe:-N}" >"$sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts" ;;
     uio_pci_generic) mkdir -p "$sys/module/uio" "$sys/bus/pci/drivers/uio_pci_generic" ;;
   esac
 }
@@ -106,6 +110,7 @@ fi
 m=${1//-/_}
 [[ $known == *" $1 "* ]] || exit 1
 [[ ${2:-} == enable_unsafe_noiommu_mode=1 ]] && noiommu=Y
+[[ ${2:-} == allow_unsafe_interrupts=1 ]] && unsafe=Y
 load "$m"
 EOF
 
@@ -271,6 +276,30 @@ ln -s "$sys/bus/pci/drivers/snd_hda_intel" "$sys/bus/pci/devices/0000:00:04.1/dr
 run --check --nic "$pci"
 expect "check group" 1 "nic-setup: IOMMU group 7 of $pci also holds 0000:00:04.1 (snd_hda_intel): vfio needs every device of the group"
 expect_no "check group" "no IOMMU"
+
+# An IOMMU that does not remap interrupts (a vIOMMU without intremap=on):
+# vfio_iommu_type1 would refuse the group. A problem, a refused set-up, and
+# with --unsafe-interrupts a set-up that turns it on (and an undo that
+# unloads the module it loaded). Interrupts shown as IR-: no such line.
+run --check --nic "$pci" --driver vfio-pci
+expect "check no IR" 1 "nic-setup: the IOMMU does not remap interrupts (no IR- in /proc/interrupts): vfio-pci will not take the NIC" \
+  "or --unsafe-interrupts"
+run --nic "$pci" --driver vfio-pci --force --pages 2
+expect "set-up no IR" 1 "nic-setup: the IOMMU does not remap interrupts: not binding to vfio-pci"
+expect_eq "set-up no IR: driver" "$(driver_of)" e1000e
+rm -f "$sys/kernel/iommu_groups/7/devices/0000:00:04.1"
+run --nic "$pci" --driver vfio-pci --force --pages 2 --unsafe-interrupts
+expect "set-up unsafe interrupts" 0 "nic-setup: vfio_iommu_type1: allow_unsafe_interrupts on" "nic-setup: $pci: e1000e -> vfio-pci" "nic-setup: ready"
+expect_eq "unsafe interrupts on" "$(cat "$sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts")" Y
+run --undo
+expect "undo unsafe interrupts" 0 "nic-setup: undone"
+[[ ! -e $sys/module/vfio_iommu_type1 ]] || fail "undo left vfio_iommu_type1 loaded"
+expect_eq "undo unsafe interrupts: driver" "$(driver_of)" e1000e
+printf '  0:  1  IR-IO-APIC  2-edge  timer\n' >"$fake/proc/interrupts"
+run --check --nic "$pci" --driver vfio-pci
+expect_no "check with IR" "remap"
+rm "$fake/proc/interrupts"
+ln -s "$sys/bus/pci/devices/0000:00:04.1" "$sys/kernel/iommu_groups/7/devices/0000:00:04.1"
 
 # A kernel without vfio's no-IOMMU mode: asked for, a problem; by default
 # the set-up takes uio_pci_generic instead.
