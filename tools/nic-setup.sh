@@ -199,6 +199,33 @@ check_interrupt_remapping() {
     "enable interrupt remapping (firmware; no intremap=off; qemu: -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on), or --unsafe-interrupts"
 }
 
+# The IOMMU's input address width (Intel: MGAW, bits 21:16 of the cap
+# register, plus 1), of the NIC's IOMMU or the first; "" if unknown.
+iommu_address_bits() {
+  local cap f
+  for f in "$sys/bus/pci/devices/${pci:-none}/iommu/intel-iommu/cap" "$sys"/class/iommu/*/intel-iommu/cap; do
+    [[ -e $f ]] || continue
+    cap=$(cat "$f")
+    echo $((((0x${cap#0x} >> 16) & 0x3f) + 1))
+    return
+  done
+}
+
+# IOVA as VA: a region's IOVA is its virtual address, and user space
+# addresses go up to 2^47. An IOMMU with fewer address bits (qemu's
+# intel-iommu: 39 by default) cannot map a buffer above its reach; DPDK
+# keeps its own memory low enough, not a 4 KiB region an application
+# allocated (seen: "Cannot set up DMA remapping, error 22").
+check_address_width() {
+  [[ $1 == vfio-pci ]] && have_iommu || return 0
+  local bits
+  bits=$(iommu_address_bits)
+  [[ -n $bits ]] && ((bits < 48)) || return 0
+  local what="the IOMMU maps ${bits}-bit addresses, user space reaches 47 bits: buffers above $((1 << (bits - 30))) GiB cannot be DMA-mapped as IOVA = VA"
+  local fix="regions on hugepages (--pages N), or an IOMMU with 48 bits (qemu: -device intel-iommu,aw-bits=48)"
+  if [[ $pages == 0 ]]; then problem "$what" "$fix"; else note "$what" "$fix"; fi
+}
+
 check_module() {
   local d=$1 m
   m=$(driver_module "$d")
@@ -324,6 +351,7 @@ run_checks() {
   problems=0
   check_iommu "$d"
   check_interrupt_remapping "$d"
+  check_address_width "$d"
   check_module "$d"
   check_hugepages "$d"
   check_memlock
@@ -357,6 +385,7 @@ load_module() {
   new=$(comm -13 <(echo "$before") <(echo "$after") | tr '\n' ' ')
   if [[ -n $new ]]; then
     local prev
+    mkdir -p "$state_dir" || die "cannot create $state_dir"
     prev=$(saved modules_loaded)
     sed -i '/^modules_loaded=/d' "$state" 2>/dev/null
     printf 'modules_loaded=%q\n' "${prev:+$prev }${new% }" >>"$state"
