@@ -213,17 +213,17 @@ iommu_address_bits() {
 
 # IOVA as VA: a region's IOVA is its virtual address, and user space
 # addresses go up to 2^47. An IOMMU with fewer address bits (qemu's
-# intel-iommu: 39 by default) cannot map a buffer above its reach; DPDK
-# keeps its own memory low enough, not a 4 KiB region an application
-# allocated (seen: "Cannot set up DMA remapping, error 22").
+# intel-iommu: 39 by default) cannot map a buffer above its reach. DPDK
+# keeps its own memory low enough, not the regions an application
+# allocates: in a guest, uroce-pingpong's region (on hugepages, as on 4 KiB
+# pages) gave "Cannot set up DMA remapping, error 22".
 check_address_width() {
   [[ $1 == vfio-pci ]] && have_iommu || return 0
   local bits
   bits=$(iommu_address_bits)
   [[ -n $bits ]] && ((bits < 48)) || return 0
-  local what="the IOMMU maps ${bits}-bit addresses, user space reaches 47 bits: buffers above $((1 << (bits - 30))) GiB cannot be DMA-mapped as IOVA = VA"
-  local fix="regions on hugepages (--pages N), or an IOMMU with 48 bits (qemu: -device intel-iommu,aw-bits=48)"
-  if [[ $pages == 0 ]]; then problem "$what" "$fix"; else note "$what" "$fix"; fi
+  problem "the IOMMU maps ${bits}-bit addresses, user space reaches 47 bits: regions above $((1 << (bits - 30))) GiB cannot be DMA-mapped as IOVA = VA" \
+    "an IOMMU with 48 bits (qemu: -device intel-iommu,aw-bits=48), or DPDK's EAL option --iova-mode=pa"
 }
 
 check_module() {
