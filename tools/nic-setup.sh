@@ -8,9 +8,10 @@
 #   nic-setup.sh --check [--nic PCI|IFACE] [--driver D] [--pages N] [--page-size S]
 #                      report only; exit 0 when the set-up is ready
 #   nic-setup.sh [--nic PCI|IFACE] [--driver D] [--pages N] [--page-size S] [--force]
+#                [--unsafe-interrupts]
 #                      check, then set up what is asked; exit 0 when ready
 #   nic-setup.sh --undo
-#                      restore what the set-up changed (saved in $state_dir)
+#                      restore what the set-up changed (saved in /run/uroce-nic-setup/STATE)
 #
 #   --nic PCI|IFACE    the NIC: a PCI address (0000:00:03.0 or 00:03.0) or its
 #                      kernel interface name (eth1); also as the last word, without --nic
