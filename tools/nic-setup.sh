@@ -269,6 +269,8 @@ check_hugepages() {
     problem "no $page_size hugepages reserved" "run with --pages N, or add hugepagesz=$page_size hugepages=N to the kernel cmdline (or --pages 0 for 4 KiB pages)"
   elif [[ -n $pages ]] && ((n < pages)); then
     problem "$n of the $pages $page_size hugepages asked for are reserved" "free memory (or reserve at boot: hugepagesz=$page_size hugepages=$pages)"
+  elif [[ $(cat "$hp_dir/free_hugepages" 2>/dev/null) == 0 ]]; then
+    problem "all $n $page_size hugepages are in use" "reserve more (--pages N), or stop what holds them (files in hugetlbfs mounts, other DPDK processes)"
   fi
   hugetlbfs_mounted "$page_size" || problem "hugetlbfs (pagesize=$page_size) is not mounted" \
     "mount -t hugetlbfs -o pagesize=$page_size nodev $hugetlbfs_dir (the set-up does it)"

@@ -247,6 +247,14 @@ run --check --nic 00:04.0
 expect "check, NIC idle" 1 "nic-setup: $pci is bound to kernel driver e1000e (interface eth1, up): tools/nic-setup.sh --nic $pci binds it to vfio-pci"
 make_machine
 
+# Hugepages reserved, none free.
+echo 16 >"$sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+echo 0 >"$sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+run --check
+expect "check hugepages in use" 1 "nic-setup: all 16 2M hugepages are in use: reserve more (--pages N)"
+expect_no "check hugepages in use" "hugepages reserved"
+make_machine
+
 # vfio-pci asked for without an IOMMU: a problem, no longer a note.
 run --check --driver vfio-pci
 expect "check vfio-pci" 1 "nic-setup: no IOMMU (no entries in /sys/kernel/iommu_groups; intel_iommu=on is not on the kernel cmdline): use --driver vfio-noiommu"
