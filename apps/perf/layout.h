@@ -1,8 +1,8 @@
 // How each side of a benchmark lays out its resources, the same in every
-// mode: message slot s of the buffer at s * slot (64-byte aligned from the
+// mode: message slot s of the buffer at s * slot (64-byte multiples from the
 // buffer's start, which --offset may put anywhere in a page), the
-// fetch-and-add counter 8-byte aligned in the last 64 bytes, the messages spread over the
-// QPs (slot s on QP s mod qps), one CQ for them all.
+// fetch-and-add counter 8-byte aligned in the last 64 bytes, the messages
+// spread over the QPs (slot s on QP s mod qps), one CQ for them all.
 #pragma once
 
 #include <cstddef>
