@@ -19,9 +19,10 @@
 #                      enable_unsafe_noiommu_mode=1; IOVA as PA), uio (uio_pci_generic;
 #                      IOVA as PA); default: vfio-pci with an IOMMU, else vfio-noiommu
 #                      where the kernel has it (CONFIG_VFIO_NOIOMMU), else uio
-#   --pages N          hugepages to reserve (of --page-size); 0: none, regions on
-#                      4 KiB pages (then, without an IOMMU, vm.compact_unevictable_allowed
-#                      is set to 0 so that compaction does not move pages under a DMA)
+#   --pages N          hugepages to reserve (of --page-size); 0: none, DPDK on 4 KiB
+#                      pages (--no-huge), which needs vfio-pci with an IOMMU. Without
+#                      an IOMMU, vm.compact_unevictable_allowed is set to 0, so that
+#                      compaction does not move a region's 4 KiB page under a DMA
 #   --page-size 2M|1G  hugepage size (default 2M)
 #   --force            unbind a NIC that carries an address or the default route
 #                      (its addresses and routes are saved and restored by --undo)
@@ -251,13 +252,18 @@ hugetlbfs_mounted() {
 
 check_hugepages() {
   local d=$1 n
+  # IOVA as PA: DPDK looks a region's IOVA up once, when it is registered; a
+  # region on 4 KiB pages (an application's) may then be moved by compaction
+  # while the device reads it. Hugepages are not moved.
+  if [[ $d != vfio-pci ]] && [[ $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
+    problem "vm.compact_unevictable_allowed is 1: with IOVA as PA, compaction may move a 4 KiB page of a region while a device reads it" \
+      "sysctl -w vm.compact_unevictable_allowed=0 (the set-up does it), or regions on hugepages only"
+  fi
   if [[ $pages == 0 ]]; then
-    # Regions on 4 KiB pages: DPDK looks each one's IOVA up once; without an
-    # IOMMU that is a physical address, which compaction may change.
-    if [[ $d != vfio-pci ]] && [[ $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
-      problem "vm.compact_unevictable_allowed is 1: with 4 KiB pages and IOVA as PA, compaction may move a page a device is reading" \
-        "reserve hugepages (--pages N), or sysctl -w vm.compact_unevictable_allowed=0 (the set-up does it with --pages 0)"
-    fi
+    # EAL's --no-huge memory has no physical addresses: seen in a guest on
+    # uio, "Requested device ... cannot be used".
+    [[ $d == vfio-pci ]] || problem "--pages 0 with IOVA as PA ($d): DPDK's --no-huge memory has no physical addresses, so it cannot drive the NIC" \
+      "hugepages for DPDK's own memory (--pages N; regions may still be on 4 KiB pages), or an IOMMU and --driver vfio-pci"
     return
   fi
   if [[ ! -d $hp_dir ]]; then
@@ -266,7 +272,7 @@ check_hugepages() {
   fi
   n=$(cat "$hp_dir/nr_hugepages")
   if ((n == 0)); then
-    problem "no $page_size hugepages reserved" "run with --pages N, or add hugepagesz=$page_size hugepages=N to the kernel cmdline (or --pages 0 for 4 KiB pages)"
+    problem "no $page_size hugepages reserved" "run with --pages N, or add hugepagesz=$page_size hugepages=N to the kernel cmdline (or, with an IOMMU, --pages 0 for 4 KiB pages)"
   elif [[ -n $pages ]] && ((n < pages)); then
     problem "$n of the $pages $page_size hugepages asked for are reserved" "free memory (or reserve at boot: hugepagesz=$page_size hugepages=$pages)"
   elif [[ $(cat "$hp_dir/free_hugepages" 2>/dev/null) == 0 ]]; then
@@ -399,15 +405,12 @@ load_module() {
 
 set_up_hugepages() {
   local d=$1 n
-  if [[ $pages == 0 ]]; then
-    if [[ $d != vfio-pci && $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
-      save compact_unevictable_allowed 1
-      sysfs_write "$proc/sys/vm/compact_unevictable_allowed" 0 || die "cannot write vm.compact_unevictable_allowed"
-      say "vm.compact_unevictable_allowed set to 0"
-    fi
-    return
+  if [[ $d != vfio-pci && $(cat "$proc/sys/vm/compact_unevictable_allowed" 2>/dev/null) == 1 ]]; then
+    save compact_unevictable_allowed 1
+    sysfs_write "$proc/sys/vm/compact_unevictable_allowed" 0 || die "cannot write vm.compact_unevictable_allowed"
+    say "vm.compact_unevictable_allowed set to 0"
   fi
-  [[ -d $hp_dir ]] || return
+  [[ $pages != 0 && -d $hp_dir ]] || return 0
   n=$(cat "$hp_dir/nr_hugepages")
   save hp_dir "$hp_dir"
   save hp_count "$n"
@@ -501,6 +504,9 @@ cmd_setup() {
   fi
   if [[ $d == vfio-pci && -n $pci ]] && ! interrupts_remapped && ((!unsafe_interrupts)); then
     die "the IOMMU does not remap interrupts: not binding to vfio-pci, which DPDK could not use (--unsafe-interrupts, or --driver uio)"
+  fi
+  if [[ $pages == 0 && $d != vfio-pci ]]; then
+    die "--pages 0 with IOVA as PA ($d): DPDK's --no-huge memory has no physical addresses (give --pages N)"
   fi
   # Before changing anything: a NIC that carries the machine's traffic stays.
   if [[ -n $pci && -n ${nic_busy:-} && $force != 1 ]]; then

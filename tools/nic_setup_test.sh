@@ -5,7 +5,7 @@
 # real device, module or mount is touched. It checks each finding's line
 # (no IOMMU, no hugepages, hugetlbfs not mounted, no isolated cores, a NIC
 # on its kernel driver carrying an address and the default route, a shared
-# IOMMU group, compaction with 4 KiB pages), that such a NIC is refused
+# IOMMU group, compaction and --no-huge without an IOMMU), that such a NIC is refused
 # without --force, that the set-up binds, reserves and mounts, that a second
 # set-up changes nothing, and that --undo puts back exactly what it found:
 # the driver, the interface's name, link state, address and route, the
@@ -238,7 +238,8 @@ expect "check" 1 \
   "nic-setup: hugetlbfs (pagesize=2M) is not mounted: mount -t hugetlbfs -o pagesize=2M" \
   "nic-setup: note: no isolated cores (isolcpus/nohz_full absent from the kernel cmdline): add isolcpus=" \
   "nic-setup: $pci is bound to kernel driver e1000e (interface eth1, up, addresses 10.9.0.5/24, the default route): unbinding it cuts those off: tools/nic-setup.sh --nic $pci --force" \
-  "nic-setup: not ready: 3 problem(s)"
+  "nic-setup: vm.compact_unevictable_allowed is 1: with IOVA as PA, compaction may move a 4 KiB page of a region while a device reads it: sysctl -w vm.compact_unevictable_allowed=0" \
+  "nic-setup: not ready: 4 problem(s)"
 [[ $(grep -c '^nic-setup: ' <<<"$out") == "$(wc -l <<<"$out")" ]] || fail "check: a line not from nic-setup:"$'\n'"$out"
 
 # By PCI address (short form) and without the address: the fix is to bind.
@@ -262,10 +263,18 @@ echo "console=ttyS0 intel_iommu=on" >"$fake/proc/cmdline"
 run --check --driver vfio-pci
 expect "check vfio-pci, cmdline asks" 1 "nic-setup: no IOMMU (no entries in /sys/kernel/iommu_groups; the kernel cmdline asks for one: is VT-d/AMD-Vi enabled in the firmware?)"
 
-# 4 KiB pages without an IOMMU: compaction may move them.
+# Without an IOMMU: compaction may move 4 KiB pages of a region, and DPDK
+# itself cannot run on them (--no-huge has no physical addresses).
 run --check --pages 0 --driver uio
-expect "check 4 KiB" 1 "nic-setup: vm.compact_unevictable_allowed is 1: with 4 KiB pages and IOVA as PA"
+expect "check 4 KiB" 1 "nic-setup: vm.compact_unevictable_allowed is 1: with IOVA as PA, compaction may move a 4 KiB page" \
+  "nic-setup: --pages 0 with IOVA as PA (uio): DPDK's --no-huge memory has no physical addresses, so it cannot drive the NIC: hugepages for DPDK's own memory"
 expect_no "check 4 KiB" "hugepages reserved"
+run --nic eth1 --pages 0 --driver uio --force
+expect "set-up 4 KiB, uio" 1 "nic-setup: --pages 0 with IOVA as PA (uio): DPDK's --no-huge memory has no physical addresses (give --pages N)"
+expect_eq "set-up 4 KiB, uio: driver" "$(driver_of)" e1000e
+run --check --pages 0 --driver vfio-pci
+expect_no "check 4 KiB, vfio-pci" "compact"
+expect_no "check 4 KiB, vfio-pci" "--pages 0 with"
 
 # A module the kernel does not have.
 mv "$tmp/bin/modprobe" "$tmp/modprobe.real"
@@ -368,6 +377,7 @@ expect_eq "set-up: driver" "$(driver_of)" vfio-pci
 expect_eq "set-up: override" "$(cat "$dev/driver_override")" vfio-pci
 expect_eq "set-up: noiommu" "$(cat "$sys/module/vfio/parameters/enable_unsafe_noiommu_mode" 2>/dev/null)" Y
 expect_eq "set-up: hugepages" "$(cat "$sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")" 64
+expect_eq "set-up: compaction" "$(cat "$fake/proc/sys/vm/compact_unevictable_allowed")" 0
 grep -q " $fake/hugepages hugetlbfs .*pagesize=2M" "$fake/proc/mounts" || fail "set-up: hugetlbfs not mounted: $(cat "$fake/proc/mounts")"
 [[ ! -e $sys/class/net/eth1 ]] || fail "set-up: eth1 still there"
 
@@ -387,6 +397,7 @@ expect_eq "undo: link" "$(cat "$sys/class/net/eth1/flags" 2>/dev/null)" 0x1003
 expect_eq "undo: address" "$(cat "$fake/net/eth1.addrs" 2>/dev/null)" 10.9.0.5/24
 grep -q "^default via 10.9.0.1 dev eth1$" "$fake/net/routes" || fail "undo: default route: $(cat "$fake/net/routes")"
 expect_eq "undo: hugepages" "$(cat "$sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")" 0
+expect_eq "undo: compaction" "$(cat "$fake/proc/sys/vm/compact_unevictable_allowed")" 1
 ! grep -q hugetlbfs "$fake/proc/mounts" || fail "undo: hugetlbfs still mounted"
 expect_eq "undo: modules" "$(modules)" "e1000e "
 [[ ! -e $fake/run/STATE ]] || fail "undo: state file left"
@@ -410,13 +421,13 @@ expect_no "undo after busy" "back on"
 ! grep -q hugetlbfs "$fake/proc/mounts" || fail "undo after busy: hugetlbfs still mounted"
 
 # vfio already loaded with no-IOMMU off, an idle NIC, uio... each restored:
-# vfio's switch goes back to N and stays loaded; 4 KiB pages set compaction
-# off and --undo turns it back on.
+# vfio's switch goes back to N and stays loaded; without an IOMMU the set-up
+# turns compaction of locked pages off and --undo turns it back on.
 make_machine
 rm "$fake/net/eth1.addrs" "$fake/net/routes"
 FAKE=$fake "$tmp/bin/modprobe" vfio-pci
-run --nic eth1 --driver vfio-noiommu --pages 0
-expect "set-up noiommu, 4 KiB" 0 "nic-setup: vm.compact_unevictable_allowed set to 0" "nic-setup: $pci: e1000e -> vfio-pci" "nic-setup: ready"
+run --nic eth1 --driver vfio-noiommu --pages 4
+expect "set-up noiommu" 0 "nic-setup: vm.compact_unevictable_allowed set to 0" "nic-setup: $pci: e1000e -> vfio-pci" "nic-setup: ready"
 expect_eq "noiommu on" "$(cat "$sys/module/vfio/parameters/enable_unsafe_noiommu_mode")" Y
 expect_eq "compaction off" "$(cat "$fake/proc/sys/vm/compact_unevictable_allowed")" 0
 run --undo
