@@ -3,6 +3,8 @@
 // Exceptions only here, at the edge: each tool's main catches them.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -33,6 +35,20 @@ inline int parse_pfc_priority(const std::string& v, const char* flag) {
     usage_error(std::string(flag) + ": give the lossless 802.1p priority, 0 to 7, or off (not '" + v + "')");
   }
   return static_cast<int>(x);
+}
+
+// --offset BYTES: where in a page a buffer starts, 0 to the page size - 1,
+// so that messages cross page boundaries (a device reading one by its IOVA
+// must follow them); usage_error naming the range otherwise.
+inline std::uint32_t parse_page_offset(const std::string& v, const char* flag) {
+  const long page = sysconf(_SC_PAGESIZE);
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || *end != '\0' || x >= static_cast<unsigned long long>(page)) {
+    usage_error(std::string(flag) + ": 0 to " + std::to_string(page - 1) + " (bytes into a " + std::to_string(page) +
+                "-byte page), not '" + v + "'");
+  }
+  return static_cast<std::uint32_t>(x);
 }
 
 // The arguments one at a time; args[0] is the program's name and skipped.

@@ -1,7 +1,8 @@
 // How each side of a benchmark lays out its resources, the same in every
-// mode: message slot s of the buffer at s * slot (64-byte aligned), the
-// fetch-and-add counter in the last 64 bytes, the messages spread over the
-// QPs (slot s on QP s mod qps), one CQ for them all.
+// mode: message slot s of the buffer at s * slot (64-byte multiples from the
+// buffer's start, which --offset may put anywhere in a page), the
+// fetch-and-add counter 8-byte aligned in the last 64 bytes, the messages
+// spread over the QPs (slot s on QP s mod qps), one CQ for them all.
 #pragma once
 
 #include <cstddef>
@@ -22,11 +23,21 @@ struct BufferLayout {
       : slot((o.size + 63) & ~std::size_t{63}), bytes(slot * o.depth + 4096) {}
 
   std::size_t slot_offset(std::uint32_t s) const { return s * slot; }
-  std::size_t counter_offset() const { return bytes - 64; }
+  // The counter of the buffer at `vaddr` (either side's: their offsets may
+  // differ): 8-byte aligned, as an atomic's VA must be (IBTA 9.4.5).
+  std::size_t counter_offset(std::uint64_t vaddr) const { return bytes - 64 - (vaddr & 7); }
 
   std::size_t slot;   // bytes per message slot
   std::size_t bytes;  // the whole buffer
 };
+
+// `bytes` for a buffer that starts o.offset bytes into a page of `ctx`'s
+// memory (page-aligned), for a region registered from there; nullptr as
+// alloc_buffer.
+inline std::uint8_t* alloc_at_offset(Context& ctx, std::size_t bytes, const Options& o) {
+  auto* p = static_cast<std::uint8_t*>(ctx.alloc_buffer(bytes + o.offset));
+  return p == nullptr ? nullptr : p + o.offset;
+}
 
 // Completions of one side: a send and a receive for each message in flight.
 inline int cq_entries(const Options& o) { return static_cast<int>(o.depth * 2 + 16); }

@@ -130,6 +130,7 @@ struct Side {
   MemoryRegion* mr = nullptr;
 
   std::uint8_t* slot(const perf::BufferLayout& layout, std::uint32_t s) const { return buf + layout.slot_offset(s); }
+  std::uint64_t vaddr() const { return reinterpret_cast<std::uint64_t>(buf); }
 };
 
 // The PD, CQ, message QPs and registered buffer of one side; false if one
@@ -138,7 +139,7 @@ bool set_up_side(Context& ctx, const Options& o, const perf::BufferLayout& layou
   side.pd = ctx.alloc_pd();
   side.cq = ctx.create_cq(perf::cq_entries(o));
   side.qps = perf::create_message_qps(side.pd, side.cq, o);
-  side.buf = static_cast<std::uint8_t*>(ctx.alloc_buffer(layout.bytes));
+  side.buf = perf::alloc_at_offset(ctx, layout.bytes, o);
   if (side.qps.size() != o.qps || side.buf == nullptr) return false;
   side.mr = side.pd->reg_mr(side.buf, layout.bytes, perf::kAllAccess);
   return side.mr != nullptr;
@@ -213,7 +214,7 @@ class Transfer {
     const std::uint32_t s = flight_.slot_of(msg);
     ibv_sge sge = app::local_sge(a_.slot(layout_, s), o_.size, *a_.mr);
     const auto remote_slot = reinterpret_cast<std::uint64_t>(b_.slot(layout_, s));
-    const auto remote_counter = reinterpret_cast<std::uint64_t>(b_.buf + layout_.counter_offset());
+    const auto remote_counter = reinterpret_cast<std::uint64_t>(b_.buf + layout_.counter_offset(b_.vaddr()));
     ibv_send_wr wr = perf::message_wr(o_.op, s, sge, remote_slot, remote_counter, b_.mr->rkey);
     if (o_.verify) {
       const auto v0 = Clock::now();
@@ -300,7 +301,7 @@ class Transfer {
     }
     r.latency_us = flight_.latency_us();
     r.verified = verified_;
-    if (o_.op == Op::kAtomic && o_.verify && perf::load_u64(b_.buf + layout_.counter_offset()) != o_.iters) {
+    if (o_.op == Op::kAtomic && o_.verify && perf::load_u64(b_.buf + layout_.counter_offset(b_.vaddr())) != o_.iters) {
       r.verified = false;
     }
   }

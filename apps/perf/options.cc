@@ -30,6 +30,8 @@ constexpr const char* kUsage =
     "  -n, --iters N         messages (default 10000)\n"
     "  -t, --tx-depth N      messages in flight in bw mode (default 64)\n"
     "  -m, --mtu BYTES       path MTU: 256, 512, 1024, 2048, 4096 (default 4096)\n"
+    "      --offset BYTES    each side's buffer starts BYTES into a page, 0 to page size - 1\n"
+    "                        (default 0), so messages cross page boundaries\n"
     "      --lat             latency mode: one message at a time (default: bandwidth)\n"
     "      --loss RATE       loss probability on the simulated link, each way (default 0)\n"
     "      --seed N          seed of the simulated link (default 1)\n"
@@ -97,6 +99,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "-n" || a == "--iters") o.iters = args.number("-n");
     else if (a == "-t" || a == "--tx-depth") o.depth = u32("-t");
     else if (a == "-m" || a == "--mtu") o.mtu = u32("-m");
+    else if (a == "--offset") o.offset = app::parse_page_offset(args.value("--offset"), "--offset");
     else if (a == "--lat") o.lat = true;
     else if (a == "--bw") o.lat = false;
     else if (a == "--loss") o.loss = std::atof(args.value("--loss").c_str());

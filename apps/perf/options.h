@@ -27,6 +27,7 @@ struct Options {
   std::uint64_t iters = 10000;
   std::uint32_t depth = 64;  // messages in flight; 1 with --lat
   std::uint32_t mtu = 4096;
+  std::uint32_t offset = 0;  // --offset: where in its first page each side's buffer starts
   bool lat = false;
   double loss = 0;
   std::uint64_t seed = 1;

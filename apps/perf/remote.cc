@@ -49,6 +49,7 @@ class Endpoint {
  private:
   bool server() const { return o_.server.empty(); }
   std::uint8_t* slot(std::uint32_t s) const { return buf_ + layout_.slot_offset(s); }
+  std::uint8_t* counter() const { return buf_ + layout_.counter_offset(reinterpret_cast<std::uint64_t>(buf_)); }
   QueuePair* qp_of_slot(std::uint64_t s) const { return qps_[s % o_.qps]; }
   std::uint64_t sum(const char* counter) const;
   void print_counters() { uroce::print_counters(ctx_, qps_[0]); }
@@ -97,13 +98,17 @@ std::uint64_t Endpoint::sum(const char* counter) const {
 
 bool Endpoint::set_up() {
   pd_ = ctx_.alloc_pd();
-  buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(layout_.bytes));
+  buf_ = alloc_at_offset(ctx_, layout_.bytes, o_);
   mr_ = buf_ ? pd_->reg_mr(buf_, layout_.bytes, kAllAccess) : nullptr;
   cq_ = ctx_.create_cq(cq_entries(o_));
   if (cq_ != nullptr) qps_ = create_message_qps(pd_, cq_, o_);
   if (mr_ == nullptr || cq_ == nullptr || qps_.size() != o_.qps) {
     std::fprintf(stderr, "uroce-perf: set-up failed: %s\n", ctx_.last_error().c_str());
     return false;
+  }
+  if (o_.offset != 0) {
+    std::printf("buffer: %zu bytes at offset %ld of a page\n", layout_.bytes,
+                static_cast<long>(reinterpret_cast<std::uintptr_t>(buf_) % sysconf(_SC_PAGESIZE)));
   }
   prepare_buffer_and_qps();
   return true;
@@ -116,7 +121,7 @@ void Endpoint::prepare_buffer_and_qps() {
     for (std::uint32_t s = 0; s < o_.depth; ++s) pattern_.fill(slot(s), s);
   }
   const std::uint64_t atomic_start = 0;
-  std::memcpy(buf_ + layout_.counter_offset(), &atomic_start, 8);
+  std::memcpy(counter(), &atomic_start, 8);
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
@@ -258,7 +263,7 @@ bool Endpoint::serve_verdict() {
       if (!pattern_.matches(slot(s), last)) verified = false;
     }
   }
-  if (o_.verify && o_.op == Op::kAtomic && load_u64(buf_ + layout_.counter_offset()) != o_.iters) verified = false;
+  if (o_.verify && o_.op == Op::kAtomic && load_u64(counter()) != o_.iters) verified = false;
   if (o_.op == Op::kSend && received_ != o_.iters) verified = false;
   return verified;
 }
@@ -292,7 +297,7 @@ bool Endpoint::post(std::uint64_t msg, InFlight& flight) {
   const std::uint32_t s = flight.slot_of(msg);
   ibv_sge sge = app::local_sge(slot(s), o_.size, *mr_);
   ibv_send_wr wr = message_wr(o_.op, s, sge, peer_.vaddr + layout_.slot_offset(s),
-                              peer_.vaddr + layout_.counter_offset(), peer_.rkey);
+                              peer_.vaddr + layout_.counter_offset(peer_.vaddr), peer_.rkey);
   if (o_.verify && source_is_local(o_.op)) pattern_.fill(slot(s), msg);
   flight.posted(msg);
   ibv_send_wr* bad = nullptr;

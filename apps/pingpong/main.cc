@@ -46,6 +46,8 @@ constexpr const char* kUsage =
     "  -r, --rx-depth N     receives posted at a time (default 500)\n"
     "  -n, --iters N        exchanges (default 1000)\n"
     "  -c, --chk            validate the received buffer\n"
+    "      --offset BYTES   the buffer starts BYTES into a page, 0 to page size - 1 (default 0),\n"
+    "                       so messages cross page boundaries where a page-aligned one would not\n"
     "  -e, --events         accepted for compatibility; completions are polled\n"
     "      --counters       print the QP, engine and port counters on exit\n"
     "      --pfc PRIO       the lossless 802.1p priority, 0-7 (default off): PFC enabled on the\n"
@@ -68,6 +70,7 @@ struct Options {
   std::uint32_t rx_depth = 500;
   std::uint32_t iters = 1000;
   bool validate = false;
+  std::uint32_t offset = 0;  // --offset: where in its first page the buffer starts
   bool counters = false;
   int pfc_priority = -1;  // --pfc; -1 none
   std::string server;
@@ -101,6 +104,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "-r" || a == "--rx-depth") o.rx_depth = u32("-r");
     else if (a == "-n" || a == "--iters") o.iters = u32("-n");
     else if (a == "-c" || a == "--chk") o.validate = true;
+    else if (a == "--offset") o.offset = app::parse_page_offset(reader.value("--offset"), "--offset");
     else if (a == "--counters") o.counters = true;
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(reader.value("--pfc"), "--pfc");
     else if (a == "-e" || a == "--events") {
@@ -205,8 +209,14 @@ class Pingpong {
 // The buffer, its MR, the CQ and the QP in INIT with every receive posted.
 bool Pingpong::set_up() {
   ProtectionDomain* pd = ctx_.alloc_pd();
-  buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size));
+  // --offset: page-aligned memory, the buffer and its MR from that far in.
+  buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size + o_.offset));
   if (buf_ == nullptr) return fail(ctx_.last_error().c_str());
+  buf_ += o_.offset;
+  if (o_.offset != 0) {
+    const auto in_page = static_cast<long>(reinterpret_cast<std::uintptr_t>(buf_) % static_cast<std::uintptr_t>(page_));
+    std::printf("  buffer: %u bytes at offset %ld of a page\n", o_.size, in_page);
+  }
   // As ibv_rc_pingpong: the buffer starts as 0x7b; with -c the client marks
   // the first byte of every page, and the server checks the marks at the end.
   std::memset(buf_, 0x7b, o_.size);

@@ -148,6 +148,30 @@ TEST(PingpongIpv6, GidIndexZeroOverMemif) {
   EXPECT_NE(out.find("nd_solicitations_answered 1"), std::string::npos) << out;
 }
 
+// --offset: the server's buffer 4095 bytes into a page, the client's 100, so
+// each message crosses page boundaries; the client marks the first byte of
+// every 4096 of its buffer (ibv_rc_pingpong's check) and the server finds
+// them at the same offsets in its own. Zero-copy frames carry the pieces.
+TEST(PingpongOffset, BuffersInsideAPageOverMemif) {
+  // 20000 bytes from offset 4095: the first piece of a page is 1 byte long.
+  const std::string size = "20000";
+  const std::string sock = "/tmp/uroce-ppo-" + std::to_string(getpid()) + ".sock";
+  const std::string opts = " -s " + size + " -m 1024 -n 300 -c --counters";
+  std::string out;
+  const std::string why = run_pair(
+      kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pos") +
+          " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.2.1/24 --offset 4095" + opts,
+      kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("poc") +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.2.2/24 --offset 100" + opts +
+          " 127.0.0.1",
+      PairIds{}, "", &out);
+  std::remove(sock.c_str());
+  EXPECT_EQ(why, "");
+  EXPECT_NE(out.find("buffer: " + size + " bytes at offset 4095 of a page"), std::string::npos) << out;
+  EXPECT_NE(out.find("buffer: " + size + " bytes at offset 100 of a page"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, PingpongMemif,
                          ::testing::Values(Case{1, 1024}, Case{4096, 1024}, Case{65536, 4096}, Case{5000, 2048}),
                          [](const auto& param_info) {
@@ -200,18 +224,22 @@ TEST_F(PingpongVeth, ServerAndClientOverAfPacketWithMtu4096) {
 // both sides, over memif and over the namespaced veth pair.
 const std::string kPerf = UROCE_PERF_BIN;
 
+// server_opts and client_opts: more options for one side only; `outputs`,
+// if given, receives the server's output then the client's.
 std::string run_perf_pair(const std::string& server_prefix, const std::string& client_prefix,
                           const std::string& server_port, const std::string& client_port, const std::string& server_ip,
                           const std::string& client_ip, const std::string& connect_to, const std::string& op,
-                          const std::string& server_ns = "") {
+                          const std::string& server_ns = "", const std::string& server_opts = "",
+                          const std::string& client_opts = "", std::string* outputs = nullptr) {
   const bool atomic = op.rfind("atomic", 0) == 0, read = op.rfind("read", 0) == 0;
   const std::string opts = " " + op + (atomic ? " -n 3000" : " -s 20000 -n 2000") + " -m 4096 --verify --counters";
   const PairIds ids;
   Proc server;
-  server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts + ids.opt());
+  server.start(server_prefix + kPerf + " " + server_port + " -- --ip " + server_ip + opts + server_opts + ids.opt());
   const bool listened = wait_tcp_listening(ids.tcp, server_ns.empty() ? "" : "ip netns exec " + server_ns + " ");
   Proc client;
-  client.start(client_prefix + kPerf + " " + client_port + " -- --ip " + client_ip + opts + ids.opt() + " " + connect_to);
+  client.start(client_prefix + kPerf + " " + client_port + " -- --ip " + client_ip + opts + client_opts + ids.opt() + " " +
+               connect_to);
   client.finish();
   server.finish();
   std::string why = listened ? "" : "the server never listened on its TCP port; ";
@@ -227,6 +255,7 @@ std::string run_perf_pair(const std::string& server_prefix, const std::string& c
     if (at == std::string::npos || sender.compare(at + 25, 2, "0 ") == 0) why += "no zero-copy frames; ";
   }
   if (!why.empty()) why += "\nserver:\n" + server.out + "\nclient:\n" + client.out;
+  if (outputs != nullptr) *outputs = server.out + client.out;
   return why;
 }
 
@@ -250,6 +279,41 @@ TEST_P(PerfMemif, EveryOperationVerifiedOnBothSides) {
 INSTANTIATE_TEST_SUITE_P(Ops, PerfMemif,
                          ::testing::Values("write", "read", "send", "atomic", "write -q 8 -t 64",
                                            "send -q 8 -t 64 --dcqcn on"));
+
+// --offset: buffers that start inside a page on both sides, at different
+// offsets, so every message's payload crosses page boundaries at places a
+// page-aligned buffer would not (and the fetch-and-add counter must still
+// be 8-byte aligned). Every byte verified; the sender's frames zero-copy.
+TEST(PerfOffset, EveryOperationVerifiedWithBuffersInsideAPage) {
+  for (const std::string op : {"write", "read", "send", "atomic"}) {
+    const std::string sock = "/tmp/uroce-perfo-" + std::to_string(getpid()) + "-" + op + ".sock";
+    const std::string vdev = ",bsize=8192,socket=" + sock;
+    std::string out;
+    const std::string why = run_perf_pair(
+        "", "", kEal + " -l 0 --file-prefix=" + PairIds::prefix("pfos") + " --vdev=net_memif0,role=server" + vdev,
+        kEal + " -l 1 --file-prefix=" + PairIds::prefix("pfoc") + " --vdev=net_memif0,role=client" + vdev, "10.93.1.1/24",
+        "10.93.1.2/24", "127.0.0.1", op, "", " --offset 4095", " --offset 100", &out);
+    std::remove(sock.c_str());
+    EXPECT_EQ(why, "") << op;
+    EXPECT_TRUE(std::regex_search(out, std::regex("buffer: [0-9]+ bytes at offset 4095 of a page"))) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("buffer: [0-9]+ bytes at offset 100 of a page"))) << out;
+  }
+}
+
+// The in-process modes take --offset too: both devices' buffers start 4095
+// bytes into a page (the atomic's target still 8-byte aligned), on the
+// simulated link and on net_ring.
+TEST(PerfOffset, InProcessModesVerifyEveryByte) {
+  for (const std::string mode : {"--sim", "-- --ring"}) {
+    for (const std::string op : {"write", "read", "send", "atomic"}) {
+      Proc p;
+      p.start(kPerf + " " + mode + " " + op + " --offset 4095 -s 5000 -n 300 --verify");
+      p.finish();
+      EXPECT_EQ(p.status, 0) << mode << " " << op << ": " << p.out;
+      EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << mode << " " << op << ": " << p.out;
+    }
+  }
+}
 
 TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {
   for (const std::string op : {"write", "read", "send", "atomic"}) {
@@ -276,6 +340,28 @@ TEST(PingpongUsage, BadArgumentsGiveAOneLineHint) {
   r.finish();
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("-m must be"), std::string::npos) << r.out;
+}
+
+// --offset must name a byte of a page: one line giving the range, exit 2.
+TEST(PingpongUsage, OffsetOutsideAPageIsRefused) {
+  const std::string page = std::to_string(sysconf(_SC_PAGESIZE));
+  const std::string range = "--offset: 0 to " + std::to_string(sysconf(_SC_PAGESIZE) - 1) + " (bytes into a " + page + "-byte page)";
+  for (const std::string& bin : {kPingpong, kPerf}) {
+    const std::string op = bin == kPerf ? " write" : "";
+    for (const std::string& bad : std::initializer_list<std::string>{page, "-1", "12x", "99999999999"}) {
+      Proc p;
+      p.start(bin + " " + kEal + " -- --ip 10.0.0.1/24" + op + " --offset " + bad);
+      p.finish();
+      EXPECT_EQ(p.status, 2) << bin << " --offset " << bad << ": " << p.out;
+      EXPECT_NE(p.out.find(range + ", not '" + bad + "'"), std::string::npos) << p.out;
+      EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << p.out;
+    }
+    Proc help;
+    help.start(bin + " -- --help");
+    help.finish();
+    EXPECT_EQ(help.status, 0) << help.out;
+    EXPECT_NE(help.out.find("--offset BYTES"), std::string::npos) << help.out;
+  }
 }
 
 }  // namespace
