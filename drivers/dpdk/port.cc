@@ -78,7 +78,12 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   }
 
   const std::string pool_name = "uroce_rx_" + std::to_string(port);
-  const auto data_room = static_cast<std::uint16_t>(config.max_frame + RTE_PKTMBUF_HEADROOM);
+  // Room for the largest frame and what a driver puts beside it in the
+  // same buffer: net_virtio wants the MTU plus Ethernet, VLAN and its own
+  // 12-byte header in one mbuf (else "Rx scatter check failed" and the
+  // port does not start), others a VLAN tag or the CRC.
+  constexpr std::uint16_t kDriverSlack = 64;
+  const auto data_room = static_cast<std::uint16_t>(config.max_frame + kDriverSlack + RTE_PKTMBUF_HEADROOM);
   rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), config.mbufs, 256, 0, data_room,
                                               static_cast<int>(rte_eth_dev_socket_id(port) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(port)));
   if (pool == nullptr) {

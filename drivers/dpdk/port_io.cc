@@ -263,7 +263,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
   // it refuses goes back to the engine, is offered again and counted then.
   struct Tally {
     std::uint32_t copied_bytes = 0;
-    std::uint32_t zero_copy_bytes = 0;  // with zero_copy: a zero-copy frame
+    std::uint32_t zero_copy_bytes = 0;  // attached from registered memory
     std::uint8_t copied_unregistered = 0;
     std::uint8_t pieces_split = 0;
     bool zero_copy = false;
@@ -337,6 +337,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
           ++t.copied_unregistered;
           continue;
         }
+        t.zero_copy_bytes += static_cast<std::uint32_t>(len);
         const auto row = static_cast<std::size_t>(slots[k]);
         auto& attached = segments_.attached[row];
         unsigned runs = 0;
@@ -371,10 +372,8 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     }
     head->nb_segs = static_cast<std::uint16_t>(1 + nsegs);
     head->pkt_len = f.frame_bytes();
-    if (!copy_all) {
-      t.zero_copy = true;
-      t.zero_copy_bytes = f.payload_in_pieces();
-    }
+    // A zero-copy frame: at least one piece left from the region itself.
+    t.zero_copy = t.zero_copy_bytes > 0;
     t.cksum = mark_offloads(head, f);
     origin[built] = i;
     burst[built++] = head;
