@@ -110,7 +110,7 @@ std::unique_ptr<IovaTable> IovaTable::read(IovaMap& map, std::uintptr_t lo, std:
 }
 
 std::vector<IovaTable::Run> IovaTable::runs() const {
-  if (iova_.empty()) return {Run{lo_, lo_, bytes_}};
+  if (iova_.empty()) return {Run{lo_, lo_ + shift_, bytes_}};
   std::vector<Run> out;
   for (std::size_t i = 0; i < iova_.size(); i = run_end_[i]) {
     out.push_back(Run{lo_ + (i << page_shift_), iova_[i], (run_end_[i] - i) << page_shift_});

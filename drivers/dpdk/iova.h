@@ -45,11 +45,14 @@ class IovaTable {
  public:
   // IOVA = VA over the span.
   IovaTable(std::uintptr_t lo, std::size_t bytes) : lo_(lo), bytes_(bytes) {}
+  // One IOVA-contiguous run from `iova` (an IOVA chosen for the span, where
+  // the IOMMU cannot reach its virtual addresses).
+  IovaTable(std::uintptr_t lo, std::size_t bytes, std::uint64_t iova) : lo_(lo), bytes_(bytes), shift_(iova - lo) {}
   // The span's pages through `map`; nullptr, with `error`, if one is unknown.
   static std::unique_ptr<IovaTable> read(IovaMap& map, std::uintptr_t lo, std::size_t bytes, std::size_t page,
                                          std::string& error);
 
-  bool identity() const { return iova_.empty(); }
+  bool identity() const { return iova_.empty() && shift_ == 0; }
   std::uintptr_t lo() const { return lo_; }
   std::size_t bytes() const { return bytes_; }
   std::size_t page() const { return std::size_t{1} << page_shift_; }
@@ -59,7 +62,7 @@ class IovaTable {
   std::uint64_t lookup(std::uintptr_t p, std::size_t len, std::size_t& run) const {
     if (iova_.empty()) [[likely]] {
       run = len;
-      return p;
+      return p + shift_;
     }
     const std::size_t off = p - lo_;
     const std::size_t page_index = off >> page_shift_;
@@ -83,12 +86,13 @@ class IovaTable {
   // The span as IOVA-contiguous runs, in address order (one in VA mode):
   // what is DMA-mapped.
   std::vector<Run> runs() const;
-  // Each page's IOVA, for rte_extmem_register (empty in VA mode).
+  // Each page's IOVA, for rte_extmem_register (empty without a page table).
   const std::vector<std::uint64_t>& page_iovas() const { return iova_; }
 
  private:
   std::uintptr_t lo_;
   std::size_t bytes_;
+  std::uint64_t shift_ = 0;  // without a page table: IOVA = VA + shift_ (mod 2^64)
   unsigned page_shift_ = 12;
   std::vector<std::uint64_t> iova_;     // per page; empty: identity
   std::vector<std::uint32_t> run_end_;  // per page: one past the last page of its contiguous run

@@ -485,10 +485,14 @@ void PortIo::release(Memory::Span& span) {
     rte_eth_dev_info info{};
     if (span.mapped && rte_eth_dev_info_get(port_.id(), &info) == 0 && info.device != nullptr) {
       for (const IovaTable::Run& r : span.table->runs()) {
-        rte_dev_dma_unmap(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes);
+        dma_unmap(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes);
       }
     }
     rte_extmem_unregister(base, bytes);
+  }
+  if (span.iova_window != 0) {
+    give_iova(span.iova_window, bytes);
+    span.iova_window = 0;
   }
   if (span.locked) {
     // mlock does not nest: pages another span still covers stay locked.
@@ -571,7 +575,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       int map_errno = 0;
       for (; done < runs.size(); ++done) {
         const IovaTable::Run& r = runs[done];
-        if (rte_dev_dma_map(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes) != 0) {
+        if (dma_map(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes) != 0) {
           map_errno = rte_errno;
           break;
         }
@@ -584,7 +588,25 @@ void PortIo::register_memory(void* addr, std::size_t len) {
         span.usable = true;
       } else {
         for (std::size_t k = 0; k < done; ++k) {
-          rte_dev_dma_unmap(info.device, reinterpret_cast<void*>(runs[k].va), runs[k].iova, runs[k].bytes);
+          dma_unmap(info.device, reinterpret_cast<void*>(runs[k].va), runs[k].iova, runs[k].bytes);
+        }
+        // IOVA as VA, but the IOMMU cannot reach the span's own addresses
+        // (a 39-bit IOMMU and memory above 2^39, where heaps and mmaps
+        // live): mapped instead at an IOVA of our choosing, below 4 GiB.
+        if (span.table->identity() && done == 0) {
+          const std::uint64_t iova = take_iova(bytes);
+          if (iova != 0 && dma_map(info.device, base, iova, bytes) == 0) {
+            span.table = std::make_shared<IovaTable>(lo, bytes, iova);
+            span.iova_window = iova;
+            span.usable = span.mapped = true;
+            ++counters_.regions_dma_mapped;
+            ++counters_.regions_iova_chosen;
+          } else {
+            if (iova != 0) give_iova(iova, bytes);
+            logger().warn("port {}: memory at {} ({} bytes) will be copied into frames: the device cannot map it "
+                          "({}), at its address or at one below 4 GiB",
+                          port_.id(), static_cast<const void*>(base), bytes, rte_strerror(map_errno));
+          }
         }
       }
     }
@@ -611,6 +633,50 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   if (span.usable) ++counters_.regions_registered;
   else ++counters_.regions_register_failed;
   m.spans.push_back(span);
+}
+
+int PortIo::dma_map(rte_device* device, void* va, std::uint64_t iova, std::size_t bytes) {
+  const DmaMapper& d = memory_->dma;
+  return d.map != nullptr ? d.map(d.arg, va, iova, bytes) : rte_dev_dma_map(device, va, iova, bytes);
+}
+
+int PortIo::dma_unmap(rte_device* device, void* va, std::uint64_t iova, std::size_t bytes) {
+  const DmaMapper& d = memory_->dma;
+  return d.unmap != nullptr ? d.unmap(d.arg, va, iova, bytes) : rte_dev_dma_unmap(device, va, iova, bytes);
+}
+
+void PortIo::use_dma_mapper(const DmaMapper& mapper) {
+  std::lock_guard<std::mutex> lock(memory_->mutex);
+  memory_->dma = mapper;
+}
+
+std::uint64_t PortIo::take_iova(std::size_t bytes) {
+  // First fit among the free ranges (memory->mutex held).
+  auto& free = memory_->iova_free;
+  for (auto it = free.begin(); it != free.end(); ++it) {
+    const auto [start, end] = *it;
+    if (end - start < bytes) continue;
+    free.erase(it);
+    if (end - start > bytes) free.emplace(start + bytes, end);
+    return start;
+  }
+  return 0;
+}
+
+void PortIo::give_iova(std::uint64_t start, std::size_t bytes) {
+  auto& free = memory_->iova_free;
+  std::uint64_t end = start + bytes;
+  // Joined with the free ranges on either side.
+  if (auto next = free.find(end); next != free.end()) {
+    end = next->second;
+    free.erase(next);
+  }
+  auto prev = free.lower_bound(start);
+  if (prev != free.begin() && std::prev(prev)->second == start) {
+    std::prev(prev)->second = end;
+    return;
+  }
+  free.emplace(start, end);
 }
 
 void PortIo::use_iova_map(std::shared_ptr<IovaMap> map) {

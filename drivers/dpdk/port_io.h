@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include "dpdk/port.h"
 #include "engine/packet_io.h"
 
+struct rte_device;
 struct rte_mbuf;
 
 namespace uroce::dpdk {
@@ -66,7 +68,8 @@ class TscClock : public engine::Clock {
   X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)") \
   X(tx_pieces_split, "zero-copy payload pieces sent as two or more segments: their pages are not contiguous to the device (IOVA as PA)") \
   X(tx_copied_segment_limit, "frames whose payload was copied into one segment: as zero-copy segments it would pass the port's per-frame limit") \
-  X(regions_iova_unknown, "memory regions whose device addresses could not be read or pinned (IOVA as PA): copied, never DMA'd from")
+  X(regions_iova_unknown, "memory regions whose device addresses could not be read or pinned (IOVA as PA): copied, never DMA'd from") \
+  X(regions_iova_chosen, "memory regions DMA-mapped at an IOVA uroce chose: the IOMMU cannot reach their own addresses (IOVA as VA)")
 
 // Written by the engine's thread (or a control call, which holds it) with
 // plain stores: read them in a control call or once the engine is stopped.
@@ -127,6 +130,15 @@ class PortIo : public engine::PacketIo {
   // eal_iova_map()). Before any memory is registered: tests give a map of
   // their own.
   void use_iova_map(std::shared_ptr<IovaMap> map);
+  // How spans are DMA-mapped for the device: rte_dev_dma_map and
+  // rte_dev_dma_unmap unless a test gives its own (a model IOMMU). Each
+  // returns 0, or -1 with rte_errno set. Before any memory is registered.
+  struct DmaMapper {
+    int (*map)(void* arg, void* va, std::uint64_t iova, std::size_t bytes) = nullptr;
+    int (*unmap)(void* arg, void* va, std::uint64_t iova, std::size_t bytes) = nullptr;
+    void* arg = nullptr;
+  };
+  void use_dma_mapper(const DmaMapper& mapper);
 
   // A peer known without asking (wanted tier: no flood evicts it).
   void add_neighbor(const std::array<std::uint8_t, 4>& ip, const std::array<std::uint8_t, 6>& mac);
@@ -210,6 +222,7 @@ class PortIo : public engine::PacketIo {
       int slot = -1;         // its row in lo/hi and in each queue's segment counts; held until it is released
       bool locked = false;   // mlock'ed here (IOVA as PA)
       bool mapped = false;   // DMA-mapped here, run by run
+      std::uint64_t iova_window = 0;  // an IOVA range taken for it (take_iova), or 0
       std::shared_ptr<const IovaTable> table;  // its pages' IOVAs (published in `tables` while usable)
       std::vector<std::pair<PortIo*, std::uint64_t>> marks;  // segments of it each queue must have freed
     };
@@ -219,6 +232,12 @@ class PortIo : public engine::PacketIo {
     std::array<std::atomic<std::uintptr_t>, kUsable> lo{}, hi{};
     std::array<std::atomic<const IovaTable*>, kUsable> tables{};  // written before the row's hi
     std::shared_ptr<IovaMap> iova_map = eal_iova_map();
+    DmaMapper dma;
+    // IOVAs handed out for spans the IOMMU cannot map at their own address:
+    // the free ranges (start -> end) of [1 GiB, 3.75 GiB), below x86's MSI
+    // window at 0xfee00000 and the addresses EAL reserves for its own
+    // memory (from 4 GiB up, where IOVA = VA).
+    std::map<std::uint64_t, std::uint64_t> iova_free{{std::uint64_t{1} << 30, std::uint64_t{0xf0000000}}};
     std::array<bool, kUsable> held{};  // control path: a span has the row (usable, or draining)
     std::atomic<std::uint32_t> used{0};  // slots [0, used) may be in use
     std::atomic<std::uint32_t> generation{0};
@@ -237,6 +256,12 @@ class PortIo : public engine::PacketIo {
   // Unregisters retired spans whose frames have since been freed.
   void reap_retired();
   void release(Memory::Span& span);  // DMA unmap and DPDK unregistration
+  // A free IOVA range of `bytes` (0: none left), and giving one back
+  // (memory->mutex held).
+  std::uint64_t take_iova(std::size_t bytes);
+  int dma_map(rte_device* device, void* va, std::uint64_t iova, std::size_t bytes);
+  int dma_unmap(rte_device* device, void* va, std::uint64_t iova, std::size_t bytes);
+  void give_iova(std::uint64_t start, std::size_t bytes);
   static void on_segment_free(void* addr, void* opaque);
 
   Port& port_;

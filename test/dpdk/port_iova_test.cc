@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <rte_ethdev.h>
+#include <rte_errno.h>
 #include <rte_mbuf.h>
 
 #include "dpdk/iova.h"
@@ -294,6 +295,100 @@ TEST(PortIova, MemoryWhoseAddressesAreUnknownIsCopiedNeverAttached) {
   EXPECT_EQ(sent.frames, 20);
   EXPECT_EQ(sent.external_segments, 0) << "the device was sent into memory whose addresses are unknown";
   EXPECT_GE(io.counters().tx_copied_unregistered, 20u);
+  io.unregister_memory(region.p, region.bytes);
+}
+
+// A model IOMMU `bits` wide: a mapping whose IOVAs pass 2^bits is
+// refused (EINVAL, as vfio says), others are kept, and the device reads
+// through them.
+class ModelIommu {
+ public:
+  explicit ModelIommu(unsigned bits) : limit_(std::uint64_t{1} << bits) {}
+  dpdk::PortIo::DmaMapper mapper() {
+    dpdk::PortIo::DmaMapper m;
+    m.map = [](void* arg, void* va, std::uint64_t iova, std::size_t bytes) {
+      auto* self = static_cast<ModelIommu*>(arg);
+      if (iova + bytes > self->limit_) {
+        rte_errno = EINVAL;
+        return -1;
+      }
+      self->maps_[iova] = {reinterpret_cast<std::uintptr_t>(va), bytes};
+      return 0;
+    };
+    m.unmap = [](void* arg, void*, std::uint64_t iova, std::size_t) {
+      auto* self = static_cast<ModelIommu*>(arg);
+      return self->maps_.erase(iova) == 1 ? 0 : -1;
+    };
+    m.arg = this;
+    return m;
+  }
+  // The bytes the device reads at [iova, iova + len): false if unmapped.
+  bool read(std::uint64_t iova, std::size_t len, std::vector<std::uint8_t>& out) const {
+    auto it = maps_.upper_bound(iova);
+    if (it == maps_.begin()) return false;
+    --it;
+    if (iova + len > it->first + it->second.second) return false;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(it->second.first + (iova - it->first));
+    out.insert(out.end(), p, p + len);
+    return true;
+  }
+  std::size_t mappings() const { return maps_.size(); }
+  std::uint64_t first_iova() const { return maps_.empty() ? 0 : maps_.begin()->first; }
+
+ private:
+  std::uint64_t limit_;
+  std::map<std::uint64_t, std::pair<std::uintptr_t, std::size_t>> maps_;
+};
+
+// IOVA as VA behind an IOMMU narrower than the process's addresses (qemu's
+// intel-iommu and many client CPUs: 39 bits; mmap memory lives near 2^47):
+// the region is mapped at an IOVA uroce chose, and every frame's payload
+// segments carry it.
+TEST(PortIova, AnIommuThatCannotReachARegionsAddressesGetsAnIovaOfOurs) {
+  const std::uint64_t seed = test_seed();
+  dpdk::Port* port = PortEnvironment::port();
+  ASSERT_NE(port, nullptr) << EalEnvironment::error();
+  dpdk::PortIo io(*port, 0, {10, 0, 9, 1});
+  ModelIommu iommu(39);
+  io.use_dma_mapper(iommu.mapper());
+  Memory region(16 * kPage);
+  ASSERT_GT(reinterpret_cast<std::uintptr_t>(region.p), std::uintptr_t{1} << 39) << "the test needs memory above 2^39";
+  io.register_memory(region.p, region.bytes);
+  EXPECT_EQ(io.counters().regions_iova_chosen, 1u);
+  EXPECT_EQ(io.counters().regions_dma_mapped, 1u);
+  ASSERT_EQ(iommu.mappings(), 1u);
+  const std::uint64_t chosen = iommu.first_iova();
+  EXPECT_LT(chosen + region.bytes, std::uint64_t{1} << 32);
+  std::mt19937_64 rng(seed);
+  for (int n = 0; n < 100; ++n) {
+    TxHead head;
+    ASSERT_EQ(io.tx_heads(&head, 1), 1);
+    std::memset(head.data, 0xee, 60);
+    TxFrame f;
+    f.head = head;
+    f.head_len = 60;
+    f.l3_offset = 14;
+    f.npieces = 1;
+    const std::size_t len = 512 + rng() % 3585;
+    const std::size_t off = rng() % (region.bytes - len);
+    f.pieces[0] = std::span<const std::uint8_t>(region.p + off, len);
+    ASSERT_EQ(io.tx_burst(&f, 1), 1);
+    rte_mbuf* m = nullptr;
+    ASSERT_EQ(rte_eth_rx_burst(port->id(), 0, &m, 1), 1);
+    std::vector<std::uint8_t> read;
+    for (rte_mbuf* s = m; s != nullptr; s = s->next) {
+      if (!RTE_MBUF_HAS_EXTBUF(s)) continue;
+      EXPECT_TRUE(iommu.read(s->buf_iova + s->data_off, s->data_len, read)) << "frame " << n << " " << seed_note(seed);
+    }
+    EXPECT_EQ(read, std::vector<std::uint8_t>(region.p + off, region.p + off + len)) << "frame " << n << " " << seed_note(seed);
+    rte_pktmbuf_free(m);
+  }
+  EXPECT_EQ(io.counters().tx_zero_copy_frames, 100u);
+  io.unregister_memory(region.p, region.bytes);
+  EXPECT_EQ(iommu.mappings(), 0u);
+  // The IOVA range went back: the next region gets it again.
+  io.register_memory(region.p, region.bytes);
+  EXPECT_EQ(iommu.first_iova(), chosen);
   io.unregister_memory(region.p, region.bytes);
 }
 
