@@ -2,6 +2,8 @@
 // atomic ACKs retire send WQEs in posting order, exactly once; sequence
 // errors, timeouts and missing responses send the requester back to the
 // first PSN not answered (go-back-N); RNR NAKs pause it for the NAK's timer.
+#include <algorithm>
+
 #include "transport/psn.h"
 #include "transport/rules.h"
 #include "transport/sgl.h"
@@ -23,6 +25,7 @@ bool outstanding(const Qp& qp) { return qp.comp_next != qp.req_next || qp.req.pk
 // timeout to reach the message end), and any gap among them is NAKed when
 // the next one arrives.
 void progress(Qp& qp, Env& env) {
+  qp.comp.window = std::min(kWindowPackets, qp.comp.window * 2);
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
@@ -355,7 +358,9 @@ void completer_on_timer(Qp& qp, Env& env) {
   }
   qp.counters.add(QpCounter::timeouts);
   // A local ACK timeout spends a retry and resends from the oldest PSN not
-  // acknowledged. retry_cnt 7 means seven, not infinite (unlike rnr_retry).
+  // acknowledged, a small window first. retry_cnt 7 means seven, not
+  // infinite (unlike rnr_retry).
+  qp.comp.window = kWindowAfterTimeout;
   spend_retry(qp, qp.comp.psn);
 }
 

@@ -28,6 +28,13 @@ namespace uroce::transport {
 
 // Request packets in flight (sent, not yet acknowledged) per QP.
 inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far above any BDP here
+// After a local ACK timeout the requester starts again with this many
+// packets in flight, and doubles it with each acknowledgement that moves
+// forward, up to kWindowPackets (as TCP's slow start after a retransmission
+// timeout): a responder that was away (a software peer kept off its CPU,
+// its receive ring full) is not met by a whole window at once, which it
+// would drop again, spending the next retry the same way.
+inline constexpr std::uint32_t kWindowAfterTimeout = 16;
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
 // A READ is asked for in segments of this many response packets, one READ
@@ -167,6 +174,7 @@ struct Qp {
 
   struct Completer {
     std::uint32_t psn = 0;         // oldest PSN not yet acknowledged / answered
+    std::uint32_t window = kWindowPackets;  // request packets the requester may have in flight
     std::uint8_t retry_left = 0;
     std::uint8_t rnr_left = 0;
     std::uint64_t deadline = 0;    // retransmit timer; 0 = disarmed

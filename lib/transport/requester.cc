@@ -101,7 +101,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
   std::uint16_t n = 0;
   while (n < room && qp.req_next != qp.sq_posted) {
     // UC keeps no window: nothing is acknowledged, nothing resent (IBTA 9.8.2).
-    if (reliable && psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(kWindowPackets)) break;
+    if (reliable && psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window)) break;
     if (!pace_allows(qp, env)) break;
     SendWqe& w = qp.sq[qp.req_next];
     if (!w.started) {
@@ -121,7 +121,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       const std::uint32_t total = w.started ? w.npackets : packets_for(w, qp.mtu);
       const std::int32_t in_flight = psn_diff(qp.req.psn, qp.comp.psn);
       const std::uint32_t ask = read_segment_end(total, index) - index;
-      if (in_flight > 0 && static_cast<std::uint32_t>(in_flight) + ask > kWindowPackets) break;
+      if (in_flight > 0 && static_cast<std::uint32_t>(in_flight) + ask > qp.comp.window) break;
     }
     // Resolved once, and again after any deregistration (a retransmission
     // reads the region anew).
@@ -154,7 +154,9 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         const bool last = qp.req.pkt_index + 1 == w.npackets;
         bool ack_req = false;
         if (reliable) {
-          ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery;
+          // Also the packet that fills the window: its answer opens it.
+          ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery ||
+                    psn_diff(psn_add(psn, 1), qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window);
           if (ack_req) qp.req.since_ack_req = 0;
         }
         if (w.kind == WqeKind::kSend) {
