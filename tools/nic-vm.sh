@@ -45,6 +45,10 @@ hostpy=/usr/bin/python3
 rgctl=$here/rxe-guest/rgctl.py
 
 base_packages=kmod,iproute2,procps,iputils-ping,ethtool,python3,netbase,initramfs-tools,pciutils,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,infiniband-diags,perftest,dpdk,libibverbs1,tcpdump
+# DPDK's drivers are plugins it loads at start (the `dpdk` package only
+# recommends them): the NICs' PMDs, the mempool driver, and the vdevs the
+# project's docs use.
+pmd_packages="librte-net-virtio23 librte-net-e1000-23 librte-net-vmxnet3-23 librte-mempool-ring23 librte-bus-pci23 librte-bus-vdev23 librte-net-af-packet23 librte-net-memif23 librte-net-ring23"
 host_packages=(qemu-system-x86 seabios debootstrap debian-archive-keyring e2fsprogs iproute2 python3)
 
 note() { echo "nic-vm: $*" >&2; }
@@ -133,10 +137,13 @@ install_runtime() {
   done | sort -u | while read -r lib; do
     dpkg -S "$(realpath "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
   done | cut -d: -f1 | sort -u | tr '\n' ' ')
+  pkgs+=" $pmd_packages"
   sum=$(echo "$pkgs" | sha256sum | cut -d' ' -f1)
   [[ $(cat "$work/.runtime-sum" 2>/dev/null) == "$sum" ]] && return
   note "runtime packages: $pkgs"
   mount_root
+  # make_image drops the package lists: fetch them again.
+  timeout 600 chroot "$rootfs" /usr/bin/env LANG=C.UTF-8 apt-get update -q
   # shellcheck disable=SC2086  # a list of package names
   timeout 1800 chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
     apt-get install -y -q --no-install-recommends $pkgs
@@ -355,8 +362,11 @@ cmd_up() {
     shift 2
   done
   [[ -n $mem ]] || { [[ $role == uroce ]] && mem=2048 || mem=768; }
+  # A guest that does not come up is stopped again.
+  trap 'stop "$g" >/dev/null 2>&1' EXIT
   start "$g" "$role" "$nic" "$iommu" "$pages" "$queues" "$mem"
   await
+  trap - EXIT
 }
 
 # guest NAME LIMIT CMD: CMD in guest NAME (the picked guest is left as it was).
@@ -570,7 +580,7 @@ main() {
   (($# > 0)) && shift
   case $cmd in
     build) cmd_build ;;
-    up) trap 'cmd_down >/dev/null 2>&1' ERR; cmd_up "$@" ;;
+    up) cmd_up "$@" ;;
     run) cmd_run "$@" ;;
     env) cmd_env "$@" ;;
     status) cmd_status ;;

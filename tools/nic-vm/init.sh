@@ -66,13 +66,15 @@ for _ in {1..200}; do
   [[ -n $(nic_with_mac "$mac") && -n $(nic_with_mac "$ctlmac") && ( -z $xmac || -n $(nic_with_mac "$xmac") ) ]] && break
   sleep 0.05
 done
-data=$(nic_with_mac "$mac") ctl=$(nic_with_mac "$ctlmac")
+data=$(nic_with_mac "$mac") ctl=$(nic_with_mac "$ctlmac") x=''
+[[ -n $xmac ]] && x=$(nic_with_mac "$xmac")
 [[ -n $data && -n $ctl ]] || say "NIC missing: RoCE $mac='$data', control $ctlmac='$ctl'"
+# Through temporary names, so that no rename collides with a NIC not yet renamed.
 ip link set "$data" name nv-data && ip link set "$ctl" name nv-ctl
+[[ -n $x ]] && ip link set "$x" name nv-xchg
 ip link set nv-data name eth0 && ip link set nv-ctl name eth1
-if [[ -n $xmac ]]; then
-  x=$(nic_with_mac "$xmac")
-  ip link set "$x" name eth2
+if [[ -n $x ]]; then
+  ip link set nv-xchg name eth2
   ip link set eth2 up
   ip addr add "$xip" dev eth2
   sysctl -qw net.ipv6.conf.eth2.disable_ipv6=1
