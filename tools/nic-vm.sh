@@ -7,14 +7,15 @@
 #
 #   nic-vm.sh build                 the image (idempotent; minutes the first time)
 #   nic-vm.sh up [NAME] [--role uroce|rxe] [--nic virtio|e1000e|vmxnet3]
-#                [--iommu on|off] [--pages 4k|2m] [--queues N] [--mem MB]
+#                [--iommu on|off] [--iommu-bits 39|48] [--pages 4k|2m] [--queues N] [--mem MB]
 #                                   boot guest NAME (default u), return when it answers
 #   nic-vm.sh run [-g NAME] [-t SECONDS] [-i FILE] 'CMD'
 #                                   CMD in the guest (bash -c): its output, its exit code
 #   nic-vm.sh status | env [NAME]   the guests that are up | a guest's layout
 #   nic-vm.sh down [NAME]           stop NAME, or every guest and the namespace
 #   nic-vm.sh check --nic virtio|e1000e|vmxnet3 --iommu on|off --pages 4k|2m
-#                [--sizes S1,S2,...] [--offset BYTES] [--iters N] [--smoke]
+#                [--sizes S1,S2,...] [--offset BYTES] [--iters N] [--iommu-bits 39|48]
+#                [--driver vfio-pci|vfio-noiommu|uio] [--smoke]
 #                                   the acceptance matrix of one set-up against Soft-RoCE:
 #                                   one PASS/FAIL line a case, then "N passed, N failed"
 #
@@ -268,9 +269,9 @@ roce_device() {
   echo "$d"
 }
 
-# start NAME ROLE NIC IOMMU PAGES QUEUES MEM_MB
+# start NAME ROLE NIC IOMMU PAGES QUEUES MEM_MB IOMMU_BITS
 start() {
-  local role=$2 nic=$3 iommu=$4 pages=$5 queues=$6 mem=$7
+  local role=$2 nic=$3 iommu=$4 pages=$5 queues=$6 mem=$7 bits=$8
   pick "$1"
   [[ -f $image ]] || fail "no image: run '$0 build' first"
   [[ $iommu == on || $iommu == off ]] || fail "--iommu is on or off, not '$iommu'"
@@ -289,7 +290,11 @@ start() {
     # The IOMMU comes before the devices it translates for.
     machine+=",kernel-irqchip=split"
     # shellcheck disable=SC2054  # commas inside one qemu argument
-    pre=(-device intel-iommu,intremap=on,caching-mode=on)
+    # aw-bits: the IOMMU's address width. qemu's default, 39, is below the
+    # user addresses of a process (2^47), which VA-as-IOVA then cannot map
+    # (see docs/nic-vm.md); 48 covers them.
+    [[ $bits == 39 || $bits == 48 ]] || fail "--iommu-bits is 39 or 48, not '$bits'"
+    pre=(-device "intel-iommu,intremap=on,caching-mode=on,aw-bits=$bits")
     cmdline+=" intel_iommu=on iommu=pt"
   fi
   [[ $pages == 2m ]] && cmdline+=" default_hugepagesz=2M hugepagesz=2M hugepages=$((mem / 4 / 2))"
@@ -304,7 +309,7 @@ start() {
     cmdline+=" nv.xmac=$xmac nv.xip=$xchg_ip/24"
   fi
   rm -f "$console" "$pidfile"
-  echo "role=$role nic=$nic iommu=$iommu pages=$pages queues=$queues mem=$mem" >"$setupfile"
+  echo "role=$role nic=$nic iommu=$iommu${bits:+ iommu_bits=$bits} pages=$pages queues=$queues mem=$mem" >"$setupfile"
   in_ns qemu-system-x86_64 -name "uroce-nic-vm-$name" \
     -machine "$machine" -cpu max -smp "$smp" -m "$mem" \
     -nodefaults -no-user-config -display none -no-reboot "${pre[@]}" \
@@ -350,13 +355,13 @@ stop() {
 cmd_up() {
   local g=u
   [[ ${1:-} =~ ^[a-z]$ ]] && { g=$1; shift; }
-  local role=uroce nic=virtio iommu=off pages=4k queues=1 mem=''
+  local role=uroce nic=virtio iommu=off pages=4k queues=1 mem='' bits=48
   [[ $g == r ]] && role=rxe
   while (($#)); do
     (($# >= 2)) || fail "$1 needs a value"
     case $1 in
       --role) role=$2 ;; --nic) nic=$2 ;; --iommu) iommu=$2 ;; --pages) pages=$2 ;;
-      --queues) queues=$2 ;; --mem) mem=$2 ;;
+      --queues) queues=$2 ;; --mem) mem=$2 ;; --iommu-bits) bits=$2 ;;
       *) fail "unknown option $1 (see $0 help)" ;;
     esac
     shift 2
@@ -364,7 +369,8 @@ cmd_up() {
   [[ -n $mem ]] || { [[ $role == uroce ]] && mem=2048 || mem=768; }
   # A guest that does not come up is stopped again.
   trap 'stop "$g" >/dev/null 2>&1' EXIT
-  start "$g" "$role" "$nic" "$iommu" "$pages" "$queues" "$mem"
+  [[ $iommu == on ]] || bits=''
+  start "$g" "$role" "$nic" "$iommu" "$pages" "$queues" "$mem" "$bits"
   await
   trap - EXIT
 }
@@ -493,16 +499,17 @@ run_case() {
       grep -qE "^ *$size +[0-9]+ " "$rlog" || why+=" rxe printed no result row;" ;;
   esac
   # --counters prints only the counters that are not zero.
-  local copied
-  if [[ $tool == pingpong ]]; then
-    zc=$(awk '$1 == "port.tx_zero_copy_frames" {print $2}' "$ulog")
-    copied=$(awk '$1 == "port.tx_copied_bytes" {print $2}' "$ulog")
-    grep -q '^counters' "$ulog" && zc=${zc:-0} copied=${copied:-0}
-  else
+  local copied refused unreg
+  if [[ $tool != pingpong ]]; then
     guest u 10 "cat $tel" >"$ulog.port" 2>/dev/null || true
-    zc=$(grep -o '"tx_zero_copy_frames": *[0-9]*' "$ulog.port" | grep -o '[0-9]*$' | tail -1)
-    copied=$(grep -o '"tx_copied_bytes": *[0-9]*' "$ulog.port" | grep -o '[0-9]*$' | tail -1)
   fi
+  zc=$(port_counter tx_zero_copy_frames)
+  copied=$(port_counter tx_copied_bytes)
+  refused=$(port_counter regions_register_failed)
+  unreg=$(port_counter tx_copied_unregistered)
+  # A region DPDK refused is copied from, never DMA'd: counted as
+  # tx_zero_copy_frames all the same (see docs/nic-vm.md), so it fails here.
+  [[ ${refused:-0} -gt 0 ]] && why+=" regions_register_failed $refused (tx_copied_unregistered ${unreg:-0});"
   # Where uroce sends payload (both pingpongs; write_bw as the client; read_bw
   # as the server, in its read responses), some of it must leave zero-copy.
   # The other side of write_bw and read_bw sends only ACKs or read requests.
@@ -517,8 +524,11 @@ run_case() {
     [[ ${zc:-0} -gt 0 ]] || why+=" tx_zero_copy_frames ${zc:-unknown};"
   fi
   [[ -n $why ]] && ok=FAIL
+  local tally=''
+  tally=$(port_counters_line)
   printf '%s  %-7s iommu=%-3s pages=%-2s  %-11s %-12s %8s B  zc=%s copied=%s  %ss%s\n' "$ok" "$c_nic" "$c_iommu" \
     "$c_pages" "$tool" "$dir" "$size" "${zc:-?}" "${copied:-?}" "$((SECONDS - t0))" "${why:+  (${why%;})}"
+  echo "  $id $tally" >>"$logdir/counters.txt"
   if [[ $ok == PASS ]]; then passed=$((passed + 1)); else
     failed=$((failed + 1))
     grep -v '^ *$' "$ulog" | tail -n 6 | sed 's/^/    uroce: /'
@@ -526,8 +536,28 @@ run_case() {
   fi
 }
 
+# port_counter NAME: a uroce port counter of the case, from --counters
+# (uroce-pingpong prints only those not zero) or from telemetry (the others).
+port_counter() {
+  if [[ $tool == pingpong ]]; then
+    grep -q '^counters' "$ulog" || return 0
+    awk -v n="port.$1" '$1 == n {v = $2} END {print v + 0}' "$ulog"
+  else
+    grep -o "\"$1\": *[0-9]*" "$ulog.port" 2>/dev/null | grep -o '[0-9]*$' | tail -1
+  fi
+}
+
+port_counters_line() {
+  local n out=''
+  for n in tx_zero_copy_frames tx_zero_copy_bytes tx_copied_bytes tx_copied_unregistered tx_pieces_split \
+    regions_registered regions_dma_mapped regions_dma_unneeded regions_register_failed regions_iova_unknown; do
+    out+=" $n=$(port_counter $n)"
+  done
+  echo "$out"
+}
+
 cmd_check() {
-  local c_nic='' c_iommu='' c_pages='' sizes=1,4096,65536,1048576 offset='' smoke=0 driver='' queues=1
+  local c_nic='' c_iommu='' c_pages='' sizes=1,4096,65536,1048576 offset='' smoke=0 driver='' queues=1 bits=48
   check_iters=${ITERS:-20}
   while (($#)); do
     case $1 in
@@ -537,6 +567,7 @@ cmd_check() {
     case $1 in
       --nic) c_nic=$2 ;; --iommu) c_iommu=$2 ;; --pages) c_pages=$2 ;; --sizes) sizes=$2 ;;
       --offset) offset=$2 ;; --iters) check_iters=$2 ;; --driver) driver=$2 ;; --queues) queues=$2 ;;
+      --iommu-bits) bits=$2 ;;
       *) fail "unknown option $1 (see $0 help)" ;;
     esac
     shift 2
@@ -549,11 +580,12 @@ cmd_check() {
   [[ -n $c_nic && -n $c_iommu && -n $c_pages ]] || fail "check needs --nic, --iommu and --pages (or --smoke)"
   local t0=$SECONDS passed=0 failed=0 tel=/tmp/nv-port.json offset_arg=''
   logdir=$work/check/$c_nic-iommu$c_iommu-$c_pages
+  [[ $c_iommu == on && $bits != 48 ]] && logdir+=-aw$bits
   rm -rf "$logdir"; mkdir -p "$logdir"
   cmd_build >"$logdir/build.log" 2>&1 || { cat "$logdir/build.log" >&2; fail "build failed"; }
   trap 'cmd_down >/dev/null 2>&1' EXIT
   cmd_down >/dev/null 2>&1 || true
-  (cmd_up r && cmd_up u --nic "$c_nic" --iommu "$c_iommu" --pages "$c_pages" --queues "$queues") \
+  (cmd_up r && cmd_up u --nic "$c_nic" --iommu "$c_iommu" --pages "$c_pages" --queues "$queues" --iommu-bits "$bits") \
     >"$logdir/up.log" 2>&1 || { cat "$logdir/up.log" >&2; fail "guests did not come up"; }
   note "guests up after $((SECONDS - t0)) s"
   grep 'nv-info' "$logdir/up.log" | sed 's/^ */  /' >&2
@@ -608,3 +640,4 @@ main() {
   esac
 }
 main "$@"
+exit
