@@ -44,6 +44,7 @@ image=$work/root.ext4
 rundir=$work/run
 hostpy=/usr/bin/python3
 rgctl=$here/rxe-guest/rgctl.py
+nic_setup=$here/nic-setup.sh
 
 base_packages=kmod,iproute2,procps,iputils-ping,ethtool,python3,netbase,initramfs-tools,pciutils,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,infiniband-diags,perftest,dpdk,libibverbs1,tcpdump
 # DPDK's drivers are plugins it loads at start (the `dpdk` package only
@@ -157,6 +158,7 @@ install_runtime() {
 image_inputs() {
   cat "$here/nic-vm/init.sh" "$here/nic-vm/nv-bind" "$here/nic-vm/nv-uroce" "$rgctl" \
     "$work/.kernel-installed" "$work/.runtime-sum"
+  [[ -f $nic_setup ]] && cat "$nic_setup"
   (cd "$build_dir" && carried_files | xargs sha256sum)
   declare -f make_image
 }
@@ -165,6 +167,10 @@ make_image() {
   install -m 755 "$here/nic-vm/init.sh" "$rootfs/sbin/nv-init"
   install -m 755 "$rgctl" "$rootfs/usr/local/sbin/rgctl.py"
   install -m 755 "$here/nic-vm/nv-bind" "$here/nic-vm/nv-uroce" "$rootfs/usr/local/sbin/"
+  # The project's NIC set-up tool, when the tree has it, binds the NIC (nv-bind
+  # hands over to it); the inline binding of nv-bind otherwise.
+  rm -f "$rootfs/usr/local/sbin/nic-setup.sh"
+  [[ -f $here/nic-setup.sh ]] && install -m 755 "$here/nic-setup.sh" "$rootfs/usr/local/sbin/nic-setup.sh"
   rm -rf "$rootfs/opt/uroce"
   mkdir -p "$rootfs/opt/uroce/build"
   (cd "$build_dir" && carried_files | xargs cp -a --parents -t "$rootfs/opt/uroce/build")
