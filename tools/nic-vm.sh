@@ -579,7 +579,7 @@ cmd_check() {
     shift 2
   done
   if ((smoke)); then
-    c_nic=${c_nic:-virtio} c_iommu=${c_iommu:-on} c_pages=${c_pages:-2m}
+    c_nic=${c_nic:-e1000e} c_iommu=${c_iommu:-on} c_pages=${c_pages:-2m}
     [[ $sizes == 1,4096,65536,1048576 ]] && sizes=4096
     check_iters=${ITERS:-10}
   fi
