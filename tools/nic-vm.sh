@@ -481,16 +481,16 @@ run_case() {
   if [[ $dir == uroce-server ]]; then
     guest u "$limit" "$ucmd" >"$ulog" 2>&1 &
     local upid=$!
-    guest r "$limit" "${retry//CMD/$rcmd}" >"$rlog" 2>&1
-    rrc=$?
-    wait "$upid"; urc=$?
+    rrc=0 urc=0
+    guest r "$limit" "${retry//CMD/$rcmd}" >"$rlog" 2>&1 || rrc=$?
+    wait "$upid" || urc=$?
   else
     guest r "$limit" "$rcmd" >"$rlog" 2>&1 &
     local rpid=$!
     sleep 2
-    guest u "$limit" "${retry//CMD/$ucmd}" >"$ulog" 2>&1
-    urc=$?
-    wait "$rpid"; rrc=$?
+    rrc=0 urc=0
+    guest u "$limit" "${retry//CMD/$ucmd}" >"$ulog" 2>&1 || urc=$?
+    wait "$rpid" || rrc=$?
   fi
   ((urc == 0)) || why+=" uroce rc $urc;"
   ((rrc == 0)) || why+=" rxe rc $rrc;"
