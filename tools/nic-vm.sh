@@ -265,7 +265,9 @@ roce_device() {
   case $nic in
     virtio)
       d="virtio-net-pci,netdev=roce,mac=$mac,romfile="
-      [[ $iommu == on ]] && d+=",iommu_platform=on,ats=on"
+      # A device behind the IOMMU is a modern (virtio 1.0) one only: qemu
+      # refuses VIRTIO_F_IOMMU_PLATFORM on a transitional device.
+      [[ $iommu == on ]] && d+=",disable-legacy=on,iommu_platform=on,ats=on"
       ((queues > 1)) && d+=",mq=on,vectors=$((2 * queues + 2)),rss=on"
       ;;
     e1000e) d="e1000e,netdev=roce,mac=$mac,romfile=" ;;
