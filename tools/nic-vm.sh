@@ -391,6 +391,27 @@ guest() {
   in_ns "$hostpy" "$rgctl" call --port "$p" --limit "$limit" "$*"
 }
 
+# guest_bg NAME LIMIT CMD: as guest, for a background job: the job is the
+# channel's client itself, so killing its pid stops CMD in the guest.
+guest_bg() {
+  local p=$((19300 + $(printf '%d' "'$1") - 96))
+  exec ip netns exec "$netns" "$hostpy" "$rgctl" call --port "$p" --limit "$2" "$3"
+}
+
+# first_fails A B: waits until one of the two jobs ends; if that one failed
+# while the other still runs, stops the other.
+first_fails() {
+  local a=$1 b=$2 rc=0
+  while kill -0 "$a" 2>/dev/null && kill -0 "$b" 2>/dev/null; do sleep 0.5; done
+  if ! kill -0 "$a" 2>/dev/null; then
+    wait "$a" || rc=$?
+    ((rc == 0)) || kill "$b" 2>/dev/null || true
+  else
+    wait "$b" || rc=$?
+    ((rc == 0)) || kill "$a" 2>/dev/null || true
+  fi
+}
+
 cmd_run() {
   local g=u limit='' input='' opt OPTIND=1
   while getopts g:t:i: opt; do
@@ -480,20 +501,25 @@ run_case() {
   # under TCG takes seconds); any other failure ends it.
   # shellcheck disable=SC2016  # the guest's shell expands it
   local retry='for i in $(seq 30); do out=$(CMD 2>&1); rc=$?; echo "$out"; [[ $rc == 0 ]] && exit 0; grep -qiE "couldn.t connect|unable to open file descriptor|connection refused" <<<"$out" || exit $rc; echo "(retry $i)"; sleep 2; done; exit $rc'
+  # When one side fails, the other is stopped at once (its closed channel
+  # stops its command in the guest) instead of waiting out its limit.
+  local upid rpid
+  rrc=0 urc=0
   if [[ $dir == uroce-server ]]; then
-    guest u "$limit" "$ucmd" >"$ulog" 2>&1 &
-    local upid=$!
-    rrc=0 urc=0
-    guest r "$limit" "${retry//CMD/$rcmd}" >"$rlog" 2>&1 || rrc=$?
-    wait "$upid" || urc=$?
+    guest_bg u "$limit" "$ucmd" >"$ulog" 2>&1 &
+    upid=$!
+    guest_bg r "$limit" "${retry//CMD/$rcmd}" >"$rlog" 2>&1 &
+    rpid=$!
   else
-    guest r "$limit" "$rcmd" >"$rlog" 2>&1 &
-    local rpid=$!
+    guest_bg r "$limit" "$rcmd" >"$rlog" 2>&1 &
+    rpid=$!
     sleep 2
-    rrc=0 urc=0
-    guest u "$limit" "${retry//CMD/$ucmd}" >"$ulog" 2>&1 || urc=$?
-    wait "$rpid" || rrc=$?
+    guest_bg u "$limit" "${retry//CMD/$ucmd}" >"$ulog" 2>&1 &
+    upid=$!
   fi
+  first_fails "$upid" "$rpid"
+  wait "$upid" || urc=$?
+  wait "$rpid" || rrc=$?
   ((urc == 0)) || why+=" uroce rc $urc;"
   ((rrc == 0)) || why+=" rxe rc $rrc;"
   # "Couldn't connect" is the retry above; any other such line is an error.
