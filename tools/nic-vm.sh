@@ -490,10 +490,10 @@ run_case() {
       ucmd="nv-uroce pingpong -g 1 -s $size -m 1024 -n $iters -c --counters $offset_arg $upeer"
       rcmd="ibv_rc_pingpong -d rxe0 -g 1 -s $size -m 1024 -n $iters -c $rpeer" ;;
     rc_pingpong)
-      ucmd="NV_TELEMETRY=$tel nv-uroce run ibv_rc_pingpong -d uroce0 -g 1 -s $size -m 1024 -n $iters -c $upeer"
+      ucmd="UROCE_COUNTERS=1 NV_TELEMETRY=$tel nv-uroce run ibv_rc_pingpong -d uroce0 -g 1 -s $size -m 1024 -n $iters -c $upeer"
       rcmd="ibv_rc_pingpong -d rxe0 -g 1 -s $size -m 1024 -n $iters -c $rpeer" ;;
     write_bw | read_bw)
-      ucmd="NV_TELEMETRY=$tel nv-uroce run ib_$tool -d uroce0 -x 1 -F -m 1024 -s $size -n $iters $upeer"
+      ucmd="UROCE_COUNTERS=1 NV_TELEMETRY=$tel nv-uroce run ib_$tool -d uroce0 -x 1 -F -m 1024 -s $size -n $iters $upeer"
       rcmd="ib_$tool -d rxe0 -x 1 -F -m 1024 -s $size -n $iters $rpeer" ;;
   esac
   guest u 10 "rm -f $tel" >/dev/null 2>&1 || true
@@ -523,7 +523,9 @@ run_case() {
   ((urc == 0)) || why+=" uroce rc $urc;"
   ((rrc == 0)) || why+=" rxe rc $rrc;"
   # "Couldn't connect" is the retry above; any other such line is an error.
-  grep -v "Couldn.t connect" "$ulog" "$rlog" | grep -qiE "invalid data|couldn.t|failed|error" && why+=" error line;"
+  # Counter lines are judged below, by value.
+  grep -hvE "Couldn.t connect|^ *(uroce: +)?(qp|engine|port)\." "$ulog" "$rlog" |
+    grep -qiE "invalid data|couldn.t|failed|error" && why+=" error line;"
   case $tool in
     pingpong | rc_pingpong)
       grep -q 'iters in' "$ulog" || why+=" uroce did not finish;"
@@ -570,13 +572,14 @@ run_case() {
   fi
 }
 
-# port_counter NAME: a uroce port counter of the case, from --counters
-# (uroce-pingpong prints only those not zero) or from telemetry (the others).
+# port_counter NAME: a uroce port counter of the case, from what uroce
+# printed at exit (uroce-pingpong --counters; UROCE_COUNTERS=1 for the stock
+# programs, where the library has it; both print only counters not zero),
+# else from the last telemetry answer.
 port_counter() {
-  if [[ $tool == pingpong ]]; then
-    grep -q '^counters' "$ulog" || return 0
-    awk -v n="port.$1" '$1 == n {v = $2} END {print v + 0}' "$ulog"
-  else
+  if grep -q 'counters (non-zero)' "$ulog"; then
+    awk -v n="port.$1" '{for (i = 1; i < NF; ++i) if ($i == n) v = $(i + 1)} END {print v + 0}' "$ulog"
+  elif [[ $tool != pingpong ]]; then
     grep -o "\"$1\": *[0-9]*" "$ulog.port" 2>/dev/null | grep -o '[0-9]*$' | tail -1
   fi
 }
