@@ -215,17 +215,18 @@ iommu_address_bits() {
 
 # IOVA as VA: a region's IOVA is its virtual address, and user space
 # addresses go up to 2^47. An IOMMU with fewer address bits (qemu's
-# intel-iommu: 39 by default) cannot map a buffer above its reach. DPDK
-# keeps its own memory low enough, not the regions an application
-# allocates: in a guest, uroce-pingpong's region (on hugepages, as on 4 KiB
-# pages) gave "Cannot set up DMA remapping, error 22".
+# intel-iommu: 39 by default) cannot map a buffer above its reach at its
+# own address ("Cannot set up DMA remapping, error 22"). DPDK keeps its own
+# memory low enough; uroce maps such regions at IOVAs of its own below
+# 4 GiB (regions_iova_chosen), about 2.75 GiB of them: a note, not a
+# problem.
 check_address_width() {
   [[ $1 == vfio-pci ]] && have_iommu || return 0
   local bits
   bits=$(iommu_address_bits)
   [[ -n $bits ]] && ((bits < 48)) || return 0
-  problem "the IOMMU maps ${bits}-bit addresses, user space reaches 47 bits: regions above $((1 << (bits - 30))) GiB cannot be DMA-mapped as IOVA = VA" \
-    "an IOMMU with 48 bits (qemu: -device intel-iommu,aw-bits=48), or DPDK's EAL option --iova-mode=pa"
+  note "the IOMMU maps ${bits}-bit addresses, user space reaches 47 bits: uroce maps regions above $((1 << (bits - 30))) GiB at IOVAs of its own below 4 GiB (at most about 2.75 GiB of them at once)" \
+    "for more, an IOMMU with 48 bits (qemu: -device intel-iommu,aw-bits=48)"
 }
 
 check_module() {
