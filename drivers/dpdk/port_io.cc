@@ -14,6 +14,7 @@
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_ethdev.h>
+#include <rte_log.h>
 #include <rte_memory.h>
 #include <rte_eth_ring.h>
 #include <rte_ring.h>
@@ -570,9 +571,15 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       span.usable = true;
     } else {
       // One mapping per IOVA-contiguous run (the whole span in VA mode).
+      // In VA mode a refusal has a way out (an IOVA of ours, below), so
+      // EAL's own error lines about it would only mislead: EAL logs above
+      // critical are held back for that one call.
       const std::vector<IovaTable::Run> runs = span.table->runs();
       std::size_t done = 0;
       int map_errno = 0;
+      const bool quiet = span.table->identity();
+      const int eal_level = rte_log_get_level(RTE_LOGTYPE_EAL);
+      if (quiet) rte_log_set_level(RTE_LOGTYPE_EAL, RTE_LOG_CRIT);
       for (; done < runs.size(); ++done) {
         const IovaTable::Run& r = runs[done];
         if (dma_map(info.device, reinterpret_cast<void*>(r.va), r.iova, r.bytes) != 0) {
@@ -580,6 +587,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
           break;
         }
       }
+      if (quiet && eal_level >= 0) rte_log_set_level(RTE_LOGTYPE_EAL, static_cast<std::uint32_t>(eal_level));
       if (done == runs.size()) {
         ++counters_.regions_dma_mapped;
         span.usable = span.mapped = true;
