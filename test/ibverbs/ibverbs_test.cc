@@ -271,7 +271,7 @@ long long value_in(const std::string& line, const std::string& name) {
 // and frames for a QP the other engine serves are passed to it. With
 // UROCE_COUNTERS=1 each end prints its counters at its last
 // ibv_close_device, engine by engine.
-TEST(Ibverbs, TwoQueuesOnVethSpreadAPeersQpsOverBothEngines) {
+TEST(Ibverbs, StockSrqPingpongOnTwoQueuesSpreadsAPeersQpsOverBothEngines) {
   if (!have("/usr/bin/ibv_srq_pingpong")) FAIL() << "no ibv_srq_pingpong: tools/setup.sh installs ibverbs-utils";
   ASSERT_EQ(Namespaces::get().error(), "");
   const LinkPair link(Link::kVeth, 2);
