@@ -160,12 +160,7 @@ void Manager::Impl::on_req(const wire::CmMad& m, const Gid& peer, std::vector<Ev
     skip = wire::kRdmaCmHeaderBytes;
   }
   e.private_data.assign(req.private_data.begin() + static_cast<std::ptrdiff_t>(skip), req.private_data.end());
-  auto [it, inserted] = conns.emplace(c.local_id, std::move(c));
-  (void)inserted;
-  index_remote(it->second);
-  // Unanswered, it goes after request_ns (REJ timeout).
-  arm(it->second, now() + timing.request_ns);
-  events.push_back(std::move(e));
+  hold_request(std::move(c), std::move(e), events);
 }
 
 void Manager::Impl::on_rep(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {

@@ -272,6 +272,15 @@ void Manager::Impl::receive(const ibv_wc& wc, std::vector<Event>& events) {
   }
 }
 
+void Manager::Impl::hold_request(Conn&& c, Event&& e, std::vector<Event>& events) {
+  auto [it, inserted] = conns.emplace(c.local_id, std::move(c));
+  (void)inserted;
+  index_remote(it->second);
+  // Unanswered, it goes after request_ns (REJ timeout, or gone for SIDR).
+  arm(it->second, now() + timing.request_ns);
+  events.push_back(std::move(e));
+}
+
 void Manager::Impl::resend_overdue(std::vector<Event>& events) {
   const std::uint64_t t = now();
   while (!timers.empty() && timers.begin()->first <= t) {

@@ -294,6 +294,10 @@ struct Manager::Impl {
   // What is due: a resend, a connection that gave up, an unanswered request.
   // Only the due entries of `timers` are visited.
   void resend_overdue(std::vector<Event>& events);
+
+  // A request received (REQ, SIDR_REQ) that waits for the owner's answer:
+  // kept, found by the peer's ID, timed out after request_ns, reported.
+  void hold_request(Conn&& c, Event&& e, std::vector<Event>& events);
 };
 
 }  // namespace uroce::cm

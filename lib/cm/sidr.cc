@@ -82,11 +82,7 @@ void Manager::Impl::on_sidr_req(const wire::CmMad& m, const Gid& peer, std::vect
   std::size_t skip = 0;
   if (rdma_cm && wire::decode_rdma_cm_header(req.private_data)) skip = wire::kRdmaCmHeaderBytes;
   e.private_data.assign(req.private_data.begin() + static_cast<std::ptrdiff_t>(skip), req.private_data.end());
-  auto [it, inserted] = conns.emplace(c.local_id, std::move(c));
-  (void)inserted;
-  index_remote(it->second);
-  arm(it->second, now() + timing.request_ns);
-  events.push_back(std::move(e));
+  hold_request(std::move(c), std::move(e), events);
 }
 
 void Manager::Impl::on_sidr_rep(const wire::CmMad& m, const Gid& peer, std::vector<Event>& events) {
