@@ -189,6 +189,19 @@ TEST(IovaTable, PhysicalAddressesOfLockedPagesAreReadAndUnlockedOnesRefused) {
   munmap(fresh, 4 * kPage);
 }
 
+// A frame of a 60-byte head (taken from the port) and no pieces yet;
+// false when the port had no head to give.
+bool head_only_frame(dpdk::PortIo& io, TxFrame& f) {
+  TxHead head;
+  if (io.tx_heads(&head, 1) != 1) return false;
+  std::memset(head.data, 0xee, 60);
+  f = TxFrame{};
+  f.head = head;
+  f.head_len = 60;
+  f.l3_offset = 14;
+  return true;
+}
+
 struct Sent {
   int frames = 0;             // sent, came back, checked
   int external_segments = 0;  // segments pointing into the region
@@ -201,13 +214,8 @@ Sent send_and_check(dpdk::Port& port, dpdk::PortIo& io, const ScatteredMap& map,
   std::mt19937_64 rng(seed);
   Sent sent;
   for (int n = 0; n < frames; ++n) {
-    TxHead head;
-    if (io.tx_heads(&head, 1) != 1) break;
-    std::memset(head.data, 0xee, 60);
     TxFrame f;
-    f.head = head;
-    f.head_len = 60;
-    f.l3_offset = 14;
+    if (!head_only_frame(io, f)) break;
     f.npieces = static_cast<std::uint8_t>(1 + rng() % 4);
     std::vector<std::uint8_t> payload;
     std::size_t budget = 4096;
@@ -221,7 +229,7 @@ Sent send_and_check(dpdk::Port& port, dpdk::PortIo& io, const ScatteredMap& map,
     f.trailer_len = 4;
     f.trailer = {1, 2, 3, 4};
     if (io.tx_burst(&f, 1) != 1) {
-      io.tx_heads_return(&head, 1);
+      io.tx_heads_return(&f.head, 1);
       ADD_FAILURE() << "frame " << n << " not taken " << seed_note(seed);
       break;
     }
@@ -361,13 +369,8 @@ TEST(PortIova, AnIommuThatCannotReachARegionsAddressesGetsAnIovaOfOurs) {
   EXPECT_LT(chosen + region.bytes, std::uint64_t{1} << 32);
   std::mt19937_64 rng(seed);
   for (int n = 0; n < 100; ++n) {
-    TxHead head;
-    ASSERT_EQ(io.tx_heads(&head, 1), 1);
-    std::memset(head.data, 0xee, 60);
     TxFrame f;
-    f.head = head;
-    f.head_len = 60;
-    f.l3_offset = 14;
+    ASSERT_TRUE(head_only_frame(io, f));
     f.npieces = 1;
     const std::size_t len = 512 + rng() % 3585;
     const std::size_t off = rng() % (region.bytes - len);
@@ -406,19 +409,14 @@ TEST(PortCounters, FramesTheDeviceRefusesAreNotCounted) {
   std::uint64_t taken = 0;
   int refusals = 0;
   for (int n = 0; n < 20000 && refusals < 3; ++n) {
-    TxHead head;
-    ASSERT_EQ(io.tx_heads(&head, 1), 1);
-    std::memset(head.data, 0xee, 60);
     TxFrame f;
-    f.head = head;
-    f.head_len = 60;
-    f.l3_offset = 14;
+    ASSERT_TRUE(head_only_frame(io, f));
     f.npieces = 1;
     f.pieces[0] = std::span<const std::uint8_t>(region.p + 100, 1000);
     if (io.tx_burst(&f, 1) == 1) {
       ++taken;
     } else {
-      io.tx_heads_return(&head, 1);
+      io.tx_heads_return(&f.head, 1);
       ++refusals;
     }
   }
