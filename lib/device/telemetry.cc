@@ -22,21 +22,45 @@ struct Exposed {
 };
 
 // The exposed devices, for registration and the handlers (which run on
-// DPDK's telemetry thread). A handler holds it from looking its device up
-// until it has answered, so telemetry_hide() returns only when no handler
-// uses the context any more. Lock order: g_mutex, then the context's
-// control call; nothing takes g_mutex inside a control call.
-std::mutex g_mutex;
-std::vector<Exposed> g_devices;
-bool g_registered = false;
+// DPDK's telemetry thread). A handler holds the mutex from looking its
+// device up until it has answered, so telemetry_hide() returns only when no
+// handler uses the context any more. Lock order: the mutex, then the
+// context's control call; nothing takes it inside a control call.
+//
+// On the heap and never freed: DPDK's telemetry thread outlives the
+// process's static destructors. A stock program leaves its device to the
+// exit (lib/ibverbs), and a client polling /uroce/port during that exit
+// walked a vector already destroyed (a SIGSEGV after the program's last
+// line, about one exit in ten, in the qemu NIC checks that poll every
+// 0.1 s). At exit the list is emptied under the mutex (close_at_exit),
+// after any handler under way has answered; later requests get -EINVAL.
+struct Registry {
+  std::mutex mutex;
+  std::vector<Exposed> devices;
+  bool registered = false;
+  bool closed = false;  // the process is exiting
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+void close_at_exit() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.closed = true;
+  r.devices.clear();
+}
 
 Context* device(const char* params, const char** rest) {
   if (params == nullptr || *params == '\0') return nullptr;
   char* end = nullptr;
   const unsigned long i = std::strtoul(params, &end, 10);
-  if (end == params || i >= g_devices.size()) return nullptr;
+  const std::vector<Exposed>& devices = registry().devices;
+  if (end == params || i >= devices.size()) return nullptr;
   if (rest != nullptr) *rest = *end == ',' ? end + 1 : end;
-  return g_devices[i].ctx;
+  return devices[i].ctx;
 }
 
 // Each handler copies what it reports through the stats registry
@@ -45,10 +69,11 @@ Context* device(const char* params, const char** rest) {
 // answer is built after, with the engines running again.
 
 int list_devices(const char*, const char*, rte_tel_data* d) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
   rte_tel_data_start_dict(d);
-  for (std::size_t i = 0; i < g_devices.size(); ++i) {
-    rte_tel_data_add_dict_string(d, std::to_string(i).c_str(), g_devices[i].name.c_str());
+  for (std::size_t i = 0; i < r.devices.size(); ++i) {
+    rte_tel_data_add_dict_string(d, std::to_string(i).c_str(), r.devices[i].name.c_str());
   }
   return 0;
 }
@@ -56,7 +81,7 @@ int list_devices(const char*, const char*, rte_tel_data* d) {
 // The rows of `scope`, summed over the device's engines (one per port
 // queue), after `count_key`: how many were summed.
 int scope_counters(const char* params, rte_tel_data* d, StatScope scope, const char* count_key) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(registry().mutex);
   Context* ctx = device(params, nullptr);
   if (ctx == nullptr) return -EINVAL;
   const std::vector<Stat> stats = ctx->stats();
@@ -77,7 +102,7 @@ int port_counters(const char*, const char* params, rte_tel_data* d) {
 }
 
 int list_qps(const char*, const char* params, rte_tel_data* d) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(registry().mutex);
   Context* ctx = device(params, nullptr);
   if (ctx == nullptr) return -EINVAL;
   const std::vector<std::uint32_t> qpns = ctx->qp_nums();
@@ -87,7 +112,7 @@ int list_qps(const char*, const char* params, rte_tel_data* d) {
 }
 
 int qp_counters(const char*, const char* params, rte_tel_data* d) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(registry().mutex);
   const char* rest = nullptr;
   Context* ctx = device(params, &rest);
   if (ctx == nullptr || rest == nullptr || *rest == '\0') return -EINVAL;
@@ -112,21 +137,27 @@ int qp_counters(const char*, const char* params, rte_tel_data* d) {
 }  // namespace
 
 void telemetry_expose(Context* ctx, const std::string& name) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_registered) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.closed) return;
+  if (!r.registered) {
     rte_telemetry_register_cmd("/uroce/devices", list_devices, "uroce devices exposed to telemetry, by index");
     rte_telemetry_register_cmd("/uroce/engine", engine_counters, "A device's engine counters. Parameters: device index");
     rte_telemetry_register_cmd("/uroce/port", port_counters, "A device's port counters. Parameters: device index");
     rte_telemetry_register_cmd("/uroce/qps", list_qps, "A device's QP numbers. Parameters: device index");
     rte_telemetry_register_cmd("/uroce/qp", qp_counters, "One QP's counters. Parameters: device index, QPN");
-    g_registered = true;
+    // After the first device is made: runs before the destructors of the
+    // statics made before now, the stack's among them.
+    std::atexit(close_at_exit);
+    r.registered = true;
   }
-  g_devices.push_back({ctx, name});
+  r.devices.push_back({ctx, name});
 }
 
 void telemetry_hide(Context* ctx) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  std::erase_if(g_devices, [ctx](const Exposed& e) { return e.ctx == ctx; });
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::erase_if(r.devices, [ctx](const Exposed& e) { return e.ctx == ctx; });
 }
 
 }  // namespace uroce::device

@@ -6,10 +6,13 @@
 // starts once per process.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +90,57 @@ TEST(Ibverbs, StockIbvDevinfoWithoutConfigurationDoesNotCrash) {
   EXPECT_NE(r.status, -1) << r.out;  // it exited; no signal
   EXPECT_NE(r.out.find("No IB devices found"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("set UROCE_EAL"), std::string::npos) << r.out;
+}
+
+// A stock program leaves its device to the process's exit, and DPDK's
+// telemetry thread answers until the process is gone: a client polling
+// /uroce/port while the program exits must not crash it. (The handlers once
+// read the list of devices after its static destructor had run: a SIGSEGV
+// after the program's last line in about one exit in ten of the qemu NIC
+// checks, which poll every 0.1 s.) Two clients poll without pause, each on
+// a telemetry thread of its own, through 20 runs of ibv_devinfo.
+TEST(Ibverbs, StockProgramExitsCleanlyWhileTelemetryIsPolled) {
+  if (!have("/usr/bin/ibv_devinfo")) FAIL() << "no /usr/bin/ibv_devinfo: tools/setup.sh installs it (apt-get install ibverbs-utils)";
+  std::atomic<long> answers{0};
+  for (int i = 0; i < 20; ++i) {
+    const std::string prefix = "telx" + std::to_string(getpid()) + "-" + std::to_string(i);
+    const std::string sock = "/var/run/dpdk/" + prefix + "/dpdk_telemetry.v2";
+    std::atomic<bool> stop{false};
+    auto poll = [&] {
+      while (!stop.load()) {
+        const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+        std::array<char, 16384> buf;
+        if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+            read(fd, buf.data(), buf.size()) > 0) {
+          const std::string_view cmd = "/uroce/port,0";
+          while (write(fd, cmd.data(), cmd.size()) > 0) {
+            const ssize_t n = read(fd, buf.data(), buf.size());
+            if (n <= 0) break;
+            if (std::string_view(buf.data(), static_cast<std::size_t>(n)).find("\"queues\":1") != std::string_view::npos) {
+              ++answers;
+            }
+          }
+        }
+        if (fd >= 0) close(fd);
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    };
+    std::thread a(poll);
+    std::thread b(poll);
+    const Outcome r = run("UROCE_EAL='" + kEal + " --file-prefix=" + prefix + "' UROCE_IP=10.0.0.1/24 ",
+                          "/usr/bin/ibv_devinfo");
+    stop.store(true);
+    a.join();
+    b.join();
+    std::system(("rm -rf /var/run/dpdk/" + prefix).c_str());
+    ASSERT_EQ(r.status, 0) << "run " << i << ":\n" << r.out;
+    EXPECT_NE(r.out.find("hca_id:\turoce0"), std::string::npos) << r.out;
+  }
+  // The handlers ran: the port's counters came back while the programs ran.
+  EXPECT_GT(answers.load(), 0);
 }
 
 // uroce-run: its help, its one-line errors, and a stock program under it
@@ -337,9 +391,14 @@ TEST_P(StockPair, CompletesWithItsFigures) {
   }
   const LinkPair link(c.link);
   const bool pingpong = std::string(c.program).rfind("ibv_", 0) == 0;  // ibv_{rc,srq,ud,uc}_pingpong
-  const int port = next_tcp_port();
-  const std::string cmd = program + " -d uroce0 -p " + std::to_string(port) + " " + c.args;
-  const Pair p = link.run(cmd, cmd + " " + link.server_host(), port);
+  Pair p;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int port = next_tcp_port();
+    const std::string cmd = program + " -d uroce0 -p " + std::to_string(port) + " " + c.args;
+    p = link.run(cmd, cmd + " " + link.server_host(), port);
+    if (!uroce::test::perftest_clock_fit_failed(p.client.out + p.server.out)) break;
+    std::printf("perftest could not fit the CPU's clock (a loaded machine): the pair runs again\n");
+  }
   EXPECT_EQ(p.server.status, 0) << p.server.out;
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   // perftest's table: "#bytes  #iterations ..." then a row of figures, on
@@ -438,8 +497,12 @@ TEST_P(RdmaCmPair, ConnectsMovesDataAndDisconnects) {
     const std::string args = " -a " + server_ip + " -p " + port + " -C 100 -v";
     p = link.run("/usr/bin/rping -s" + args, "/usr/bin/rping -c" + args);
   } else {
-    const std::string cmd = "/usr/bin/" + command + " -d uroce0 -p " + port;
-    p = link.run(cmd, cmd + " " + server_ip);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const std::string cmd = "/usr/bin/" + command + " -d uroce0 -p " + std::to_string(next_tcp_port());
+      p = link.run(cmd, cmd + " " + server_ip);
+      if (!uroce::test::perftest_clock_fit_failed(p.client.out + p.server.out)) break;
+      std::printf("perftest could not fit the CPU's clock (a loaded machine): the pair runs again\n");
+    }
   }
   EXPECT_EQ(p.server.status, 0) << p.server.out;
   EXPECT_EQ(p.client.status, 0) << p.client.out;
