@@ -4,9 +4,11 @@
 // digits, then "done" from the client) over an ordinary kernel socket; RoCE
 // goes to the GID in the message, through the DPDK port this process owns.
 #include <arpa/inet.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -46,6 +48,10 @@ constexpr const char* kUsage =
     "  -r, --rx-depth N     receives posted at a time (default 500)\n"
     "  -n, --iters N        exchanges (default 1000)\n"
     "  -c, --chk            validate the received buffer\n"
+    "  -u, --qp-timeout N   local ACK timeout, 4.096 us * 2^N, 1-31 (default 14: 67 ms, as ibv_rc_pingpong);\n"
+    "                       with the 7 retries, how long the peer may fall silent before the QP fails\n"
+    "      --normal-pages   the buffer on ordinary pages of the process (mmap, never huge), not the\n"
+    "                       device's (on hugepages when EAL has them), as a stock program's malloc'd buffer\n"
     "      --offset BYTES   the buffer starts BYTES into a page, 0 to page size - 1 (default 0),\n"
     "                       so messages cross page boundaries where a page-aligned one would not\n"
     "  -e, --events         accepted for compatibility; completions are polled\n"
@@ -70,7 +76,9 @@ struct Options {
   std::uint32_t rx_depth = 500;
   std::uint32_t iters = 1000;
   bool validate = false;
+  std::uint8_t qp_timeout = 14;  // -u: 4.096 us * 2^14 = 67 ms
   std::uint32_t offset = 0;  // --offset: where in its first page the buffer starts
+  bool normal_pages = false;  // --normal-pages
   bool counters = false;
   int pfc_priority = -1;  // --pfc; -1 none
   std::string server;
@@ -104,7 +112,13 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "-r" || a == "--rx-depth") o.rx_depth = u32("-r");
     else if (a == "-n" || a == "--iters") o.iters = u32("-n");
     else if (a == "-c" || a == "--chk") o.validate = true;
+    else if (a == "-u" || a == "--qp-timeout") {
+      const std::uint64_t t = reader.number("-u");
+      if (t < 1 || t > 31) usage_error("-u must be 1..31 (the local ACK timeout is 4.096 us * 2^N)");
+      o.qp_timeout = static_cast<std::uint8_t>(t);
+    }
     else if (a == "--offset") o.offset = app::parse_page_offset(reader.value("--offset"), "--offset");
+    else if (a == "--normal-pages") o.normal_pages = true;
     else if (a == "--counters") o.counters = true;
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(reader.value("--pfc"), "--pfc");
     else if (a == "-e" || a == "--events") {
@@ -210,8 +224,19 @@ class Pingpong {
 bool Pingpong::set_up() {
   ProtectionDomain* pd = ctx_.alloc_pd();
   // --offset: page-aligned memory, the buffer and its MR from that far in.
-  buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size + o_.offset));
-  if (buf_ == nullptr) return fail(ctx_.last_error().c_str());
+  // --normal-pages: 4 KiB pages of the process's own, scattered in physical
+  // memory (with IOVA as PA a piece crossing one goes out in two segments).
+  if (o_.normal_pages) {
+    const std::size_t bytes = o_.size + o_.offset;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return fail(("cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(errno)).c_str());
+    madvise(m, bytes, MADV_NOHUGEPAGE);
+    buf_ = static_cast<std::uint8_t*>(m);
+    std::printf("  buffer: %u bytes on normal pages\n", o_.size);
+  } else {
+    buf_ = static_cast<std::uint8_t*>(ctx_.alloc_buffer(o_.size + o_.offset));
+    if (buf_ == nullptr) return fail(ctx_.last_error().c_str());
+  }
   buf_ += o_.offset;
   if (o_.offset != 0) {
     const auto in_page = static_cast<long>(reinterpret_cast<std::uintptr_t>(buf_) % static_cast<std::uintptr_t>(page_));
@@ -259,12 +284,13 @@ bool Pingpong::post_send() {
   return qp_->post_send(&wr, &bad_wr) == 0;
 }
 
-// The attributes ibv_rc_pingpong uses: min_rnr_timer 12, timeout 14,
-// retry_cnt 7, rnr_retry 7, one READ/atomic each way.
+// The attributes ibv_rc_pingpong uses: min_rnr_timer 12, timeout 14 (-u
+// changes it), retry_cnt 7, rnr_retry 7, one READ/atomic each way.
 bool Pingpong::connect_qp() {
   ConnectParams cp;
   cp.mtu = app::mtu_enum(o_.mtu);
   cp.max_rd_atomic = 1;
+  cp.timeout = o_.qp_timeout;
   cp.access = 0;
   cp.sgid_index = static_cast<std::uint8_t>(o_.gid_index);
   if (connect_rc(qp_, peer_.gid, peer_.qpn, mine_.psn, peer_.psn, cp) == 0) return true;

@@ -44,6 +44,14 @@ int sh(const std::string& cmd) {
 const std::string kPingpong = UROCE_PINGPONG_BIN;
 const std::string kEal = "--no-huge --no-shconf --no-pci -m 512 --log-level=lib.*:error";
 
+// The pairs' local ACK timeout: 4.096 us * 2^18, about 1.07 s, so with the 7
+// retries a QP gives up after a peer silent for 8.6 s. The tests check
+// what arrives, not how long a peer may stall: ibv_rc_pingpong's 67 ms
+// (0.54 s with the retries) failed a pair under ASan on a loaded machine,
+// where the receiving process was off its CPU for up to 1.8 s while no
+// frame was lost.
+const std::string kPairTimeout = " -u 18";
+
 // A side channel's TCP port for one pair, as "-p N", and the EAL file
 // prefix of one process: both unique, so no two pairs (of this suite or of
 // another copy of it) meet.
@@ -115,7 +123,7 @@ TEST_P(PingpongMemif, TwoProcessesValidateEachOthersBuffers) {
   const Case c = GetParam();
   const std::string sock = "/tmp/uroce-pp-" + std::to_string(getpid()) + "-" + std::to_string(c.size) + "-" +
                            std::to_string(c.mtu) + ".sock";
-  const std::string opts = " -s " + std::to_string(c.size) + " -m " + std::to_string(c.mtu) + " -n 500 -c";
+  const std::string opts = " -s " + std::to_string(c.size) + " -m " + std::to_string(c.mtu) + " -n 500 -c" + kPairTimeout;
   const std::string why = run_pair(
       kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pps") +
           " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.0.1/24" + opts,
@@ -130,7 +138,7 @@ TEST_P(PingpongMemif, TwoProcessesValidateEachOthersBuffers) {
 // peer's Ethernet address found by neighbour discovery.
 TEST(PingpongIpv6, GidIndexZeroOverMemif) {
   const std::string sock = "/tmp/uroce-pp6-" + std::to_string(getpid()) + ".sock";
-  const std::string opts = " -g 0 -s 4096 -m 1024 -n 300 -c --counters";
+  const std::string opts = " -g 0 -s 4096 -m 1024 -n 300 -c --counters" + kPairTimeout;
   std::string out;
   const std::string why = run_pair(
       kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("p6s") +
@@ -151,24 +159,28 @@ TEST(PingpongIpv6, GidIndexZeroOverMemif) {
 // --offset: the server's buffer 4095 bytes into a page, the client's 100, so
 // each message crosses page boundaries; the client marks the first byte of
 // every 4096 of its buffer (ibv_rc_pingpong's check) and the server finds
-// them at the same offsets in its own. Zero-copy frames carry the pieces.
+// them at the same offsets in its own. The client's buffer is on ordinary
+// pages (--normal-pages), the server's on the device's. Zero-copy frames carry the pieces.
 TEST(PingpongOffset, BuffersInsideAPageOverMemif) {
   // 20000 bytes from offset 4095: the first piece of a page is 1 byte long.
   const std::string size = "20000";
   const std::string sock = "/tmp/uroce-ppo-" + std::to_string(getpid()) + ".sock";
-  const std::string opts = " -s " + size + " -m 1024 -n 300 -c --counters";
+  const std::string opts = " -s " + size + " -m 1024 -n 300 -c --counters" + kPairTimeout;
   std::string out;
   const std::string why = run_pair(
       kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pos") +
           " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.2.1/24 --offset 4095" + opts,
       kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("poc") +
-          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.2.2/24 --offset 100" + opts +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.2.2/24 --offset 100 --normal-pages" + opts +
           " 127.0.0.1",
       PairIds{}, "", &out);
   std::remove(sock.c_str());
   EXPECT_EQ(why, "");
   EXPECT_NE(out.find("buffer: " + size + " bytes at offset 4095 of a page"), std::string::npos) << out;
   EXPECT_NE(out.find("buffer: " + size + " bytes at offset 100 of a page"), std::string::npos) << out;
+  // The client's buffer on the process's own pages (--normal-pages), as a
+  // stock program's: registered and sent from all the same.
+  EXPECT_NE(out.find("buffer: " + size + " bytes on normal pages"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
 }
 
@@ -210,7 +222,7 @@ class PingpongVeth : public ::testing::Test {
 
 TEST_F(PingpongVeth, ServerAndClientOverAfPacketWithMtu4096) {
   for (const Case c : {Case{4096, 4096}, Case{65536, 4096}, Case{1, 1024}}) {
-    const std::string opts = " -s " + std::to_string(c.size) + " -m " + std::to_string(c.mtu) + " -n 300 -c";
+    const std::string opts = " -s " + std::to_string(c.size) + " -m " + std::to_string(c.mtu) + " -n 300 -c" + kPairTimeout;
     const std::string why =
         run_pair("ip netns exec " + ns_a_ + " " + kPingpong + " " + port("ppveth0", 0, "vs") + " -- --ip 10.95.0.11/24" + opts,
                  "ip netns exec " + ns_b_ + " " + kPingpong + " " + port("ppveth1", 1, "vc") + " -- --ip 10.95.0.12/24" + opts +
@@ -340,6 +352,13 @@ TEST(PingpongUsage, BadArgumentsGiveAOneLineHint) {
   r.finish();
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("-m must be"), std::string::npos) << r.out;
+  for (const std::string bad : {"0", "32"}) {
+    Proc t;
+    t.start(kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("ppu") + " -- --ip 10.0.0.1/24 -u " + bad);
+    t.finish();
+    EXPECT_EQ(t.status, 2) << "-u " << bad;
+    EXPECT_NE(t.out.find("-u must be 1..31"), std::string::npos) << t.out;
+  }
 }
 
 // --offset must name a byte of a page: one line giving the range, exit 2.

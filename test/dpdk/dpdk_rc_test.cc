@@ -36,7 +36,8 @@ struct Devices : RingPairRig {
                            .bytes = kBytes,
                            .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                      IBV_ACCESS_REMOTE_ATOMIC,
-                           .cap = ibv_qp_cap{256, 256, 4, 4, 64}}) {
+                           .cap = ibv_qp_cap{256, 256, 4, 4, 64},
+                           .connect_params = {.mtu = IBV_MTU_4096, .timeout = workers ? kWorkerTimeout : std::uint8_t{14}}}) {
     if (workers && pair) {
       EXPECT_EQ(pair->a->start_worker(0), EBUSY);
     }
@@ -49,6 +50,12 @@ struct Devices : RingPairRig {
   }
 
   static constexpr std::size_t kBytes = 8u << 20;
+  // On worker threads the engines run only when the scheduler lets them: a
+  // loaded machine kept one off its CPU for longer than the default's 0.54 s
+  // retry budget (67 ms, 8 tries), and the QP failed with nothing lost.
+  // 4.096 us * 2^18 (about 1.07 s) gives 8.6 s; these tests check what
+  // arrives, not how long a peer may stall.
+  static constexpr std::uint8_t kWorkerTimeout = 18;
 };
 
 class DpdkRc : public ::testing::TestWithParam<std::tuple<ibv_wr_opcode, bool>> {};

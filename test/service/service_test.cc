@@ -34,6 +34,7 @@
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 #include "verbs/internal.h"
+#include "support/command.h"
 #include "support/free_port.h"
 #include "support/telemetry_client.h"
 #include "support/service_clients.h"
@@ -164,26 +165,32 @@ TEST_F(Service, StockPingpongWithBothEndsOnOneDaemon) {
 
 TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   struct Case {
-    std::string tcp;
-    std::string args;
+    std::string args;  // without -p
     std::string marker;
   };
-  const std::string p1 = port(), p2 = port(), p3 = port();
-  const Case cases[] = {{p1, "ibv_rc_pingpong -d uroce0 -g 1 -p " + p1 + " -n 500", "iters in"},
-                        {p2, "ibv_rc_pingpong -d uroce0 -g 1 -p " + p2 + " -n 200 -e -s 65536", "iters in"},
-                        {p3, "ib_write_bw -d uroce0 -x 1 -p " + p3 + " -s 65536 -n 2000 --report_gbits", "65536"}};
+  const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -n 500", "iters in"},
+                        {"ibv_rc_pingpong -d uroce0 -g 1 -n 200 -e -s 65536", "iters in"},
+                        {"ib_write_bw -d uroce0 -x 1 -s 65536 -n 2000 --report_gbits", "65536"}};
   for (const Case& k : cases) {
-    const std::string tag = k.args.substr(0, k.args.find(' '));
-    Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + k.args,
-                      dir_ + "/stock-s.log");
-    uroce::test::wait_tcp_listening(std::stoi(k.tcp));
-    Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket + " timeout 60 " + k.args +
-                          " 127.0.0.1",
-                      dir_ + "/stock-c.log");
-    const int rc = c.wait(), rs = s.wait();
-    EXPECT_EQ(rc, 0) << k.args << "\n" << c.out();
-    EXPECT_EQ(rs, 0) << k.args << "\n" << s.out();
-    EXPECT_NE(c.out().find(k.marker), std::string::npos) << c.out();
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const std::string tcp = port();
+      const std::string args = k.args + " -p " + tcp;
+      Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args,
+                        dir_ + "/stock-s.log");
+      uroce::test::wait_tcp_listening(std::stoi(tcp));
+      Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket + " timeout 60 " + args +
+                            " 127.0.0.1",
+                        dir_ + "/stock-c.log");
+      const int rc = c.wait(), rs = s.wait();
+      if (uroce::test::perftest_clock_fit_failed(c.out() + s.out()) && attempt < 2) {
+        std::printf("perftest could not fit the CPU's clock (a loaded machine): the pair runs again\n");
+        continue;
+      }
+      EXPECT_EQ(rc, 0) << args << "\n" << c.out();
+      EXPECT_EQ(rs, 0) << args << "\n" << s.out();
+      EXPECT_NE(c.out().find(k.marker), std::string::npos) << c.out();
+      break;
+    }
   }
 }
 
