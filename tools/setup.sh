@@ -21,6 +21,7 @@ PACKAGES=(
   librdmacm-dev                 # rdma-core's <rdma/rdma_cma.h>, the ABI lib/rdmacm implements (header only)
   rdmacm-utils                  # stock rping, rdma_server, cmtime, run on our librdmacm.so.1 by the tests
   libfabric-bin                 # stock fi_info, fi_pingpong: libfabric's verbs provider on our libraries, by the tests
+  ucx-utils                     # stock ucx_perftest (UCX over rc_verbs and ud_verbs) on our libraries, by the tests
   python3-matplotlib            # tools/plot.py: the plots of docs/ (and its test)
 )
 

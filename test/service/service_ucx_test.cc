@@ -77,6 +77,9 @@ struct Case {
 };
 
 TEST_P(Ucx, StockPerftestCompletesWithItsFigures) {
+  if (access("/usr/bin/ucx_perftest", X_OK) != 0) {
+    FAIL() << "no /usr/bin/ucx_perftest: tools/setup.sh installs it (apt-get install ucx-utils)";
+  }
   const Case cases[] = {
       {"", "-d uroce0:1 -x rc_verbs", "-t am_lat -s 8", 1000, "rc_verbs"},
       {"", "-d uroce0:1 -x rc_verbs", "-t put_bw -D zcopy -s 65536", 500, "rc_verbs"},
