@@ -8,6 +8,7 @@
 #   nic-vm.sh build                 the image (idempotent; minutes the first time)
 #   nic-vm.sh up [NAME] [--role uroce|rxe] [--nic virtio|e1000e|vmxnet3]
 #                [--iommu on|off] [--iommu-bits 39|48] [--pages 4k|2m] [--queues N] [--mem MB]
+#                [--smp N]
 #                                   boot guest NAME (default u), return when it answers
 #   nic-vm.sh run [-g NAME] [-t SECONDS] [-i FILE] 'CMD'
 #                                   CMD in the guest (bash -c): its output, its exit code
@@ -18,6 +19,9 @@
 #                [--driver vfio-pci|vfio-noiommu|uio] [--smoke]
 #                                   the acceptance matrix of one set-up against Soft-RoCE:
 #                                   one PASS/FAIL line a case, then "N passed, N failed"
+#   nic-vm.sh compare [--iters N]   ib_write_bw 64 KiB, ib_write_lat and ib_send_lat 8 B between
+#                                   two uroce guests, then two Soft-RoCE guests, same NIC
+#                                   and qemu settings: the figures and their ratios
 #
 # Guests: NAME is a letter; guest u is 10.77.0.21 (u = 21st letter), r is 10.77.0.18.
 # Role rxe (default for r): rdma_rxe on a virtio NIC. Role uroce (default for the
@@ -277,9 +281,9 @@ roce_device() {
   echo "$d"
 }
 
-# start NAME ROLE NIC IOMMU PAGES QUEUES MEM_MB IOMMU_BITS
+# start NAME ROLE NIC IOMMU PAGES QUEUES MEM_MB IOMMU_BITS [SMP]
 start() {
-  local role=$2 nic=$3 iommu=$4 pages=$5 queues=$6 mem=$7 bits=$8
+  local role=$2 nic=$3 iommu=$4 pages=$5 queues=$6 mem=$7 bits=$8 vcpus=${9:-}
   pick "$1"
   [[ -f $image ]] || fail "no image: run '$0 build' first"
   [[ $iommu == on || $iommu == off ]] || fail "--iommu is on or off, not '$iommu'"
@@ -305,10 +309,18 @@ start() {
     pre=(-device "intel-iommu,intremap=on,caching-mode=on,aw-bits=$bits")
     cmdline+=" intel_iommu=on iommu=pt"
   fi
-  [[ $pages == 2m ]] && cmdline+=" default_hugepagesz=2M hugepagesz=2M hugepages=$((mem / 4 / 2))"
+  # Hugepages for EAL with --pages 2m, and without an IOMMU whatever the
+  # pages: IOVA as PA needs memory with physical addresses, which --no-huge
+  # memory has not. With --pages 4k the regions are still on 4 KiB pages
+  # (nv-uroce: uroce-pingpong --normal-pages; the stock programs' own).
+  [[ $role == uroce && ( $pages == 2m || $iommu == off ) ]] && cmdline+=" default_hugepagesz=2M hugepagesz=2M hugepages=$((mem / 4 / 2))"
   ((queues > 1)) && netq=",queues=$queues"
   # uroce polls from two threads (the program's and the engine's worker).
   [[ $role == uroce ]] && smp=2
+  if [[ -n $vcpus ]]; then
+    [[ $vcpus =~ ^[1-4]$ ]] || fail "--smp is 1..4, not '$vcpus'"
+    smp=$vcpus
+  fi
   local xchg=()
   if [[ $role == uroce ]]; then
     make_tap "$xtap" 1
@@ -317,7 +329,7 @@ start() {
     cmdline+=" nv.xmac=$xmac nv.xip=$xchg_ip/24"
   fi
   rm -f "$console" "$pidfile"
-  echo "role=$role nic=$nic iommu=$iommu${bits:+ iommu_bits=$bits} pages=$pages queues=$queues mem=$mem" >"$setupfile"
+  echo "role=$role nic=$nic iommu=$iommu${bits:+ iommu_bits=$bits} pages=$pages queues=$queues mem=$mem smp=$smp" >"$setupfile"
   in_ns qemu-system-x86_64 -name "uroce-nic-vm-$name" \
     -machine "$machine" -cpu max -smp "$smp" -m "$mem" \
     -nodefaults -no-user-config -display none -no-reboot "${pre[@]}" \
@@ -359,17 +371,17 @@ stop() {
   ip -n "$netns" link del "$xtap" 2>/dev/null || true
 }
 
-# up [NAME] [--role R] [--nic N] [--iommu on|off] [--pages 4k|2m] [--queues N] [--mem MB]
+# up [NAME] [--role R] [--nic N] [--iommu on|off] [--pages 4k|2m] [--queues N] [--mem MB] [--smp N]
 cmd_up() {
   local g=u
   [[ ${1:-} =~ ^[a-z]$ ]] && { g=$1; shift; }
-  local role=uroce nic=virtio iommu=off pages=4k queues=1 mem='' bits=48
+  local role=uroce nic=virtio iommu=off pages=4k queues=1 mem='' bits=48 vcpus=
   [[ $g == r ]] && role=rxe
   while (($#)); do
     (($# >= 2)) || fail "$1 needs a value"
     case $1 in
       --role) role=$2 ;; --nic) nic=$2 ;; --iommu) iommu=$2 ;; --pages) pages=$2 ;;
-      --queues) queues=$2 ;; --mem) mem=$2 ;; --iommu-bits) bits=$2 ;;
+      --queues) queues=$2 ;; --mem) mem=$2 ;; --iommu-bits) bits=$2 ;; --smp) vcpus=$2 ;;
       *) fail "unknown option $1 (see $0 help)" ;;
     esac
     shift 2
@@ -378,7 +390,7 @@ cmd_up() {
   # A guest that does not come up is stopped again.
   trap 'stop "$g" >/dev/null 2>&1' EXIT
   [[ $iommu == on ]] || bits=''
-  start "$g" "$role" "$nic" "$iommu" "$pages" "$queues" "$mem" "$bits"
+  start "$g" "$role" "$nic" "$iommu" "$pages" "$queues" "$mem" "$bits" "$vcpus"
   await
   trap - EXIT
 }
@@ -492,6 +504,12 @@ run_case() {
     rc_pingpong)
       ucmd="UROCE_COUNTERS=1 NV_TELEMETRY=$tel nv-uroce run ibv_rc_pingpong -d uroce0 -g 1 -s $size -m 1024 -n $iters -c $upeer"
       rcmd="ibv_rc_pingpong -d rxe0 -g 1 -s $size -m 1024 -n $iters -c $rpeer" ;;
+    srq_pingpong)
+      # With --queues > 1: 8 QPs from the peer, each flow on a UDP source
+      # port of its own, spread by the NIC's RSS over the port's queues
+      # (the check below wants both engines to have received).
+      ucmd="UROCE_COUNTERS=1 NV_TELEMETRY=$tel nv-uroce run ibv_srq_pingpong -d uroce0 -g 1 -q 8 -s $size -m 1024 -n $iters -c $upeer"
+      rcmd="ibv_srq_pingpong -d rxe0 -g 1 -q 8 -s $size -m 1024 -n $iters -c $rpeer" ;;
     write_bw | read_bw)
       ucmd="UROCE_COUNTERS=1 NV_TELEMETRY=$tel nv-uroce run ib_$tool -d uroce0 -x 1 -F -m 1024 -s $size -n $iters $upeer"
       rcmd="ib_$tool -d rxe0 -x 1 -F -m 1024 -s $size -n $iters $rpeer" ;;
@@ -527,7 +545,7 @@ run_case() {
   grep -hvE "Couldn.t connect|^ *(uroce: +)?(qp|engine|port)\." "$ulog" "$rlog" |
     grep -qiE "invalid data|couldn.t|failed|error" && why+=" error line;"
   case $tool in
-    pingpong | rc_pingpong)
+    pingpong | rc_pingpong | srq_pingpong)
       grep -q 'iters in' "$ulog" || why+=" uroce did not finish;"
       grep -q 'iters in' "$rlog" || why+=" rxe did not finish;" ;;
     *)
@@ -559,6 +577,19 @@ run_case() {
   elif ((sends)); then
     [[ ${zc:-0} -gt 0 ]] || why+=" tx_zero_copy_frames ${zc:-unknown};"
   fi
+  if [[ $tool == srq_pingpong ]]; then
+    # Every queue's engine received, and what one passed on the other took in.
+    local q rx lines over=0 in=0
+    lines=$(grep -E '^uroce: +engine [0-9]+ \(queue' "$ulog" || true)
+    for ((q = 0; q < queues; ++q)); do
+      rx=$(engine_value "$lines" "$q" rx_frames)
+      ((rx > 0)) || why+=" engine $q received nothing;"
+      over=$((over + $(engine_value "$lines" "$q" rx_handed_over)))
+      in=$((in + $(engine_value "$lines" "$q" rx_handed_in)))
+    done
+    ((over == in)) || why+=" handed over $over, handed in $in;"
+    grep -E '^uroce: +engine' "$ulog" | sed "s/^/  $id /" >>"$logdir/counters.txt"
+  fi
   [[ -n $why ]] && ok=FAIL
   local tally=''
   tally=$(port_counters_line)
@@ -584,6 +615,12 @@ port_counter() {
   fi
 }
 
+# engine_value LINES ENGINE NAME: a counter on the "engine N (queue N):" line
+# that UROCE_COUNTERS=1 prints per engine; 0 if absent.
+engine_value() {
+  awk -v e="$2" -v n="$3" '$2 == "engine" && $3 == e {for (i = 4; i < NF; ++i) if ($i == n) v = $(i + 1)} END {print v + 0}' <<<"$1"
+}
+
 port_counters_line() {
   local n out=''
   for n in tx_zero_copy_frames tx_zero_copy_bytes tx_copied_bytes tx_copied_unregistered tx_pieces_split \
@@ -594,7 +631,10 @@ port_counters_line() {
 }
 
 cmd_check() {
-  local c_nic='' c_iommu='' c_pages='' sizes=1,4096,65536,1048576 offset='' smoke=0 driver='' queues=1 bits=48
+  # uroce-pingpong's buffer 3000 bytes into a page by default: at MTU 1024
+  # the second packet's payload crosses into the next page (--offset 0: on
+  # the boundary, as the stock programs' buffers are).
+  local c_nic='' c_iommu='' c_pages='' sizes=1,4096,65536,1048576 offset=3000 smoke=0 driver='' queues=1 bits=48
   check_iters=${ITERS:-20}
   while (($#)); do
     case $1 in
@@ -635,7 +675,7 @@ cmd_check() {
     return 1
   fi
   sed 's/^/  /' "$logdir/bind.log" >&2
-  if [[ -n $offset ]]; then
+  if [[ $offset != 0 ]]; then
     if guest u 30 "/opt/uroce/build/apps/pingpong/uroce-pingpong --help" 2>&1 | grep -q -- '--offset'; then
       offset_arg="--offset $offset"
     else
@@ -643,6 +683,7 @@ cmd_check() {
     fi
   fi
   local size tool dir tools=(pingpong rc_pingpong write_bw read_bw)
+  ((queues > 1)) && tools+=(srq_pingpong)
   for size in ${sizes//,/ }; do
     for tool in "${tools[@]}"; do
       for dir in uroce-server uroce-client; do
@@ -656,6 +697,107 @@ cmd_check() {
   note "check took $((SECONDS - t0)) s, logs in $logdir"
   echo "$passed passed, $failed failed"
   ((failed == 0))
+}
+
+# ---- compare: uroce beside Soft-RoCE, the same emulated NIC -----------------
+
+# perf_pair SERVER CLIENT PEER_IP DEV PREFIX TOOL ARGS: perftest TOOL with ARGS
+# between guests SERVER and CLIENT (the client connects to PEER_IP); PREFIX
+# runs each (nv-uroce run for uroce). The client's output goes to stdout.
+perf_pair() {
+  local sg=$1 cg=$2 peer=$3 dev=$4 prefix=$5 tool=$6 targs=$7 id=$8 srv cli src=0 crc=0
+  # shellcheck disable=SC2016  # the guest's shell expands it
+  local retry='for i in $(seq 30); do out=$(CMD 2>&1); rc=$?; echo "$out"; [[ $rc == 0 ]] && exit 0; grep -qiE "couldn.t connect|unable to open file descriptor|connection refused" <<<"$out" || exit $rc; sleep 2; done; exit $rc'
+  local scmd="$prefix $tool -d $dev -x 1 -F $targs" ccmd="$prefix $tool -d $dev -x 1 -F $targs $peer"
+  guest_bg "$sg" 300 "$scmd" >"$logdir/$id.server" 2>&1 &
+  srv=$!
+  sleep 2
+  guest_bg "$cg" 300 "${retry//CMD/$ccmd}" >"$logdir/$id.client" 2>&1 &
+  cli=$!
+  first_fails "$srv" "$cli"
+  wait "$srv" || src=$?
+  wait "$cli" || crc=$?
+  ((src == 0 && crc == 0)) || { note "$id: server rc $src, client rc $crc (logs in $logdir)"; return 1; }
+}
+
+# row_value FILE SIZE COLUMN: a column of perftest's result row for SIZE.
+row_value() {
+  awk -v s="$2" -v c="$3" '$1 == s && NF >= c && $2 ~ /^[0-9]+$/ {v = $c} END {print v}' "$1"
+}
+
+# compare [--iters N]: ib_write_bw (65536 B), ib_write_lat and ib_send_lat
+# (8 B) between two uroce guests (u, v), then between two Soft-RoCE guests
+# (r, s): each guest 2 vCPUs and 2048 MB, its RoCE NIC a virtio-net-pci
+# without IOMMU (Soft-RoCE runs on the kernel's virtio_net; uroce's on
+# DPDK's net_virtio, uio, EAL on hugepages), MTU 1024, in one run.
+# Under TCG both stacks run on emulated CPUs, so the ratio is what counts.
+cmd_compare() {
+  local lat_iters=1000 bw_iters=2000 t0=$SECONDS
+  while (($#)); do
+    (($# >= 2)) || fail "$1 needs a value"
+    case $1 in
+      --iters) lat_iters=$2; bw_iters=$2 ;;
+      *) fail "unknown option $1 (see $0 help)" ;;
+    esac
+    shift 2
+  done
+  logdir=$work/compare
+  rm -rf "$logdir"; mkdir -p "$logdir"
+  cmd_build >"$logdir/build.log" 2>&1 || { cat "$logdir/build.log" >&2; fail "build failed"; }
+  trap 'cmd_down >/dev/null 2>&1' EXIT
+  cmd_down >/dev/null 2>&1 || true
+  local stack tests=("write_bw 65536 ib_write_bw -s 65536 -n $bw_iters" "write_lat 8 ib_write_lat -s 8 -n $lat_iters"
+    "send_lat 8 ib_send_lat -s 8 -n $lat_iters")
+  declare -A fig
+  for stack in uroce rxe; do
+    local a b dev prefix peer
+    if [[ $stack == uroce ]]; then
+      a=u b=v dev=uroce0 prefix="nv-uroce run"
+      (cmd_up u --nic virtio --iommu off --pages 2m --smp 2 --mem 2048 &&
+        cmd_up v --nic virtio --iommu off --pages 2m --smp 2 --mem 2048) >>"$logdir/up.log" 2>&1 ||
+        { tail -20 "$logdir/up.log" >&2; fail "uroce guests did not come up"; }
+      if ! guest u 60 nv-bind >>"$logdir/bind.log" 2>&1 || ! guest v 60 nv-bind >>"$logdir/bind.log" 2>&1; then
+        cat "$logdir/bind.log" >&2
+        fail "binding the NICs failed"
+      fi
+      pick v; peer=$xchg_ip
+    else
+      a=r b=s dev=rxe0 prefix=''
+      (cmd_up r --role rxe --smp 2 --mem 2048 && cmd_up s --role rxe --smp 2 --mem 2048) >>"$logdir/up.log" 2>&1 ||
+        { tail -20 "$logdir/up.log" >&2; fail "Soft-RoCE guests did not come up"; }
+      pick s; peer=$guest_ip
+    fi
+    note "$stack guests up after $((SECONDS - t0)) s"
+    local t id size tool args
+    for t in "${tests[@]}"; do
+      read -r id size tool args <<<"$t"
+      perf_pair "$b" "$a" "$peer" "$dev" "$prefix" "$tool" "-m 1024 $args" "$stack.$id" || fail "$stack $id failed"
+      if [[ $id == write_bw ]]; then
+        fig[$stack.$id]=$(row_value "$logdir/$stack.$id.client" "$size" 4)  # BW average, MB/s
+      else
+        fig[$stack.$id]=$(row_value "$logdir/$stack.$id.client" "$size" 5)  # t_typical (median), us
+      fi
+      [[ -n ${fig[$stack.$id]} ]] || fail "$stack $id printed no result row (see $logdir/$stack.$id.client)"
+      note "$stack $id: ${fig[$stack.$id]}"
+    done
+    cmd_down >/dev/null 2>&1
+  done
+  trap - EXIT
+  local u r ratio json='{' sep=''
+  printf '%-10s %-8s %12s %12s %10s\n' test unit uroce soft-roce uroce/rxe
+  for t in "${tests[@]}"; do
+    read -r id size tool args <<<"$t"
+    u=${fig[uroce.$id]} r=${fig[rxe.$id]}
+    ratio=$(awk -v u="$u" -v r="$r" 'BEGIN {printf "%.2f", r > 0 ? u / r : 0}')
+    local unit=us
+    [[ $id == write_bw ]] && unit=MB/s
+    printf '%-10s %-8s %12s %12s %10s\n' "$id" "$unit" "$u" "$r" "$ratio"
+    json+="$sep\"$id\":{\"unit\":\"$unit\",\"uroce\":$u,\"soft_roce\":$r,\"ratio\":$ratio}"
+    sep=,
+  done
+  json+="}"
+  echo "$json" >"$logdir/compare.json"
+  note "compare took $((SECONDS - t0)) s; figures in $logdir/compare.json, logs in $logdir"
 }
 
 usage() { sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p}' "$0"; }
@@ -672,6 +814,7 @@ main() {
     down) cmd_down "$@" ;;
     net) cmd_net ;;
     check) cmd_check "$@" ;;
+    compare) cmd_compare "$@" ;;
     help | -h | --help) usage ;;
     *) usage >&2; exit 2 ;;
   esac

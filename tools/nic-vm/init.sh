@@ -47,7 +47,7 @@ done
 hostname "$host"
 printf '127.0.0.1 localhost\n%s %s\n' "${ip%/*}" "$host" >/etc/hosts
 ip link set lo up
-[[ $pages == 2m ]] && mount -t hugetlbfs -o pagesize=2M nodev /dev/hugepages
+grep -q hugepages= /proc/cmdline && mount -t hugetlbfs -o pagesize=2M nodev /dev/hugepages
 
 nic_with_mac() {
   local d
