@@ -181,6 +181,12 @@ void stop_at_exit() {
     p.service->stop_at_exit(std::chrono::seconds(2));
     g_service_socket[0] = '\0';
   }
+  // A program that exits with a context open (ibv_rc_pingpong after a
+  // failed completion, say) has its counters printed here, as they would
+  // have been at its last ibv_close_device: the failure is what they explain.
+  if (p.device != nullptr && p.device->ctx != nullptr && p.open_contexts > 0 && p.service == nullptr) {
+    print_counters_on_close(*p.device->ctx, "at exit, with a context still open");
+  }
   // Returns at once inside a control call of this thread (lib/verbs). Only
   // the workers stop: nothing here touches EAL, which the application may
   // have cleaned up already.
@@ -620,7 +626,7 @@ int ibv_close_device(ibv_context* context) {
     uroce::ibverbs::Process& p = uroce::ibverbs::process();
     uroce::ibverbs::ProcessLock lock;
     if (--p.open_contexts == 0) {
-      uroce::ibverbs::print_counters_on_close(*x->ctx);
+      uroce::ibverbs::print_counters_on_close(*x->ctx, "at the last ibv_close_device");
       if (p.service == nullptr) {
         x->ctx->stop_workers();
         if (p.down_between && p.vdev_added) uroce::ibverbs::take_down(*x->dev);

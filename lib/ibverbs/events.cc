@@ -181,10 +181,10 @@ void count_delivered(const ibv_async_event& e) {
 
 }  // namespace
 
-void print_counters_on_close(uroce::Context& ctx) {
+void print_counters_on_close(uroce::Context& ctx, const char* when) {
   const char* want = std::getenv("UROCE_COUNTERS");
   if (want == nullptr || *want == '\0' || std::strcmp(want, "0") == 0) return;
-  std::string out = "uroce: counters (non-zero) at the last ibv_close_device:\n";
+  std::string out = std::string("uroce: counters (non-zero) ") + when + ":\n";
   for (const Stat& st : ctx.stats()) {
     if (st.value == 0) continue;
     out += "uroce:   " + std::string(stat_scope_name(st.scope)) + '.' + st.name + ' ' + std::to_string(st.value) + '\n';

@@ -254,8 +254,9 @@ void forget_events(Ctx* x, const void* object);
 void warn_if_ended_by_error(Qp* qp);
 // UROCE_COUNTERS=1: the device's non-zero counters, and with several
 // engines each one's frames received and passed on, to stderr when the
-// program closes its last context (the workers still up).
-void print_counters_on_close(uroce::Context& ctx);
+// program closes its last context, or exits with one open (the workers
+// still up). `when` ends the heading line.
+void print_counters_on_close(uroce::Context& ctx, const char* when);
 
 // An asynchronous event of `o` (ibv_cq, ibv_qp, ibv_srq) acknowledged:
 // counted in its `acked` field under its mutex, waking a destroy that waits.

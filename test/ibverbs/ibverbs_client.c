@@ -2,7 +2,9 @@
    and linked to our libibverbs.so.1 (lib/ibverbs): what ibverbs_test.cc
    runs. argv[1] "unconfigured": the environment names no device;
    "configured": UROCE_EAL and UROCE_IP=10.0.0.1/24 name one. Exits 0 when
-   every check holds, else prints the first failed check and exits 1. */
+   every check holds, else prints the first failed check and exits 1.
+   "open-at-exit": opens the device and a PD and returns from main without
+   closing them, as a program that gives up after a failure does. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -214,11 +216,24 @@ static int configured(void) {
   return 0;
 }
 
+/* The device opened, a PD allocated, nothing closed. */
+static int open_at_exit(void) {
+  struct ibv_device **list = ibv_get_device_list(NULL);
+  CHECK(list != NULL && list[0] != NULL);
+  struct ibv_context *ctx = ibv_open_device(list[0]);
+  CHECK(ctx != NULL);
+  CHECK(ibv_alloc_pd(ctx) != NULL);
+  printf("ibverbs_client open-at-exit: leaving with the context open\n");
+  fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s unconfigured|configured\n", argv[0]);
+    fprintf(stderr, "usage: %s unconfigured|configured|open-at-exit\n", argv[0]);
     return 2;
   }
+  if (strcmp(argv[1], "open-at-exit") == 0) return open_at_exit();
   if (ours() != 0 || strings() != 0) return 1;
   int rc = strcmp(argv[1], "configured") == 0 ? configured() : unconfigured();
   if (rc == 0) printf("ibverbs_client %s: all checks passed\n", argv[1]);

@@ -59,6 +59,19 @@ TEST(Ibverbs, CClientOpensAndQueriesTheDevice) {
   EXPECT_NE(r.out.find("all checks passed"), std::string::npos) << r.out;
 }
 
+// UROCE_COUNTERS=1 prints the counters at the last ibv_close_device; a
+// program that exits with its context open (as ibv_rc_pingpong does after a
+// failed completion) has them printed at exit instead, once.
+TEST(Ibverbs, CountersArePrintedAtExitWhenAContextIsStillOpen) {
+  const Outcome r = run(kConfigured + "UROCE_COUNTERS=1 ", UROCE_IBVERBS_CLIENT " open-at-exit");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("leaving with the context open"), std::string::npos) << r.out;
+  const auto at = r.out.find("uroce: counters (non-zero) at exit, with a context still open:");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("uroce: counters (non-zero)", at + 1), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("at the last ibv_close_device"), std::string::npos) << r.out;
+}
+
 TEST(Ibverbs, CClientWithABadAddressSaysWhy) {
   const Outcome r = run("UROCE_EAL='" + kEal + "' UROCE_IP=10.0.0 ", UROCE_IBVERBS_CLIENT " unconfigured");
   EXPECT_EQ(r.status, 0) << r.out;
