@@ -99,7 +99,9 @@ NV_PAGES=$pages
 NV_QUEUES=$queues
 EOS
 if [[ $role == rxe ]]; then
-  ip link set eth0 mtu 9000 up
+  # The bridge's MTU where the NIC takes it (e1000e's limit is lower).
+  ip link set eth0 mtu 9000 2>/dev/null || ip link set eth0 mtu 8000 2>/dev/null || true
+  ip link set eth0 up
   ip addr add "$ip" dev eth0
   ethtool -K eth0 tx off tso off gso off >/dev/null 2>&1 || true
   modprobe -a ib_uverbs rdma_ucm rdma_rxe
