@@ -796,7 +796,7 @@ cmd_compare() {
   for t in "${tests[@]}"; do
     read -r id size tool args <<<"$t"
     u=${fig[uroce.$id]} r=${fig[rxe.$id]}
-    ratio=$(awk -v u="$u" -v r="$r" 'BEGIN {printf "%.2f", r > 0 ? u / r : 0}')
+    ratio=$(awk -v u="$u" -v r="$r" 'BEGIN {printf "%.2f", (r > 0 ? u / r : 0)}')
     local unit=us
     [[ $id == write_bw ]] && unit=MB/s
     printf '%-10s %-8s %12s %12s %10s\n' "$id" "$unit" "$u" "$r" "$ratio"
