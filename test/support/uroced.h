@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -33,15 +35,30 @@ inline std::string read_text_file(const std::string& path) {
   return s.str();
 }
 
+// A child that has not ended in time, before it is killed: each thread's
+// stack (gdb, 20 frames) of it and of its own children, on stderr, so that
+// the test's log says where a rare hang waits (a ForkServe test timed out
+// once in a run of the whole suite under ASan on a loaded machine, and
+// passed 60 runs in a row alone).
+inline void print_stacks(pid_t pid) {
+  const std::string p = std::to_string(pid);
+  const std::string cmd = "for p in " + p + " $(pgrep -P " + p +
+                          "); do echo \"== still running after its limit: pid $p: $(tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null)\";"
+                          " timeout 60 gdb -p $p -batch -nx -ex 'thread apply all bt 20' 2>/dev/null |"
+                          " grep -E '^(Thread|#)'; done >&2";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "(no stacks: gdb missing or failed)\n");
+}
+
 // Waits up to `limit` for child `pid` to end: its exit code, or -signal;
-// -1000 if it is still running (then, with `kill_late`, it is killed and
-// reaped).
+// -1000 if it is still running (then, with `kill_late`, its stacks are
+// printed and it is killed and reaped).
 inline int wait_exit(pid_t pid, std::chrono::milliseconds limit, bool kill_late = true) {
   const auto end = std::chrono::steady_clock::now() + limit;
   int st = 0;
   while (waitpid(pid, &st, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() >= end) {
       if (kill_late) {
+        print_stacks(pid);
         kill(pid, SIGKILL);
         waitpid(pid, nullptr, 0);
       }
