@@ -1,9 +1,11 @@
 #include "device/telemetry.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rte_telemetry.h>
@@ -46,9 +48,16 @@ Registry& registry() {
   return *r;
 }
 
+// A forked child inherits this hook and the mutex as it was at the fork:
+// held, if a handler of the parent's ran then, by a thread the child does
+// not have (and with no telemetry thread of its own, nothing can read the
+// list in it). A live handler answers within a control call, so after a
+// second of trying the list is left as it is rather than the exit hanging.
 void close_at_exit() {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock(r.mutex, std::defer_lock);
+  for (int i = 0; i < 1000 && !lock.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!lock.owns_lock()) return;
   r.closed = true;
   r.devices.clear();
 }
