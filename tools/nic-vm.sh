@@ -30,7 +30,8 @@
 # hands it to DPDK. The control channel is a second virtio NIC on qemu user
 # networking that DPDK never binds. Needs root. State in $UROCE_NIC_VM_DIR
 # (default /var/tmp/uroce-nic-vm); the build carried in is $UROCE_BUILD_DIR
-# (default build).
+# (default build). UROCE_NIC_VM_QEMU_ARGS is appended to each qemu command
+# (split at blanks), e.g. -trace enable=virtqueue_pop,file=/tmp/q.log.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -344,7 +345,7 @@ start() {
     -netdev "user,id=ctl,restrict=on,hostfwd=tcp:127.0.0.1:$port-10.0.2.15:$agent_port" \
     -device "virtio-net-pci,netdev=ctl,mac=$ctlmac,romfile=" \
     -device virtio-rng-pci \
-    -serial "file:$console" -pidfile "$pidfile" -daemonize
+    -serial "file:$console" -pidfile "$pidfile" -daemonize ${UROCE_NIC_VM_QEMU_ARGS:-}
 }
 
 await() {
