@@ -16,7 +16,7 @@
 #   nic-vm.sh down [NAME]           stop NAME, or every guest and the namespace
 #   nic-vm.sh check --nic virtio|e1000e|vmxnet3 --iommu on|off --pages 4k|2m
 #                [--sizes S1,S2,...] [--offset BYTES] [--iters N] [--iommu-bits 39|48]
-#                [--driver vfio-pci|vfio-noiommu|uio] [--smoke]
+#                [--driver vfio-pci|vfio-noiommu|uio] [--queues N] [--smoke]
 #                                   the acceptance matrix of one set-up against Soft-RoCE:
 #                                   one PASS/FAIL line a case, then "N passed, N failed"
 #   nic-vm.sh compare [--nic N] [--iters N]
@@ -25,7 +25,7 @@
 #                                   and qemu settings: the figures and their ratios
 #
 # Guests: NAME is a letter; guest u is 10.77.0.21 (u = 21st letter), r is 10.77.0.18.
-# Role rxe (default for r): rdma_rxe on a virtio NIC. Role uroce (default for the
+# Role rxe (default for r): rdma_rxe on its NIC (--nic, default virtio). Role uroce (default for the
 # others): the RoCE NIC stays with its kernel driver until `nv-bind` in the guest
 # hands it to DPDK. The control channel is a second virtio NIC on qemu user
 # networking that DPDK never binds. Needs root. State in $UROCE_NIC_VM_DIR
