@@ -141,23 +141,20 @@ TEST_F(ServiceRdmaCm, StockPerftestWithRdmaCm) {
   const Case cases[] = {{a_, b_, "ib_send_bw -d uroce0 -R -s 4096 -n 500"},
                         {a_, a_, "ib_write_bw -d uroce0 -R -s 4096 -n 500"}};
   for (const Case& k : cases) {
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const std::string args = k.args + " -p " + port();
+    std::string args;
+    const uroce::test::PairEnds e = uroce::test::until_perftest_reports([&] {
+      args = k.args + " -p " + port();
       const std::string mark = uroce::test::mark_env("svc-rdmacm");
       Process s = spawn("env " + mark + " " + run_on(*k.server) + "timeout 60 " + args, dir_ + "/perf-s.log");
       wait_cm(mark, s);
       Process c = spawn(run_on(*k.client) + "timeout 60 " + args + " 10.0.0.1", dir_ + "/perf-c.log");
       const int rc = c.wait(), rs = s.wait();
-      if (uroce::test::perftest_clock_fit_failed(c.out() + s.out()) && attempt < 2) {
-        std::printf("perftest could not fit the CPU's clock (a loaded machine): the pair runs again\n");
-        continue;
-      }
-      EXPECT_EQ(rc, 0) << args << "\n" << c.out();
-      EXPECT_EQ(rs, 0) << args << "\n" << s.out();
-      // The result line: the size, the iterations.
-      EXPECT_NE(c.out().find(" 4096       500"), std::string::npos) << c.out();
-      break;
-    }
+      return uroce::test::PairEnds{rc, rs, c.out(), s.out()};
+    });
+    EXPECT_EQ(e.client_status, 0) << args << "\n" << e.client_out;
+    EXPECT_EQ(e.server_status, 0) << args << "\n" << e.server_out;
+    // The result line: the size, the iterations.
+    EXPECT_NE(e.client_out.find(" 4096       500"), std::string::npos) << e.client_out;
   }
 }
 
