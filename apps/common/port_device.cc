@@ -11,7 +11,10 @@ std::unique_ptr<device::Device> open_port_device(const char* tool, std::uint16_t
                                                const std::array<std::uint8_t, 4>& ip, const cc::DcqcnParams* dcqcn,
                                                int pfc_priority) {
   std::string error;
-  auto device = device::Device::open(port_id, ip, tool, error, 1, dcqcn, pfc_priority);
+  device::DeviceOptions options;
+  options.dcqcn = dcqcn;
+  options.pfc_priority = pfc_priority;
+  auto device = device::Device::open(port_id, ip, tool, error, options);
   if (!device) {
     std::fprintf(stderr, "%s: %s\n", tool, error.c_str());
     return nullptr;

@@ -19,7 +19,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--pfc PRIO] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--dcqcn FILE] [--pfc PRIO] [--min-ack-timeout N] [--netdev IF] [--lib DIR]\n"
+    "                 PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -35,6 +36,9 @@ constexpr const char* kUsage =
     "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
     "  --pfc PRIO      the lossless 802.1p priority, 0-7 (default off): PFC on the port where its\n"
     "                  driver can (else one warning), data sent with DSCP PRIO*8\n"
+    "  --min-ack-timeout N  no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
+    "                  resends (default 0: the program's own timeout; the stock tools set 14, 67 ms,\n"
+    "                  and give up after 7 retries): for a peer slower than the program expects\n"
     "  --netdev IF     the Linux interface uroce0 stands for, shown to PROGRAM as a kernel RDMA\n"
     "                  device shows its own: /sys/class/infiniband/uroce0/device/net/IF and\n"
     "                  ports/1/gid_attrs/ndevs/{0,1}, for programs that look it up there (rdma-core's\n"
@@ -49,8 +53,8 @@ constexpr const char* kUsage =
     "                  service\"): no EAL args, no --ip; the daemon owns the port and its cores\n"
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
-    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN, UROCE_PFC and\n"
-    "prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
+    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN, UROCE_PFC,\n"
+    "UROCE_MIN_ACK_TIMEOUT and prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
     "           -- --ip 10.0.0.1/24 ibv_rc_pingpong -d uroce0 -g 1\n";
@@ -75,7 +79,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, dcqcn, pfc, lib;
+  std::string ip, port_id, queues, workers, dcqcn, pfc, min_ack_timeout, lib;
   std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
@@ -135,6 +139,15 @@ Options parse(int argc, char** argv) {
       value(o.pfc);
       uroce::app::parse_pfc_priority(o.pfc, "--pfc");  // checked here, where the user typed it
     }
+    else if (a == "--min-ack-timeout") {
+      value(o.min_ack_timeout);
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(o.min_ack_timeout.c_str(), &end, 10);
+      if (o.min_ack_timeout.empty() || *end != '\0' || n > 31) {
+        usage_error("--min-ack-timeout takes a timeout exponent, 0 (no floor) to 31 (4.096 us * 2^N), not '" +
+                    o.min_ack_timeout + "'");
+      }
+    }
     else if (a == "--lib") value(o.lib);
     else if (a == "--netdev") value(o.netdev);
     else if (a == "--help" || a == "-h") {
@@ -188,7 +201,7 @@ int main(int argc, char** argv) {
   }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
-      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}};
+      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}, {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

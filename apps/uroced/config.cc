@@ -10,7 +10,7 @@ namespace uroce::daemon {
 const char* const kUsage =
     "usage: uroced [--conf FILE] [--eal \"EAL ARGS\"] [--ip ADDR/LEN] [--port-id N] [--queues N]\n"
     "              [--workers CPUS] [--dcqcn FILE] [--pfc-priority 0-7|off] [--hugepages auto|on|off]\n"
-    "              [--socket PATH]\n"
+    "              [--min-ack-timeout 0-31] [--socket PATH]\n"
     "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
     "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--max-pds N]\n"
     "              [--uid-max-connections N] [--uid-max-pds N] [--uid-max-qps N] [--uid-max-cqs N]\n"
@@ -31,7 +31,9 @@ const char* const kUsage =
     "  --max-*   budgets per client; --uid-max-* budgets per uid (all its clients together);\n"
     "            --uid.1000.uid-max-qps 2048 (key uid.1000.uid_max_qps) sets one for uid 1000 only.\n"
     "  --pfc-priority (or --pfc) P: PFC on priority P on the port where its driver can (else one\n"
-    "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n";
+    "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n"
+    "  --min-ack-timeout N: no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
+    "            resends (0: each QP's own timeout), for paths slower than programs expect.\n";
 
 namespace {
 
@@ -186,6 +188,11 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     } else {
       c.pfc_priority = static_cast<int>(x);
     }
+  } else if (key == "min_ack_timeout") {
+    if (!parse_uint(value, 31, x)) {
+      return "min_ack_timeout: '" + value + "' is not a timeout exponent; give 0 (no floor) to 31 (4.096 us * 2^N)";
+    }
+    c.min_ack_timeout = static_cast<std::uint8_t>(x);
   } else if (key == "hugepages") {
     if (value != "auto" && value != "on" && value != "off") return "hugepages: give auto, on or off";
     c.hugepages = value;

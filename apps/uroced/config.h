@@ -27,6 +27,7 @@ struct Config {
   std::vector<int> workers;        // one CPU per queue; empty: not pinned
   std::string dcqcn;               // DCQCN parameter file; "" off
   int pfc_priority = -1;           // the lossless 802.1p priority (PFC on the port, data's DSCP); -1 off
+  std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout (exponent); 0 none
   std::string hugepages = "auto";  // auto | on | off: regions on hugepages (on: required)
   std::string socket = "/run/uroce/uroced.sock";
   std::uint32_t socket_mode = 0660;

@@ -131,8 +131,12 @@ int main(int argc, char** argv) {
 
   if (std::string e = uroce::dpdk::eal_init(eal); !e.empty()) return die(e);
   std::string error;
-  auto device = uroce::device::Device::open(config.port_id, config.ip, "uroced", error, config.queues,
-                                          dcqcn ? &*dcqcn : nullptr, config.pfc_priority);
+  uroce::device::DeviceOptions options;
+  options.queues = config.queues;
+  options.dcqcn = dcqcn ? &*dcqcn : nullptr;
+  options.pfc_priority = config.pfc_priority;
+  options.min_ack_timeout = config.min_ack_timeout;
+  auto device = uroce::device::Device::open(config.port_id, config.ip, "uroced", error, options);
   if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
   uroce::Context& ctx = *device->ctx;
   uroce::daemon::Server server(ctx, config.queues, uroce::daemon::server_config(config));
@@ -145,8 +149,11 @@ int main(int argc, char** argv) {
   }
   uroce::device::telemetry_expose(&ctx, "uroced");
   uroce::daemon::telemetry_expose_clients(&server);
-  spdlog::info("uroced: serving {} on port {} ({} queue(s)); clients attach at {}", config.eal, config.port_id,
-               config.queues, config.socket);
+  spdlog::info("uroced: serving {} on port {} ({} queue(s)){}; clients attach at {}", config.eal, config.port_id,
+               config.queues,
+               config.min_ack_timeout != 0 ? ", local ACK timeout floor " + std::to_string(config.min_ack_timeout)
+                                           : std::string(),
+               config.socket);
   // A line for whoever waits for us (tests, scripts): the socket is ready.
   std::printf("uroced: ready on %s\n", config.socket.c_str());
   std::fflush(stdout);

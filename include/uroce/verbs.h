@@ -125,6 +125,13 @@ struct PortConfig {
   // DSCP (dcqcn->cnp_dscp): a warning at open if it maps to this priority.
   // The port's own PFC is set where the port is opened (DPDK: dpdk::PortConfig).
   int pfc_priority = -1;
+  // A floor under every QP's local ACK timeout: the exponent as in
+  // ibv_qp_attr::timeout (4.096 us * 2^N, 1-31); 0: none. A QP whose own
+  // timeout is shorter waits this long instead (ibv_query_qp still reports
+  // its own; 0, infinite, stays infinite). For paths slower than programs
+  // expect, such as a software peer on a loaded host: the stock tools set 14
+  // (67 ms), and with 7 retries give up after about half a second.
+  std::uint8_t min_ack_timeout = 0;
 };
 
 class Context {

@@ -38,8 +38,10 @@ std::vector<std::unique_ptr<dpdk::PortIo>> open_queues(dpdk::Port& port, std::ui
 }
 
 std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                     const std::string& name, std::string& error, std::uint16_t queues,
-                                     const cc::DcqcnParams* dcqcn, int pfc_priority) {
+                                     const std::string& name, std::string& error, const DeviceOptions& options) {
+  const std::uint16_t queues = options.queues;
+  const cc::DcqcnParams* dcqcn = options.dcqcn;
+  const int pfc_priority = options.pfc_priority;
   if (dpdk::port_count() == 0) {
     error = "no DPDK port: give one before '--', e.g. --vdev=net_af_packet0,iface=eth1";
     logger().debug("{}", error);
@@ -61,6 +63,7 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   uroce::PortConfig config = device_config(d->queues, d->clock);
   config.dcqcn = dcqcn;
   config.pfc_priority = pfc_priority;
+  config.min_ack_timeout = options.min_ack_timeout;
   d->ctx = Context::open(config, error);
   if (!d->ctx) {
     logger().debug("device '{}': {}", name, error);
@@ -68,10 +71,11 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   }
   telemetry_expose(d->ctx.get(), name);
   logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}, "
-                "PFC priority {}",
+                "PFC priority {}, local ACK timeout floor {}",
                 name, port_id, ip[0], ip[1], ip[2], ip[3], queues, 128 << config.active_mtu,
                 config.buffer_pages == uroce::PortConfig::Pages::kHuge ? "huge" : "normal",
-                dcqcn != nullptr ? "on" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none");
+                dcqcn != nullptr ? "on" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none",
+                options.min_ack_timeout != 0 ? std::to_string(options.min_ack_timeout) : "none");
   return d;
 }
 

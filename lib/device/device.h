@@ -15,17 +15,26 @@
 
 namespace uroce::device {
 
+// How a device is set up beyond its port and address.
+struct DeviceOptions {
+  std::uint16_t queues = 1;  // port queues, one engine each
+  // Congestion control (nullptr: off); not owned.
+  const cc::DcqcnParams* dcqcn = nullptr;
+  // The lossless 802.1p priority (0-7; -1 none): PFC enabled on the port
+  // for it where the driver can (one warning where it cannot), and the
+  // device's default traffic class (uroce::PortConfig).
+  int pfc_priority = -1;
+  // A floor under every QP's local ACK timeout (uroce::PortConfig; 0 none).
+  std::uint8_t min_ack_timeout = 0;
+};
+
 struct Device {
   // nullptr and a one-line `error` if there is no such port or it cannot
-  // start (or has fewer than `queues` queue pairs). `name` is the device's
-  // name in telemetry. One engine per queue.
-  // `dcqcn`: congestion control (nullptr: off); not owned.
-  // `pfc_priority`: the lossless 802.1p priority (0-7; -1 none): PFC
-  // enabled on the port for it where the driver can (one warning where it
-  // cannot), and the device's default traffic class (uroce::PortConfig).
+  // start (or has fewer than options.queues queue pairs). `name` is the
+  // device's name in telemetry. One engine per queue.
   static std::unique_ptr<Device> open(std::uint16_t port_id, const std::array<std::uint8_t, 4>& ip,
-                                      const std::string& name, std::string& error, std::uint16_t queues = 1,
-                                      const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
+                                      const std::string& name, std::string& error,
+                                      const DeviceOptions& options = {});
   ~Device();
 
   std::unique_ptr<dpdk::Port> port;

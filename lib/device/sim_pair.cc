@@ -9,9 +9,10 @@ constexpr std::uint8_t kMacA[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0a};
 constexpr std::uint8_t kMacB[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0b};
 
 std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const std::uint8_t mac[6], std::uint8_t ip,
-                              std::uint64_t seed, const cc::DcqcnParams* dcqcn) {
+                              std::uint64_t seed, const cc::DcqcnParams* dcqcn, std::uint8_t min_ack_timeout) {
   PortConfig port;
   port.dcqcn = dcqcn;
+  port.min_ack_timeout = min_ack_timeout;
   port.io = &io;
   port.clock = &clock;
   std::copy(mac, mac + 6, port.mac);
@@ -23,10 +24,11 @@ std::unique_ptr<Context> make(engine::PacketIo& io, engine::Clock& clock, const 
 
 }  // namespace
 
-SimPair::SimPair(std::uint64_t seed, sim::Impairments a_to_b, sim::Impairments b_to_a, const cc::DcqcnParams* dcqcn)
+SimPair::SimPair(std::uint64_t seed, sim::Impairments a_to_b, sim::Impairments b_to_a, const cc::DcqcnParams* dcqcn,
+                 std::uint8_t min_ack_timeout)
     : link(clock, seed, kMacA, kMacB, a_to_b, b_to_a),
-      a(make(link.port(0), clock, kMacA, 1, seed, dcqcn)),
-      b(make(link.port(1), clock, kMacB, 2, seed + 1, dcqcn)) {}
+      a(make(link.port(0), clock, kMacA, 1, seed, dcqcn, min_ack_timeout)),
+      b(make(link.port(1), clock, kMacB, 2, seed + 1, dcqcn, min_ack_timeout)) {}
 
 int SimPair::connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p) {
   if (int rc = connect_rc(qa, b->gid(), qb->qp_num(), p.psn_a, p.psn_b, p)) return rc;

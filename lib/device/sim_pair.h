@@ -13,9 +13,11 @@ namespace uroce::device {
 
 class SimPair {
  public:
-  // `dcqcn`: congestion control on both devices (nullptr: off).
+  // `dcqcn`: congestion control on both devices (nullptr: off);
+  // `min_ack_timeout`: both devices' floor under the local ACK timeout
+  // (PortConfig; 0 none).
   explicit SimPair(std::uint64_t seed, sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {},
-                   const cc::DcqcnParams* dcqcn = nullptr);
+                   const cc::DcqcnParams* dcqcn = nullptr, std::uint8_t min_ack_timeout = 0);
 
   // Connects qa (on a) and qb (on b) to each other.
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

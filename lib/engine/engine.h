@@ -71,6 +71,9 @@ class Engine {
   transport::Qp* find_qp(std::uint32_t qpn) const;
   // DCQCN for this engine's QPs (nullptr: off). Control path.
   void set_congestion_control(const cc::DcqcnParams* params) { env_.dcqcn = params; }
+  // A floor under the local ACK timeout of this engine's QPs
+  // (PortConfig::min_ack_timeout). Control path.
+  void set_min_ack_timeout(std::uint8_t timeout) { env_.min_ack_timeout = timeout; }
   // After a control call changed QPs (state, attributes): every QP is
   // looked at in the next poll.
   void wake_all();

@@ -105,6 +105,17 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
     }
     config.pfc_priority = static_cast<int>(prio);
   }
+  if (const char* t = env("UROCE_MIN_ACK_TIMEOUT"); t != nullptr) {
+    const std::string_view v(t);
+    unsigned n = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || n > 31) {
+      message = std::string("uroce libibverbs: UROCE_MIN_ACK_TIMEOUT must be a local ACK timeout exponent, 0 (no "
+                            "floor) to 31 (4.096 us * 2^N), not '") + t + "'";
+      return ConfigStatus::kInvalid;
+    }
+    config.min_ack_timeout = static_cast<std::uint8_t>(n);
+  }
   config.eal = {"uroce-ibverbs"};
   std::istringstream words(eal);
   for (std::string w; words >> w;) config.eal.push_back(w);

@@ -287,8 +287,12 @@ std::string bring_up(Device& d, std::uint16_t port_id) {
     if (std::string e = dpdk::hotplug_vdev(p.vdev, port_id, p.vdev_added); !e.empty()) return e;
   }
   std::string error;
-  auto port = device::Device::open(port_id, config.ip, kDeviceName, error, config.queues, p.dcqcn,
-                                   config.pfc_priority);
+  device::DeviceOptions options;
+  options.queues = config.queues;
+  options.dcqcn = p.dcqcn;
+  options.pfc_priority = config.pfc_priority;
+  options.min_ack_timeout = config.min_ack_timeout;
+  auto port = device::Device::open(port_id, config.ip, kDeviceName, error, options);
   if (!port) {
     if (p.vdev_added) unplug(p);
     return "no device on DPDK port " + std::to_string(port_id) +

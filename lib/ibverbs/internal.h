@@ -82,12 +82,14 @@ struct Config {
   std::vector<int> workers;       // one CPU per queue; -1 not pinned
   std::string dcqcn_file;         // "" congestion control off
   int pfc_priority = -1;          // the lossless 802.1p priority; -1 none
+  std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout; 0 none
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
 // Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
 // (default 0), UROCE_QUEUES (default 1), UROCE_WORKERS (CPU list like
 // "2,3"; default: unpinned), UROCE_DCQCN (a conf/dcqcn.conf file) and
-// UROCE_PFC (the lossless priority, 0-7 or off) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
+// UROCE_PFC (the lossless priority, 0-7 or off) and UROCE_MIN_ACK_TIMEOUT
+// (a floor under every QP's local ACK timeout, 0-31) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
 // unset; kInvalid with a one-line `message` when one is missing or
 // malformed.
 ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message);

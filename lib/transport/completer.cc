@@ -30,7 +30,7 @@ void progress(Qp& qp, Env& env) {
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
   qp.comp.awaiting = qp.comp.awaiting && outstanding(qp) && !psn_after(qp.comp.psn, qp.comp.awaited_psn);
-  qp.comp.deadline = qp.comp.awaiting ? retransmit_deadline(qp, env.now) : 0;
+  qp.comp.deadline = qp.comp.awaiting ? retransmit_deadline(qp, env) : 0;
 }
 
 // The requester must not lag behind what the responder has acknowledged

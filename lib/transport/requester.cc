@@ -222,7 +222,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (th.bth.ack_req()) {
       qp.comp.awaiting = true;
       qp.comp.awaited_psn = psn_add(qp.req.psn, -1);
-      qp.comp.deadline = retransmit_deadline(qp, env.now);
+      qp.comp.deadline = retransmit_deadline(qp, env);
     }
     if (qp.req.pkt_index >= w.npackets) {
       ++qp.req_next;

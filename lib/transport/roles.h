@@ -25,6 +25,9 @@ struct Env {
   std::uint64_t now = 0;
   bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
   const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
+  // A floor under every QP's local ACK timeout (PortConfig::min_ack_timeout;
+  // 0: none): the exponent, as qp.attr.timeout.
+  std::uint8_t min_ack_timeout = 0;
   // Writable heads for the frames the fill functions write, taken from the
   // top; the engine provides at least as many as the room it offers.
   wire::TxHead* heads = nullptr;
@@ -104,7 +107,11 @@ wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_
 // has no path: what arrives for it is judged by its state instead.
 bool from_peer(const Qp& qp, const wire::ParsedFrame& p);
 
-// Deadline of the retransmit timer from now (0: the QP's timeout is infinite).
-std::uint64_t retransmit_deadline(const Qp& qp, std::uint64_t now);
+// The local ACK timeout the QP waits for: its own (qp.attr.timeout), or the
+// device's floor (env.min_ack_timeout) when that is longer; 0 (infinite)
+// stays infinite. The QP's attribute keeps what the application set.
+std::uint8_t effective_ack_timeout(const Qp& qp, const Env& env);
+// Deadline of the retransmit timer from env.now (0: the timeout is infinite).
+std::uint64_t retransmit_deadline(const Qp& qp, const Env& env);
 
 }  // namespace uroce::transport

@@ -87,6 +87,11 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
             ": give the lossless 802.1p priority, 0 to 7, or -1 for none";
     return nullptr;
   }
+  if (port.min_ack_timeout > 31) {
+    error = "PortConfig::min_ack_timeout " + std::to_string(port.min_ack_timeout) +
+            ": give a local ACK timeout exponent, 0 to 31 (4.096 us * 2^N), or 0 for no floor";
+    return nullptr;
+  }
   PortConfig p = port;
   if (p.queues.empty()) p.queues.push_back(p.io);
   p.io = p.queues[0];  // the control path's queue: neighbour resolution, memory registration

@@ -78,6 +78,19 @@ TEST(Ibverbs, CClientWithABadAddressSaysWhy) {
   EXPECT_NE(r.out.find("UROCE_IP must be an IPv4 address"), std::string::npos) << r.out;
 }
 
+// UROCE_MIN_ACK_TIMEOUT reaches the device (its opening line names the
+// floor; rc_errors_test shows what the floor does), and a bad one says why.
+TEST(Ibverbs, MinAckTimeoutFromTheEnvironmentReachesTheDevice) {
+  const Outcome r = run(kConfigured + "UROCE_MIN_ACK_TIMEOUT=18 UROCE_LOG_LEVEL=info ",
+                        UROCE_IBVERBS_CLIENT " configured");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("local ACK timeout floor 18"), std::string::npos) << r.out;
+  const Outcome bad = run(kConfigured + "UROCE_MIN_ACK_TIMEOUT=32 ", UROCE_IBVERBS_CLIENT " unconfigured");
+  EXPECT_EQ(bad.status, 0) << bad.out;
+  EXPECT_NE(bad.out.find("UROCE_MIN_ACK_TIMEOUT must be a local ACK timeout exponent, 0 (no floor) to 31"),
+            std::string::npos) << bad.out;
+}
+
 TEST(Ibverbs, StockIbvDevinfoPrintsTheDevice) {
   if (!have("/usr/bin/ibv_devinfo")) FAIL() << "no /usr/bin/ibv_devinfo: tools/setup.sh installs it (apt-get install ibverbs-utils)";
   const Outcome r = run(kConfigured, "/usr/bin/ibv_devinfo -v");
@@ -172,6 +185,14 @@ TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
   const Outcome missing = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 /nonexistent/program");
   EXPECT_EQ(missing.status, 127) << missing.out;
   EXPECT_NE(missing.out.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.out;
+  const Outcome floor = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --min-ack-timeout 18 /usr/bin/printenv "
+                                "UROCE_MIN_ACK_TIMEOUT");
+  EXPECT_EQ(floor.status, 0) << floor.out;
+  EXPECT_EQ(floor.out, "18\n");
+  const Outcome bad_floor = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --min-ack-timeout 32 true");
+  EXPECT_EQ(bad_floor.status, 2) << bad_floor.out;
+  EXPECT_NE(bad_floor.out.find("--min-ack-timeout takes a timeout exponent, 0 (no floor) to 31"), std::string::npos)
+      << bad_floor.out;
 
   if (!have("/usr/bin/ibv_devinfo")) FAIL() << "no /usr/bin/ibv_devinfo: tools/setup.sh installs it (apt-get install ibverbs-utils)";
   const std::string cmd = "env -u LD_LIBRARY_PATH " UROCE_RUN " " + kEal + " -- --ip 10.3.2.1/24 /usr/bin/ibv_devinfo -v";

@@ -702,7 +702,7 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
   const uroce::test::TempDir tmp("/tmp/uroce-service-limits-");
   const std::string& dir = tmp.dir;
   {
-    Uroced d(uroce::test::memif_uroced("svc", dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2"));
+    Uroced d(uroce::test::memif_uroced("svc", dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2 --min-ack-timeout 16"));
     ASSERT_EQ(d.error, "");
     std::string error;
     auto ctx = uroce::Context::attach(d.socket, error);
@@ -731,6 +731,7 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
     // fails with a clear message), the daemon exits 0.
     const std::string sock = d.socket;
     EXPECT_EQ(d.stop(), 0) << d.out();
+    EXPECT_NE(d.out().find("local ACK timeout floor 16"), std::string::npos) << d.out();
     EXPECT_EQ(ctx->create_cq(8), nullptr);
     EXPECT_NE(ctx->last_error().find("uroced"), std::string::npos) << ctx->last_error();
     EXPECT_NE(access(sock.c_str(), F_OK), 0) << "the socket file is removed";

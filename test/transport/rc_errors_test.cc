@@ -281,5 +281,65 @@ TEST(RcErrorsRetry, DeadPeerEndsInRetryExceededAfterRetryCntTimeouts) {
   EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
 }
 
+// The device's floor under the local ACK timeout (PortConfig::min_ack_timeout):
+// a QP with a shorter timeout waits the floor's time before each resend, one
+// with a longer one keeps its own, and query_qp reports what was set.
+double retry_exceeded_after_ms(std::uint8_t timeout, std::uint8_t floor) {
+  ConnectParams params;
+  params.retry_cnt = 3;
+  params.timeout = timeout;
+  sim::Impairments dead;
+  dead.loss = 1.0;
+  RcPair p(8, 1 << 16, params, dead, {}, 1024, nullptr, floor);
+  EXPECT_EQ(p.connect_rc, 0);
+  ibv_qp_attr attr{};
+  EXPECT_EQ(p.qa->query(attr, IBV_QP_TIMEOUT), 0);
+  EXPECT_EQ(attr.timeout, timeout);
+  const std::uint64_t start = p.net.clock.now_ns();
+  EXPECT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 100, 0, 42), 0);
+  const auto a = p.wait(p.cqa, 1, 3'600'000'000'000ull);
+  EXPECT_EQ(a.size(), 1u);
+  if (a.empty()) return -1;
+  EXPECT_EQ(a[0].status, IBV_WC_RETRY_EXC_ERR) << wc_status_str(a[0].status);
+  EXPECT_EQ(p.qa->counter("timeouts"), 4u);
+  return static_cast<double>(p.net.clock.now_ns() - start) / 1e6;
+}
+
+TEST(RcErrorsRetry, DeviceFloorLengthensAShorterLocalAckTimeout) {
+  EXPECT_NEAR(retry_exceeded_after_ms(10, 0), 4 * transport::ack_timeout_ns(10) / 1e6, 0.5);
+  EXPECT_NEAR(retry_exceeded_after_ms(10, 14), 4 * transport::ack_timeout_ns(14) / 1e6, 0.5);
+  EXPECT_NEAR(retry_exceeded_after_ms(14, 10), 4 * transport::ack_timeout_ns(14) / 1e6, 0.5);
+  EXPECT_NEAR(retry_exceeded_after_ms(12, 12), 4 * transport::ack_timeout_ns(12) / 1e6, 0.5);
+}
+
+TEST(RcErrorsRetry, DeviceFloorLeavesAnInfiniteTimeoutInfinite) {
+  ConnectParams params;
+  params.timeout = 0;  // infinite: the QP waits for its peer for ever
+  sim::Impairments dead;
+  dead.loss = 1.0;
+  RcPair p(9, 1 << 16, params, dead, {}, 1024, nullptr, 10);
+  ASSERT_EQ(p.connect_rc, 0);
+  EXPECT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 100, 0, 42), 0);
+  EXPECT_TRUE(p.wait(p.cqa, 1, 60'000'000'000ull).empty());
+  EXPECT_EQ(p.qa->counter("timeouts"), 0u);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+}
+
+TEST(RcErrorsRetry, DeviceFloorPastThirtyOneIsRefusedAtOpen) {
+  const std::uint8_t mac0[6] = {2, 0, 0, 0, 0, 1};
+  const std::uint8_t mac1[6] = {2, 0, 0, 0, 0, 2};
+  sim::VirtualClock clock;
+  sim::SimLink link(clock, 1, mac0, mac1, {}, {});
+  PortConfig port;
+  port.io = &link.port(0);
+  port.clock = &clock;
+  port.min_ack_timeout = 32;
+  std::string error;
+  EXPECT_EQ(Context::open(port, error), nullptr);
+  EXPECT_NE(error.find("min_ack_timeout 32"), std::string::npos) << error;
+  port.min_ack_timeout = 31;
+  EXPECT_NE(Context::open(port, error), nullptr) << error;
+}
+
 }  // namespace
 }  // namespace uroce::test
