@@ -48,6 +48,14 @@ class IovaTable {
   // One IOVA-contiguous run from `iova` (an IOVA chosen for the span, where
   // the IOMMU cannot reach its virtual addresses).
   IovaTable(std::uintptr_t lo, std::size_t bytes, std::uint64_t iova) : lo_(lo), bytes_(bytes), shift_(iova - lo) {}
+  // Lookups stop at every `page` boundary (a power of two), though the
+  // span stays one run for DMA mapping: for devices that cannot read one
+  // segment across pages that are not neighbours in the memory behind the
+  // IOMMU (Port::tx_split_pages). Before any lookup.
+  void split_lookups_at(std::size_t page) {
+    split_shift_ = 0;
+    while ((std::size_t{1} << split_shift_) < page) ++split_shift_;
+  }
   // The span's pages through `map`; nullptr, with `error`, if one is unknown.
   static std::unique_ptr<IovaTable> read(IovaMap& map, std::uintptr_t lo, std::size_t bytes, std::size_t page,
                                          std::string& error);
@@ -62,6 +70,10 @@ class IovaTable {
   std::uint64_t lookup(std::uintptr_t p, std::size_t len, std::size_t& run) const {
     if (iova_.empty()) [[likely]] {
       run = len;
+      if (split_shift_ != 0) [[unlikely]] {
+        const std::size_t room = (std::size_t{1} << split_shift_) - (p & ((std::size_t{1} << split_shift_) - 1));
+        if (room < run) run = room;
+      }
       return p + shift_;
     }
     const std::size_t off = p - lo_;
@@ -94,6 +106,7 @@ class IovaTable {
   std::size_t bytes_;
   std::uint64_t shift_ = 0;  // without a page table: IOVA = VA + shift_ (mod 2^64)
   unsigned page_shift_ = 12;
+  unsigned split_shift_ = 0;  // without a page table: lookups end at pages of 2^split_shift_ bytes (0: never)
   std::vector<std::uint64_t> iova_;     // per page; empty: identity
   std::vector<std::uint32_t> run_end_;  // per page: one past the last page of its contiguous run
 };

@@ -168,6 +168,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   auto opened = std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame, pfc));
   opened->max_tx_segments_ = std::min(info.tx_desc_lim.nb_seg_max, info.tx_desc_lim.nb_mtu_seg_max);
   if (opened->max_tx_segments_ < 3) opened->multi_seg_tx_ = false;  // a head, a piece and a tail at the least
+  opened->tx_split_pages_ = std::strcmp(driver, "net_e1000_em") == 0 || std::strcmp(driver, "net_vmxnet3") == 0;
   return opened;
 }
 

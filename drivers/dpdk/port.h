@@ -57,6 +57,13 @@ class Port {
   PortPfc pfc() const { return pfc_; }
   // The most segments one frame may have on this port (its driver's limit).
   std::uint16_t max_tx_segments() const { return max_tx_segments_; }
+  // Zero-copy segments must not cross a page even where the IOMMU makes
+  // the IOVAs contiguous: qemu's e1000e and vmxnet3 models (qemu 7.1-8.1,
+  // hw/net/net_tx_pkt.c) map a transmit buffer into their own memory in one
+  // piece and drop the frame, silently, when the pages behind it are not
+  // neighbours in guest-physical memory. A real NIC reads through the IOMMU
+  // page by page; for it the split costs one descriptor per page crossed.
+  bool tx_split_pages() const { return tx_split_pages_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -77,6 +84,7 @@ class Port {
   std::uint16_t max_frame_;
   PortPfc pfc_;
   std::uint16_t max_tx_segments_ = UINT16_MAX;
+  bool tx_split_pages_ = false;
 };
 
 // Ports EAL found (physical and virtual).

@@ -549,7 +549,9 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       why = std::string("cannot lock it in memory: ") + std::strerror(errno) + " (raise RLIMIT_MEMLOCK: ulimit -l)";
     }
   } else {
-    span.table = std::make_shared<IovaTable>(lo, bytes);
+    auto table = std::make_shared<IovaTable>(lo, bytes);
+    if (port_.tx_split_pages()) table->split_lookups_at(page);
+    span.table = std::move(table);
   }
   if (!span.table) {
     // Its frames are copied: the device is never sent to an address that
@@ -604,7 +606,9 @@ void PortIo::register_memory(void* addr, std::size_t len) {
         if (span.table->identity() && done == 0) {
           const std::uint64_t iova = take_iova(bytes);
           if (iova != 0 && dma_map(info.device, base, iova, bytes) == 0) {
-            span.table = std::make_shared<IovaTable>(lo, bytes, iova);
+            auto chosen = std::make_shared<IovaTable>(lo, bytes, iova);
+            if (port_.tx_split_pages()) chosen->split_lookups_at(page);
+            span.table = std::move(chosen);
             span.iova_window = iova;
             span.usable = span.mapped = true;
             ++counters_.regions_dma_mapped;

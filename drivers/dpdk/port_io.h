@@ -66,7 +66,7 @@ class TscClock : public engine::Clock {
   X(memory_drain_failed, "memory unregistered while frames from it could not be shown sent: its registration kept") \
   X(resolve_requests_sent, "ARP requests and neighbour solicitations sent for addresses being resolved") \
   X(resolve_requests_dropped, "resolution requests not sent: more waiting than the port queues (64)") \
-  X(tx_pieces_split, "zero-copy payload pieces sent as two or more segments: their pages are not contiguous to the device (IOVA as PA)") \
+  X(tx_pieces_split, "zero-copy payload pieces sent as two or more segments: their pages are not contiguous to the device (IOVA as PA), or the device reads no segment across pages (Port::tx_split_pages)") \
   X(tx_copied_segment_limit, "frames whose payload was copied into one segment: as zero-copy segments it would pass the port's per-frame limit") \
   X(regions_iova_unknown, "memory regions whose device addresses could not be read or pinned (IOVA as PA): copied, never DMA'd from") \
   X(regions_iova_chosen, "memory regions DMA-mapped at an IOVA uroce chose: the IOMMU cannot reach their own addresses (IOVA as VA)")
