@@ -540,6 +540,12 @@ void PortIo::register_memory(void* addr, std::size_t len) {
   // hugepage or a locked page is not swapped, and the kernel migrates a
   // locked one only when vm.compact_unevictable_allowed is 1: see
   // docs/nic-setup.md), and their addresses are read once.
+  // A table without one per page (IOVA = VA, or an IOVA of ours) ends its
+  // lookups at pages where the device needs it (Port::tx_split_pages).
+  const auto for_device = [&](std::shared_ptr<IovaTable> t) {
+    if (port_.tx_split_pages()) t->split_lookups_at(page);
+    return t;
+  };
   std::string why;
   if (!m.iova_map->identity()) {
     if (mlock(base, bytes) == 0) {
@@ -549,9 +555,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
       why = std::string("cannot lock it in memory: ") + std::strerror(errno) + " (raise RLIMIT_MEMLOCK: ulimit -l)";
     }
   } else {
-    auto table = std::make_shared<IovaTable>(lo, bytes);
-    if (port_.tx_split_pages()) table->split_lookups_at(page);
-    span.table = std::move(table);
+    span.table = for_device(std::make_shared<IovaTable>(lo, bytes));
   }
   if (!span.table) {
     // Its frames are copied: the device is never sent to an address that
@@ -606,9 +610,7 @@ void PortIo::register_memory(void* addr, std::size_t len) {
         if (span.table->identity() && done == 0) {
           const std::uint64_t iova = take_iova(bytes);
           if (iova != 0 && dma_map(info.device, base, iova, bytes) == 0) {
-            auto chosen = std::make_shared<IovaTable>(lo, bytes, iova);
-            if (port_.tx_split_pages()) chosen->split_lookups_at(page);
-            span.table = std::move(chosen);
+            span.table = for_device(std::make_shared<IovaTable>(lo, bytes, iova));
             span.iova_window = iova;
             span.usable = span.mapped = true;
             ++counters_.regions_dma_mapped;
