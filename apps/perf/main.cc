@@ -141,7 +141,7 @@ bool set_up_side(Context& ctx, const Options& o, const perf::BufferLayout& layou
   side.qps = perf::create_message_qps(side.pd, side.cq, o);
   side.buf = perf::alloc_at_offset(ctx, layout.bytes, o);
   if (side.qps.size() != o.qps || side.buf == nullptr) return false;
-  side.mr = side.pd->reg_mr(side.buf, layout.bytes, perf::kAllAccess);
+  side.mr = side.pd->reg_mr(side.buf, layout.bytes, perf::kAllAccess | (o.odp ? IBV_ACCESS_ON_DEMAND : 0));
   return side.mr != nullptr;
 }
 
@@ -465,7 +465,7 @@ bool write_json(const Options& o, const Result& r, const Figures& f) {
   j.number("retransmitted", r.retransmitted).number("timeouts", r.timeouts).number("wall_s", r.seconds);
   j.number("cpu_s", r.cpu).number("virtual_s", r.virtual_seconds).number("bare_icrc_copy_gbytes_s", f.bare);
   j.number("ratio_to_bare", f.payload_gbytes_per_cpu_s / f.bare).latency(f.latency);
-  j.number("page_faults", r.page_faults).number("qps", o.qps).number("idle_qps", o.idle_qps);
+  j.number("page_faults", r.page_faults).number("odp", o.odp ? 1 : 0).number("qps", o.qps).number("idle_qps", o.idle_qps);
   if (o.idle_qps > 0) {
     j.number("idle_depth", o.idle_depth).number("idle_rd_atomic", o.idle_rd_atomic).number("idle_qp_bytes", r.idle_qp_bytes);
   }

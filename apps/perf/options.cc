@@ -36,6 +36,8 @@ constexpr const char* kUsage =
     "      --loss RATE       loss probability on the simulated link, each way (default 0)\n"
     "      --seed N          seed of the simulated link (default 1)\n"
     "      --verify          check every byte and every atomic result\n"
+    "      --odp             register both buffers on demand (IBV_ACCESS_ON_DEMAND): not\n"
+    "                        pinned, reached through the kernel (docs/performance.md)\n"
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
@@ -105,6 +107,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--loss") o.loss = std::atof(args.value("--loss").c_str());
     else if (a == "--seed") o.seed = args.number("--seed");
     else if (a == "--verify") o.verify = true;
+    else if (a == "--odp") o.odp = true;
     else if (a == "--json") o.json = args.value("--json");
     else if (a == "--pcap") o.pcap = args.value("--pcap");
     else if (a == "--counters") o.counters = true;

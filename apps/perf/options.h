@@ -32,6 +32,7 @@ struct Options {
   double loss = 0;
   std::uint64_t seed = 1;
   bool verify = false;
+  bool odp = false;  // --odp: both buffers registered on demand (IBV_ACCESS_ON_DEMAND)
   std::string json;
   std::string pcap;
   bool counters = false;

@@ -99,7 +99,7 @@ std::uint64_t Endpoint::sum(const char* counter) const {
 bool Endpoint::set_up() {
   pd_ = ctx_.alloc_pd();
   buf_ = alloc_at_offset(ctx_, layout_.bytes, o_);
-  mr_ = buf_ ? pd_->reg_mr(buf_, layout_.bytes, kAllAccess) : nullptr;
+  mr_ = buf_ ? pd_->reg_mr(buf_, layout_.bytes, kAllAccess | (o_.odp ? IBV_ACCESS_ON_DEMAND : 0)) : nullptr;
   cq_ = ctx_.create_cq(cq_entries(o_));
   if (cq_ != nullptr) qps_ = create_message_qps(pd_, cq_, o_);
   if (mr_ == nullptr || cq_ == nullptr || qps_.size() != o_.qps) {

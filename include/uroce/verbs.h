@@ -264,6 +264,18 @@ class ProtectionDomain {
   // The same with a remote address `iova` that differs from addr (ibv_reg_mr_iova).
   MemoryRegion* reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access);
   int dereg_mr(MemoryRegion* mr);
+  // On-demand paging: with IBV_ACCESS_ON_DEMAND in `access`, reg_mr and
+  // reg_mr_iova neither pin nor populate the memory, which need not be
+  // mapped yet; addr nullptr with length SIZE_MAX is the implicit region of
+  // the whole address space (iova = address). A transfer that reaches a page
+  // not mapped then ends with IBV_WC_LOC_PROT_ERR locally, or a remote
+  // access NAK to a peer (docs/transport.md, "On-demand paging").
+  // ibv_advise_mr: prefetch (IBV_ADVISE_MR_ADVICE_PREFETCH, _WRITE, _NO_FAULT;
+  // flags 0 or IBV_ADVISE_MR_FLAG_FLUSH) the SGEs' ranges of ODP regions of
+  // this PD. 0, ENOTSUP (another advice), EINVAL (flags), EFAULT (an lkey not
+  // an ODP region of this PD, a range outside it or not mapped), EPERM
+  // (PREFETCH_WRITE on a region without LOCAL_WRITE).
+  int advise_mr(int advice, std::uint32_t flags, const ibv_sge* sg_list, std::uint32_t num_sge);
 
   // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
   // type, caps over the device limits, CQ missing).

@@ -596,6 +596,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   x->vctx.open_qp = uroce::ibverbs::open_qp_op;
   x->vctx.create_srq_ex = uroce::ibverbs::create_srq_ex_op;
   x->vctx.get_srq_num = uroce::ibverbs::get_srq_num_op;
+  x->vctx.advise_mr = uroce::ibverbs::advise_mr_op;
   // Every other verbs_context op stays NULL: the inlines then fall back to
   // an exported call or return EOPNOTSUPP themselves.
   {

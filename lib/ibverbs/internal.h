@@ -226,6 +226,8 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 void fill_data_ops(ibv_context_ops& ops);
 // The verbs_context ops we implement (query_device_ex, create_cq_ex,
 // create_qp_ex).
+// ibv_advise_mr (memory.cc): ProtectionDomain::advise_mr.
+int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, std::uint32_t flags, ibv_sge* sg_list, std::uint32_t num_sge);
 int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                        std::size_t attr_size);
 ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr);

@@ -22,21 +22,23 @@ Pd* pd_of(ibv_pd* pd) {
 // IBV_ACCESS_RELAXED_ORDERING) may be dropped by any provider, as
 // ibv_reg_mr_iova2's man page allows: perftest and UCX ask for it.
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;
 
 ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uint64_t iova, unsigned access) {
   Pd* pd = pd_of(ibv_pd);
   if (pd == nullptr) return nullptr;
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if ((access & ~kSupportedAccess) != 0) {
-    // MW binding, on-demand paging, HUGETLB hints, flush and atomic-write
-    // access need features uroce does not have.
-    errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC "
-                                    "and ZERO_BASED are not supported (MW bind, ODP)");
+    // MW binding, HUGETLB hints, flush and atomic-write access need
+    // features uroce does not have.
+    errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC, "
+                                    "ZERO_BASED and ON_DEMAND are not supported (MW bind)");
     return nullptr;
   }
   if ((access & IBV_ACCESS_ZERO_BASED) != 0) iova = 0;
-  if (addr == nullptr && length != 0) {
+  // addr NULL is only implicit ODP's (length SIZE_MAX, ON_DEMAND).
+  const bool implicit = addr == nullptr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND) != 0;
+  if (addr == nullptr && length != 0 && !implicit) {
     errno = EINVAL;
     return nullptr;
   }
@@ -61,6 +63,14 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
 }
 
 }  // namespace
+
+int advise_mr_op(ibv_pd* ibv_pd, ibv_advise_mr_advice advice, std::uint32_t flags, ibv_sge* sg_list,
+                 std::uint32_t num_sge) {
+  Pd* pd = pd_of(ibv_pd);
+  if (pd == nullptr) return EINVAL;
+  return pd->pd->advise_mr(advice, flags, sg_list, num_sge);
+}
+
 }  // namespace uroce::ibverbs
 
 using uroce::ibverbs::allocate;

@@ -76,9 +76,18 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex a{};
   if (const int rc = ibv_query_device(context, &a.orig_attr); rc != 0) return rc;
-  // No ODP, TSO, RSS, packet pacing, tag matching, device memory or
-  // completion timestamps: their caps stay 0, so programs do not ask.
+  // No TSO, RSS, packet pacing, tag matching, device memory or completion
+  // timestamps: their caps stay 0, so programs do not ask.
   a.phys_port_cnt_ex = 1;
+  // On-demand paging, implicit too, for every operation each QP type has
+  // (the engines reach ODP pages through the kernel: docs/transport.md). No
+  // XRC, so no xrc_odp_caps.
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                              IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   if (attr_size > sizeof a) std::memset(reinterpret_cast<char*>(attr) + sizeof a, 0, attr_size - sizeof a);
   return 0;

@@ -91,6 +91,14 @@ int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std:
   return 0;
 }
 
+int MrTable::add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
+                     std::int32_t pid, std::uint32_t& key) {
+  if (pid <= 0) return EINVAL;
+  if (const int rc = add(pd, base, iova, length, access & ~IBV_ACCESS_ON_DEMAND, key); rc != 0) return rc;
+  slots_[slot_of(key)].odp_pid = pid;
+  return 0;
+}
+
 int MrTable::remove(std::uint32_t key) {
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
@@ -120,8 +128,16 @@ AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, st
     return AccessResult::kOutOfBounds;
   }
   if ((r->access & need) != need) return AccessResult::kNoAccess;
-  host = r->base + (iova - r->iova);
+  // As integers: an implicit ODP region has no base (every address).
+  host = reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(r->base) + (iova - r->iova));
   return AccessResult::kOk;
+}
+
+AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova,
+                            std::uint64_t len, int need, std::uint8_t*& host, std::int32_t& odp_pid) const {
+  const AccessResult r = check(key, remote, pd, iova, len, need, host);
+  odp_pid = r == AccessResult::kOk ? find(key)->odp_pid : 0;
+  return r;
 }
 
 AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint64_t pd) {

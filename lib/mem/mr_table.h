@@ -33,6 +33,10 @@ struct Region {
   // windows and fast-registered regions (IBTA 10.6.6, base memory management
   // extensions), which this stack does not have yet; reg_mr regions never.
   bool remote_invalidatable = false;
+  // On-demand paging (mem/odp.h): 0 for a pinned region, mapped here and
+  // reached with memcpy; else the pid whose address space holds `base`,
+  // reached only through odp_read/odp_write, never by a load or store.
+  std::int32_t odp_pid = 0;
 };
 
 // Fills `bytes` bytes at `dst` with unpredictable ones (a CSPRNG).
@@ -53,6 +57,11 @@ class MrTable {
   // rkey); EEXIST if its slot is taken.
   int add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
                    int access, std::uint32_t key);
+  // An on-demand region (IBV_ACCESS_ON_DEMAND, given in `access` or not) of
+  // process `pid`'s memory: add()'s checks and answers. Implicit ODP is
+  // iova 0, length UINT64_MAX, base nullptr: every address.
+  int add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
+              std::int32_t pid, std::uint32_t& key);
   int remove(std::uint32_t key);
   // add()'s checks of the arguments alone: 0 or EINVAL. Lets a caller
   // refuse a bad region before the slow part of registering it.
@@ -64,6 +73,11 @@ class MrTable {
   // read). On kOk sets `host` to the first byte.
   AccessResult check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova,
                      std::uint64_t len, int need, std::uint8_t*& host) const;
+
+  // check() for a caller that can reach on-demand regions: `odp_pid` is
+  // the region's (0: an ordinary one, `host` may be dereferenced).
+  AccessResult check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova, std::uint64_t len,
+                     int need, std::uint8_t*& host, std::int32_t& odp_pid) const;
 
   // SEND with Invalidate: the rkey stops working for peers (IBTA 10.6.6.1).
   // kBadKey if unknown, kBadPd if in another PD, kNoAccess if the region may

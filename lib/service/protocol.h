@@ -22,7 +22,8 @@ namespace uroce::service {
 // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey) and a program's own QPs
 // on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
 // program_qp and srq). 5: StatsReply lists SRQs and AHs.
-inline constexpr std::uint32_t kProtocolVersion = 5;
+// 6: reg_mr of an on-demand region (RegMr::addr, no pieces).
+inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -34,7 +35,7 @@ enum class Op : std::uint32_t {
   kHello = 1,    // -> HelloReply
   kAllocPd,      // -> handle
   kDeallocPd,    // handle
-  kRegMr,        // RegMr + one memory file per piece -> RegMrReply
+  kRegMr,        // RegMr + one memory file per piece (none on demand) -> RegMrReply
   kDeregMr,      // handle
   kCreateCq,     // CreateCq -> handle + ring file + eventfd
   kDestroyCq,    // handle
@@ -88,6 +89,11 @@ struct RegMr {
   std::uint64_t offset = 0;  // where the region starts in the pieces laid side by side
   std::uint32_t pieces = 0;
   MemoryPiece piece[kMaxPieces];
+  // On-demand (access has IBV_ACCESS_ON_DEMAND): no pieces and no files; the
+  // region is [addr, addr + length) of the client's own address space (addr
+  // 0 and length UINT64_MAX: all of it), reached by the daemon through the
+  // kernel on the socket's peer pid, never mapped.
+  std::uint64_t addr = 0;
 };
 
 struct CreateCq {

@@ -271,7 +271,7 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
   if (r.p.info->has(wire::kLast) != segment_last || r.p.payload_length != expect) {
     return leave(r, CompleterExit::bad_read_response);
   }
-  sgl_scatter_payload(w.sge.data(), w.num_sge, offset, r.p);
+  if (!wqe_scatter_payload(w, offset, r.p)) [[unlikely]] return leave(r, CompleterExit::local_unmapped);
   qp.counters.add(QpCounter::rx_bytes, expect);
   answered(qp, env, r.psn, last, segment_last);
   return CompleterStep::done;
@@ -280,7 +280,11 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
 CompleterStep atomic_ack(Qp& qp, Env& env, Reply& r) {
   if (const CompleterStep s = match(qp, env, r, WqeKind::kAtomic); r.wqe == nullptr) return s;
   const std::uint64_t orig = r.p.atomic_ack_eth().orig_data.get();
-  std::memcpy(r.wqe->sge[0].host, &orig, sizeof orig);  // host byte order, as verbs returns it
+  // Host byte order, as verbs returns it.
+  if (!sgl_scatter(r.wqe->sge.data(), 1, 0, reinterpret_cast<const std::uint8_t*>(&orig), sizeof orig,
+                   r.wqe->odp_sges, r.wqe->odp_pid)) [[unlikely]] {
+    return leave(r, CompleterExit::local_unmapped);
+  }
   answered(qp, env, r.psn, true);
   return CompleterStep::done;
 }

@@ -57,6 +57,7 @@ namespace uroce::transport {
   X(drop_answer_ring_full, "ACKs/NAKs not sent: the response queue was full (responder)") \
   X(messages_dropped, "UC/UD messages dropped unanswered: no receive WQE, too long, refused, or cut by a lost packet") \
   X(drop_bad_qkey, "UD datagrams dropped: their Q_Key is not the QP's")                 \
+  X(odp_unmapped, "accesses refused: a page of an on-demand region was not mapped")   \
   X(completions, "work completions generated")                                         \
   X(completion_errors, "work completions with an error status")                        \
   X(flushed, "work requests flushed by the QP entering ERR")                            \

@@ -72,6 +72,7 @@ struct Response {
   std::uint32_t remaining = 0;
   std::uint32_t first_psn = 0;  // of the resource: decides First vs Middle
   std::uint32_t last_psn = 0;
+  std::int32_t odp_pid = 0;  // `src` is on demand, in that process (mem/odp.h)
   const std::uint8_t* src = nullptr;
   std::uint64_t va = 0;
   std::uint64_t mr_epoch = 0;
@@ -212,6 +213,7 @@ struct Qp {
     std::uint64_t write_va = 0;           // its RETH, checked again when the MR epoch moves
     std::uint32_t write_rkey = 0;
     std::uint64_t write_epoch = 0;
+    std::int32_t write_odp_pid = 0;       // write_dst is on demand, in that process
     std::vector<ResponderResource> resources;
     std::uint32_t next_resource = 0;
     ring::Slots<Response> out;

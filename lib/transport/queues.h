@@ -87,11 +87,13 @@ struct SendWqeFields {
   std::uint32_t length = 0;
   std::uint8_t num_sge = 0;
   bool resolved = false;
+  std::uint16_t odp_sges = 0;  // bit i: sge[i] lies in an on-demand region (mem/odp.h)
   std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
   // Requester: the PSNs this WQE occupies, fixed when it is first sent.
   bool started = false;
   std::uint32_t first_psn = 0;
   std::uint32_t npackets = 0;
+  std::int32_t odp_pid = 0;  // whose memory the odp_sges are in
 };
 
 struct SendWqe : SendWqeFields {
@@ -116,10 +118,12 @@ inline void reset_fields(SendWqe& w) {
   w.length = 0;
   w.num_sge = 0;
   w.resolved = false;
+  w.odp_sges = 0;
   w.mr_epoch = 0;
   w.started = false;
   w.first_psn = 0;
   w.npackets = 0;
+  w.odp_pid = 0;
 }
 
 struct RecvWqe {
@@ -127,6 +131,8 @@ struct RecvWqe {
   std::uint32_t length = 0;
   std::uint8_t num_sge = 0;
   bool resolved = false;
+  std::uint16_t odp_sges = 0;  // as SendWqeFields
+  std::int32_t odp_pid = 0;
   std::uint64_t mr_epoch = 0;  // MrTable::epoch() when resolved
   std::array<Sge, kMaxSge> sge{};
 };

@@ -145,11 +145,19 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     const std::uint32_t psn = qp.req.psn;
     std::uint32_t payload = 0;
     const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+    bool unmapped = false;
     switch (w.kind) {
       case WqeKind::kSend:
       case WqeKind::kWrite: {
         const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
         payload = std::min(qp.mtu, w.length - offset);
+        // On demand: the packet's bytes are gathered through the kernel now
+        // (every retransmission reads them anew) and copied into the head.
+        if (w.odp_sges != 0 && !sgl_gather(w.sge.data(), w.num_sge, w.odp_sges, w.odp_pid, offset, payload,
+                                           odp_bounce.data())) [[unlikely]] {
+          unmapped = true;
+          break;
+        }
         const bool first = qp.req.pkt_index == 0;
         const bool last = qp.req.pkt_index + 1 == w.npackets;
         bool ack_req = false;
@@ -171,7 +179,12 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
           }
         }
         if (last) std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
-        f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, payload, f.pieces.data());
+        if (w.odp_sges != 0) [[unlikely]] {
+          f.pieces[0] = std::span<const std::uint8_t>(odp_bounce.data(), payload);
+          f.npieces = payload > 0 ? 1 : 0;
+        } else {
+          f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, payload, f.pieces.data());
+        }
         qp.req.psn = psn_add(psn, 1);
         ++qp.req.pkt_index;
         break;
@@ -206,9 +219,19 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       }
     }
+    if (unmapped) [[unlikely]] {
+      // A page of an on-demand SGE is not mapped: a local protection error
+      // (IBTA 11.6.2, as for an SGE its lkey does not cover), once the WRs
+      // before it have completed.
+      if (qp.comp_next == qp.req_next) {
+        qp.counters.add(QpCounter::odp_unmapped);
+        complete_send(qp, IBV_WC_LOC_PROT_ERR);
+      }
+      break;
+    }
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
-    if (reliable) {
+    if (reliable && w.odp_sges == 0) [[likely]] {
       emit(qp, env, f, th, payload);
     } else {
       emit_copied(qp.path, qp, env, f, th, payload);

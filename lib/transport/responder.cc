@@ -175,10 +175,11 @@ void take_exit(Qp& qp, const Request& r) {
 // The RETH's range under its rkey, for `need`. A zero-length transfer checks
 // no key: it moves no byte, and the IBTA lets the responder skip the R_Key
 // check for it (C9-88; rxe skips it too).
-mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need, std::uint8_t*& host) {
+mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need, std::uint8_t*& host,
+                             std::int32_t& odp_pid) {
   host = nullptr;
   if (reth.dma_length.get() == 0) return mem::AccessResult::kOk;
-  return env.mrs->check(reth.rkey.get(), true, qp.pd, reth.va.get(), reth.dma_length.get(), need, host);
+  return env.mrs->check(reth.rkey.get(), true, qp.pd, reth.va.get(), reth.dma_length.get(), need, host, odp_pid);
 }
 
 // --- The checks, in order --------------------------------------------------------
@@ -312,7 +313,7 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
   }
   RecvWqe& w = recv_wqe(qp);
   if (qp.resp.offset + p.payload_length > w.length) return leave(r, ResponderExit::recv_too_short);
-  sgl_scatter_payload(w.sge.data(), w.num_sge, qp.resp.offset, p);
+  if (!wqe_scatter_payload(w, qp.resp.offset, p)) [[unlikely]] return leave(r, ResponderExit::recv_unmapped);
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kSend;
@@ -336,10 +337,12 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
   if (info.has(wire::kFirst)) {
     const wire::Reth reth = p.reth();
     std::uint8_t* host = nullptr;
-    if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host) != mem::AccessResult::kOk) {
+    std::int32_t odp_pid = 0;
+    if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
       return leave(r, ResponderExit::rkey_violation);
     }
     qp.resp.write_dst = host;
+    qp.resp.write_odp_pid = odp_pid;
     qp.resp.write_len = reth.dma_length.get();
     qp.resp.write_va = reth.va.get();
     qp.resp.write_rkey = reth.rkey.get();
@@ -350,11 +353,13 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     // checked again (once deregistration has returned nothing reaches the
     // region; rxe looks the rkey up for every packet).
     std::uint8_t* host = nullptr;
+    std::int32_t odp_pid = 0;
     if (env.mrs->check(qp.resp.write_rkey, true, qp.pd, qp.resp.write_va, qp.resp.write_len,
-                       IBV_ACCESS_REMOTE_WRITE, host) != mem::AccessResult::kOk) {
+                       IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
       return leave(r, ResponderExit::write_revoked);
     }
     qp.resp.write_dst = host;
+    qp.resp.write_odp_pid = odp_pid;
     qp.resp.write_epoch = env.mrs->epoch();
   }
   if (qp.resp.offset + p.payload_length > qp.resp.write_len ||
@@ -364,7 +369,17 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
   // WRITE with immediate consumes a receive WQE with its last packet.
   if (p.has(wire::ExtHdr::kImmDt) && !take_recv(qp, env, r)) return ResponderStep::exit;
   std::uint8_t* const dst = qp.resp.write_dst + qp.resp.offset;
-  p.visit_payload([dst](const std::uint8_t* data, std::size_t len, std::size_t at) { std::memcpy(dst + at, data, len); });
+  if (qp.resp.write_odp_pid == 0) [[likely]] {
+    p.visit_payload([dst](const std::uint8_t* data, std::size_t len, std::size_t at) { std::memcpy(dst + at, data, len); });
+  } else {
+    bool placed = true;
+    p.visit_payload([&](const std::uint8_t* data, std::size_t len, std::size_t at) {
+      placed = placed && place(dst + at, qp.resp.write_odp_pid, data, len);
+    });
+    // The WRITE ends here: its pages are not all there (IBTA 10.6: an
+    // access the region cannot take is a remote access error).
+    if (!placed) return leave(r, ResponderExit::odp_unmapped);
+  }
   qp.resp.offset += p.payload_length;
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kWrite;
@@ -386,7 +401,7 @@ ResponderResource& new_resource(Qp& qp) {
 }
 
 bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, std::uint32_t last_psn,
-                const wire::Reth& reth, const std::uint8_t* src, std::uint32_t msn) {
+                const wire::Reth& reth, const std::uint8_t* src, std::int32_t odp_pid, std::uint32_t msn) {
   Response* r = push(qp);
   if (r == nullptr) return false;
   r->kind = Response::Kind::kRead;
@@ -394,6 +409,7 @@ bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, st
   r->first_psn = first_psn;
   r->last_psn = last_psn;
   r->src = src;
+  r->odp_pid = odp_pid;
   r->va = reth.va.get();
   r->rkey = reth.rkey.get();
   r->mr_epoch = env.mrs->epoch();
@@ -408,7 +424,7 @@ bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, st
 bool read_source_valid(Qp& qp, Env& env, Response& r) {
   if (r.mr_epoch == env.mrs->epoch() || r.remaining == 0) [[likely]] return true;
   std::uint8_t* host = nullptr;
-  if (env.mrs->check(r.rkey, true, qp.pd, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host) !=
+  if (env.mrs->check(r.rkey, true, qp.pd, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host, r.odp_pid) !=
       mem::AccessResult::kOk) {
     return false;
   }
@@ -430,15 +446,22 @@ ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   qp.counters.add(QpCounter::rx_packets);
   const wire::Reth reth = r.p.reth();
   std::uint8_t* host = nullptr;
-  if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host) != mem::AccessResult::kOk) {
+  std::int32_t odp_pid = 0;
+  if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
     return leave(r, ResponderExit::rkey_violation);
+  }
+  // An on-demand source is all there now, or the READ is refused here with
+  // its own PSN (a page unmapped while the responses leave ends it then).
+  if (odp_pid != 0 && !mem::odp_readable(odp_pid, reinterpret_cast<std::uintptr_t>(host), reth.dma_length.get()))
+      [[unlikely]] {
+    return leave(r, ResponderExit::odp_unmapped);
   }
   // At most 2^31 bytes (check_length), so at most 2^23 packets at 256 bytes.
   const std::uint64_t len = reth.dma_length.get();
   const std::uint64_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   const std::uint32_t last = psn_add(r.psn, static_cast<std::int64_t>(npackets) - 1);
   // The MSN moves only if it executes: a refused READ completes nothing.
-  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, qp.resp.msn + 1)) {
+  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, odp_pid, qp.resp.msn + 1)) {
     return leave(r, ResponderExit::too_many_reads);
   }
   ++qp.resp.msn;
@@ -455,14 +478,21 @@ ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
   const wire::AtomicEth a = r.p.atomic_eth();
   if (a.va.get() & 7) return leave(r, ResponderExit::misaligned_atomic);
   std::uint8_t* host = nullptr;
-  if (env.mrs->check(a.rkey.get(), true, qp.pd, a.va.get(), 8, IBV_ACCESS_REMOTE_ATOMIC, host) !=
+  std::int32_t odp_pid = 0;
+  if (env.mrs->check(a.rkey.get(), true, qp.pd, a.va.get(), 8, IBV_ACCESS_REMOTE_ATOMIC, host, odp_pid) !=
       mem::AccessResult::kOk) {
     return leave(r, ResponderExit::rkey_violation);
   }
   if (out_full(qp)) return leave(r, ResponderExit::too_many_reads);
   auto* target = reinterpret_cast<std::uint64_t*>(host);
   std::uint64_t orig;
-  if (r.p.opcode == static_cast<std::uint8_t>(Opcode::kRcCompareSwap)) {
+  const bool cas = r.p.opcode == static_cast<std::uint8_t>(Opcode::kRcCompareSwap);
+  if (odp_pid != 0) [[unlikely]] {
+    if (!mem::odp_atomic(odp_pid, reinterpret_cast<std::uintptr_t>(host), cas, cas ? a.compare.get() : a.swap_add.get(),
+                         a.swap_add.get(), orig)) {
+      return leave(r, ResponderExit::odp_unmapped);
+    }
+  } else if (cas) {
     orig = a.compare.get();
     __atomic_compare_exchange_n(target, &orig, a.swap_add.get(), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   } else {
@@ -513,11 +543,12 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
       if (!res.valid || res.atomic || psn_before(r.psn, res.first_psn) || psn_after(r.psn, res.last_psn)) continue;
       const wire::Reth reth = r.p.reth();
       std::uint8_t* host = nullptr;
-      if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host) != mem::AccessResult::kOk) {
+      std::int32_t odp_pid = 0;
+      if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
         return leave(r, ResponderExit::rkey_violation);
       }
       drop_answers_from(qp, r.psn);
-      if (!queue_read(qp, env, r.psn, res.first_psn, res.last_psn, reth, host, res.msn)) {
+      if (!queue_read(qp, env, r.psn, res.first_psn, res.last_psn, reth, host, odp_pid, res.msn)) {
         return leave(r, ResponderExit::duplicate_no_room);
       }
       return ResponderStep::done;
@@ -620,7 +651,21 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
                                              : first       ? Opcode::kRcReadResponseFirst
                                              : last        ? Opcode::kRcReadResponseLast
                                                            : Opcode::kRcReadResponseMiddle);
-        if (payload > 0) {
+        if (payload > 0 && r.odp_pid != 0) [[unlikely]] {
+          // On demand: gathered through the kernel and copied into the head;
+          // a page gone since the request ends the READ with a remote access
+          // NAK at this PSN, as a deregistration does.
+          if (!mem::odp_read(r.odp_pid, odp_bounce.data(), reinterpret_cast<std::uintptr_t>(r.src), payload)) {
+            --n;
+            const wire::ParsedFrame none{};
+            Request gone{none, r.psn, ResponderExit::odp_unmapped};
+            ++qp.resp.out_head;
+            take_exit(qp, gone);
+            continue;
+          }
+          f.pieces[0] = std::span<const std::uint8_t>(odp_bounce.data(), payload);
+          f.npieces = 1;
+        } else if (payload > 0) {
           f.pieces[0] = std::span<const std::uint8_t>(r.src, payload);
           f.npieces = 1;
         }
@@ -633,7 +678,11 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       }
     }
-    emit(qp, env, f, th, payload);
+    if (r.kind == Response::Kind::kRead && r.odp_pid != 0) [[unlikely]] {
+      emit_copied(qp.path, qp, env, f, th, payload);  // the bounce is reused by the next
+    } else {
+      emit(qp, env, f, th, payload);
+    }
     if (r.kind == Response::Kind::kRead) paced_sent(qp, env, f.frame_bytes());
   }
   return n;

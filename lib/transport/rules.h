@@ -122,7 +122,11 @@ enum class ResponderStep : std::uint8_t {
   X(read_revoked, "10.6: the READ's region was deregistered while its responses left", mr_revoked_in_flight,       \
     kRemoteAccess, kNoCompletion)                                                                                  \
   X(misaligned_atomic, "9.4.5: an atomic's address must be 8-byte aligned", drop_misaligned_atomic,                \
-    kInvalidRequest, kNoCompletion)
+    kInvalidRequest, kNoCompletion)                                                                                \
+  X(odp_unmapped, "10.6: a page of an on-demand region the request reaches is not mapped", odp_unmapped,           \
+    kRemoteAccess, kNoCompletion)                                                                                  \
+  X(recv_unmapped, "11.6.2: a page of the receive WQE's on-demand buffers is not mapped", odp_unmapped,            \
+    kRemoteOperational, IBV_WC_LOC_PROT_ERR)
 
 enum class ResponderExit : std::uint8_t {
 #define UROCE_X(name, rule, counter, answer, status) name,
@@ -203,7 +207,9 @@ enum class CompleterStep : std::uint8_t {
   X(nak_other, "9.7.5.2: NAK Invalid RD Request or a reserved code (an RC peer never sends them)",                 \
     nak_inv_req_received, IBV_WC_REM_INV_REQ_ERR)                                                                  \
   X(local_revoked, "10.6: the READ or atomic WR's region was deregistered before its response",                   \
-    mr_revoked_in_flight, IBV_WC_LOC_PROT_ERR)
+    mr_revoked_in_flight, IBV_WC_LOC_PROT_ERR)                                                                     \
+  X(local_unmapped, "10.6: a page of the READ's or atomic's on-demand buffer is not mapped", odp_unmapped,         \
+    IBV_WC_LOC_PROT_ERR)
 
 enum class CompleterExit : std::uint8_t {
 #define UROCE_X(name, rule, counter, status) name,

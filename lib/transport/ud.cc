@@ -35,7 +35,19 @@ std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint1
     th.deth.qkey.set((d.qkey & 0x80000000u) ? qp.attr.qkey : d.qkey);
     th.deth.src_qp.set(qp.qpn);
     std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
-    f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, w.length, f.pieces.data());
+    if (w.odp_sges != 0) [[unlikely]] {
+      // On demand: gathered through the kernel (a UD payload fits one MTU).
+      if (w.length > odp_bounce.size() ||
+          !sgl_gather(w.sge.data(), w.num_sge, w.odp_sges, w.odp_pid, 0, w.length, odp_bounce.data())) {
+        qp.counters.add(QpCounter::odp_unmapped);
+        complete_send(qp, IBV_WC_LOC_PROT_ERR);
+        break;
+      }
+      f.pieces[0] = std::span<const std::uint8_t>(odp_bounce.data(), w.length);
+      f.npieces = w.length > 0 ? 1 : 0;
+    } else {
+      f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, w.length, f.pieces.data());
+    }
     emit_copied(d.path, qp, env, f, th, w.length);
     qp.req.psn = psn_add(qp.req.psn, 1);
     ++n;
@@ -92,8 +104,15 @@ void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   } else {
     std::memcpy(grh.data(), &p.frame[p.l3_offset], kGrhBytes);
   }
-  sgl_scatter(w.sge.data(), w.num_sge, 0, grh.data(), kGrhBytes);
-  sgl_scatter_payload(w.sge.data(), w.num_sge, kGrhBytes, p);
+  if (!sgl_scatter(w.sge.data(), w.num_sge, 0, grh.data(), kGrhBytes, w.odp_sges, w.odp_pid) ||
+      !wqe_scatter_payload(w, kGrhBytes, p)) [[unlikely]] {
+    // An on-demand page of the buffers is not mapped: a local protection
+    // error on the receive WQE (11.6.2), the datagram lost.
+    qp.counters.add(QpCounter::odp_unmapped);
+    qp.counters.add(QpCounter::messages_dropped);
+    complete_recv(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr);
+    return;
+  }
   qp.counters.add(QpCounter::rx_packets);
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   ibv_wc wc{};

@@ -78,6 +78,12 @@ QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
 // (DPDK has 128 for the whole process) must not take others' share.
 // Otherwise as ProtectionDomain::reg_mr_iova.
 MemoryRegion* reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+// An on-demand region (IBV_ACCESS_ON_DEMAND) of process `pid`'s memory, for
+// uroced: the engines reach its pages only through the kernel
+// (process_vm_readv/writev on `pid`, mem/odp.h), none mapped here.
+// Otherwise as ProtectionDomain::reg_mr_iova.
+MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                         std::int32_t pid);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
 // Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must

@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include "log/log.h"
+#include "mem/odp.h"
 #include "verbs/traffic_class.h"
 #include "wire/headers.h"
 
@@ -385,6 +386,13 @@ std::unique_ptr<MemoryRegion> LocalBackend::dereg_mr_now(MemoryRegion* mr) {
 // told of the region).
 MemoryRegion* LocalBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                                    int access, bool copied) {
+  if (access & IBV_ACCESS_ON_DEMAND) return reg_mr_odp(pd, addr, length, iova, access, mem::own_pid());
+  if (addr == nullptr) {
+    // Only an on-demand region may start at NULL (implicit ODP): the
+    // engines copy a pinned one with memcpy.
+    c_.fail(EINVAL, "bad region: no address (only an on-demand region may be implicit)");
+    return nullptr;
+  }
   const bool port = !copied;
   // Populating a large region (seconds for gigabytes) and registering it
   // with the port run before the control call, the engines still running:

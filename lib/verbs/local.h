@@ -84,6 +84,11 @@ class LocalBackend final : public Backend {
   MemoryRegion* reg_mr_with_key(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                                 std::uint32_t key);
   const mem::MrTable& mrs() const { return mrs_; }
+  // An on-demand region (local_odp.cc) of process `pid`'s memory: neither
+  // populated nor made known to the port; the engines reach it only through
+  // mem/odp.h. reg_mr's answers.
+  MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
+                           std::int32_t pid);
 
  private:
   // Runs f as a control call. Unless it only reads, every engine then looks

@@ -108,6 +108,7 @@ class ServiceBackend final : public Backend {
   MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
@@ -248,6 +249,7 @@ void* ServiceBackend::alloc_buffer(std::size_t bytes) {
 MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                                      int access, bool) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (access & IBV_ACCESS_ON_DEMAND) return reg_mr_odp(pd, addr, length, iova, access);
   if (length == 0 || addr == nullptr) {
     c_.fail(EINVAL, "bad region: zero length or no address");
     return nullptr;
@@ -273,6 +275,32 @@ MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size
   }
   auto mr = std::make_unique<MemoryRegion>();
   *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
+  mrs_[mr.get()] = reply.handle;
+  c_.mrs_owned.push_back(std::move(mr));
+  return c_.mrs_owned.back().get();
+}
+
+// On demand: the memory stays where it is, unshared; the daemon reaches it
+// through the kernel on this process's pid (lib/service/daemon/memory.cc).
+MemoryRegion* ServiceBackend::reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
+                                         int access) {
+  const bool implicit = addr == nullptr && length == SIZE_MAX;
+  if (!implicit && (length == 0 || addr == nullptr)) {
+    c_.fail(EINVAL, "bad on-demand region: no address or zero length (implicit ODP is addr NULL, length SIZE_MAX)");
+    return nullptr;
+  }
+  service::Request req;
+  req.op = service::Op::kRegMr;
+  req.reg_mr = service::RegMr{pd->handle(), access, implicit ? 0 : iova, length, 0, 0, {},
+                              reinterpret_cast<std::uintptr_t>(addr)};
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "reg_mr: " + why);
+    return nullptr;
+  }
+  auto mr = std::make_unique<MemoryRegion>();
+  *mr = MemoryRegion{addr, length, implicit ? 0 : iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
   mrs_[mr.get()] = reply.handle;
   c_.mrs_owned.push_back(std::move(mr));
   return c_.mrs_owned.back().get();

@@ -465,6 +465,16 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -e -s 65536 -n 100 -c"}),
     case_name);
 
+// On-demand paging: ibv_rc_pingpong's --odp (explicit ODP regions), --iodp
+// (implicit: the whole address space) and --prefetch (ibv_advise_mr).
+INSTANTIATE_TEST_SUITE_P(
+    OnDemandPaging, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -o -n 500"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -O -s 65536 -n 100 -c"},
+                      StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -o -P -s 4096 -n 300 -c"},
+                      StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -o -e -n 300"}),
+    case_name);
+
 // Debian's ibv_srq_pingpong (16 QPs on one SRQ per side) and perftest's
 // SEND over an SRQ.
 INSTANTIATE_TEST_SUITE_P(

@@ -191,6 +191,26 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   }
 }
 
+// On-demand paging through the daemons: the regions stay in each client's
+// memory, unshared, and the daemons reach them through the kernel on the
+// clients' pids (explicit, implicit, with prefetch).
+TEST_F(Service, StockRcPingpongWithOnDemandPagingThroughTheDaemons) {
+  for (const char* odp : {"-o -n 200", "-O -s 65536 -n 100", "-o -P -e -n 200"}) {
+    const std::string tcp = port();
+    const std::string args = "ibv_rc_pingpong -d uroce0 -g 1 " + std::string(odp) + " -p " + tcp;
+    Process s = spawn(std::string(UROCE_RUN) + " --service --socket " + a_->socket + " timeout 60 " + args,
+                      dir_ + "/odp-s.log");
+    uroce::test::wait_tcp_listening(std::stoi(tcp));
+    Process c = spawn(std::string(UROCE_RUN) + " --service --socket " + b_->socket + " timeout 60 " + args +
+                          " 127.0.0.1",
+                      dir_ + "/odp-c.log");
+    const int rc = c.wait(), rs = s.wait();
+    EXPECT_EQ(rc, 0) << args << "\n" << c.out();
+    EXPECT_EQ(rs, 0) << args << "\n" << s.out();
+    EXPECT_NE(c.out().find("iters in"), std::string::npos) << c.out();
+  }
+}
+
 TEST_F(Service, AClientKilledMidTransferHarmsNobody) {
   const uroce::service::StatsReply before = stats(*a_);
   // The victim: ib_write_bw for 6 s between the daemons, killed after 2 s.

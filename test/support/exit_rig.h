@@ -6,6 +6,8 @@
 // own tests (completer_rules_test.cc, responder_rules_test.cc).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,6 +136,33 @@ struct Doomed {
   void dereg() { EXPECT_EQ(pd->dereg_mr(mr), 0); }
   std::vector<std::uint8_t> bytes;
   ProtectionDomain* pd;
+  MemoryRegion* mr = nullptr;
+};
+
+// An on-demand region of the rig's PD over two pages, the second unmapped
+// after registering (hole()): what an ODP access must refuse without a fault.
+struct Unmapped {
+  Unmapped(ExitRig& rig, int access) : pd(rig.rc->dev.pd) {
+    void* p = mmap(nullptr, 2 * kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    base = static_cast<std::uint8_t*>(p);
+    mr = pd->reg_mr(base, 2 * kPageBytes, access | IBV_ACCESS_ON_DEMAND);
+    EXPECT_NE(mr, nullptr);
+    EXPECT_EQ(munmap(hole(), kPageBytes), 0);
+  }
+  ~Unmapped() { munmap(base, kPageBytes); }
+  Unmapped(const Unmapped&) = delete;
+  Unmapped& operator=(const Unmapped&) = delete;
+  std::uint8_t* hole() const { return base + kPageBytes; }
+  // The region as an SGE at the hole would name it.
+  MemoryRegion at_hole() const {
+    MemoryRegion m = *mr;
+    m.addr = hole();
+    return m;
+  }
+  static constexpr std::size_t kPageBytes = 4096;
+  ProtectionDomain* pd;
+  std::uint8_t* base = nullptr;
   MemoryRegion* mr = nullptr;
 };
 

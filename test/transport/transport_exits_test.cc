@@ -271,6 +271,23 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
       r.inject(rig.fetch_add(p, rig.va(4)));
       return {p};
     }
+    case ResponderExit::odp_unmapped: {
+      ScriptedRc& r = rig.connect();
+      Unmapped u(rig, kAll);
+      rig.post_receives();
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, reinterpret_cast<std::uint64_t>(u.hole()), u.mr->rkey, 64),
+               std::vector<std::uint8_t>(64, 8));
+      return {p};
+    }
+    case ResponderExit::recv_unmapped: {
+      rig.connect();
+      Unmapped u(rig, IBV_ACCESS_LOCAL_WRITE);
+      rig.post_receives(64, u.mr->lkey, u.hole());
+      rig.mark();
+      rig.send_only(p);
+      return {p};
+    }
     case ResponderExit::kCount: break;
   }
   ADD_FAILURE() << "not an exit";
@@ -454,6 +471,15 @@ Provoked provoke(ExitRig& rig, CompleterExit e) {
       Doomed d(rig, IBV_ACCESS_LOCAL_WRITE);
       rig.post_sends(IBV_WR_RDMA_READ, 64, d.mr);  // kInUse reads into the doomed region
       d.dereg();
+      rig.mark();
+      r.inject(r.spec(Opcode::kRcReadResponseOnly, s), std::vector<std::uint8_t>(64, 3));
+      return {};
+    }
+    case CompleterExit::local_unmapped: {
+      ScriptedRc& r = rig.connect();
+      Unmapped u(rig, IBV_ACCESS_LOCAL_WRITE);
+      MemoryRegion hole = u.at_hole();
+      rig.post_sends(IBV_WR_RDMA_READ, 64, &hole);  // kInUse reads into the unmapped page
       rig.mark();
       r.inject(r.spec(Opcode::kRcReadResponseOnly, s), std::vector<std::uint8_t>(64, 3));
       return {};

@@ -3,6 +3,7 @@
 // sealed against hole punching), and the budgets that every client's, every
 // uid's and the daemon's memory and mappings are charged to.
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,10 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   const service::RegMr& r = req.reg_mr;
   ProtectionDomain** pd = find(c.pds, r.pd, "PD", reply);
   if (pd == nullptr) return;
+  if (r.access & IBV_ACCESS_ON_DEMAND) {
+    reg_mr_odp(c, *pd, r, nfds, reply);
+    return;
+  }
   if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
     fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
                             std::to_string(nfds) + " memory files: one file per piece, 1 to " +
@@ -163,6 +168,47 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   reply.reg_mr.lkey = mr->lkey;
   reply.reg_mr.rkey = mr->rkey;
   c.mrs[reply.handle] = Mr{mr, view, r.pieces > 1 ? total : 0, r.pieces > 1, std::move(keys)};
+}
+
+void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, int nfds, Reply& reply) {
+  if (r.pieces != 0 || nfds != 0) {
+    fail(reply, EINVAL, "an on-demand region comes with no memory files: the daemon reaches it in place");
+    return;
+  }
+  // The pid is the socket's (SO_PEERCRED), never the client's word: the
+  // engines read and write this process's memory and no other's. The
+  // region's bounds are checked by the MR table like any other's.
+  if (c.pid <= 0) {
+    fail(reply, EPERM, "on-demand regions need the client's pid, which its socket did not give");
+    return;
+  }
+  const bool implicit = r.addr == 0 && r.length == UINT64_MAX;
+  if (!implicit && (r.addr == 0 || r.length == 0 || r.addr + r.length < r.addr)) {
+    fail(reply, EINVAL, "bad on-demand region: no address, zero length, or past the end of the address space");
+    return;
+  }
+  // Whether the kernel lets the daemon reach the client's memory at all
+  // (same uid and dumpable, or CAP_SYS_PTRACE; Yama's ptrace_scope may
+  // refuse): EFAULT for a page not there is fine, EPERM is not.
+  std::uint8_t byte = 0;
+  iovec local{&byte, 1};
+  iovec remote{reinterpret_cast<void*>(r.addr), 1};
+  if (process_vm_readv(c.pid, &local, 1, &remote, 1, 0) < 0 && errno != EFAULT) {
+    const int e = errno;
+    fail(reply, EPERM, "on-demand regions: the daemon may not reach the client's memory (process_vm_readv: " +
+                           errno_text(e) + "; ptrace rules, e.g. Yama's ptrace_scope, or a non-dumpable client)");
+    return;
+  }
+  MemoryRegion* mr = internal::reg_mr_odp(pd, reinterpret_cast<void*>(r.addr), implicit ? SIZE_MAX : r.length,
+                                          r.iova, r.access, c.pid);
+  if (mr == nullptr) {
+    fail(reply, EINVAL, ctx_.last_error());
+    return;
+  }
+  reply.handle = c.next_handle++;
+  reply.reg_mr.lkey = mr->lkey;
+  reply.reg_mr.rkey = mr->rkey;
+  c.mrs[reply.handle] = Mr{mr, nullptr, 0, false, {}};
 }
 
 Server::MappedFile* Server::map_file(const Client& c, int fd, const service::MemoryFileInfo& info, std::string& why) {

@@ -319,6 +319,10 @@ class Server {
   // Unmaps c's files with no region on them (hugepage files kept for
   // registering again), but those in `keep`; whether there were any.
   bool drop_idle_files(Client& c, const std::vector<FileKey>& keep);
+  // op_reg_mr of an on-demand region (memory.cc): none of the client's
+  // memory is mapped here; the engines reach it through the kernel on the
+  // socket's peer pid, so a client reaches its own memory only.
+  void reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, int nfds, service::Reply& reply);
   void release(Client& c);  // everything of c, then its socket
   static ClientRow row_of(const Client& c);
   void publish_client_table();

@@ -1,0 +1,99 @@
+#include "mem/odp.h"
+
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+
+namespace uroce::mem {
+namespace {
+
+constexpr std::uint64_t kPage = 4096;
+
+// process_vm_readv/writev move at most this many iovecs per call.
+constexpr std::size_t kIovMax = IOV_MAX;
+
+// Serialises ODP atomics: each is a read and a write through the kernel, two
+// steps another engine's atomic on the same word must not fall between.
+std::atomic_flag atomic_lock = ATOMIC_FLAG_INIT;
+
+}  // namespace
+
+std::int32_t own_pid() {
+  static const std::int32_t pid = static_cast<std::int32_t>(getpid());
+  return pid;
+}
+
+bool odp_read(std::int32_t pid, void* dst, std::uint64_t src, std::size_t len) {
+  if (len == 0) return true;
+  iovec local{dst, len};
+  iovec remote{reinterpret_cast<void*>(src), len};
+  // A partial count means a fault part way (the kernel stops at the first
+  // page it cannot reach).
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
+}
+
+bool odp_write(std::int32_t pid, std::uint64_t dst, const void* src, std::size_t len) {
+  if (len == 0) return true;
+  iovec local{const_cast<void*>(src), len};
+  iovec remote{reinterpret_cast<void*>(dst), len};
+  return process_vm_writev(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
+}
+
+bool odp_readable(std::int32_t pid, std::uint64_t addr, std::uint64_t len) {
+  if (len == 0) return true;
+  if (addr + len < addr) return false;
+  std::uint8_t sink[kIovMax];
+  iovec local[kIovMax];
+  iovec remote[kIovMax];
+  std::uint64_t page = addr / kPage * kPage;
+  const std::uint64_t end = addr + len;
+  while (page < end) {
+    std::size_t n = 0;
+    for (; n < kIovMax && page < end; ++n, page += kPage) {
+      local[n] = iovec{&sink[n], 1};
+      remote[n] = iovec{reinterpret_cast<void*>(std::max(page, addr)), 1};
+    }
+    if (process_vm_readv(pid, local, n, remote, n, 0) != static_cast<ssize_t>(n)) return false;
+  }
+  return true;
+}
+
+bool odp_atomic(std::int32_t pid, std::uint64_t addr, bool cas, std::uint64_t compare_add, std::uint64_t swap,
+                std::uint64_t& orig) {
+  while (atomic_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  bool ok = odp_read(pid, &orig, addr, sizeof orig);
+  if (ok) {
+    const std::uint64_t next = cas ? (orig == compare_add ? swap : orig) : orig + compare_add;
+    // A compare that fails writes nothing (the page may be read-only).
+    if (!cas || orig == compare_add) ok = odp_write(pid, addr, &next, sizeof next);
+  }
+  atomic_lock.clear(std::memory_order_release);
+  return ok;
+}
+
+int odp_prefetch(std::uint64_t addr, std::uint64_t len, bool write) {
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+  constexpr int kPopulateRead = MADV_POPULATE_READ;
+#else
+  constexpr int kPopulateWrite = 23;  // Linux 5.14's values, for older headers
+  constexpr int kPopulateRead = 22;
+#endif
+  if (len == 0) return 0;
+  if (addr + len < addr) return EFAULT;
+  const std::uint64_t first = addr / kPage * kPage;
+  const std::uint64_t n = (addr + len - first + kPage - 1) / kPage * kPage;
+  if (madvise(reinterpret_cast<void*>(first), n, write ? kPopulateWrite : kPopulateRead) == 0) return 0;
+  // ENOMEM: part of the range is not mapped; EFAULT: a page cannot be
+  // faulted in (a write to read-only memory); EINVAL: a kernel before 5.14,
+  // where the advice is a hint we may ignore.
+  return errno == EINVAL ? 0 : EFAULT;
+}
+
+}  // namespace uroce::mem
