@@ -13,12 +13,12 @@ out=${1:-$build/bench-odp.json}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 perf="$build/apps/perf/uroce-perf"
-cases=("write_64B:write -s 64 -n 400000 -t 128"
-       "write_4KiB:write -s 4096 -n 200000 -t 128"
-       "read_4KiB:read -s 4096 -n 200000 -t 16"
-       "send_4KiB:send -s 4096 -n 200000 -t 128"
-       "write_8B_lat:write -s 8 --lat -n 50000"
-       "atomic_lat:atomic --lat -n 50000")
+cases=("write_64B:write -s 64 -n 1000000 -t 128"
+       "write_4KiB:write -s 4096 -n 500000 -t 128"
+       "read_4KiB:read -s 4096 -n 500000 -t 16"
+       "send_4KiB:send -s 4096 -n 500000 -t 128"
+       "write_8B_lat:write -s 8 --lat -n 100000"
+       "atomic_lat:atomic --lat -n 100000")
 for c in "${cases[@]}"; do
   name=${c%%:*}
   args=${c#*:}

@@ -93,7 +93,7 @@ int MrTable::add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std:
 
 int MrTable::add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
                      std::int32_t pid, std::uint32_t& key) {
-  if (pid <= 0) return EINVAL;
+  if (pid == 0) return EINVAL;
   if (const int rc = add(pd, base, iova, length, access & ~IBV_ACCESS_ON_DEMAND, key); rc != 0) return rc;
   slots_[slot_of(key)].odp_pid = pid;
   return 0;

@@ -34,8 +34,9 @@ struct Region {
   // extensions), which this stack does not have yet; reg_mr regions never.
   bool remote_invalidatable = false;
   // On-demand paging (mem/odp.h): 0 for a pinned region, mapped here and
-  // reached with memcpy; else the pid whose address space holds `base`,
-  // reached only through odp_read/odp_write, never by a load or store.
+  // reached with memcpy; else the owner of the address space that holds
+  // `base` (a pid, or a /proc/PID/mem descriptor: mem/odp.h), reached only
+  // through odp_read/odp_write, never by a load or store.
   std::int32_t odp_pid = 0;
 };
 
@@ -58,7 +59,7 @@ class MrTable {
   int add_with_key(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
                    int access, std::uint32_t key);
   // An on-demand region (IBV_ACCESS_ON_DEMAND, given in `access` or not) of
-  // process `pid`'s memory: add()'s checks and answers. Implicit ODP is
+  // owner `pid`'s memory (mem/odp.h; not 0): add()'s checks and answers. Implicit ODP is
   // iova 0, length UINT64_MAX, base nullptr: every address.
   int add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
               std::int32_t pid, std::uint32_t& key);

@@ -7,6 +7,11 @@
 // another client's SRQ, PD or address handle, or pass its SRQ and AH budgets.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -108,6 +113,64 @@ struct Side {
 
 std::atomic<int> limit_events{0};
 void count_limit(void*) { limit_events.fetch_add(1); }
+
+// On-demand paging through the daemons: the receiver's implicit region is
+// its whole address space, reached by the daemon through the kernel. A
+// WRITE into a page it never mapped, or into a page held by a userfaultfd
+// nobody serves (a hostile client's trap for the daemon's engine), is NAKed
+// (remote access error) at once; the daemon serves the next pair as before.
+TEST_P(Transports, OdpWritesIntoMissingOrTrappedPagesAreNakedAndTheDaemonGoesOn) {
+  Side s(a_->socket), r(other().socket);
+  ASSERT_EQ(s.error, "");
+  ASSERT_EQ(r.error, "");
+  const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+  uroce::MemoryRegion* implicit = r.pd->reg_mr(nullptr, SIZE_MAX, all);
+  ASSERT_NE(implicit, nullptr) << r.ctx->last_error();
+  constexpr std::size_t kPage = 4096;
+  void* m = mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* pages = static_cast<std::uint8_t*>(m);
+  ASSERT_EQ(munmap(pages + kPage, kPage), 0);  // page 1: a hole
+  // Page 2: faults wait for a userfaultfd that never answers.
+  const int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  ASSERT_GE(uffd, 0) << std::strerror(errno);
+  uffdio_api api{};
+  api.api = UFFD_API;
+  uffdio_register reg{};
+  reg.range.start = reinterpret_cast<std::uintptr_t>(pages + 2 * kPage);
+  reg.range.len = kPage;
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+  ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0);
+  ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0);
+
+  // One fresh pair per WRITE (a NAK leaves a pair in ERR); its completion.
+  auto write_to = [&](std::uint8_t* at) -> ibv_wc {
+    uroce::QueuePair* a = s.qp(IBV_QPT_RC);
+    uroce::QueuePair* b = r.qp(IBV_QPT_RC);
+    EXPECT_TRUE(a && b) << s.ctx->last_error() << r.ctx->last_error();
+    if (!a || !b) return ibv_wc{};
+    uroce::ConnectParams p;
+    EXPECT_EQ(uroce::connect_rc(a, r.ctx->gid(), b->qp_num(), p.psn_a, p.psn_b, p), 0) << s.ctx->last_error();
+    EXPECT_EQ(uroce::connect_rc(b, s.ctx->gid(), a->qp_num(), p.psn_b, p.psn_a, p), 0) << r.ctx->last_error();
+    std::memset(s.buf, 0x6f, 64);
+    EXPECT_EQ(uroce::test::post_rdma(a, IBV_WR_RDMA_WRITE, s.buf, 64, s.mr->lkey, at, implicit->rkey, 7), 0);
+    const std::vector<ibv_wc> wc = s.poll(1);
+    EXPECT_EQ(wc.size(), 1u) << "no completion: the daemon's engine is stuck";
+    return wc.empty() ? ibv_wc{} : wc[0];
+  };
+  EXPECT_EQ(write_to(pages + 100).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pages[100], 0x6f);
+  EXPECT_EQ(pages[163], 0x6f);
+  EXPECT_EQ(write_to(pages + kPage + 8).status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(write_to(pages + 2 * kPage + 8).status, IBV_WC_REM_ACCESS_ERR);
+  // The daemon goes on: a WRITE to a mapped page lands.
+  pages[200] = 0;
+  EXPECT_EQ(write_to(pages + 200).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pages[200], 0x6f);
+  close(uffd);
+  munmap(pages, kPage);
+  munmap(pages + 2 * kPage, kPage);
+}
 
 // RC into an SRQ: the receiver's two QPs take WQEs from one SRQ in the
 // order posted; the limit event comes once the SRQ falls below its limit,

@@ -3,7 +3,9 @@
 // sealed against hole punching), and the budgets that every client's, every
 // uid's and the daemon's memory and mappings are charged to.
 #include <sys/mman.h>
-#include <sys/uio.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "mem/odp.h"
 #include "service/shm.h"
 #include "service_daemon/server.h"
 #include "verbs/internal.h"
@@ -170,16 +173,46 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   c.mrs[reply.handle] = Mr{mr, view, r.pieces > 1 ? total : 0, r.pieces > 1, std::move(keys)};
 }
 
+namespace {
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5
+#endif
+
+// The client's /proc/PID/mem, known to be its own: the socket's pidfd
+// (SO_PEERPIDFD, taken by the kernel at connect, immune to pid reuse) still
+// names a live process after the open, so the pid was not reused between
+// connect and open. -1 and `why` otherwise.
+int open_client_memory(int sock, pid_t pid, std::string& why) {
+  int pidfd = -1;
+  socklen_t len = sizeof pidfd;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) {
+    why = "the kernel gives no pidfd of the client (SO_PEERPIDFD, Linux 6.5): " + errno_text(errno);
+    return -1;
+  }
+  const std::string path = "/proc/" + std::to_string(pid) + "/mem";
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int open_errno = errno;
+  const bool alive = syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  close(pidfd);
+  if (fd < 0) {
+    why = "the daemon may not reach the client's memory (" + path + ": " + errno_text(open_errno) +
+          "; ptrace rules: another uid, a non-dumpable client, or Yama's ptrace_scope)";
+    return -1;
+  }
+  if (!alive) {
+    close(fd);
+    why = "the client is gone";
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
 void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, int nfds, Reply& reply) {
   if (r.pieces != 0 || nfds != 0) {
     fail(reply, EINVAL, "an on-demand region comes with no memory files: the daemon reaches it in place");
-    return;
-  }
-  // The pid is the socket's (SO_PEERCRED), never the client's word: the
-  // engines read and write this process's memory and no other's. The
-  // region's bounds are checked by the MR table like any other's.
-  if (c.pid <= 0) {
-    fail(reply, EPERM, "on-demand regions need the client's pid, which its socket did not give");
     return;
   }
   const bool implicit = r.addr == 0 && r.length == UINT64_MAX;
@@ -187,20 +220,19 @@ void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r
     fail(reply, EINVAL, "bad on-demand region: no address, zero length, or past the end of the address space");
     return;
   }
-  // Whether the kernel lets the daemon reach the client's memory at all
-  // (same uid and dumpable, or CAP_SYS_PTRACE; Yama's ptrace_scope may
-  // refuse): EFAULT for a page not there is fine, EPERM is not.
-  std::uint8_t byte = 0;
-  iovec local{&byte, 1};
-  iovec remote{reinterpret_cast<void*>(r.addr), 1};
-  if (process_vm_readv(c.pid, &local, 1, &remote, 1, 0) < 0 && errno != EFAULT) {
-    const int e = errno;
-    fail(reply, EPERM, "on-demand regions: the daemon may not reach the client's memory (process_vm_readv: " +
-                           errno_text(e) + "; ptrace rules, e.g. Yama's ptrace_scope, or a non-dumpable client)");
-    return;
+  // The client's own address space, never by its word: its socket's peer
+  // (mem/odp.h says why a /proc/PID/mem descriptor and not the pid). The
+  // region's bounds, keys and access are the MR table's, as for any other.
+  if (c.odp_mem < 0) {
+    std::string why;
+    c.odp_mem = c.pid > 0 ? open_client_memory(c.sock, c.pid, why) : -1;
+    if (c.odp_mem < 0) {
+      fail(reply, EPERM, "on-demand regions: " + (c.pid > 0 ? why : std::string("the client's socket gave no pid")));
+      return;
+    }
   }
   MemoryRegion* mr = internal::reg_mr_odp(pd, reinterpret_cast<void*>(r.addr), implicit ? SIZE_MAX : r.length,
-                                          r.iova, r.access, c.pid);
+                                          r.iova, r.access, mem::odp_owner_of_mem_fd(c.odp_mem));
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
     return;

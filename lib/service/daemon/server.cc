@@ -895,14 +895,20 @@ void Server::release(Client& c) {
   while (!c.cqs.empty()) {
     if (destroy_cq(c, c.cqs.begin()->first) != 0) c.cqs.erase(c.cqs.begin());
   }
+  bool leaked = false;
   while (!c.mrs.empty()) {
     // A region that cannot be deregistered keeps its view mapped (the
     // engines may still read it): leaked, never unmapped under them.
     if (dereg_mr(c, c.mrs.begin()->first) != 0) {
       spdlog::warn("uroced: client {}: a region would not deregister; its memory stays mapped", c.id);
       c.mrs.erase(c.mrs.begin());
+      leaked = true;
     }
   }
+  // Its /proc/PID/mem once no region reaches through it (kept, like a
+  // leaked region's view, while one might).
+  if (c.odp_mem >= 0 && !leaked) close(c.odp_mem);
+  c.odp_mem = -1;
   drop_idle_files(c, {});
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();

@@ -165,6 +165,9 @@ class Server {
     std::uint32_t id = 0;
     pid_t pid = 0;
     uid_t uid = 0;
+    // Its /proc/PID/mem, opened at its first on-demand region (reg_mr_odp),
+    // closed when it goes: how the engines reach its ODP memory.
+    int odp_mem = -1;
     Limits limits;              // its uid's (limits_for)
     bool attached = false;      // said hello (until then: only hello and stats, and hello_timeout_ms)
     bool leaving = false;       // refused: closed once its last reply is out
