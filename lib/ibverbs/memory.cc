@@ -28,9 +28,13 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
   Pd* pd = pd_of(ibv_pd);
   if (pd == nullptr) return nullptr;
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  // HUGETLB says the memory is on huge pages, so an ODP region may be
+  // faulted in by 2 MiB: a hint uroce has no use for (the kernel reaches any
+  // page), dropped as the optional bits are.
+  access &= ~static_cast<unsigned>(IBV_ACCESS_HUGETLB);
   if ((access & ~kSupportedAccess) != 0) {
-    // MW binding, HUGETLB hints, flush and atomic-write access need
-    // features uroce does not have.
+    // MW binding, flush and atomic-write access need features uroce does
+    // not have.
     errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC, "
                                     "ZERO_BASED and ON_DEMAND are not supported (MW bind)");
     return nullptr;

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -165,6 +167,35 @@ static int attrs(void) {
   CHECK(srq != NULL);
   CHECK(ibv_destroy_srq(srq) == 0);
   fprintf(stderr, "--- end\n");
+
+  /* On-demand paging: advertised in odp_caps; an ODP region over memory
+     not mapped yet, the implicit one (NULL, SIZE_MAX), and NULL with any
+     other length refused; ibv_advise_mr through the inline's context op. */
+  CHECK((dax.odp_caps.general_caps & (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT)) ==
+        (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
+  CHECK((dax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC) != 0);
+  CHECK(dax.xrc_odp_caps == 0);
+  const int odp = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+  char *pages = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(pages != MAP_FAILED);
+  CHECK(munmap(pages + 4096, 4096) == 0);
+  struct ibv_mr *omr = ibv_reg_mr(pd, pages, 2 * 4096, odp);
+  CHECK(omr != NULL);
+  struct ibv_mr *imr = ibv_reg_mr(pd, NULL, SIZE_MAX, odp);
+  CHECK(imr != NULL);
+  struct ibv_mr *hmr = ibv_reg_mr(pd, pages, 4096, odp | IBV_ACCESS_HUGETLB); /* a hint, dropped */
+  CHECK(hmr != NULL);
+  CHECK(ibv_dereg_mr(hmr) == 0);
+  CHECK(ibv_reg_mr(pd, NULL, 4096, odp) == NULL && errno == EINVAL);
+  struct ibv_sge psge = {(uintptr_t)pages, 4096, omr->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &psge, 1) == 0);
+  psge.addr = (uintptr_t)(pages + 4096);
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &psge, 1) == EFAULT); /* not mapped */
+  psge.lkey ^= 0x100;
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &psge, 1) == EFAULT); /* no such region */
+  CHECK(ibv_dereg_mr(imr) == 0);
+  CHECK(ibv_dereg_mr(omr) == 0);
+  munmap(pages, 4096);
 
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
