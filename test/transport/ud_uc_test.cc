@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <map>
 #include <random>
@@ -601,6 +603,81 @@ TEST(Uc, MessagesUnderLossAreEitherCompleteAndCorrectOrAbsent) {
   EXPECT_GT(received, kMessages * 8 / 10);
   EXPECT_GT(writes_seen, 0u);
   EXPECT_EQ(r.qb->state(), IBV_QPS_RTS);
+}
+
+// On-demand paging over the unreliable services (the UC and UD odp_caps):
+// regions over pages never touched carry UC SENDs and WRITEs and UD
+// datagrams both ways, byte for byte; a UD receive on a page that is gone
+// ends with a local protection error and the engine goes on.
+TEST(Uc, OdpRegionsCarrySendsAndWrites) {
+  Rig r(IBV_QPT_UC, 13);
+  ASSERT_TRUE(r.ok) << r.net.a->last_error();
+  constexpr std::size_t kLen = 4 * 4096;
+  auto* a = static_cast<std::uint8_t*>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* b = static_cast<std::uint8_t*>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_TRUE(a != MAP_FAILED && b != MAP_FAILED);
+  MemoryRegion* ma = r.pda->reg_mr(a, kLen, kAccess | IBV_ACCESS_ON_DEMAND);
+  MemoryRegion* mb = r.pdb->reg_mr(b, kLen, kAccess | IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(ma && mb);
+  fill_pattern(a, 6000, 5);
+  ASSERT_EQ(post_recv_one(r.qb, b, 8192, mb->lkey, 1), 0);
+  ASSERT_EQ(post_rdma(r.qa, IBV_WR_SEND, a, 6000, ma->lkey, std::uint64_t{0}, 0, 10), 0);
+  ASSERT_EQ(post_rdma(r.qa, IBV_WR_RDMA_WRITE, a, 6000, ma->lkey, b + 2 * 4096, mb->rkey, 11), 0);
+  ASSERT_EQ(r.wait(r.cqa, 2).size(), 2u);
+  const auto got = r.wait(r.cqb, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].byte_len, 6000u);
+  r.drain();
+  EXPECT_EQ(std::memcmp(a, b, 6000), 0);
+  EXPECT_EQ(std::memcmp(a, b + 2 * 4096, 6000), 0);
+  munmap(a, kLen);
+  munmap(b, kLen);
+}
+
+TEST(Ud, OdpRegionsCarryDatagramsAndAnUnmappedReceiveIsAProtectionError) {
+  Rig r(IBV_QPT_UD, 14);
+  ASSERT_TRUE(r.ok) << r.net.a->last_error();
+  constexpr std::size_t kLen = 2 * 4096;
+  auto* a = static_cast<std::uint8_t*>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* b = static_cast<std::uint8_t*>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_TRUE(a != MAP_FAILED && b != MAP_FAILED);
+  MemoryRegion* ma = r.pda->reg_mr(a, kLen, kAccess | IBV_ACCESS_ON_DEMAND);
+  MemoryRegion* mb = r.pdb->reg_mr(b, kLen, kAccess | IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(ma && mb);
+  fill_pattern(a, 900, 6);
+  auto send = [&](std::uint64_t wr_id) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(a), 900, ma->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = r.to_b->ibv();
+    wr.wr.ud.remote_qpn = r.qb->qp_num();
+    wr.wr.ud.remote_qkey = kQkey;
+    ibv_send_wr* bad = nullptr;
+    return r.qa->post_send(&wr, &bad);
+  };
+  ASSERT_EQ(post_recv_one(r.qb, b, 40 + 900, mb->lkey, 1), 0);
+  ASSERT_EQ(send(10), 0);
+  const auto got = r.wait(r.cqb, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(a, b + 40, 900), 0);
+  // The receive buffer's page goes after it was posted.
+  ASSERT_EQ(post_recv_one(r.qb, b + 4096, 40 + 900, mb->lkey, 2), 0);
+  ASSERT_EQ(munmap(b + 4096, 4096), 0);
+  ASSERT_EQ(send(11), 0);
+  const auto lost = r.wait(r.cqb, 1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].wr_id, 2u);
+  EXPECT_EQ(lost[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(r.qb->counter("odp_unmapped"), 1u);
+  EXPECT_EQ(r.wait(r.cqa, 2).size(), 2u);  // both sends completed on A
+  munmap(a, kLen);
+  munmap(b, 4096);
 }
 
 }  // namespace
