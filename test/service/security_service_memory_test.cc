@@ -433,3 +433,68 @@ TEST(ServiceMemory, OneClientsFilesAndViewsLeaveThePortsRegistrationsToOthers) {
 }
 
 }  // namespace
+
+namespace {
+
+// The descriptors uroced holds on some process's /proc/PID/mem.
+std::vector<std::string> memory_descriptors(pid_t daemon) {
+  std::vector<std::string> out;
+  const std::string dir = "/proc/" + std::to_string(daemon) + "/fd";
+  for (int fd = 0; fd < 4096; ++fd) {
+    char target[256];
+    const std::string link = dir + "/" + std::to_string(fd);
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    const std::string t(target);
+    if (t.size() > 4 && t.compare(t.size() - 4, 4, "/mem") == 0 && t.rfind("/proc/", 0) == 0) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+// On-demand regions through the raw protocol: no memory files, a sane
+// range (or the implicit one), and the memory the daemon then reaches is
+// the connecting process's own (/proc/ITS_PID/mem, never a pid the client
+// names); the descriptor goes with the client.
+TEST(ServiceMemory, OnDemandRegionsReachTheClientsOwnMemoryOnly) {
+  Daemon d;
+  ASSERT_EQ(d.error, "");
+  auto a = std::make_unique<Raw>(d);
+  ASSERT_TRUE(a->c) << a->why;
+  const std::uint32_t pd = a->pd();
+  auto odp = [&](std::uint64_t addr, std::uint64_t length, const int* fds, int nfds, svc::Reply& y) {
+    svc::Request r;
+    std::memset(static_cast<void*>(&r), 0, sizeof r);
+    r.op = svc::Op::kRegMr;
+    r.reg_mr.pd = pd;
+    r.reg_mr.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+    r.reg_mr.addr = addr;
+    r.reg_mr.iova = addr;
+    r.reg_mr.length = length;
+    r.reg_mr.pieces = static_cast<std::uint32_t>(nfds);
+    if (nfds > 0) r.reg_mr.piece[0] = svc::MemoryPiece{0, 4096};
+    return a->call(r, y, fds, nfds);
+  };
+  svc::Reply y;
+  const int file = svc::make_memory_file("svcmem-odp", 4096);
+  ASSERT_GE(file, 0);
+  EXPECT_EQ(odp(0x10000, 4096, &file, 1, y), EINVAL) << "an ODP region with a memory file";
+  close(file);
+  EXPECT_EQ(odp(0, 4096, nullptr, 0, y), EINVAL) << "address 0 is only the implicit region's";
+  EXPECT_EQ(odp(~0ull - 100, 4096, nullptr, 0, y), EINVAL) << "a range past the end";
+  EXPECT_TRUE(memory_descriptors(d.pid).empty());
+  ASSERT_EQ(odp(0, UINT64_MAX, nullptr, 0, y), 0) << a->why;
+  ASSERT_EQ(odp(0x10000, 4096, nullptr, 0, y), 0) << a->why;
+  const std::vector<std::string> held = memory_descriptors(d.pid);
+  ASSERT_EQ(held.size(), 1u) << "one per client";
+  EXPECT_EQ(held[0], "/proc/" + std::to_string(getpid()) + "/mem");
+  a.reset();  // the client goes: its regions, then the descriptor
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = memory_descriptors(d.pid).empty();
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "the daemon still holds the client's memory";
+}
