@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -48,15 +49,19 @@ struct Pages {
   std::size_t bytes;
 };
 
-// The AETH syndromes of the ACK/NAK packets side 1 (B) sent.
+// The AETH syndromes of the ACK/NAK packets side 1 (B) sent; `then` sees
+// every frame as it leaves (before the other side has it).
 struct NakLog {
   explicit NakLog(RcPair& p) {
     p.net.link.observe([this](int from, std::span<const std::uint8_t> f) {
       wire::ParsedFrame parsed;
-      if (from != 1 || wire::parse_frame(f, parsed) != wire::ParseStatus::kOk) return;
+      if (wire::parse_frame(f, parsed) != wire::ParseStatus::kOk) return;
+      if (then) then(from, parsed);
+      if (from != 1) return;
       if (parsed.opcode == 0x11 && parsed.has(wire::ExtHdr::kAeth)) syndromes.push_back(parsed.aeth().syndrome);
     });
   }
+  std::function<void(int, const wire::ParsedFrame&)> then;
   std::size_t count(std::uint8_t s) const { return static_cast<std::size_t>(std::count(syndromes.begin(), syndromes.end(), s)); }
   std::vector<std::uint8_t> syndromes;
 };
@@ -271,6 +276,65 @@ TEST_F(Odp, SendIntoAnUnmappedReceiveBufferIsRefused) {
   EXPECT_EQ(r.wr_id, 9u);
   EXPECT_EQ(r.status, IBV_WC_LOC_PROT_ERR);
   EXPECT_EQ(naks.count(kNakRemoteOperational), 1u);
+  EXPECT_EQ(p.qb->counter("odp_unmapped"), 1u);
+}
+
+// Pages that go while a message is under way (munmap by another thread of
+// the program): at a 256-byte MTU a 16 KiB WRITE or READ leaves in bursts
+// of 32 packets; its last page goes as its first packet leaves, so a later
+// packet (WRITE) or response (READ) meets the hole and the transfer ends
+// with a remote access NAK there, the bytes before it placed.
+TEST(OdpInFlight, APageUnmappedMidWriteEndsItWithANak) {
+  ConnectParams params;
+  params.mtu = IBV_MTU_256;
+  RcPair p(23, 1 << 16, params);
+  NakLog naks(p);
+  Pages b(4);
+  MemoryRegion* mb = p.pdb->reg_mr(b.base, b.bytes, kAll);
+  ASSERT_NE(mb, nullptr);
+  bool gone = false;
+  naks.then = [&](int from, const wire::ParsedFrame&) {
+    if (from == 0 && !gone) {
+      gone = true;
+      b.unmap(3);
+    }
+  };
+  std::memset(p.bufa, 0x3c, 4 * kPage);
+  ASSERT_EQ(post_rdma(p.qa, IBV_WR_RDMA_WRITE, p.bufa, 4 * kPage, p.mra->lkey, b.base, mb->rkey, 1), 0);
+  const auto got = p.wait(p.cqa, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(b.base[0], 0x3c);
+  EXPECT_EQ(b.page(2)[kPage - 1], 0x3c);
+  EXPECT_EQ(naks.count(kNakRemoteAccess), 1u);
+  EXPECT_EQ(p.qb->counter("odp_unmapped"), 1u);
+}
+
+TEST(OdpInFlight, APageUnmappedMidReadEndsItWithANak) {
+  ConnectParams params;
+  params.mtu = IBV_MTU_256;
+  RcPair p(24, 1 << 16, params);
+  NakLog naks(p);
+  Pages b(4);
+  MemoryRegion* mb = p.pdb->reg_mr(b.base, b.bytes, kAll);
+  ASSERT_NE(mb, nullptr);
+  std::memset(b.base, 0x5a, b.bytes);
+  // The request is checked whole when it comes; the page goes as the first
+  // response leaves.
+  bool gone = false;
+  naks.then = [&](int from, const wire::ParsedFrame&) {
+    if (from == 1 && !gone) {
+      gone = true;
+      b.unmap(3);
+    }
+  };
+  std::memset(p.bufa, 0, 4 * kPage);
+  ASSERT_EQ(post_rdma(p.qa, IBV_WR_RDMA_READ, p.bufa, 4 * kPage, p.mra->lkey, b.base, mb->rkey, 1), 0);
+  const auto got = p.wait(p.cqa, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(p.bufa[0], 0x5a);
+  EXPECT_EQ(naks.count(kNakRemoteAccess), 1u);
   EXPECT_EQ(p.qb->counter("odp_unmapped"), 1u);
 }
 
