@@ -98,7 +98,9 @@ TEST(Ibverbs, StockIbvDevinfoPrintsTheDevice) {
   for (const char* s : {"hca_id:\turoce0", "transport:\t\t\tInfiniBand (0)", "phys_port_cnt:\t\t\t1",
                         "max_qp_rd_atom:\t\t\t128", "state:\t\t\tPORT_ACTIVE (4)", "link_layer:\t\tEthernet",
                         "gid_tbl_len:\t\t2", "phys_state:\t\tLINK_UP (5)", "GID[  0]:\t\tfe80::",
-                        "GID[  1]:\t\t::ffff:10.0.0.1, RoCE v2"}) {
+                        "GID[  1]:\t\t::ffff:10.0.0.1, RoCE v2", "ODP_SUPPORT_IMPLICIT",
+                        "rc_odp_caps:\n\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_RECV\n\t\t\t\t\tSUPPORT_WRITE\n"
+                        "\t\t\t\t\tSUPPORT_READ\n\t\t\t\t\tSUPPORT_ATOMIC"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << "no '" << s << "' in:\n" << r.out;
   }
 }
