@@ -103,7 +103,7 @@ MemoryRegion* ProtectionDomain::reg_dm_mr(DeviceMemory* dm, std::uint64_t offset
     c.fail(EINVAL, "reg_dm_mr: not device memory of this context");
     return nullptr;
   }
-  if (length == 0 || offset > dm->length() || length > dm->length() - offset) {
+  if (offset > dm->length() || length > dm->length() - offset) {
     c.fail(EINVAL, "reg_dm_mr: " + range_text(offset, length, dm->length()) + ": the region must lie inside it");
     return nullptr;
   }
@@ -131,7 +131,32 @@ int LocalBackend::free_dm(DeviceMemory* dm) {
 // A region of the buffer as any other, at iova 0.
 MemoryRegion* LocalBackend::reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset,
                                       std::size_t length, int access) {
+  if (length == 0) return reg_mr_empty(pd, dm->addr() + offset, access);
   return reg_mr(pd, dm->addr() + offset, length, 0, access, false);
+}
+
+// Verbs lets device memory have a region of no bytes (mlx5 registers one,
+// and rdma-core's test_create_dm_mr asks for it); a region of the program's
+// memory must have some (ibv_reg_mr refuses 0, as the kernel does). The
+// port is not told of it: there is nothing to send from.
+MemoryRegion* LocalBackend::reg_mr_empty(ProtectionDomain* pd, void* addr, int access) {
+  return control([&]() -> MemoryRegion* {
+    std::uint32_t key = 0;
+    if (const int rc = mrs_.add_empty(pd->id(), addr, 0, access, key); rc != 0) {
+      c_.fail(rc, rc == ENOMEM ? "too many memory regions (the device's max_mr)"
+                               : "bad region: REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE");
+      return nullptr;
+    }
+    auto mr = std::make_unique<MemoryRegion>();
+    *mr = MemoryRegion{addr, 0, 0, key, key, access, pd};
+    unported_.insert(mr.get());
+    c_.mrs_owned.push_back(std::move(mr));
+    return c_.mrs_owned.back().get();
+  });
+}
+
+MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access) {
+  return LocalBackend::of(pd->context()).reg_mr_empty(pd, addr, access);
 }
 
 }  // namespace internal

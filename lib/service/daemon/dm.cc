@@ -79,12 +79,14 @@ void Server::op_reg_dm_mr(Client& c, const Request& req, const int*, int, Reply&
   if (pd == nullptr) return;
   Dm* dm = find(c.dms, r.dm, "device memory", reply);
   if (dm == nullptr) return;
-  if (r.length == 0 || r.offset > dm->length || r.length > dm->length - r.offset) {
+  if (r.offset > dm->length || r.length > dm->length - r.offset) {
     fail(reply, EINVAL, "reg_dm_mr: offset " + std::to_string(r.offset) + " and length " + std::to_string(r.length) +
                             " leave the " + std::to_string(dm->length) + " bytes of device memory");
     return;
   }
-  MemoryRegion* mr = internal::reg_mr_copied(*pd, static_cast<char*>(dm->map) + r.offset, r.length, 0, r.access);
+  char* start = static_cast<char*>(dm->map) + r.offset;
+  MemoryRegion* mr = r.length == 0 ? internal::reg_mr_empty(*pd, start, r.access)
+                                   : internal::reg_mr_copied(*pd, start, r.length, 0, r.access);
   if (mr == nullptr) {
     fail(reply, EINVAL, ctx_.last_error());
     return;
