@@ -69,8 +69,9 @@ struct DeviceLimits {
   // reports: perftest sets a peer's value on its own QP.
   std::uint32_t max_qp_rd_atom = 128;
   std::uint32_t max_qp_init_rd_atom = 128;
-  // Device memory (Context::alloc_dm): the most a context holds at once
-  // (attached to uroced: each client, the daemon's max_dm_kb).
+  // Device memory (Context::alloc_dm): the most a context holds at once,
+  // each allocation counted in whole 4 KiB pages (attached to uroced: each
+  // client, the daemon's value).
   std::uint64_t max_dm_size = 256 * 1024;
 };
 
@@ -189,7 +190,8 @@ class Context {
   // ProtectionDomain::reg_dm_mr. In process a buffer of this Context's;
   // attached to uroced a memory file the daemon owns and maps into this
   // process (no other client gets it). nullptr on error: length 0
-  // (EINVAL), past what is left of limits().max_dm_size (ENOMEM), no memory.
+  // (EINVAL), past what is left of limits().max_dm_size, counted in whole
+  // 4 KiB pages (ENOMEM), no memory.
   DeviceMemory* alloc_dm(std::size_t length);
   // ibv_free_dm: 0; EBUSY while regions of it are registered; EINVAL for
   // memory not of this context.

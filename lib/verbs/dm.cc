@@ -24,6 +24,11 @@ namespace {
 // is not a multiple of 4 is refused, as mlx5 (rdma-core's one provider of
 // device memory, whose tests expect it) refuses it.
 constexpr std::uint64_t kDmWord = 4;
+// Device memory is handed out in whole pages, and charged so against
+// max_dm_size: a program cannot hold more pages than the budget names,
+// however small its allocations.
+constexpr std::uint64_t kDmPage = 4096;
+std::uint64_t charged(std::size_t length) { return (length + kDmPage - 1) / kDmPage * kDmPage; }
 
 bool in_words(const DeviceMemory& dm, std::uint64_t offset, std::size_t length) {
   return offset % kDmWord == 0 && length % kDmWord == 0 && offset <= dm.length() && length <= dm.length() - offset;
@@ -68,15 +73,15 @@ DeviceMemory* Context::alloc_dm(std::size_t length) {
     c.fail(EINVAL, "alloc_dm: zero length");
     return nullptr;
   }
-  if (length > c.limits.max_dm_size - c.dm_bytes) {
-    c.fail(ENOMEM, "alloc_dm: " + std::to_string(length) + " bytes asked, " +
+  if (length > c.limits.max_dm_size || charged(length) > c.limits.max_dm_size - c.dm_bytes) {
+    c.fail(ENOMEM, "alloc_dm: " + std::to_string(length) + " bytes asked (in 4 KiB pages), " +
                        std::to_string(c.limits.max_dm_size - c.dm_bytes) + " of the device's max_dm_size " +
                        std::to_string(c.limits.max_dm_size) + " left");
     return nullptr;
   }
   std::unique_ptr<DeviceMemory> dm = c.backend->alloc_dm(length);
   if (dm == nullptr) return nullptr;
-  c.dm_bytes += length;
+  c.dm_bytes += charged(length);
   c.dms.push_back(std::move(dm));
   return c.dms.back().get();
 }
@@ -90,7 +95,7 @@ int Context::free_dm(DeviceMemory* dm) {
                              " regions are registered on this device memory; deregister them first");
   }
   if (const int e = c.backend->free_dm(dm); e != 0) return e;
-  c.dm_bytes -= dm->length();
+  c.dm_bytes -= charged(dm->length());
   internal::erase_owned(c.dms, dm);
   return 0;
 }
@@ -116,11 +121,17 @@ MemoryRegion* ProtectionDomain::reg_dm_mr(DeviceMemory* dm, std::uint64_t offset
 
 namespace internal {
 
+// Normal pages, never hugepages: a 2 MiB page per small allocation would
+// hold far more than max_dm_size.
 std::unique_ptr<DeviceMemory> LocalBackend::alloc_dm(std::size_t length) {
-  void* p = alloc_buffer(length);
-  if (p == nullptr) return nullptr;
-  std::memset(p, 0, length);
-  return std::make_unique<DeviceMemory>(&ctx_, p, length, 0);
+  const mem::Buffer b = mem::map_buffer(length, false);
+  if (b.addr == nullptr) {
+    c_.fail(ENOMEM, "alloc_dm: out of memory for " + std::to_string(length) + " bytes");
+    return nullptr;
+  }
+  std::memset(b.addr, 0, b.bytes);
+  buffers_[b.addr] = b;
+  return std::make_unique<DeviceMemory>(&ctx_, b.addr, length, 0);
 }
 
 int LocalBackend::free_dm(DeviceMemory* dm) {
@@ -128,11 +139,13 @@ int LocalBackend::free_dm(DeviceMemory* dm) {
   return 0;
 }
 
-// A region of the buffer as any other, at iova 0.
+// A region of the memory as any other, at iova 0, copied from on send
+// (as reg_mr_copied): the port's registrations (DPDK external memory) are
+// few, and device memory is small.
 MemoryRegion* LocalBackend::reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset,
                                       std::size_t length, int access) {
   if (length == 0) return reg_mr_empty(pd, dm->addr() + offset, access);
-  return reg_mr(pd, dm->addr() + offset, length, 0, access, false);
+  return reg_mr(pd, dm->addr() + offset, length, 0, access, true);
 }
 
 // Verbs lets device memory have a region of no bytes (mlx5 registers one,

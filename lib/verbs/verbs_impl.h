@@ -101,7 +101,7 @@ struct Context::Impl {
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
-  // Device memory (lib/verbs/dm.cc), and its bytes held, under dm_mutex.
+  // Device memory (lib/verbs/dm.cc), and its bytes held (whole pages), under dm_mutex.
   std::mutex dm_mutex;
   std::vector<std::unique_ptr<DeviceMemory>> dms;
   std::uint64_t dm_bytes = 0;

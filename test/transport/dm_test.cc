@@ -44,6 +44,11 @@ TEST(DeviceMemory, AllocationsStayWithinMaxDmSize) {
   EXPECT_EQ(ctx.free_dm(again), 0);
   EXPECT_EQ(ctx.free_dm(rest), 0);
   EXPECT_EQ(ctx.free_dm(rest), EINVAL);
+  // Each allocation holds whole pages of the budget, however small.
+  std::vector<DeviceMemory*> words;
+  for (DeviceMemory* w; (w = ctx.alloc_dm(4)) != nullptr && words.size() <= max / 4096;) words.push_back(w);
+  EXPECT_EQ(words.size(), max / 4096);
+  for (DeviceMemory* w : words) EXPECT_EQ(ctx.free_dm(w), 0);
 }
 
 TEST(DeviceMemory, CopiesMoveWholeWordsInsideTheMemory) {

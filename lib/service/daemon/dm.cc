@@ -25,13 +25,14 @@ using service::Request;
 void Server::op_alloc_dm(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>& fds) {
   const std::uint64_t length = req.alloc_dm.length;
   const std::uint64_t max = ctx_.limits().max_dm_size;
-  if (length == 0 || length > max - c.dm_bytes) {
+  // Charged in whole pages, as in process (lib/verbs/dm.cc).
+  const std::size_t bytes = service::page_round(length);
+  if (length == 0 || length > max || bytes > max - c.dm_bytes) {
     fail(reply, length == 0 ? EINVAL : ENOMEM,
-         "alloc_dm: " + std::to_string(length) + " bytes asked, " + std::to_string(max - c.dm_bytes) +
+         "alloc_dm: " + std::to_string(length) + " bytes asked (in whole pages), " + std::to_string(max - c.dm_bytes) +
              " of this client's max_dm_size " + std::to_string(max) + " left");
     return;
   }
-  const std::size_t bytes = service::page_round(length);
   const Charge add{0, bytes, 1};
   if (std::string e = over_budget(c, add); !e.empty()) {
     fail(reply, ENOMEM, e);
@@ -49,7 +50,7 @@ void Server::op_alloc_dm(Client& c, const Request& req, const int*, int, Reply& 
   reply.handle = c.next_handle++;
   fds.push_back(file);
   c.dms[reply.handle] = Dm{map, bytes, length, 0};
-  c.dm_bytes += length;
+  c.dm_bytes += bytes;
   charge(c, add, +1);
   ++mappings_total_;
 }
@@ -59,7 +60,7 @@ int Server::free_dm(Client& c, std::uint32_t handle) {
   if (it == c.dms.end()) return EINVAL;
   if (it->second.regions != 0) return EBUSY;
   munmap(it->second.map, it->second.bytes);
-  c.dm_bytes -= it->second.length;
+  c.dm_bytes -= it->second.bytes;
   charge(c, Charge{0, it->second.bytes, 1}, -1);
   --mappings_total_;
   c.dms.erase(it);

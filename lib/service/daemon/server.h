@@ -191,7 +191,7 @@ class Server {
     std::map<std::uint32_t, Srq> srqs;
     std::map<std::uint32_t, Ah> ahs;  // by the client's number for them (service::CreateAh)
     std::map<std::uint32_t, Dm> dms;
-    std::uint64_t dm_bytes = 0;       // asked for in all (HelloReply::max_dm_size)
+    std::uint64_t dm_bytes = 0;       // held, in whole pages (HelloReply::max_dm_size)
     std::unique_ptr<AhTable> ah_table;  // the same for the pumps, made with its first UD QP or AH
     std::map<FileKey, File> files;
     std::uint64_t mapped = 0;             // bytes of memory files
