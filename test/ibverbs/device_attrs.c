@@ -249,6 +249,9 @@ static int attrs(void) {
   char buf[64];
   struct ibv_mr *pmr = ibv_reg_mr(parent, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
   CHECK(pmr != NULL);
+  struct ibv_srq_init_attr psa = {.attr = {.max_wr = 4, .max_sge = 1}};
+  struct ibv_srq *psrq = ibv_create_srq(parent, &psa);
+  CHECK(psrq != NULL && psrq->pd == parent);
   cqa.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
   cqa.parent_domain = pd;
   errno = 0;
@@ -260,6 +263,7 @@ static int attrs(void) {
   CHECK(ibv_dealloc_pd(parent) == EBUSY);
   CHECK(ibv_destroy_qp(qp) == 0);
   CHECK(ibv_dereg_mr(pmr) == 0);
+  CHECK(ibv_destroy_srq(psrq) == 0);
   CHECK(ibv_dealloc_pd(parent) == EBUSY);
   CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0);
   CHECK(ibv_dealloc_pd(parent) == 0);
