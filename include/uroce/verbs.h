@@ -17,6 +17,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,7 @@ class CompletionQueue;
 class QueuePair;
 class SharedReceiveQueue;
 class AddressHandle;
+class DeviceMemory;
 struct Stat;     // include/uroce/stats.h
 struct QpStats;  // include/uroce/stats.h
 
@@ -67,6 +69,10 @@ struct DeviceLimits {
   // reports: perftest sets a peer's value on its own QP.
   std::uint32_t max_qp_rd_atom = 128;
   std::uint32_t max_qp_init_rd_atom = 128;
+  // Device memory (Context::alloc_dm): the most a context holds at once,
+  // each allocation counted in whole 4 KiB pages (attached to uroced: each
+  // client, the daemon's value).
+  std::uint64_t max_dm_size = 256 * 1024;
 };
 
 // ibv_qp_init_attr with this API's CQ objects.
@@ -178,6 +184,19 @@ class Context {
   // and none are free (last_error() names the command that reserves them).
   void* alloc_buffer(std::size_t bytes);
 
+  // ibv_alloc_dm: `length` bytes of device memory, zeroed: memory the
+  // engines reach on their own, which the program reads and writes through
+  // DeviceMemory::copy_to and copy_from and registers with
+  // ProtectionDomain::reg_dm_mr. In process a buffer of this Context's;
+  // attached to uroced a memory file the daemon owns and maps into this
+  // process (no other client gets it). nullptr on error: length 0
+  // (EINVAL), past what is left of limits().max_dm_size, counted in whole
+  // 4 KiB pages (ENOMEM), no memory.
+  DeviceMemory* alloc_dm(std::size_t length);
+  // ibv_free_dm: 0; EBUSY while regions of it are registered; EINVAL for
+  // memory not of this context.
+  int free_dm(DeviceMemory* dm);
+
   // The port's GID table as rdma-core lists a RoCEv2 port's: index 0 the
   // IPv6 link-local address (fe80::, from the MAC), index 1 the IPv4-mapped
   // ::ffff:a.b.c.d. EINVAL for other indexes.
@@ -276,6 +295,12 @@ class ProtectionDomain {
   // an ODP region of this PD, a range outside it or not mapped), EPERM
   // (PREFETCH_WRITE on a region without LOCAL_WRITE).
   int advise_mr(int advice, std::uint32_t flags, const ibv_sge* sg_list, std::uint32_t num_sge);
+  // ibv_reg_dm_mr: bytes [offset, offset + length) of `dm` as a zero-based
+  // region: SGEs and peers address it from 0 (iova 0; addr is where this
+  // process sees its first byte, which no SGE uses). Access
+  // as reg_mr's. nullptr on error (Context::last_error(): the range leaves
+  // the memory, zero length, memory of another context, bad flags).
+  MemoryRegion* reg_dm_mr(DeviceMemory* dm, std::uint64_t offset, std::size_t length, int access);
 
   // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
   // type, caps over the device limits, CQ missing).
@@ -327,6 +352,36 @@ class MemoryRegion {
   std::uint32_t rkey = 0;
   int access = 0;
   ProtectionDomain* pd = nullptr;
+  DeviceMemory* dm = nullptr;  // reg_dm_mr's; nullptr for regions of the program's memory
+};
+
+// Device memory (Context::alloc_dm).
+class DeviceMemory {
+ public:
+  // ibv_memcpy_to_dm / ibv_memcpy_from_dm: 0; EINVAL when offset or length
+  // is not a multiple of 4 (device memory is read and written in 4-byte
+  // words, as rdma-core's one provider of it, mlx5, does) or the range
+  // leaves the memory. Safe beside the engines, which may place into it:
+  // a copy races with an RDMA WRITE into the same bytes as host memory does.
+  int copy_to(std::uint64_t offset, const void* src, std::size_t length);
+  int copy_from(void* dst, std::uint64_t offset, std::size_t length) const;
+  std::size_t length() const { return length_; }
+  Context& context() { return *ctx_; }
+
+  DeviceMemory(Context* ctx, void* addr, std::size_t length, std::uint32_t handle)
+      : ctx_(ctx), addr_(static_cast<std::uint8_t*>(addr)), length_(length), handle_(handle) {}
+  // Where this process sees the memory (the backends and tests).
+  std::uint8_t* addr() const { return addr_; }
+  // Attached to uroced: the daemon's handle of it; 0 in process.
+  std::uint32_t handle() const { return handle_; }
+  // Regions registered on it (reg_dm_mr; free_dm refuses while any are).
+  std::atomic<std::uint32_t> regions{0};
+
+ private:
+  Context* ctx_;
+  std::uint8_t* addr_;
+  std::size_t length_;
+  std::uint32_t handle_;
 };
 
 class CompletionQueue {

@@ -57,13 +57,17 @@ ibv_ah* ibv_create_ah(ibv_pd* ibv_pd, ibv_ah_attr* attr) {
   ibv_ah* out = ah->ibv();
   out->context = ibv_pd->context;
   out->pd = ibv_pd;
+  uroce::ibverbs::hold_domain(ibv_pd);
   return out;
 }
 
 int ibv_destroy_ah(ibv_ah* ibv_ah) {
   uroce::AddressHandle* ah = uroce::AddressHandle::of(ibv_ah);
   if (ah == nullptr) return EINVAL;
-  return ah->pd()->destroy_ah(ah);
+  ibv_pd* pd = ibv_ah->pd;
+  if (const int rc = ah->pd()->destroy_ah(ah); rc != 0) return rc;
+  uroce::ibverbs::release_domain(pd);
+  return 0;
 }
 
 // The address of a datagram's sender, from its completion and the 40

@@ -153,9 +153,15 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  // A parent domain only (verbs.h: the CQ's buffers come from its
+  // allocators; uroce's do not, see domains.cc), held while the CQ lives.
+  ibv_pd* parent = nullptr;
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: parent domains are not supported");
-    return nullptr;
+    if (parent_domain_of(attr->parent_domain) == nullptr || attr->parent_domain->context != context) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    parent = attr->parent_domain;
   }
   if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
     errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: completion timestamps, CVLAN, flow tags and tag matching "
@@ -170,7 +176,12 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  return create(context, *attr);
+  ibv_cq_ex* made = create(context, *attr);
+  if (made != nullptr && parent != nullptr) {
+    reinterpret_cast<Cq*>(made)->parent_domain = parent;
+    hold_domain(parent);
+  }
+  return made;
 }
 
 }  // namespace uroce::ibverbs
@@ -257,6 +268,7 @@ int ibv_destroy_cq(ibv_cq* ibv_cq) {
   pthread_mutex_unlock(&ibv_cq->mutex);
   pthread_cond_destroy(&ibv_cq->cond);
   pthread_mutex_destroy(&ibv_cq->mutex);
+  uroce::ibverbs::release_domain(cq->parent_domain);
   delete cq;
   return 0;
 }

@@ -597,6 +597,12 @@ ibv_context* ibv_open_device(ibv_device* device) {
   x->vctx.create_srq_ex = uroce::ibverbs::create_srq_ex_op;
   x->vctx.get_srq_num = uroce::ibverbs::get_srq_num_op;
   x->vctx.advise_mr = uroce::ibverbs::advise_mr_op;
+  x->vctx.alloc_td = uroce::ibverbs::alloc_td_op;
+  x->vctx.dealloc_td = uroce::ibverbs::dealloc_td_op;
+  x->vctx.alloc_parent_domain = uroce::ibverbs::alloc_parent_domain_op;
+  x->vctx.alloc_dm = uroce::ibverbs::alloc_dm_op;
+  x->vctx.free_dm = uroce::ibverbs::free_dm_op;
+  x->vctx.reg_dm_mr = uroce::ibverbs::reg_dm_mr_op;
   // Every other verbs_context op stays NULL: the inlines then fall back to
   // an exported call or return EOPNOTSUPP themselves.
   {

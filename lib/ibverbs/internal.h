@@ -133,10 +133,33 @@ struct Ctx {
 };
 Ctx* ctx_of(ibv_context* c);  // nullptr (errno ENODEV) for a context that is not ours
 
+struct Td;
 struct Pd {
   ibv_pd ibv;
   uroce::ProtectionDomain* pd;
+  // A parent domain (ibv_alloc_parent_domain, domains.cc) stands on
+  // `protection`, whose uroce PD `pd` is, and counts in `users` the QPs,
+  // SRQs, CQs and MRs made on it; a protection domain counts its parents.
+  Pd* protection = nullptr;
+  Td* td = nullptr;
+  std::atomic<std::uint32_t> users{0};
+  std::atomic<std::uint32_t> parents{0};
+  void* pd_context = nullptr;
 };
+// A thread domain (ibv_alloc_td): held by the parent domains that name it.
+struct Td {
+  ibv_td ibv;
+  std::atomic<std::uint32_t> parents{0};
+};
+// An object made on `pd` (held) or destroyed (released): counted when it
+// is a parent domain, nothing otherwise.
+void hold_domain(ibv_pd* pd);
+void release_domain(ibv_pd* pd);
+// ibv_dealloc_pd of a parent domain: EBUSY while objects made on it live.
+int dealloc_parent_domain(Pd* pd);
+// The parent domain behind `pd` (ibv_create_cq_ex's parent_domain); nullptr,
+// errno EINVAL, for a plain PD or none of ours.
+Pd* parent_domain_of(ibv_pd* pd);
 struct Mr {
   ibv_mr ibv;
   uroce::MemoryRegion* mr;
@@ -159,6 +182,7 @@ struct Cq {
   Ctx* ctx = nullptr;
   Channel* channel = nullptr;
   std::uint64_t id = 0;              // what its events carry through the channel
+  ibv_pd* parent_domain = nullptr;   // ibv_create_cq_ex's, held while the CQ lives
   std::atomic<std::uint32_t> comp_events{0};   // delivered by ibv_get_cq_event
   std::atomic<std::uint32_t> async_events{0};  // delivered by ibv_get_async_event
   bool overflow_reported = false;    // the event monitor's
@@ -238,6 +262,14 @@ int close_xrcd_op(ibv_xrcd* xrcd);
 ibv_qp* open_qp_op(ibv_context* context, ibv_qp_open_attr* attr);
 ibv_srq* create_srq_ex_op(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int get_srq_num_op(ibv_srq* srq, std::uint32_t* srq_num);
+// Thread and parent domains' verbs_context ops (domains.cc).
+ibv_td* alloc_td_op(ibv_context* context, ibv_td_init_attr* attr);
+int dealloc_td_op(ibv_td* td);
+ibv_pd* alloc_parent_domain_op(ibv_context* context, ibv_parent_domain_init_attr* attr);
+// Device memory's (dm.cc).
+ibv_dm* alloc_dm_op(ibv_context* context, ibv_alloc_dm_attr* attr);
+int free_dm_op(ibv_dm* dm);
+ibv_mr* reg_dm_mr_op(ibv_pd* pd, ibv_dm* dm, std::uint64_t offset, std::size_t length, unsigned access);
 // The new post API's function table (qp_ex.cc).
 void fill_wr_ops(ibv_qp_ex& ex);
 // ibv_start_poll & co. (cq.cc).

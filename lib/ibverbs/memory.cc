@@ -63,6 +63,7 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
   m->ibv.handle = m->mr->lkey;
   m->ibv.lkey = m->mr->lkey;
   m->ibv.rkey = m->mr->rkey;
+  hold_domain(ibv_pd);
   return &m->ibv;
 }
 
@@ -104,7 +105,10 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 int ibv_dealloc_pd(ibv_pd* ibv_pd) {
   Pd* pd = uroce::ibverbs::pd_of(ibv_pd);
   if (pd == nullptr) return EINVAL;
-  // EBUSY while regions or QPs use it, as the kernel answers.
+  if (pd->protection != nullptr) return uroce::ibverbs::dealloc_parent_domain(pd);
+  // EBUSY while regions or QPs use it, as the kernel answers, or parent
+  // domains stand on it (as rdma-core's providers answer).
+  if (pd->parents.load() != 0) return EBUSY;
   if (const int rc = ctx_of(ibv_pd->context)->ctx->dealloc_pd(pd->pd); rc != 0) return rc;
   delete pd;
   return 0;
@@ -134,6 +138,7 @@ int ibv_dereg_mr(ibv_mr* ibv_mr) {
   auto* m = reinterpret_cast<Mr*>(ibv_mr);
   auto* pd = reinterpret_cast<Pd*>(ibv_mr->pd);
   if (const int rc = pd->pd->dereg_mr(m->mr); rc != 0) return rc;
+  uroce::ibverbs::release_domain(ibv_mr->pd);
   delete m;
   return 0;
 }

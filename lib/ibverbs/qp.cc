@@ -15,7 +15,11 @@ namespace {
 
 const char* type_name(ibv_qp_type t) {
   switch (t) {
-    case IBV_QPT_RAW_PACKET: return "ibv_create_qp: raw packet QPs are not supported (RC, UC and UD are)";
+    // The port is the engines': they take every frame for RoCE or ARP and
+    // hand none to a program, and send only frames they build.
+    case IBV_QPT_RAW_PACKET:
+      return "ibv_create_qp: raw packet QPs are not supported: the DPDK port is uroce's engines', which send "
+             "only RoCE frames they build and deliver no Ethernet frames to programs (RC, UC and UD QPs work)";
     case IBV_QPT_XRC_SEND:
     case IBV_QPT_XRC_RECV: return "ibv_create_qp: XRC QPs are not supported (RC, UC and UD are)";
     default: return "ibv_create_qp: this QP type is not supported (RC, UC and UD are)";
@@ -85,6 +89,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   if (new_post_api) fill_wr_ops(qp->ex);
   ibv_qp_attr qa{};
   if (qp->qp->query(qa, IBV_QP_CAP) == 0) granted = qa.cap;
+  hold_domain(ibv_pd);
   std::lock_guard<std::mutex> lock(x->mutex);
   x->qps.push_back(qp);
   return &qp->ex.qp_base;
@@ -242,6 +247,7 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
     return rc;
   }
   uroce::ibverbs::await_acks(ibv_qp, qp->async_events.load());
+  uroce::ibverbs::release_domain(ibv_qp->pd);
   delete qp;
   return 0;
 }

@@ -76,9 +76,12 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex a{};
   if (const int rc = ibv_query_device(context, &a.orig_attr); rc != 0) return rc;
-  // No TSO, RSS, packet pacing, tag matching, device memory or completion
-  // timestamps: their caps stay 0, so programs do not ask.
+  const Device* d = device_of(context);
+  // No TSO, RSS, packet pacing, tag matching (tm_caps: see stubs.cc) or
+  // completion timestamps: their caps stay 0, so programs do not ask.
   a.phys_port_cnt_ex = 1;
+  // Device memory: the most a context may hold (dm.cc).
+  a.max_dm_size = d->ctx->limits().max_dm_size;
   // On-demand paging, implicit too, for every operation each QP type has
   // (the engines reach ODP pages through the kernel: docs/transport.md). No
   // XRC, so no xrc_odp_caps.

@@ -68,6 +68,7 @@ ibv_srq* ibv_create_srq(ibv_pd* ibv_pd, ibv_srq_init_attr* attr) {
   b.handle = 0;
   pthread_mutex_init(&b.mutex, nullptr);
   pthread_cond_init(&b.cond, nullptr);
+  uroce::ibverbs::hold_domain(ibv_pd);
   std::lock_guard<std::mutex> lock(x->mutex);
   x->srqs.push_back(srq);
   return &srq->ibv;
@@ -100,6 +101,7 @@ int ibv_destroy_srq(ibv_srq* ibv_srq) {
     return rc;  // EBUSY: QPs still use it
   }
   uroce::ibverbs::await_acks(ibv_srq, srq->async_events.load());
+  uroce::ibverbs::release_domain(ibv_srq->pd);
   delete srq;
   return 0;
 }

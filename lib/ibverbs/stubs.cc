@@ -99,7 +99,9 @@ ibv_srq* create_srq_ex_op(ibv_context*, ibv_srq_init_attr_ex* attr) {
   if ((typed && attr->srq_type == IBV_SRQT_XRC) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) != 0) {
     errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: XRC SRQs are not supported (basic SRQs are)");
   } else if ((typed && attr->srq_type == IBV_SRQT_TM) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: tag-matching SRQs are not supported (basic SRQs are)");
+    // tm_caps stay 0 (query.cc): programs that check them do not ask.
+    errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: tag-matching SRQs are not supported: uroce's engines do "
+                                    "not match MPI tags on receive (tm_caps are 0; basic SRQs work)");
   } else if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) != 0 &&
              (attr->comp_mask & ~static_cast<std::uint32_t>(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
                                                             IBV_SRQ_INIT_ATTR_CQ)) == 0) {

@@ -52,6 +52,14 @@ MrTable::MrTable(std::uint32_t capacity, RandomFill random) : slots_(capacity + 
   if (slots_.size() > 1) next_slot_ = 1 + start % static_cast<std::uint32_t>(slots_.size() - 1);
 }
 
+int MrTable::add_empty(std::uint64_t pd, void* base, std::uint64_t iova, int access, std::uint32_t& key) {
+  // add()'s checks with one byte in place of none; the region then has none.
+  if (const int rc = check_args(iova, 1, access); rc != 0) return rc;
+  if (const int rc = add(pd, base, iova, 1, access, key); rc != 0) return rc;
+  slots_[slot_of(key)].length = 0;
+  return 0;
+}
+
 int MrTable::add(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
                  std::uint32_t& key) {
   // Slot 0 is never used, so key 0 is never valid.

@@ -63,6 +63,10 @@ class MrTable {
   // iova 0, length UINT64_MAX, base nullptr: every address.
   int add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access,
               std::int32_t pid, std::uint32_t& key);
+  // A region of no bytes at `iova` (ibv_reg_dm_mr of length 0, which
+  // rdma-core's tests register on device memory): only zero-length accesses
+  // at its iova pass check(). 0 and the key, EINVAL (flags) or ENOMEM.
+  int add_empty(std::uint64_t pd, void* base, std::uint64_t iova, int access, std::uint32_t& key);
   int remove(std::uint32_t key);
   // add()'s checks of the arguments alone: 0 or EINVAL. Lets a caller
   // refuse a bad region before the slow part of registering it.

@@ -23,6 +23,7 @@ namespace uroce::service {
 // on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
 // program_qp and srq). 5: StatsReply lists SRQs and AHs.
 // 6: reg_mr of an on-demand region (RegMr::addr, no pieces).
+// 6: device memory (kAllocDm, kFreeDm, kRegDmMr, HelloReply's max_dm_size).
 inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
@@ -67,6 +68,11 @@ enum class Op : std::uint32_t {
                    // its answer is accepted or rejected with kCmAccept, kCmReject
   kCmInitQpAttr, // CmInitQpAttr -> CmInitQpAttrReply (rdma_init_qp_attr)
   kCmEstablish,  // handle: comm ID, after a kConnectResponse (rdma_establish: the RTU)
+  // Device memory: a memory file the daemon makes, owns and maps, passed to
+  // the client that asked (and to no other) to map too.
+  kAllocDm,      // AllocDm -> handle + the memory file
+  kFreeDm,       // handle: EBUSY while regions are on it
+  kRegDmMr,      // RegDmMr -> handle + RegMrReply (a region, gone with kDeregMr)
 };
 
 struct Hello {
@@ -98,6 +104,18 @@ struct RegMr {
 
 struct CreateCq {
   std::uint32_t cqe = 0;
+};
+
+struct AllocDm {
+  std::uint64_t length = 0;
+};
+// Bytes [offset, offset + length) of device memory `dm`, zero-based.
+struct RegDmMr {
+  std::uint32_t pd = 0;
+  std::uint32_t dm = 0;
+  std::int32_t access = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
 };
 
 struct CreateQp {
@@ -205,6 +223,8 @@ struct Request {
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
+    AllocDm alloc_dm;
+    RegDmMr reg_dm_mr;
   };
   Request() : hello{} {}
 };
@@ -218,6 +238,7 @@ struct HelloReply {
   // DeviceLimits, field by field (include/uroce/verbs.h)
   std::uint32_t max_qp = 0, max_qp_wr = 0, max_sge = 0, max_inline_data = 0, max_cqe = 0, max_mr = 0;
   std::uint32_t max_qp_rd_atom = 0, max_qp_init_rd_atom = 0;
+  std::uint64_t max_dm_size = 0;  // device memory this client may hold at once
 };
 
 struct RegMrReply {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "uroce/stats.h"
@@ -48,6 +49,13 @@ class Backend {
   virtual MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                                bool copied) = 0;
   virtual int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) = 0;
+  // Device memory (Context::alloc_dm, free_dm, ProtectionDomain::reg_dm_mr),
+  // the arguments checked by lib/verbs/dm.cc: the memory (zeroed) and its
+  // object, owned by ContextImpl::dms; the DM's own regions.
+  virtual std::unique_ptr<DeviceMemory> alloc_dm(std::size_t length) = 0;
+  virtual int free_dm(DeviceMemory* dm) = 0;
+  virtual MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
+                                  int access) = 0;
   // Sets CompletionQueue::Impl::poll.
   virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
   virtual int destroy_cq(CompletionQueue* cq) = 0;

@@ -84,6 +84,9 @@ MemoryRegion* reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length
 // Otherwise as ProtectionDomain::reg_mr_iova.
 MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                          std::int32_t pid);
+// A region of no bytes at iova 0 over `addr` (lib/verbs/dm.cc: ibv_reg_dm_mr
+// of length 0; uroced's for its clients' device memory). In process only.
+MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
 // Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must

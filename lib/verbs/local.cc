@@ -379,6 +379,7 @@ std::unique_ptr<MemoryRegion> LocalBackend::dereg_mr_now(MemoryRegion* mr) {
   }
   std::unique_ptr<MemoryRegion> owned = std::move(*it);
   c_.mrs_owned.erase(it);
+  if (owned->dm != nullptr) --owned->dm->regions;
   return owned;
 }
 

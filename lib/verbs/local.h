@@ -57,6 +57,11 @@ class LocalBackend final : public Backend {
   MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  std::unique_ptr<DeviceMemory> alloc_dm(std::size_t length) override;                   // dm.cc
+  int free_dm(DeviceMemory* dm) override;                                                 // dm.cc
+  MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
+                          int access) override;                                           // dm.cc
+  MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);               // dm.cc
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override;

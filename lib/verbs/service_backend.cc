@@ -2,6 +2,7 @@
 // process, each call a control message to the daemon (lib/service), the data
 // path the shared rings. Object lists are guarded by mutex_, as the
 // in-process calls guard them by their control calls.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 
 #include "service/client.h"
+#include "service/shm.h"
 #include "transport/counters.h"
 #include "verbs/backend.h"
 #include "verbs/verbs_impl.h"
@@ -80,7 +82,7 @@ class ServiceBackend final : public Backend {
   // Closing the socket (client_) is the daemon's signal to free all of
   // ours; the event thread stops before the CQs it calls back go (the
   // Context's Impl outlives its backend).
-  ~ServiceBackend() override = default;
+  ~ServiceBackend() override;
 
   bool attached() const override { return true; }
   std::uint64_t now_ns() const override {
@@ -109,6 +111,10 @@ class ServiceBackend final : public Backend {
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
   MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+  std::unique_ptr<DeviceMemory> alloc_dm(std::size_t length) override;
+  int free_dm(DeviceMemory* dm) override;
+  MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
+                          int access) override;
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
@@ -138,6 +144,7 @@ class ServiceBackend final : public Backend {
   ContextImpl& c_;
   std::unique_ptr<service::Client> client_;
   std::map<const MemoryRegion*, std::uint32_t> mrs_;  // the daemon's handle of each region
+  std::map<const DeviceMemory*, std::size_t> dm_maps_;  // device memory mapped here: its bytes
   std::mutex mutex_;  // one control call at a time
 };
 
@@ -153,10 +160,17 @@ ServiceBackend::ServiceBackend(Context& ctx, std::unique_ptr<service::Client> cl
   limits.max_mr = h.max_mr;
   limits.max_qp_rd_atom = h.max_qp_rd_atom;
   limits.max_qp_init_rd_atom = h.max_qp_init_rd_atom;
+  limits.max_dm_size = h.max_dm_size;
   PortConfig& port = c_.port;
   std::memcpy(port.mac, h.mac, sizeof port.mac);
   port.gid = h.gid[1];
   port.active_mtu = static_cast<ibv_mtu>(h.active_mtu);
+}
+
+// The daemon frees what is left when the socket closes; this process's
+// mappings of its device memory go here.
+ServiceBackend::~ServiceBackend() {
+  for (const auto& [dm, bytes] : dm_maps_) munmap(dm->addr(), bytes);
 }
 
 int ServiceBackend::simple(service::Op op, std::uint32_t handle, const char* what) {
@@ -312,8 +326,63 @@ int ServiceBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
   if (it == mrs_.end()) return c_.fail(EINVAL, "not a registered memory region");
   if (const int e = simple(service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
   mrs_.erase(it);
+  if (mr->dm != nullptr) --mr->dm->regions;
   erase_owned(c_.mrs_owned, mr);
   return 0;
+}
+
+// Device memory: the daemon's memory file, mapped here as well.
+std::unique_ptr<DeviceMemory> ServiceBackend::alloc_dm(std::size_t length) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kAllocDm;
+  req.alloc_dm.length = length;
+  service::Reply reply;
+  std::vector<int> got;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, &got, why); e != 0) {
+    c_.fail(e, "alloc_dm: " + why);
+    return nullptr;
+  }
+  const std::size_t bytes = service::page_round(length);
+  void* map = got.size() == 1 ? service::map_shared(got[0], bytes) : nullptr;
+  const int e = errno;
+  for (const int fd : got) close(fd);
+  if (map == nullptr) {
+    simple(service::Op::kFreeDm, reply.handle, "free_dm");
+    c_.fail(ENOMEM, std::string("alloc_dm: mapping the daemon's memory file: ") + std::strerror(e));
+    return nullptr;
+  }
+  auto dm = std::make_unique<DeviceMemory>(&ctx_, map, length, reply.handle);
+  dm_maps_[dm.get()] = bytes;
+  return dm;
+}
+
+int ServiceBackend::free_dm(DeviceMemory* dm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const int e = simple(service::Op::kFreeDm, dm->handle(), "free_dm"); e != 0) return e;
+  munmap(dm->addr(), dm_maps_.at(dm));
+  dm_maps_.erase(dm);
+  return 0;
+}
+
+MemoryRegion* ServiceBackend::reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset,
+                                        std::size_t length, int access) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kRegDmMr;
+  req.reg_dm_mr = service::RegDmMr{pd->handle(), dm->handle(), access, offset, length};
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "reg_dm_mr: " + why);
+    return nullptr;
+  }
+  auto mr = std::make_unique<MemoryRegion>();
+  *mr = MemoryRegion{dm->addr() + offset, length, 0, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
+  mrs_[mr.get()] = reply.handle;
+  c_.mrs_owned.push_back(std::move(mr));
+  return c_.mrs_owned.back().get();
 }
 
 QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) {

@@ -101,6 +101,10 @@ struct Context::Impl {
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
+  // Device memory (lib/verbs/dm.cc), and its bytes held (whole pages), under dm_mutex.
+  std::mutex dm_mutex;
+  std::vector<std::unique_ptr<DeviceMemory>> dms;
+  std::uint64_t dm_bytes = 0;
 
   // GID table: 0 IPv6 link-local, 1 IPv4-mapped (Context::query_gid).
   int query_gid(int index, ibv_gid& gid);

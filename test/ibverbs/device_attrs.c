@@ -166,6 +166,110 @@ static int attrs(void) {
   srq = ibv_create_srq_ex(ctx, &sx);
   CHECK(srq != NULL);
   CHECK(ibv_destroy_srq(srq) == 0);
+
+  /* Issue 29: raw packet QPs and tag matching answer EOPNOTSUPP with a line
+     that says why, and advertise no capability. */
+  CHECK(dax.raw_packet_caps == 0);
+  CHECK(dax.tm_caps.max_num_tags == 0 && dax.tm_caps.max_ops == 0);
+  fprintf(stderr, "--- raw\n");
+  qi.qp_type = IBV_QPT_RAW_PACKET;
+  errno = 0;
+  CHECK(ibv_create_qp(pd, &qi) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+  qi.qp_type = IBV_QPT_RC;
+  struct ibv_srq_init_attr_ex tm = {.attr = {.max_wr = 4, .max_sge = 1},
+                                    .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                                                 IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM,
+                                    .srq_type = IBV_SRQT_TM, .pd = pd, .cq = cq,
+                                    .tm_cap = {.max_num_tags = 4, .max_ops = 4}};
+  errno = 0;
+  CHECK(ibv_create_srq_ex(ctx, &tm) == NULL);
+  CHECK(errno == EOPNOTSUPP);
+
+  /* Issue 29: device memory, as ibv_alloc_dm(3) and rdma-core's tests ask. */
+  CHECK(dax.max_dm_size >= 4096);
+  struct ibv_alloc_dm_attr dma = {.length = dax.max_dm_size + 1};
+  errno = 0;
+  CHECK(ibv_alloc_dm(ctx, &dma) == NULL);
+  CHECK(errno == ENOMEM);
+  dma.length = 100;
+  dma.comp_mask = 1;
+  errno = 0;
+  CHECK(ibv_alloc_dm(ctx, &dma) == NULL);
+  CHECK(errno == EINVAL);
+  dma.comp_mask = 0;
+  dma.log_align_req = 6;
+  struct ibv_dm *dm = ibv_alloc_dm(ctx, &dma);
+  CHECK(dm != NULL);
+  char word[8] = "abcdefg", back[8] = {0};
+  CHECK(ibv_memcpy_to_dm(dm, 96, word, 4) == 0);
+  CHECK(ibv_memcpy_from_dm(back, dm, 96, 4) == 0 && memcmp(back, word, 4) == 0);
+  CHECK(ibv_memcpy_to_dm(dm, 3, word, 4) != 0);
+  CHECK(ibv_memcpy_from_dm(back, dm, 4, 3) != 0);
+  CHECK(ibv_memcpy_to_dm(dm, 100, word, 4) != 0);
+  const unsigned zb = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE;
+  errno = 0;
+  CHECK(ibv_reg_dm_mr(pd, dm, 0, 100, IBV_ACCESS_LOCAL_WRITE) == NULL);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_reg_dm_mr(pd, dm, 0, 100, zb | IBV_ACCESS_MW_BIND) == NULL);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_reg_dm_mr(pd, dm, 0, 104, zb) == NULL);
+  CHECK(errno == EINVAL);
+  struct ibv_mr *dmr = ibv_reg_dm_mr(pd, dm, 4, 96, zb | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(dmr != NULL);
+  CHECK(dmr->addr == NULL && dmr->length == 96 && dmr->lkey != 0);
+  CHECK(ibv_free_dm(dm) == EBUSY);
+  CHECK(ibv_dereg_mr(dmr) == 0);
+  CHECK(ibv_free_dm(dm) == 0);
+
+  /* Issue 29: thread and parent domains. A parent domain stands for its PD
+     in every verb; it holds the PD and its TD, and is held by what is made
+     on it; a CQ names a parent domain only. */
+  struct ibv_td_init_attr tda = {0};
+  struct ibv_td *td = ibv_alloc_td(ctx, &tda);
+  CHECK(td != NULL);
+  struct ibv_parent_domain_init_attr pda = {.pd = pd, .td = td,
+                                            .comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+                                            .pd_context = &tda};
+  struct ibv_pd *parent = ibv_alloc_parent_domain(ctx, &pda);
+  CHECK(parent != NULL);
+  pda.pd = parent;
+  errno = 0;
+  CHECK(ibv_alloc_parent_domain(ctx, &pda) == NULL);
+  CHECK(errno == EINVAL);
+  pda.pd = pd;
+  pda.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
+  errno = 0;
+  CHECK(ibv_alloc_parent_domain(ctx, &pda) == NULL);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_dealloc_td(td) == EBUSY);
+  CHECK(ibv_dealloc_pd(pd) == EBUSY);
+  qp = ibv_create_qp(parent, &qi);
+  CHECK(qp != NULL && qp->pd == parent);
+  char buf[64];
+  struct ibv_mr *pmr = ibv_reg_mr(parent, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(pmr != NULL);
+  struct ibv_srq_init_attr psa = {.attr = {.max_wr = 4, .max_sge = 1}};
+  struct ibv_srq *psrq = ibv_create_srq(parent, &psa);
+  CHECK(psrq != NULL && psrq->pd == parent);
+  cqa.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  cqa.parent_domain = pd;
+  errno = 0;
+  CHECK(ibv_create_cq_ex(ctx, &cqa) == NULL);
+  CHECK(errno == EINVAL);
+  cqa.parent_domain = parent;
+  cqx = ibv_create_cq_ex(ctx, &cqa);
+  CHECK(cqx != NULL);
+  CHECK(ibv_dealloc_pd(parent) == EBUSY);
+  CHECK(ibv_destroy_qp(qp) == 0);
+  CHECK(ibv_dereg_mr(pmr) == 0);
+  CHECK(ibv_destroy_srq(psrq) == 0);
+  CHECK(ibv_dealloc_pd(parent) == EBUSY);
+  CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0);
+  CHECK(ibv_dealloc_pd(parent) == 0);
+  CHECK(ibv_dealloc_td(td) == 0);
   fprintf(stderr, "--- end\n");
 
   /* On-demand paging: advertised in odp_caps; an ODP region over memory

@@ -64,6 +64,13 @@ TEST(IbverbsAttrs, AttributesAreRdmaCoresAndRefusalsSayWhy) {
                         "uroce libibverbs: ibv_open_qp: XRC (shared QPs) is not supported"}) {
     EXPECT_NE(xrc.find(s), std::string::npos) << "no '" << s << "' in:\n" << r.out;
   }
+  // Raw packet QPs and tag-matching SRQs: a line each that says why.
+  const std::string raw = section(r.out, "raw");
+  for (const char* s : {"uroce libibverbs: ibv_create_qp: raw packet QPs are not supported: the DPDK port is uroce's",
+                        "uroce libibverbs: ibv_create_srq_ex: tag-matching SRQs are not supported: uroce's engines "
+                        "do not match MPI tags"}) {
+    EXPECT_NE(raw.find(s), std::string::npos) << "no '" << s << "' in:\n" << r.out;
+  }
 }
 
 // Item 15: with no device, rdma_get_devices is NULL with ENODEV, and

@@ -342,6 +342,7 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
   auto it = c.mrs.find(handle);
   if (it == c.mrs.end()) return EINVAL;
   if (const int e = it->second.mr->pd->dereg_mr(it->second.mr); e != 0) return e;
+  if (auto dm = c.dms.find(it->second.dm); it->second.dm != 0 && dm != c.dms.end()) --dm->second.regions;
   // dereg_mr returned: the engines no longer touch the view.
   Charge freed;
   if (it->second.own_view) {

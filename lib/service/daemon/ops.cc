@@ -50,13 +50,16 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kCmSidrRequest, "cm_sidr_request", false, Budget::kNone, &Server::op_cm_sidr_request},
     {Op::kCmInitQpAttr, "cm_init_qp_attr", false, Budget::kNone, &Server::op_cm_init_qp_attr},
     {Op::kCmEstablish, "cm_establish", false, Budget::kNone, &Server::op_cm_establish},
+    {Op::kAllocDm, "alloc_dm", false, Budget::kNone, &Server::op_alloc_dm},
+    {Op::kFreeDm, "free_dm", false, Budget::kNone, &Server::op_free_dm},
+    {Op::kRegDmMr, "reg_dm_mr", false, Budget::kMrs, &Server::op_reg_dm_mr},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kCmEstablish));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kRegDmMr));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;

@@ -484,6 +484,7 @@ void Server::op_hello(Client& c, const Request& req, const int*, int, Reply& rep
   h.max_mr = std::min(l.max_mr, c.limits.mrs);
   h.max_qp_rd_atom = l.max_qp_rd_atom;
   h.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
+  h.max_dm_size = l.max_dm_size;
 }
 
 bool Server::serve(Client& c) {
@@ -910,6 +911,13 @@ void Server::release(Client& c) {
   if (c.odp_mem >= 0 && !leaked) close(c.odp_mem);
   c.odp_mem = -1;
   drop_idle_files(c, {});
+  // Device memory with no region left on it (a region that would not
+  // deregister keeps its memory mapped, as above).
+  for (auto it = c.dms.begin(); it != c.dms.end();) {
+    const std::uint32_t h = (it++)->first;
+    free_dm(c, h);
+  }
+  c.dms.clear();
   for (auto& [h, pd] : c.pds) ctx_.dealloc_pd(pd);
   c.pds.clear();
   // Left only by regions that would not deregister (their files stay

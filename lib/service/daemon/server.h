@@ -124,6 +124,15 @@ class Server {
     std::size_t view_bytes = 0;
     bool own_view = false;          // a view of several pieces, mapped for this region; else inside its file's mapping
     std::vector<FileKey> files;     // its pieces' files (Client::files)
+    std::uint32_t dm = 0;           // reg_dm_mr's: the device memory it lies in (its handle)
+  };
+  // Device memory (dm.cc): a memory file of the daemon's, mapped here and
+  // by the client.
+  struct Dm {
+    void* map = nullptr;
+    std::size_t bytes = 0;     // mapped: whole pages
+    std::uint64_t length = 0;  // asked for
+    std::uint32_t regions = 0;
   };
   struct Cq {
     CompletionQueue* cq = nullptr;
@@ -184,6 +193,8 @@ class Server {
     std::map<std::uint32_t, Qp> qps;
     std::map<std::uint32_t, Srq> srqs;
     std::map<std::uint32_t, Ah> ahs;  // by the client's number for them (service::CreateAh)
+    std::map<std::uint32_t, Dm> dms;
+    std::uint64_t dm_bytes = 0;       // held, in whole pages (HelloReply::max_dm_size)
     std::unique_ptr<AhTable> ah_table;  // the same for the pumps, made with its first UD QP or AH
     std::map<FileKey, File> files;
     std::uint64_t mapped = 0;             // bytes of memory files
@@ -266,6 +277,9 @@ class Server {
   OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
       op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats, op_create_srq, op_modify_srq, op_query_srq,
       op_destroy_srq, op_create_ah, op_destroy_ah;
+  // Device memory (dm.cc).
+  OpFn op_alloc_dm, op_free_dm, op_reg_dm_mr;
+  int free_dm(Client& c, std::uint32_t handle);
   // rdma_cm (cm_relay.cc).
   OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
       op_cm_event, op_cm_sidr_request, op_cm_init_qp_attr, op_cm_establish;
