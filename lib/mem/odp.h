@@ -8,7 +8,7 @@
 // Whose memory, the region's owner, is an int32 (Region::odp_pid, the WQEs'
 // odp_pid): > 0, a pid reached with process_vm_readv/writev (in process:
 // this process, own_pid()); < 0, a descriptor of a client's /proc/PID/mem
-// (odp_owner_of_mem_fd), which uroced opens once per client: it names the
+// (odp_owner_of_mem_fd), which a client passes to uroced once: it names the
 // client's address space itself, so a pid reused after the client died can
 // never be reached through it, and its accesses never wait on a
 // userfaultfd the client does not serve (the kernel's remote access through

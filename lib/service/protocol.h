@@ -95,10 +95,12 @@ struct RegMr {
   std::uint64_t offset = 0;  // where the region starts in the pieces laid side by side
   std::uint32_t pieces = 0;
   MemoryPiece piece[kMaxPieces];
-  // On-demand (access has IBV_ACCESS_ON_DEMAND): no pieces and no files; the
-  // region is [addr, addr + length) of the client's own address space (addr
-  // 0 and length UINT64_MAX: all of it), reached by the daemon through the
-  // kernel on the socket's peer pid, never mapped.
+  // On-demand (access has IBV_ACCESS_ON_DEMAND): no pieces; the region is
+  // [addr, addr + length) of the client's own address space (addr 0 and
+  // length UINT64_MAX: all of it), never mapped by the daemon, which reaches
+  // it through the client's /proc/self/mem: one descriptor, opened read-write
+  // and passed with the client's first on-demand region (checked to be the
+  // socket peer's own; later ones may pass it again or not at all).
   std::uint64_t addr = 0;
 };
 

@@ -2,6 +2,7 @@
 // process, each call a control message to the daemon (lib/service), the data
 // path the shared rings. Object lists are guarded by mutex_, as the
 // in-process calls guard them by their control calls.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -295,7 +296,8 @@ MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size
 }
 
 // On demand: the memory stays where it is, unshared; the daemon reaches it
-// through the kernel on this process's pid (lib/service/daemon/memory.cc).
+// through the kernel, by this process's /proc/self/mem, passed with the
+// registration (lib/service/daemon/memory.cc).
 MemoryRegion* ServiceBackend::reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova,
                                          int access) {
   const bool implicit = addr == nullptr && length == SIZE_MAX;
@@ -307,9 +309,17 @@ MemoryRegion* ServiceBackend::reg_mr_odp(ProtectionDomain* pd, void* addr, std::
   req.op = service::Op::kRegMr;
   req.reg_mr = service::RegMr{pd->handle(), access, implicit ? 0 : iova, length, 0, 0, {},
                               reinterpret_cast<std::uintptr_t>(addr)};
+  const int self = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  if (self < 0) {
+    c_.fail(errno, "reg_mr: on-demand regions need this process's /proc/self/mem, which the daemon reaches them by: " +
+                       std::string(std::strerror(errno)));
+    return nullptr;
+  }
   service::Reply reply;
   std::string why;
-  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+  const int e = client_->call(req, reply, &self, 1, nullptr, why);
+  close(self);
+  if (e != 0) {
     c_.fail(e, "reg_mr: " + why);
     return nullptr;
   }

@@ -456,15 +456,17 @@ std::vector<std::string> memory_descriptors(pid_t daemon) {
 
 // On-demand regions through the raw protocol: no memory files, a sane
 // range (or the implicit one), and the memory the daemon then reaches is
-// the connecting process's own (/proc/ITS_PID/mem, never a pid the client
-// names); the descriptor goes with the client.
+// the connecting process's own: the first region passes its /proc/self/mem,
+// and nothing else passes for it (a memory file, another process's memory,
+// a read-only one); the descriptor goes with the client.
 TEST(ServiceMemory, OnDemandRegionsReachTheClientsOwnMemoryOnly) {
   Daemon d;
   ASSERT_EQ(d.error, "");
   auto a = std::make_unique<Raw>(d);
   ASSERT_TRUE(a->c) << a->why;
   const std::uint32_t pd = a->pd();
-  auto odp = [&](std::uint64_t addr, std::uint64_t length, const int* fds, int nfds, svc::Reply& y) {
+  auto odp = [&](std::uint64_t addr, std::uint64_t length, const int* fds, int nfds, svc::Reply& y,
+                 std::uint32_t pieces = 0) {
     svc::Request r;
     std::memset(static_cast<void*>(&r), 0, sizeof r);
     r.op = svc::Op::kRegMr;
@@ -473,19 +475,33 @@ TEST(ServiceMemory, OnDemandRegionsReachTheClientsOwnMemoryOnly) {
     r.reg_mr.addr = addr;
     r.reg_mr.iova = addr;
     r.reg_mr.length = length;
-    r.reg_mr.pieces = static_cast<std::uint32_t>(nfds);
-    if (nfds > 0) r.reg_mr.piece[0] = svc::MemoryPiece{0, 4096};
+    r.reg_mr.pieces = pieces;
+    if (pieces > 0) r.reg_mr.piece[0] = svc::MemoryPiece{0, 4096};
     return a->call(r, y, fds, nfds);
   };
   svc::Reply y;
   const int file = svc::make_memory_file("svcmem-odp", 4096);
   ASSERT_GE(file, 0);
-  EXPECT_EQ(odp(0x10000, 4096, &file, 1, y), EINVAL) << "an ODP region with a memory file";
+  EXPECT_EQ(odp(0x10000, 4096, &file, 1, y, 1), EINVAL) << "an ODP region with a memory file";
+  EXPECT_EQ(odp(0x10000, 4096, &file, 1, y), EINVAL) << "a memory file for the client's memory";
   close(file);
-  EXPECT_EQ(odp(0, 4096, nullptr, 0, y), EINVAL) << "address 0 is only the implicit region's";
-  EXPECT_EQ(odp(~0ull - 100, 4096, nullptr, 0, y), EINVAL) << "a range past the end";
+  EXPECT_EQ(odp(0x10000, 4096, nullptr, 0, y), EINVAL) << "the first region without the client's memory";
+  const int daemons = open(("/proc/" + std::to_string(d.pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(daemons, 0);
+  EXPECT_EQ(odp(0x10000, 4096, &daemons, 1, y), EINVAL) << "another process's memory (the daemon's own)";
+  close(daemons);
+  const int read_only = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(read_only, 0);
+  EXPECT_EQ(odp(0x10000, 4096, &read_only, 1, y), EINVAL) << "the client's memory opened read-only";
+  close(read_only);
+  const int self = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  ASSERT_GE(self, 0);
+  EXPECT_EQ(odp(0, 4096, &self, 1, y), EINVAL) << "address 0 is only the implicit region's";
+  EXPECT_EQ(odp(~0ull - 100, 4096, &self, 1, y), EINVAL) << "a range past the end";
   EXPECT_TRUE(memory_descriptors(d.pid).empty());
-  ASSERT_EQ(odp(0, UINT64_MAX, nullptr, 0, y), 0) << a->why;
+  ASSERT_EQ(odp(0, UINT64_MAX, &self, 1, y), 0) << a->why;
+  close(self);
+  // Later regions need not pass it again.
   ASSERT_EQ(odp(0x10000, 4096, nullptr, 0, y), 0) << a->why;
   const std::vector<std::string> held = memory_descriptors(d.pid);
   ASSERT_EQ(held.size(), 1u) << "one per client";

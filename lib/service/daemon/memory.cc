@@ -2,10 +2,10 @@
 // files (each file checked on every request, mapped once, a hugepage file
 // sealed against hole punching), and the budgets that every client's, every
 // uid's and the daemon's memory and mappings are charged to.
-#include <sys/mman.h>
 #include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   ProtectionDomain** pd = find(c.pds, r.pd, "PD", reply);
   if (pd == nullptr) return;
   if (r.access & IBV_ACCESS_ON_DEMAND) {
-    reg_mr_odp(c, *pd, r, nfds, reply);
+    reg_mr_odp(c, *pd, r, fds, nfds, reply);
     return;
   }
   if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
@@ -175,44 +175,43 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
 
 namespace {
 
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77  // Linux 6.5
-#endif
-
-// The client's /proc/PID/mem, known to be its own: the socket's pidfd
-// (SO_PEERPIDFD, taken by the kernel at connect, immune to pid reuse) still
-// names a live process after the open, so the pid was not reused between
-// connect and open. -1 and `why` otherwise.
-int open_client_memory(int sock, pid_t pid, std::string& why) {
-  int pidfd = -1;
-  socklen_t len = sizeof pidfd;
-  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) {
-    why = "the kernel gives no pidfd of the client (SO_PEERPIDFD, Linux 6.5): " + errno_text(errno);
+// The client's own /proc/PID/mem, passed by it: checked to be that file of
+// the socket's peer (SO_PEERCRED's pid, never the client's word), opened
+// for reading and writing. A process may always open its own, and one it
+// opened for another process it could reach anyway; the check keeps the
+// daemon from taking anything else (a file whose reads never end would
+// hold an engine). The kernel checked the client's right to that memory
+// when it opened the file: a descriptor names that address space, so a pid
+// reused after the client died is never reached through it. A copy of it,
+// or -1 and `why`.
+int adopt_client_memory(int fd, pid_t pid, std::string& why) {
+  const std::string want = "/proc/" + std::to_string(pid) + "/mem";
+  struct statfs fs {};
+  char path[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = readlink(link.c_str(), path, sizeof path - 1);
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC || n <= 0 || want != path) {
+    why = "the descriptor passed is not the client's own memory (" + want +
+          "): pass your /proc/self/mem, opened read-write";
     return -1;
   }
-  const std::string path = "/proc/" + std::to_string(pid) + "/mem";
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  const int open_errno = errno;
-  const bool alive = syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
-  close(pidfd);
-  if (fd < 0) {
-    why = "the daemon may not reach the client's memory (" + path + ": " + errno_text(open_errno) +
-          "; ptrace rules: another uid, a non-dumpable client, or Yama's ptrace_scope)";
+  if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
+    why = "the client's /proc/self/mem must be opened read-write (O_RDWR)";
     return -1;
   }
-  if (!alive) {
-    close(fd);
-    why = "the client is gone";
-    return -1;
-  }
-  return fd;
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) why = "cannot keep the client's memory descriptor: " + errno_text(errno);
+  return copy;
 }
 
 }  // namespace
 
-void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, int nfds, Reply& reply) {
-  if (r.pieces != 0 || nfds != 0) {
-    fail(reply, EINVAL, "an on-demand region comes with no memory files: the daemon reaches it in place");
+void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, const int* fds, int nfds,
+                        Reply& reply) {
+  if (r.pieces != 0 || nfds > 1) {
+    fail(reply, EINVAL,
+         "an on-demand region comes with no memory files, only the client's /proc/self/mem: the daemon reaches it "
+         "in place");
     return;
   }
   const bool implicit = r.addr == 0 && r.length == UINT64_MAX;
@@ -224,10 +223,11 @@ void Server::reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r
   // (mem/odp.h says why a /proc/PID/mem descriptor and not the pid). The
   // region's bounds, keys and access are the MR table's, as for any other.
   if (c.odp_mem < 0) {
-    std::string why;
-    c.odp_mem = c.pid > 0 ? open_client_memory(c.sock, c.pid, why) : -1;
+    std::string why = "the client's socket gave no pid";
+    if (nfds != 1) why = "the first on-demand region passes the client's /proc/self/mem (read-write)";
+    c.odp_mem = c.pid > 0 && nfds == 1 ? adopt_client_memory(fds[0], c.pid, why) : -1;
     if (c.odp_mem < 0) {
-      fail(reply, EPERM, "on-demand regions: " + (c.pid > 0 ? why : std::string("the client's socket gave no pid")));
+      fail(reply, EINVAL, "on-demand regions: " + why);
       return;
     }
   }

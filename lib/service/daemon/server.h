@@ -174,8 +174,8 @@ class Server {
     std::uint32_t id = 0;
     pid_t pid = 0;
     uid_t uid = 0;
-    // Its /proc/PID/mem, opened at its first on-demand region (reg_mr_odp),
-    // closed when it goes: how the engines reach its ODP memory.
+    // Its /proc/PID/mem, passed with its first on-demand region
+    // (reg_mr_odp), closed when it goes: how the engines reach its ODP memory.
     int odp_mem = -1;
     Limits limits;              // its uid's (limits_for)
     bool attached = false;      // said hello (until then: only hello and stats, and hello_timeout_ms)
@@ -337,9 +337,11 @@ class Server {
   // registering again), but those in `keep`; whether there were any.
   bool drop_idle_files(Client& c, const std::vector<FileKey>& keep);
   // op_reg_mr of an on-demand region (memory.cc): none of the client's
-  // memory is mapped here; the engines reach it through the kernel on the
-  // socket's peer pid, so a client reaches its own memory only.
-  void reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, int nfds, service::Reply& reply);
+  // memory is mapped here; the engines reach it through the client's own
+  // /proc/PID/mem, which it passes (checked against the socket's peer pid),
+  // so a client reaches its own memory only.
+  void reg_mr_odp(Client& c, ProtectionDomain* pd, const service::RegMr& r, const int* fds, int nfds,
+                  service::Reply& reply);
   void release(Client& c);  // everything of c, then its socket
   static ClientRow row_of(const Client& c);
   void publish_client_table();
