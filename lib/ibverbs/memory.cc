@@ -22,17 +22,17 @@ Pd* pd_of(ibv_pd* pd) {
 // IBV_ACCESS_RELAXED_ORDERING) may be dropped by any provider, as
 // ibv_reg_mr_iova2's man page allows: perftest and UCX ask for it.
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_MW_BIND;
 
 ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uint64_t iova, unsigned access) {
   Pd* pd = pd_of(ibv_pd);
   if (pd == nullptr) return nullptr;
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if ((access & ~kSupportedAccess) != 0) {
-    // MW binding, on-demand paging, HUGETLB hints, flush and atomic-write
-    // access need features uroce does not have.
-    errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC "
-                                    "and ZERO_BASED are not supported (MW bind, ODP)");
+    // On-demand paging, HUGETLB hints, flush and atomic-write access need
+    // features uroce does not have.
+    errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC, "
+                                    "MW_BIND and ZERO_BASED are not supported (ODP)");
     return nullptr;
   }
   if ((access & IBV_ACCESS_ZERO_BASED) != 0) iova = 0;

@@ -22,7 +22,8 @@ namespace uroce::service {
 // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey) and a program's own QPs
 // on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
 // program_qp and srq). 5: StatsReply lists SRQs and AHs.
-inline constexpr std::uint32_t kProtocolVersion = 5;
+// 6: memory windows (kAllocMw, kDeallocMw; BIND_MW and LOCAL_INV send slots).
+inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -66,6 +67,12 @@ enum class Op : std::uint32_t {
                    // its answer is accepted or rejected with kCmAccept, kCmReject
   kCmInitQpAttr, // CmInitQpAttr -> CmInitQpAttrReply (rdma_init_qp_attr)
   kCmEstablish,  // handle: comm ID, after a kConnectResponse (rdma_establish: the RTU)
+  kAllocMw,      // AllocMw (handle: the PD) -> handle + RegMrReply's rkey
+  kDeallocMw,    // handle: the window
+};
+
+struct AllocMw {
+  std::uint32_t type = 0;  // ibv_mw_type
 };
 
 struct Hello {
@@ -199,6 +206,7 @@ struct Request {
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
+    AllocMw alloc_mw;
   };
   Request() : hello{} {}
 };
@@ -331,7 +339,10 @@ struct WireSge {
   std::uint32_t lkey = 0;
 };
 
-// A send work request as the client writes it into the send ring. Inline
+// A send work request as the client writes it into the send ring.
+// IBV_WR_BIND_MW: remote_addr, rkey (the new one), compare_add (length),
+// swap (access), imm_data (the window's key), remote_qkey (the region's
+// lkey, 0: none); IBV_WR_LOCAL_INV: imm_data the rkey. Inline
 // data travels in the slot itself (IBV_SEND_INLINE: the SGEs' bytes, copied
 // at post time as verbs promise).
 struct SendSlot {

@@ -78,7 +78,8 @@ inline void sgl_scatter_payload(const Sge* sge, std::uint8_t n, std::uint32_t of
 }
 
 inline bool is_read_or_atomic(const SendWqe& w) {
-  return w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic;
+  // ATOMIC WRITE takes a responder resource and waits for its response as they do.
+  return w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic || w.kind == WqeKind::kAtomicWrite;
 }
 
 }  // namespace uroce::transport

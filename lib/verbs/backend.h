@@ -48,6 +48,9 @@ class Backend {
   virtual MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                                bool copied) = 0;
   virtual int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) = 0;
+  // ProtectionDomain::alloc_mw, dealloc_mw (lib/verbs/mw.cc).
+  virtual MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) = 0;
+  virtual int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) = 0;
   // Sets CompletionQueue::Impl::poll.
   virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
   virtual int destroy_cq(CompletionQueue* cq) = 0;

@@ -57,6 +57,8 @@ class LocalBackend final : public Backend {
   MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;  // mw.cc
+  int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;          // mw.cc
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override;

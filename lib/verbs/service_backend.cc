@@ -108,6 +108,8 @@ class ServiceBackend final : public Backend {
   MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
+  MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;
+  int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
@@ -285,6 +287,34 @@ int ServiceBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
   if (const int e = simple(service::Op::kDeregMr, it->second, "dereg_mr"); e != 0) return e;
   mrs_.erase(it);
   erase_owned(c_.mrs_owned, mr);
+  return 0;
+}
+
+// Memory windows live in the daemon's table; the window's handle there is
+// MemoryWindow::handle(). Binds and invalidations travel in the send ring.
+MemoryWindow* ServiceBackend::alloc_mw(ProtectionDomain* pd, ibv_mw_type type) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kAllocMw;
+  req.handle = pd->handle();
+  req.alloc_mw.type = static_cast<std::uint32_t>(type);
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "alloc_mw: " + why);
+    return nullptr;
+  }
+  c_.mws_owned.push_back(std::make_unique<MemoryWindow>(pd, type, reply.reg_mr.rkey, reply.handle));
+  return c_.mws_owned.back().get();
+}
+
+int ServiceBackend::dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool ours = false;
+  for (const auto& w : c_.mws_owned) ours = ours || w.get() == mw;
+  if (!ours || mw->pd() != pd) return c_.fail(EINVAL, "not a memory window of this PD");
+  if (const int e = simple(service::Op::kDeallocMw, mw->handle(), "dealloc_mw"); e != 0) return e;
+  erase_owned(c_.mws_owned, static_cast<const MemoryWindow*>(mw));
   return 0;
 }
 

@@ -177,6 +177,7 @@ class Server {
     std::uint32_t next_handle = 1;
     std::map<std::uint32_t, ProtectionDomain*> pds;
     std::map<std::uint32_t, Mr> mrs;
+    std::map<std::uint32_t, MemoryWindow*> mws;  // counted as regions in the budgets
     std::map<std::uint32_t, Cq> cqs;
     std::map<std::uint32_t, Qp> qps;
     std::map<std::uint32_t, Srq> srqs;
@@ -262,7 +263,7 @@ class Server {
               std::vector<int>& reply_fds);
   OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
       op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats, op_create_srq, op_modify_srq, op_query_srq,
-      op_destroy_srq, op_create_ah, op_destroy_ah;
+      op_destroy_srq, op_create_ah, op_destroy_ah, op_alloc_mw, op_dealloc_mw;
   // rdma_cm (cm_relay.cc).
   OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
       op_cm_event, op_cm_sidr_request, op_cm_init_qp_attr, op_cm_establish;
