@@ -96,6 +96,13 @@ int MrTable::remove_window(std::uint32_t key) {
   if (w == nullptr) return EINVAL;
   unbind(*w);  // IBTA 10.6.7: deallocating a bound window invalidates its rkey
   if (auto n = pd_regions_.find(w->pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
+  // Its rkeys took any low byte (the consumer's key): the slot's next keys
+  // move to the next value of the generation's upper bits, so no later
+  // region or window of the slot answers to a key this window had, for as
+  // long as those bits allow.
+  const std::uint32_t i = slot_of(w->key);
+  const std::uint32_t mask = (1u << (32 - slot_bits_)) - 1;
+  generation_[i] = ((((generation_[i] >> 8) + 1) << 8) | (generation_[i] & 0xffu)) & mask;
   *w = Region{};
   return 0;
 }

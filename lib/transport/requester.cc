@@ -48,7 +48,7 @@ bool is_local_op(const SendWqe& w) { return w.kind == WqeKind::kBind || w.kind =
 // WR before it has completed, so it takes effect in posting order (a WRITE
 // posted before an invalidation never finds its window gone), then
 // completed at once. A refusal ends it in error, which moves the QP to ERR
-// (IBTA 10.6.7.2.5: a failed bind is a completion error).
+// (IBTA 10.6.7: a bind that breaks a rule completes in error).
 void run_local_op(Qp& qp, Env& env, SendWqe& w) {
   if (w.kind == WqeKind::kBind) {
     mem::WindowBind b;

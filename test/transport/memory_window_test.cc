@@ -135,6 +135,20 @@ TEST(WindowTable, RegionWithBoundWindowsStaysUntilTheyGo) {
   EXPECT_EQ(x.t.regions_in_pd(7), 0u);
 }
 
+TEST(WindowTable, ADeallocatedWindowsKeysAreNotGivenToTheNextRegion) {
+  std::uint8_t bytes[256];
+  MrTable t{1};  // one slot: the next region takes the window's
+  std::uint32_t mr = 0, w = 0;
+  ASSERT_EQ(t.add(7, bytes, 0, sizeof bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND, mr), 0);
+  ASSERT_EQ(t.remove(mr), 0);
+  ASSERT_EQ(t.add_window(7, IBV_MW_TYPE_2, w), 0);
+  std::uint32_t keys[4] = {w, (w & ~0xffu) | ((w + 1) & 0xffu), (w & ~0xffu) | ((w + 2) & 0xffu), w ^ 0x80u};
+  ASSERT_EQ(t.remove_window(w), 0);
+  std::uint32_t next = 0;
+  ASSERT_EQ(t.add(7, bytes, 0, sizeof bytes, IBV_ACCESS_LOCAL_WRITE, next), 0);
+  for (std::uint32_t k : keys) EXPECT_NE(next, k) << "a key the window could have been bound as";
+}
+
 // --- On a live RC connection -----------------------------------------------------
 
 // B's window over part of a region registered with MW_BIND; A writes and
