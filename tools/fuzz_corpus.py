@@ -6,7 +6,9 @@ usage: fuzz_corpus.py OUT_DIR PCAP...
 Writes OUT_DIR/frame/ (each distinct RoCEv2 frame: fuzz_frame's input),
 OUT_DIR/pcap/ (each capture cut to its first 8 frames: fuzz_pcap's input)
 and OUT_DIR/rc_rx/ (runs of 1-3 consecutive frames as fuzz_rc_rx reads them:
-[flags][n][4n bytes from the BTH, without the ICRC]). Classic pcap only
+[flags][n][4n bytes from the BTH, without the ICRC]), and to rc_rx also the
+requests no capture of ours holds: IBA 1.5 ATOMIC WRITE, its empty READ
+response, and SEND with Invalidate of fuzz_rc_rx's window. Classic pcap only
 (microsecond or nanosecond, either byte order), Ethernet with or without one
 802.1Q tag.
 """
@@ -56,8 +58,35 @@ def write(directory, blob):
         f.write(blob)
 
 
+def bth(opcode, psn, ack_req=True):
+    """A BTH to fuzz_rc_rx's QP (the harness sets the QP number)."""
+    return struct.pack(">BBHII", opcode, 0, 0xFFFF, 0, (0x80000000 if ack_req else 0) | psn)
+
+
+def synthetic():
+    """rc_rx inputs for the opcodes the captures lack, flags 6 (our keys,
+    PSNs relative to the QP's): ATOMIC WRITE (0x1d: BTH, RETH of 8 bytes,
+    the 8 bytes), then again (a duplicate); the READ response Only with no
+    payload that answers ours (0x10, AETH); SEND Only with Invalidate
+    (0x17, IETH) of the window, then a WRITE through it."""
+    reth = struct.pack(">QII", 0, 0, 8)
+    atomic_write = bth(0x1D, 0) + reth + struct.pack(">Q", 0x0102030405060708)
+    read_only = bth(0x10, 4, False) + struct.pack(">I", 0x1F000001)
+    send_inv = bth(0x17, 0) + struct.pack(">I", 0) + b"inv!"
+    write = bth(0x0A, 1) + struct.pack(">QII", 0, 0, 8) + b"windowed"
+    chunk = lambda t: bytes([6, len(t) // 4]) + t
+    return [
+        chunk(atomic_write),
+        chunk(atomic_write) + chunk(atomic_write),
+        chunk(read_only),
+        chunk(send_inv) + chunk(write),
+    ]
+
+
 def main():
     out = sys.argv[1]
+    for blob in synthetic():
+        write(os.path.join(out, "rc_rx"), blob)
     for path in sys.argv[2:]:
         header, records = frames(path)
         write(os.path.join(out, "pcap"), header + b"".join(h + d for h, d in records[:8]))

@@ -46,6 +46,7 @@ enum class Reach { kKnown, kPending, kUnreachable };
 class Context;
 class ProtectionDomain;
 class MemoryRegion;
+class MemoryWindow;
 class CompletionQueue;
 class QueuePair;
 class SharedReceiveQueue;
@@ -282,6 +283,7 @@ class ProtectionDomain {
   MemoryRegion* reg_mr(void* addr, std::size_t length, int access);
   // The same with a remote address `iova` that differs from addr (ibv_reg_mr_iova).
   MemoryRegion* reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova, int access);
+  // EBUSY while memory windows are bound to the region (IBTA 11.2.8.5).
   int dereg_mr(MemoryRegion* mr);
   // On-demand paging: with IBV_ACCESS_ON_DEMAND in `access`, reg_mr and
   // reg_mr_iova neither pin nor populate the memory, which need not be
@@ -301,6 +303,16 @@ class ProtectionDomain {
   // as reg_mr's. nullptr on error (Context::last_error(): the range leaves
   // the memory, zero length, memory of another context, bad flags).
   MemoryRegion* reg_dm_mr(DeviceMemory* dm, std::uint64_t offset, std::size_t length, int access);
+
+  // ibv_alloc_mw: an unbound memory window (IBTA 10.6.7) of type
+  // IBV_MW_TYPE_1 (bound by QueuePair::bind_mw) or IBV_MW_TYPE_2 (bound by
+  // an IBV_WR_BIND_MW work request, invalidated by IBV_WR_LOCAL_INV or a
+  // peer's SEND with Invalidate). nullptr on error: another type (EINVAL),
+  // out of keys (ENOMEM; windows share the device's max_mr keys).
+  MemoryWindow* alloc_mw(ibv_mw_type type);
+  // ibv_dealloc_mw: a bound window's rkey stops working. EINVAL for a window
+  // not of this PD.
+  int dealloc_mw(MemoryWindow* mw);
 
   // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
   // type, caps over the device limits, CQ missing).
@@ -382,6 +394,34 @@ class DeviceMemory {
   std::uint8_t* addr_;
   std::size_t length_;
   std::uint32_t handle_;
+};
+
+// A memory window (ProtectionDomain::alloc_mw). ibv() is what an
+// IBV_WR_BIND_MW work request names in wr.bind_mw.mw; its rkey is the
+// window's: type 1, the one its last bind gave it; type 2, the one it was
+// allocated with (each bind names its own in wr.bind_mw.rkey: the same but
+// for the low 8 bits, the consumer's key). wr.bind_mw.bind_info.mr is read
+// for its lkey only: any ibv_mr whose lkey is the region's will do (our
+// libibverbs' is one); nullptr (or length 0) unbinds a type 1 window.
+class MemoryWindow {
+ public:
+  ibv_mw* ibv() { return &mw_; }
+  ibv_mw_type type() const { return mw_.type; }
+  std::uint32_t rkey() const { return mw_.rkey; }
+  ProtectionDomain* pd() const { return pd_; }
+  // Attached to uroced: the daemon's handle of it.
+  std::uint32_t handle() const { return mw_.handle; }
+
+  MemoryWindow(ProtectionDomain* pd, ibv_mw_type type, std::uint32_t rkey, std::uint32_t handle) : pd_(pd) {
+    mw_.type = type;
+    mw_.rkey = rkey;
+    mw_.handle = handle;
+  }
+  void set_rkey(std::uint32_t rkey) { mw_.rkey = rkey; }
+
+ private:
+  ibv_mw mw_{};
+  ProtectionDomain* pd_;
 };
 
 class CompletionQueue {
@@ -482,6 +522,14 @@ class QueuePair {
   // they have left (no ACK is awaited).
   int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  // ibv_bind_mw: binds the type 1 window `mw` as `bind` says (a work
+  // request on this QP's send queue, completing with IBV_WC_BIND_MW, or
+  // IBV_WC_MW_BIND_ERR when the bind breaks a rule: the region lacks
+  // IBV_ACCESS_MW_BIND, remote write or atomic without its local write, a
+  // range beyond it, another PD). On 0 mw->rkey() is the new rkey (the old
+  // one stops working when the bind executes). EINVAL: not a type 1 window,
+  // or zero-based; else as post_send.
+  int bind_mw(MemoryWindow* mw, const ibv_mw_bind& bind);
   // Work requests the engine has finished with since the QP was created or
   // last reset, send and receive side (their slots are free again): for a
   // proxy that mirrors the queues (uroced). Safe beside the workers.

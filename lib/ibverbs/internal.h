@@ -164,6 +164,11 @@ struct Mr {
   ibv_mr ibv;
   uroce::MemoryRegion* mr;
 };
+// A memory window (mw.cc): ibv.rkey follows the window's (type 1 binds).
+struct Mw {
+  ibv_mw ibv;
+  uroce::MemoryWindow* mw;
+};
 
 // A completion channel: a pipe carrying one CQ id per event, as the kernel's
 // channel carries one record per event (pollable, O_NONBLOCK-able, EAGAIN).
@@ -248,6 +253,10 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 // Fills the ops of a context (ops.cc): the data path and the unsupported
 // verbs' answers.
 void fill_data_ops(ibv_context_ops& ops);
+// ibv_context.ops' memory-window slots (mw.cc): ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw.
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
+int dealloc_mw(ibv_mw* mw);
 // The verbs_context ops we implement (query_device_ex, create_cq_ex,
 // create_qp_ex).
 // ibv_advise_mr (memory.cc): ProtectionDomain::advise_mr.

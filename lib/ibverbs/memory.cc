@@ -22,7 +22,8 @@ Pd* pd_of(ibv_pd* pd) {
 // IBV_ACCESS_RELAXED_ORDERING) may be dropped by any provider, as
 // ibv_reg_mr_iova2's man page allows: perftest and UCX ask for it.
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;
+                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+                                      IBV_ACCESS_MW_BIND;
 
 ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uint64_t iova, unsigned access) {
   Pd* pd = pd_of(ibv_pd);
@@ -33,10 +34,9 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
   // page), dropped as the optional bits are.
   access &= ~static_cast<unsigned>(IBV_ACCESS_HUGETLB);
   if ((access & ~kSupportedAccess) != 0) {
-    // MW binding, flush and atomic-write access need features uroce does
-    // not have.
+    // Flush and atomic-write access need features uroce does not have.
     errno = unsupported(EOPNOTSUPP, "ibv_reg_mr: access flags beyond LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC, "
-                                    "ZERO_BASED and ON_DEMAND are not supported (MW bind)");
+                                    "ZERO_BASED, ON_DEMAND and MW_BIND are not supported (flush, atomic write)");
     return nullptr;
   }
   if ((access & IBV_ACCESS_ZERO_BASED) != 0) iova = 0;

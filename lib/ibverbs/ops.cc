@@ -1,8 +1,7 @@
 // ibv_context.ops: the slots the stock inline verbs call through without a
 // NULL check (verbs.h: ibv_post_send, ibv_poll_cq, ibv_bind_mw, ...). The
-// data path goes straight to uroce's QueuePair and CompletionQueue; what
-// uroce has not (memory windows, SRQs until a later issue) answers as a
-// device without the verb would: EOPNOTSUPP, never a NULL jump.
+// data path goes straight to uroce's QueuePair and CompletionQueue; memory
+// windows are mw.cc's.
 #include <sched.h>
 
 #include <algorithm>
@@ -53,12 +52,6 @@ int req_notify_cq(ibv_cq* ibv_cq, int solicited_only) {
   return cq->cq->arm(solicited_only != 0);
 }
 
-ibv_mw* alloc_mw_unsupported(ibv_pd*, ibv_mw_type) {
-  errno = unsupported(EOPNOTSUPP, "ibv_alloc_mw: memory windows are not supported");
-  return nullptr;
-}
-int bind_mw_unsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
-int dealloc_mw_unsupported(ibv_mw*) { return EOPNOTSUPP; }
 // The _compat_* slots of libibverbs 1.0's table: nothing in v44 calls them.
 void* compat_unsupported() {
   errno = EOPNOTSUPP;
@@ -76,9 +69,9 @@ void fill_data_ops(ibv_context_ops& o) {
   o._compat_create_qp = o._compat_query_qp = o._compat_modify_qp = o._compat_destroy_qp = compat_unsupported;
   o._compat_create_ah = o._compat_destroy_ah = o._compat_attach_mcast = o._compat_detach_mcast =
       o._compat_async_event = compat_unsupported;
-  o.alloc_mw = alloc_mw_unsupported;
-  o.bind_mw = bind_mw_unsupported;
-  o.dealloc_mw = dealloc_mw_unsupported;
+  o.alloc_mw = alloc_mw;
+  o.bind_mw = bind_mw;
+  o.dealloc_mw = dealloc_mw;
   o.poll_cq = poll_cq;
   o.req_notify_cq = req_notify_cq;
   o.post_srq_recv = post_srq_recv;

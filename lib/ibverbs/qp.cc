@@ -30,7 +30,8 @@ const char* type_name(ibv_qp_type t) {
 constexpr std::uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                    IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
                                    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-                                   IBV_QP_EX_WITH_SEND_WITH_INV;
+                                   IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV |
+                                   IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 // `granted`: the caps the QP has, written back as ibv_create_qp does.
 ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, ibv_qp_cap& granted) {
@@ -131,8 +132,7 @@ ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   const bool ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   if (ops && (attr->send_ops_flags & ~kSendOps) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: send_ops_flags beyond SEND, WRITE, READ, atomics and "
-                                    "SEND_WITH_INV (TSO, LOCAL_INV, BIND_MW, ATOMIC_WRITE) are not supported");
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: send_ops_flags TSO is not supported");
     return nullptr;
   }
   if (attr->pd == nullptr || attr->pd->context != context) {

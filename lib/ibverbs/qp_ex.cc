@@ -124,13 +124,35 @@ void wr_atomic_fetch_add(ibv_qp_ex* ex, std::uint32_t rkey, std::uint64_t addr, 
   w.wr.atomic.compare_add = add;
 }
 
+// A memory window bound by a work request (type 2; the man page's
+// ibv_wr_bind_mw), with the rkey it will answer to.
+void wr_bind_mw(ibv_qp_ex* ex, ibv_mw* mw, std::uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (mw == nullptr || info == nullptr) {
+    of(ex)->pending_error = EINVAL;
+    return;
+  }
+  ibv_send_wr& w = begin(ex, IBV_WR_BIND_MW);
+  w.bind_mw.mw = mw;
+  w.bind_mw.rkey = rkey;
+  w.bind_mw.bind_info = *info;
+}
+void wr_local_inv(ibv_qp_ex* ex, std::uint32_t rkey) { begin(ex, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; }
+
+void wr_set_inline_data(ibv_qp_ex* ex, void* addr, std::size_t length);
+
+// IBA 1.5 ATOMIC WRITE: its 8 bytes are given by value, so they go inline
+// (the engine keeps them in the WQE, whatever max_inline_data is).
+void wr_atomic_write(ibv_qp_ex* ex, std::uint32_t rkey, std::uint64_t addr, const void* data) {
+  ibv_send_wr& w = begin(ex, IBV_WR_ATOMIC_WRITE);
+  w.wr.rdma.rkey = rkey;
+  w.wr.rdma.remote_addr = addr;
+  wr_set_inline_data(ex, const_cast<void*>(data), 8);
+}
+
 // What send_ops_flags cannot ask for: the batch fails with EOPNOTSUPP.
 void refuse(ibv_qp_ex* ex) { of(ex)->pending_error = EOPNOTSUPP; }
-void wr_bind_mw(ibv_qp_ex* ex, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { refuse(ex); }
-void wr_local_inv(ibv_qp_ex* ex, std::uint32_t) { refuse(ex); }
 void wr_send_tso(ibv_qp_ex* ex, void*, std::uint16_t, std::uint16_t) { refuse(ex); }
 void wr_set_xrc_srqn(ibv_qp_ex* ex, std::uint32_t) { refuse(ex); }
-void wr_atomic_write(ibv_qp_ex* ex, std::uint32_t, std::uint64_t, const void*) { refuse(ex); }
 
 void wr_set_ud_addr(ibv_qp_ex* ex, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) {
   Qp::Pending* p = current(ex);

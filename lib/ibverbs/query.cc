@@ -91,6 +91,9 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
                                               IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  // The extended flags are the kernel's (ib_user_verbs.h): bit 40 is
+  // IB_UVERBS_DEVICE_ATOMIC_WRITE (IBA 1.5 ATOMIC WRITE runs).
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags | (1ull << 40);
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   if (attr_size > sizeof a) std::memset(reinterpret_cast<char*>(attr) + sizeof a, 0, attr_size - sizeof a);
   return 0;
@@ -128,12 +131,16 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->max_qp_wr = static_cast<int>(l.max_qp_wr);
   // SYS_IMAGE_GUID: sys_image_guid above is set (the node GUID: one device
   // per system image). No IBV_DEVICE_SRQ_RESIZE: SRQs keep their size.
-  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  // Memory windows of type 1 and 2B (IBTA 10.6.7: a type 2 window's rkey
+  // works on the QP that bound it), as Soft-RoCE offers.
+  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
+                           IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   attr->max_sge = static_cast<int>(l.max_sge);
   attr->max_sge_rd = static_cast<int>(l.max_sge);
   attr->max_cq = static_cast<int>(l.max_qp) * 2;
   attr->max_cqe = static_cast<int>(l.max_cqe);
   attr->max_mr = static_cast<int>(l.max_mr);
+  attr->max_mw = static_cast<int>(l.max_mr);  // windows take keys of the same table
   attr->max_pd = static_cast<int>(l.max_qp);
   // SRQs as QPs: one per QP at most, each as deep and wide as a QP's queue.
   attr->max_srq = static_cast<int>(l.max_qp);

@@ -8,7 +8,7 @@ namespace uroce::mem {
 namespace {
 
 constexpr int kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_ATOMIC;
+                             IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;  // MW_BIND: windows may be bound to it
 
 }  // namespace
 
@@ -110,6 +110,9 @@ int MrTable::add_odp(std::uint64_t pd, void* base, std::uint64_t iova, std::uint
 int MrTable::remove(std::uint32_t key) {
   const std::uint32_t i = slot_of(key);
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
+  if (slots_[i].is_window()) return EINVAL;  // remove_window
+  // IBTA 11.2.8.5 (rxe likewise): a region with windows bound to it stays.
+  if (slots_[i].windows != 0) return EBUSY;
   if (auto n = pd_regions_.find(slots_[i].pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
   slots_[i] = Region{};
   ++epoch_;
@@ -131,6 +134,7 @@ AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, st
                             std::uint64_t len, int need, std::uint8_t*& host) const {
   const Region* r = find(key);
   if (r == nullptr || (remote && !r->rkey_valid)) return AccessResult::kBadKey;
+  if (r->is_window()) return AccessResult::kBadKey;  // never an lkey; a peer's goes through check_remote
   if (r->pd != pd) return AccessResult::kBadPd;
   if (iova < r->iova || iova + len < iova || iova + len > r->iova + r->length) {
     return AccessResult::kOutOfBounds;
@@ -153,6 +157,7 @@ AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint64_t pd) {
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != rkey) return AccessResult::kBadKey;
   if (slots_[i].pd != pd) return AccessResult::kBadPd;
   if (!slots_[i].remote_invalidatable) return AccessResult::kNoAccess;
+  if (slots_[i].is_window()) unbind(slots_[i]);  // a type 2 window is free to be bound again
   slots_[i].rkey_valid = false;
   ++epoch_;
   return AccessResult::kOk;

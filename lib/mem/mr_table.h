@@ -38,7 +38,42 @@ struct Region {
   // `base` (a pid, or a /proc/PID/mem descriptor: mem/odp.h), reached only
   // through odp_read/odp_write, never by a load or store.
   std::int32_t odp_pid = 0;
+  // Memory windows (IBTA 10.6.7; lib/mem/mr_window.cc): a window is a slot
+  // of its own whose key is an rkey only. Bound, base/iova/length/access
+  // describe the range it grants (iova 0 when zero-based) and rkey_valid is
+  // set; unbound or invalidated, rkey_valid is clear.
+  enum class Kind : std::uint8_t { kRegion, kWindow1, kWindow2 } kind = Kind::kRegion;
+  std::uint32_t bound_mr = 0;     // window: the key of the region it is bound to (0: none)
+  std::uint32_t bound_qpn = 0;    // type 2 window: the QP it was bound through (its rkey works only there)
+  std::uint32_t windows = 0;      // region: windows bound to it (dereg_mr is refused while any are)
+  bool is_window() const { return kind != Kind::kRegion; }
 };
+
+// IBV_WR_BIND_MW (ibv_bind_mw for type 1): what the bind asks for.
+struct WindowBind {
+  std::uint32_t window_key = 0;  // the window: its slot, by the key it was allocated with or any later rkey
+  std::uint32_t new_rkey = 0;    // the rkey it answers to once bound (same slot; low 8 bits the consumer's key)
+  std::uint32_t mr_key = 0;      // the region bound to; 0 (or length 0): unbind (type 1 only)
+  std::uint64_t addr = 0;        // the region's iova where the window starts
+  std::uint64_t length = 0;
+  int access = 0;                // ibv_access_flags: remote rights and IBV_ACCESS_ZERO_BASED
+};
+
+// Why a bind or a local invalidation is refused (each a row in bind_error_name).
+enum class WindowResult : std::uint8_t {
+  kOk,
+  kNoWindow,       // no such window (never allocated, deallocated, or not a window's key)
+  kWrongPd,        // the window or the region belongs to another PD than the QP
+  kWrongKey,       // the new rkey names another slot
+  kStillBound,     // o10-37.2.30: a type 2 window is bound already
+  kNoRegion,       // the region's key names no region
+  kNoBindRight,    // C10-73: the region lacks IBV_ACCESS_MW_BIND
+  kNeedLocalWrite, // C10-74: remote write or atomic through a window needs local write on the region
+  kOutOfBounds,    // C10-75: the window leaves the region
+  kBadAccess,      // bits a window cannot grant, or zero-based on a type 1 window (o10-36.2.2)
+  kNotInvalidatable,  // o10-37.2.26: LOCAL_INV or SEND with Invalidate of a type 1 window
+};
+const char* window_result_name(WindowResult r);
 
 // Fills `bytes` bytes at `dst` with unpredictable ones (a CSPRNG).
 using RandomFill = void (*)(void* dst, std::size_t bytes);
@@ -91,6 +126,30 @@ class MrTable {
 
   const Region* find(std::uint32_t key) const;
 
+  // --- Memory windows (IBTA 10.6.7; lib/mem/mr_window.cc) ------------------
+  // ibv_alloc_mw: an unbound window of type 1 or 2 in `pd`. 0 and its key,
+  // EINVAL (another type), ENOMEM (table full).
+  int add_window(std::uint64_t pd, int type, std::uint32_t& key);
+  // ibv_dealloc_mw: a bound window is unbound first (its rkey stops
+  // working). EINVAL if `key` names no window.
+  int remove_window(std::uint32_t key);
+  // IBV_WR_BIND_MW through QP `qpn` of PD `pd`: kOk with the window bound
+  // at `b.new_rkey`, or why not (the window unchanged).
+  WindowResult bind_window(const WindowBind& b, std::uint64_t pd, std::uint32_t qpn);
+  // IBV_WR_LOCAL_INV: a type 2 window of `pd` stops answering to `rkey`.
+  WindowResult invalidate_window(std::uint32_t rkey, std::uint64_t pd);
+  // check() for a peer's request on QP `qpn`: a type 2 window's rkey works
+  // only on the QP that bound it (IBTA 10.6.7.2: type 2B).
+  AccessResult check_remote(std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn, std::uint64_t iova,
+                            std::uint64_t len, int need, std::uint8_t*& host) const;
+  // The same, and the owner of the memory reached (Region::odp_pid: 0 for
+  // pinned memory; a window on an ODP region has its region's).
+  AccessResult check_remote(std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn, std::uint64_t iova,
+                            std::uint64_t len, int need, std::uint8_t*& host, std::int32_t& odp_pid) const;
+  // Whether `key` is (or was last bound as) a window's: the responder counts
+  // refusals through windows apart.
+  bool names_window(std::uint32_t key) const;
+
   // Moves on whenever a key stops working (remove, invalidate). The data
   // path caches host addresses resolved under some key together with the
   // epoch it saw; a changed epoch makes it check the key again before the
@@ -100,6 +159,8 @@ class MrTable {
  private:
   std::uint32_t key_of(std::uint32_t slot, std::uint32_t generation) const;
   std::uint32_t slot_of(std::uint32_t key) const { return (key >> 8) & slot_mask_; }
+  Region* window_of(std::uint32_t key);  // the window slot `key` names, whatever its low 8 bits
+  void unbind(Region& w);
 
   std::vector<Region> slots_;
   std::vector<std::uint32_t> generation_;  // per slot: the generation of its next key

@@ -105,6 +105,14 @@ bool odp_atomic(std::int32_t owner, std::uint64_t addr, bool cas, std::uint64_t 
   return ok;
 }
 
+bool odp_atomic_store(std::int32_t owner, std::uint64_t addr, std::uint64_t value) {
+  while (atomic_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  const bool ok = odp_write(owner, addr, &value, sizeof value);
+  atomic_lock.clear(std::memory_order_release);
+  return ok;
+}
+
 int odp_prefetch(std::uint64_t addr, std::uint64_t len, bool write) {
 #if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
   constexpr int kPopulateWrite = MADV_POPULATE_WRITE;

@@ -50,6 +50,11 @@ bool odp_readable(std::int32_t owner, std::uint64_t addr, std::uint64_t len);
 bool odp_atomic(std::int32_t owner, std::uint64_t addr, bool cas, std::uint64_t compare_add, std::uint64_t swap,
                 std::uint64_t& orig);
 
+// IBA 1.5 ATOMIC WRITE of `value` to the 8 bytes at `addr` of the owner,
+// under odp_atomic's lock (so atomic with respect to the other ODP
+// atomics). False when the page is not mapped or not writable.
+bool odp_atomic_store(std::int32_t owner, std::uint64_t addr, std::uint64_t value);
+
 // ibv_advise_mr's prefetch: faults the pages of [addr, addr + len) in (for
 // writing with `write`) so the first transfer does not. Only for this
 // process's own memory. Best effort, as the verbs allow: 0, or EFAULT when

@@ -71,8 +71,11 @@ bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
       return true;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
       return type != IBV_QPT_UD;
     case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_ATOMIC_WRITE:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -103,12 +106,39 @@ int RemoteQp::post_send(const ibv_send_wr& wr, std::uint32_t ah) {
   s.ah = ah;
   s.remote_qpn = type == IBV_QPT_UD ? wr.wr.ud.remote_qpn : 0;
   s.remote_qkey = type == IBV_QPT_UD ? wr.wr.ud.remote_qkey : 0;
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    // Keys, not pointers (protocol.h): the daemon's engine checks both
+    // against the QP's PD, so another client's keys bind nothing.
+    if (wr.bind_mw.mw == nullptr) return EINVAL;
+    const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+    s.imm_data = wr.bind_mw.mw->rkey;
+    s.rkey = wr.bind_mw.rkey;
+    s.remote_qkey = b.mr != nullptr ? b.mr->lkey : 0;
+    s.remote_addr = b.addr;
+    s.compare_add = b.length;
+    s.swap = static_cast<std::uint32_t>(b.mw_access_flags);
+    s.num_sge = 0;
+    s.inline_len = 0;
+    s.send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+    sq.publish(1);
+    return 0;
+  }
+  if (wr.opcode == IBV_WR_LOCAL_INV) {
+    s.num_sge = 0;
+    s.inline_len = 0;
+    s.send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+    sq.publish(1);
+    return 0;
+  }
   std::uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
   if (type == IBV_QPT_UD && total > mtu) return EINVAL;  // a datagram is one packet (IBTA 9.8)
   if (wr.send_flags & IBV_SEND_INLINE) {
     // Copied now: the buffers may be reused once post_send returns.
-    if (wr.opcode == IBV_WR_RDMA_READ || atomic || total > cap.max_inline_data) return EINVAL;
+    // ATOMIC WRITE's 8 bytes go inline whatever max_inline_data is (the
+    // engine keeps them in the WQE).
+    const bool atomic_write = wr.opcode == IBV_WR_ATOMIC_WRITE && total == 8;
+    if (wr.opcode == IBV_WR_RDMA_READ || atomic || (total > cap.max_inline_data && !atomic_write)) return EINVAL;
     std::uint32_t at = 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       std::memcpy(s.inline_data + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);

@@ -24,6 +24,7 @@ namespace uroce::service {
 // program_qp and srq). 5: StatsReply lists SRQs and AHs.
 // 6: reg_mr of an on-demand region (RegMr::addr, no pieces).
 // 6: device memory (kAllocDm, kFreeDm, kRegDmMr, HelloReply's max_dm_size).
+// 6: memory windows (kAllocMw, kDeallocMw; BIND_MW and LOCAL_INV send slots).
 inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
@@ -73,6 +74,12 @@ enum class Op : std::uint32_t {
   kAllocDm,      // AllocDm -> handle + the memory file
   kFreeDm,       // handle: EBUSY while regions are on it
   kRegDmMr,      // RegDmMr -> handle + RegMrReply (a region, gone with kDeregMr)
+  kAllocMw,      // AllocMw (handle: the PD) -> handle + RegMrReply's rkey
+  kDeallocMw,    // handle: the window
+};
+
+struct AllocMw {
+  std::uint32_t type = 0;  // ibv_mw_type
 };
 
 struct Hello {
@@ -227,6 +234,7 @@ struct Request {
     CreateAh create_ah;
     AllocDm alloc_dm;
     RegDmMr reg_dm_mr;
+    AllocMw alloc_mw;
   };
   Request() : hello{} {}
 };
@@ -360,7 +368,10 @@ struct WireSge {
   std::uint32_t lkey = 0;
 };
 
-// A send work request as the client writes it into the send ring. Inline
+// A send work request as the client writes it into the send ring.
+// IBV_WR_BIND_MW: remote_addr, rkey (the new one), compare_add (length),
+// swap (access), imm_data (the window's key), remote_qkey (the region's
+// lkey, 0: none); IBV_WR_LOCAL_INV: imm_data the rkey. Inline
 // data travels in the slot itself (IBV_SEND_INLINE: the SGEs' bytes, copied
 // at post time as verbs promise).
 struct SendSlot {

@@ -234,7 +234,8 @@ CompleterStep match(Qp& qp, Env& env, Reply& r, WqeKind kind) {
     r.ahead = kind == WqeKind::kRead;
     return CompleterStep::implicit_nak;
   }
-  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
+  const int need = kind == WqeKind::kAtomicWrite ? 0 : IBV_ACCESS_LOCAL_WRITE;  // ATOMIC WRITE's list is its source
+  if (wqe_resolve(w, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) [[unlikely]] {
     return leave(r, CompleterExit::local_revoked);
   }
   r.wqe = &w;
@@ -256,7 +257,19 @@ void answered(Qp& qp, Env& env, std::uint32_t psn, bool last, bool segment_last 
   }
 }
 
+// ATOMIC WRITE's answer (IBA 1.5; Soft-RoCE sends the same): an RDMA READ
+// response Only with no payload.
+CompleterStep atomic_write_response(Qp& qp, Env& env, Reply& r) {
+  if (const CompleterStep s = match(qp, env, r, WqeKind::kAtomicWrite); r.wqe == nullptr) return s;
+  if (!r.p.info->has(wire::kOnly) || r.p.payload_length != 0) return leave(r, CompleterExit::bad_read_response);
+  answered(qp, env, r.psn, true);
+  return CompleterStep::done;
+}
+
 CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
+  if (qp.comp_next != qp.sq_posted && qp.sq[qp.comp_next].kind == WqeKind::kAtomicWrite) {
+    return atomic_write_response(qp, env, r);
+  }
   if (const CompleterStep s = match(qp, env, r, WqeKind::kRead); r.wqe == nullptr) return s;
   SendWqe& w = *r.wqe;
   const std::uint32_t index = static_cast<std::uint32_t>(psn_diff(r.psn, w.first_psn));

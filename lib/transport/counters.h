@@ -46,7 +46,7 @@ namespace uroce::transport {
   X(mr_revoked_in_flight, "messages ended: their memory region was deregistered while in flight") \
   X(drop_duplicate_unanswered, "duplicate READs/atomics dropped: too old to answer, or no room") \
   X(drop_qp_access, "requests NAKed: the QP's access flags forbid the operation")     \
-  X(drop_unsupported_opcode, "requests NAKed: FLUSH or ATOMIC WRITE, not supported")  \
+  X(drop_unsupported_opcode, "requests NAKed: FLUSH, not supported")                  \
   X(drop_no_resources, "READs/atomics NAKed: no responder resource free")              \
   X(drop_recv_too_short, "SENDs NAKed: longer than the receive WQE")                   \
   X(drop_recv_lkey, "SENDs NAKed: the receive WQE's lkey failed its check")            \
@@ -63,7 +63,13 @@ namespace uroce::transport {
   X(flushed, "work requests flushed by the QP entering ERR")                            \
   X(ce_marked_received, "packets received with ECN CE (congestion experienced)")       \
   X(cnps_sent, "congestion notification packets sent (notification point)")            \
-  X(cnps_received, "congestion notification packets received (reaction point)")
+  X(cnps_received, "congestion notification packets received (reaction point)")       \
+  X(drop_window_rkey, "requests NAKed: a memory window's rkey unbound, invalidated, of another QP, or exceeded") \
+  X(mw_binds, "memory windows bound (IBV_WR_BIND_MW, ibv_bind_mw)")                     \
+  X(mw_bind_errors, "binds refused: window, region, PD, rights or bounds (IBV_WC_MW_BIND_ERR)") \
+  X(mw_invalidations, "type 2 windows invalidated: LOCAL_INV or a peer's SEND with Invalidate") \
+  X(local_inv_errors, "LOCAL_INVs refused: no type 2 window of the QP's PD with that rkey") \
+  X(atomic_writes_executed, "ATOMIC WRITEs executed (responder)")
 
 enum class QpCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

@@ -50,6 +50,7 @@ inline constexpr std::uint32_t kReadSegmentPackets = kWindowPackets / 2;
 struct ResponderResource {
   bool valid = false;
   bool atomic = false;
+  bool atomic_write = false;  // ATOMIC WRITE (atomic is set too: no READ is answered from it)
   std::uint32_t first_psn = 0;
   std::uint32_t last_psn = 0;
   std::uint64_t orig = 0;  // atomic: the value returned

@@ -56,7 +56,7 @@ bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_QPT_UD: return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
     case IBV_QPT_UC:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
     default: return true;
   }
 }
@@ -92,21 +92,55 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
     case IBV_WR_RDMA_READ: w.kind = WqeKind::kRead; break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: w.kind = WqeKind::kAtomic; break;
+    case IBV_WR_ATOMIC_WRITE: w.kind = WqeKind::kAtomicWrite; break;
+    case IBV_WR_BIND_MW: {
+      // The window by its key, the region by its lkey: the engine's bind
+      // checks both against the QP's PD (a key of another PD binds nothing).
+      if (wr.bind_mw.mw == nullptr) return EINVAL;
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      w.kind = WqeKind::kBind;
+      w.invalidate_rkey = wr.bind_mw.mw->rkey;
+      w.rkey = wr.bind_mw.rkey;
+      w.imm_data = b.mr != nullptr ? b.mr->lkey : 0;
+      w.remote_addr = b.addr;
+      w.compare_add = b.length;
+      w.swap = static_cast<std::uint32_t>(b.mw_access_flags);
+      break;
+    }
+    case IBV_WR_LOCAL_INV: w.kind = WqeKind::kLocalInv; w.invalidate_rkey = wr.invalidate_rkey; break;
     default: return EINVAL;
+  }
+  if (w.kind == WqeKind::kBind || w.kind == WqeKind::kLocalInv) {
+    // No data: nothing else of the WR is read.
+    qp.sq.publish(1);
+    ring_doorbell(qp);
+    return 0;
   }
   if (w.kind == WqeKind::kAtomic) {
     w.remote_addr = wr.wr.atomic.remote_addr;
     w.rkey = wr.wr.atomic.rkey;
     w.compare_add = wr.wr.atomic.compare_add;
     w.swap = wr.wr.atomic.swap;
-  } else if (w.kind != WqeKind::kSend) {
+  } else if (w.kind != WqeKind::kSend) {  // WRITE, READ, ATOMIC WRITE: wr.rdma
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;
   }
 
   std::uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (wr.send_flags & IBV_SEND_INLINE) {
+  if ((wr.send_flags & IBV_SEND_INLINE) && w.kind == WqeKind::kAtomicWrite) {
+    // Its 8 bytes (ibv_wr_atomic_write gives them by value) are kept in the
+    // WQE itself, whatever max_inline_data is: a resend reads them there.
+    if (total != 8) return EINVAL;
+    auto* dst = reinterpret_cast<std::uint8_t*>(&w.compare_add);
+    std::uint32_t at = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+    w.num_sge = 1;
+    w.sge[0] = Sge{reinterpret_cast<std::uint64_t>(dst), 8, kInlineLkey, dst};
+  } else if (wr.send_flags & IBV_SEND_INLINE) {
     // Inline data is copied now; the buffers may be reused on return.
     if (w.kind != WqeKind::kSend && w.kind != WqeKind::kWrite) return EINVAL;
     if (total > qp.caps.max_inline_data) return EINVAL;
@@ -127,6 +161,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   if (total > (1ull << 31)) return EINVAL;  // IBTA: messages up to 2^31 bytes
   w.length = static_cast<std::uint32_t>(total);
   if (w.kind == WqeKind::kAtomic && (w.num_sge != 1 || w.length != 8)) return EINVAL;
+  if (w.kind == WqeKind::kAtomicWrite && w.length != 8) return EINVAL;  // IBA 1.5: exactly 8 bytes
   // A datagram is one packet (IBTA 9.8.x): at most the path MTU (rxe refuses
   // a longer one at post time too).
   if (qp.type == IBV_QPT_UD && w.length > qp.mtu) return EINVAL;

@@ -68,7 +68,10 @@ struct Sge {
   std::uint8_t* host = nullptr;  // resolved when the WQE is first processed
 };
 
-enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic };
+// kBind and kLocalInv are local operations (IBTA 10.6.7: memory windows):
+// they send nothing and complete in order once every WR before them has.
+// kAtomicWrite: IBA 1.5's ATOMIC WRITE, 8 bytes placed atomically.
+enum class WqeKind : std::uint8_t { kSend, kWrite, kRead, kAtomic, kBind, kLocalInv, kAtomicWrite };
 
 // A send WQE's fields but its SGE list: what post_send resets (the whole
 // WQE is 480 bytes; zeroing it per post was a fifth of an 8-byte WRITE's
@@ -82,6 +85,10 @@ struct SendWqeFields {
   std::uint32_t invalidate_rkey = 0;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
+  // kBind reuses these: remote_addr the bind's address, rkey its new rkey,
+  // invalidate_rkey the window's key, imm_data the region's key,
+  // compare_add the length, swap the access flags. kLocalInv:
+  // invalidate_rkey the rkey to invalidate.
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
   std::uint32_t length = 0;

@@ -12,7 +12,7 @@ namespace {
 using wire::Opcode;
 
 std::uint32_t packets_for(const SendWqe& w, std::uint32_t mtu) {
-  if (w.kind == WqeKind::kAtomic) return 1;
+  if (w.kind == WqeKind::kAtomic || w.kind == WqeKind::kAtomicWrite) return 1;
   // A zero-length message is one packet; a READ occupies one PSN per response.
   return w.length == 0 ? 1 : (w.length + mtu - 1) / mtu;
 }
@@ -40,6 +40,42 @@ Opcode write_opcode(const SendWqe& w, bool first, bool last) {
   if (first) return Opcode::kRcWriteFirst;
   if (!last) return Opcode::kRcWriteMiddle;
   return imm ? Opcode::kRcWriteLastImm : Opcode::kRcWriteLast;
+}
+
+bool is_local_op(const SendWqe& w) { return w.kind == WqeKind::kBind || w.kind == WqeKind::kLocalInv; }
+
+// A bind or LOCAL_INV (IBTA 10.6.7): executed on the region table once every
+// WR before it has completed, so it takes effect in posting order (a WRITE
+// posted before an invalidation never finds its window gone), then
+// completed at once. A refusal ends it in error, which moves the QP to ERR
+// (IBTA 10.6.7: a bind that breaks a rule completes in error).
+void run_local_op(Qp& qp, Env& env, SendWqe& w) {
+  if (w.kind == WqeKind::kBind) {
+    mem::WindowBind b;
+    b.window_key = w.invalidate_rkey;
+    b.new_rkey = w.rkey;
+    b.mr_key = w.imm_data;
+    b.addr = w.remote_addr;
+    b.length = w.compare_add;
+    b.access = static_cast<int>(w.swap);
+    if (env.mrs->bind_window(b, qp.pd, qp.qpn) != mem::WindowResult::kOk) {
+      qp.counters.add(QpCounter::mw_bind_errors);
+      complete_send(qp, IBV_WC_MW_BIND_ERR);
+      return;
+    }
+    qp.counters.add(QpCounter::mw_binds);
+    complete_send(qp, IBV_WC_SUCCESS);
+    return;
+  }
+  if (env.mrs->invalidate_window(w.invalidate_rkey, qp.pd) != mem::WindowResult::kOk) {
+    // No verbs status names a failed local invalidation; rxe reports it as
+    // a local QP operation error too.
+    qp.counters.add(QpCounter::local_inv_errors);
+    complete_send(qp, IBV_WC_LOC_QP_OP_ERR);
+    return;
+  }
+  qp.counters.add(QpCounter::mw_invalidations);
+  complete_send(qp, IBV_WC_SUCCESS);
 }
 
 }  // namespace
@@ -100,6 +136,13 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
   const bool reliable = qp.reliable();
   std::uint16_t n = 0;
   while (n < room && qp.req_next != qp.sq_posted) {
+    if (is_local_op(qp.sq[qp.req_next])) {
+      if (qp.comp_next != qp.req_next) break;  // waits for the WRs before it
+      if (qp.state == IBV_QPS_SQD) break;
+      run_local_op(qp, env, qp.sq[qp.req_next]);
+      if (qp.state == IBV_QPS_ERR) break;
+      continue;
+    }
     // UC keeps no window: nothing is acknowledged, nothing resent (IBTA 9.8.2).
     if (reliable && psn_diff(qp.req.psn, qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window)) break;
     if (!pace_allows(qp, env)) break;
@@ -125,7 +168,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     }
     // Resolved once, and again after any deregistration (a retransmission
     // reads the region anew).
-    const int need = is_read_or_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+    const int need = w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic ? IBV_ACCESS_LOCAL_WRITE : 0;
     const bool was_resolved = w.resolved;
     if (wqe_resolve(w, *env.mrs, qp.pd, need) != mem::AccessResult::kOk) [[unlikely]] {
       // A bad local key ends the WR with a local protection error (IBTA 10.6, 11.6.2).
@@ -206,6 +249,22 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         ++qp.req.reads_outstanding;
         break;
       }
+      case WqeKind::kAtomicWrite: {
+        // As Soft-RoCE sends it: BTH, RETH (DMA length 8), the 8 bytes; an
+        // AckReq, answered by an RDMA READ response with no payload.
+        th.bth = packet_bth(qp, Opcode::kRcAtomicWrite, psn, true, solicited);
+        th.reth.va.set(w.remote_addr);
+        th.reth.rkey.set(w.rkey);
+        th.reth.dma_length.set(8);
+        payload = 8;
+        f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, payload, f.pieces.data());
+        qp.req.psn = psn_add(psn, 1);
+        qp.req.pkt_index = 1;
+        ++qp.req.reads_outstanding;
+        break;
+      }
+      case WqeKind::kBind:
+      case WqeKind::kLocalInv: break;  // run above; never reach here
       case WqeKind::kAtomic: {
         const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
         th.bth = packet_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);

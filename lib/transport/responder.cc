@@ -179,7 +179,14 @@ mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need,
                              std::int32_t& odp_pid) {
   host = nullptr;
   if (reth.dma_length.get() == 0) return mem::AccessResult::kOk;
-  return env.mrs->check(reth.rkey.get(), true, qp.pd, reth.va.get(), reth.dma_length.get(), need, host, odp_pid);
+  return env.mrs->check_remote(reth.rkey.get(), qp.pd, qp.qpn, reth.va.get(), reth.dma_length.get(), need, host,
+                               odp_pid);
+}
+
+// The exit for a failed R_Key check: through a memory window it is counted
+// apart (an unbound, invalidated or exceeded window), an MR's as before.
+ResponderExit rkey_exit(const Env& env, std::uint32_t rkey, ResponderExit otherwise) {
+  return env.mrs->names_window(rkey) ? ResponderExit::window_violation : otherwise;
 }
 
 // --- The checks, in order --------------------------------------------------------
@@ -239,12 +246,13 @@ ResponderStep check_op_allowed(const Qp& qp, Request& r) {
   if (info.has(wire::kWrite)) allowed = flags & IBV_ACCESS_REMOTE_WRITE;
   else if (info.has(wire::kReadRequest)) allowed = flags & IBV_ACCESS_REMOTE_READ;
   else if (info.has(wire::kAtomic)) allowed = flags & IBV_ACCESS_REMOTE_ATOMIC;
-  else if (!info.has(wire::kSend)) return leave(r, ResponderExit::unsupported_opcode);  // FLUSH, ATOMIC WRITE
+  else if (info.has(wire::kAtomicWriteOp)) allowed = flags & IBV_ACCESS_REMOTE_WRITE;  // IBA 1.5, as rxe
+  else if (!info.has(wire::kSend)) return leave(r, ResponderExit::unsupported_opcode);  // FLUSH
   return allowed ? ResponderStep::check_resources : leave(r, ResponderExit::op_not_allowed);
 }
 
 ResponderStep check_resources(const Qp& qp, Request& r) {
-  if (r.p.info->has_any(wire::kReadRequest | wire::kAtomic) && qp.attr.max_dest_rd_atomic == 0) {
+  if (r.p.info->has_any(wire::kReadRequest | wire::kAtomic | wire::kAtomicWriteOp) && qp.attr.max_dest_rd_atomic == 0) {
     return leave(r, ResponderExit::no_resources);
   }
   return ResponderStep::check_length;
@@ -269,6 +277,7 @@ ResponderStep check_length(const Qp& qp, Request& r) {
   if (info.has(wire::kSend)) return ResponderStep::execute_send;
   if (info.has(wire::kWrite)) return ResponderStep::execute_write;
   if (info.has(wire::kReadRequest)) return ResponderStep::execute_read;
+  if (info.has(wire::kAtomicWriteOp)) return ResponderStep::execute_atomic_write;
   return ResponderStep::execute_atomic;
 }
 
@@ -318,9 +327,14 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
   qp.counters.add(QpCounter::rx_bytes, p.payload_length);
   qp.resp.in_msg = info.has(wire::kLast) ? Msg::kNone : Msg::kSend;
   if (info.has(wire::kLast)) {
-    if (p.has(wire::ExtHdr::kIeth) && env.mrs->invalidate(p.ieth().rkey.get(), qp.pd) != mem::AccessResult::kOk) {
-      // Unknown, another PD's, or a reg_mr region's key (rxe: class J).
-      return leave(r, ResponderExit::invalidate_refused);
+    if (p.has(wire::ExtHdr::kIeth)) {
+      // Only a type 2 window of the QP's PD (IBTA 10.6.7.2.4, o10-37.2.26);
+      // unknown, another PD's, a type 1 window's or a reg_mr region's key
+      // is refused (rxe: class J).
+      if (env.mrs->invalidate(p.ieth().rkey.get(), qp.pd) != mem::AccessResult::kOk) {
+        return leave(r, ResponderExit::invalidate_refused);
+      }
+      qp.counters.add(QpCounter::mw_invalidations);
     }
     ++qp.resp.msn;
     complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp.resp.offset, &p);
@@ -339,7 +353,7 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     std::uint8_t* host = nullptr;
     std::int32_t odp_pid = 0;
     if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
-      return leave(r, ResponderExit::rkey_violation);
+      return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
     }
     qp.resp.write_dst = host;
     qp.resp.write_odp_pid = odp_pid;
@@ -354,8 +368,8 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     // region; rxe looks the rkey up for every packet).
     std::uint8_t* host = nullptr;
     std::int32_t odp_pid = 0;
-    if (env.mrs->check(qp.resp.write_rkey, true, qp.pd, qp.resp.write_va, qp.resp.write_len,
-                       IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
+    if (env.mrs->check_remote(qp.resp.write_rkey, qp.pd, qp.qpn, qp.resp.write_va, qp.resp.write_len,
+                              IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
       return leave(r, ResponderExit::write_revoked);
     }
     qp.resp.write_dst = host;
@@ -424,7 +438,7 @@ bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, st
 bool read_source_valid(Qp& qp, Env& env, Response& r) {
   if (r.mr_epoch == env.mrs->epoch() || r.remaining == 0) [[likely]] return true;
   std::uint8_t* host = nullptr;
-  if (env.mrs->check(r.rkey, true, qp.pd, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host, r.odp_pid) !=
+  if (env.mrs->check_remote(r.rkey, qp.pd, qp.qpn, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host, r.odp_pid) !=
       mem::AccessResult::kOk) {
     return false;
   }
@@ -448,7 +462,7 @@ ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   std::uint8_t* host = nullptr;
   std::int32_t odp_pid = 0;
   if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
-    return leave(r, ResponderExit::rkey_violation);
+    return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
   }
   // An on-demand source is all there now, or the READ is refused here with
   // its own PSN (a page unmapped while the responses leave ends it then).
@@ -479,9 +493,9 @@ ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
   if (a.va.get() & 7) return leave(r, ResponderExit::misaligned_atomic);
   std::uint8_t* host = nullptr;
   std::int32_t odp_pid = 0;
-  if (env.mrs->check(a.rkey.get(), true, qp.pd, a.va.get(), 8, IBV_ACCESS_REMOTE_ATOMIC, host, odp_pid) !=
+  if (env.mrs->check_remote(a.rkey.get(), qp.pd, qp.qpn, a.va.get(), 8, IBV_ACCESS_REMOTE_ATOMIC, host, odp_pid) !=
       mem::AccessResult::kOk) {
-    return leave(r, ResponderExit::rkey_violation);
+    return leave(r, rkey_exit(env, a.rkey.get(), ResponderExit::rkey_violation));
   }
   if (out_full(qp)) return leave(r, ResponderExit::too_many_reads);
   auto* target = reinterpret_cast<std::uint64_t*>(host);
@@ -510,6 +524,51 @@ ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
   out->psn = r.psn;
   out->orig = orig;
   out->msn = qp.resp.msn;
+  qp.resp.psn = psn_add(r.psn, 1);
+  return ResponderStep::done;
+}
+
+// IBA 1.5 ATOMIC WRITE (Soft-RoCE's rxe_resp.c runs it the same way): the
+// RETH names 8 aligned bytes the QP and the key allow to be written; they
+// are stored in one 8-byte store, after everything placed before them
+// (release order). It takes a responder resource like an atomic, so a
+// duplicate is answered, never executed again; the answer is an RDMA READ
+// response Only with no payload.
+ResponderStep execute_atomic_write(Qp& qp, Env& env, Request& r) {
+  qp.counters.add(QpCounter::rx_packets);
+  const wire::Reth reth = r.p.reth();
+  if (reth.dma_length.get() != 8 || r.p.payload_length != 8) return leave(r, ResponderExit::bad_length);
+  if (reth.va.get() & 7) return leave(r, ResponderExit::misaligned_atomic);
+  std::uint8_t* host = nullptr;
+  std::int32_t odp_pid = 0;
+  if (env.mrs->check_remote(reth.rkey.get(), qp.pd, qp.qpn, reth.va.get(), 8, IBV_ACCESS_REMOTE_WRITE, host,
+                            odp_pid) != mem::AccessResult::kOk) {
+    return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
+  }
+  // Room for the answer first: nothing is placed that cannot be answered.
+  if (out_full(qp)) return leave(r, ResponderExit::too_many_reads);
+  std::uint8_t bytes[8];
+  r.p.visit_payload([&bytes](const std::uint8_t* data, std::size_t len, std::size_t at) {
+    std::memcpy(bytes + at, data, len);
+  });
+  std::uint64_t value;
+  std::memcpy(&value, bytes, sizeof value);  // the wire's bytes as they are, as a WRITE places them
+  if (odp_pid != 0) [[unlikely]] {
+    if (!mem::odp_atomic_store(odp_pid, reinterpret_cast<std::uintptr_t>(host), value)) {
+      return leave(r, ResponderExit::odp_unmapped);
+    }
+  } else {
+    __atomic_store_n(reinterpret_cast<std::uint64_t*>(host), value, __ATOMIC_RELEASE);
+  }
+  qp.counters.add(QpCounter::atomic_writes_executed);
+  qp.counters.add(QpCounter::rx_bytes, 8);
+  ++qp.resp.msn;
+  ResponderResource& res = new_resource(qp);
+  res.atomic = true;
+  res.atomic_write = true;
+  res.first_psn = res.last_psn = r.psn;
+  res.msn = qp.resp.msn;
+  queue_read(qp, env, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, qp.resp.msn);  // room checked above
   qp.resp.psn = psn_add(r.psn, 1);
   return ResponderStep::done;
 }
@@ -545,7 +604,7 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
       std::uint8_t* host = nullptr;
       std::int32_t odp_pid = 0;
       if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
-        return leave(r, ResponderExit::rkey_violation);
+        return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
       }
       drop_answers_from(qp, r.psn);
       if (!queue_read(qp, env, r.psn, res.first_psn, res.last_psn, reth, host, odp_pid, res.msn)) {
@@ -555,10 +614,24 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
     }
     return leave(r, ResponderExit::duplicate_read_unknown);
   }
+  if (info.has(wire::kAtomicWriteOp)) {
+    // A duplicate ATOMIC WRITE is not executed again (a later WRITE may have
+    // overwritten its bytes since); its empty READ response is sent again.
+    for (const ResponderResource& res : qp.resp.resources) {
+      if (!res.valid || !res.atomic_write || res.first_psn != r.psn) continue;
+      drop_answers_from(qp, r.psn);
+      if (!queue_read(qp, env, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, res.msn)) {
+        return leave(r, ResponderExit::duplicate_no_room);
+      }
+      qp.counters.add(QpCounter::atomics_replayed);
+      return ResponderStep::done;
+    }
+    return leave(r, ResponderExit::duplicate_atomic_unknown);
+  }
   if (info.has(wire::kAtomic)) {
     // A duplicate atomic is never executed again; the saved result is sent back.
     for (const ResponderResource& res : qp.resp.resources) {
-      if (!res.valid || !res.atomic || res.first_psn != r.psn) continue;
+      if (!res.valid || !res.atomic || res.atomic_write || res.first_psn != r.psn) continue;
       drop_answers_from(qp, r.psn);
       Response* out = push(qp);
       if (out == nullptr) return leave(r, ResponderExit::duplicate_no_room);
@@ -597,6 +670,7 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
       case ResponderStep::execute_write: step = execute_write(qp, env, r); break;
       case ResponderStep::execute_read: step = execute_read(qp, env, r); break;
       case ResponderStep::execute_atomic: step = execute_atomic(qp, env, r); break;
+      case ResponderStep::execute_atomic_write: step = execute_atomic_write(qp, env, r); break;
       case ResponderStep::exit: take_exit(qp, r); return;
       case ResponderStep::done: return;
     }

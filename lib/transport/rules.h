@@ -28,6 +28,9 @@ constexpr ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     default: return IBV_WC_SEND;  // SEND, SEND_WITH_IMM, SEND_WITH_INV
   }
 }
@@ -68,6 +71,7 @@ inline constexpr ibv_wc_status kNoCompletion = IBV_WC_SUCCESS;
   X(execute_write, "9.7.5.2: a WRITE places at its RETH's address after the R_Key check")   \
   X(execute_read, "9.7.5.1.2: a READ is queued for its responses, one per PSN")             \
   X(execute_atomic, "9.7.5.1.3: an atomic executes once; its result is kept")               \
+  X(execute_atomic_write, "IBA 1.5 9.4.7: ATOMIC WRITE places 8 bytes at once, answered by an empty READ response") \
   X(exit, "the packet leaves through one of the responder's exits")                        \
   X(done, "the packet is finished with")
 
@@ -97,7 +101,7 @@ enum class ResponderStep : std::uint8_t {
     kNoCompletion)                                                                                                 \
   X(op_not_allowed, "10.2.4.2: the QP's access flags forbid the operation", drop_qp_access, kInvalidRequest,       \
     kNoCompletion)                                                                                                 \
-  X(unsupported_opcode, "FLUSH and ATOMIC WRITE (IBTA 1.5) are not supported", drop_unsupported_opcode,           \
+  X(unsupported_opcode, "FLUSH (IBTA 1.5) is not supported", drop_unsupported_opcode,                              \
     kInvalidRequest, kNoCompletion)                                                                                \
   X(no_resources, "9.7.5.2.4: max_dest_rd_atomic = 0, no READ or atomic may execute", drop_no_resources,          \
     kInvalidRequest, kNoCompletion)                                                                                \
@@ -117,6 +121,8 @@ enum class ResponderStep : std::uint8_t {
     drop_invalidate_refused, kInvalidRequest, IBV_WC_REM_INV_REQ_ERR)                                              \
   X(rkey_violation, "10.6, C9-88: R_Key, bounds, access rights or PD check failed", drop_rkey_violation,           \
     kRemoteAccess, kNoCompletion)                                                                                  \
+  X(window_violation, "10.6.7: a memory window's R_Key unbound, invalidated, of another QP, or its range or rights exceeded", \
+    drop_window_rkey, kRemoteAccess, kNoCompletion)                                                                \
   X(write_revoked, "10.6: the WRITE's region was deregistered mid-message", mr_revoked_in_flight, kRemoteAccess,   \
     kNoCompletion)                                                                                                 \
   X(read_revoked, "10.6: the READ's region was deregistered while its responses left", mr_revoked_in_flight,       \

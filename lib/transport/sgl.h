@@ -134,7 +134,8 @@ inline bool place(std::uint8_t* host, std::int32_t odp_pid, const std::uint8_t* 
 }
 
 inline bool is_read_or_atomic(const SendWqe& w) {
-  return w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic;
+  // ATOMIC WRITE takes a responder resource and waits for its response as they do.
+  return w.kind == WqeKind::kRead || w.kind == WqeKind::kAtomic || w.kind == WqeKind::kAtomicWrite;
 }
 
 }  // namespace uroce::transport

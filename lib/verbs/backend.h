@@ -56,6 +56,9 @@ class Backend {
   virtual int free_dm(DeviceMemory* dm) = 0;
   virtual MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
                                   int access) = 0;
+  // ProtectionDomain::alloc_mw, dealloc_mw (lib/verbs/mw.cc).
+  virtual MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) = 0;
+  virtual int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) = 0;
   // Sets CompletionQueue::Impl::poll.
   virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
   virtual int destroy_cq(CompletionQueue* cq) = 0;

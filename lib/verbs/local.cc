@@ -256,7 +256,7 @@ ProtectionDomain* LocalBackend::alloc_pd() {
 
 int LocalBackend::dealloc_pd_now(ProtectionDomain* pd) {
   if (mrs_.regions_in_pd(pd->id()) != 0) {
-    return c_.fail(EBUSY, "the PD still has memory regions; deregister them first");
+    return c_.fail(EBUSY, "the PD still has memory regions or windows; deregister or deallocate them first");
   }
   for (const auto& qp : c_.qps) {
     if (impl_of(*qp).pd == pd) return c_.fail(EBUSY, "the PD still has QPs; destroy them first");
@@ -373,8 +373,13 @@ MemoryRegion* LocalBackend::reg_mr_now(ProtectionDomain* pd, void* addr, std::si
 std::unique_ptr<MemoryRegion> LocalBackend::dereg_mr_now(MemoryRegion* mr) {
   const auto it =
       std::find_if(c_.mrs_owned.begin(), c_.mrs_owned.end(), [mr](const auto& m) { return m.get() == mr; });
-  if (it == c_.mrs_owned.end() || mrs_.remove(mr->lkey) != 0) {
+  if (it == c_.mrs_owned.end()) {
     c_.fail(EINVAL, "not a registered memory region");
+    return nullptr;
+  }
+  if (const int rc = mrs_.remove(mr->lkey); rc != 0) {
+    c_.fail(rc, rc == EBUSY ? "memory windows are bound to the region: deallocate or unbind them first"
+                            : "not a registered memory region");
     return nullptr;
   }
   std::unique_ptr<MemoryRegion> owned = std::move(*it);
@@ -417,11 +422,18 @@ int LocalBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
   // Out of the table under the control call (no frame looks it up after);
   // the port forgets the memory after, the engines running.
   bool ported = true;
+  int err = 0;
   std::unique_ptr<MemoryRegion> gone = control([&] {
     ported = unported_.erase(mr) == 0;
-    return dereg_mr_now(mr);
+    std::unique_ptr<MemoryRegion> out = dereg_mr_now(mr);
+    if (out == nullptr) {
+      // Still registered while windows are bound to it (EBUSY).
+      err = mrs_.find(mr->lkey) != nullptr ? EBUSY : EINVAL;
+      if (err == EBUSY && !ported) unported_.insert(mr);
+    }
+    return out;
   });
-  if (gone == nullptr) return EINVAL;
+  if (gone == nullptr) return err;
   if (ported) c_.port.io->unregister_memory(gone->addr, gone->length);
   return 0;
 }

@@ -62,6 +62,8 @@ class LocalBackend final : public Backend {
   MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
                           int access) override;                                           // dm.cc
   MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);               // dm.cc
+  MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;  // mw.cc
+  int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;          // mw.cc
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override;

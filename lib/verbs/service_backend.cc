@@ -116,6 +116,8 @@ class ServiceBackend final : public Backend {
   int free_dm(DeviceMemory* dm) override;
   MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
                           int access) override;
+  MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;
+  int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;
   CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
@@ -393,6 +395,34 @@ MemoryRegion* ServiceBackend::reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, 
   mrs_[mr.get()] = reply.handle;
   c_.mrs_owned.push_back(std::move(mr));
   return c_.mrs_owned.back().get();
+}
+
+// Memory windows live in the daemon's table; the window's handle there is
+// MemoryWindow::handle(). Binds and invalidations travel in the send ring.
+MemoryWindow* ServiceBackend::alloc_mw(ProtectionDomain* pd, ibv_mw_type type) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kAllocMw;
+  req.handle = pd->handle();
+  req.alloc_mw.type = static_cast<std::uint32_t>(type);
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "alloc_mw: " + why);
+    return nullptr;
+  }
+  c_.mws_owned.push_back(std::make_unique<MemoryWindow>(pd, type, reply.reg_mr.rkey, reply.handle));
+  return c_.mws_owned.back().get();
+}
+
+int ServiceBackend::dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool ours = false;
+  for (const auto& w : c_.mws_owned) ours = ours || w.get() == mw;
+  if (!ours || mw->pd() != pd) return c_.fail(EINVAL, "not a memory window of this PD");
+  if (const int e = simple(service::Op::kDeallocMw, mw->handle(), "dealloc_mw"); e != 0) return e;
+  erase_owned(c_.mws_owned, static_cast<const MemoryWindow*>(mw));
+  return 0;
 }
 
 QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) {

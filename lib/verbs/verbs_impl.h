@@ -97,6 +97,7 @@ struct Context::Impl {
   DeviceLimits limits;
   std::vector<std::unique_ptr<ProtectionDomain>> pds;
   std::vector<std::unique_ptr<MemoryRegion>> mrs_owned;
+  std::vector<std::unique_ptr<MemoryWindow>> mws_owned;
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;

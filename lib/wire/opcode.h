@@ -147,10 +147,9 @@ inline constexpr OpcodeRow kOpcodeRows[] = {
     {0x14, "RC_FETCH_ADD", kRequest | kAtomic | kOnly | kHasAtomicEth},
     {0x16, "RC_SEND_LAST_WITH_INVALIDATE", kRequest | kSend | kLast | kHasIeth | kHasPayload},
     {0x17, "RC_SEND_ONLY_WITH_INVALIDATE", kRequest | kSend | kOnly | kHasIeth | kHasPayload},
-    // IBTA 1.5 additions, known on the wire but not run by the transport yet.
+    // IBTA 1.5 additions: FLUSH known on the wire but not run by the transport yet.
     {0x1c, "RC_FLUSH", kRequest | kFlushOp | kOnly | kHasFeth | kHasReth | kUnsupported},
-    {0x1d, "RC_ATOMIC_WRITE",
-     kRequest | kAtomicWriteOp | kOnly | kHasReth | kHasPayload | kFixedPayload8 | kUnsupported},
+    {0x1d, "RC_ATOMIC_WRITE", kRequest | kAtomicWriteOp | kOnly | kHasReth | kHasPayload | kFixedPayload8},
     // UC: SEND and RDMA WRITE only.
     {0x20, "UC_SEND_FIRST", kRequest | kSend | kFirst | kHasPayload},
     {0x21, "UC_SEND_MIDDLE", kRequest | kSend | kMiddle | kHasPayload},

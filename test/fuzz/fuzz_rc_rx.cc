@@ -2,7 +2,8 @@
 // fresh QP and region on one long-lived device on a ScriptedPort (virtual
 // clock; opening a device per input would cost 5 ms of table set-up under
 // ASan), connected to a peer that the fuzzer plays: receives posted, a region open for remote
-// access, and a SEND, a WRITE, a READ and an atomic outstanding, so that
+// access with a type 2 memory window bound over its first half, and a
+// SEND, a WRITE, a READ, an atomic and an ATOMIC WRITE outstanding, so that
 // requests and responses both have something to hit. The input is a list of
 // frames, each
 //
@@ -11,7 +12,7 @@
 // wrapped in Ethernet/IPv4/UDP from the peer and given a valid ICRC, so it
 // gets past the parser to the transport. Flags: bit 0 keeps the fuzzed
 // destination QP (otherwise ours), bit 1 sets the RETH/AtomicETH rkey to
-// our region's, bit 2 makes the PSN relative to the one the QP expects
+// our region's and an IETH's to our window's (SEND with Invalidate), bit 2 makes the PSN relative to the one the QP expects
 // (request) or sent (response), bit 3 advances the clock 100 ms first
 // (retransmit and RNR timers), bit 4 runs the engine before this frame,
 // bit 5 carries it in an 802.1Q tag (its VLAN ID from the PSN).
@@ -55,8 +56,8 @@ constexpr std::uint32_t kRqPsn = 0x2000;
 constexpr std::size_t kRegion = 4096;
 constexpr std::size_t kGuard = 256;
 constexpr std::uint8_t kGuardByte = 0xa5;
-constexpr int kAll =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -202,11 +203,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ibv_recv_wr* bad = nullptr;
     check(qp->post_recv(&wr, &bad) == 0);
   }
+  // The window first: a bind runs once every WR before it has completed.
+  MemoryWindow* mw = nullptr;
+  std::uint32_t window_rkey = 0;
+  if (init.qp_type != IBV_QPT_UD) {
+    mw = fx.pd->alloc_mw(IBV_MW_TYPE_2);
+    check(mw != nullptr);
+    ibv_mr verbs_mr{};
+    verbs_mr.lkey = mr->lkey;
+    window_rkey = (mw->rkey() & ~0xffu) | ((mw->rkey() + 1) & 0xffu);
+    ibv_send_wr wr{};
+    wr.wr_id = 6;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.bind_mw.mw = mw->ibv();
+    wr.bind_mw.rkey = window_rkey;
+    wr.bind_mw.bind_info = ibv_mw_bind_info{&verbs_mr, reinterpret_cast<std::uint64_t>(region), kRegion / 2,
+                                            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+    ibv_send_wr* bad = nullptr;
+    check(qp->post_send(&wr, &bad) == 0);
+    fx.ctx->progress();
+  }
   check(post(qp, IBV_WR_SEND, region, 64, mr->lkey, 1, ah) == 0);
   if (init.qp_type != IBV_QPT_UD) check(post(qp, IBV_WR_RDMA_WRITE, region, 2000, mr->lkey, 2) == 0);
   if (init.qp_type == IBV_QPT_RC) {
     check(post(qp, IBV_WR_RDMA_READ, region + 2048, 1500, mr->lkey, 3) == 0);
     check(post(qp, IBV_WR_ATOMIC_CMP_AND_SWP, region + 4088, 8, mr->lkey, 4) == 0);
+    check(post(qp, IBV_WR_ATOMIC_WRITE, region + 4080, 8, mr->lkey, 5) == 0);
   }
   fx.ctx->progress();
 
@@ -223,6 +246,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::memcpy(&bth, transport.data(), sizeof bth);
     if (!(flags & 1)) bth.dest_qp.set(qp->qp_num());
     const wire::OpcodeInfo& info = wire::opcode_info(bth.opcode);
+    if ((flags & 2) && info.offset_of(wire::ExtHdr::kIeth) != 0 && info.offset_of(wire::ExtHdr::kIeth) + 4u <= len) {
+      wire::Be32 rkey;
+      rkey.set(window_rkey);
+      std::memcpy(transport.data() + info.offset_of(wire::ExtHdr::kIeth), &rkey, sizeof rkey);
+    }
     if (flags & 2) {
       for (wire::ExtHdr h : {wire::ExtHdr::kReth, wire::ExtHdr::kAtomicEth}) {
         // Both carry the rkey at byte 8.
@@ -259,12 +287,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while ((n = fx.cq->poll(16, wc)) > 0) {
     for (int i = 0; i < n; ++i) {
       check(wc[i].status <= IBV_WC_TM_RNDV_INCOMPLETE);
-      check((wc[i].wr_id >= 1 && wc[i].wr_id <= 4) || (wc[i].wr_id >= 100 && wc[i].wr_id <= 103));
+      check((wc[i].wr_id >= 1 && wc[i].wr_id <= 6) || (wc[i].wr_id >= 100 && wc[i].wr_id <= 103));
     }
     completions += n;
   }
-  check(n == 0 && completions <= 8);
+  check(n == 0 && completions <= 10);
   check(fx.pd->destroy_qp(qp) == 0);
+  if (mw != nullptr) check(fx.pd->dealloc_mw(mw) == 0);
   check(fx.pd->dereg_mr(mr) == 0);
   if (ah != nullptr) check(fx.pd->destroy_ah(ah) == 0);
   fx.port.inbox.clear();

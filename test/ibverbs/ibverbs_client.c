@@ -143,8 +143,8 @@ static int configured(void) {
   CHECK(pkey == 0xffff);
   CHECK(ibv_query_pkey(ctx, 1, 1, &pkey) == -1);
 
-  /* UD and UC QPs exist; XRC, raw packet QPs and memory windows answer
-     EOPNOTSUPP, through the exported calls and the inline ops alike. */
+  /* UD and UC QPs exist; XRC and raw packet QPs answer EOPNOTSUPP,
+     through the exported calls and the inline ops alike. */
   struct ibv_pd *pd = ibv_alloc_pd(ctx);
   CHECK(pd != NULL && pd->context == ctx);
   struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
@@ -200,9 +200,19 @@ static int configured(void) {
   ip[19] ^= 1; /* sent to an address that is not ours */
   set_ipv4_checksum(ip);
   CHECK(ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)grh, &from) == ENOENT);
+  /* Memory windows (rdma-core's test_mr.MWTest drives their traffic): made
+     through the inline ibv_alloc_mw, a type that does not exist refused, a
+     PD with a window busy, advertised. */
+  struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+  CHECK(mw != NULL && mw->type == IBV_MW_TYPE_2 && mw->pd == pd && mw->context == ctx);
   errno = 0;
-  CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_alloc_mw(pd, (enum ibv_mw_type)3) == NULL);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_dealloc_pd(pd) == EBUSY);
+  CHECK(ibv_dealloc_mw(mw) == 0);
+  struct ibv_device_attr mw_attr;
+  CHECK(ibv_query_device(ctx, &mw_attr) == 0);
+  CHECK((mw_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0 && mw_attr.max_mw > 0);
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
 

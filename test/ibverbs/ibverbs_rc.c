@@ -119,7 +119,9 @@ static int open_side(struct ibv_context *ctx, struct side *s, int new_post_api) 
   if (new_post_api) {
     qa.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     qa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
-                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM;
+                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                        IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+                        IBV_QP_EX_WITH_SEND_WITH_INV;
   }
   CHECK((s->qp = ibv_create_qp_ex(ctx, &qa)) != NULL);
   CHECK(s->qp->state == IBV_QPS_RESET && s->qp->qp_type == IBV_QPT_RC && s->qp->qp_context == s);
@@ -405,6 +407,65 @@ static int new_post_api(struct side *a, struct side *b) {
   return 0;
 }
 
+/* Memory windows and ATOMIC WRITE: b binds a type 2 window over a region
+   registered with MW_BIND (ibv_post_send's IBV_WR_BIND_MW), a writes 8
+   bytes through it (ibv_wr_atomic_write) and revokes it (SEND with
+   Invalidate: b's receive says which rkey); a type 1 window bound by
+   ibv_bind_mw gets a new rkey; a region with a bound window stays. */
+static int windows_and_atomic_write(struct side *a, struct side *b) {
+  struct ibv_mr *region = ibv_reg_mr(b->pd, b->buf + 900000, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  CHECK(region != NULL);
+  struct ibv_mw *mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+  CHECK(mw != NULL);
+  const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  struct ibv_send_wr bind = {.wr_id = 30, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad = NULL;
+  bind.bind_mw.mw = mw;
+  bind.bind_mw.rkey = rkey;
+  bind.bind_mw.bind_info.mr = region;
+  bind.bind_mw.bind_info.addr = (uintptr_t)b->buf + 900000;
+  bind.bind_mw.bind_info.length = 4096;
+  bind.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  CHECK(ibv_post_send(b->qp, &bind, &bad) == 0);
+  RUN(expect(b->scq, IBV_WC_BIND_MW, IBV_WC_SUCCESS, 30, NULL));
+  CHECK(ibv_dereg_mr(region) == EBUSY);
+
+  struct ibv_qp_ex *x = ibv_qp_to_qp_ex(a->qp);
+  CHECK(x != NULL);
+  const uint64_t value = 0x1122334455667788ull;
+  ibv_wr_start(x);
+  x->wr_id = 31;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x, rkey, (uintptr_t)b->buf + 900000 + 64, &value);
+  CHECK(ibv_wr_complete(x) == 0);
+  RUN(expect(a->scq, IBV_WC_ATOMIC_WRITE, IBV_WC_SUCCESS, 31, NULL));
+  CHECK(memcmp(b->buf + 900000 + 64, &value, 8) == 0);
+
+  RUN(post_recv(b, 104, 0, 64));
+  ibv_wr_start(x);
+  x->wr_id = 32;
+  ibv_wr_send_inv(x, rkey);
+  ibv_wr_set_inline_data(x, "gone", 4);
+  CHECK(ibv_wr_complete(x) == 0);
+  RUN(expect(a->scq, IBV_WC_SEND, IBV_WC_SUCCESS, 32, NULL));
+  struct ibv_wc wc;
+  RUN(expect(b->rcq, IBV_WC_RECV, IBV_WC_SUCCESS, 104, &wc));
+  CHECK((wc.wc_flags & IBV_WC_WITH_INV) != 0 && wc.invalidated_rkey == rkey);
+  CHECK(ibv_dealloc_mw(mw) == 0);
+
+  struct ibv_mw *one = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
+  CHECK(one != NULL);
+  const uint32_t first = one->rkey;
+  struct ibv_mw_bind mb = {.wr_id = 33, .send_flags = IBV_SEND_SIGNALED,
+                           .bind_info = {.mr = region, .addr = (uintptr_t)b->buf + 900000, .length = 64,
+                                         .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}};
+  CHECK(ibv_bind_mw(b->qp, one, &mb) == 0);
+  CHECK(one->rkey != first && (one->rkey >> 8) == (first >> 8));
+  RUN(expect(b->scq, IBV_WC_BIND_MW, IBV_WC_SUCCESS, 33, NULL));
+  CHECK(ibv_dealloc_mw(one) == 0);
+  CHECK(ibv_dereg_mr(region) == 0);
+  return 0;
+}
+
 /* Regions registered and deregistered while a stream of WRITEs flows. */
 static int register_while_flowing(struct side *a, struct side *b) {
   struct ibv_sge sg = {(uintptr_t)a->buf, 4096, a->mr->lkey};
@@ -630,6 +691,7 @@ static int loopback(void) {
   RUN(sends(&a, &b));
   RUN(one_sided(&a, &b));
   RUN(new_post_api(&a, &b));
+  RUN(windows_and_atomic_write(&a, &b));
   RUN(register_while_flowing(&a, &b));
   RUN(remote_access_error(&a, &b));
   RUN(close_side(&a));

@@ -364,6 +364,106 @@ TEST_F(Service, AClientCannotNameAnotherClientsObjects) {
   EXPECT_EQ(a->dealloc_pd(pd), 0) << a->last_error();
 }
 
+// Memory windows and ATOMIC WRITE through the daemon: two clients of one
+// daemon (its loopback), B binding a type 2 window over its region, A
+// writing 8 bytes atomically through it; then what a hostile B may not do:
+// free A's window by A's handle, or bind A's window by its key from B's QP
+// (the engine checks the window's PD against the QP's: a bind error).
+TEST_F(Service, WindowsAndAtomicWriteWorkAndStayTheirClients) {
+  std::string error;
+  auto a = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(a) << error;
+  auto b = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(b) << error;
+  struct Side {
+    uroce::ProtectionDomain* pd;
+    uroce::CompletionQueue* cq;
+    uroce::QueuePair* qp;
+    uroce::MemoryRegion* mr;
+    std::vector<std::uint8_t> buf = std::vector<std::uint8_t>(8192);
+  };
+  auto make = [](uroce::Context& c, Side& s, int access) {
+    s.pd = c.alloc_pd();
+    s.cq = c.create_cq(16);
+    ASSERT_TRUE(s.pd != nullptr && s.cq != nullptr) << c.last_error();
+    uroce::QpInitAttr attr;
+    attr.send_cq = attr.recv_cq = s.cq;
+    attr.cap = {8, 8, 1, 1, 0};
+    s.qp = s.pd->create_qp(attr);
+    s.mr = s.pd->reg_mr(s.buf.data(), s.buf.size(), access);
+    ASSERT_TRUE(s.qp != nullptr && s.mr != nullptr) << c.last_error();
+  };
+  Side sa, sb;
+  make(*a, sa, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  make(*b, sb, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  if (HasFatalFailure()) return;
+  uroce::ConnectParams params;
+  EXPECT_EQ(uroce::connect_rc(sa.qp, a->gid(), sb.qp->qp_num(), params.psn_a, params.psn_b, params), 0)
+      << a->last_error();
+  EXPECT_EQ(uroce::connect_rc(sb.qp, b->gid(), sa.qp->qp_num(), params.psn_b, params.psn_a, params), 0)
+      << b->last_error();
+  auto one = [](uroce::CompletionQueue* cq) {
+    ibv_wc wc{};
+    for (int i = 0; i < 20000 && cq->poll(1, &wc) == 0; ++i) std::this_thread::sleep_for(500us);
+    return wc;
+  };
+  uroce::MemoryWindow* mw = sb.pd->alloc_mw(IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr) << b->last_error();
+  ibv_mr region{};
+  region.lkey = sb.mr->lkey;
+  const std::uint32_t rkey = (mw->rkey() & ~0xffu) | ((mw->rkey() + 1) & 0xffu);
+  ibv_send_wr bind{};
+  bind.wr_id = 1;
+  bind.opcode = IBV_WR_BIND_MW;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_mw.mw = mw->ibv();
+  bind.bind_mw.rkey = rkey;
+  bind.bind_mw.bind_info = ibv_mw_bind_info{&region, reinterpret_cast<std::uint64_t>(sb.buf.data() + 4096), 64,
+                                            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED};
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(sb.qp->post_send(&bind, &bad), 0);
+  ibv_wc wc = one(sb.cq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << uroce::wc_status_str(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+  const std::uint64_t value = 0x0807060504030201ull;
+  ibv_send_wr aw{};
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(&value), 8, 0};
+  aw.wr_id = 2;
+  aw.sg_list = &sge;
+  aw.num_sge = 1;
+  aw.opcode = IBV_WR_ATOMIC_WRITE;
+  aw.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  aw.wr.rdma.remote_addr = 16;  // zero-based: 16 bytes into the window
+  aw.wr.rdma.rkey = rkey;
+  ASSERT_EQ(sa.qp->post_send(&aw, &bad), 0);
+  wc = one(sa.cq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << uroce::wc_status_str(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(std::memcmp(sb.buf.data() + 4096 + 16, &value, 8), 0);
+
+  // A's own window: B can neither free it by handle nor bind it by key.
+  uroce::MemoryWindow* theirs = sa.pd->alloc_mw(IBV_MW_TYPE_2);
+  ASSERT_NE(theirs, nullptr) << a->last_error();
+  auto raw = uroce::service::Client::connect(a_->socket, error);
+  ASSERT_TRUE(raw) << error;
+  uroce::service::Request req;
+  uroce::service::Reply reply;
+  std::string why;
+  req.op = uroce::service::Op::kDeallocMw;
+  req.handle = theirs->handle();
+  EXPECT_EQ(raw->call(req, reply, nullptr, 0, nullptr, why), EINVAL);
+  bind.bind_mw.mw = theirs->ibv();
+  bind.bind_mw.rkey = (theirs->rkey() & ~0xffu) | ((theirs->rkey() + 1) & 0xffu);
+  ASSERT_EQ(sb.qp->post_send(&bind, &bad), 0);
+  wc = one(sb.cq);
+  EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR) << uroce::wc_status_str(wc.status);
+  EXPECT_EQ(sb.pd->dereg_mr(sb.mr), EBUSY) << "its own window is still bound to it";
+  EXPECT_EQ(sb.pd->dealloc_mw(mw), 0) << b->last_error();
+  EXPECT_EQ(sa.pd->dealloc_mw(theirs), 0) << a->last_error();
+  EXPECT_EQ(sb.pd->destroy_qp(sb.qp), 0);
+  EXPECT_EQ(sb.pd->dereg_mr(sb.mr), 0) << b->last_error();
+}
+
 // A registered region lives on a shared memory file at the same addresses:
 // its bytes and those around it in its pages are kept; a second region in
 // the same pages shares the file; one overlapping part of them is refused.

@@ -235,6 +235,17 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
                std::vector<std::uint8_t>(64, 8));
       return {p};
     }
+    case ResponderExit::window_violation: {
+      // A memory window never bound: its rkey grants nothing (IBTA 10.6.7).
+      ScriptedRc& r = rig.connect();
+      rig.post_receives();
+      MemoryWindow* mw = rig.mr->pd->alloc_mw(IBV_MW_TYPE_2);
+      EXPECT_NE(mw, nullptr);
+      rig.mark();
+      r.inject(rig.request(Opcode::kRcWriteOnly, p, rig.va(), mw != nullptr ? mw->rkey() : 0, 64),
+               std::vector<std::uint8_t>(64, 8));
+      return {p};
+    }
     case ResponderExit::write_revoked: {
       ScriptedRc& r = rig.connect();
       Doomed d(rig, kAll);

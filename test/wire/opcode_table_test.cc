@@ -83,11 +83,14 @@ TEST(OpcodeTable, MeaningFlags) {
   EXPECT_TRUE(opcode_info(Opcode::kCnp).has(kCnpOp | kFixedPayload16));
 }
 
-TEST(OpcodeTable, FlushAndAtomicWriteAreKnownButUnsupported) {
+TEST(OpcodeTable, FlushIsKnownButUnsupportedAtomicWriteRuns) {
   EXPECT_TRUE(opcode_info(Opcode::kRcFlush).known());
   EXPECT_FALSE(opcode_info(Opcode::kRcFlush).supported());
   EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).known());
-  EXPECT_FALSE(opcode_info(Opcode::kRcAtomicWrite).supported());
+  EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).supported());
+  // As Soft-RoCE lays it out: BTH, RETH, then the 8 bytes.
+  EXPECT_EQ(opcode_info(Opcode::kRcAtomicWrite).offset_of(ExtHdr::kReth), 12);
+  EXPECT_EQ(opcode_info(Opcode::kRcAtomicWrite).header_bytes, 28);
   EXPECT_TRUE(opcode_info(Opcode::kRcSendOnly).supported());
   EXPECT_TRUE(opcode_info(Opcode::kRcCompareSwap).supported());
   EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).has(kFixedPayload8));
@@ -96,11 +99,11 @@ TEST(OpcodeTable, FlushAndAtomicWriteAreKnownButUnsupported) {
 }
 
 // UC and UD run end to end (ud_uc_test): no row of theirs is flagged
-// unsupported; FLUSH and ATOMIC WRITE are the only known opcodes that are.
-TEST(OpcodeTable, OnlyFlushAndAtomicWriteAreUnsupported) {
+// unsupported; FLUSH is the only known opcode that is.
+TEST(OpcodeTable, OnlyFlushIsUnsupported) {
   for (const auto& [op, bytes] : kHeaderBytes) {
     const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
-    const bool unsupported = op == 0x1c || op == 0x1d;
+    const bool unsupported = op == 0x1c;
     EXPECT_EQ(info.supported(), !unsupported) << info.name;
   }
 }

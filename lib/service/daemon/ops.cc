@@ -53,13 +53,15 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kAllocDm, "alloc_dm", false, Budget::kNone, &Server::op_alloc_dm},
     {Op::kFreeDm, "free_dm", false, Budget::kNone, &Server::op_free_dm},
     {Op::kRegDmMr, "reg_dm_mr", false, Budget::kMrs, &Server::op_reg_dm_mr},
+    {Op::kAllocMw, "alloc_mw", false, Budget::kMrs, &Server::op_alloc_mw},
+    {Op::kDeallocMw, "dealloc_mw", false, Budget::kNone, &Server::op_dealloc_mw},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kRegDmMr));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kDeallocMw));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;
@@ -104,6 +106,32 @@ void Server::op_dealloc_pd(Client& c, const Request& req, const int*, int, Reply
     return;
   }
   c.pds.erase(req.handle);
+}
+
+// Memory windows count against the client's memory-region budget: they
+// take keys of the same table.
+void Server::op_alloc_mw(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  ProtectionDomain** pd = find(c.pds, req.handle, "PD", reply);
+  if (pd == nullptr) return;
+  MemoryWindow* mw = (*pd)->alloc_mw(static_cast<ibv_mw_type>(req.alloc_mw.type));
+  if (mw == nullptr) {
+    fail(reply, req.alloc_mw.type == IBV_MW_TYPE_1 || req.alloc_mw.type == IBV_MW_TYPE_2 ? ENOMEM : EINVAL,
+         ctx_.last_error());
+    return;
+  }
+  reply.handle = c.next_handle++;
+  reply.reg_mr.rkey = mw->rkey();
+  c.mws[reply.handle] = mw;
+}
+
+void Server::op_dealloc_mw(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
+  MemoryWindow** mw = find(c.mws, req.handle, "memory window", reply);
+  if (mw == nullptr) return;
+  if (const int e = (*mw)->pd()->dealloc_mw(*mw); e != 0) {
+    fail(reply, e, ctx_.last_error());
+    return;
+  }
+  c.mws.erase(req.handle);
 }
 
 // dereg_mr, destroy_cq and destroy_qp also serve release(): EINVAL from

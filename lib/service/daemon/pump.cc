@@ -92,6 +92,21 @@ std::size_t Pump::drain_sq(PumpQp& q) {
     } else {
       wr.imm_data = s.imm_data;
     }
+    // Memory windows (protocol.h's SendSlot): the window and the region by
+    // their keys only; the engine checks them against the QP's PD.
+    ibv_mw window{};
+    ibv_mr region{};
+    if (wr.opcode == IBV_WR_BIND_MW) {
+      window.rkey = s.imm_data;
+      region.lkey = s.remote_qkey;
+      wr.bind_mw.mw = &window;
+      wr.bind_mw.rkey = s.rkey;
+      wr.bind_mw.bind_info.mr = s.remote_qkey != 0 ? &region : nullptr;
+      wr.bind_mw.bind_info.addr = s.remote_addr;
+      wr.bind_mw.bind_info.length = s.compare_add;
+      wr.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(s.swap);
+      wr.num_sge = 0;
+    }
     if (q.ahs != nullptr) {
       // UD: the AH by its number in this client's own table; none there
       // (destroyed, or never made) and the engine refuses the WR.

@@ -312,7 +312,7 @@ Server::UidUsage Server::usage(uid_t uid) const {
     if (c->uid != uid) continue;
     ++(c->attached ? u.connections : u.waiting);
     u.pds += static_cast<std::uint32_t>(c->pds.size());
-    u.mrs += static_cast<std::uint32_t>(c->mrs.size());
+    u.mrs += static_cast<std::uint32_t>(c->mrs.size() + c->mws.size());
     u.cqs += static_cast<std::uint32_t>(c->cqs.size());
     u.qps += static_cast<std::uint32_t>(c->qps.size());
     u.srqs += static_cast<std::uint32_t>(c->srqs.size());
@@ -335,7 +335,9 @@ std::string Server::over_budget(const Client& c, Budget budget) const {
   switch (budget) {
     case Budget::kNone: return "";
     case Budget::kPds: b = {c.pds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs", "max_pds"}; break;
-    case Budget::kMrs: b = {c.mrs.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions", "max_mrs"}; break;
+    case Budget::kMrs:
+      b = {c.mrs.size() + c.mws.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions and windows", "max_mrs"};
+      break;
     case Budget::kCqs: b = {c.cqs.size(), l.cqs, &UidUsage::cqs, l.uid_cqs, "CQs", "max_cqs"}; break;
     case Budget::kQps: b = {c.qps.size(), l.qps, &UidUsage::qps, l.uid_qps, "QPs", "max_qps"}; break;
     case Budget::kSrqs: b = {c.srqs.size(), l.srqs, &UidUsage::srqs, l.uid_srqs, "SRQs", "max_srqs"}; break;
@@ -897,6 +899,9 @@ void Server::release(Client& c) {
     if (destroy_cq(c, c.cqs.begin()->first) != 0) c.cqs.erase(c.cqs.begin());
   }
   bool leaked = false;
+  // Windows before regions: a region with windows bound stays registered.
+  for (auto& [h, mw] : c.mws) mw->pd()->dealloc_mw(mw);
+  c.mws.clear();
   while (!c.mrs.empty()) {
     // A region that cannot be deregistered keeps its view mapped (the
     // engines may still read it): leaked, never unmapped under them.

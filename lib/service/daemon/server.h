@@ -189,6 +189,7 @@ class Server {
     std::uint32_t next_handle = 1;
     std::map<std::uint32_t, ProtectionDomain*> pds;
     std::map<std::uint32_t, Mr> mrs;
+    std::map<std::uint32_t, MemoryWindow*> mws;  // counted as regions in the budgets
     std::map<std::uint32_t, Cq> cqs;
     std::map<std::uint32_t, Qp> qps;
     std::map<std::uint32_t, Srq> srqs;
@@ -276,7 +277,7 @@ class Server {
               std::vector<int>& reply_fds);
   OpFn op_hello, op_alloc_pd, op_dealloc_pd, op_reg_mr, op_dereg_mr, op_create_cq, op_destroy_cq, op_create_qp,
       op_modify_qp, op_query_qp, op_destroy_qp, op_qp_counters, op_stats, op_create_srq, op_modify_srq, op_query_srq,
-      op_destroy_srq, op_create_ah, op_destroy_ah;
+      op_destroy_srq, op_create_ah, op_destroy_ah, op_alloc_mw, op_dealloc_mw;
   // Device memory (dm.cc).
   OpFn op_alloc_dm, op_free_dm, op_reg_dm_mr;
   int free_dm(Client& c, std::uint32_t handle);
