@@ -22,7 +22,8 @@ namespace uroce::service {
 // 4: SIDR (kCmSidrRequest, CmEvent's sidr and qkey) and a program's own QPs
 // on rdma_cm (kCmInitQpAttr, kCmEstablish, CmConnect's and CmAccept's
 // program_qp and srq). 5: StatsReply lists SRQs and AHs.
-inline constexpr std::uint32_t kProtocolVersion = 5;
+// 6 (cqts): CQ slots carry a completion timestamp (CqSlot), kReregMr, kResizeCq, kQueryClock.
+inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -66,6 +67,11 @@ enum class Op : std::uint32_t {
                    // its answer is accepted or rejected with kCmAccept, kCmReject
   kCmInitQpAttr, // CmInitQpAttr -> CmInitQpAttrReply (rdma_init_qp_attr)
   kCmEstablish,  // handle: comm ID, after a kConnectResponse (rdma_establish: the RTU)
+  kReregMr,      // handle: the region; ReregMr (+ one memory file per piece with
+                 // IBV_REREG_MR_CHANGE_TRANSLATION) -> RegMrReply, the same keys
+  kResizeCq,     // handle: the CQ; CreateCq (cqe) -> CreateCqReply + a new ring file,
+                 // the completions that waited in the old ring first in it
+  kQueryClock,   // -> ClockReply: the engines' clock and the wall clock, read together
 };
 
 struct Hello {
@@ -92,6 +98,15 @@ struct RegMr {
 
 struct CreateCq {
   std::uint32_t cqe = 0;
+  std::uint32_t timestamps = 0;  // 1: completions stamped (CqSlot::completion_ts)
+};
+
+// ibv_rereg_mr: `flags` IBV_REREG_MR_CHANGE_*; `region.pd` the new PD's
+// handle (CHANGE_PD), `region.access` (CHANGE_ACCESS), the rest of `region`
+// the new memory as RegMr has it (CHANGE_TRANSLATION).
+struct ReregMr {
+  std::uint32_t flags = 0;
+  RegMr region;
 };
 
 struct CreateQp {
@@ -199,6 +214,7 @@ struct Request {
     CreateSrq create_srq;
     ModifySrq modify_srq;
     CreateAh create_ah;
+    ReregMr rereg_mr;
   };
   Request() : hello{} {}
 };
@@ -298,6 +314,11 @@ struct CmEvent {
   std::uint32_t qkey = 0;
 };
 
+struct ClockReply {
+  std::uint64_t raw_ns = 0;       // the daemon's engines' clock (what completions are stamped with)
+  std::uint64_t realtime_ns = 0;  // CLOCK_REALTIME at the same moment
+};
+
 struct CmInitQpAttrReply {
   ibv_qp_attr attr{};
   std::int32_t mask = 0;
@@ -319,6 +340,7 @@ struct Reply {
     CreateSrqReply create_srq;
     QuerySrqReply query_srq;
     CmInitQpAttrReply cm_init_qp_attr;
+    ClockReply clock;
   };
   Reply() : hello{} {}
 };
@@ -364,6 +386,13 @@ struct RecvSlot {
 
 static_assert(sizeof(SendSlot) == 584, "SendSlot is part of the protocol");
 static_assert(sizeof(RecvSlot) == 272, "RecvSlot is part of the protocol");
-static_assert(sizeof(ibv_wc) == 48, "CQ slots are ibv_wc");
+// A completion as the daemon writes it into a CQ's ring: with the time its
+// engine completed the work (the daemon's clock, ClockReply::raw_ns; 0 for
+// a CQ made without timestamps).
+struct CqSlot {
+  ibv_wc wc;
+  std::uint64_t completion_ts = 0;
+};
+static_assert(sizeof(ibv_wc) == 48 && sizeof(CqSlot) == 56, "CqSlot is part of the protocol");
 
 }  // namespace uroce::service

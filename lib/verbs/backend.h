@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "uroce/stats.h"
@@ -48,8 +49,15 @@ class Backend {
   virtual MemoryRegion* reg_mr(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access,
                                bool copied) = 0;
   virtual int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) = 0;
+  // ProtectionDomain::rereg_mr (lib/verbs/rereg.cc in process).
+  // `copied`: internal::rereg_mr_as (in process: the new translation
+  // told to the port or not); nullopt: as the region was.
+  virtual int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change,
+                       std::optional<bool> copied) = 0;
   // Sets CompletionQueue::Impl::poll.
-  virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
+  virtual CompletionQueue* create_cq(const CqAttr& attr) = 0;
+  virtual int resize_cq(CompletionQueue& cq, int cqe) = 0;
+  virtual int query_clock(ClockValues& values) = 0;
   virtual int destroy_cq(CompletionQueue* cq) = 0;
   virtual int arm_cq(CqImpl& cq, bool solicited_only) = 0;
   virtual bool cq_overflowed(const CqImpl& cq) const = 0;

@@ -78,6 +78,11 @@ QueuePair* create_gsi_qp(ProtectionDomain* pd, const QpInitAttr& attr);
 // (DPDK has 128 for the whole process) must not take others' share.
 // Otherwise as ProtectionDomain::reg_mr_iova.
 MemoryRegion* reg_mr_copied(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+// ProtectionDomain::rereg_mr whose new translation the port is told of
+// (`copied` false) or not (true), whatever the old one was (uroced).
+int rereg_mr_as(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, bool copied);
+// Completions waiting in an in-process CQ (a snapshot; 0 attached).
+std::uint32_t cq_waiting(CompletionQueue& cq);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
 // Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must

@@ -50,13 +50,16 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kCmSidrRequest, "cm_sidr_request", false, Budget::kNone, &Server::op_cm_sidr_request},
     {Op::kCmInitQpAttr, "cm_init_qp_attr", false, Budget::kNone, &Server::op_cm_init_qp_attr},
     {Op::kCmEstablish, "cm_establish", false, Budget::kNone, &Server::op_cm_establish},
+    {Op::kReregMr, "rereg_mr", false, Budget::kNone, &Server::op_rereg_mr},
+    {Op::kResizeCq, "resize_cq", false, Budget::kNone, &Server::op_resize_cq},
+    {Op::kQueryClock, "query_clock", false, Budget::kNone, &Server::op_query_clock},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kCmEstablish));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kQueryClock));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;
