@@ -73,9 +73,8 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   cq->cq = x->ctx->create_cq(uroce::CqAttr{static_cast<int>(attr.cqe), attr.channel != nullptr ? fire : nullptr, cq,
                                            cq->stamped});
   if (cq->cq == nullptr) {
-    const std::string& why = x->ctx->last_error();
     delete cq;
-    errno = why.find("budget") != std::string::npos || why.find("limit") != std::string::npos ? ENOMEM : EINVAL;
+    errno = EINVAL;
     return nullptr;
   }
   ibv_cq_ex& e = cq->ex;

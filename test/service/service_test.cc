@@ -170,6 +170,8 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   };
   const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -n 500", "iters in"},
                         {"ibv_rc_pingpong -d uroce0 -g 1 -n 200 -e -s 65536", "iters in"},
+                        // Completion timestamps, the daemons' clock in the CQ rings' slots.
+                        {"ibv_rc_pingpong -d uroce0 -g 1 -n 200 --ts", "Average receive completion clock cycles"},
                         {"ib_write_bw -d uroce0 -x 1 -s 65536 -n 2000 --report_gbits", "65536"}};
   for (const Case& k : cases) {
     std::string args;
