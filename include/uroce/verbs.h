@@ -102,6 +102,35 @@ struct SrqInitAttr {
   std::uint32_t srq_limit = 0;  // armed at creation when non-zero
 };
 
+// Context::create_cq's attributes.
+struct CqAttr {
+  int cqe = 0;  // capacity
+  // Completion events, as Context::create_cq's on_event and arg.
+  void (*on_event)(void* arg) = nullptr;
+  void* arg = nullptr;
+  // Each completion carries the time its engine completed the work
+  // (CompletionQueue::poll's completion_ts): the engines' clock in ns, the
+  // clock ClockValues::raw_ns reads. Attached to uroced: the daemon's.
+  bool completion_timestamps = false;
+};
+
+// The device's clock and the wall clock read together (Context::query_clock,
+// ibv_query_rt_values_ex). The raw clock counts nanoseconds.
+struct ClockValues {
+  std::uint64_t raw_ns = 0;       // the engines' clock (PortConfig::clock; attached: uroced's)
+  std::uint64_t realtime_ns = 0;  // CLOCK_REALTIME at the same moment
+};
+
+// ProtectionDomain::rereg_mr: what changes (ibv_rereg_mr).
+struct ReregAttr {
+  int flags = 0;                     // IBV_REREG_MR_CHANGE_TRANSLATION, _PD, _ACCESS
+  ProtectionDomain* pd = nullptr;    // with CHANGE_PD: the new PD, of the same Context
+  void* addr = nullptr;              // with CHANGE_TRANSLATION: the new memory
+  std::size_t length = 0;
+  std::uint64_t iova = 0;            // with CHANGE_TRANSLATION: its remote address
+  int access = 0;                    // with CHANGE_ACCESS: ibv_access_flags
+};
+
 // Where a Context sends and receives frames, and its addresses.
 struct PortConfig {
   PacketIo* io = nullptr;            // the port (simulated link, DPDK port, ...); not owned
@@ -178,6 +207,11 @@ class Context {
   // must be short and must not call into this Context (a pipe write is the
   // intended use). nullptr: arm() is refused.
   CompletionQueue* create_cq(int cqe, void (*on_event)(void* arg) = nullptr, void* arg = nullptr);
+  // The same with CqAttr (completion timestamps).
+  CompletionQueue* create_cq(const CqAttr& attr);
+  // The raw clock completions are stamped with and the wall clock, read
+  // together. 0, or an errno value (attached: the daemon did not answer).
+  int query_clock(ClockValues& values);
   int destroy_cq(CompletionQueue* cq);  // EBUSY while QPs use it
 
   // Memory for regions, as PortConfig::buffer_pages says. Aligned to 4 KiB
@@ -313,6 +347,16 @@ class ProtectionDomain {
   // ibv_dealloc_mw: a bound window's rkey stops working. EINVAL for a window
   // not of this PD.
   int dealloc_mw(MemoryWindow* mw);
+  // ibv_rereg_mr: changes the region's translation (addr, length, iova),
+  // PD or access in place; it keeps its lkey and rkey. From the return on,
+  // every access goes through the new translation: a packet or WQE that
+  // resolved the region before is checked again (as after dereg_mr), and
+  // the old memory is never touched. Returns 0; EINVAL (no or unknown
+  // flags, zero length or no address with CHANGE_TRANSLATION, bad access
+  // as reg_mr, a PD of another Context, not a region of this PD); errors
+  // of registering the new memory otherwise (ENOMEM; attached: the daemon's).
+  // On an error nothing changed.
+  int rereg_mr(MemoryRegion* mr, const ReregAttr& change);
 
   // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
   // type, caps over the device limits, CQ missing).
@@ -429,7 +473,18 @@ class CompletionQueue {
   // Up to n completions into wc. Returns how many, or -EOVERFLOW once the
   // queue has overflowed.
   int poll(int n, ibv_wc* wc);
+  // The same, and each completion's timestamp into completion_ts[i] (ns of
+  // the engines' clock, ClockValues::raw_ns; 0 for a CQ made without
+  // CqAttr::completion_timestamps).
+  int poll(int n, ibv_wc* wc, std::uint64_t* completion_ts);
+  bool timestamps() const;
   int capacity() const;
+  // ibv_resize_cq: the CQ holds `cqe` completions from now on; those that
+  // wait are kept, in order. 0; EINVAL for cqe below 1, over max_cqe, or
+  // below the number waiting plus the send work requests its QPs have
+  // posted and not completed (nothing changed). Not while another thread
+  // polls this CQ.
+  int resize(int cqe);
   // ibv_req_notify_cq: one event (the create_cq callback) for the next
   // completion, or with `solicited_only` for the next solicited receive or
   // completion in error. If completions already wait to be polled when a

@@ -34,8 +34,11 @@ void fire(void* arg) {
   [[maybe_unused]] const ssize_t n = write(cq->channel->write_fd, &id, sizeof id);
 }
 
-// The wc_flags of ibv_create_cq_ex that ibv_wc carries.
-constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+// The wc_flags of ibv_create_cq_ex that ibv_wc carries, and the timestamps
+// the engine stamps completions with.
+constexpr std::uint64_t kStampFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS | kStampFlags;
 
 ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   Ctx* x = ctx_of(context);
@@ -55,7 +58,20 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   cq->id = next_cq_id.fetch_add(1);
   cq->channel = channel_of(attr.channel);
   // comp_vector picks no thread: every CQ's events come from its engine's.
-  cq->cq = x->ctx->create_cq(static_cast<int>(attr.cqe), attr.channel != nullptr ? fire : nullptr, cq);
+  cq->stamped = (attr.wc_flags & kStampFlags) != 0;
+  if (cq->stamped) {
+    // The wall clock of a stamp: the device's clock (ns) moved by the
+    // difference of the two clocks read together now.
+    uroce::ClockValues v;
+    if (const int e = x->ctx->query_clock(v); e != 0) {
+      delete cq;
+      errno = e;
+      return nullptr;
+    }
+    cq->wallclock_offset = static_cast<std::int64_t>(v.realtime_ns - v.raw_ns);
+  }
+  cq->cq = x->ctx->create_cq(uroce::CqAttr{static_cast<int>(attr.cqe), attr.channel != nullptr ? fire : nullptr, cq,
+                                           cq->stamped});
   if (cq->cq == nullptr) {
     delete cq;
     errno = EINVAL;
@@ -84,7 +100,7 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
 
 int take(ibv_cq_ex* ex) {
   Cq* cq = reinterpret_cast<Cq*>(ex);
-  const int n = cq->cq->poll(1, &cq->current);
+  const int n = cq->stamped ? cq->cq->poll(1, &cq->current, &cq->current_ts) : cq->cq->poll(1, &cq->current);
   if (n < 0) return EINVAL;  // overflowed: the CQ is in error
   if (n == 0) return ENOENT;
   ex->status = cq->current.status;
@@ -115,6 +131,13 @@ unsigned int read_wc_flags(ibv_cq_ex* ex) { return cur(ex).wc_flags; }
 std::uint32_t read_slid(ibv_cq_ex* ex) { return cur(ex).slid; }
 std::uint8_t read_sl(ibv_cq_ex* ex) { return cur(ex).sl; }
 std::uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return cur(ex).dlid_path_bits; }
+// The device's clock counts ns (hca_core_clock 1 GHz), taken where the
+// engine completed the work (through uroced: the daemon's engine).
+std::uint64_t read_completion_ts(ibv_cq_ex* ex) { return reinterpret_cast<Cq*>(ex)->current_ts; }
+std::uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) {
+  const Cq* cq = reinterpret_cast<Cq*>(ex);
+  return cq->current_ts + static_cast<std::uint64_t>(cq->wallclock_offset);
+}
 
 }  // namespace
 
@@ -132,7 +155,9 @@ void fill_poll_ops(ibv_cq_ex& e) {
   e.read_slid = read_slid;
   e.read_sl = read_sl;
   e.read_dlid_path_bits = read_dlid_path_bits;
-  // Timestamps, CVLAN, flow tags and tag matching are refused at creation
+  e.read_completion_ts = read_completion_ts;
+  e.read_completion_wallclock_ns = read_completion_wallclock_ns;
+  // CVLAN, flow tags and tag matching are refused at creation
   // (create_cq_ex_op), so their readers stay NULL.
 }
 
@@ -164,8 +189,8 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     parent = attr->parent_domain;
   }
   if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: completion timestamps, CVLAN, flow tags and tag matching "
-                                    "are not supported (wc_flags beyond IBV_WC_STANDARD_FLAGS)");
+    errno = unsupported(EOPNOTSUPP, "ibv_create_cq_ex: CVLAN, flow tags and tag matching are not supported "
+                                    "(wc_flags beyond IBV_WC_STANDARD_FLAGS and the completion timestamps)");
     return nullptr;
   }
   // IBV_CREATE_CQ_ATTR_SINGLE_THREADED is a hint. IGNORE_OVERRUN is refused:
@@ -305,9 +330,16 @@ void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   pthread_mutex_unlock(&cq->mutex);
 }
 
-int ibv_resize_cq(ibv_cq* cq, int cqe) {
-  if (cq_of(cq) == nullptr || cqe < 1) return EINVAL;
-  return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_resize_cq: a CQ keeps its size; create a larger one");
+// Every completion that waits is kept, in order; fewer entries than wait
+// is EINVAL, as rdma-core's providers answer. Under the poll lock: no
+// ibv_poll_cq of another thread reads the ring meanwhile.
+int ibv_resize_cq(ibv_cq* ibv_cq, int cqe) {
+  Cq* cq = cq_of(ibv_cq);
+  if (cq == nullptr || cqe < 1) return EINVAL;
+  std::lock_guard<uroce::ibverbs::SpinLock> lock(cq->poll_lock);
+  if (const int rc = cq->cq->resize(cqe); rc != 0) return rc;
+  ibv_cq->cqe = cqe;
+  return 0;
 }
 
 }  // extern "C"

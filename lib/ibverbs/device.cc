@@ -588,6 +588,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   x->vctx.sz = sizeof(verbs_context);
   x->vctx.query_port = uroce::ibverbs::query_port_op;
   x->vctx.query_device_ex = uroce::ibverbs::query_device_ex_op;
+  x->vctx.query_rt_values = uroce::ibverbs::query_rt_values_op;
   x->vctx.create_cq_ex = uroce::ibverbs::create_cq_ex_op;
   x->vctx.create_qp_ex = uroce::ibverbs::create_qp_ex_op;
   // XRC's: refused with a line of ours (docs/ibverbs.md promises one).

@@ -195,6 +195,12 @@ struct Cq {
   std::uint32_t empty_polls = 0;     // ibv_poll_cq calls in a row that found nothing
   // ibv_start_poll / ibv_next_poll: the completion being read.
   ibv_wc current{};
+  // Completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]):
+  // the current completion's, in ns of the device's clock, and what turns
+  // that clock into CLOCK_REALTIME (read once, at creation).
+  bool stamped = false;
+  std::uint64_t current_ts = 0;
+  std::int64_t wallclock_offset = 0;
 };
 Cq* cq_of(ibv_cq* cq);
 
@@ -261,6 +267,10 @@ int dealloc_mw(ibv_mw* mw);
 // create_qp_ex).
 // ibv_advise_mr (memory.cc): ProtectionDomain::advise_mr.
 int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, std::uint32_t flags, ibv_sge* sg_list, std::uint32_t num_sge);
+// The device's clock rate (ibv_device_attr_ex::hca_core_clock, kHz): the
+// engines' clock counts nanoseconds.
+inline constexpr std::uint64_t kClockKhz = 1000000;
+int query_rt_values_op(ibv_context* context, ibv_values_ex* values);
 int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                        std::size_t attr_size);
 ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr);

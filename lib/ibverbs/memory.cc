@@ -143,12 +143,61 @@ int ibv_dereg_mr(ibv_mr* ibv_mr) {
   return 0;
 }
 
-// ibv_rereg_mr: 0 or an ibv_rereg_mr_err_code; uroce keeps keys in its MR
-// table, so a region is changed by registering anew (IBV_REREG_MR_ERR_INPUT
-// says nothing changed).
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, std::size_t, int) {
-  errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_rereg_mr: deregister and register the region instead");
-  return IBV_REREG_MR_ERR_INPUT;
+// ibv_rereg_mr: 0 or an ibv_rereg_mr_err_code, errno set: IBV_REREG_MR_ERR_INPUT
+// for what rdma-core's libibverbs refuses before asking the device (unknown
+// flags, a new translation without address or length, access without
+// CHANGE_ACCESS, not our region or PD), IBV_REREG_MR_ERR_CMD for what the
+// device refuses (no flag at all, bad access bits, the region in use).
+// The region keeps its lkey and rkey. pd, addr, length and access are read
+// only with their flag (pyverbs passes junk for a pd it does not change).
+int ibv_rereg_mr(ibv_mr* ibv_mr, int flags, ibv_pd* ibv_pd, void* addr, std::size_t length, int access) {
+  constexpr int kFlags = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (ibv_mr == nullptr || ctx_of(ibv_mr->context) == nullptr || (flags & ~kFlags) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
+      (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  auto* m = reinterpret_cast<Mr*>(ibv_mr);
+  auto* pd = reinterpret_cast<Pd*>(ibv_mr->pd);
+  uroce::ReregAttr change;
+  change.flags = flags;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) != 0) {
+    if (ibv_pd == nullptr || ibv_pd->context != ibv_mr->context) {
+      errno = EINVAL;
+      return IBV_REREG_MR_ERR_INPUT;
+    }
+    change.pd = reinterpret_cast<Pd*>(ibv_pd)->pd;
+  }
+  bool zero_based = false;
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) != 0) {
+    auto bits = static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if ((bits & ~uroce::ibverbs::kSupportedAccess) != 0) {
+      errno = uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_rereg_mr: access flags beyond LOCAL_WRITE, "
+                                                      "REMOTE_WRITE/READ/ATOMIC, ZERO_BASED, ON_DEMAND and MW_BIND "
+                                                      "are not supported");
+      return IBV_REREG_MR_ERR_CMD;
+    }
+    zero_based = (bits & IBV_ACCESS_ZERO_BASED) != 0;
+    change.access = static_cast<int>(bits & ~IBV_ACCESS_ZERO_BASED);
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    change.addr = addr;
+    change.length = length;
+    change.iova = zero_based ? 0 : reinterpret_cast<std::uintptr_t>(addr);
+  }
+  // Memory windows bound to the region refuse it (EBUSY), as does an
+  // on-demand region (EOPNOTSUPP): ProtectionDomain::rereg_mr's checks.
+  if (const int rc = pd->pd->rereg_mr(m->mr, change); rc != 0) {
+    errno = rc;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) != 0) ibv_mr->pd = ibv_pd;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    ibv_mr->addr = addr;
+    ibv_mr->length = length;
+  }
+  return 0;
 }
 
 }  // extern "C"

@@ -179,7 +179,18 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   if (to_state && attr->qp_state == IBV_QPS_ERR) qp->requested_state.store(IBV_QPS_ERR);
   // uroce checks the transition, the required and allowed attributes
   // (IBTA table 91), and on Ethernet a GRH (is_global) in the address vector.
+  // A move to RESET takes the QP's completions out of its CQs (uroce's
+  // modify): no ibv_poll_cq of another thread reads them meanwhile.
+  const bool reset = to_state && attr->qp_state == IBV_QPS_RESET;
+  uroce::ibverbs::Cq* scq = reset ? reinterpret_cast<uroce::ibverbs::Cq*>(ibv_qp->send_cq) : nullptr;
+  uroce::ibverbs::Cq* rcq = reset && ibv_qp->recv_cq != ibv_qp->send_cq
+                                ? reinterpret_cast<uroce::ibverbs::Cq*>(ibv_qp->recv_cq)
+                                : nullptr;
+  if (scq != nullptr) scq->poll_lock.lock();
+  if (rcq != nullptr) rcq->poll_lock.lock();
   const int rc = qp->qp->modify(*attr, attr_mask);
+  if (rcq != nullptr) rcq->poll_lock.unlock();
+  if (scq != nullptr) scq->poll_lock.unlock();
   const ibv_qp_state now = qp->qp->state();
   pthread_mutex_lock(&ibv_qp->mutex);
   ibv_qp->state = now;

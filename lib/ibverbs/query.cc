@@ -77,8 +77,8 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   ibv_device_attr_ex a{};
   if (const int rc = ibv_query_device(context, &a.orig_attr); rc != 0) return rc;
   const Device* d = device_of(context);
-  // No TSO, RSS, packet pacing, tag matching (tm_caps: see stubs.cc) or
-  // completion timestamps: their caps stay 0, so programs do not ask.
+  // No TSO, RSS, packet pacing or tag matching (tm_caps: see stubs.cc):
+  // their caps stay 0, so programs do not ask.
   a.phys_port_cnt_ex = 1;
   // Device memory: the most a context may hold (dm.cc).
   a.max_dm_size = d->ctx->limits().max_dm_size;
@@ -94,8 +94,30 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   // The extended flags are the kernel's (ib_user_verbs.h): bit 40 is
   // IB_UVERBS_DEVICE_ATOMIC_WRITE (IBA 1.5 ATOMIC WRITE runs).
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags | (1ull << 40);
+  // Completion timestamps: the engines' clock counts nanoseconds (1 GHz,
+  // in kHz here) in all 64 bits.
+  a.completion_timestamp_mask = ~std::uint64_t{0};
+  a.hca_core_clock = kClockKhz;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   if (attr_size > sizeof a) std::memset(reinterpret_cast<char*>(attr) + sizeof a, 0, attr_size - sizeof a);
+  return 0;
+}
+
+// ibv_query_rt_values_ex: the raw clock (ns of the engines' clock, the one
+// completions are stamped with; through uroced the daemon's).
+int query_rt_values_op(ibv_context* context, ibv_values_ex* values) {
+  const Device* d = device_of(context);
+  if (d == nullptr) return ENODEV;
+  if (values == nullptr) return EINVAL;
+  const std::uint32_t asked = values->comp_mask;
+  values->comp_mask = 0;
+  if ((asked & IBV_VALUES_MASK_RAW_CLOCK) != 0) {
+    uroce::ClockValues v;
+    if (const int e = d->ctx->query_clock(v); e != 0) return e;
+    values->raw_clock.tv_sec = static_cast<time_t>(v.raw_ns / 1000000000u);
+    values->raw_clock.tv_nsec = static_cast<long>(v.raw_ns % 1000000000u);
+    values->comp_mask |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
   return 0;
 }
 

@@ -119,6 +119,29 @@ int MrTable::remove(std::uint32_t key) {
   return 0;
 }
 
+int MrTable::rereg(std::uint32_t key, std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length,
+                   int access) {
+  if (const int rc = check_args(iova, length, access); rc != 0) return rc;
+  const std::uint32_t i = slot_of(key);
+  if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
+  Region& r = slots_[i];
+  if (r.is_window()) return EINVAL;
+  // Windows bound to it grant what it granted (IBTA 11.2.8.5 for
+  // deregistration; the kernel refuses a rereg the same way).
+  if (r.windows != 0) return EBUSY;
+  if (r.pd != pd) {
+    if (auto n = pd_regions_.find(r.pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
+    ++pd_regions_[pd];
+  }
+  r.base = static_cast<std::uint8_t*>(base);
+  r.iova = iova;
+  r.length = length;
+  r.access = access;
+  r.pd = pd;
+  ++epoch_;
+  return 0;
+}
+
 std::uint32_t MrTable::regions_in_pd(std::uint64_t pd) const {
   const auto n = pd_regions_.find(pd);
   return n == pd_regions_.end() ? 0 : n->second;

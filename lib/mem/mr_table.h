@@ -103,6 +103,13 @@ class MrTable {
   // at its iova pass check(). 0 and the key, EINVAL (flags) or ENOMEM.
   int add_empty(std::uint64_t pd, void* base, std::uint64_t iova, int access, std::uint32_t& key);
   int remove(std::uint32_t key);
+  // ibv_rereg_mr: the region under `key` takes a new translation, PD and
+  // access in place (the caller passes the old values of what does not
+  // change) and keeps its key. The epoch moves on, so whatever resolved the
+  // key before checks it again against the new values before the next byte
+  // moves (nothing touches the old memory after this returns). 0; EINVAL
+  // (no such key, or add()'s checks of the arguments); nothing changed then.
+  int rereg(std::uint32_t key, std::uint64_t pd, void* base, std::uint64_t iova, std::uint64_t length, int access);
   // add()'s checks of the arguments alone: 0 or EINVAL. Lets a caller
   // refuse a bad region before the slow part of registering it.
   static int check_args(std::uint64_t iova, std::uint64_t length, int access);

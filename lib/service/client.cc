@@ -39,10 +39,13 @@ RemoteSrq::~RemoteSrq() {
   if (map != nullptr) munmap(map, map_bytes);
 }
 
-int RemoteCq::poll(int n, ibv_wc* wc) {
+int RemoteCq::poll(int n, ibv_wc* wc, std::uint64_t* stamps) {
   if (overflowed()) return -EOVERFLOW;
   const std::uint32_t k = std::min<std::uint32_t>(ring.ready(), n > 0 ? static_cast<std::uint32_t>(n) : 0);
-  for (std::uint32_t i = 0; i < k; ++i) wc[i] = ring.at(i);
+  for (std::uint32_t i = 0; i < k; ++i) wc[i] = ring.at(i).wc;
+  if (stamps != nullptr) {
+    for (std::uint32_t i = 0; i < k; ++i) stamps[i] = ring.at(i).completion_ts;
+  }
   ring.consume(k);
   return static_cast<int>(k);
 }
@@ -345,10 +348,10 @@ int Client::call(const Request& req, Reply& reply, const int* fds, int nfds, std
 // --- CQs, QPs and their events ---------------------------------------------------------------
 
 std::unique_ptr<RemoteCq> Client::create_cq(std::uint32_t cqe, void (*on_event)(void*), void* arg, std::string& why,
-                                            int& err) {
+                                            int& err, bool timestamps) {
   Request req;
   req.op = Op::kCreateCq;
-  req.create_cq = CreateCq{cqe};
+  req.create_cq = CreateCq{cqe, timestamps ? 1u : 0u};
   Reply reply;
   std::vector<int> fds;
   err = call(req, reply, nullptr, 0, &fds, why);
@@ -357,7 +360,7 @@ std::unique_ptr<RemoteCq> Client::create_cq(std::uint32_t cqe, void (*on_event)(
   cq->handle = reply.handle;
   const std::uint32_t slots = reply.create_cq.slots;
   if (fds.size() != 2 || slots == 0 || (slots & (slots - 1)) != 0 ||
-      reply.create_cq.file_size < Ring<ibv_wc>::bytes(slots)) {
+      reply.create_cq.file_size < Ring<CqSlot>::bytes(slots)) {
     for (int fd : fds) close(fd);
     why = "uroced's CQ reply is malformed";
     err = EPROTO;
@@ -372,7 +375,7 @@ std::unique_ptr<RemoteCq> Client::create_cq(std::uint32_t cqe, void (*on_event)(
     err = ENOMEM;
     return nullptr;
   }
-  cq->ring = Ring<ibv_wc>::at(cq->map, slots);
+  cq->ring = Ring<CqSlot>::at(cq->map, slots);
   cq->on_event = on_event;
   cq->arg = arg;
   cq->event_fd = fds[1];
@@ -404,6 +407,38 @@ int Client::destroy_cq(RemoteCq* cq, std::string& why) {
   unwatch_fd(cq->handle, cq->event_fd);
   close(cq->event_fd);
   cq->event_fd = -1;
+  return 0;
+}
+
+int Client::resize_cq(RemoteCq* cq, std::uint32_t cqe, std::string& why) {
+  Request req;
+  req.op = Op::kResizeCq;
+  req.handle = cq->handle;
+  req.create_cq = CreateCq{cqe, 0};
+  Reply reply;
+  std::vector<int> fds;
+  if (const int e = call(req, reply, nullptr, 0, &fds, why); e != 0) return e;
+  const std::uint32_t slots = reply.create_cq.slots;
+  if (fds.size() != 1 || slots == 0 || (slots & (slots - 1)) != 0 ||
+      reply.create_cq.file_size < Ring<CqSlot>::bytes(slots)) {
+    for (int fd : fds) close(fd);
+    why = "uroced's resize_cq reply is malformed";
+    return EPROTO;
+  }
+  void* map = map_shared(fds[0], reply.create_cq.file_size);
+  close(fds[0]);
+  if (map == nullptr) {
+    // The daemon fills the new ring already: this CQ cannot be polled any more.
+    why = std::string("mmap of the resized CQ ring: ") + std::strerror(errno);
+    return ENOMEM;
+  }
+  // The daemon filled the new ring with what waited in the old one
+  // (head), its tail at 0, before it answered, and has not touched the
+  // old one since.
+  munmap(cq->map, cq->map_bytes);
+  cq->map = map;
+  cq->map_bytes = reply.create_cq.file_size;
+  cq->ring = Ring<CqSlot>::at(map, slots);
   return 0;
 }
 

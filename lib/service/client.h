@@ -26,14 +26,14 @@ namespace uroce::service {
 // A CQ whose ring the daemon fills.
 struct RemoteCq {
   std::uint32_t handle = 0;
-  Ring<ibv_wc> ring;  // this side's tail: ring.tail()
+  Ring<CqSlot> ring;  // this side's tail: ring.tail()
   void* map = nullptr;
   std::size_t map_bytes = 0;
   int event_fd = -1;  // the daemon's signal (closed by Client::destroy_cq, or with the Client)
   void (*on_event)(void* arg) = nullptr;
   void* arg = nullptr;
 
-  int poll(int n, ibv_wc* wc);   // as CompletionQueue::poll
+  int poll(int n, ibv_wc* wc, std::uint64_t* stamps = nullptr);  // as CompletionQueue::poll
   int arm(bool solicited_only);  // as CompletionQueue::arm
   bool overflowed() const { return ring.header->overflow.load(std::memory_order_acquire) != 0; }
   ~RemoteCq();
@@ -143,8 +143,12 @@ class Client {
   void free_buffer(void* p);
 
   std::unique_ptr<RemoteCq> create_cq(std::uint32_t cqe, void (*on_event)(void*), void* arg, std::string& why,
-                                      int& err);
+                                      int& err, bool timestamps = false);
   int destroy_cq(RemoteCq* cq, std::string& why);
+  // ibv_resize_cq: the daemon moves what waits into a new ring of `cqe`,
+  // which replaces cq's. 0, or its errno (EINVAL: more wait) and why.
+  // Not while cq is polled.
+  int resize_cq(RemoteCq* cq, std::uint32_t cqe, std::string& why);
   std::unique_ptr<RemoteQp> create_qp(const CreateQp& attr, std::string& why, int& err);
   int destroy_qp(RemoteQp* qp, std::string& why);
   // `on_limit(arg)` runs on the event thread when the SRQ's armed limit is crossed.

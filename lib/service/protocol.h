@@ -25,6 +25,7 @@ namespace uroce::service {
 // 6: reg_mr of an on-demand region (RegMr::addr, no pieces).
 // 6: device memory (kAllocDm, kFreeDm, kRegDmMr, HelloReply's max_dm_size).
 // 6: memory windows (kAllocMw, kDeallocMw; BIND_MW and LOCAL_INV send slots).
+// 6: CQ slots carry a completion timestamp (CqSlot), kReregMr, kResizeCq, kQueryClock.
 inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
@@ -76,6 +77,11 @@ enum class Op : std::uint32_t {
   kRegDmMr,      // RegDmMr -> handle + RegMrReply (a region, gone with kDeregMr)
   kAllocMw,      // AllocMw (handle: the PD) -> handle + RegMrReply's rkey
   kDeallocMw,    // handle: the window
+  kReregMr,      // handle: the region; ReregMr (+ one memory file per piece with
+                 // IBV_REREG_MR_CHANGE_TRANSLATION) -> RegMrReply, the same keys
+  kResizeCq,     // handle: the CQ; CreateCq (cqe) -> CreateCqReply + a new ring file,
+                 // the completions that waited in the old ring first in it
+  kQueryClock,   // -> ClockReply: the engines' clock and the wall clock, read together
 };
 
 struct AllocMw {
@@ -113,6 +119,15 @@ struct RegMr {
 
 struct CreateCq {
   std::uint32_t cqe = 0;
+  std::uint32_t timestamps = 0;  // 1: completions stamped (CqSlot::completion_ts)
+};
+
+// ibv_rereg_mr: `flags` IBV_REREG_MR_CHANGE_*; `region.pd` the new PD's
+// handle (CHANGE_PD), `region.access` (CHANGE_ACCESS), the rest of `region`
+// the new memory as RegMr has it (CHANGE_TRANSLATION).
+struct ReregMr {
+  std::uint32_t flags = 0;
+  RegMr region;
 };
 
 struct AllocDm {
@@ -235,6 +250,7 @@ struct Request {
     AllocDm alloc_dm;
     RegDmMr reg_dm_mr;
     AllocMw alloc_mw;
+    ReregMr rereg_mr;
   };
   Request() : hello{} {}
 };
@@ -335,6 +351,11 @@ struct CmEvent {
   std::uint32_t qkey = 0;
 };
 
+struct ClockReply {
+  std::uint64_t raw_ns = 0;       // the daemon's engines' clock (what completions are stamped with)
+  std::uint64_t realtime_ns = 0;  // CLOCK_REALTIME at the same moment
+};
+
 struct CmInitQpAttrReply {
   ibv_qp_attr attr{};
   std::int32_t mask = 0;
@@ -356,6 +377,7 @@ struct Reply {
     CreateSrqReply create_srq;
     QuerySrqReply query_srq;
     CmInitQpAttrReply cm_init_qp_attr;
+    ClockReply clock;
   };
   Reply() : hello{} {}
 };
@@ -404,6 +426,13 @@ struct RecvSlot {
 
 static_assert(sizeof(SendSlot) == 584, "SendSlot is part of the protocol");
 static_assert(sizeof(RecvSlot) == 272, "RecvSlot is part of the protocol");
-static_assert(sizeof(ibv_wc) == 48, "CQ slots are ibv_wc");
+// A completion as the daemon writes it into a CQ's ring: with the time its
+// engine completed the work (the daemon's clock, ClockReply::raw_ns; 0 for
+// a CQ made without timestamps).
+struct CqSlot {
+  ibv_wc wc;
+  std::uint64_t completion_ts = 0;
+};
+static_assert(sizeof(ibv_wc) == 48 && sizeof(CqSlot) == 56, "CqSlot is part of the protocol");
 
 }  // namespace uroce::service

@@ -16,6 +16,7 @@ bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
     return false;
   }
   ring_.slot() = wc;
+  if (clock_ != nullptr) [[unlikely]] stamps_[ring_.index(ring_.head())] = clock_->now_ns();
   if (events_ == nullptr) {
     ring_.publish(1);
     return true;
@@ -27,12 +28,49 @@ bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
   return true;
 }
 
-int CompletionRing::poll(int n, ibv_wc* out) {
+int CompletionRing::poll(int n, ibv_wc* out, std::uint64_t* stamps) {
   if (overflow_.load(std::memory_order_acquire)) return -EOVERFLOW;
   const std::uint32_t k = std::min<std::uint32_t>(ring_.ready(), n < 0 ? 0 : static_cast<std::uint32_t>(n));
   for (std::uint32_t i = 0; i < k; ++i) out[i] = ring_.at(i);
+  if (stamps != nullptr) {
+    for (std::uint32_t i = 0; i < k; ++i) stamps[i] = clock_ != nullptr ? stamps_[ring_.index(ring_.tail() + i)] : 0;
+  }
   ring_.consume(k);
   return static_cast<int>(k);
+}
+
+void CompletionRing::stamp_with(Clock* clock) {
+  clock_ = clock;
+  stamps_.assign(clock != nullptr ? ring_.capacity() : 0, 0);
+}
+
+int CompletionRing::resize(std::uint32_t capacity) {
+  if (capacity == 0 || ring_.ready() > capacity) return EINVAL;
+  rebuild(capacity, 0);
+  return 0;
+}
+
+std::uint32_t CompletionRing::remove_qp(std::uint32_t qpn) {
+  const std::uint32_t before = ring_.ready();
+  rebuild(ring_.limit(), qpn);
+  return before - ring_.ready();
+}
+
+void CompletionRing::rebuild(std::uint32_t capacity, std::uint32_t drop_qpn) {
+  const std::uint32_t waiting = ring_.ready();
+  ring::SpscRing<ibv_wc> fresh(capacity);
+  std::vector<std::uint64_t> stamps(clock_ != nullptr ? fresh.capacity() : 0, 0);
+  std::uint32_t kept = 0;
+  for (std::uint32_t i = 0; i < waiting; ++i) {
+    const ibv_wc& wc = ring_.at(i);
+    if (drop_qpn != 0 && wc.qp_num == drop_qpn) continue;
+    fresh.slot(kept) = wc;
+    if (clock_ != nullptr) stamps[fresh.index(kept)] = stamps_[ring_.index(ring_.tail() + i)];
+    ++kept;
+  }
+  fresh.publish(kept);
+  ring_ = std::move(fresh);
+  stamps_ = std::move(stamps);
 }
 
 namespace {

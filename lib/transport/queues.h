@@ -11,8 +11,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "ring/spsc_ring.h"
+#include "uroce/port.h"
 #include "wire/path_header.h"
 #include "wire/tx_frame.h"
 
@@ -48,8 +50,25 @@ class CompletionRing {
   // False (and the ring is marked overflowed) when full. `solicited`: a
   // receive whose last packet had the SE bit.
   bool push(const ibv_wc& wc, bool solicited = false);
-  int poll(int n, ibv_wc* out);  // -EOVERFLOW once overflowed
+  // -EOVERFLOW once overflowed. With `stamps` (a CQ stamped by
+  // stamp_with), each completion's time goes there too.
+  int poll(int n, ibv_wc* out, std::uint64_t* stamps = nullptr);
   std::uint32_t capacity() const { return ring_.limit(); }
+  // Completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP): each push
+  // from now on reads `clock` (the engine's), so a completion carries the
+  // time the engine completed its work. Control path, before the first
+  // push; a ring never stamped reads no clock.
+  void stamp_with(Clock* clock);
+  // ibv_resize_cq: holds `capacity` completions from now on, those waiting
+  // kept in order. 0, or EINVAL (more than `capacity` wait; nothing
+  // changed). Control path, neither side running.
+  int resize(std::uint32_t capacity);
+  // Takes out the waiting completions of QP `qpn`, the others kept in
+  // order (a QP moved to RESET: see remove_qp's caller). How many went.
+  // Control path, neither side running.
+  std::uint32_t remove_qp(std::uint32_t qpn);
+  // Completions waiting to be polled (a snapshot; the control path's is exact).
+  std::uint32_t waiting() const { return ring_.ready(); }
   bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
   // Whether completions wait to be polled (the application's thread).
   bool pending() const { return ring_.ready(std::memory_order_seq_cst) != 0; }
@@ -59,6 +78,12 @@ class CompletionRing {
   ring::SpscRing<ibv_wc> ring_;
   std::atomic<bool> overflow_{false};
   CqEvents* events_;  // nullptr: nobody waits for events
+  // The waiting completions but those of `drop_qpn` (0: none dropped)
+  // into a new ring of `capacity`. Control path.
+  void rebuild(std::uint32_t capacity, std::uint32_t drop_qpn);
+
+  Clock* clock_ = nullptr;              // stamp_with's; nullptr: not stamped
+  std::vector<std::uint64_t> stamps_;   // with clock_: the time of each slot's completion
 };
 
 struct Sge {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "uroce/stats.h"
@@ -59,8 +60,15 @@ class Backend {
   // ProtectionDomain::alloc_mw, dealloc_mw (lib/verbs/mw.cc).
   virtual MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) = 0;
   virtual int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) = 0;
+  // ProtectionDomain::rereg_mr (lib/verbs/rereg.cc in process).
+  // `copied`: internal::rereg_mr_as (in process: the new translation
+  // told to the port or not); nullopt: as the region was.
+  virtual int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change,
+                       std::optional<bool> copied) = 0;
   // Sets CompletionQueue::Impl::poll.
-  virtual CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) = 0;
+  virtual CompletionQueue* create_cq(const CqAttr& attr) = 0;
+  virtual int resize_cq(CompletionQueue& cq, int cqe) = 0;
+  virtual int query_clock(ClockValues& values) = 0;
   virtual int destroy_cq(CompletionQueue* cq) = 0;
   virtual int arm_cq(CqImpl& cq, bool solicited_only) = 0;
   virtual bool cq_overflowed(const CqImpl& cq) const = 0;

@@ -87,6 +87,11 @@ MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, s
 // A region of no bytes at iova 0 over `addr` (lib/verbs/dm.cc: ibv_reg_dm_mr
 // of length 0; uroced's for its clients' device memory). In process only.
 MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);
+// ProtectionDomain::rereg_mr whose new translation the port is told of
+// (`copied` false) or not (true), whatever the old one was (uroced).
+int rereg_mr_as(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, bool copied);
+// Completions waiting in an in-process CQ (a snapshot; 0 attached).
+std::uint32_t cq_waiting(CompletionQueue& cq);
 // The context's clock, in nanoseconds (virtual on a simulated link).
 std::uint64_t now_ns(Context& ctx);
 // Unpredictable bytes (the kernel's CSPRNG), for what a peer on the link must

@@ -28,7 +28,7 @@ namespace {
 std::atomic<std::uint64_t> next_pd_id{(std::uint64_t{1} << 32) + 1};
 
 // CompletionQueue::Impl::poll in process (set by create_cq_now).
-int local_poll(CqImpl& cq, int n, ibv_wc* wc) { return cq.poll_rings(n, wc); }
+int local_poll(CqImpl& cq, int n, ibv_wc* wc, std::uint64_t* stamps) { return cq.poll_rings(n, wc, stamps); }
 
 constexpr std::uint32_t kIdlePollsBeforeYield = 64;
 
@@ -271,22 +271,25 @@ int LocalBackend::dealloc_pd(ProtectionDomain* pd) {
   return control([&] { return dealloc_pd_now(pd); });
 }
 
-CompletionQueue* LocalBackend::create_cq_now(int cqe, void (*on_event)(void*), void* arg) {
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c_.limits.max_cqe) {
+CompletionQueue* LocalBackend::create_cq_now(const CqAttr& attr) {
+  if (attr.cqe < 1 || static_cast<std::uint32_t>(attr.cqe) > c_.limits.max_cqe) {
     c_.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
     return nullptr;
   }
-  auto impl = std::make_unique<CqImpl>(static_cast<std::uint32_t>(cqe), engines_.size());
-  impl->events.fire = on_event;
-  impl->events.arg = arg;
+  auto impl = std::make_unique<CqImpl>(static_cast<std::uint32_t>(attr.cqe), engines_.size());
+  impl->events.fire = attr.on_event;
+  impl->events.arg = attr.arg;
+  // Stamped by the engines' clock as they push (CompletionRing::stamp_with).
+  impl->timestamps = attr.completion_timestamps;
+  if (attr.completion_timestamps) impl->stamp_clock = c_.port.clock;
   impl->poll = &local_poll;
   impl->backend = this;
   c_.cqs.push_back(internal::Access::make_cq(std::move(impl)));
   return c_.cqs.back().get();
 }
 
-CompletionQueue* LocalBackend::create_cq(int cqe, void (*on_event)(void*), void* arg) {
-  return control([&]() -> CompletionQueue* { return create_cq_now(cqe, on_event, arg); });
+CompletionQueue* LocalBackend::create_cq(const CqAttr& attr) {
+  return control([&]() -> CompletionQueue* { return create_cq_now(attr); });
 }
 
 int LocalBackend::destroy_cq(CompletionQueue* cq) {

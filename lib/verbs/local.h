@@ -64,7 +64,10 @@ class LocalBackend final : public Backend {
   MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);               // dm.cc
   MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;  // mw.cc
   int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;          // mw.cc
-  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
+  int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, std::optional<bool> copied) override;  // local_rereg_resize.cc
+  CompletionQueue* create_cq(const CqAttr& attr) override;
+  int resize_cq(CompletionQueue& cq, int cqe) override;                                   // local_rereg_resize.cc
+  int query_clock(ClockValues& values) override;                                          // local_rereg_resize.cc
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override;
   bool cq_overflowed(const CqImpl& cq) const override;
@@ -131,12 +134,13 @@ class LocalBackend final : public Backend {
 
   // The bodies of the control calls (local.cc, local_qp.cc).
   int dealloc_pd_now(ProtectionDomain* pd);
-  CompletionQueue* create_cq_now(int cqe, void (*on_event)(void*), void* arg);
+  CompletionQueue* create_cq_now(const CqAttr& attr);
   MemoryRegion* reg_mr_now(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
   std::unique_ptr<MemoryRegion> dereg_mr_now(MemoryRegion* mr);
   QueuePair* create_qp_now(ProtectionDomain* pd, const QpInitAttr& attr);
   int destroy_qp_now(QueuePair* qp);
   int modify_now(QpImpl& q, const ibv_qp_attr& attr, int attr_mask, const std::uint8_t peer_mac[6]);
+  void forget_completions(QpImpl& q);  // a QP moved to RESET (local_qp.cc)
   ibv_gid source_gid(const ibv_ah_attr& ah) const;
 
   Context& ctx_;

@@ -306,7 +306,25 @@ int LocalBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mas
       peer_mac = mac;
     }
   }
-  return control([&] { return modify_now(q, attr, attr_mask, peer_mac); }, Access::kOneQp, &qp);
+  return control([&] {
+    const int rc = modify_now(q, attr, attr_mask, peer_mac);
+    if (rc == 0 && (attr_mask & IBV_QP_STATE) != 0 && attr.qp_state == IBV_QPS_RESET) forget_completions(q);
+    return rc;
+  }, Access::kOneQp, &qp);
+}
+
+// A QP moved to RESET leaves nothing of its past in its CQs: completions of
+// it still waiting there (the flushes of its move to ERR, say) are taken
+// out, as rdma-core's mlx5 provider cleans the CQs at this transition
+// (mlx5_modify_qp, mlx5_cq_clean), so that a program that resets a QP and
+// uses it again never polls a completion of its earlier life. In the
+// control call; the QP's completions go to its engine's ring of each CQ.
+void LocalBackend::forget_completions(QpImpl& q) {
+  for (CompletionQueue* cq : {q.init.send_cq, q.init.recv_cq}) {
+    if (cq == nullptr) continue;
+    CqImpl& c = impl_of(*cq);
+    if (c.rings[q.engine]) c.rings[q.engine]->remove_qp(q.qp.qpn);
+  }
 }
 
 int LocalBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) {

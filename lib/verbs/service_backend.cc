@@ -73,7 +73,7 @@ int post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
-int poll_cq(CqImpl& cq, int n, ibv_wc* wc) { return cq.remote->poll(n, wc); }
+int poll_cq(CqImpl& cq, int n, ibv_wc* wc, std::uint64_t* stamps) { return cq.remote->poll(n, wc, stamps); }
 
 // Every call the daemon's; it owns the socket.
 class ServiceBackend final : public Backend {
@@ -118,7 +118,10 @@ class ServiceBackend final : public Backend {
                           int access) override;
   MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;
   int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;
-  CompletionQueue* create_cq(int cqe, void (*on_event)(void*), void* arg) override;
+  int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, std::optional<bool> copied) override;
+  CompletionQueue* create_cq(const CqAttr& attr) override;
+  int resize_cq(CompletionQueue& cq, int cqe) override;
+  int query_clock(ClockValues& values) override;
   int destroy_cq(CompletionQueue* cq) override;
   int arm_cq(CqImpl& cq, bool solicited_only) override { return cq.remote->arm(solicited_only); }
   bool cq_overflowed(const CqImpl& cq) const override { return cq.remote->overflowed(); }
@@ -218,22 +221,24 @@ int ServiceBackend::dealloc_pd(ProtectionDomain* pd) {
   return 0;
 }
 
-CompletionQueue* ServiceBackend::create_cq(int cqe, void (*on_event)(void*), void* arg) {
+CompletionQueue* ServiceBackend::create_cq(const CqAttr& attr) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c_.limits.max_cqe) {
+  if (attr.cqe < 1 || static_cast<std::uint32_t>(attr.cqe) > c_.limits.max_cqe) {
     c_.fail(EINVAL, "cqe must be between 1 and the device's max_cqe");
     return nullptr;
   }
   std::string why;
   int err = 0;
-  auto rcq = client_->create_cq(static_cast<std::uint32_t>(cqe), on_event, arg, why, err);
+  auto rcq = client_->create_cq(static_cast<std::uint32_t>(attr.cqe), attr.on_event, attr.arg, why, err,
+                                attr.completion_timestamps);
   if (!rcq) {
     c_.fail(err, "create_cq: " + why);
     return nullptr;
   }
-  auto impl = std::make_unique<CqImpl>(static_cast<std::uint32_t>(cqe), 0);
-  impl->events.fire = on_event;
-  impl->events.arg = arg;
+  auto impl = std::make_unique<CqImpl>(static_cast<std::uint32_t>(attr.cqe), 0);
+  impl->events.fire = attr.on_event;
+  impl->events.arg = attr.arg;
+  impl->timestamps = attr.completion_timestamps;  // the daemon stamps them
   impl->remote = std::move(rcq);
   impl->poll = &poll_cq;
   impl->backend = this;
@@ -252,6 +257,74 @@ int ServiceBackend::destroy_cq(CompletionQueue* cq) {
     return c_.fail(e, "destroy_cq: " + why);
   }
   erase_owned(c_.cqs, cq);
+  return 0;
+}
+
+int ServiceBackend::resize_cq(CompletionQueue& cq, int cqe) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::none_of(c_.cqs.begin(), c_.cqs.end(), [&cq](const auto& p) { return p.get() == &cq; })) {
+    return c_.fail(EINVAL, "resize_cq: not a CQ of this context");
+  }
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > c_.limits.max_cqe) {
+    return c_.fail(EINVAL, "resize_cq: cqe must be between 1 and the device's max_cqe");
+  }
+  std::string why;
+  if (const int e = client_->resize_cq(impl_of(cq).remote.get(), static_cast<std::uint32_t>(cqe), why); e != 0) {
+    return c_.fail(e, "resize_cq: " + why);
+  }
+  impl_of(cq).capacity = static_cast<std::uint32_t>(cqe);
+  return 0;
+}
+
+// The daemon's clock: completions through it are stamped there.
+int ServiceBackend::query_clock(ClockValues& values) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kQueryClock;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    return c_.fail(e, "query_clock: " + why);
+  }
+  values.raw_ns = reply.clock.raw_ns;
+  values.realtime_ns = reply.clock.realtime_ns;
+  return 0;
+}
+
+// A new translation is moved onto memory files as reg_mr's memory is; the
+// daemon maps it and changes its region in place (the keys stay).
+int ServiceBackend::rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, std::optional<bool>) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = mrs_.find(mr);
+  if (it == mrs_.end() || mr->pd != pd) return c_.fail(EINVAL, "rereg_mr: not a registered memory region of this PD");
+  ReregAttr to;
+  if (const int e = check_rereg(c_, ctx_, *mr, change, to); e != 0) return e;
+  service::Request req;
+  req.op = service::Op::kReregMr;
+  req.handle = it->second;
+  req.rereg_mr.flags = static_cast<std::uint32_t>(change.flags);
+  service::RegMr& r = req.rereg_mr.region;
+  r = service::RegMr{to.pd->handle(), to.access, to.iova, to.length, 0, 0, {}};
+  int fds[service::kMaxPieces];
+  std::string why;
+  if ((change.flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    service::SharedRange range;
+    if (const int e = client_->share(to.addr, to.length, range, why); e != 0) return c_.fail(e, "rereg_mr: " + why);
+    r.offset = range.offset;
+    for (const service::SharedRange::Piece& p : range.pieces) {
+      fds[r.pieces] = p.fd;
+      r.piece[r.pieces++] = service::MemoryPiece{p.file_offset, p.bytes};
+    }
+  }
+  service::Reply reply;
+  if (const int e = client_->call(req, reply, fds, static_cast<int>(r.pieces), nullptr, why); e != 0) {
+    return c_.fail(e, "rereg_mr: " + why);
+  }
+  mr->pd = to.pd;
+  mr->addr = to.addr;
+  mr->length = to.length;
+  mr->iova = to.iova;
+  mr->access = to.access;
   return 0;
 }
 

@@ -185,8 +185,12 @@ ProtectionDomain* Context::alloc_pd() { return impl_->backend->alloc_pd(); }
 int Context::dealloc_pd(ProtectionDomain* pd) { return impl_->backend->dealloc_pd(pd); }
 
 CompletionQueue* Context::create_cq(int cqe, void (*on_event)(void*), void* arg) {
-  return impl_->backend->create_cq(cqe, on_event, arg);
+  return impl_->backend->create_cq(CqAttr{cqe, on_event, arg, false});
 }
+
+CompletionQueue* Context::create_cq(const CqAttr& attr) { return impl_->backend->create_cq(attr); }
+
+int Context::query_clock(ClockValues& values) { return impl_->backend->query_clock(values); }
 
 int Context::destroy_cq(CompletionQueue* cq) { return impl_->backend->destroy_cq(cq); }
 
@@ -216,6 +220,20 @@ MemoryRegion* internal::reg_mr_copied(ProtectionDomain* pd, void* addr, std::siz
 }
 
 int ProtectionDomain::dereg_mr(MemoryRegion* mr) { return impl_of(*ctx_).backend->dereg_mr(this, mr); }
+
+int ProtectionDomain::rereg_mr(MemoryRegion* mr, const ReregAttr& change) {
+  return impl_of(*ctx_).backend->rereg_mr(this, mr, change, std::nullopt);
+}
+
+int internal::rereg_mr_as(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, bool copied) {
+  return impl_of(pd->context()).backend->rereg_mr(pd, mr, change, copied);
+}
+
+std::uint32_t internal::cq_waiting(CompletionQueue& cq) {
+  std::uint32_t n = 0;
+  for (const auto& ring : impl_of(cq).rings) n += ring ? ring->waiting() : 0;
+  return n;
+}
 
 namespace internal {
 
@@ -250,7 +268,15 @@ CompletionQueue::CompletionQueue(std::unique_ptr<Impl> impl) : impl_(std::move(i
 
 CompletionQueue::~CompletionQueue() = default;
 
-int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(*impl_, n, wc); }
+int CompletionQueue::poll(int n, ibv_wc* wc) { return impl_->poll(*impl_, n, wc, nullptr); }
+
+int CompletionQueue::poll(int n, ibv_wc* wc, std::uint64_t* completion_ts) {
+  return impl_->poll(*impl_, n, wc, completion_ts);
+}
+
+bool CompletionQueue::timestamps() const { return impl_->timestamps; }
+
+int CompletionQueue::resize(int cqe) { return impl_->backend->resize_cq(*this, cqe); }
 
 int CompletionQueue::capacity() const { return static_cast<int>(impl_->capacity); }
 
@@ -262,12 +288,13 @@ transport::CompletionRing& CompletionQueue::Impl::ring_for(std::size_t engine) {
   if (!rings[engine]) {
     rings[engine] = std::make_unique<transport::CompletionRing>(
         capacity, events.fire != nullptr ? &events : nullptr);
+    if (stamp_clock != nullptr) rings[engine]->stamp_with(stamp_clock);
     published[engine].store(rings[engine].get(), std::memory_order_release);
   }
   return *rings[engine];
 }
 
-int CompletionQueue::Impl::poll_rings(int n, ibv_wc* wc) {
+int CompletionQueue::Impl::poll_rings(int n, ibv_wc* wc, std::uint64_t* stamps) {
   // Rings in turn from a rotating start, so no engine's completions wait
   // behind another's.
   const std::size_t count = rings.size();
@@ -275,7 +302,7 @@ int CompletionQueue::Impl::poll_rings(int n, ibv_wc* wc) {
   for (std::size_t k = 0; k < count && got < n; ++k) {
     transport::CompletionRing* ring = published[(next + k) % count].load(std::memory_order_acquire);
     if (ring == nullptr) continue;
-    const int r = ring->poll(n - got, wc + got);
+    const int r = ring->poll(n - got, wc + got, stamps != nullptr ? stamps + got : nullptr);
     if (r < 0) return r;
     got += r;
   }

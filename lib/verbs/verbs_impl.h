@@ -30,14 +30,19 @@ struct CompletionQueue::Impl {
   Impl(std::uint32_t cqe, std::size_t engines)
       : capacity(cqe), rings(engines), published(std::make_unique<std::atomic<transport::CompletionRing*>[]>(engines)) {}
   // CompletionQueue::poll: set by the backend's create_cq (the rings below,
-  // or the daemon's through `remote`).
-  int (*poll)(Impl& cq, int n, ibv_wc* wc) = nullptr;
+  // or the daemon's through `remote`). `stamps`: nullptr, or where each
+  // completion's timestamp goes (a CQ made with completion_timestamps).
+  int (*poll)(Impl& cq, int n, ibv_wc* wc, std::uint64_t* stamps) = nullptr;
   internal::Backend* backend = nullptr;  // arm, overflowed (the CQ has no Context)
   transport::CqEvents events;  // events.fire == nullptr: no completion events
   transport::CompletionRing& ring_for(std::size_t engine);  // control path
-  int poll_rings(int n, ibv_wc* wc);
+  int poll_rings(int n, ibv_wc* wc, std::uint64_t* stamps);
+  // Completion timestamps: each engine's ring stamped with this clock
+  // (the engines' clock; nullptr: not stamped).
+  Clock* stamp_clock = nullptr;
 
   std::uint32_t capacity;
+  bool timestamps = false;  // made with CqAttr::completion_timestamps
   std::uint32_t users = 0;  // QPs attached (control path)
   std::vector<std::unique_ptr<transport::CompletionRing>> rings;
   std::unique_ptr<std::atomic<transport::CompletionRing*>[]> published;  // what poll() reads
@@ -135,6 +140,11 @@ bool erase_owned(std::vector<std::unique_ptr<T>>& v, const T* p) {
   }
   return false;
 }
+
+// ProtectionDomain::rereg_mr's checks, both backends: 0 and `to`, the
+// region as it would be after (what does not change, as it is), or EINVAL
+// with the reason recorded (local_rereg_resize.cc).
+int check_rereg(ContextImpl& c, const Context& ctx, const MemoryRegion& mr, const ReregAttr& change, ReregAttr& to);
 
 // The backends (verbs/local.h, lib/verbs/service_backend.cc), made once
 // the Context exists.

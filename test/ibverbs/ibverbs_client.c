@@ -9,7 +9,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* rdma-core's driver.h, not installed: its private GID-type query. */
@@ -213,6 +215,39 @@ static int configured(void) {
   struct ibv_device_attr mw_attr;
   CHECK(ibv_query_device(ctx, &mw_attr) == 0);
   CHECK((mw_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0 && mw_attr.max_mw > 0);
+  /* ibv_rereg_mr keeps the keys and answers rdma-core's error codes:
+     INPUT for what libibverbs refuses, CMD for what the device does. */
+  char *rbuf = aligned_alloc(4096, 8192);
+  CHECK(rbuf != NULL);
+  struct ibv_mr *mr = ibv_reg_mr(pd, rbuf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr != NULL);
+  const uint32_t lkey = mr->lkey, rkey = mr->rkey;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, NULL, rbuf + 4096, 4096,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0);
+  CHECK(mr->lkey == lkey && mr->rkey == rkey && mr->addr == rbuf + 4096 && mr->length == 4096 && mr->pd == pd);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, 1 << 5, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_INPUT);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) == IBV_REREG_MR_ERR_CMD &&
+        errno == EINVAL);
+  CHECK(mr->addr == rbuf + 4096 && mr->lkey == lkey);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  free(rbuf);
+  /* ibv_resize_cq; the clock completions are stamped with. */
+  CHECK(ibv_resize_cq(cq, 0) == EINVAL);
+  CHECK(ibv_resize_cq(cq, 16) == 0 && cq->cqe == 16);
+  struct ibv_values_ex rt = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+  CHECK(ibv_query_rt_values_ex(ctx, &rt) == 0 && rt.comp_mask == IBV_VALUES_MASK_RAW_CLOCK);
+  CHECK(rt.raw_clock.tv_sec != 0 || rt.raw_clock.tv_nsec != 0);
+  struct ibv_device_attr_ex ax;
+  CHECK(ibv_query_device_ex(ctx, NULL, &ax) == 0);
+  CHECK(ax.hca_core_clock == 1000000 && ax.completion_timestamp_mask == UINT64_MAX);
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
 

@@ -476,6 +476,42 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kMemif, "ibv_rc_pingpong", "-g 1 -o -P -s 4096 -n 300 -c"},
                       StockCase{Link::kVeth, "ibv_rc_pingpong", "-g 1 -o -e -n 300"}),
     case_name);
+// Stock ibv_rc_pingpong --ts: it asks ibv_query_device_ex for
+// completion_timestamp_mask, makes its CQ with ibv_create_cq_ex and
+// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, and prints the least, largest and
+// mean gap between the timestamps of successive receive completions. The
+// gaps must be there and sane: positive, least <= mean <= largest, and far
+// from a wrapped (negative) difference.
+TEST(Ibverbs, StockRcPingpongTsReportsCompletionTimestamps) {
+  if (!have("/usr/bin/ibv_rc_pingpong")) FAIL() << "no ibv_rc_pingpong: tools/setup.sh installs ibverbs-utils";
+  for (const Link kind : {Link::kMemif, Link::kVeth}) {
+    if (kind == Link::kVeth) {
+      ASSERT_EQ(Namespaces::get().error(), "");
+    }
+    const LinkPair link(kind);
+    const int port = next_tcp_port();
+    const std::string cmd = "/usr/bin/ibv_rc_pingpong -d uroce0 -g 1 -n 200 --ts -p " + std::to_string(port);
+    const Pair p = link.run(cmd, cmd + " " + link.server_host(), port);
+    for (const Outcome* o : {&p.server, &p.client}) {
+      EXPECT_EQ(o->status, 0) << o->out;
+      EXPECT_EQ(o->out.find("isn't completion timestamp capable"), std::string::npos) << o->out;
+      auto figure = [&](const char* what) {
+        const std::string line = line_with(o->out, what);
+        const std::size_t eq = line.find('=');
+        return eq == std::string::npos ? -1.0 : std::strtod(line.c_str() + eq + 1, nullptr);
+      };
+      const double least = figure("Min receive completion clock cycles");
+      const double most = figure("Max receive completion clock cycles");
+      const double mean = figure("Average receive completion clock cycles");
+      EXPECT_GT(least, 0) << o->out;
+      EXPECT_LE(least, mean) << o->out;
+      EXPECT_LE(mean, most) << o->out;
+      EXPECT_LT(most, 4.6e18) << "a wrapped difference: a timestamp earlier than its predecessor\n" << o->out;
+      std::printf("%s ibv_rc_pingpong --ts: %s\n", kind == Link::kMemif ? "memif" : "veth",
+                  line_with(o->out, "Average receive").c_str());
+    }
+  }
+}
 
 // Debian's ibv_srq_pingpong (16 QPs on one SRQ per side) and perftest's
 // SEND over an SRQ.

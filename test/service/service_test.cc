@@ -170,6 +170,8 @@ TEST_F(Service, StockRcPingpongAndWriteBwRunThroughTheDaemons) {
   };
   const Case cases[] = {{"ibv_rc_pingpong -d uroce0 -g 1 -n 500", "iters in"},
                         {"ibv_rc_pingpong -d uroce0 -g 1 -n 200 -e -s 65536", "iters in"},
+                        // Completion timestamps, the daemons' clock in the CQ rings' slots.
+                        {"ibv_rc_pingpong -d uroce0 -g 1 -n 200 --ts", "Average receive completion clock cycles"},
                         {"ib_write_bw -d uroce0 -x 1 -s 65536 -n 2000 --report_gbits", "65536"}};
   for (const Case& k : cases) {
     std::string args;
@@ -672,6 +674,114 @@ TEST_F(Service, AQpResetThroughTheDaemonStartsOnEmptyQueues) {
     EXPECT_TRUE(w.wr_id == 7 || w.wr_id == 8) << w.wr_id;
   }
   for (int i = 0; i < 256; ++i) ASSERT_EQ(buf[4096 + i], 0xab) << i;
+}
+
+// ibv_rereg_mr, ibv_resize_cq and completion timestamps through the daemon:
+// a new translation on heap memory is moved onto a memory file and mapped
+// by the daemon under the same keys (the old addresses refused); a CQ
+// resized keeps what waits, in order, in its new shared ring and refuses a
+// size below what waits or will complete; completions carry the daemon's
+// clock, which query_clock reads.
+TEST_F(Service, ReregResizeAndTimestampsWorkThroughTheDaemon) {
+  std::string error;
+  auto ctx = uroce::Context::attach(a_->socket, error);
+  ASSERT_TRUE(ctx) << error;
+  uroce::ProtectionDomain* pd = ctx->alloc_pd();
+  uroce::CompletionQueue* cq = ctx->create_cq(uroce::CqAttr{64, nullptr, nullptr, true});
+  ASSERT_TRUE(pd && cq) << ctx->last_error();
+  uroce::QpInitAttr init;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  init.send_cq = init.recv_cq = cq;
+  uroce::QueuePair* qa = pd->create_qp(init);
+  uroce::QueuePair* qb = pd->create_qp(init);
+  ASSERT_TRUE(qa && qb) << ctx->last_error();
+  constexpr std::size_t kBytes = 1 << 16;
+  auto* src = static_cast<std::uint8_t*>(aligned_alloc(4096, kBytes));
+  auto* old_dst = static_cast<std::uint8_t*>(aligned_alloc(4096, kBytes));
+  auto* new_dst = static_cast<std::uint8_t*>(aligned_alloc(4096, kBytes));
+  std::memset(old_dst, 0, kBytes);
+  std::memset(new_dst, 0, kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  uroce::MemoryRegion* ms = pd->reg_mr(src, kBytes, access);
+  uroce::MemoryRegion* md = pd->reg_mr(old_dst, kBytes, access);
+  ASSERT_TRUE(ms && md) << ctx->last_error();
+  uroce::ConnectParams p;
+  ASSERT_EQ(uroce::connect_rc(qa, ctx->gid(), qb->qp_num(), p.psn_a, p.psn_b, p), 0) << ctx->last_error();
+  ASSERT_EQ(uroce::connect_rc(qb, ctx->gid(), qa->qp_num(), p.psn_b, p.psn_a, p), 0) << ctx->last_error();
+  auto poll = [&](std::size_t n, std::vector<std::uint64_t>* stamps = nullptr) {
+    std::vector<ibv_wc> out;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc[8];
+      std::uint64_t ts[8];
+      const int k = cq->poll(8, wc, ts);
+      out.insert(out.end(), wc, wc + std::max(k, 0));
+      if (stamps != nullptr) stamps->insert(stamps->end(), ts, ts + std::max(k, 0));
+    }
+    return out;
+  };
+
+  // Timestamps: the daemon's clock, between two reads of it.
+  uroce::ClockValues before, after;
+  ASSERT_EQ(ctx->query_clock(before), 0) << ctx->last_error();
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(uroce::test::post_recv_one(qb, old_dst, 64, md->lkey, 100 + i), 0);
+    ASSERT_EQ(uroce::test::post_send_one(qa, IBV_WR_SEND, src, 64, ms->lkey, i), 0) << ctx->last_error();
+  }
+  std::vector<std::uint64_t> stamps;
+  ASSERT_EQ(poll(6, &stamps).size(), 6u);
+  ASSERT_EQ(ctx->query_clock(after), 0);
+  for (const std::uint64_t ts : stamps) {
+    EXPECT_GE(ts, before.raw_ns);
+    EXPECT_LE(ts, after.raw_ns);
+  }
+
+  // Resize: four sends posted count at once (waiting or still to come).
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(uroce::test::post_recv_one(qb, old_dst, 64, md->lkey, 200 + i), 0);
+    ASSERT_EQ(uroce::test::post_send_one(qa, IBV_WR_SEND, src, 64, ms->lkey, 10 + i), 0);
+  }
+  EXPECT_EQ(cq->resize(3), EINVAL) << ctx->last_error();
+  ASSERT_EQ(cq->resize(16), 0) << ctx->last_error();
+  EXPECT_EQ(cq->capacity(), 16);
+  const std::vector<ibv_wc> wc = poll(8);
+  ASSERT_EQ(wc.size(), 8u);
+  std::vector<std::uint64_t> sends, recvs;
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    (w.opcode == IBV_WC_RECV ? recvs : sends).push_back(w.wr_id);
+  }
+  EXPECT_EQ(sends, (std::vector<std::uint64_t>{10, 11, 12, 13}));
+  EXPECT_EQ(recvs, (std::vector<std::uint64_t>{200, 201, 202, 203}));
+
+  // Rereg: the destination moves to new heap memory under the same keys.
+  const std::uint32_t rkey = md->rkey;
+  uroce::ReregAttr change{IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, new_dst, kBytes,
+                          reinterpret_cast<std::uintptr_t>(new_dst)};
+  ASSERT_EQ(pd->rereg_mr(md, change), 0) << ctx->last_error();
+  EXPECT_EQ(md->rkey, rkey);
+  EXPECT_EQ(md->addr, new_dst);
+  ASSERT_EQ(uroce::test::post_rdma(qa, IBV_WR_RDMA_WRITE, src, kBytes, ms->lkey, new_dst, rkey, 30), 0);
+  auto done = poll(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(new_dst, src, kBytes), 0);
+  std::memset(old_dst, 0, 64);
+  ASSERT_EQ(uroce::test::post_rdma(qa, IBV_WR_RDMA_WRITE, src, 64, ms->lkey, old_dst, rkey, 31), 0);
+  done = poll(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_REM_ACCESS_ERR);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(old_dst[i], 0) << i;
+  // Bad flags: refused by this side before the daemon is asked.
+  EXPECT_EQ(pd->rereg_mr(md, uroce::ReregAttr{0}), EINVAL);
+  pd->destroy_qp(qa);
+  pd->destroy_qp(qb);
+  pd->dereg_mr(ms);
+  pd->dereg_mr(md);
+  free(src);
+  free(old_dst);
+  free(new_dst);
 }
 
 // A daemon of its own with small limits, and what SIGTERM does.

@@ -135,6 +135,59 @@ TEST(WindowTable, RegionWithBoundWindowsStaysUntilTheyGo) {
   EXPECT_EQ(x.t.regions_in_pd(7), 0u);
 }
 
+// ibv_rereg_mr of a region with a window bound is refused and changes
+// nothing (the window keeps what it granted); once unbound it goes ahead. A
+// window's own key is never a region to re-register.
+TEST(WindowTable, ReregOfARegionWithAWindowBoundIsBusy) {
+  Table x;
+  std::uint32_t w = 0;
+  ASSERT_EQ(x.t.add_window(7, IBV_MW_TYPE_2, w), 0);
+  const WindowBind b = x.bind(w, 0x10000, 64, kRemote);
+  ASSERT_EQ(x.t.bind_window(b, 7, 5), WindowResult::kOk);
+  std::uint8_t other[4096];
+  EXPECT_EQ(x.t.rereg(x.mr, 7, other, 0x20000, sizeof other, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND), EBUSY);
+  std::uint8_t* host = nullptr;
+  EXPECT_EQ(x.t.check(x.mr, false, 7, 0x10000, 8, 0, host), AccessResult::kOk);
+  EXPECT_EQ(host, x.bytes) << "the refused rereg changed the region";
+  EXPECT_EQ(x.t.rereg(b.new_rkey, 7, other, 0x20000, sizeof other, IBV_ACCESS_LOCAL_WRITE), EINVAL);
+  ASSERT_EQ(x.t.invalidate_window(b.new_rkey, 7), WindowResult::kOk);
+  EXPECT_EQ(x.t.rereg(x.mr, 7, other, 0x20000, sizeof other, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND), 0);
+  EXPECT_EQ(x.t.check(x.mr, false, 7, 0x20000, 8, 0, host), AccessResult::kOk);
+  EXPECT_EQ(host, other);
+}
+
+// A window bound on an on-demand region is reached as its region is: the
+// peer's access through it names the region's owner, so the engine goes
+// through the kernel (mem/odp.h), never a load or store.
+TEST(WindowTable, AWindowOnAnOnDemandRegionCarriesItsOwner) {
+  MrTable t{64};
+  std::uint32_t mr = 0;
+  ASSERT_EQ(t.add_odp(7, reinterpret_cast<void*>(0x7f0000000000), 0x7f0000000000, 1 << 20,
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND, 4242, mr),
+            0);
+  std::uint32_t w = 0;
+  ASSERT_EQ(t.add_window(7, IBV_MW_TYPE_2, w), 0);
+  WindowBind b;
+  b.window_key = w;
+  b.new_rkey = (w & ~0xffu) | ((w + 1) & 0xffu);
+  b.mr_key = mr;
+  b.addr = 0x7f0000001000;
+  b.length = 4096;
+  b.access = kRemote;
+  ASSERT_EQ(t.bind_window(b, 7, 5), WindowResult::kOk);
+  std::uint8_t* host = nullptr;
+  std::int32_t owner = 0;
+  ASSERT_EQ(t.check_remote(b.new_rkey, 7, 5, 0x7f0000001010, 8, IBV_ACCESS_REMOTE_WRITE, host, owner),
+            AccessResult::kOk);
+  EXPECT_EQ(owner, 4242);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(host), 0x7f0000001010u);
+  std::uint8_t pinned[64];
+  std::uint32_t plain = 0;
+  ASSERT_EQ(t.add(7, pinned, 0x1000, sizeof pinned, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, plain), 0);
+  ASSERT_EQ(t.check_remote(plain, 7, 5, 0x1000, 8, IBV_ACCESS_REMOTE_WRITE, host, owner), AccessResult::kOk);
+  EXPECT_EQ(owner, 0);
+}
+
 TEST(WindowTable, ADeallocatedWindowsKeysAreNotGivenToTheNextRegion) {
   std::uint8_t bytes[256];
   MrTable t{1};  // one slot: the next region takes the window's

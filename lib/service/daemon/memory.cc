@@ -42,11 +42,34 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
     reg_mr_odp(c, *pd, r, fds, nfds, reply);
     return;
   }
+  RegionMapping m;
+  if (!map_region(c, r, fds, nfds, reply, m)) return;
+  // A region inside a file the port knows is counted in its registration;
+  // any other (a view of several pieces, which has addresses of its own,
+  // or a file past the client's share of registrations) is not made known
+  // to the port at all: frames from it are copied.
+  void* at = static_cast<char*>(m.view) + r.offset;
+  MemoryRegion* mr = m.ported ? (*pd)->reg_mr_iova(at, r.length, r.iova, r.access)
+                              : internal::reg_mr_copied(*pd, at, r.length, r.iova, r.access);
+  if (mr == nullptr) {
+    fail(reply, EINVAL, ctx_.last_error());
+    unmap_region(m);
+    return;
+  }
+  keep_region(c, m);
+  reply.handle = c.next_handle++;
+  reply.reg_mr.lkey = mr->lkey;
+  reply.reg_mr.rkey = mr->rkey;
+  c.mrs[reply.handle] = Mr{mr, m.view, m.own_view ? m.total : 0, m.own_view, std::move(m.keys)};
+}
+
+bool Server::map_region(Client& c, const service::RegMr& r, const int* fds, int nfds, Reply& reply,
+                        RegionMapping& out) {
   if (r.pieces == 0 || r.pieces > service::kMaxPieces || static_cast<int>(r.pieces) != nfds) {
     fail(reply, EINVAL, "reg_mr names " + std::to_string(r.pieces) + " pieces of memory and passes " +
                             std::to_string(nfds) + " memory files: one file per piece, 1 to " +
                             std::to_string(service::kMaxPieces));
-    return;
+    return false;
   }
   // Every descriptor checked in full, every time (seals, memfd, identity by
   // device and inode): a file is never trusted because one like it was
@@ -61,7 +84,7 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
     const service::MemoryPiece& p = r.piece[i];
     if (std::string e = service::check_memory_file(fds[i], info[i]); !e.empty()) {
       fail(reply, EINVAL, "the region's memory file (piece " + std::to_string(i) + "): " + e);
-      return;
+      return false;
     }
     const std::uint64_t size = info[i].bytes;
     if (p.bytes == 0 || p.file_offset % page != 0 || p.bytes % page != 0 || p.file_offset > size ||
@@ -69,13 +92,13 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
       fail(reply, EINVAL, "piece " + std::to_string(i) + " of the region (offset " + std::to_string(p.file_offset) +
                               ", " + std::to_string(p.bytes) + " bytes) is not whole pages of its memory file of " +
                               std::to_string(size) + " bytes");
-      return;
+      return false;
     }
     if (info[i].huge && r.pieces != 1) {
       // A view of several pieces is built from the file's one mapping
       // (mremap), which hugetlb mappings do not allow.
       fail(reply, EINVAL, "a region on a hugepage file must be one piece (inside its buffer)");
-      return;
+      return false;
     }
     keys[i] = FileKey{info[i].dev, info[i].ino};
     if (c.files.count(keys[i]) == 0 && fresh.count(keys[i]) == 0) {
@@ -88,14 +111,14 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
   if (r.length == 0 || r.offset > total || r.length > total - r.offset) {
     fail(reply, EINVAL, "the region (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
                             " bytes) leaves its " + std::to_string(total) + " bytes of memory files");
-    return;
+    return false;
   }
   if (r.pieces > 1) add.mappings += r.pieces;  // its view: one mapping per piece
   std::string over = over_budget(c, add);
   if (!over.empty() && drop_idle_files(c, keys)) over = over_budget(c, add);
   if (!over.empty()) {
     fail(reply, ENOMEM, over);
-    return;
+    return false;
   }
   // The files mapped (once, for the daemon), then the view: inside the
   // file's mapping for one piece; else an address range reserved and the
@@ -114,7 +137,7 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
       if (m == nullptr) {
         undo();
         fail(reply, ENOMEM, "the region's memory file: " + why);
-        return;
+        return false;
       }
       used.push_back(keys[i]);
     } else {
@@ -147,30 +170,29 @@ void Server::op_reg_mr(Client& c, const service::Request& req, const int* fds, i
     const int e = errno;
     undo();
     fail(reply, ENOMEM, "mapping the region's memory files: " + errno_text(e));
-    return;
+    return false;
   }
-  // A region inside a file the port knows is counted in its registration;
-  // any other (a view of several pieces, which has addresses of its own,
-  // or a file past the client's share of registrations) is not made known
-  // to the port at all: frames from it are copied.
-  void* at = static_cast<char*>(view) + r.offset;
-  MemoryRegion* mr = r.pieces == 1 && maps[keys[0]]->port_mr != nullptr
-                         ? (*pd)->reg_mr_iova(at, r.length, r.iova, r.access)
-                         : internal::reg_mr_copied(*pd, at, r.length, r.iova, r.access);
-  if (mr == nullptr) {
-    fail(reply, EINVAL, ctx_.last_error());
-    if (r.pieces > 1) munmap(view, total);
-    undo();
-    return;
-  }
-  if (r.pieces > 1) mappings_total_ += r.pieces;
-  for (const auto& [key, fd] : fresh) c.files[key] = File{mapped_files_.at(key).bytes, 0};
-  for (const FileKey& key : keys) ++c.files[key].users;
-  charge(c, add, +1);
-  reply.handle = c.next_handle++;
-  reply.reg_mr.lkey = mr->lkey;
-  reply.reg_mr.rkey = mr->rkey;
-  c.mrs[reply.handle] = Mr{mr, view, r.pieces > 1 ? total : 0, r.pieces > 1, std::move(keys)};
+  out.view = view;
+  out.total = total;
+  out.own_view = r.pieces > 1;
+  out.ported = r.pieces == 1 && maps[keys[0]]->port_mr != nullptr;
+  out.keys = std::move(keys);
+  out.used = std::move(used);
+  out.add = add;
+  for (const auto& [key, fd] : fresh) out.fresh.push_back(key);
+  return true;
+}
+
+void Server::unmap_region(RegionMapping& m) {
+  if (m.own_view) munmap(m.view, m.total);
+  for (const FileKey& k : m.used) unuse_file(k);
+}
+
+void Server::keep_region(Client& c, const RegionMapping& m) {
+  if (m.own_view) mappings_total_ += static_cast<std::uint32_t>(m.keys.size());
+  for (const FileKey& key : m.fresh) c.files[key] = File{mapped_files_.at(key).bytes, 0};
+  for (const FileKey& key : m.keys) ++c.files[key].users;
+  charge(c, m.add, +1);
 }
 
 namespace {
@@ -344,13 +366,19 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
   if (const int e = it->second.mr->pd->dereg_mr(it->second.mr); e != 0) return e;
   if (auto dm = c.dms.find(it->second.dm); it->second.dm != 0 && dm != c.dms.end()) --dm->second.regions;
   // dereg_mr returned: the engines no longer touch the view.
+  release_view(c, it->second);
+  c.mrs.erase(it);
+  return 0;
+}
+
+void Server::release_view(Client& c, const Mr& mr) {
   Charge freed;
-  if (it->second.own_view) {
-    munmap(it->second.view, it->second.view_bytes);
-    freed.mappings += static_cast<std::uint32_t>(it->second.files.size());
-    mappings_total_ -= static_cast<std::uint32_t>(it->second.files.size());
+  if (mr.own_view) {
+    munmap(mr.view, mr.view_bytes);
+    freed.mappings += static_cast<std::uint32_t>(mr.files.size());
+    mappings_total_ -= static_cast<std::uint32_t>(mr.files.size());
   }
-  for (const FileKey& key : it->second.files) {
+  for (const FileKey& key : mr.files) {
     auto f = c.files.find(key);
     // A hugepage file stays mapped (and charged) with no region on it: it
     // is sealed against new writable mappings, so a mapping made again
@@ -364,8 +392,6 @@ int Server::dereg_mr(Client& c, std::uint32_t handle) {
     }
   }
   charge(c, freed, -1);
-  c.mrs.erase(it);
-  return 0;
 }
 
 bool Server::drop_idle_files(Client& c, const std::vector<FileKey>& keep) {

@@ -55,13 +55,16 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kRegDmMr, "reg_dm_mr", false, Budget::kMrs, &Server::op_reg_dm_mr},
     {Op::kAllocMw, "alloc_mw", false, Budget::kMrs, &Server::op_alloc_mw},
     {Op::kDeallocMw, "dealloc_mw", false, Budget::kNone, &Server::op_dealloc_mw},
+    {Op::kReregMr, "rereg_mr", false, Budget::kNone, &Server::op_rereg_mr},
+    {Op::kResizeCq, "resize_cq", false, Budget::kNone, &Server::op_resize_cq},
+    {Op::kQueryClock, "query_clock", false, Budget::kNone, &Server::op_query_clock},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kDeallocMw));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kQueryClock));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;

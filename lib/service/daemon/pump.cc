@@ -215,7 +215,8 @@ std::size_t Pump::fill(PumpCq& c) {
   int n = 0;
   if (room != 0) {
     ibv_wc wc[kBurst];
-    n = c.cq->poll(static_cast<int>(std::min(room, kBurst)), wc);
+    std::uint64_t stamps[kBurst];  // read only for a CQ that stamps (filled by its poll)
+    n = c.cq->poll(static_cast<int>(std::min(room, kBurst)), wc, c.timestamps ? stamps : nullptr);
     if (n < 0) {
       // Overflowed (IBTA 11.4.2.1: the CQ is in error); told once.
       if (!c.overflow_told) {
@@ -225,7 +226,7 @@ std::size_t Pump::fill(PumpCq& c) {
       }
       return 0;
     }
-    for (int i = 0; i < n; ++i) c.ring.slot(static_cast<std::uint32_t>(i)) = wc[i];
+    for (int i = 0; i < n; ++i) c.ring.slot(static_cast<std::uint32_t>(i)) = service::CqSlot{wc[i], c.timestamps ? stamps[i] : 0};
     if (n > 0) c.ring.publish(static_cast<std::uint32_t>(n), std::memory_order_seq_cst);
   }
   // The client stores armed, then loads head; this stores head, then loads

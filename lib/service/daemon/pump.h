@@ -65,7 +65,8 @@ struct PumpSrq {
 // A client CQ's ring as this side fills it.
 struct PumpCq {
   CompletionQueue* cq = nullptr;
-  service::Ring<ibv_wc> ring;  // this side's head: ring.head()
+  service::Ring<service::CqSlot> ring;  // this side's head: ring.head()
+  bool timestamps = false;              // the CQ stamps its completions (CreateCq::timestamps)
   int event_fd = -1;
   bool solicited_armed = false;      // cq->arm(true) done for the client's current arming
   std::atomic<bool> fire_due{false}; // the daemon CQ's solicited event came (engine thread)

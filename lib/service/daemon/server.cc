@@ -558,6 +558,7 @@ void Server::modify_qp(Client& c, Qp& q, const service::ModifyQp& r, Reply& repl
       p.sq.reset();  // head and retired
       p.rq.reset();
     });
+    forget_completions(c, q);
   }
 }
 
@@ -671,7 +672,7 @@ void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply&
     return;
   }
   const std::uint32_t slots = service::ring_slots(r.cqe);
-  const std::size_t bytes = service::page_round(service::Ring<ibv_wc>::bytes(slots));
+  const std::size_t bytes = service::page_round(service::Ring<service::CqSlot>::bytes(slots));
   // The shared ring, and an engine ring per worker: cqe completions in
   // the smallest power of two of slots that holds them (ring::SpscRing).
   const Charge add{0, bytes + pumps_.size() * std::uint64_t{service::ring_slots(r.cqe)} * sizeof(ibv_wc), 1};
@@ -684,7 +685,8 @@ void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply&
   void* map = file >= 0 ? service::map_shared(file, bytes) : nullptr;
   pump->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   CompletionQueue* cq = map != nullptr && pump->event_fd >= 0
-                            ? ctx_.create_cq(static_cast<int>(r.cqe), &PumpCq::on_event, pump.get())
+                            ? ctx_.create_cq(CqAttr{static_cast<int>(r.cqe), &PumpCq::on_event, pump.get(),
+                                                    r.timestamps != 0})
                             : nullptr;
   if (cq == nullptr) {
     const std::string why = map == nullptr || pump->event_fd < 0 ? "memory file or eventfd: " + errno_text(errno)
@@ -697,7 +699,8 @@ void Server::op_create_cq(Client& c, const Request& req, const int*, int, Reply&
   }
   new (map) service::RingHeader();
   pump->cq = cq;
-  pump->ring = service::Ring<ibv_wc>::at(map, slots);
+  pump->ring = service::Ring<service::CqSlot>::at(map, slots);
+  pump->timestamps = r.timestamps != 0;
   reply.handle = c.next_handle++;
   reply.create_cq.slots = slots;
   reply.create_cq.file_size = bytes;

@@ -281,6 +281,11 @@ class Server {
   // Device memory (dm.cc).
   OpFn op_alloc_dm, op_free_dm, op_reg_dm_mr;
   int free_dm(Client& c, std::uint32_t handle);
+  // ibv_rereg_mr, ibv_resize_cq, ibv_query_rt_values_ex (rereg_resize.cc).
+  OpFn op_rereg_mr, op_resize_cq, op_query_clock;
+  // A QP moved to RESET: its completions still in its CQs' shared rings
+  // are taken out (the daemon's own CQs forgot theirs in the modify).
+  void forget_completions(Client& c, const Qp& q);
   // rdma_cm (cm_relay.cc).
   OpFn op_cm_open, op_cm_listen, op_cm_unlisten, op_cm_connect, op_cm_accept, op_cm_reject, op_cm_disconnect,
       op_cm_event, op_cm_sidr_request, op_cm_init_qp_attr, op_cm_establish;
@@ -319,6 +324,25 @@ class Server {
   int destroy_qp(Client& c, std::uint32_t handle);
   int destroy_cq(Client& c, std::uint32_t handle);
   int dereg_mr(Client& c, std::uint32_t handle);
+  // A region's memory as map_region made it ready: its view, the files it
+  // lies on, and what it costs; not yet booked to the client.
+  struct RegionMapping {
+    void* view = nullptr;
+    std::uint64_t total = 0;     // the pieces' bytes
+    bool own_view = false;       // a view of several pieces, mapped for it
+    bool ported = false;         // inside one file the port knows (else: copied from)
+    std::vector<FileKey> keys;   // its pieces' files
+    std::vector<FileKey> used;   // files mapped for it (unmap_region gives them up)
+    std::vector<FileKey> fresh;  // files new to the client
+    Charge add;
+  };
+  // The memory files of a RegMr checked and mapped (reg_mr, and rereg_mr's
+  // new translation): true and `out`, or false with `reply` failed.
+  bool map_region(Client& c, const service::RegMr& r, const int* fds, int nfds, service::Reply& reply,
+                  RegionMapping& out);
+  void unmap_region(RegionMapping& m);                  // its region was refused
+  void keep_region(Client& c, const RegionMapping& m);  // its region was made: booked to c
+  void release_view(Client& c, const Mr& mr);           // the region no longer uses its memory
   int destroy_srq(Client& c, std::uint32_t handle);
   int destroy_ah(Client& c, std::uint32_t number);
   // Runs f while no pump runs (every worker between two rounds).
