@@ -83,23 +83,7 @@ ibv_mr* reg_dm_mr_op(ibv_pd* ibv_pd, ibv_dm* ibv_dm, std::uint64_t offset, std::
   auto* pd = reinterpret_cast<Pd*>(ibv_pd);
   m->mr = pd->pd->reg_dm_mr(reinterpret_cast<Dm*>(ibv_dm)->dm, offset, length,
                             static_cast<int>(access & ~IBV_ACCESS_ZERO_BASED));
-  if (m->mr == nullptr) {
-    // outside the memory, zero length, REMOTE_WRITE without LOCAL_WRITE
-    // (EINVAL); out of keys or over uroced's budget (ENOMEM)
-    const std::string& why = ctx_of(ibv_pd->context)->ctx->last_error();
-    errno = why.find("too many") != std::string::npos || why.find("budget") != std::string::npos ? ENOMEM : EINVAL;
-    delete m;
-    return nullptr;
-  }
-  m->ibv.context = ibv_pd->context;
-  m->ibv.pd = ibv_pd;
-  m->ibv.addr = nullptr;
-  m->ibv.length = length;
-  m->ibv.handle = m->mr->lkey;
-  m->ibv.lkey = m->mr->lkey;
-  m->ibv.rkey = m->mr->rkey;
-  hold_domain(ibv_pd);
-  return &m->ibv;
+  return finish_mr(m, ibv_pd, nullptr, length);  // zero-based: no address of the program's
 }
 
 }  // namespace uroce::ibverbs

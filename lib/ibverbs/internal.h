@@ -164,6 +164,11 @@ struct Mr {
   ibv_mr ibv;
   uroce::MemoryRegion* mr;
 };
+// The ibv_mr of `m` once its region is made (`addr` as the program is to
+// see it), the PD held; or, with no region, `m` freed, errno from the
+// context's last error (ENOMEM out of keys or over uroced's budget, else
+// EINVAL) and nullptr. memory.cc.
+ibv_mr* finish_mr(Mr* m, ibv_pd* pd, void* addr, std::size_t length);
 // A memory window (mw.cc): ibv.rkey follows the window's (type 1 binds).
 struct Mw {
   ibv_mw ibv;

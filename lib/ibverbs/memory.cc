@@ -8,6 +8,27 @@
 #include "ibverbs/internal.h"
 
 namespace uroce::ibverbs {
+
+ibv_mr* finish_mr(Mr* m, ibv_pd* ibv_pd, void* addr, std::size_t length) {
+  if (m->mr == nullptr) {
+    // zero length, outside device memory, REMOTE_WRITE/ATOMIC without
+    // LOCAL_WRITE (EINVAL); out of keys or over uroced's budget (ENOMEM)
+    const std::string& why = ctx_of(ibv_pd->context)->ctx->last_error();
+    errno = why.find("too many") != std::string::npos || why.find("budget") != std::string::npos ? ENOMEM : EINVAL;
+    delete m;
+    return nullptr;
+  }
+  m->ibv.context = ibv_pd->context;
+  m->ibv.pd = ibv_pd;
+  m->ibv.addr = addr;
+  m->ibv.length = length;
+  m->ibv.handle = m->mr->lkey;
+  m->ibv.lkey = m->mr->lkey;
+  m->ibv.rkey = m->mr->rkey;
+  hold_domain(ibv_pd);
+  return &m->ibv;
+}
+
 namespace {
 
 Pd* pd_of(ibv_pd* pd) {
@@ -49,22 +70,7 @@ ibv_mr* register_region(ibv_pd* ibv_pd, void* addr, std::size_t length, std::uin
   auto* m = allocate<Mr>();
   if (m == nullptr) return nullptr;
   m->mr = pd->pd->reg_mr_iova(addr, length, iova, static_cast<int>(access & ~IBV_ACCESS_ZERO_BASED));
-  if (m->mr == nullptr) {
-    // zero length, REMOTE_WRITE/ATOMIC without LOCAL_WRITE (EINVAL), out of keys (ENOMEM)
-    const std::string& why = ctx_of(ibv_pd->context)->ctx->last_error();
-    errno = why.find("too many") != std::string::npos ? ENOMEM : EINVAL;
-    delete m;
-    return nullptr;
-  }
-  m->ibv.context = ibv_pd->context;
-  m->ibv.pd = ibv_pd;
-  m->ibv.addr = addr;
-  m->ibv.length = length;
-  m->ibv.handle = m->mr->lkey;
-  m->ibv.lkey = m->mr->lkey;
-  m->ibv.rkey = m->mr->rkey;
-  hold_domain(ibv_pd);
-  return &m->ibv;
+  return finish_mr(m, ibv_pd, addr, length);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
 
 namespace uroce::mem {
@@ -31,7 +32,7 @@ void unmap_buffer(const Buffer& b) {
   if (b.addr != nullptr) munmap(b.addr, b.bytes);
 }
 
-void populate(void* addr, std::size_t len) {
+int populate_pages(void* addr, std::size_t len, bool write) {
 #if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
   constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
   constexpr int kPopulateRead = MADV_POPULATE_READ;
@@ -39,11 +40,15 @@ void populate(void* addr, std::size_t len) {
   constexpr int kPopulateWrite = 23;  // Linux 5.14's values, for older headers
   constexpr int kPopulateRead = 22;
 #endif
-  if (addr == nullptr || len == 0) return;
+  if (len == 0) return 0;
   const auto first = reinterpret_cast<std::uintptr_t>(addr) / kPage * kPage;
   const std::size_t n = round_up(reinterpret_cast<std::uintptr_t>(addr) + len - first, kPage);
-  void* start = reinterpret_cast<void*>(first);
-  if (madvise(start, n, kPopulateWrite) != 0) madvise(start, n, kPopulateRead);
+  return madvise(reinterpret_cast<void*>(first), n, write ? kPopulateWrite : kPopulateRead) == 0 ? 0 : errno;
+}
+
+void populate(void* addr, std::size_t len) {
+  if (addr == nullptr || len == 0) return;
+  if (populate_pages(addr, len, true) != 0) populate_pages(addr, len, false);
 }
 
 }  // namespace uroce::mem

@@ -26,5 +26,10 @@ void unmap_buffer(const Buffer& b);
 // run cost a third of its CPU). Best effort: pages it cannot populate (a
 // kernel before 5.14, a mapping that refuses) fault in on first touch.
 void populate(void* addr, std::size_t len);
+// The pages of [addr, addr + len) faulted in now, for writing or reading
+// (MADV_POPULATE_WRITE or _READ, Linux 5.14): 0, or madvise's errno
+// (ENOMEM: part of the range is not mapped; EFAULT: a page cannot be
+// faulted in that way; EINVAL: an older kernel).
+int populate_pages(void* addr, std::size_t len, bool write);
 
 }  // namespace uroce::mem

@@ -10,6 +10,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "mem/arena.h"
+
 namespace uroce::mem {
 namespace {
 
@@ -114,22 +116,13 @@ bool odp_atomic_store(std::int32_t owner, std::uint64_t addr, std::uint64_t valu
 }
 
 int odp_prefetch(std::uint64_t addr, std::uint64_t len, bool write) {
-#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
-  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
-  constexpr int kPopulateRead = MADV_POPULATE_READ;
-#else
-  constexpr int kPopulateWrite = 23;  // Linux 5.14's values, for older headers
-  constexpr int kPopulateRead = 22;
-#endif
   if (len == 0) return 0;
   if (addr + len < addr) return EFAULT;
-  const std::uint64_t first = addr / kPage * kPage;
-  const std::uint64_t n = (addr + len - first + kPage - 1) / kPage * kPage;
-  if (madvise(reinterpret_cast<void*>(first), n, write ? kPopulateWrite : kPopulateRead) == 0) return 0;
   // ENOMEM: part of the range is not mapped; EFAULT: a page cannot be
   // faulted in (a write to read-only memory); EINVAL: a kernel before 5.14,
   // where the advice is a hint we may ignore.
-  return errno == EINVAL ? 0 : EFAULT;
+  const int e = populate_pages(reinterpret_cast<void*>(addr), len, write);
+  return e == 0 || e == EINVAL ? 0 : EFAULT;
 }
 
 }  // namespace uroce::mem
