@@ -565,7 +565,10 @@ class QueuePair {
   // with the reason in Context::last_error(). With IBV_QP_AV the peer's
   // Ethernet address is resolved first, outside the control call (the
   // engines keep running; Context::resolve_gid(), waited for up to 1.5 s):
-  // EHOSTUNREACH if no answer came or the GID failed in the last 5 s.
+  // EHOSTUNREACH if no answer came or the GID failed in the last 5 s. A
+  // move to RESET takes the QP's completions out of its CQs (as mlx5 does):
+  // not while another thread polls them (our libibverbs holds their poll
+  // locks for it).
   int modify(const ibv_qp_attr& attr, int attr_mask);
   int query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr = nullptr) const;
   ibv_qp_state state() const;
