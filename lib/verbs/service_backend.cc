@@ -112,6 +112,9 @@ class ServiceBackend final : public Backend {
                        bool copied) override;
   int dereg_mr(ProtectionDomain* pd, MemoryRegion* mr) override;
   MemoryRegion* reg_mr_odp(ProtectionDomain* pd, void* addr, std::size_t length, std::uint64_t iova, int access);
+  // A region the daemon made (its keys in `region`, its handle `handle`),
+  // owned by the context from now on.
+  MemoryRegion* keep_region(const MemoryRegion& region, std::uint32_t handle);
   std::unique_ptr<DeviceMemory> alloc_dm(std::size_t length) override;
   int free_dm(DeviceMemory* dm) override;
   MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
@@ -363,10 +366,12 @@ MemoryRegion* ServiceBackend::reg_mr(ProtectionDomain* pd, void* addr, std::size
     c_.fail(e, "reg_mr: " + why);
     return nullptr;
   }
-  auto mr = std::make_unique<MemoryRegion>();
-  *mr = MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
-  mrs_[mr.get()] = reply.handle;
-  c_.mrs_owned.push_back(std::move(mr));
+  return keep_region(MemoryRegion{addr, length, iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd}, reply.handle);
+}
+
+MemoryRegion* ServiceBackend::keep_region(const MemoryRegion& region, std::uint32_t handle) {
+  c_.mrs_owned.push_back(std::make_unique<MemoryRegion>(region));
+  mrs_[c_.mrs_owned.back().get()] = handle;
   return c_.mrs_owned.back().get();
 }
 
@@ -398,11 +403,8 @@ MemoryRegion* ServiceBackend::reg_mr_odp(ProtectionDomain* pd, void* addr, std::
     c_.fail(e, "reg_mr: " + why);
     return nullptr;
   }
-  auto mr = std::make_unique<MemoryRegion>();
-  *mr = MemoryRegion{addr, length, implicit ? 0 : iova, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
-  mrs_[mr.get()] = reply.handle;
-  c_.mrs_owned.push_back(std::move(mr));
-  return c_.mrs_owned.back().get();
+  const std::uint64_t at = implicit ? 0 : iova;
+  return keep_region(MemoryRegion{addr, length, at, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd}, reply.handle);
 }
 
 int ServiceBackend::dereg_mr(ProtectionDomain*, MemoryRegion* mr) {
@@ -463,11 +465,8 @@ MemoryRegion* ServiceBackend::reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, 
     c_.fail(e, "reg_dm_mr: " + why);
     return nullptr;
   }
-  auto mr = std::make_unique<MemoryRegion>();
-  *mr = MemoryRegion{dm->addr() + offset, length, 0, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
-  mrs_[mr.get()] = reply.handle;
-  c_.mrs_owned.push_back(std::move(mr));
-  return c_.mrs_owned.back().get();
+  const MemoryRegion region{dm->addr() + offset, length, 0, reply.reg_mr.lkey, reply.reg_mr.rkey, access, pd};
+  return keep_region(region, reply.handle);
 }
 
 // Memory windows live in the daemon's table; the window's handle there is
