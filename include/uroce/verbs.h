@@ -52,6 +52,7 @@ class QueuePair;
 class SharedReceiveQueue;
 class AddressHandle;
 class DeviceMemory;
+class XrcDomain;
 struct Stat;     // include/uroce/stats.h
 struct QpStats;  // include/uroce/stats.h
 
@@ -93,6 +94,14 @@ struct QpInitAttr {
   // (cap.max_recv_wr and max_recv_sge are then ignored, post_recv refused).
   // The QP is served by the engine that serves the SRQ's other QPs.
   SharedReceiveQueue* srq = nullptr;
+  // XRC (IBTA annex A14). IBV_QPT_XRC_SEND: an initiator QP, which only
+  // sends, each WR to the XRC SRQ its wr.qp_type.xrc.remote_srqn names at
+  // the peer (recv_cq and the receive caps are ignored). IBV_QPT_XRC_RECV:
+  // a target QP of `xrcd`, which only receives: each request goes into the
+  // XRC SRQ of `xrcd` it names, checked against that SRQ's PD, completing
+  // on that SRQ's CQ; the QP's own PD and CQs only own it (no key is ever
+  // checked against that PD, nothing completes on those CQs).
+  XrcDomain* xrcd = nullptr;
 };
 
 // ibv_srq_init_attr's attributes.
@@ -100,6 +109,11 @@ struct SrqInitAttr {
   std::uint32_t max_wr = 0;
   std::uint32_t max_sge = 1;
   std::uint32_t srq_limit = 0;  // armed at creation when non-zero
+  // An XRC SRQ (ibv_create_srq_ex, IBV_SRQT_XRC): of this domain, its
+  // receive completions on `cq` (required with xrcd). Requests name it by
+  // SharedReceiveQueue::srq_num().
+  XrcDomain* xrcd = nullptr;
+  CompletionQueue* cq = nullptr;
 };
 
 // Context::create_cq's attributes.
@@ -228,6 +242,14 @@ class Context {
   // (EINVAL), past what is left of limits().max_dm_size, counted in whole
   // 4 KiB pages (ENOMEM), no memory.
   DeviceMemory* alloc_dm(std::size_t length);
+  // ibv_open_xrcd: a new XRC domain (IBTA annex A14); its target QPs and
+  // XRC SRQs are served by one engine. Sharing one between processes (by
+  // a file, as ibv_open_xrcd's fd) is the verbs library's: see
+  // docs/ibverbs.md. nullptr on error (Context::last_error()).
+  XrcDomain* open_xrcd();
+  // ibv_close_xrcd: 0; EBUSY while XRC SRQs or target QPs of it remain;
+  // EINVAL for a domain not of this context.
+  int close_xrcd(XrcDomain* xrcd);
   // ibv_free_dm: 0; EBUSY while regions of it are registered; EINVAL for
   // memory not of this context.
   int free_dm(DeviceMemory* dm);
@@ -358,8 +380,8 @@ class ProtectionDomain {
   // On an error nothing changed.
   int rereg_mr(MemoryRegion* mr, const ReregAttr& change);
 
-  // Creates an RC, UC or UD QP in RESET. nullptr on error (unsupported
-  // type, caps over the device limits, CQ missing).
+  // Creates an RC, UC, UD or XRC (QpInitAttr::xrcd) QP in RESET. nullptr
+  // on error (unsupported type, caps over the device limits, CQ missing).
   QueuePair* create_qp(const QpInitAttr& attr);
   int destroy_qp(QueuePair* qp);
 
@@ -447,6 +469,33 @@ class DeviceMemory {
 // for the low 8 bits, the consumer's key). wr.bind_mw.bind_info.mr is read
 // for its lkey only: any ibv_mr whose lkey is the region's will do (our
 // libibverbs' is one); nullptr (or length 0) unbinds a type 1 window.
+// An XRC domain (Context::open_xrcd).
+class XrcDomain {
+ public:
+  Context& context() const { return *ctx_; }
+  // Attached to uroced: the daemon's handle of it; in process a number
+  // unique in the context.
+  std::uint32_t handle() const { return handle_; }
+  // The engine its target QPs and XRC SRQs use (in process).
+  int engine() const { return engine_; }
+
+  XrcDomain(Context* ctx, std::uint32_t handle, int engine);
+  ~XrcDomain();
+  XrcDomain(const XrcDomain&) = delete;
+  XrcDomain& operator=(const XrcDomain&) = delete;
+
+  // Its SRQs by number, as the engine looks them up (in process; lib/verbs).
+  struct Targets;
+  Targets* targets() const { return targets_.get(); }
+  std::uint32_t users = 0;  // XRC SRQs and target QPs of it (control path)
+
+ private:
+  Context* ctx_;
+  std::uint32_t handle_;
+  int engine_;
+  std::unique_ptr<Targets> targets_;
+};
+
 class MemoryWindow {
  public:
   ibv_mw* ibv() { return &mw_; }
@@ -520,6 +569,9 @@ class SharedReceiveQueue {
   // WQEs posted and not yet taken by a QP.
   std::uint32_t count() const;
   ProtectionDomain* pd() const;
+  // ibv_get_srq_num: an XRC SRQ's number (what XRC requests name); 0 for
+  // a basic SRQ.
+  std::uint32_t srq_num() const;
 
   ~SharedReceiveQueue();
   SharedReceiveQueue(const SharedReceiveQueue&) = delete;

@@ -229,6 +229,8 @@ wire::Transport service_of(ibv_qp_type type) {
   switch (type) {
     case IBV_QPT_UC: return wire::Transport::kUc;
     case IBV_QPT_UD: return wire::Transport::kUd;
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return wire::Transport::kXrc;
     default: return wire::Transport::kRc;
   }
 }
@@ -279,8 +281,7 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     const bool cnp = p.info->has(wire::kCnpOp);
     if (cnp) [[unlikely]] {
       add_counter(EngineCounter::rx_cnp);
-    } else if (p.info->transport != wire::Transport::kRc && p.info->transport != wire::Transport::kUc &&
-               p.info->transport != wire::Transport::kUd) [[unlikely]] {
+    } else if (p.info->transport == wire::Transport::kRd || p.info->transport == wire::Transport::kOther) [[unlikely]] {
       add_counter(EngineCounter::rx_unsupported_transport);
       continue;
     }

@@ -133,8 +133,9 @@ void look_at(Ctx* x) {
     }
     if (s != IBV_QPS_ERR || qp->fatal_reported || qp->requested_state.load() == IBV_QPS_ERR) continue;
     qp->fatal_reported = true;
-    const bool cq_overflow = cq_of(qp->ex.qp_base.send_cq)->cq->overflowed() ||
-                             cq_of(qp->ex.qp_base.recv_cq)->cq->overflowed();
+    // An XRC target QP has no CQs of its own (IBTA annex A14).
+    const auto overflowed = [](ibv_cq* cq) { return cq != nullptr && cq_of(cq)->cq->overflowed(); };
+    const bool cq_overflow = overflowed(qp->ex.qp_base.send_cq) || overflowed(qp->ex.qp_base.recv_cq);
     if (cq_overflow || ended_by_error(*qp)) warn_error_state(*qp);
     if (cq_overflow) {
       e.event_type = IBV_EVENT_QP_FATAL;

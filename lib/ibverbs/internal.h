@@ -212,10 +212,16 @@ Cq* cq_of(ibv_cq* cq);
 // Every QP is an ibv_qp_ex (ibv_qp_to_qp_ex returns it when it was made with
 // send_ops_flags); the ibv_wr_* calls gather work requests here until
 // ibv_wr_complete posts them.
+struct Xrcd;
 struct Qp {
   ibv_qp_ex ex;
   uroce::QueuePair* qp = nullptr;
   Ctx* ctx = nullptr;
+  // An XRC target QP (no PD, no CQs: ibv_qp's are NULL): its domain, and
+  // the handles ibv_create_qp_ex and ibv_open_qp gave out, each destroyed
+  // by ibv_destroy_qp; the QP goes with the last.
+  Xrcd* xrcd = nullptr;
+  std::uint32_t opens = 1;
   bool new_post_api = false;
   SpinLock send_lock;
   SpinLock recv_lock;
@@ -259,6 +265,8 @@ struct Srq {
   std::atomic<std::uint32_t> async_events{0};  // delivered by ibv_get_async_event
 };
 Srq* srq_of(ibv_srq* srq);
+// ibv_create_srq and ibv_create_srq_ex's body: an SRQ of `pd` as `init` says.
+ibv_srq* make_srq(ibv_pd* pd, const uroce::SrqInitAttr& init, void* srq_context);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 
 // Fills the ops of a context (ops.cc): the data path and the unsupported
@@ -280,7 +288,14 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
                        std::size_t attr_size);
 ibv_cq_ex* create_cq_ex_op(ibv_context* context, ibv_cq_init_attr_ex* attr);
 ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr);
-// XRC's verbs_context ops (stubs.cc): EOPNOTSUPP with one line on stderr.
+// XRC's verbs_context ops (xrc.cc).
+// ibv_create_qp_ex of an XRC target QP (IBV_QP_INIT_ATTR_XRCD, no PD).
+ibv_qp* create_xrc_target(ibv_context* context, ibv_qp_init_attr_ex& attr);
+// ibv_destroy_qp of an XRC target QP's handle: true when it was not the
+// last (nothing more to do), false when the QP itself goes now.
+bool release_xrc_target(Qp* qp);
+// The PD an XRC target QP was made on (its domain's).
+uroce::ProtectionDomain* xrc_target_pd(const Qp& qp);
 ibv_xrcd* open_xrcd_op(ibv_context* context, ibv_xrcd_init_attr* attr);
 int close_xrcd_op(ibv_xrcd* xrcd);
 ibv_qp* open_qp_op(ibv_context* context, ibv_qp_open_attr* attr);

@@ -1,7 +1,8 @@
 // Queue pairs: ibv_create_qp(_ex), ibv_modify_qp, ibv_query_qp,
 // ibv_destroy_qp, and the new post API (ibv_wr_*) on uroce's QueuePair.
-// RC, UC and UD, on a receive queue of their own or an SRQ (srq.cc); XRC
-// and raw packet QPs get EOPNOTSUPP with one line on stderr.
+// RC, UC and UD, on a receive queue of their own or an SRQ (srq.cc), and
+// XRC initiator QPs; XRC target QPs are xrc.cc's. Raw packet QPs get
+// EOPNOTSUPP with one line on stderr.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -20,9 +21,7 @@ const char* type_name(ibv_qp_type t) {
     case IBV_QPT_RAW_PACKET:
       return "ibv_create_qp: raw packet QPs are not supported: the DPDK port is uroce's engines', which send "
              "only RoCE frames they build and deliver no Ethernet frames to programs (RC, UC and UD QPs work)";
-    case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV: return "ibv_create_qp: XRC QPs are not supported (RC, UC and UD are)";
-    default: return "ibv_create_qp: this QP type is not supported (RC, UC and UD are)";
+    default: return "ibv_create_qp: this QP type is not supported (RC, UC, UD and XRC are)";
   }
 }
 
@@ -41,13 +40,16 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   }
   Ctx* x = ctx_of(ibv_pd->context);
   if (x == nullptr) return nullptr;
-  if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UC && a.qp_type != IBV_QPT_UD) {
+  if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UC && a.qp_type != IBV_QPT_UD && a.qp_type != IBV_QPT_XRC_SEND) {
     errno = unsupported(EOPNOTSUPP, type_name(a.qp_type));
     return nullptr;
   }
   Srq* srq = nullptr;
   if (a.srq != nullptr && (srq = srq_of(a.srq)) == nullptr) return nullptr;
-  if (a.send_cq == nullptr || a.recv_cq == nullptr || cq_of(a.send_cq) == nullptr || cq_of(a.recv_cq) == nullptr) {
+  // An XRC initiator receives nothing: its recv_cq may be NULL.
+  const bool recv_cq_needed = a.qp_type != IBV_QPT_XRC_SEND || a.recv_cq != nullptr;
+  if (a.send_cq == nullptr || cq_of(a.send_cq) == nullptr ||
+      (recv_cq_needed && (a.recv_cq == nullptr || cq_of(a.recv_cq) == nullptr))) {
     errno = EINVAL;
     return nullptr;
   }
@@ -55,7 +57,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
   if (qp == nullptr) return nullptr;
   uroce::QpInitAttr init;
   init.send_cq = cq_of(a.send_cq)->cq;
-  init.recv_cq = cq_of(a.recv_cq)->cq;
+  init.recv_cq = a.recv_cq != nullptr ? cq_of(a.recv_cq)->cq : nullptr;
   init.cap = a.cap;
   init.qp_type = a.qp_type;
   init.sq_sig_all = a.sq_sig_all != 0;
@@ -115,14 +117,22 @@ ibv_qp* create_qp_ex_op(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+  constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                    IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: a PD is required (XRC is not supported)");
+  if ((attr->comp_mask & ~kKnown) != 0) {
+    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: RSS, indirection tables and source QPNs are not supported");
     return nullptr;
   }
-  if ((attr->comp_mask & ~kKnown) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_qp_ex: XRC, RSS, indirection tables and source QPNs are not supported");
+  if (attr->qp_type == IBV_QPT_XRC_RECV) {
+    // A target QP: of an XRC domain, with no PD, CQs or queues (annex A14).
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) == 0 || attr->xrcd == nullptr) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    return create_xrc_target(context, *attr);
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
+    errno = EINVAL;  // every other QP type needs a PD
     return nullptr;
   }
   if (((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0) ||
@@ -240,6 +250,8 @@ int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, std::uint32_t) { return 0
 int ibv_destroy_qp(ibv_qp* ibv_qp) {
   Qp* qp = qp_of(ibv_qp);
   if (qp == nullptr) return EINVAL;
+  // An XRC target QP opened again (ibv_open_qp): this handle only.
+  if (qp->xrcd != nullptr && uroce::ibverbs::release_xrc_target(qp)) return 0;
   uroce::ibverbs::Ctx* x = qp->ctx;
   // Before any lock of ours: the hook takes librdmacm's, whose holder (its
   // CM thread) may be waiting for the context's mutex.
@@ -251,14 +263,15 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
     uroce::ibverbs::forget_events(x, ibv_qp);
     uroce::ibverbs::warn_if_ended_by_error(qp);
   }
-  auto* pd = reinterpret_cast<uroce::ibverbs::Pd*>(ibv_qp->pd);
-  if (const int rc = pd->pd->destroy_qp(qp->qp); rc != 0) {
+  uroce::ProtectionDomain* pd = qp->xrcd != nullptr ? uroce::ibverbs::xrc_target_pd(*qp)
+                                                     : reinterpret_cast<uroce::ibverbs::Pd*>(ibv_qp->pd)->pd;
+  if (const int rc = pd->destroy_qp(qp->qp); rc != 0) {
     std::lock_guard<std::mutex> lock(x->mutex);
     x->qps.push_back(qp);
     return rc;
   }
   uroce::ibverbs::await_acks(ibv_qp, qp->async_events.load());
-  uroce::ibverbs::release_domain(ibv_qp->pd);
+  if (ibv_qp->pd != nullptr) uroce::ibverbs::release_domain(ibv_qp->pd);
   delete qp;
   return 0;
 }

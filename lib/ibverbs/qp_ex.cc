@@ -152,7 +152,10 @@ void wr_atomic_write(ibv_qp_ex* ex, std::uint32_t rkey, std::uint64_t addr, cons
 // What send_ops_flags cannot ask for: the batch fails with EOPNOTSUPP.
 void refuse(ibv_qp_ex* ex) { of(ex)->pending_error = EOPNOTSUPP; }
 void wr_send_tso(ibv_qp_ex* ex, void*, std::uint16_t, std::uint16_t) { refuse(ex); }
-void wr_set_xrc_srqn(ibv_qp_ex* ex, std::uint32_t) { refuse(ex); }
+void wr_set_xrc_srqn(ibv_qp_ex* ex, std::uint32_t remote_srqn) {
+  Qp::Pending* p = current(ex);
+  if (p != nullptr) p->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
 
 void wr_set_ud_addr(ibv_qp_ex* ex, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) {
   Qp::Pending* p = current(ex);

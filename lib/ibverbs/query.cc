@@ -83,12 +83,13 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   // Device memory: the most a context may hold (dm.cc).
   a.max_dm_size = d->ctx->limits().max_dm_size;
   // On-demand paging, implicit too, for every operation each QP type has
-  // (the engines reach ODP pages through the kernel: docs/transport.md). No
-  // XRC, so no xrc_odp_caps.
+  // (the engines reach ODP pages through the kernel: docs/transport.md);
+  // XRC's are RC's (its target QPs run RC's responder).
   a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                                               IBV_ODP_SUPPORT_SRQ_RECV;
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
   a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
   // The extended flags are the kernel's (ib_user_verbs.h): bit 40 is
@@ -154,9 +155,9 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   // SYS_IMAGE_GUID: sys_image_guid above is set (the node GUID: one device
   // per system image). No IBV_DEVICE_SRQ_RESIZE: SRQs keep their size.
   // Memory windows of type 1 and 2B (IBTA 10.6.7: a type 2 window's rkey
-  // works on the QP that bound it), as Soft-RoCE offers.
+  // works on the QP that bound it), as Soft-RoCE offers. XRC (annex A14).
   attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                           IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                           IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   attr->max_sge = static_cast<int>(l.max_sge);
   attr->max_sge_rd = static_cast<int>(l.max_sge);
   attr->max_cq = static_cast<int>(l.max_qp) * 2;

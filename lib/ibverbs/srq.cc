@@ -43,14 +43,20 @@ ibv_srq* ibv_create_srq(ibv_pd* ibv_pd, ibv_srq_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  uroce::ibverbs::Ctx* x = uroce::ibverbs::ctx_of(ibv_pd->context);
-  if (x == nullptr) return nullptr;
-  auto* srq = uroce::ibverbs::allocate<Srq>();
-  if (srq == nullptr) return nullptr;
   uroce::SrqInitAttr init;
   init.max_wr = attr->attr.max_wr;
   init.max_sge = attr->attr.max_sge;
   init.srq_limit = attr->attr.srq_limit;
+  return uroce::ibverbs::make_srq(ibv_pd, init, attr->srq_context);
+}
+
+}  // extern "C"
+
+ibv_srq* uroce::ibverbs::make_srq(ibv_pd* ibv_pd, const uroce::SrqInitAttr& init, void* srq_context) {
+  uroce::ibverbs::Ctx* x = uroce::ibverbs::ctx_of(ibv_pd->context);
+  if (x == nullptr) return nullptr;
+  auto* srq = uroce::ibverbs::allocate<Srq>();
+  if (srq == nullptr) return nullptr;
   auto* pd = reinterpret_cast<uroce::ibverbs::Pd*>(ibv_pd);
   srq->srq = pd->pd->create_srq(init, uroce::ibverbs::on_limit, srq);
   if (srq->srq == nullptr) {
@@ -63,7 +69,7 @@ ibv_srq* ibv_create_srq(ibv_pd* ibv_pd, ibv_srq_init_attr* attr) {
   srq->ctx = x;
   ibv_srq& b = srq->ibv;
   b.context = ibv_pd->context;
-  b.srq_context = attr->srq_context;
+  b.srq_context = srq_context;
   b.pd = ibv_pd;
   b.handle = 0;
   pthread_mutex_init(&b.mutex, nullptr);
@@ -73,6 +79,8 @@ ibv_srq* ibv_create_srq(ibv_pd* ibv_pd, ibv_srq_init_attr* attr) {
   x->srqs.push_back(srq);
   return &srq->ibv;
 }
+
+extern "C" {
 
 int ibv_modify_srq(ibv_srq* ibv_srq, ibv_srq_attr* attr, int attr_mask) {
   Srq* srq = srq_of(ibv_srq);

@@ -71,55 +71,6 @@ int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, std::uint8_t*, std::
 
 }  // extern "C"
 
-// --- XRC through the verbs_context ops (device.cc sets them): the inlines
-// would answer EOPNOTSUPP themselves, with no line, for a NULL op ----------
-
-namespace uroce::ibverbs {
-
-ibv_xrcd* open_xrcd_op(ibv_context*, ibv_xrcd_init_attr*) {
-  errno = unsupported(EOPNOTSUPP, "ibv_open_xrcd: XRC is not supported (RC, UC and UD QPs are)");
-  return nullptr;
-}
-
-int close_xrcd_op(ibv_xrcd*) { return EINVAL; }  // no ibv_open_xrcd ever succeeds
-
-ibv_qp* open_qp_op(ibv_context*, ibv_qp_open_attr*) {
-  errno = unsupported(EOPNOTSUPP, "ibv_open_qp: XRC (shared QPs) is not supported (RC, UC and UD QPs are)");
-  return nullptr;
-}
-
-// What the inline ibv_create_srq_ex does not send to ibv_create_srq: an XRC
-// or tag-matching SRQ, or attributes beyond a basic SRQ's.
-ibv_srq* create_srq_ex_op(ibv_context*, ibv_srq_init_attr_ex* attr) {
-  if (attr == nullptr) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  const bool typed = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0;
-  if ((typed && attr->srq_type == IBV_SRQT_XRC) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) != 0) {
-    errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: XRC SRQs are not supported (basic SRQs are)");
-  } else if ((typed && attr->srq_type == IBV_SRQT_TM) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) != 0) {
-    // tm_caps stay 0 (query.cc): programs that check them do not ask.
-    errno = unsupported(EOPNOTSUPP, "ibv_create_srq_ex: tag-matching SRQs are not supported: uroce's engines do "
-                                    "not match MPI tags on receive (tm_caps are 0; basic SRQs work)");
-  } else if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) != 0 &&
-             (attr->comp_mask & ~static_cast<std::uint32_t>(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
-                                                            IBV_SRQ_INIT_ATTR_CQ)) == 0) {
-    // A basic SRQ that also names a CQ, which only XRC and tag-matching
-    // SRQs use (the kernel ignores it): ibv_srq_init_attr_ex begins as
-    // ibv_srq_init_attr does.
-    return ibv_create_srq(attr->pd, reinterpret_cast<ibv_srq_init_attr*>(attr));
-  } else {
-    errno = EINVAL;  // no PD, or an attribute uroce does not know
-  }
-  return nullptr;
-}
-
-int get_srq_num_op(ibv_srq*, std::uint32_t*) {
-  return unsupported(EOPNOTSUPP, "ibv_get_srq_num: XRC SRQs are not supported (basic SRQs are)");
-}
-
-}  // namespace uroce::ibverbs
 
 extern "C" {
 

@@ -68,6 +68,7 @@ namespace {
 // The operations each service carries (IBTA table 39), as the engine
 // checks them (transport/queues.cc): UC SENDs and WRITEs, UD only SENDs.
 bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
+  if (type == IBV_QPT_XRC_RECV) return false;  // a target QP sends nothing
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
@@ -82,7 +83,7 @@ bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return type == IBV_QPT_RC;
+      return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
     default:
       return false;
   }
@@ -107,7 +108,7 @@ int RemoteQp::post_send(const ibv_send_wr& wr, std::uint32_t ah) {
   s.compare_add = atomic ? wr.wr.atomic.compare_add : 0;
   s.swap = atomic ? wr.wr.atomic.swap : 0;
   s.ah = ah;
-  s.remote_qpn = type == IBV_QPT_UD ? wr.wr.ud.remote_qpn : 0;
+  s.remote_qpn = type == IBV_QPT_UD ? wr.wr.ud.remote_qpn : type == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn : 0;
   s.remote_qkey = type == IBV_QPT_UD ? wr.wr.ud.remote_qkey : 0;
   if (wr.opcode == IBV_WR_BIND_MW) {
     // Keys, not pointers (protocol.h): the daemon's engine checks both
@@ -509,6 +510,7 @@ std::unique_ptr<RemoteSrq> Client::create_srq(const CreateSrq& attr, void (*on_l
   auto srq = std::make_unique<RemoteSrq>();
   srq->client = this;
   srq->handle = reply.handle;
+  srq->srqn = r.srqn;
   srq->max_wr = r.max_wr;
   srq->max_sge = r.max_sge;
   srq->map_bytes = r.file_size;

@@ -76,6 +76,8 @@ struct RemoteSrq {
   void* map = nullptr;
   std::size_t map_bytes = 0;
   int event_fd = -1;  // the daemon's signal (closed by Client::destroy_srq, or with the Client)
+  std::uint32_t srqn = 0;  // an XRC SRQ's number
+  std::uint32_t srq_num() const { return srqn; }
 
   // As SharedReceiveQueue's: post_recv for one WR (0, ENOMEM full, EINVAL
   // too many SGEs); modify and query are calls to the daemon (its errno);

@@ -26,7 +26,9 @@ namespace uroce::service {
 // 6: device memory (kAllocDm, kFreeDm, kRegDmMr, HelloReply's max_dm_size).
 // 6: memory windows (kAllocMw, kDeallocMw; BIND_MW and LOCAL_INV send slots).
 // 6: CQ slots carry a completion timestamp (CqSlot), kReregMr, kResizeCq, kQueryClock.
-inline constexpr std::uint32_t kProtocolVersion = 6;
+// 7: XRC (kOpenXrcd, kCloseXrcd; CreateSrq's xrcd and cq, CreateSrqReply's
+//    srqn, CreateQp's xrcd; an XRC_SEND slot's remote_qpn is its remote_srqn).
+inline constexpr std::uint32_t kProtocolVersion = 7;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -82,6 +84,8 @@ enum class Op : std::uint32_t {
   kResizeCq,     // handle: the CQ; CreateCq (cqe) -> CreateCqReply + a new ring file,
                  // the completions that waited in the old ring first in it
   kQueryClock,   // -> ClockReply: the engines' clock and the wall clock, read together
+  kOpenXrcd,     // -> handle: a new XRC domain of this client's
+  kCloseXrcd,    // handle: EBUSY while its XRC SRQs or target QPs remain
 };
 
 struct AllocMw {
@@ -150,6 +154,7 @@ struct CreateQp {
   std::uint32_t sq_sig_all = 0;
   ibv_qp_cap cap{};
   std::uint32_t srq = 0;  // the SRQ it receives from (its handle); 0: a receive queue of its own
+  std::uint32_t xrcd = 0;  // IBV_QPT_XRC_RECV: its XRC domain (handle)
 };
 
 struct CreateSrq {
@@ -157,6 +162,8 @@ struct CreateSrq {
   std::uint32_t max_wr = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t srq_limit = 0;
+  std::uint32_t xrcd = 0;  // an XRC SRQ: its domain and the CQ it completes on (handles); 0: basic
+  std::uint32_t cq = 0;
 };
 
 struct ModifySrq {
@@ -294,6 +301,7 @@ struct CreateCqReply {
 struct CreateSrqReply {
   std::uint32_t max_wr = 0, max_sge = 0;  // what the SRQ got
   std::uint32_t slots = 0;
+  std::uint32_t srqn = 0;  // an XRC SRQ's number (what XRC requests name)
   std::uint64_t file_size = 0;
 };
 

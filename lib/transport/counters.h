@@ -69,7 +69,8 @@ namespace uroce::transport {
   X(mw_bind_errors, "binds refused: window, region, PD, rights or bounds (IBV_WC_MW_BIND_ERR)") \
   X(mw_invalidations, "type 2 windows invalidated: LOCAL_INV or a peer's SEND with Invalidate") \
   X(local_inv_errors, "LOCAL_INVs refused: no type 2 window of the QP's PD with that rkey") \
-  X(atomic_writes_executed, "ATOMIC WRITEs executed (responder)")
+  X(atomic_writes_executed, "ATOMIC WRITEs executed (responder)")                      \
+  X(drop_xrc_srq, "XRC requests NAKed: the XRCETH named no XRC SRQ of the target QP's domain")
 
 enum class QpCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

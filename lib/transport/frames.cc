@@ -49,9 +49,19 @@ void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& 
   count_sent(qp, payload_bytes);
 }
 
+std::uint8_t service_opcode(const Qp& qp, wire::Opcode rc) {
+  const auto op = static_cast<std::uint8_t>(rc);
+  switch (qp.type) {
+    case IBV_QPT_UC: return static_cast<std::uint8_t>(op + static_cast<std::uint8_t>(wire::Opcode::kUcSendFirst));
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return static_cast<std::uint8_t>(op + static_cast<std::uint8_t>(wire::Opcode::kXrcSendFirst));
+    default: return op;
+  }
+}
+
 wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
   wire::Bth b = qp.bth_base;
-  b.opcode = static_cast<std::uint8_t>(op);
+  b.opcode = service_opcode(qp, op);
   b.set_flags(solicited, false, 0);
   b.set_ack_req(ack_req);
   b.psn.set(psn);

@@ -222,7 +222,12 @@ struct Qp {
     std::uint32_t out_tail = 0;
   } resp;
 
-  bool reliable() const { return type == IBV_QPT_RC; }
+  // XRC (IBTA annex A14): an initiator QP (XRC_SEND) only sends, a target
+  // QP (XRC_RECV) only receives, each request into the SRQ of `xrcd` its
+  // XRCETH names; both run RC's protocol.
+  XrcDomain* xrcd = nullptr;  // XRC_RECV: its domain
+
+  bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   // Posted WQEs the requester has not sent (a go-back-N restart moves
   // req_next back, so a retransmission counts too).

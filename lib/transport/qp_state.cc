@@ -87,7 +87,21 @@ TransitionRule qp_transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state t
   if (static_cast<unsigned>(from) >= kStates || static_cast<unsigned>(to) >= kStates) return {};
   const int service = type == IBV_QPT_UC ? kUc : type == IBV_QPT_UD ? kUd : kRc;
   const Transition& t = kTable91[from][to];
-  return {t.valid, t.required[service], t.optional[service]};
+  TransitionRule rule{t.valid, t.required[service], t.optional[service]};
+  // XRC (IBTA annex A14, the kernel's table): RC's column but where one
+  // side of the QP is missing. An initiator receives nothing, so its RTR
+  // needs no responder resources or RNR timer; a target sends nothing, so
+  // its RTS needs only the timeout and SQ PSN.
+  constexpr int kRcOnlyRtr = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  constexpr int kRcOnlyRts = IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (type == IBV_QPT_XRC_SEND && from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+    rule.required &= ~kRcOnlyRtr;
+    rule.optional |= kRcOnlyRtr;
+  } else if (type == IBV_QPT_XRC_RECV && from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
+    rule.required &= ~kRcOnlyRts;
+    rule.optional |= kRcOnlyRts;
+  }
+  return rule;
 }
 
 TransitionRule rc_transition(ibv_qp_state from, ibv_qp_state to) { return qp_transition(IBV_QPT_RC, from, to); }

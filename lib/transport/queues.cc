@@ -92,6 +92,7 @@ void ring_doorbell(Qp& qp) {
 bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
   switch (type) {
     case IBV_QPT_UD: return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    case IBV_QPT_XRC_RECV: return false;  // a target QP sends nothing (IBTA annex A14)
     case IBV_QPT_UC:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
              op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
@@ -121,6 +122,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags | (qp.caps.sq_sig_all ? IBV_SEND_SIGNALED : 0);
+  if (qp.type == IBV_QPT_XRC_SEND) w.remote_srqn = wr.qp_type.xrc.remote_srqn & 0xffffff;
   switch (wr.opcode) {
     case IBV_WR_SEND: w.kind = WqeKind::kSend; break;
     case IBV_WR_SEND_WITH_IMM: w.kind = WqeKind::kSend; w.imm_data = wr.imm_data; break;

@@ -110,6 +110,7 @@ struct SendWqeFields {
   std::uint32_t invalidate_rkey = 0;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
+  std::uint32_t remote_srqn = 0;  // XRC: the XRC SRQ at the receiver (wr.qp_type.xrc.remote_srqn)
   // kBind reuses these: remote_addr the bind's address, rkey its new rkey,
   // invalidate_rkey the window's key, imm_data the region's key,
   // compare_add the length, swap the access flags. kLocalInv:
@@ -145,6 +146,7 @@ inline void reset_fields(SendWqe& w) {
   w.invalidate_rkey = 0;
   w.remote_addr = 0;
   w.rkey = 0;
+  w.remote_srqn = 0;
   w.compare_add = 0;
   w.swap = 0;
   w.length = 0;
@@ -176,6 +178,11 @@ struct RecvWqe {
 // a single-producer single-consumer ring like a QP's own receive queue.
 struct Srq {
   std::uint64_t pd = 0;  // ProtectionDomain::id()
+  // An XRC SRQ (IBTA annex A14): its number, which requests name in their
+  // XRCETH, and the CQ its completions go to (a basic SRQ's go to the
+  // receiving QP's recv_cq). Set at creation.
+  std::uint32_t srqn = 0;
+  CompletionRing* cq = nullptr;
   std::uint32_t max_sge = 0;
   // Head: the application's next free slot; tail: the WQEs the engine took.
   ring::SpscRing<RecvWqe> ring;
@@ -185,6 +192,19 @@ struct Srq {
   std::atomic<std::uint32_t> limit{0};
   void (*on_limit)(void* arg) = nullptr;
   void* arg = nullptr;
+};
+
+// An XRC domain's SRQs, by number, as its target QPs find them (IBTA annex
+// A14: an XRC request names its SRQ; one of another domain is refused).
+// Changed on the control path only, while no engine runs.
+struct XrcDomain {
+  std::vector<Srq*> srqs;
+  Srq* find(std::uint32_t srqn) const {
+    for (Srq* s : srqs) {
+      if (s->srqn == srqn) return s;
+    }
+    return nullptr;
+  }
 };
 
 // ibv_post_srq_recv for one WR (application side): 0, ENOMEM (full) or

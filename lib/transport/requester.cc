@@ -17,14 +17,6 @@ std::uint32_t packets_for(const SendWqe& w, std::uint32_t mtu) {
   return w.length == 0 ? 1 : (w.length + mtu - 1) / mtu;
 }
 
-// UC's opcodes are RC's in the UC range (IBTA table 38: 001xxxxx for 000xxxxx).
-constexpr std::uint8_t kUcOffset = static_cast<std::uint8_t>(Opcode::kUcSendFirst) - static_cast<std::uint8_t>(Opcode::kRcSendFirst);
-static_assert(static_cast<std::uint8_t>(Opcode::kRcWriteOnlyImm) + kUcOffset == static_cast<std::uint8_t>(Opcode::kUcWriteOnlyImm));
-
-Opcode for_service(const Qp& qp, Opcode rc) {
-  return qp.reliable() ? rc : static_cast<Opcode>(static_cast<std::uint8_t>(rc) + kUcOffset);
-}
-
 Opcode send_opcode(const SendWqe& w, bool first, bool last) {
   const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
   const bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
@@ -185,6 +177,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     wire::TxFrame& f = out[n];
     f.npieces = 0;
     wire::TransportHeaders th;
+    th.xrceth.srqn.set(w.remote_srqn);  // sent by XRC only (the opcode table says which carry it)
     const std::uint32_t psn = qp.req.psn;
     std::uint32_t payload = 0;
     const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
@@ -211,10 +204,10 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
           if (ack_req) qp.req.since_ack_req = 0;
         }
         if (w.kind == WqeKind::kSend) {
-          th.bth = packet_bth(qp, for_service(qp, send_opcode(w, first, last)), psn, ack_req, last && solicited);
+          th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
           if (last) th.ieth.rkey.set(w.invalidate_rkey);
         } else {
-          th.bth = packet_bth(qp, for_service(qp, write_opcode(w, first, last)), psn, ack_req, last && solicited);
+          th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
           if (first) {
             th.reth.va.set(w.remote_addr);
             th.reth.rkey.set(w.rkey);

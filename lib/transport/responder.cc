@@ -192,7 +192,28 @@ ResponderExit rkey_exit(const Env& env, std::uint32_t rkey, ResponderExit otherw
 // --- The checks, in order --------------------------------------------------------
 
 ResponderStep check_state(const Qp& qp, Request& r) {
-  return qp.receives() ? ResponderStep::check_psn : leave(r, ResponderExit::not_receiving);
+  if (!qp.receives()) return leave(r, ResponderExit::not_receiving);
+  return qp.type == IBV_QPT_XRC_RECV ? ResponderStep::check_xrc_srq : ResponderStep::check_psn;
+}
+
+// An XRC target QP has no receive queue and no PD of its own (IBTA annex
+// A14): each request names an XRC SRQ of the QP's domain, whose PD every
+// key of the request is checked against and whose WQE and CQ a SEND (or
+// WRITE with immediate) uses. A message keeps the SRQ it began with; a
+// duplicate is answered with the PD its own XRCETH names.
+ResponderStep check_xrc_srq(Qp& qp, Request& r) {
+  Srq* srq = qp.xrcd != nullptr ? qp.xrcd->find(r.p.xrceth().srqn.get()) : nullptr;
+  if (srq == nullptr) return leave(r, ResponderExit::xrc_bad_srq);
+  if (srq != qp.srq) {
+    const bool duplicate = psn_diff(r.psn, qp.resp.psn) < 0;
+    if (qp.srq_held && !duplicate) return leave(r, ResponderExit::xrc_bad_srq);
+    if (!qp.srq_held) {
+      qp.srq = srq;
+      qp.recv_cq = srq->cq;
+    }
+  }
+  qp.pd = srq->pd;
+  return ResponderStep::check_psn;
 }
 
 ResponderStep check_psn(Qp& qp, Request& r) {
@@ -288,7 +309,10 @@ ResponderStep check_length(const Qp& qp, Request& r) {
 bool recv_placeable(Qp& qp, Env& env, Request& r) {
   RecvWqe& w = recv_wqe(qp);
   const bool was_resolved = w.resolved;
-  if (wqe_resolve(w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
+  // An SRQ's WQE is checked against the SRQ's PD (an XRC SRQ's may differ
+  // from the PD a duplicate set on its target QP meanwhile).
+  const std::uint64_t pd = qp.srq != nullptr ? qp.srq->pd : qp.pd;
+  if (wqe_resolve(w, *env.mrs, pd, IBV_ACCESS_LOCAL_WRITE) == mem::AccessResult::kOk) [[likely]] return true;
   leave(r, was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
   return false;
 }
@@ -500,7 +524,7 @@ ResponderStep execute_atomic(Qp& qp, Env& env, Request& r) {
   if (out_full(qp)) return leave(r, ResponderExit::too_many_reads);
   auto* target = reinterpret_cast<std::uint64_t*>(host);
   std::uint64_t orig;
-  const bool cas = r.p.opcode == static_cast<std::uint8_t>(Opcode::kRcCompareSwap);
+  const bool cas = (r.p.opcode & 0x1f) == static_cast<std::uint8_t>(Opcode::kRcCompareSwap);  // RC's or XRC's
   if (odp_pid != 0) [[unlikely]] {
     if (!mem::odp_atomic(odp_pid, reinterpret_cast<std::uintptr_t>(host), cas, cas ? a.compare.get() : a.swap_add.get(),
                          a.swap_add.get(), orig)) {
@@ -660,6 +684,7 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   for (;;) {
     switch (step) {
       case ResponderStep::check_state: step = check_state(qp, r); break;
+      case ResponderStep::check_xrc_srq: step = check_xrc_srq(qp, r); break;
       case ResponderStep::check_psn: step = check_psn(qp, r); break;
       case ResponderStep::duplicate: step = duplicate(qp, env, r); break;
       case ResponderStep::check_op_sequence: step = check_op_sequence(qp, r); break;
@@ -698,12 +723,12 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     th.aeth.msn.set(r.msn);
     switch (r.kind) {
       case Response::Kind::kAck:
-        b.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
+        b.opcode = service_opcode(qp, Opcode::kRcAcknowledge);
         qp.counters.add(QpCounter::acks_sent);
         ++qp.resp.out_head;
         break;
       case Response::Kind::kAtomicAck:
-        b.opcode = static_cast<std::uint8_t>(Opcode::kRcAtomicAcknowledge);
+        b.opcode = service_opcode(qp, Opcode::kRcAtomicAcknowledge);
         th.atomic_ack_eth.orig_data.set(r.orig);
         ++qp.resp.out_head;
         break;
@@ -721,10 +746,10 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         const bool first = r.psn == r.first_psn;
         const bool last = r.psn == r.last_psn;
         payload = std::min(qp.mtu, r.remaining);
-        b.opcode = static_cast<std::uint8_t>(first && last ? Opcode::kRcReadResponseOnly
-                                             : first       ? Opcode::kRcReadResponseFirst
-                                             : last        ? Opcode::kRcReadResponseLast
-                                                           : Opcode::kRcReadResponseMiddle);
+        b.opcode = service_opcode(qp, first && last ? Opcode::kRcReadResponseOnly
+                                      : first       ? Opcode::kRcReadResponseFirst
+                                      : last        ? Opcode::kRcReadResponseLast
+                                                    : Opcode::kRcReadResponseMiddle);
         if (payload > 0 && r.odp_pid != 0) [[unlikely]] {
           // On demand: gathered through the kernel and copied into the head;
           // a page gone since the request ends the READ with a remote access

@@ -99,7 +99,12 @@ void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::
 // reuse its buffer as soon as it sees the completion.
 void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th,
                  std::uint32_t payload_bytes);
-// The BTH of the QP's next packet: its fixed fields, and these.
+// The opcode of RC operation `rc` in the QP's service: UC's and XRC's are
+// RC's moved to their range (IBTA table 38: 001xxxxx and 101xxxxx for
+// 000xxxxx); UD's are given as they are.
+std::uint8_t service_opcode(const Qp& qp, wire::Opcode rc);
+// The BTH of the QP's next packet: its fixed fields, and these (`op` as
+// service_opcode takes it).
 wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited);
 
 // Whether `p` comes from the connected QP's peer address to its own (IP

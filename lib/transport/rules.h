@@ -61,6 +61,7 @@ inline constexpr ibv_wc_status kNoCompletion = IBV_WC_SUCCESS;
 // operation executes).
 #define UROCE_RESPONDER_STEPS(X)                                                             \
   X(check_state, "the QP receives requests in RTR, RTS, SQD and SQE")                        \
+  X(check_xrc_srq, "annex A14: an XRC request's XRCETH names an XRC SRQ of the target QP's domain") \
   X(check_psn, "9.7.5.1.1: the expected PSN executes, a later one is NAKed, an earlier one is a duplicate") \
   X(duplicate, "9.7.5.1.2-3: a duplicate is answered, never executed twice")                \
   X(check_op_sequence, "9.7.4: Middle and Last only inside a message, First and Only outside") \
@@ -87,6 +88,8 @@ enum class ResponderStep : std::uint8_t {
 // every receive WQE not completed here.
 #define UROCE_RESPONDER_EXITS(X)                                                                                   \
   X(not_receiving, "the QP is not in a state that receives requests", drop_bad_state, kNothing, kNoCompletion)     \
+  X(xrc_bad_srq, "annex A14: the XRCETH names no XRC SRQ of the target QP's domain, or not the message's own",  \
+    drop_xrc_srq, kInvalidRequest, kNoCompletion)                                                                  \
   X(psn_ahead, "9.7.5.1.1: a PSN ahead of the expected one: packets were lost", out_of_sequence, kSequenceNak,     \
     kNoCompletion)                                                                                                 \
   X(no_receive, "9.7.5.2.8: no receive WQE for a SEND or WRITE with immediate", rnr_naks_sent, kRnrNak,            \

@@ -57,6 +57,9 @@ class Backend {
   virtual int free_dm(DeviceMemory* dm) = 0;
   virtual MemoryRegion* reg_dm_mr(ProtectionDomain* pd, DeviceMemory* dm, std::uint64_t offset, std::size_t length,
                                   int access) = 0;
+  // Context::open_xrcd, close_xrcd (lib/verbs/xrc.cc).
+  virtual XrcDomain* open_xrcd() = 0;
+  virtual int close_xrcd(XrcDomain* xrcd) = 0;
   // ProtectionDomain::alloc_mw, dealloc_mw (lib/verbs/mw.cc).
   virtual MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) = 0;
   virtual int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) = 0;

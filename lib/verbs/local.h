@@ -63,6 +63,8 @@ class LocalBackend final : public Backend {
                           int access) override;                                           // dm.cc
   MemoryRegion* reg_mr_empty(ProtectionDomain* pd, void* addr, int access);               // dm.cc
   MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;  // mw.cc
+  XrcDomain* open_xrcd() override;                                          // xrc.cc
+  int close_xrcd(XrcDomain* xrcd) override;                                 // xrc.cc
   int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;          // mw.cc
   int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, std::optional<bool> copied) override;  // local_rereg_resize.cc
   CompletionQueue* create_cq(const CqAttr& attr) override;

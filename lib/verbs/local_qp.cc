@@ -94,10 +94,30 @@ int query_now(const QpImpl& q, ibv_qp_attr& attr, int attr_mask, QpInitAttr* ini
 
 }  // namespace
 
-QueuePair* LocalBackend::create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& attr, std::uint32_t qpn) {
+QueuePair* LocalBackend::create_qp_with_qpn(ProtectionDomain* pd, const QpInitAttr& asked, std::uint32_t qpn) {
   ContextImpl& c = c_;
-  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) {
-    c.fail(EOPNOTSUPP, "qp_type must be IBV_QPT_RC, IBV_QPT_UC or IBV_QPT_UD (XRC and raw packet QPs are not supported)");
+  QpInitAttr attr = asked;
+  if (attr.qp_type == IBV_QPT_XRC_SEND) {
+    // An initiator receives nothing (IBTA annex A14): no receive queue, and
+    // its recv_cq is its send_cq when none is given.
+    attr.cap.max_recv_wr = attr.cap.max_recv_sge = 0;
+    if (attr.recv_cq == nullptr) attr.recv_cq = attr.send_cq;
+  } else if (attr.qp_type == IBV_QPT_XRC_RECV) {
+    attr.cap = ibv_qp_cap{};  // a target QP neither sends nor has a receive queue
+  }
+  const bool target = attr.qp_type == IBV_QPT_XRC_RECV;
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD &&
+      attr.qp_type != IBV_QPT_XRC_SEND && !target) {
+    c.fail(EOPNOTSUPP, "qp_type must be IBV_QPT_RC, UC, UD, XRC_SEND or XRC_RECV (raw packet QPs are not supported)");
+    return nullptr;
+  }
+  if (target != (attr.xrcd != nullptr) || (target && attr.srq != nullptr) ||
+      (attr.qp_type == IBV_QPT_XRC_SEND && attr.srq != nullptr)) {
+    c.fail(EINVAL, "an XRC_RECV QP needs an XRC domain (and no SRQ); no other QP takes one, nor an XRC_SEND QP an SRQ");
+    return nullptr;
+  }
+  if (target && std::none_of(c.xrcds.begin(), c.xrcds.end(), [&](const auto& x) { return x.get() == attr.xrcd; })) {
+    c.fail(EINVAL, "not an XRC domain of this context");
     return nullptr;
   }
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
@@ -127,7 +147,18 @@ QueuePair* LocalBackend::create_qp_with_qpn(ProtectionDomain* pd, const QpInitAt
     c.fail(EINVAL, "the SRQ belongs to another PD");
     return nullptr;
   }
-  if (srq != nullptr && srq->engine >= 0) {
+  if (srq != nullptr && srq->init.xrcd != nullptr) {
+    c.fail(EINVAL, "an XRC SRQ serves XRC target QPs only (requests name it by its number)");
+    return nullptr;
+  }
+  if (target) {
+    if (attr.worker >= 0 && attr.worker != attr.xrcd->engine()) {
+      c.fail(EINVAL, "an XRC domain's target QPs share one worker: this domain's is " +
+                         std::to_string(attr.xrcd->engine()));
+      return nullptr;
+    }
+    engine = static_cast<std::size_t>(attr.xrcd->engine());
+  } else if (srq != nullptr && srq->engine >= 0) {
     if (attr.worker >= 0 && attr.worker != srq->engine) {
       c.fail(EINVAL, "the QPs of an SRQ share one worker: this SRQ's is " + std::to_string(srq->engine));
       return nullptr;
@@ -153,6 +184,11 @@ QueuePair* LocalBackend::create_qp_with_qpn(ProtectionDomain* pd, const QpInitAt
   // A datagram is one packet of at most the port's MTU (UD has no path MTU).
   if (attr.qp_type == IBV_QPT_UD) impl->qp.mtu = 128u << c.port.active_mtu;
   if (srq != nullptr) transport::attach_srq(impl->qp, &srq->srq);
+  if (target) {
+    // Its SRQ is the one each request names (transport/responder.cc).
+    transport::attach_srq(impl->qp, nullptr);
+    impl->qp.xrcd = attr.xrcd->targets();
+  }
   auto qp = internal::Access::make_qp(&pd->context(), std::move(impl));
   if (!engines_[engine]->add_qp(&impl_of(*qp).qp)) {
     c.fail(ENOMEM, "engine " + std::to_string(engine) + " serves as many QPs as it can; pick another worker");
@@ -164,6 +200,7 @@ QueuePair* LocalBackend::create_qp_with_qpn(ProtectionDomain* pd, const QpInitAt
     srq->engine = static_cast<int>(engine);
     ++srq->users;
   }
+  if (target) ++attr.xrcd->users;
   c.qps.push_back(std::move(qp));
   publish_owners();
   if (!qpn_low_used_.empty()) ++qpn_low_used_[qpn & (qpn_low_used_.size() - 1)];
@@ -219,6 +256,7 @@ int LocalBackend::destroy_qp_now(QueuePair* qp) {
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
   if (q.init.srq != nullptr && --impl_of(*q.init.srq).users == 0) impl_of(*q.init.srq).engine = -1;
+  if (q.init.xrcd != nullptr) --q.init.xrcd->users;
   erase_owned(c_.qps, qp);
   publish_owners();
   return 0;

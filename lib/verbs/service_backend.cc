@@ -121,6 +121,8 @@ class ServiceBackend final : public Backend {
                           int access) override;
   MemoryWindow* alloc_mw(ProtectionDomain* pd, ibv_mw_type type) override;
   int dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) override;
+  XrcDomain* open_xrcd() override;
+  int close_xrcd(XrcDomain* xrcd) override;
   int rereg_mr(ProtectionDomain* pd, MemoryRegion* mr, const ReregAttr& change, std::optional<bool> copied) override;
   CompletionQueue* create_cq(const CqAttr& attr) override;
   int resize_cq(CompletionQueue& cq, int cqe) override;
@@ -497,11 +499,38 @@ int ServiceBackend::dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) {
   return 0;
 }
 
-QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) {
+XrcDomain* ServiceBackend::open_xrcd() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kOpenXrcd;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    c_.fail(e, "open_xrcd: " + why);
+    return nullptr;
+  }
+  c_.xrcds.push_back(std::make_unique<XrcDomain>(&ctx_, reply.handle, -1));  // the engine is the daemon's
+  return c_.xrcds.back().get();
+}
+
+int ServiceBackend::close_xrcd(XrcDomain* xrcd) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::none_of(c_.xrcds.begin(), c_.xrcds.end(), [xrcd](const auto& x) { return x.get() == xrcd; })) {
+    return c_.fail(EINVAL, "not an XRC domain of this context");
+  }
+  if (xrcd->users != 0) return c_.fail(EBUSY, "XRC SRQs or target QPs of this domain remain: destroy them first");
+  if (const int e = simple(service::Op::kCloseXrcd, xrcd->handle(), "close_xrcd"); e != 0) return e;
+  erase_owned(c_.xrcds, static_cast<const XrcDomain*>(xrcd));
+  return 0;
+}
+
+QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& asked, bool gsi) {
   if (gsi) {
     c_.fail(EOPNOTSUPP, "QP1 (the CM) through uroced is not supported yet");
     return nullptr;
   }
+  QpInitAttr attr = asked;
+  if (attr.qp_type == IBV_QPT_XRC_SEND && attr.recv_cq == nullptr) attr.recv_cq = attr.send_cq;  // it receives nothing
   std::lock_guard<std::mutex> lock(mutex_);
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr || !impl_of(*attr.send_cq).remote ||
       !impl_of(*attr.recv_cq).remote) {
@@ -518,7 +547,8 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
                         static_cast<std::uint32_t>(attr.qp_type),
                         attr.sq_sig_all ? 1u : 0u,
                         attr.cap,
-                        attr.srq != nullptr ? impl_of(*attr.srq).remote->handle : 0};
+                        attr.srq != nullptr ? impl_of(*attr.srq).remote->handle : 0,
+                        attr.xrcd != nullptr ? attr.xrcd->handle() : 0};
   std::string why;
   int err = 0;
   auto rqp = client_->create_qp(req, why, err);
@@ -538,6 +568,7 @@ QueuePair* ServiceBackend::create_qp(ProtectionDomain* pd, const QpInitAttr& att
   ++impl_of(*attr.send_cq).users;
   ++impl_of(*attr.recv_cq).users;
   if (attr.srq != nullptr) ++impl_of(*attr.srq).users;
+  if (attr.xrcd != nullptr) ++attr.xrcd->users;
   c_.qps.push_back(std::move(qp));
   return c_.qps.back().get();
 }
@@ -553,6 +584,7 @@ int ServiceBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
   --impl_of(*q.init.send_cq).users;
   --impl_of(*q.init.recv_cq).users;
   if (q.init.srq != nullptr) --impl_of(*q.init.srq).users;
+  if (q.init.xrcd != nullptr) --q.init.xrcd->users;
   erase_owned(c_.qps, qp);
   return 0;
 }
@@ -604,8 +636,16 @@ SharedReceiveQueue* ServiceBackend::create_srq(ProtectionDomain* pd, const SrqIn
   std::lock_guard<std::mutex> lock(mutex_);
   std::string why;
   int err = 0;
-  auto remote = client_->create_srq(service::CreateSrq{pd->handle(), attr.max_wr, attr.max_sge, attr.srq_limit},
-                                    on_limit, arg, why, err);
+  if (attr.xrcd != nullptr && (attr.cq == nullptr || !impl_of(*attr.cq).remote)) {
+    c_.fail(EINVAL, "an XRC SRQ needs a CQ of this context");
+    return nullptr;
+  }
+  service::CreateSrq req{pd->handle(), attr.max_wr, attr.max_sge, attr.srq_limit};
+  if (attr.xrcd != nullptr) {
+    req.xrcd = attr.xrcd->handle();
+    req.cq = impl_of(*attr.cq).remote->handle;
+  }
+  auto remote = client_->create_srq(req, on_limit, arg, why, err);
   if (!remote) {
     c_.fail(err, "create_srq: " + why);
     return nullptr;
@@ -614,6 +654,10 @@ SharedReceiveQueue* ServiceBackend::create_srq(ProtectionDomain* pd, const SrqIn
   impl->pd = pd;
   impl->init = attr;
   impl->remote = std::move(remote);
+  if (attr.xrcd != nullptr) {
+    ++attr.xrcd->users;
+    ++impl_of(*attr.cq).users;
+  }
   c_.srqs.push_back(Access::make_srq(std::move(impl)));
   return c_.srqs.back().get();
 }
@@ -627,6 +671,10 @@ int ServiceBackend::destroy_srq(SharedReceiveQueue* srq) {
   std::string why;
   if (const int e = client_->destroy_srq(impl_of(*srq).remote.get(), why); e != 0) {
     return c_.fail(e, "destroy_srq: " + why);
+  }
+  if (XrcDomain* x = impl_of(*srq).init.xrcd) {
+    --x->users;
+    --impl_of(*impl_of(*srq).init.cq).users;
   }
   erase_owned(c_.srqs, srq);
   return 0;

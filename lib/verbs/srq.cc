@@ -41,6 +41,16 @@ SharedReceiveQueue* internal::LocalBackend::create_srq(ProtectionDomain* pd, con
                          std::to_string(l.max_sge) + ", srq_limit at most max_wr");
       return nullptr;
     }
+    XrcDomain* xrcd = attr.xrcd;
+    if (xrcd != nullptr) {
+      const bool ours = std::any_of(c.xrcds.begin(), c.xrcds.end(), [xrcd](const auto& x) { return x.get() == xrcd; });
+      const bool cq_ours =
+          std::any_of(c.cqs.begin(), c.cqs.end(), [&attr](const auto& q) { return q.get() == attr.cq; });
+      if (!ours || !cq_ours) {
+        c.fail(EINVAL, "an XRC SRQ needs an XRC domain and a CQ of this context");
+        return nullptr;
+      }
+    }
     auto impl = std::make_unique<internal::SrqImpl>();
     impl->pd = pd;
     impl->init = attr;
@@ -50,6 +60,15 @@ SharedReceiveQueue* internal::LocalBackend::create_srq(ProtectionDomain* pd, con
     impl->srq.limit.store(attr.srq_limit, std::memory_order_relaxed);
     impl->srq.on_limit = on_limit;
     impl->srq.arg = arg;
+    if (xrcd != nullptr) {
+      // Served by its domain's engine, completing on that engine's ring of `cq`.
+      impl->engine = xrcd->engine();
+      impl->srq.srqn = (++c.next_srqn) & 0xffffff;
+      impl->srq.cq = &impl_of(*attr.cq).ring_for(static_cast<std::size_t>(xrcd->engine()));
+      ++impl_of(*attr.cq).users;
+      ++xrcd->users;
+      xrcd->targets()->srqs.push_back(&impl->srq);
+    }
     c.srqs.push_back(internal::Access::make_srq(std::move(impl)));
     return c.srqs.back().get();
   });
@@ -62,6 +81,22 @@ int internal::LocalBackend::destroy_srq(SharedReceiveQueue* srq) {
     if (it == c.srqs.end()) return c.fail(EINVAL, "not an SRQ of this context");
     if (impl_of(*srq).users != 0) {
       return c.fail(EBUSY, "QPs still use this SRQ: destroy them first");
+    }
+    if (XrcDomain* xrcd = impl_of(*srq).init.xrcd) {
+      // Target QPs that used it last forget it: a message into it still in
+      // progress is lost, and its next packet is refused (no such SRQ).
+      transport::Srq* gone = &impl_of(*srq).srq;
+      for (auto& q : c.qps) {
+        internal::QpImpl& qi = impl_of(*q);
+        if (qi.qp.srq != gone) continue;
+        qi.qp.srq = nullptr;
+        qi.qp.srq_held = false;
+        qi.qp.recv_cq = &impl_of(*qi.init.recv_cq).ring_for(qi.engine);
+      }
+      auto& list = xrcd->targets()->srqs;
+      list.erase(std::remove(list.begin(), list.end(), gone), list.end());
+      --xrcd->users;
+      --impl_of(*impl_of(*srq).init.cq).users;
     }
     c.srqs.erase(it);
     return 0;
@@ -112,5 +147,8 @@ std::uint32_t SharedReceiveQueue::count() const {
   return impl_->remote ? impl_->remote->count() : transport::srq_count(impl_->srq);
 }
 ProtectionDomain* SharedReceiveQueue::pd() const { return impl_->pd; }
+std::uint32_t SharedReceiveQueue::srq_num() const {
+  return impl_->remote ? impl_->remote->srq_num() : impl_->srq.srqn;
+}
 
 }  // namespace uroce

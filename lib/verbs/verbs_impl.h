@@ -107,6 +107,9 @@ struct Context::Impl {
   std::vector<std::unique_ptr<QueuePair>> qps;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<AddressHandle>> ahs;
+  std::vector<std::unique_ptr<XrcDomain>> xrcds;
+  std::uint32_t next_xrcd = 0;  // in process: handles of XRC domains
+  std::uint32_t next_srqn = 0;  // in process: numbers of XRC SRQs
   // Device memory (lib/verbs/dm.cc), and its bytes held (whole pages), under dm_mutex.
   std::mutex dm_mutex;
   std::vector<std::unique_ptr<DeviceMemory>> dms;
@@ -122,6 +125,9 @@ struct Context::Impl {
   // The same without logging: post_send and post_recv (the data path).
   int note(int err, std::string message);
 };
+
+// The XRC domain's SRQs as its target QPs' engine finds them.
+struct XrcDomain::Targets : transport::XrcDomain {};
 
 namespace internal {
 // A process-wide address handle number (AddressHandle's ibv_ah::handle,

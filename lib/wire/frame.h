@@ -74,6 +74,7 @@ struct ParsedFrame {
   ImmDt immdt() const { return ext<ImmDt>(ExtHdr::kImmDt); }
   Ieth ieth() const { return ext<Ieth>(ExtHdr::kIeth); }
   Deth deth() const { return ext<Deth>(ExtHdr::kDeth); }
+  Xrceth xrceth() const { return ext<Xrceth>(ExtHdr::kXrceth); }
   Feth feth() const { return ext<Feth>(ExtHdr::kFeth); }
 
   std::uint8_t ecn() const { return ip_version == 6 ? ipv6().ecn() : ipv4().ecn(); }
@@ -139,6 +140,7 @@ struct FrameSpec {
   // headers the opcode table says the opcode carries.
   Bth bth{};
   Deth deth{};
+  Xrceth xrceth{};
   Feth feth{};
   Reth reth{};
   AtomicEth atomic_eth{};
@@ -158,6 +160,7 @@ void put_extension_headers(const OpcodeInfo& info, std::uint8_t* bth, const Head
     if (const std::uint8_t off = info.offset_of(which); off != 0) std::memcpy(bth + off, &hdr, sizeof hdr);
   };
   put(ExtHdr::kDeth, h.deth);
+  put(ExtHdr::kXrceth, h.xrceth);
   put(ExtHdr::kFeth, h.feth);
   put(ExtHdr::kReth, h.reth);
   put(ExtHdr::kAtomicEth, h.atomic_eth);
@@ -204,7 +207,7 @@ ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, con
                         Crc32Fn crc32 = crc32_default);
 
 // Every header of a RoCEv2 frame lies in its first kHeadCopyBytes bytes:
-// Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (40).
+// Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (44: XRC's atomics).
 inline constexpr std::size_t kHeadCopyBytes = 128;
 
 // The same for a frame that arrived in segments (a chain of buffers, as a

@@ -158,6 +158,13 @@ struct Deth {
   Be24 src_qp;
 };
 
+// XRC Extended Transport Header (IBTA annex A14): the XRC SRQ at the
+// receiver a request is for, 8 reserved bits then its 24-bit number.
+struct Xrceth {
+  std::uint8_t reserved;
+  Be24 srqn;
+};
+
 // FLUSH Extended Transport Header (IBTA 1.5, 9.3.9): selectivity level and
 // placement type in the low bits.
 struct Feth {
@@ -184,6 +191,7 @@ static_assert(sizeof(ImmDt) == 4);
 static_assert(sizeof(Ieth) == 4);
 static_assert(sizeof(Deth) == 8);
 static_assert(sizeof(Feth) == 4);
+static_assert(sizeof(Xrceth) == 4);
 static_assert(sizeof(CnpPayload) == 16);
 
 // The IPv6 link-local address of an interface: fe80::/64 and the MAC's

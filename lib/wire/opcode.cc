@@ -16,6 +16,7 @@ const char* transport_name(Transport t) {
     case Transport::kRd: return "RD";
     case Transport::kUd: return "UD";
     case Transport::kCnp: return "CNP";
+    case Transport::kXrc: return "XRC";
     case Transport::kOther: break;
   }
   return "OTHER";

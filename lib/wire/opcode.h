@@ -11,6 +11,8 @@ namespace uroce::wire {
 
 // Opcode values (IBTA 9.2.2, table 38; FLUSH and ATOMIC WRITE from IBTA 1.5;
 // CNP from Annex A17.9.3). High 3 bits: transport; low 5 bits: operation.
+// XRC's (101xxxxx) are RC's operations at 0xa0 on: only those the code
+// names are listed here (the table below has them all).
 enum class Opcode : std::uint8_t {
   kRcSendFirst = 0x00,
   kRcSendMiddle = 0x01,
@@ -49,21 +51,25 @@ enum class Opcode : std::uint8_t {
   kUcWriteLastImm = 0x29,
   kUcWriteOnly = 0x2a,
   kUcWriteOnlyImm = 0x2b,
+  kXrcSendFirst = 0xa0,
+  kXrcAcknowledge = 0xb1,
+  kXrcAtomicAcknowledge = 0xb2,
   kUdSendOnly = 0x64,
   kUdSendOnlyImm = 0x65,
   kCnp = 0x81,
 };
 
-enum class Transport : std::uint8_t { kRc, kUc, kRd, kUd, kCnp, kOther };
+enum class Transport : std::uint8_t { kRc, kUc, kRd, kUd, kCnp, kXrc, kOther };
 
-// Extension headers, in the order they follow the BTH (IBTA 9.2-9.3; FETH
+// Extension headers, in the order they follow the BTH (IBTA 9.2-9.3: the
+// XRCETH right after it in every XRC request, IBTA annex A14; FETH
 // precedes RETH in FLUSH, as IBTA 1.5 lays it out).
 enum class ExtHdr : std::uint8_t {
-  kDeth, kFeth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kImmDt, kIeth, kCount
+  kDeth, kXrceth, kFeth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kImmDt, kIeth, kCount
 };
 
 inline constexpr std::array<std::uint8_t, static_cast<int>(ExtHdr::kCount)> kExtHdrBytes = {
-    8, 4, 16, 28, 4, 8, 4, 4};
+    8, 4, 4, 16, 28, 4, 8, 4, 4};
 
 // What an opcode is. Bits, so a row reads as a short list.
 enum OpFlag : std::uint32_t {
@@ -95,6 +101,7 @@ enum OpFlag : std::uint32_t {
   kFixedPayload8 = 1u << 24, // payload is exactly 8 bytes (ATOMIC WRITE)
   kFixedPayload16 = 1u << 25, // payload is exactly 16 bytes (CNP)
   kUnsupported = 1u << 26,  // known on the wire; the transport does not run it yet
+  kHasXrceth = 1u << 27,
 };
 
 struct OpcodeInfo {
@@ -167,6 +174,36 @@ inline constexpr OpcodeRow kOpcodeRows[] = {
     // UD: SEND only, always with a DETH.
     {0x64, "UD_SEND_ONLY", kRequest | kSend | kOnly | kHasDeth | kHasPayload},
     {0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", kRequest | kSend | kOnly | kHasDeth | kHasImmDt | kHasPayload},
+    // XRC (IBTA annex A14; table 38's 101xxxxx): RC's operations, each
+    // request with an XRCETH naming the receiver's XRC SRQ; responses as RC's.
+    {0xa0, "XRC_SEND_FIRST", kRequest | kSend | kFirst | kHasXrceth | kHasPayload},
+    {0xa1, "XRC_SEND_MIDDLE", kRequest | kSend | kMiddle | kHasXrceth | kHasPayload},
+    {0xa2, "XRC_SEND_LAST", kRequest | kSend | kLast | kHasXrceth | kHasPayload},
+    {0xa3, "XRC_SEND_LAST_WITH_IMMEDIATE", kRequest | kSend | kLast | kHasXrceth | kHasImmDt | kHasPayload},
+    {0xa4, "XRC_SEND_ONLY", kRequest | kSend | kOnly | kHasXrceth | kHasPayload},
+    {0xa5, "XRC_SEND_ONLY_WITH_IMMEDIATE", kRequest | kSend | kOnly | kHasXrceth | kHasImmDt | kHasPayload},
+    {0xa6, "XRC_RDMA_WRITE_FIRST", kRequest | kWrite | kFirst | kHasXrceth | kHasReth | kHasPayload},
+    {0xa7, "XRC_RDMA_WRITE_MIDDLE", kRequest | kWrite | kMiddle | kHasXrceth | kHasPayload},
+    {0xa8, "XRC_RDMA_WRITE_LAST", kRequest | kWrite | kLast | kHasXrceth | kHasPayload},
+    {0xa9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     kRequest | kWrite | kLast | kHasXrceth | kHasImmDt | kHasPayload},
+    {0xaa, "XRC_RDMA_WRITE_ONLY", kRequest | kWrite | kOnly | kHasXrceth | kHasReth | kHasPayload},
+    {0xab, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     kRequest | kWrite | kOnly | kHasXrceth | kHasReth | kHasImmDt | kHasPayload},
+    {0xac, "XRC_RDMA_READ_REQUEST", kRequest | kReadRequest | kOnly | kHasXrceth | kHasReth},
+    {0xad, "XRC_RDMA_READ_RESPONSE_FIRST", kResponse | kReadResponse | kFirst | kHasAeth | kHasPayload},
+    {0xae, "XRC_RDMA_READ_RESPONSE_MIDDLE", kResponse | kReadResponse | kMiddle | kHasPayload},
+    {0xaf, "XRC_RDMA_READ_RESPONSE_LAST", kResponse | kReadResponse | kLast | kHasAeth | kHasPayload},
+    {0xb0, "XRC_RDMA_READ_RESPONSE_ONLY", kResponse | kReadResponse | kOnly | kHasAeth | kHasPayload},
+    {0xb1, "XRC_ACKNOWLEDGE", kResponse | kAck | kOnly | kHasAeth},
+    {0xb2, "XRC_ATOMIC_ACKNOWLEDGE", kResponse | kAtomicAck | kOnly | kHasAeth | kHasAtomicAckEth},
+    {0xb3, "XRC_COMPARE_SWAP", kRequest | kAtomic | kOnly | kHasXrceth | kHasAtomicEth},
+    {0xb4, "XRC_FETCH_ADD", kRequest | kAtomic | kOnly | kHasXrceth | kHasAtomicEth},
+    {0xb6, "XRC_SEND_LAST_WITH_INVALIDATE", kRequest | kSend | kLast | kHasXrceth | kHasIeth | kHasPayload},
+    {0xb7, "XRC_SEND_ONLY_WITH_INVALIDATE", kRequest | kSend | kOnly | kHasXrceth | kHasIeth | kHasPayload},
+    {0xbc, "XRC_FLUSH", kRequest | kFlushOp | kOnly | kHasXrceth | kHasFeth | kHasReth | kUnsupported},
+    {0xbd, "XRC_ATOMIC_WRITE",
+     kRequest | kAtomicWriteOp | kOnly | kHasXrceth | kHasReth | kHasPayload | kFixedPayload8},
     // RoCEv2 CNP (Annex A17.9.3): BTH, 16 reserved bytes, ICRC.
     {0x81, "CNP", kCnpOp | kHasPayload | kFixedPayload16},
 };
@@ -178,13 +215,15 @@ constexpr Transport transport_of(std::uint8_t op) {
     case 2: return Transport::kRd;
     case 3: return Transport::kUd;
     case 4: return Transport::kCnp;
+    case 5: return Transport::kXrc;
     default: return Transport::kOther;
   }
 }
 
 constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
-  constexpr std::uint32_t kHeaderBit[] = {kHasDeth, kHasFeth, kHasReth, kHasAtomicEth,
+  constexpr std::uint32_t kHeaderBit[] = {kHasDeth, kHasXrceth, kHasFeth, kHasReth, kHasAtomicEth,
                                           kHasAeth, kHasAtomicAckEth, kHasImmDt, kHasIeth};
+  static_assert(std::size(kHeaderBit) == static_cast<std::size_t>(ExtHdr::kCount));
   std::array<OpcodeInfo, 256> table{};
   for (const OpcodeRow& row : kOpcodeRows) {
     OpcodeInfo& info = table[row.value];
@@ -221,6 +260,8 @@ static_assert(opcode_info(Opcode::kRcFlush).offset_of(ExtHdr::kReth) == 16);
 static_assert(!opcode_info(Opcode::kRcFlush).supported());
 static_assert(opcode_info(Opcode::kUcWriteOnlyImm).supported() && opcode_info(Opcode::kUdSendOnlyImm).supported());
 static_assert(!opcode_info(0x15).known());
+static_assert(opcode_info(0xb3).header_bytes == 44 && opcode_info(0xb3).offset_of(ExtHdr::kAtomicEth) == 16);
+static_assert(opcode_info(0xab).offset_of(ExtHdr::kImmDt) == 32 && opcode_info(0xad).header_bytes == 16);
 
 // "RC_SEND_FIRST", or "UNKNOWN" for an opcode the table does not know.
 const char* opcode_name(std::uint8_t opcode);

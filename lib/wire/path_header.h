@@ -47,6 +47,7 @@ PathHeader build_path_header(const FrameSpec& spec);
 struct TransportHeaders {
   Bth bth{};
   Deth deth;
+  Xrceth xrceth;
   Feth feth;
   Reth reth;
   AtomicEth atomic_eth;

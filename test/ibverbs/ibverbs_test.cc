@@ -439,7 +439,9 @@ TEST_P(StockPair, CompletesWithItsFigures) {
   EXPECT_EQ(p.client.status, 0) << p.client.out;
   // perftest's table: "#bytes  #iterations ..." then a row of figures, on
   // the client (the passive side of a READ or atomic test prints none).
-  const std::string marker = pingpong ? "iters in" : "#bytes";
+  // ibv_xsrq_pingpong prints only "success" once every message came back.
+  const bool xsrq = std::string(c.program) == "ibv_xsrq_pingpong";
+  const std::string marker = xsrq ? "success" : pingpong ? "iters in" : "#bytes";
   EXPECT_NE(p.client.out.find(marker), std::string::npos) << p.client.out;
   for (const Outcome* o : {&p.server, &p.client}) {
     EXPECT_EQ(o->out.find("Failed status"), std::string::npos) << o->out;
@@ -521,6 +523,22 @@ INSTANTIATE_TEST_SUITE_P(
                       StockCase{Link::kMemif, "ibv_srq_pingpong", "-g 1 -e -s 65536 -q 4 -n 50"},
                       StockCase{Link::kVeth, "ibv_srq_pingpong", "-g 1 -n 200"},
                       StockCase{Link::kMemif, "ib_send_bw", "-x 1 --use-srq -q 2"}),
+    case_name);
+
+// XRC (IBTA annex A14): Debian's ibv_xsrq_pingpong (XRC initiator QPs
+// sending into the peer's XRC SRQs through its target QPs, all sharing one
+// XRC domain opened on a file), and perftest's XRC runs (-c XRC: SEND,
+// WRITE, READ, through XRC SRQs).
+INSTANTIATE_TEST_SUITE_P(
+    Xrc, StockPair,
+    ::testing::Values(StockCase{Link::kMemif, "ibv_xsrq_pingpong", "-g 1 -n 200"},
+                      StockCase{Link::kMemif, "ibv_xsrq_pingpong", "-g 1 -s 65536 -n 50"},
+                      StockCase{Link::kVeth, "ibv_xsrq_pingpong", "-g 1 -n 200"},
+                      StockCase{Link::kMemif, "ib_send_bw", "-x 1 -c XRC -q 2"},
+                      StockCase{Link::kMemif, "ib_send_lat", "-x 1 -c XRC -n 300"},
+                      StockCase{Link::kMemif, "ib_write_bw", "-x 1 -c XRC"},
+                      StockCase{Link::kMemif, "ib_read_bw", "-x 1 -c XRC"},
+                      StockCase{Link::kVeth, "ib_send_bw", "-x 1 -c XRC"}),
     case_name);
 
 // Debian's ibv_ud_pingpong and ibv_uc_pingpong, and perftest's SEND over

@@ -39,6 +39,31 @@ class ExitRig {
     return *rc;
   }
   QueuePair* qp() const { return rc->dev.qp; }
+  // After connect(): our QP becomes an XRC target QP (IBTA annex A14) of a
+  // new XRC domain, connected as the RC QP was, with one XRC SRQ of the
+  // rig's PD completing on the rig's CQ. The RC QP stays, unused.
+  SharedReceiveQueue* make_xrc_target() {
+    Context& ctx = *rc->dev.ctx;
+    xrcd = ctx.open_xrcd();
+    EXPECT_NE(xrcd, nullptr) << ctx.last_error();
+    SrqInitAttr s;
+    s.max_wr = 16;
+    s.max_sge = 1;
+    s.xrcd = xrcd;
+    s.cq = rc->dev.cq;
+    SharedReceiveQueue* srq = rc->dev.pd->create_srq(s);
+    EXPECT_NE(srq, nullptr) << ctx.last_error();
+    QpInitAttr a;
+    a.send_cq = a.recv_cq = rc->dev.cq;
+    a.qp_type = IBV_QPT_XRC_RECV;
+    a.xrcd = xrcd;
+    QueuePair* target = rc->dev.pd->create_qp(a);
+    EXPECT_NE(target, nullptr) << ctx.last_error();
+    EXPECT_EQ(connect_rc(target, ipv4_gid({10, 0, 0, rc->host}), kPeerQpn, kSqPsn, kRqPsn, params), 0)
+        << ctx.last_error();
+    rc->dev.qp = target;
+    return srq;
+  }
   std::uint64_t va(std::size_t offset = 0) const { return reinterpret_cast<std::uint64_t>(region.data() + offset); }
 
   void mark() {
@@ -119,6 +144,7 @@ class ExitRig {
   }
 
   ConnectParams params;
+  XrcDomain* xrcd = nullptr;  // make_xrc_target's
   std::unique_ptr<ScriptedRc> rc;
   std::vector<std::uint8_t> region;
   MemoryRegion* mr = nullptr;

@@ -74,6 +74,17 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
       rig.send_only(p);
       return {};
     }
+    case ResponderExit::xrc_bad_srq: {
+      // An XRC SEND naming an SRQ number the target QP's domain does not have.
+      ScriptedRc& r = rig.connect();
+      SharedReceiveQueue* srq = rig.make_xrc_target();
+      rig.mark();
+      wire::FrameSpec f = r.spec(static_cast<Opcode>(0xa4), p);  // XRC_SEND_ONLY
+      f.bth.set_ack_req(true);
+      f.xrceth.srqn.set(srq->srq_num() ^ 0x100);
+      r.inject(f, std::vector<std::uint8_t>(64, 0x5e));
+      return {p};
+    }
     case ResponderExit::psn_ahead: {
       ScriptedRc& r = rig.connect();
       rig.post_receives();
@@ -374,7 +385,8 @@ void expect_responder_exit(const ExitRig& rig, const ExitRule& rule, const Provo
     return;
   }
   ASSERT_EQ(sent.size(), 1u) << "one answer and nothing else";
-  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+  const Opcode ack = rig.xrcd != nullptr ? Opcode::kXrcAcknowledge : Opcode::kRcAcknowledge;
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(ack)) << wire::opcode_name(sent[0].opcode);
   EXPECT_EQ(int{sent[0].aeth().syndrome}, int{syndrome_of(rule.answer, rig.params.min_rnr_timer)}) << "syndrome";
   EXPECT_EQ(sent[0].bth().psn.get(), got.psn);
 }

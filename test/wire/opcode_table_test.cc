@@ -20,6 +20,11 @@ const std::map<int, int> kHeaderBytes = {
     {0x20, 12}, {0x21, 12}, {0x22, 12}, {0x23, 16}, {0x24, 12}, {0x25, 16}, {0x26, 28},
     {0x27, 12}, {0x28, 12}, {0x29, 16}, {0x2a, 28}, {0x2b, 32},
     {0x64, 20}, {0x65, 24}, {0x81, 12},
+    // XRC (annex A14): each request carries a 4-byte XRCETH; responses as RC's.
+    {0xa0, 16}, {0xa1, 16}, {0xa2, 16}, {0xa3, 20}, {0xa4, 16}, {0xa5, 20}, {0xa6, 32},
+    {0xa7, 16}, {0xa8, 16}, {0xa9, 20}, {0xaa, 32}, {0xab, 36}, {0xac, 32}, {0xad, 16},
+    {0xae, 12}, {0xaf, 16}, {0xb0, 16}, {0xb1, 16}, {0xb2, 24}, {0xb3, 44}, {0xb4, 44},
+    {0xb6, 20}, {0xb7, 20}, {0xbc, 36}, {0xbd, 32},
 };
 
 TEST(OpcodeTable, KnowsExactlyTheListedOpcodes) {
@@ -40,7 +45,7 @@ TEST(OpcodeTable, TransportFollowsTheHighBits) {
   for (const auto& [op, bytes] : kHeaderBytes) {
     const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
     const std::string name = info.name;
-    const std::string transport = op < 0x20 ? "RC" : op < 0x40 ? "UC" : op < 0x80 ? "UD" : "CNP";
+    const std::string transport = op < 0x20 ? "RC" : op < 0x40 ? "UC" : op < 0x80 ? "UD" : op < 0xa0 ? "CNP" : "XRC";
     EXPECT_EQ(name.rfind(transport, 0), 0u) << name;
     EXPECT_EQ(transport_name(info.transport), transport) << name;
   }
@@ -64,6 +69,18 @@ TEST(OpcodeTable, HeaderOffsetsFollowIbtaOrder) {
   EXPECT_EQ(fl.offset_of(ExtHdr::kReth), 16);
   const auto& rr = opcode_info(Opcode::kRcReadResponseMiddle);
   EXPECT_EQ(rr.offset_of(ExtHdr::kAeth), 0) << "READ response Middle carries no AETH";
+  // XRC: the XRCETH right behind the BTH, the rest after it; none in responses.
+  const auto& xw = opcode_info(0xab);  // XRC RDMA WRITE Only with immediate
+  EXPECT_EQ(xw.offset_of(ExtHdr::kXrceth), 12);
+  EXPECT_EQ(xw.offset_of(ExtHdr::kReth), 16);
+  EXPECT_EQ(xw.offset_of(ExtHdr::kImmDt), 32);
+  const auto& xa = opcode_info(0xb3);  // XRC CmpSwap
+  EXPECT_EQ(xa.offset_of(ExtHdr::kXrceth), 12);
+  EXPECT_EQ(xa.offset_of(ExtHdr::kAtomicEth), 16);
+  for (const int response : {0xad, 0xae, 0xaf, 0xb0, 0xb1, 0xb2}) {
+    EXPECT_EQ(opcode_info(static_cast<std::uint8_t>(response)).offset_of(ExtHdr::kXrceth), 0) << response;
+  }
+  EXPECT_EQ(opcode_info(Opcode::kXrcAtomicAcknowledge).offset_of(ExtHdr::kAtomicAckEth), 16);
 }
 
 TEST(OpcodeTable, MeaningFlags) {
@@ -75,7 +92,7 @@ TEST(OpcodeTable, MeaningFlags) {
     EXPECT_NE(info.has(kRequest), info.has(kResponse)) << info.name;
     EXPECT_TRUE(info.has_any(kFirst | kMiddle | kLast)) << info.name;
   }
-  EXPECT_EQ(with_payload, 34);  // not: READ request, ACK, atomic ACK, CmpSwap, FetchAdd, FLUSH
+  EXPECT_EQ(with_payload, 53);  // not: READ request, ACK, atomic ACK, CmpSwap, FetchAdd, FLUSH (RC's and XRC's)
   EXPECT_FALSE(opcode_info(Opcode::kRcReadRequest).has(kHasPayload));
   EXPECT_TRUE(opcode_info(Opcode::kRcReadResponseOnly).has(kOnly));
   EXPECT_TRUE(opcode_info(Opcode::kRcSendLastImm).has(kLast | kHasImmDt | kSend));
@@ -98,12 +115,12 @@ TEST(OpcodeTable, FlushIsKnownButUnsupportedAtomicWriteRuns) {
   EXPECT_TRUE(opcode_info(Opcode::kUdSendOnly).supported());
 }
 
-// UC and UD run end to end (ud_uc_test): no row of theirs is flagged
-// unsupported; FLUSH is the only known opcode that is.
+// UC, UD and XRC run end to end (ud_uc_test, xrc_test): no row of theirs
+// is flagged unsupported; FLUSH (RC's and XRC's) is the only known opcode that is.
 TEST(OpcodeTable, OnlyFlushIsUnsupported) {
   for (const auto& [op, bytes] : kHeaderBytes) {
     const OpcodeInfo& info = opcode_info(static_cast<std::uint8_t>(op));
-    const bool unsupported = op == 0x1c;
+    const bool unsupported = op == 0x1c || op == 0xbc;
     EXPECT_EQ(info.supported(), !unsupported) << info.name;
   }
 }

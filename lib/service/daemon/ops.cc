@@ -58,13 +58,15 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kReregMr, "rereg_mr", false, Budget::kNone, &Server::op_rereg_mr},
     {Op::kResizeCq, "resize_cq", false, Budget::kNone, &Server::op_resize_cq},
     {Op::kQueryClock, "query_clock", false, Budget::kNone, &Server::op_query_clock},
+    {Op::kOpenXrcd, "open_xrcd", false, Budget::kPds, &Server::op_open_xrcd},
+    {Op::kCloseXrcd, "close_xrcd", false, Budget::kNone, &Server::op_close_xrcd},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kQueryClock));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kCloseXrcd));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;

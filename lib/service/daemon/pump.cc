@@ -114,11 +114,13 @@ std::size_t Pump::drain_sq(PumpQp& q) {
       wr.wr.ud.remote_qpn = s.remote_qpn;
       wr.wr.ud.remote_qkey = s.remote_qkey;
     } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.qp_type.xrc.remote_srqn = s.remote_qpn;  // XRC_SEND's (0 and unread for RC)
       wr.wr.atomic.remote_addr = s.remote_addr;
       wr.wr.atomic.rkey = s.rkey;
       wr.wr.atomic.compare_add = s.compare_add;
       wr.wr.atomic.swap = s.swap;
     } else {
+      wr.qp_type.xrc.remote_srqn = s.remote_qpn;  // XRC_SEND's (0 and unread for RC)
       wr.wr.rdma.remote_addr = s.remote_addr;
       wr.wr.rdma.rkey = s.rkey;
     }

@@ -311,7 +311,7 @@ Server::UidUsage Server::usage(uid_t uid) const {
   for (const auto& [sock, c] : clients_) {
     if (c->uid != uid) continue;
     ++(c->attached ? u.connections : u.waiting);
-    u.pds += static_cast<std::uint32_t>(c->pds.size());
+    u.pds += static_cast<std::uint32_t>(c->pds.size() + c->xrcds.size());
     u.mrs += static_cast<std::uint32_t>(c->mrs.size() + c->mws.size());
     u.cqs += static_cast<std::uint32_t>(c->cqs.size());
     u.qps += static_cast<std::uint32_t>(c->qps.size());
@@ -334,7 +334,9 @@ std::string Server::over_budget(const Client& c, Budget budget) const {
   Count b{};
   switch (budget) {
     case Budget::kNone: return "";
-    case Budget::kPds: b = {c.pds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs", "max_pds"}; break;
+    case Budget::kPds:
+      b = {c.pds.size() + c.xrcds.size(), l.pds, &UidUsage::pds, l.uid_pds, "PDs and XRC domains", "max_pds"};
+      break;
     case Budget::kMrs:
       b = {c.mrs.size() + c.mws.size(), l.mrs, &UidUsage::mrs, l.uid_mrs, "memory regions and windows", "max_mrs"};
       break;
@@ -742,12 +744,15 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   auto scq = c.cqs.find(r.send_cq);
   auto rcq = c.cqs.find(r.recv_cq);
   auto srq = c.srqs.find(r.srq);
-  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() || (r.srq != 0 && srq == c.srqs.end())) {
-    fail(reply, EINVAL, "create_qp names a PD, CQ or SRQ that is not this client's");
+  auto xrcd = c.xrcds.find(r.xrcd);
+  if (pd == c.pds.end() || scq == c.cqs.end() || rcq == c.cqs.end() || (r.srq != 0 && srq == c.srqs.end()) ||
+      (r.xrcd != 0 && xrcd == c.xrcds.end())) {
+    fail(reply, EINVAL, "create_qp names a PD, CQ, SRQ or XRC domain that is not this client's");
     return;
   }
-  if (r.qp_type != IBV_QPT_RC && r.qp_type != IBV_QPT_UC && r.qp_type != IBV_QPT_UD) {
-    fail(reply, EOPNOTSUPP, "qp_type must be IBV_QPT_RC, IBV_QPT_UC or IBV_QPT_UD (XRC and raw packet QPs are "
+  if (r.qp_type != IBV_QPT_RC && r.qp_type != IBV_QPT_UC && r.qp_type != IBV_QPT_UD &&
+      r.qp_type != IBV_QPT_XRC_SEND && r.qp_type != IBV_QPT_XRC_RECV) {
+    fail(reply, EOPNOTSUPP, "qp_type must be IBV_QPT_RC, UC, UD, XRC_SEND or XRC_RECV (raw packet QPs are "
                             "not supported)");
     return;
   }
@@ -781,8 +786,10 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   for (const auto& [sock, k] : clients_) {
     for (const auto& [h, q] : k->qps) ++load[q.worker];
   }
-  const std::size_t worker = r.srq != 0 ? srq->second.worker
-                                        : static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+  // An XRC domain's target QPs: its engine's worker.
+  const std::size_t worker = r.srq != 0    ? srq->second.worker
+                             : r.xrcd != 0 ? static_cast<std::size_t>(xrcd->second->engine())
+                                           : static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
   QpInitAttr attr;
   attr.send_cq = scq->second.cq;
   attr.recv_cq = rcq->second.cq;
@@ -791,6 +798,7 @@ void Server::op_create_qp(Client& c, const Request& req, const int*, int, Reply&
   attr.sq_sig_all = r.sq_sig_all != 0;
   attr.worker = static_cast<int>(worker);
   attr.srq = r.srq != 0 ? srq->second.srq : nullptr;
+  attr.xrcd = r.xrcd != 0 ? xrcd->second : nullptr;
   if (attr.qp_type == IBV_QPT_UD) {
     if (std::string e = make_ah_table(c); !e.empty()) {
       fail(reply, ENOMEM, e);
@@ -898,6 +906,8 @@ void Server::release(Client& c) {
     if (destroy_srq(c, c.srqs.begin()->first) != 0) c.srqs.erase(c.srqs.begin());
   }
   while (!c.ahs.empty()) destroy_ah(c, c.ahs.begin()->first);
+  for (auto& [h, x] : c.xrcds) ctx_.close_xrcd(x);  // its SRQs and target QPs went above
+  c.xrcds.clear();
   while (!c.cqs.empty()) {
     if (destroy_cq(c, c.cqs.begin()->first) != 0) c.cqs.erase(c.cqs.begin());
   }

@@ -195,6 +195,7 @@ class Server {
     std::map<std::uint32_t, Srq> srqs;
     std::map<std::uint32_t, Ah> ahs;  // by the client's number for them (service::CreateAh)
     std::map<std::uint32_t, Dm> dms;
+    std::map<std::uint32_t, XrcDomain*> xrcds;  // counted as PDs in the budgets
     std::uint64_t dm_bytes = 0;       // held, in whole pages (HelloReply::max_dm_size)
     std::unique_ptr<AhTable> ah_table;  // the same for the pumps, made with its first UD QP or AH
     std::map<FileKey, File> files;
@@ -283,6 +284,7 @@ class Server {
   int free_dm(Client& c, std::uint32_t handle);
   // ibv_rereg_mr, ibv_resize_cq, ibv_query_rt_values_ex (rereg_resize.cc).
   OpFn op_rereg_mr, op_resize_cq, op_query_clock;
+  OpFn op_open_xrcd, op_close_xrcd;  // xrc.cc
   // A QP moved to RESET: its completions still in its CQs' shared rings
   // are taken out (the daemon's own CQs forgot theirs in the modify).
   void forget_completions(Client& c, const Qp& q);

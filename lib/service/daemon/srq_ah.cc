@@ -36,8 +36,10 @@ constexpr std::uint64_t kSrqWqeBytes = 448;
 void Server::op_create_srq(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>& fds) {
   const service::CreateSrq& r = req.create_srq;
   auto pd = c.pds.find(r.pd);
-  if (pd == c.pds.end()) {
-    fail(reply, EINVAL, "create_srq names a PD that is not this client's");
+  auto xrcd = c.xrcds.find(r.xrcd);
+  auto cq = c.cqs.find(r.cq);
+  if (pd == c.pds.end() || (r.xrcd != 0 && (xrcd == c.xrcds.end() || cq == c.cqs.end()))) {
+    fail(reply, EINVAL, "create_srq names a PD, XRC domain or CQ that is not this client's");
     return;
   }
   const DeviceLimits& l = ctx_.limits();
@@ -60,7 +62,12 @@ void Server::op_create_srq(Client& c, const Request& req, const int*, int, Reply
   pump->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   SharedReceiveQueue* srq = nullptr;
   if (map != nullptr && pump->event_fd >= 0) {
-    srq = pd->second->create_srq(SrqInitAttr{r.max_wr, r.max_sge, r.srq_limit}, &PumpSrq::on_limit, pump.get());
+    SrqInitAttr attr{r.max_wr, r.max_sge, r.srq_limit};
+    if (r.xrcd != 0) {
+      attr.xrcd = xrcd->second;
+      attr.cq = cq->second.cq;
+    }
+    srq = pd->second->create_srq(attr, &PumpSrq::on_limit, pump.get());
   }
   if (srq == nullptr) {
     const std::string why = map == nullptr || pump->event_fd < 0 ? "memory file or eventfd: " + std::string(std::strerror(errno))
@@ -75,7 +82,7 @@ void Server::op_create_srq(Client& c, const Request& req, const int*, int, Reply
   pump->srq = srq;
   pump->ring = service::Ring<service::RecvSlot>::work_queue_at(map, slots, slots);
   reply.handle = c.next_handle++;
-  reply.create_srq = service::CreateSrqReply{r.max_wr, r.max_sge, slots, bytes};
+  reply.create_srq = service::CreateSrqReply{r.max_wr, r.max_sge, slots, srq->srq_num(), bytes};
   fds.push_back(file);
   fds.push_back(dup(pump->event_fd));
   Srq rec;
@@ -84,7 +91,9 @@ void Server::op_create_srq(Client& c, const Request& req, const int*, int, Reply
   rec.map = map;
   rec.bytes = bytes;
   rec.charge = add.objects;
-  rec.worker = next_worker_++ % pumps_.size();
+  // An XRC SRQ beside its domain's target QPs (any other: beside its QPs,
+  // which go to its worker).
+  rec.worker = r.xrcd != 0 ? static_cast<std::size_t>(xrcd->second->engine()) : next_worker_++ % pumps_.size();
   rec.pump = std::move(pump);
   pumps_[rec.worker].add(rec.pump.get());
   c.ring_bytes += bytes;
