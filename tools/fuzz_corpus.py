@@ -68,18 +68,31 @@ def synthetic():
     PSNs relative to the QP's): ATOMIC WRITE (0x1d: BTH, RETH of 8 bytes,
     the 8 bytes), then again (a duplicate); the READ response Only with no
     payload that answers ours (0x10, AETH); SEND Only with Invalidate
-    (0x17, IETH) of the window, then a WRITE through it."""
+    (0x17, IETH) of the window, then a WRITE through it; with first flags
+    0x96, XRC requests into fuzz_rc_rx's XRC target and an XRC ACK for its
+    initiator."""
     reth = struct.pack(">QII", 0, 0, 8)
     atomic_write = bth(0x1D, 0) + reth + struct.pack(">Q", 0x0102030405060708)
     read_only = bth(0x10, 4, False) + struct.pack(">I", 0x1F000001)
     send_inv = bth(0x17, 0) + struct.pack(">I", 0) + b"inv!"
     write = bth(0x0A, 1) + struct.pack(">QII", 0, 0, 8) + b"windowed"
     chunk = lambda t: bytes([6, len(t) // 4]) + t
+    # XRC (first flags 0x96: the XRC target and initiator, our SRQ named):
+    # a SEND Only (0xa4), a WRITE Only (0xaa) and a FetchAdd (0xb4) into
+    # the target, then an ACK (0xb1) for the initiator's first request.
+    xrceth = struct.pack(">I", 0)
+    xrc_send = bth(0xA4, 0) + xrceth + b"xrc!"
+    xrc_write = bth(0xAA, 1) + xrceth + struct.pack(">QII", 0, 0, 8) + b"xrcwrite"
+    xrc_fadd = bth(0xB4, 2) + xrceth + struct.pack(">QIQQ", 0, 0, 1, 0)
+    xrc_ack = bth(0xB1, 0, False) + struct.pack(">I", 0x1F000001)
+    xchunk = lambda t, first=False: bytes([0x96 if first else 6, len(t) // 4]) + t
     return [
         chunk(atomic_write),
         chunk(atomic_write) + chunk(atomic_write),
         chunk(read_only),
         chunk(send_inv) + chunk(write),
+        xchunk(xrc_send, True) + xchunk(xrc_write) + xchunk(xrc_fadd),
+        xchunk(xrc_ack, True),
     ]
 
 

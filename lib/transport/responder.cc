@@ -205,8 +205,10 @@ ResponderStep check_xrc_srq(Qp& qp, Request& r) {
   Srq* srq = qp.xrcd != nullptr ? qp.xrcd->find(r.p.xrceth().srqn.get()) : nullptr;
   if (srq == nullptr) return leave(r, ResponderExit::xrc_bad_srq);
   if (srq != qp.srq) {
-    const bool duplicate = psn_diff(r.psn, qp.resp.psn) < 0;
-    if (qp.srq_held && !duplicate) return leave(r, ResponderExit::xrc_bad_srq);
+    // Only the expected packet may change it: one ahead is NAKed for its
+    // PSN (check_psn), a duplicate executes nothing new.
+    const bool expected = r.psn == qp.resp.psn;
+    if (qp.srq_held && expected) return leave(r, ResponderExit::xrc_bad_srq);
     if (!qp.srq_held) {
       qp.srq = srq;
       qp.recv_cq = srq->cq;

@@ -19,7 +19,11 @@
 // Bit 6 of the first frame's flags connects this input's QP over IPv6
 // (link-local GIDs, index 0) and wraps every frame in IPv6 instead; bit 7
 // makes it a UC QP (a SEND and a WRITE outstanding), or with bit 5 too a
-// UD QP (Q_Key 0x11111111, one datagram sent to the peer). Inputs whose
+// UD QP (Q_Key 0x11111111, one datagram sent to the peer), or with bit 4
+// (not 5) XRC: an XRC target QP with the receives on an XRC SRQ of its
+// domain, and an XRC initiator QP with a SEND, a WRITE, a READ, an atomic
+// and an ATOMIC WRITE outstanding; requests go to the target, responses
+// to the initiator, and bit 1 also names our SRQ in an XRCETH. Inputs whose
 // length is a multiple of 3 reach the engine in segments, the first of
 // 14-110 bytes (cut anywhere in the headers), as multi-segment mbufs do.
 //
@@ -157,7 +161,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   QpInitAttr init;
   init.send_cq = init.recv_cq = fx.cq;
   init.cap = ibv_qp_cap{16, 16, 2, 2, 64};
-  if (size > 0 && (data[0] & 0x80) != 0) init.qp_type = (data[0] & 0x20) != 0 ? IBV_QPT_UD : IBV_QPT_UC;
+  const bool xrc = size > 0 && (data[0] & 0xb0) == 0x90;
+  if (size > 0 && (data[0] & 0x80) != 0 && !xrc) init.qp_type = (data[0] & 0x20) != 0 ? IBV_QPT_UD : IBV_QPT_UC;
+  // XRC: `qp` is the target, `ini` the initiator.
+  XrcDomain* xrcd = nullptr;
+  SharedReceiveQueue* srq = nullptr;
+  QueuePair* ini = nullptr;
+  if (xrc) {
+    xrcd = fx.ctx->open_xrcd();
+    check(xrcd != nullptr);
+    SrqInitAttr sa;
+    sa.max_wr = 8;
+    sa.max_sge = 1;
+    sa.xrcd = xrcd;
+    sa.cq = fx.cq;
+    srq = fx.pd->create_srq(sa);
+    check(srq != nullptr);
+    QpInitAttr ia = init;
+    ia.qp_type = IBV_QPT_XRC_SEND;
+    ini = fx.pd->create_qp(ia);
+    check(ini != nullptr);
+    init.qp_type = IBV_QPT_XRC_RECV;
+    init.xrcd = xrcd;
+  }
   QueuePair* qp = fx.pd->create_qp(init);
   check(qp != nullptr);
   ConnectParams params;
@@ -187,6 +213,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(ah != nullptr);
   } else {
     check(connect_rc(qp, path.peer, kPeerQpn, kSqPsn, kRqPsn, params) == 0);
+    if (ini != nullptr) check(connect_rc(ini, path.peer, kPeerQpn, kSqPsn, kRqPsn, params) == 0);
   }
 
   // The region sits between guard bytes that nothing may touch.
@@ -201,12 +228,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     wr.sg_list = &sge;
     wr.num_sge = 1;
     ibv_recv_wr* bad = nullptr;
-    check(qp->post_recv(&wr, &bad) == 0);
+    check(srq != nullptr ? srq->post_recv(&wr, &bad) == 0 : qp->post_recv(&wr, &bad) == 0);
   }
   // The window first: a bind runs once every WR before it has completed.
   MemoryWindow* mw = nullptr;
   std::uint32_t window_rkey = 0;
-  if (init.qp_type != IBV_QPT_UD) {
+  if (init.qp_type != IBV_QPT_UD && !xrc) {
     mw = fx.pd->alloc_mw(IBV_MW_TYPE_2);
     check(mw != nullptr);
     ibv_mr verbs_mr{};
@@ -224,12 +251,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(qp->post_send(&wr, &bad) == 0);
     fx.ctx->progress();
   }
-  check(post(qp, IBV_WR_SEND, region, 64, mr->lkey, 1, ah) == 0);
-  if (init.qp_type != IBV_QPT_UD) check(post(qp, IBV_WR_RDMA_WRITE, region, 2000, mr->lkey, 2) == 0);
-  if (init.qp_type == IBV_QPT_RC) {
-    check(post(qp, IBV_WR_RDMA_READ, region + 2048, 1500, mr->lkey, 3) == 0);
-    check(post(qp, IBV_WR_ATOMIC_CMP_AND_SWP, region + 4088, 8, mr->lkey, 4) == 0);
-    check(post(qp, IBV_WR_ATOMIC_WRITE, region + 4080, 8, mr->lkey, 5) == 0);
+  QueuePair* sender = ini != nullptr ? ini : qp;
+  check(post(sender, IBV_WR_SEND, region, 64, mr->lkey, 1, ah) == 0);
+  if (init.qp_type != IBV_QPT_UD) check(post(sender, IBV_WR_RDMA_WRITE, region, 2000, mr->lkey, 2) == 0);
+  if (init.qp_type == IBV_QPT_RC || xrc) {
+    check(post(sender, IBV_WR_RDMA_READ, region + 2048, 1500, mr->lkey, 3) == 0);
+    check(post(sender, IBV_WR_ATOMIC_CMP_AND_SWP, region + 4088, 8, mr->lkey, 4) == 0);
+    check(post(sender, IBV_WR_ATOMIC_WRITE, region + 4080, 8, mr->lkey, 5) == 0);
   }
   fx.ctx->progress();
 
@@ -244,8 +272,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at += len;
     wire::Bth bth;
     std::memcpy(&bth, transport.data(), sizeof bth);
-    if (!(flags & 1)) bth.dest_qp.set(qp->qp_num());
     const wire::OpcodeInfo& info = wire::opcode_info(bth.opcode);
+    if (!(flags & 1)) bth.dest_qp.set((ini != nullptr && !info.has(wire::kRequest) ? ini : qp)->qp_num());
+    if ((flags & 2) && srq != nullptr && info.offset_of(wire::ExtHdr::kXrceth) != 0 &&
+        info.offset_of(wire::ExtHdr::kXrceth) + 4u <= len) {
+      wire::Be32 srqn;
+      srqn.set(srq->srq_num());
+      std::memcpy(transport.data() + info.offset_of(wire::ExtHdr::kXrceth), &srqn, sizeof srqn);
+    }
     if ((flags & 2) && info.offset_of(wire::ExtHdr::kIeth) != 0 && info.offset_of(wire::ExtHdr::kIeth) + 4u <= len) {
       wire::Be32 rkey;
       rkey.set(window_rkey);
@@ -279,8 +313,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     clock.now += 10'000'000;
   }
 
-  const ibv_qp_state state = qp->state();
-  check(state == IBV_QPS_RTS || state == IBV_QPS_ERR);
+  for (QueuePair* q : {qp, ini}) {
+    if (q == nullptr) continue;
+    const ibv_qp_state state = q->state();
+    check(state == IBV_QPS_RTS || state == IBV_QPS_ERR);
+  }
   ibv_wc wc[16];
   int n;
   int completions = 0;
@@ -293,6 +330,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   check(n == 0 && completions <= 10);
   check(fx.pd->destroy_qp(qp) == 0);
+  if (ini != nullptr) check(fx.pd->destroy_qp(ini) == 0);
+  if (srq != nullptr) check(fx.pd->destroy_srq(srq) == 0);
+  if (xrcd != nullptr) check(fx.ctx->close_xrcd(xrcd) == 0);
   if (mw != nullptr) check(fx.pd->dealloc_mw(mw) == 0);
   check(fx.pd->dereg_mr(mr) == 0);
   if (ah != nullptr) check(fx.pd->destroy_ah(ah) == 0);

@@ -403,10 +403,13 @@ TEST_P(Transports, StockPingpongs) {
     std::string args;
     int iters;
   };
+  // ibv_xsrq_pingpong (XRC: initiator QPs into the peer's XRC SRQs through
+  // its target QPs) prints only "success" when every message came back.
   const Case cases[] = {{"ibv_srq_pingpong -d uroce0 -g 1 -q 8 -r 64", 500},
                         {"ibv_ud_pingpong -d uroce0 -g 1 -s 1024", 500},
                         {"ibv_ud_pingpong -d uroce0 -g 0 -s 1024", 300},
-                        {"ibv_uc_pingpong -d uroce0 -g 1 -s 4096", 500}};
+                        {"ibv_uc_pingpong -d uroce0 -g 1 -s 4096", 500},
+                        {"ibv_xsrq_pingpong -d uroce0 -g 1 -s 4096", 300}};
   for (const Case& k : cases) {
     const int tcp = uroce::test::free_tcp_port();
     const std::string args = k.args + " -n " + std::to_string(k.iters) + " -p " + std::to_string(tcp);
@@ -422,6 +425,10 @@ TEST_P(Transports, StockPingpongs) {
     for (const Process* p : {&c, &s}) {
       std::smatch m;
       const std::string out = p->out();
+      if (k.args.rfind("ibv_xsrq_pingpong", 0) == 0) {
+        EXPECT_NE(out.find("success"), std::string::npos) << args << "\n" << out;
+        continue;
+      }
       // "N iters in S seconds = U usec/iter": S has two decimals, so a fast
       // run (the pair on one daemon) prints 0.00; the time per iteration is
       // the figure that must be there.
@@ -497,6 +504,43 @@ TEST(ServiceTransportsHostile, AClientCannotNameAnotherClientsSrqPdOrAddressHand
   auto stolen = raw->create_qp(cq, why, err);
   EXPECT_FALSE(stolen);
   EXPECT_EQ(err, EINVAL);
+  // An XRC domain of a's: unknown to anyone else, for an SRQ, a target QP
+  // or a close.
+  uroce::XrcDomain* xrcd = a.ctx->open_xrcd();
+  ASSERT_NE(xrcd, nullptr) << a.ctx->last_error();
+  req = uroce::service::Request{};
+  req.op = uroce::service::Op::kCloseXrcd;
+  req.handle = xrcd->handle();
+  EXPECT_EQ(raw->call(req, reply, nullptr, 0, nullptr, why), EINVAL);
+  EXPECT_NE(why.find("no XRC domain"), std::string::npos) << why;
+  // b's library names a's domain by its handle (a forged XrcDomain of b's
+  // context): the daemon looks in b's table, where b's own domain is, and
+  // finds none of that handle.
+  uroce::XrcDomain* own = b.ctx->open_xrcd();
+  ASSERT_NE(own, nullptr) << b.ctx->last_error();
+  uroce::XrcDomain forged(b.ctx.get(), xrcd->handle() == own->handle() ? xrcd->handle() + 1 : xrcd->handle(), -1);
+  uroce::SrqInitAttr xs;
+  xs.max_wr = 8;
+  xs.xrcd = &forged;
+  xs.cq = b.cq;
+  EXPECT_EQ(b.pd->create_srq(xs), nullptr);
+  EXPECT_NE(b.ctx->last_error().find("not this client's"), std::string::npos) << b.ctx->last_error();
+  uroce::QpInitAttr xt;
+  xt.send_cq = xt.recv_cq = b.cq;
+  xt.qp_type = IBV_QPT_XRC_RECV;
+  xt.xrcd = &forged;
+  EXPECT_EQ(b.pd->create_qp(xt), nullptr);
+  EXPECT_NE(b.ctx->last_error().find("not this client's"), std::string::npos) << b.ctx->last_error();
+  xs.xrcd = xt.xrcd = own;
+  uroce::SharedReceiveQueue* own_srq = b.pd->create_srq(xs);
+  EXPECT_NE(own_srq, nullptr) << "b's own domain works: " << b.ctx->last_error();
+  uroce::QueuePair* own_target = b.pd->create_qp(xt);
+  EXPECT_NE(own_target, nullptr) << b.ctx->last_error();
+  EXPECT_EQ(b.ctx->close_xrcd(own), EBUSY) << "its SRQ and target QP remain";
+  EXPECT_EQ(b.pd->destroy_qp(own_target), 0);
+  EXPECT_EQ(b.pd->destroy_srq(own_srq), 0);
+  EXPECT_EQ(b.ctx->close_xrcd(own), 0);
+  EXPECT_EQ(a.ctx->close_xrcd(xrcd), 0) << "a's domain is untouched and still a's";
 
   // b's UD QP writes a's AH number into its send ring (its library would
   // refuse: b has no such AH): the daemon finds none in b's table and a's
