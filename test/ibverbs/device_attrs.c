@@ -53,6 +53,7 @@ static int attrs(void) {
   CHECK(da.vendor_part_id == 0);
   /* Item 10: SYS_IMAGE_GUID, and the GUID it promises. */
   CHECK((da.device_cap_flags & IBV_DEVICE_SYS_IMAGE_GUID) != 0);
+  CHECK((da.device_cap_flags & IBV_DEVICE_XRC) != 0); /* XRC runs (annex A14) */
   CHECK(da.sys_image_guid != 0 && da.sys_image_guid == da.node_guid);
   struct ibv_device_attr_ex dax;
   CHECK(ibv_query_device_ex(ctx, NULL, &dax) == 0);
@@ -136,29 +137,74 @@ static int attrs(void) {
   CHECK(errno == EINVAL);
   CHECK(ibv_destroy_qp(qp) == 0);
 
-  /* Item 10: XRC refused with EOPNOTSUPP and a line, through the inline
-     verbs that used to answer by themselves. */
+  /* XRC through the inline verbs (annex A14): a private domain (fd -1), an
+     XRC SRQ of it with its number, a target QP by ibv_create_qp_ex and a
+     second handle of it by ibv_open_qp; the domain stays while they do. */
   fprintf(stderr, "--- xrc\n");
   struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1,
                                   .oflags = O_CREAT};
-  errno = 0;
-  CHECK(ibv_open_xrcd(ctx, &xa) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  struct ibv_xrcd *xrcd = ibv_open_xrcd(ctx, &xa);
+  CHECK(xrcd != NULL);
   struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 4, .max_sge = 1},
                                     .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
                                                  IBV_SRQ_INIT_ATTR_CQ,
                                     .srq_type = IBV_SRQT_XRC, .pd = pd, .cq = cq};
   errno = 0;
-  CHECK(ibv_create_srq_ex(ctx, &sx) == NULL);
-  CHECK(errno == EOPNOTSUPP);
-  struct ibv_qp_open_attr oa = {.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE, .qp_num = 1,
+  CHECK(ibv_create_srq_ex(ctx, &sx) == NULL); /* an XRC SRQ needs its domain */
+  CHECK(errno == EINVAL);
+  sx.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD;
+  sx.xrcd = xrcd;
+  struct ibv_srq *xsrq = ibv_create_srq_ex(ctx, &sx);
+  CHECK(xsrq != NULL);
+  uint32_t srqn = 0;
+  CHECK(ibv_get_srq_num(xsrq, &srqn) == 0 && srqn != 0);
+  struct ibv_qp_init_attr_ex tx = {.qp_type = IBV_QPT_XRC_RECV, .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xrcd};
+  struct ibv_qp *target = ibv_create_qp_ex(ctx, &tx);
+  CHECK(target != NULL && target->pd == NULL && target->send_cq == NULL);
+  struct ibv_qp_open_attr oa = {.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE, .qp_num = target->qp_num,
                                 .qp_type = IBV_QPT_XRC_RECV};
   errno = 0;
-  CHECK(ibv_open_qp(ctx, &oa) == NULL);
-  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_open_qp(ctx, &oa) == NULL); /* no domain named */
+  CHECK(errno == EINVAL);
+  oa.comp_mask |= IBV_QP_OPEN_ATTR_XRCD;
+  oa.xrcd = xrcd;
+  CHECK(ibv_open_qp(ctx, &oa) == target);
+  oa.qp_num = target->qp_num ^ 1;
+  CHECK(ibv_open_qp(ctx, &oa) == NULL); /* no target QP of that number */
+  CHECK(ibv_close_xrcd(xrcd) == EBUSY);
+  CHECK(ibv_destroy_qp(target) == 0); /* the second handle */
+  CHECK(ibv_destroy_qp(target) == 0); /* the QP */
+  CHECK(ibv_destroy_srq(xsrq) == 0);
+  CHECK(ibv_close_xrcd(xrcd) == 0);
+  /* A domain on a file is every open's of that file (by its inode). */
+  char path[] = "/tmp/uroce-xrcd-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  xa.fd = fd;
+  xa.oflags = 0;
+  errno = 0;
+  CHECK(ibv_open_xrcd(ctx, &xa) == NULL); /* none yet, and no O_CREAT */
+  CHECK(errno == EINVAL);
+  xa.oflags = O_CREAT;
+  struct ibv_xrcd *shared = ibv_open_xrcd(ctx, &xa);
+  CHECK(shared != NULL);
+  int fd2 = open(path, O_RDONLY);
+  CHECK(fd2 >= 0);
+  xa.fd = fd2;
+  CHECK(ibv_open_xrcd(ctx, &xa) == shared);
+  xa.oflags = O_CREAT | O_EXCL;
+  errno = 0;
+  CHECK(ibv_open_xrcd(ctx, &xa) == NULL);
+  CHECK(errno == EEXIST);
+  CHECK(ibv_close_xrcd(shared) == 0);
+  CHECK(ibv_close_xrcd(shared) == 0);
+  close(fd2);
+  close(fd);
+  unlink(path);
   /* A basic SRQ through ibv_create_srq_ex still works, with a CQ named
      (our op) or not (the inline's ibv_create_srq). */
   sx.srq_type = IBV_SRQT_BASIC;
+  sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ;
   struct ibv_srq *srq = ibv_create_srq_ex(ctx, &sx);
   CHECK(srq != NULL);
   CHECK(ibv_destroy_srq(srq) == 0);
@@ -278,7 +324,7 @@ static int attrs(void) {
   CHECK((dax.odp_caps.general_caps & (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT)) ==
         (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
   CHECK((dax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC) != 0);
-  CHECK(dax.xrc_odp_caps == 0);
+  CHECK(dax.xrc_odp_caps == dax.odp_caps.per_transport_caps.rc_odp_caps); /* XRC runs RC's responder */
   const int odp = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
   char *pages = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(pages != MAP_FAILED);

@@ -311,6 +311,8 @@ TEST(Build, EveryOpcodeRoundTripsWithRandomFields) {
       spec.deth.qkey.set(static_cast<std::uint32_t>(rng()));
       spec.deth.src_qp.set(static_cast<std::uint32_t>(rng()));
       spec.feth.bits.set(static_cast<std::uint32_t>(rng()));
+      spec.xrceth.reserved = rnd8();
+      spec.xrceth.srqn.set(static_cast<std::uint32_t>(rng()));
       std::vector<std::uint8_t> payload(random_payload_length(info, rng));
       for (auto& b : payload) b = rnd8();
 
@@ -329,7 +331,7 @@ TEST(Build, EveryOpcodeRoundTripsWithRandomFields) {
       ++built;
     }
   }
-  EXPECT_EQ(built, 40 * 8);
+  EXPECT_EQ(built, (40 + 25) * 8);  // RC, UC, UD, CNP; XRC
 }
 
 TEST(Build, RefusesUnknownOpcodesAndSmallBuffers) {
