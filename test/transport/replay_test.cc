@@ -3,6 +3,11 @@
 // of the capture's TCP exchange; our answers must match those of the rxe
 // responder in the capture: opcodes, PSNs, AETH syndromes and MSNs, READ
 // response lengths and data, atomic original values.
+//
+// The same captures replayed as XRC (IBTA annex A14; Soft-RoCE has none to
+// capture): each request moved to XRC's opcode with an XRCETH naming an
+// XRC SRQ, into an XRC target QP whose receives and memory are that SRQ's
+// and its PD's; the answers must be rxe's, in XRC's opcodes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -107,8 +112,23 @@ ibv_mtu mtu_enum(std::uint32_t bytes) {
   }
 }
 
-// Runs `d.requests` through our responder; returns our answers.
-std::vector<Answer> replay(const Direction& d, std::string& error) {
+// `frame`, an RC request, as the XRC request for SRQ `srqn`: its opcode in
+// XRC's range and an XRCETH behind the BTH (the rest rebuilt around it, the
+// ICRC anew).
+std::vector<std::uint8_t> as_xrc(const std::vector<std::uint8_t>& frame, std::uint32_t srqn) {
+  wire::ParsedFrame p;
+  wire::parse_frame(frame, p);
+  wire::FrameSpec spec = wire::spec_from_parsed(p);
+  spec.bth.opcode = static_cast<std::uint8_t>(spec.bth.opcode + static_cast<std::uint8_t>(wire::Opcode::kXrcSendFirst));
+  spec.xrceth.srqn.set(srqn);
+  std::vector<std::uint8_t> out(frame.size() + 64);
+  out.resize(wire::build_frame(spec, p.payload(), out));
+  return out;
+}
+
+// Runs `d.requests` through our responder (an XRC target QP with `xrc`);
+// returns our answers.
+std::vector<Answer> replay(const Direction& d, std::string& error, bool xrc = false) {
   ScriptedPort port;
   FixedClock clock;
   PortConfig cfg;
@@ -133,6 +153,21 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   QpInitAttr init;
   init.send_cq = init.recv_cq = cq;
   init.cap = ibv_qp_cap{16, 4096, 1, 1, 0};
+  SharedReceiveQueue* srq = nullptr;
+  if (xrc) {
+    init.qp_type = IBV_QPT_XRC_RECV;
+    init.xrcd = ctx->open_xrcd();
+    SrqInitAttr sa;
+    sa.max_wr = 4096;
+    sa.max_sge = 1;
+    sa.xrcd = init.xrcd;
+    sa.cq = cq;
+    srq = pd->create_srq(sa);
+    if (srq == nullptr) {
+      error = ctx->last_error();
+      return {};
+    }
+  }
   QueuePair* qp = testing::create_qp_with_qpn(pd, init, d.responder.qpn);
   if (qp == nullptr) {
     error = ctx->last_error();
@@ -196,7 +231,8 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     ibv_recv_wr* bad = nullptr;
-    qp->post_recv(&wr, &bad);
+    if (srq != nullptr) srq->post_recv(&wr, &bad);
+    else qp->post_recv(&wr, &bad);
   }
 
   a = ibv_qp_attr{};
@@ -216,7 +252,7 @@ std::vector<Answer> replay(const Direction& d, std::string& error) {
   }
 
   for (const auto& f : d.requests) {
-    port.inbox.push_back(f);
+    port.inbox.push_back(srq != nullptr ? as_xrc(f, srq->srq_num()) : f);
     for (int i = 0; i < 64 && (ctx->progress() > 0 || !port.inbox.empty()); ++i) {
     }
   }
@@ -236,8 +272,14 @@ struct ReplayCase {
 
 class Replay : public ::testing::TestWithParam<ReplayCase> {};
 
-TEST_P(Replay, OurResponderAnswersAsSoftRoceDid) {
-  const auto frames = load_golden(GetParam().file);
+// rxe's answers of `d`, as an XRC responder sends them: XRC's opcodes.
+std::vector<Answer> in_xrc(std::vector<Answer> rxe) {
+  for (Answer& a : rxe) a.opcode = static_cast<std::uint8_t>(a.opcode + static_cast<std::uint8_t>(wire::Opcode::kXrcSendFirst));
+  return rxe;
+}
+
+void expect_answers_as_rxe(const ReplayCase& c, bool xrc) {
+  const auto frames = load_golden(c.file);
   const auto sessions = sessions_of(frames);
   ASSERT_FALSE(sessions.empty()) << "no TCP exchange found";
   std::size_t directions = 0;
@@ -250,14 +292,15 @@ TEST_P(Replay, OurResponderAnswersAsSoftRoceDid) {
       if (d.requests.empty()) continue;
       ++directions;
       std::string error;
-      const std::vector<Answer> ours = replay(d, error);
+      const std::vector<Answer> ours = replay(d, error, xrc);
+      const std::vector<Answer> want_all = xrc ? in_xrc(d.rxe) : d.rxe;
       ASSERT_TRUE(error.empty()) << error;
       for (const Answer& a : ours) EXPECT_TRUE(a.icrc_ok) << "our frame fails its ICRC: " << a.str();
       // rxe's answers, in order, within ours; ours may hold the few the
       // capture lost (netem dropped them before the capture point).
       std::size_t j = 0;
       std::size_t extra = 0;
-      for (const Answer& want : d.rxe) {
+      for (const Answer& want : want_all) {
         while (j < ours.size() && !(ours[j] == want)) {
           ++extra;
           ++j;
@@ -268,14 +311,18 @@ TEST_P(Replay, OurResponderAnswersAsSoftRoceDid) {
         ++answers;
       }
       extra += ours.size() - j;
-      EXPECT_LE(extra, GetParam().lost_responses) << "answers that rxe did not send";
+      EXPECT_LE(extra, c.lost_responses) << "answers that rxe did not send";
     }
   }
   EXPECT_GT(directions, 0u);
   EXPECT_GT(answers, 0u);
-  std::printf("  %s: %zu sessions, %zu directions, %zu answers matched\n", GetParam().file.c_str(), sessions.size(),
-              directions, answers);
+  std::printf("  %s%s: %zu sessions, %zu directions, %zu answers matched\n", c.file.c_str(), xrc ? " as XRC" : "",
+              sessions.size(), directions, answers);
 }
+
+TEST_P(Replay, OurResponderAnswersAsSoftRoceDid) { expect_answers_as_rxe(GetParam(), false); }
+
+TEST_P(Replay, AsXrcOurTargetQpAnswersAsSoftRoceDid) { expect_answers_as_rxe(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(SoftRoce, Replay,
                          ::testing::Values(ReplayCase{"ib_write_bw.pcap", 0}, ReplayCase{"ib_read_lat.pcap", 0},
