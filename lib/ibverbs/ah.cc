@@ -36,7 +36,8 @@ int gid_index(ibv_context* context, const ibv_gid& gid) {
 extern "C" {
 
 ibv_ah* ibv_create_ah(ibv_pd* ibv_pd, ibv_ah_attr* attr) {
-  if (ibv_pd == nullptr || attr == nullptr || uroce::ibverbs::ctx_of(ibv_pd->context) == nullptr) {
+  if (ibv_pd == nullptr || attr == nullptr ||
+      uroce::ibverbs::ctx_of(ibv_pd->context, reinterpret_cast<uroce::ibverbs::Pd*>(ibv_pd)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }

@@ -162,7 +162,7 @@ void fill_poll_ops(ibv_cq_ex& e) {
 }
 
 Cq* cq_of(ibv_cq* cq) {
-  if (cq == nullptr || ctx_of(cq->context) == nullptr) {
+  if (cq == nullptr || ctx_of(cq->context, reinterpret_cast<Cq*>(cq)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }

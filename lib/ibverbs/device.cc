@@ -85,6 +85,9 @@ char g_service_socket[108] = "";
 // heap). The first call in the child starts afresh (forget_parent).
 bool g_forked = false;
 void fork_child() { g_forked = true; }
+// process_generation(): 0 in a process that was not forked from one using
+// uroce, one more in each child than in its parent (forget_parent).
+std::uint32_t g_generation = 0;
 void forget_parent();
 void fork_prepare();
 
@@ -131,6 +134,7 @@ void forget_parent() {
   Process* old = g_process;
   g_process = new Process;
   g_process->parent = old;
+  ++g_generation;
   if (old->in_process) {
     if (g_service_socket[0] != '\0') {
       setenv("UROCE_SERVICE", g_service_socket, 1);
@@ -498,25 +502,110 @@ bool in_forked_child_of_in_process() {
   return g_in_process_child;
 }
 
+std::uint32_t process_generation() {
+  process();  // a child's first call counts it (forget_parent)
+  return g_generation;
+}
+
+// In a forked child served by uroced or by its parent, the device of its
+// parent (or of theirs) stands for this process's own: a context, device
+// pointer or device list the program kept from before the fork reaches
+// this process's attached device (started on first use), as a kernel
+// device's does in a child. rdma-core's tests allocate device memory on
+// the context the parent opened (test_device.DMTest.test_multi_process_alloc_dm).
 Device* device_of(ibv_device* dev) {
-  Device* d = process().device;
+  Process& p = process();
   if (g_in_process_child && dev != nullptr) {
     refuse_in_child();
     return nullptr;
   }
-  if (dev == nullptr || d == nullptr || dev != &d->ibv) {
-    errno = ENODEV;
-    return nullptr;
+  if (dev != nullptr && p.device != nullptr && dev == &p.device->ibv) return p.device;
+  // The ancestors' Process objects are as they were at the fork: nothing
+  // in this process writes them.
+  for (const Process* a = p.parent; dev != nullptr && a != nullptr; a = a->parent) {
+    if (a->device != nullptr && dev == &a->device->ibv) {
+      if (Device* d = started_device()) return d;
+      break;
+    }
   }
-  return d;
+  errno = ENODEV;
+  return nullptr;
 }
 
 Device* device_of(ibv_context* ctx) { return ctx == nullptr ? device_of(static_cast<ibv_device*>(nullptr)) : device_of(ctx->device); }
 
+namespace {
+
+// A context opened before the fork, at its first use in the child: it is
+// made this process's own, as ibv_open_device would make it (one more open
+// context, its events watched here), on `d`, this process's device. What
+// the parent left in it is the parent's: its QPs, CQs and SRQs are not
+// watched here, its pending events not delivered here, and its async_fd
+// becomes a pipe of this process's at the same descriptor (the inherited
+// one is the parent's pipe, shared with it by the fork), keeping the
+// program's flags (O_NONBLOCK). Its mutex may have been held by a parent's
+// thread at the fork: it is made anew. false (errno) if the device cannot
+// start its workers or no pipe can be made.
+bool adopt_inherited(Ctx* x, Device* d) {
+  ibv_context& c = x->vctx.context;
+  {
+    ProcessLock lock;
+    if (std::atomic_ref<Device*>(x->dev).load(std::memory_order_relaxed) == d) return true;  // another thread did
+    Process& p = process();
+    int async[2] = {-1, -1};
+    if (pipe2(async, O_CLOEXEC) != 0) return false;
+    const int flags = fcntl(c.async_fd, F_GETFL);
+    if (dup3(async[0], c.async_fd, O_CLOEXEC) < 0) {
+      const int e = errno;
+      close(async[0]);
+      close(async[1]);
+      errno = e;
+      return false;
+    }
+    close(async[0]);
+    if (flags >= 0) fcntl(c.async_fd, F_SETFL, flags);
+    close(x->async_write);
+    x->async_write = async[1];
+    fcntl(x->async_write, F_SETFL, O_NONBLOCK);
+    if (p.open_contexts == 0 && p.service == nullptr) {
+      if (const int err = first_open(*d); err != 0) {
+        errno = err;
+        return false;
+      }
+    }
+    ++p.open_contexts;
+    new (&x->mutex) std::mutex;
+    x->qps.clear();
+    x->cqs.clear();
+    x->srqs.clear();
+    x->events.clear();
+    x->ctx = d->ctx;
+    std::atomic_ref<Device*>(x->dev).store(d, std::memory_order_release);
+  }
+  watch_events(x);
+  return true;
+}
+
+}  // namespace
+
 Ctx* ctx_of(ibv_context* c) {
-  if (device_of(c) == nullptr) return nullptr;
+  Device* d = device_of(c);
+  if (d == nullptr) return nullptr;
   // vctx is Ctx's first member.
-  return reinterpret_cast<Ctx*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+  Ctx* x = reinterpret_cast<Ctx*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+  // Acquire: what adopt_inherited wrote (x->ctx) is seen with the device.
+  if (std::atomic_ref<Device*>(x->dev).load(std::memory_order_acquire) != d && !adopt_inherited(x, d)) return nullptr;
+  return x;
+}
+
+Ctx* ctx_of(ibv_context* c, const Born& object) {
+  Ctx* x = ctx_of(c);
+  if (x == nullptr) return nullptr;
+  if (object.generation != g_generation) {
+    errno = ENODEV;  // the parent's: its handle means nothing here
+    return nullptr;
+  }
+  return x;
 }
 
 }  // namespace uroce::ibverbs

@@ -16,6 +16,7 @@ namespace {
 struct Dm {
   ibv_dm ibv;
   uroce::DeviceMemory* dm = nullptr;
+  Born born;
 };
 
 // The largest alignment asked of its start (log2): device memory begins on
@@ -59,7 +60,7 @@ ibv_dm* alloc_dm_op(ibv_context* context, ibv_alloc_dm_attr* attr) {
 }
 
 int free_dm_op(ibv_dm* ibv_dm) {
-  if (ibv_dm == nullptr || ctx_of(ibv_dm->context) == nullptr) return EINVAL;
+  if (ibv_dm == nullptr || ctx_of(ibv_dm->context, reinterpret_cast<Dm*>(ibv_dm)->born) == nullptr) return EINVAL;
   auto* d = reinterpret_cast<Dm*>(ibv_dm);
   // EBUSY while regions are registered on it.
   if (const int rc = ctx_of(ibv_dm->context)->ctx->free_dm(d->dm); rc != 0) return rc;
@@ -68,8 +69,8 @@ int free_dm_op(ibv_dm* ibv_dm) {
 }
 
 ibv_mr* reg_dm_mr_op(ibv_pd* ibv_pd, ibv_dm* ibv_dm, std::uint64_t offset, std::size_t length, unsigned access) {
-  if (ibv_pd == nullptr || ibv_dm == nullptr || ctx_of(ibv_pd->context) == nullptr ||
-      ibv_dm->context != ibv_pd->context) {
+  if (ibv_pd == nullptr || ibv_dm == nullptr || ctx_of(ibv_pd->context, reinterpret_cast<Pd*>(ibv_pd)->born) == nullptr ||
+      ibv_dm->context != ibv_pd->context || ctx_of(ibv_dm->context, reinterpret_cast<Dm*>(ibv_dm)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }

@@ -31,6 +31,7 @@ namespace {
 Pd* plain_pd_of(ibv_pd* pd, ibv_context* context) {
   if (pd == nullptr || pd->context != context) return nullptr;
   auto* p = reinterpret_cast<Pd*>(pd);
+  if (ctx_of(context, p->born) == nullptr) return nullptr;
   return p->protection == nullptr ? p : nullptr;
 }
 
@@ -45,7 +46,8 @@ void release_domain(ibv_pd* pd) {
 }
 
 Pd* parent_domain_of(ibv_pd* pd) {
-  if (pd == nullptr || ctx_of(pd->context) == nullptr || reinterpret_cast<Pd*>(pd)->protection == nullptr) {
+  if (pd == nullptr || ctx_of(pd->context, reinterpret_cast<Pd*>(pd)->born) == nullptr ||
+      reinterpret_cast<Pd*>(pd)->protection == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
@@ -75,7 +77,7 @@ ibv_td* alloc_td_op(ibv_context* context, ibv_td_init_attr* attr) {
 }
 
 int dealloc_td_op(ibv_td* ibv_td) {
-  if (ibv_td == nullptr || ctx_of(ibv_td->context) == nullptr) return EINVAL;
+  if (ibv_td == nullptr || ctx_of(ibv_td->context, reinterpret_cast<Td*>(ibv_td)->born) == nullptr) return EINVAL;
   auto* td = reinterpret_cast<Td*>(ibv_td);
   if (td->parents.load() != 0) return EBUSY;
   delete td;
@@ -89,7 +91,8 @@ ibv_pd* alloc_parent_domain_op(ibv_context* context, ibv_parent_domain_init_attr
   // A PD of this context that is not itself a parent domain; a TD of it;
   // both allocators or neither.
   if (protection == nullptr || (attr->comp_mask & ~kKnown) != 0 ||
-      (attr->td != nullptr && attr->td->context != context) ||
+      (attr->td != nullptr &&
+       (attr->td->context != context || ctx_of(context, reinterpret_cast<Td*>(attr->td)->born) == nullptr)) ||
       ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) != 0 &&
        (attr->alloc == nullptr || attr->free == nullptr))) {
     errno = EINVAL;

@@ -131,7 +131,25 @@ struct Ctx {
   std::vector<Srq*> srqs;
   std::deque<ibv_async_event> events;  // not yet read by ibv_get_async_event
 };
-Ctx* ctx_of(ibv_context* c);  // nullptr (errno ENODEV) for a context that is not ours
+// nullptr (errno ENODEV) for a context that is not ours. In a forked child
+// served by uroced or by its parent (device.cc, forget_parent), a context
+// inherited from the parent is this process's from its first use here on
+// (adopt_inherited): it now stands on this process's own attached device,
+// so new objects can be made on it; the parent's objects on it stay the
+// parent's (Born).
+Ctx* ctx_of(ibv_context* c);
+
+// Which process made a verbs object: each forked child counts one more than
+// its parent (device.cc). A child may make objects on a context it
+// inherited, but the parent's objects are not its own: their handles are
+// the parent's (its engines, or its connection to uroced).
+std::uint32_t process_generation();
+struct Born {
+  std::uint32_t generation = process_generation();
+};
+// ctx_of(c) for an object born in this process; for one made before a fork
+// (its parent's), nullptr with errno ENODEV.
+Ctx* ctx_of(ibv_context* c, const Born& object);
 
 struct Td;
 struct Pd {
@@ -145,11 +163,13 @@ struct Pd {
   std::atomic<std::uint32_t> users{0};
   std::atomic<std::uint32_t> parents{0};
   void* pd_context = nullptr;
+  Born born;
 };
 // A thread domain (ibv_alloc_td): held by the parent domains that name it.
 struct Td {
   ibv_td ibv;
   std::atomic<std::uint32_t> parents{0};
+  Born born;
 };
 // An object made on `pd` (held) or destroyed (released): counted when it
 // is a parent domain, nothing otherwise.
@@ -163,6 +183,7 @@ Pd* parent_domain_of(ibv_pd* pd);
 struct Mr {
   ibv_mr ibv;
   uroce::MemoryRegion* mr;
+  Born born;
 };
 // The ibv_mr of `m` once its region is made (`addr` as the program is to
 // see it), the PD held; or, with no region, `m` freed, errno from the
@@ -173,6 +194,7 @@ ibv_mr* finish_mr(Mr* m, ibv_pd* pd, void* addr, std::size_t length);
 struct Mw {
   ibv_mw ibv;
   uroce::MemoryWindow* mw;
+  Born born;
 };
 
 // A completion channel: a pipe carrying one CQ id per event, as the kernel's
@@ -206,6 +228,7 @@ struct Cq {
   bool stamped = false;
   std::uint64_t current_ts = 0;
   std::int64_t wallclock_offset = 0;
+  Born born;
 };
 Cq* cq_of(ibv_cq* cq);
 
@@ -245,6 +268,7 @@ struct Qp {
   std::vector<std::uint8_t> bytes;
   std::vector<ibv_send_wr> chain;
   int pending_error = 0;
+  Born born;
 };
 Qp* qp_of(ibv_qp* qp);
 // Told by ibv_destroy_qp, before the QP goes and with no lock of ibverbs
@@ -263,6 +287,7 @@ struct Srq {
   SpinLock post_lock;
   std::atomic<bool> limit_reached{false};
   std::atomic<std::uint32_t> async_events{0};  // delivered by ibv_get_async_event
+  Born born;
 };
 Srq* srq_of(ibv_srq* srq);
 // ibv_create_srq and ibv_create_srq_ex's body: an SRQ of `pd` as `init` says.

@@ -32,7 +32,7 @@ ibv_mr* finish_mr(Mr* m, ibv_pd* ibv_pd, void* addr, std::size_t length) {
 namespace {
 
 Pd* pd_of(ibv_pd* pd) {
-  if (pd == nullptr || ctx_of(pd->context) == nullptr) {
+  if (pd == nullptr || ctx_of(pd->context, reinterpret_cast<Pd*>(pd)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
@@ -140,7 +140,7 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, std::uint64_t, std::size_t, std::uint64_t, in
 }
 
 int ibv_dereg_mr(ibv_mr* ibv_mr) {
-  if (ibv_mr == nullptr || ctx_of(ibv_mr->context) == nullptr) return EINVAL;
+  if (ibv_mr == nullptr || ctx_of(ibv_mr->context, reinterpret_cast<Mr*>(ibv_mr)->born) == nullptr) return EINVAL;
   auto* m = reinterpret_cast<Mr*>(ibv_mr);
   auto* pd = reinterpret_cast<Pd*>(ibv_mr->pd);
   if (const int rc = pd->pd->dereg_mr(m->mr); rc != 0) return rc;
@@ -158,7 +158,8 @@ int ibv_dereg_mr(ibv_mr* ibv_mr) {
 // only with their flag (pyverbs passes junk for a pd it does not change).
 int ibv_rereg_mr(ibv_mr* ibv_mr, int flags, ibv_pd* ibv_pd, void* addr, std::size_t length, int access) {
   constexpr int kFlags = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
-  if (ibv_mr == nullptr || ctx_of(ibv_mr->context) == nullptr || (flags & ~kFlags) != 0 ||
+  if (ibv_mr == nullptr || ctx_of(ibv_mr->context, reinterpret_cast<Mr*>(ibv_mr)->born) == nullptr ||
+      (flags & ~kFlags) != 0 ||
       ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
       (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
     errno = EINVAL;
@@ -169,7 +170,8 @@ int ibv_rereg_mr(ibv_mr* ibv_mr, int flags, ibv_pd* ibv_pd, void* addr, std::siz
   uroce::ReregAttr change;
   change.flags = flags;
   if ((flags & IBV_REREG_MR_CHANGE_PD) != 0) {
-    if (ibv_pd == nullptr || ibv_pd->context != ibv_mr->context) {
+    if (ibv_pd == nullptr || ibv_pd->context != ibv_mr->context ||
+        ctx_of(ibv_pd->context, reinterpret_cast<Pd*>(ibv_pd)->born) == nullptr) {
       errno = EINVAL;
       return IBV_REREG_MR_ERR_INPUT;
     }

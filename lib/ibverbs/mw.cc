@@ -10,7 +10,7 @@
 namespace uroce::ibverbs {
 
 ibv_mw* alloc_mw(ibv_pd* ibv_pd, ibv_mw_type type) {
-  if (ibv_pd == nullptr || ctx_of(ibv_pd->context) == nullptr) {
+  if (ibv_pd == nullptr || ctx_of(ibv_pd->context, reinterpret_cast<Pd*>(ibv_pd)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
@@ -39,7 +39,10 @@ ibv_mw* alloc_mw(ibv_pd* ibv_pd, ibv_mw_type type) {
 // ibv_bind_mw has checked the type (1), and the region's PD against the
 // window's; the bind is a work request on `qp`'s send queue.
 int bind_mw(ibv_qp* ibv_qp, ibv_mw* ibv_mw, ibv_mw_bind* bind) {
-  if (ibv_qp == nullptr || ibv_mw == nullptr || bind == nullptr) return EINVAL;
+  if (ibv_qp == nullptr || ibv_mw == nullptr || bind == nullptr || qp_of(ibv_qp) == nullptr ||
+      ctx_of(ibv_mw->context, reinterpret_cast<Mw*>(ibv_mw)->born) == nullptr) {
+    return EINVAL;
+  }
   Qp* qp = reinterpret_cast<Qp*>(ibv_qp);
   Mw* m = reinterpret_cast<Mw*>(ibv_mw);
   int rc;
@@ -52,7 +55,7 @@ int bind_mw(ibv_qp* ibv_qp, ibv_mw* ibv_mw, ibv_mw_bind* bind) {
 }
 
 int dealloc_mw(ibv_mw* ibv_mw) {
-  if (ibv_mw == nullptr || ctx_of(ibv_mw->context) == nullptr) return EINVAL;
+  if (ibv_mw == nullptr || ctx_of(ibv_mw->context, reinterpret_cast<Mw*>(ibv_mw)->born) == nullptr) return EINVAL;
   Mw* m = reinterpret_cast<Mw*>(ibv_mw);
   if (const int rc = m->mw->pd()->dealloc_mw(m->mw); rc != 0) return rc;
   delete m;

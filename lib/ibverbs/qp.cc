@@ -38,7 +38,7 @@ ibv_qp* create(ibv_pd* ibv_pd, const ibv_qp_init_attr_ex& a, bool new_post_api, 
     errno = EINVAL;
     return nullptr;
   }
-  Ctx* x = ctx_of(ibv_pd->context);
+  Ctx* x = ctx_of(ibv_pd->context, reinterpret_cast<Pd*>(ibv_pd)->born);
   if (x == nullptr) return nullptr;
   if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UC && a.qp_type != IBV_QPT_UD && a.qp_type != IBV_QPT_XRC_SEND) {
     errno = unsupported(EOPNOTSUPP, type_name(a.qp_type));
@@ -105,7 +105,7 @@ std::atomic<QpDestroyHook> g_qp_destroy_hook{nullptr};
 void set_qp_destroy_hook(QpDestroyHook hook) { g_qp_destroy_hook.store(hook); }
 
 Qp* qp_of(ibv_qp* qp) {
-  if (qp == nullptr || ctx_of(qp->context) == nullptr) {
+  if (qp == nullptr || ctx_of(qp->context, reinterpret_cast<Qp*>(qp)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }

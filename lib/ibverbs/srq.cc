@@ -12,7 +12,7 @@
 namespace uroce::ibverbs {
 
 Srq* srq_of(ibv_srq* srq) {
-  if (srq == nullptr || ctx_of(srq->context) == nullptr) {
+  if (srq == nullptr || ctx_of(srq->context, reinterpret_cast<Srq*>(srq)->born) == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
@@ -53,7 +53,8 @@ ibv_srq* ibv_create_srq(ibv_pd* ibv_pd, ibv_srq_init_attr* attr) {
 }  // extern "C"
 
 ibv_srq* uroce::ibverbs::make_srq(ibv_pd* ibv_pd, const uroce::SrqInitAttr& init, void* srq_context) {
-  uroce::ibverbs::Ctx* x = uroce::ibverbs::ctx_of(ibv_pd->context);
+  uroce::ibverbs::Ctx* x =
+      uroce::ibverbs::ctx_of(ibv_pd->context, reinterpret_cast<uroce::ibverbs::Pd*>(ibv_pd)->born);
   if (x == nullptr) return nullptr;
   auto* srq = uroce::ibverbs::allocate<Srq>();
   if (srq == nullptr) return nullptr;

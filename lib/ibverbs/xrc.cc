@@ -29,6 +29,7 @@ struct Xrcd {
   ino_t ino = 0;
   std::uint32_t opens = 1;    // ibv_open_xrcd calls not yet closed
   std::vector<Qp*> targets;   // its target QPs (ibv_open_qp finds them)
+  Born born;                  // a parent's (before a fork) is not the child's
 };
 
 namespace {
@@ -36,10 +37,15 @@ namespace {
 std::mutex g_mutex;  // guards g_xrcds and every Xrcd's opens and targets
 std::vector<Xrcd*> g_xrcds;
 
+// The domain behind `xrcd`, if it is one of this process's (a forked
+// child's copy of its parent's is not: ENODEV, as for the parent's other
+// objects); nullptr with errno set otherwise.
 Xrcd* xrcd_of(ibv_xrcd* xrcd) {
   for (Xrcd* x : g_xrcds) {
-    if (&x->ibv == xrcd) return x;
+    if (&x->ibv != xrcd) continue;
+    return ctx_of(xrcd->context, x->born) != nullptr ? x : nullptr;
   }
+  errno = EINVAL;
   return nullptr;
 }
 
@@ -99,7 +105,7 @@ ibv_xrcd* open_xrcd_op(ibv_context* context, ibv_xrcd_init_attr* attr) {
 int close_xrcd_op(ibv_xrcd* xrcd) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Xrcd* d = xrcd_of(xrcd);
-  if (d == nullptr) return EINVAL;
+  if (d == nullptr) return errno;
   if (d->opens > 1) {
     --d->opens;
     return 0;
@@ -118,7 +124,8 @@ ibv_qp* create_xrc_target(ibv_context* context, ibv_qp_init_attr_ex& a) {
   if (x == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
   Xrcd* d = xrcd_of(a.xrcd);
-  if (d == nullptr || d->ctx->ctx != x->ctx) {
+  if (d == nullptr) return nullptr;
+  if (d->ctx->ctx != x->ctx) {
     errno = EINVAL;
     return nullptr;
   }
@@ -163,10 +170,7 @@ ibv_qp* open_qp_op(ibv_context* context, ibv_qp_open_attr* attr) {
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   Xrcd* d = xrcd_of(attr->xrcd);
-  if (d == nullptr) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  if (d == nullptr) return nullptr;
   for (Qp* qp : d->targets) {
     if (qp->ex.qp_base.qp_num != attr->qp_num) continue;
     ++qp->opens;
@@ -186,6 +190,8 @@ bool release_xrc_target(Qp* qp) {
 uroce::ProtectionDomain* xrc_target_pd(const Qp& qp) { return qp.xrcd->pd; }
 
 ibv_srq* create_srq_ex_op(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  Ctx* x = ctx_of(context);
+  if (x == nullptr) return nullptr;
   if (attr == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -222,7 +228,8 @@ ibv_srq* create_srq_ex_op(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     Xrcd* d = xrcd_of(attr->xrcd);
-    if (d == nullptr || d->ctx->ctx != ctx_of(context)->ctx) {
+    if (d == nullptr) return nullptr;
+    if (d->ctx->ctx != x->ctx) {
       errno = EINVAL;
       return nullptr;
     }

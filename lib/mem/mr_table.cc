@@ -4,6 +4,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "mem/mr_slot.h"
+
 namespace uroce::mem {
 namespace {
 
@@ -43,6 +45,7 @@ MrTable::MrTable(std::uint32_t capacity, RandomFill random) : slots_(capacity + 
   slot_mask_ = (1u << slot_bits_) - 1;
   if (slots_.size() > slot_mask_ + 1ull) slots_.resize(slot_mask_ + 1ull);
   generation_.resize(slots_.size());
+  seq_ = std::make_unique<std::atomic<std::uint32_t>[]>(slots_.size());
   if (random == nullptr) return;
   random(generation_.data(), generation_.size() * sizeof generation_[0]);
   const std::uint32_t bits = 32 - slot_bits_;
@@ -112,10 +115,10 @@ int MrTable::remove(std::uint32_t key) {
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return EINVAL;
   if (slots_[i].is_window()) return EINVAL;  // remove_window
   // IBTA 11.2.8.5 (rxe likewise): a region with windows bound to it stays.
-  if (slots_[i].windows != 0) return EBUSY;
+  if (load(slots_[i].windows) != 0) return EBUSY;
   if (auto n = pd_regions_.find(slots_[i].pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
   slots_[i] = Region{};
-  ++epoch_;
+  bump_epoch();
   return 0;
 }
 
@@ -128,7 +131,7 @@ int MrTable::rereg(std::uint32_t key, std::uint64_t pd, void* base, std::uint64_
   if (r.is_window()) return EINVAL;
   // Windows bound to it grant what it granted (IBTA 11.2.8.5 for
   // deregistration; the kernel refuses a rereg the same way).
-  if (r.windows != 0) return EBUSY;
+  if (load(r.windows) != 0) return EBUSY;
   if (r.pd != pd) {
     if (auto n = pd_regions_.find(r.pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
     ++pd_regions_[pd];
@@ -138,7 +141,7 @@ int MrTable::rereg(std::uint32_t key, std::uint64_t pd, void* base, std::uint64_
   r.length = length;
   r.access = access;
   r.pd = pd;
-  ++epoch_;
+  bump_epoch();
   return 0;
 }
 
@@ -147,17 +150,24 @@ std::uint32_t MrTable::regions_in_pd(std::uint64_t pd) const {
   return n == pd_regions_.end() ? 0 : n->second;
 }
 
+// A window's key changes with its binds, on whichever engine runs them: it
+// is loaded atomically; a region's changes only in control calls.
 const Region* MrTable::find(std::uint32_t key) const {
   const std::uint32_t i = slot_of(key);
-  if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != key) return nullptr;
-  return &slots_[i];
+  if (i == 0 || i >= slots_.size() || !slots_[i].valid) return nullptr;
+  const Region& r = slots_[i];
+  if ((r.is_window() ? load(r.key) : r.key) != key) return nullptr;
+  return &r;
 }
 
 AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, std::uint64_t iova,
                             std::uint64_t len, int need, std::uint8_t*& host) const {
   const Region* r = find(key);
-  if (r == nullptr || (remote && !r->rkey_valid)) return AccessResult::kBadKey;
-  if (r->is_window()) return AccessResult::kBadKey;  // never an lkey; a peer's goes through check_remote
+  // A window's key is never an lkey; a peer's goes through check_remote.
+  // Asked before rkey_valid, which a region changes only in control calls
+  // but a window on the data path.
+  if (r == nullptr || r->is_window()) return AccessResult::kBadKey;
+  if (remote && !r->rkey_valid) return AccessResult::kBadKey;
   if (r->pd != pd) return AccessResult::kBadPd;
   if (iova < r->iova || iova + len < iova || iova + len > r->iova + r->length) {
     return AccessResult::kOutOfBounds;
@@ -177,12 +187,19 @@ AccessResult MrTable::check(std::uint32_t key, bool remote, std::uint64_t pd, st
 
 AccessResult MrTable::invalidate(std::uint32_t rkey, std::uint64_t pd) {
   const std::uint32_t i = slot_of(rkey);
-  if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != rkey) return AccessResult::kBadKey;
-  if (slots_[i].pd != pd) return AccessResult::kBadPd;
-  if (!slots_[i].remote_invalidatable) return AccessResult::kNoAccess;
-  if (slots_[i].is_window()) unbind(slots_[i]);  // a type 2 window is free to be bound again
-  slots_[i].rkey_valid = false;
-  ++epoch_;
+  if (i == 0 || i >= slots_.size() || !slots_[i].valid) return AccessResult::kBadKey;
+  Region& r = slots_[i];
+  // Only type 2 windows may be (remote_invalidatable: set when the window
+  // was allocated); nothing else is written here.
+  if (!r.is_window()) {
+    if (r.key != rkey) return AccessResult::kBadKey;
+    return r.pd != pd ? AccessResult::kBadPd : AccessResult::kNoAccess;
+  }
+  SlotWriter writing(*this, i);
+  if (r.key != rkey) return AccessResult::kBadKey;
+  if (r.pd != pd) return AccessResult::kBadPd;
+  if (!r.remote_invalidatable) return AccessResult::kNoAccess;
+  unbind(r);  // the rkey stops working, and the type 2 window is free to be bound again
   return AccessResult::kOk;
 }
 

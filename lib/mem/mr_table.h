@@ -1,10 +1,28 @@
 // Memory regions: registration, lkey/rkey lookup, and the bounds, access and
 // protection-domain checks every placement passes before a byte moves
 // (IBTA 10.6 memory protection: R_Key, bounds, access rights, PD).
+//
+// Threads. Everything that adds, removes or re-registers a region or
+// window runs in a control call, which holds every engine between two
+// bursts (lib/verbs/local.h): it races with nothing. A window's binding
+// changes on the data path, though, by whichever engine runs the bind,
+// LOCAL_INV or SEND with Invalidate, while the other engines check rkeys
+// against it: a window slot's changing fields (listed at Region::kind) are
+// written under its sequence counter (odd while a writer is inside; writers
+// exclude each other through it) and read as a consistent copy that is
+// taken again if a writer came between, all through std::atomic_ref; a
+// region's `windows` count is changed atomically. A region's own fields
+// change only in control calls, so checking an ordinary MR's key reads
+// them as before, with no counter and no retry. Not removed by this: a packet
+// whose check passed just before another engine invalidated the window
+// is still placed, as on a NIC where the invalidation races a packet
+// already past its check.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +60,10 @@ struct Region {
   // of its own whose key is an rkey only. Bound, base/iova/length/access
   // describe the range it grants (iova 0 when zero-based) and rkey_valid is
   // set; unbound or invalidated, rkey_valid is clear.
+  // While engines run, a window's key, rkey_valid, base, iova, length,
+  // access, odp_pid, bound_mr and bound_qpn change under its slot's
+  // sequence counter (the head of mr_table.h), and a region's `windows`
+  // atomically; kind, pd and valid change only in control calls.
   enum class Kind : std::uint8_t { kRegion, kWindow1, kWindow2 } kind = Kind::kRegion;
   std::uint32_t bound_mr = 0;     // window: the key of the region it is bound to (0: none)
   std::uint32_t bound_qpn = 0;    // type 2 window: the QP it was bound through (its rkey works only there)
@@ -161,20 +183,40 @@ class MrTable {
   // path caches host addresses resolved under some key together with the
   // epoch it saw; a changed epoch makes it check the key again before the
   // next byte moves, so no packet touches a region after dereg_mr returned.
-  std::uint64_t epoch() const { return epoch_; }
+  // Read the epoch BEFORE checking a key, and cache that value: an engine
+  // may move it between the check and a later read.
+  //
+  // Acquire, paired with the writers' release (bump_epoch): an engine that
+  // sees the new epoch checks again and must then see the change that moved
+  // it (the window's slot as its writer left it), not an older copy that a
+  // relaxed load would allow; it would cache that under the new epoch. On
+  // x86 an acquire load is the plain load it was.
+  std::uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
 
  private:
   std::uint32_t key_of(std::uint32_t slot, std::uint32_t generation) const;
   std::uint32_t slot_of(std::uint32_t key) const { return (key >> 8) & slot_mask_; }
   Region* window_of(std::uint32_t key);  // the window slot `key` names, whatever its low 8 bits
+  // The window of slot `i` whose sequence counter the caller holds
+  // (SlotWriter): unbound, its region's count of windows dropped.
   void unbind(Region& w);
+  void bump_epoch() { epoch_.fetch_add(1, std::memory_order_release); }
+  // Holds slot i's sequence counter odd (a writer inside) for its life.
+  class SlotWriter;
+  // A consistent copy of window slot i's changing fields.
+  Region read_window(std::uint32_t i) const;
+  AccessResult check_window(std::uint32_t i, std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn,
+                            std::uint64_t iova, std::uint64_t len, int need, std::uint8_t*& host,
+                            std::int32_t& odp_pid) const;
 
   std::vector<Region> slots_;
   std::vector<std::uint32_t> generation_;  // per slot: the generation of its next key
   std::uint32_t slot_bits_ = 0;
   std::uint32_t slot_mask_ = 0;
   std::uint32_t next_slot_ = 1;  // next-fit: where the search for a free slot starts
-  std::uint64_t epoch_ = 0;
+  // Per slot: even while no writer is inside, odd while one is (windows only).
+  std::unique_ptr<std::atomic<std::uint32_t>[]> seq_;
+  std::atomic<std::uint64_t> epoch_{0};
   // Live regions per PD identity: dealloc_pd asks without scanning the table.
   std::unordered_map<std::uint64_t, std::uint32_t> pd_regions_;
 };

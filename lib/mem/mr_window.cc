@@ -7,6 +7,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "mem/mr_slot.h"
 #include "mem/mr_table.h"
 
 namespace uroce::mem {
@@ -66,7 +67,7 @@ Region* MrTable::window_of(std::uint32_t key) {
   if (i == 0 || i >= slots_.size() || !slots_[i].valid || !slots_[i].is_window()) return nullptr;
   // The consumer's key (the low 8 bits) changes with every bind; the rest
   // (slot and generation) names the window for as long as it lives.
-  if ((slots_[i].key >> 8) != (key >> 8)) return nullptr;
+  if ((load(slots_[i].key) >> 8) != (key >> 8)) return nullptr;
   return &slots_[i];
 }
 
@@ -76,26 +77,34 @@ bool MrTable::names_window(std::uint32_t key) const {
 
 void MrTable::unbind(Region& w) {
   if (w.bound_mr != 0) {
+    // The region stays while windows are bound to it (remove() is refused),
+    // so bound_mr still names it; other engines may bind to it meanwhile.
     const std::uint32_t i = slot_of(w.bound_mr);
-    if (i < slots_.size() && slots_[i].valid && slots_[i].key == w.bound_mr && slots_[i].windows > 0) {
-      --slots_[i].windows;
+    if (i < slots_.size() && slots_[i].valid && slots_[i].key == w.bound_mr) {
+      std::atomic_ref<std::uint32_t> windows(slots_[i].windows);
+      std::uint32_t n = windows.load(std::memory_order_relaxed);
+      while (n > 0 && !windows.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+      }
     }
   }
-  w.bound_mr = 0;
-  w.bound_qpn = 0;
-  w.odp_pid = 0;
-  w.base = nullptr;
-  w.iova = 0;
-  w.length = 0;
-  w.access = 0;
-  w.rkey_valid = false;
-  ++epoch_;  // whatever was resolved under its rkey is checked again
+  store(w.bound_mr, 0u);
+  store(w.bound_qpn, 0u);
+  store(w.odp_pid, 0);
+  store(w.base, static_cast<std::uint8_t*>(nullptr));
+  store(w.iova, std::uint64_t{0});
+  store(w.length, std::uint64_t{0});
+  store(w.access, 0);
+  store(w.rkey_valid, false);
+  bump_epoch();  // whatever was resolved under its rkey is checked again
 }
 
 int MrTable::remove_window(std::uint32_t key) {
   Region* w = window_of(key);
   if (w == nullptr) return EINVAL;
-  unbind(*w);  // IBTA 10.6.7: deallocating a bound window invalidates its rkey
+  {
+    SlotWriter writing(*this, slot_of(key));
+    unbind(*w);  // IBTA 10.6.7: deallocating a bound window invalidates its rkey
+  }
   if (auto n = pd_regions_.find(w->pd); n != pd_regions_.end() && --n->second == 0) pd_regions_.erase(n);
   // Its rkeys took any low byte (the consumer's key): the slot's next keys
   // move to the next value of the generation's upper bits, so no later
@@ -109,6 +118,10 @@ int MrTable::remove_window(std::uint32_t key) {
 }
 
 WindowResult MrTable::bind_window(const WindowBind& b, std::uint64_t pd, std::uint32_t qpn) {
+  const std::uint32_t i = slot_of(b.window_key);
+  if (i == 0 || i >= slots_.size() || !slots_[i].valid || !slots_[i].is_window()) return WindowResult::kNoWindow;
+  // Another engine may bind or invalidate this window at the same time.
+  SlotWriter writing(*this, i);
   Region* w = window_of(b.window_key);
   if (w == nullptr) return WindowResult::kNoWindow;
   // C10-72, o10-36.2.1: the window, the region and the QP share one PD.
@@ -138,53 +151,98 @@ WindowResult MrTable::bind_window(const WindowBind& b, std::uint64_t pd, std::ui
     }
   }
   unbind(*w);
-  w->key = b.new_rkey;
+  store(w->key, b.new_rkey);
   if (unbinding) return WindowResult::kOk;  // type 1: a new rkey that grants nothing
   const std::uint32_t mr_slot = slot_of(b.mr_key);
-  ++slots_[mr_slot].windows;
-  w->bound_mr = b.mr_key;
-  w->bound_qpn = type2 ? qpn : 0;
+  std::atomic_ref<std::uint32_t>(slots_[mr_slot].windows).fetch_add(1, std::memory_order_relaxed);
+  store(w->bound_mr, b.mr_key);
+  store(w->bound_qpn, type2 ? qpn : 0u);
   // As integers: an implicit ODP region has no base (every address).
-  w->base = reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(mr->base) + (b.addr - mr->iova));
-  w->odp_pid = mr->odp_pid;  // reached as its region is
+  store(w->base, reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(mr->base) + (b.addr - mr->iova)));
+  store(w->odp_pid, mr->odp_pid);  // reached as its region is
   // Zero-based: the peer addresses the window from 0 (IBTA 10.6.7.1);
   // otherwise by the region's own addresses.
-  w->iova = (b.access & IBV_ACCESS_ZERO_BASED) ? 0 : b.addr;
-  w->length = b.length;
-  w->access = b.access & kWindowRights;
-  w->rkey_valid = true;
+  store(w->iova, (b.access & IBV_ACCESS_ZERO_BASED) ? std::uint64_t{0} : b.addr);
+  store(w->length, b.length);
+  store(w->access, b.access & kWindowRights);
+  store(w->rkey_valid, true);
   return WindowResult::kOk;
 }
 
 WindowResult MrTable::invalidate_window(std::uint32_t rkey, std::uint64_t pd) {
   const std::uint32_t i = slot_of(rkey);
-  if (i == 0 || i >= slots_.size() || !slots_[i].valid || slots_[i].key != rkey || !slots_[i].is_window()) {
-    return WindowResult::kNoWindow;
-  }
+  if (i == 0 || i >= slots_.size() || !slots_[i].valid || !slots_[i].is_window()) return WindowResult::kNoWindow;
+  SlotWriter writing(*this, i);  // another engine may bind or invalidate it at the same time
   Region& w = slots_[i];
+  if (w.key != rkey) return WindowResult::kNoWindow;
   if (w.pd != pd) return WindowResult::kWrongPd;
   if (w.kind != Region::Kind::kWindow2) return WindowResult::kNotInvalidatable;  // o10-37.2.26
   unbind(w);
   return WindowResult::kOk;
 }
 
-AccessResult MrTable::check_remote(std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn, std::uint64_t iova,
-                                   std::uint64_t len, int need, std::uint8_t*& host) const {
-  const Region* r = find(rkey);
-  if (r == nullptr || !r->is_window()) return check(rkey, true, pd, iova, len, need, host);
-  if (!r->rkey_valid) return AccessResult::kBadKey;  // unbound, invalidated
-  if (r->pd != pd) return AccessResult::kBadPd;
-  if (r->kind == Region::Kind::kWindow2 && r->bound_qpn != qpn) return AccessResult::kBadKey;
-  if (iova < r->iova || iova + len < iova || iova + len > r->iova + r->length) return AccessResult::kOutOfBounds;
-  if ((r->access & need) != need) return AccessResult::kNoAccess;
-  host = reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(r->base) + (iova - r->iova));
+// The reader's side of the slot's sequence counter (SlotWriter): the
+// changing fields are copied while it is even and taken again if it moved
+// meanwhile; their acquire loads keep the copy ahead of the second look.
+Region MrTable::read_window(std::uint32_t i) const {
+  const Region& w = slots_[i];
+  Region c;
+  unsigned spins = 0;
+  for (;;) {
+    const std::uint32_t s = seq_[i].load(std::memory_order_acquire);
+    if ((s & 1) == 0) {
+      c.key = load(w.key);
+      c.rkey_valid = load(w.rkey_valid);
+      c.base = load(w.base);
+      c.iova = load(w.iova);
+      c.length = load(w.length);
+      c.access = load(w.access);
+      c.odp_pid = load(w.odp_pid);
+      c.bound_mr = load(w.bound_mr);
+      c.bound_qpn = load(w.bound_qpn);
+      if (seq_[i].load(std::memory_order_relaxed) == s) break;
+    }
+    spin_wait(spins);
+  }
+  // Changed only in control calls.
+  c.valid = w.valid;
+  c.pd = w.pd;
+  c.kind = w.kind;
+  c.remote_invalidatable = w.remote_invalidatable;
+  return c;
+}
+
+AccessResult MrTable::check_window(std::uint32_t i, std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn,
+                                   std::uint64_t iova, std::uint64_t len, int need, std::uint8_t*& host,
+                                   std::int32_t& odp_pid) const {
+  const Region r = read_window(i);
+  if (r.key != rkey || !r.rkey_valid) return AccessResult::kBadKey;  // another binding's key; unbound, invalidated
+  if (r.pd != pd) return AccessResult::kBadPd;
+  if (r.kind == Region::Kind::kWindow2 && r.bound_qpn != qpn) return AccessResult::kBadKey;
+  if (iova < r.iova || iova + len < iova || iova + len > r.iova + r.length) return AccessResult::kOutOfBounds;
+  if ((r.access & need) != need) return AccessResult::kNoAccess;
+  host = reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(r.base) + (iova - r.iova));
+  odp_pid = r.odp_pid;
   return AccessResult::kOk;
 }
 
 AccessResult MrTable::check_remote(std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn, std::uint64_t iova,
+                                   std::uint64_t len, int need, std::uint8_t*& host) const {
+  std::int32_t odp_pid = 0;
+  return check_remote(rkey, pd, qpn, iova, len, need, host, odp_pid);
+}
+
+AccessResult MrTable::check_remote(std::uint32_t rkey, std::uint64_t pd, std::uint32_t qpn, std::uint64_t iova,
                                    std::uint64_t len, int need, std::uint8_t*& host, std::int32_t& odp_pid) const {
-  const AccessResult r = check_remote(rkey, pd, qpn, iova, len, need, host);
-  odp_pid = r == AccessResult::kOk ? find(rkey)->odp_pid : 0;
+  odp_pid = 0;
+  // Valid and kind change only in control calls: an ordinary region's key
+  // is checked as before, with no sequence counter.
+  const std::uint32_t i = slot_of(rkey);
+  if (i != 0 && i < slots_.size() && slots_[i].valid && slots_[i].is_window()) [[unlikely]] {
+    return check_window(i, rkey, pd, qpn, iova, len, need, host, odp_pid);
+  }
+  const AccessResult r = check(rkey, true, pd, iova, len, need, host);
+  if (r == AccessResult::kOk) odp_pid = slots_[i].odp_pid;
   return r;
 }
 

@@ -175,9 +175,14 @@ void take_exit(Qp& qp, const Request& r) {
 // The RETH's range under its rkey, for `need`. A zero-length transfer checks
 // no key: it moves no byte, and the IBTA lets the responder skip the R_Key
 // check for it (C9-88; rxe skips it too).
+//
+// `epoch`: the region table's epoch, read before the check, for the caller
+// to cache what it resolved under (MrTable::epoch: another engine may move
+// it during the check).
 mem::AccessResult check_reth(Qp& qp, Env& env, const wire::Reth& reth, int need, std::uint8_t*& host,
-                             std::int32_t& odp_pid) {
+                             std::int32_t& odp_pid, std::uint64_t& epoch) {
   host = nullptr;
+  epoch = env.mrs->epoch();
   if (reth.dma_length.get() == 0) return mem::AccessResult::kOk;
   return env.mrs->check_remote(reth.rkey.get(), qp.pd, qp.qpn, reth.va.get(), reth.dma_length.get(), need, host,
                                odp_pid);
@@ -378,7 +383,8 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     const wire::Reth reth = p.reth();
     std::uint8_t* host = nullptr;
     std::int32_t odp_pid = 0;
-    if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
+    std::uint64_t epoch = 0;
+    if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_WRITE, host, odp_pid, epoch) != mem::AccessResult::kOk) {
       return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
     }
     qp.resp.write_dst = host;
@@ -386,7 +392,7 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     qp.resp.write_len = reth.dma_length.get();
     qp.resp.write_va = reth.va.get();
     qp.resp.write_rkey = reth.rkey.get();
-    qp.resp.write_epoch = env.mrs->epoch();
+    qp.resp.write_epoch = epoch;
     qp.resp.offset = 0;
   } else if (qp.resp.write_epoch != env.mrs->epoch()) [[unlikely]] {
     // A key stopped working since WRITE First: the rest of the message is
@@ -394,13 +400,14 @@ ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
     // region; rxe looks the rkey up for every packet).
     std::uint8_t* host = nullptr;
     std::int32_t odp_pid = 0;
+    const std::uint64_t epoch = env.mrs->epoch();  // before the check (MrTable::epoch)
     if (env.mrs->check_remote(qp.resp.write_rkey, qp.pd, qp.qpn, qp.resp.write_va, qp.resp.write_len,
                               IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
       return leave(r, ResponderExit::write_revoked);
     }
     qp.resp.write_dst = host;
     qp.resp.write_odp_pid = odp_pid;
-    qp.resp.write_epoch = env.mrs->epoch();
+    qp.resp.write_epoch = epoch;
   }
   if (qp.resp.offset + p.payload_length > qp.resp.write_len ||
       (info.has(wire::kLast) && qp.resp.offset + p.payload_length != qp.resp.write_len)) {
@@ -440,8 +447,10 @@ ResponderResource& new_resource(Qp& qp) {
   return r;
 }
 
-bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, std::uint32_t last_psn,
-                const wire::Reth& reth, const std::uint8_t* src, std::int32_t odp_pid, std::uint32_t msn) {
+// `epoch`: the region table's when `src` was resolved (check_reth's).
+bool queue_read(Qp& qp, std::uint32_t psn, std::uint32_t first_psn, std::uint32_t last_psn,
+                const wire::Reth& reth, const std::uint8_t* src, std::int32_t odp_pid, std::uint32_t msn,
+                std::uint64_t epoch) {
   Response* r = push(qp);
   if (r == nullptr) return false;
   r->kind = Response::Kind::kRead;
@@ -452,7 +461,7 @@ bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, st
   r->odp_pid = odp_pid;
   r->va = reth.va.get();
   r->rkey = reth.rkey.get();
-  r->mr_epoch = env.mrs->epoch();
+  r->mr_epoch = epoch;
   r->remaining = reth.dma_length.get();
   r->msn = msn;
   return true;
@@ -462,14 +471,15 @@ bool queue_read(Qp& qp, Env& env, std::uint32_t psn, std::uint32_t first_psn, st
 // key has stopped working since it was queued (rxe re-checks the MR for
 // every response packet). False: the region is gone, so is the READ.
 bool read_source_valid(Qp& qp, Env& env, Response& r) {
-  if (r.mr_epoch == env.mrs->epoch() || r.remaining == 0) [[likely]] return true;
+  const std::uint64_t epoch = env.mrs->epoch();  // before the check (MrTable::epoch)
+  if (r.mr_epoch == epoch || r.remaining == 0) [[likely]] return true;
   std::uint8_t* host = nullptr;
   if (env.mrs->check_remote(r.rkey, qp.pd, qp.qpn, r.va, r.remaining, IBV_ACCESS_REMOTE_READ, host, r.odp_pid) !=
       mem::AccessResult::kOk) {
     return false;
   }
   r.src = host;
-  r.mr_epoch = env.mrs->epoch();
+  r.mr_epoch = epoch;
   return true;
 }
 
@@ -487,7 +497,8 @@ ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   const wire::Reth reth = r.p.reth();
   std::uint8_t* host = nullptr;
   std::int32_t odp_pid = 0;
-  if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
+  std::uint64_t epoch = 0;
+  if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid, epoch) != mem::AccessResult::kOk) {
     return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
   }
   // An on-demand source is all there now, or the READ is refused here with
@@ -501,7 +512,7 @@ ResponderStep execute_read(Qp& qp, Env& env, Request& r) {
   const std::uint64_t npackets = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   const std::uint32_t last = psn_add(r.psn, static_cast<std::int64_t>(npackets) - 1);
   // The MSN moves only if it executes: a refused READ completes nothing.
-  if (!queue_read(qp, env, r.psn, r.psn, last, reth, host, odp_pid, qp.resp.msn + 1)) {
+  if (!queue_read(qp, r.psn, r.psn, last, reth, host, odp_pid, qp.resp.msn + 1, epoch)) {
     return leave(r, ResponderExit::too_many_reads);
   }
   ++qp.resp.msn;
@@ -594,7 +605,7 @@ ResponderStep execute_atomic_write(Qp& qp, Env& env, Request& r) {
   res.atomic_write = true;
   res.first_psn = res.last_psn = r.psn;
   res.msn = qp.resp.msn;
-  queue_read(qp, env, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, qp.resp.msn);  // room checked above
+  queue_read(qp, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, qp.resp.msn, 0);  // room checked above
   qp.resp.psn = psn_add(r.psn, 1);
   return ResponderStep::done;
 }
@@ -629,11 +640,12 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
       const wire::Reth reth = r.p.reth();
       std::uint8_t* host = nullptr;
       std::int32_t odp_pid = 0;
-      if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid) != mem::AccessResult::kOk) {
+      std::uint64_t epoch = 0;
+      if (check_reth(qp, env, reth, IBV_ACCESS_REMOTE_READ, host, odp_pid, epoch) != mem::AccessResult::kOk) {
         return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
       }
       drop_answers_from(qp, r.psn);
-      if (!queue_read(qp, env, r.psn, res.first_psn, res.last_psn, reth, host, odp_pid, res.msn)) {
+      if (!queue_read(qp, r.psn, res.first_psn, res.last_psn, reth, host, odp_pid, res.msn, epoch)) {
         return leave(r, ResponderExit::duplicate_no_room);
       }
       return ResponderStep::done;
@@ -646,7 +658,7 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
     for (const ResponderResource& res : qp.resp.resources) {
       if (!res.valid || !res.atomic_write || res.first_psn != r.psn) continue;
       drop_answers_from(qp, r.psn);
-      if (!queue_read(qp, env, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, res.msn)) {
+      if (!queue_read(qp, r.psn, r.psn, r.psn, wire::Reth{}, nullptr, 0, res.msn, 0)) {
         return leave(r, ResponderExit::duplicate_no_room);
       }
       qp.counters.add(QpCounter::atomics_replayed);

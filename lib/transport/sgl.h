@@ -40,10 +40,12 @@ inline mem::AccessResult sgl_resolve(Sge* sge, std::uint8_t n, const mem::MrTabl
 // was posted.
 template <typename Wqe>
 inline mem::AccessResult wqe_resolve(Wqe& w, const mem::MrTable& mrs, std::uint64_t pd, int need) {
-  if (w.resolved && w.mr_epoch == mrs.epoch()) return mem::AccessResult::kOk;
+  // Read before resolving: another engine may move it meanwhile (MrTable::epoch).
+  const std::uint64_t epoch = mrs.epoch();
+  if (w.resolved && w.mr_epoch == epoch) return mem::AccessResult::kOk;
   const mem::AccessResult r = sgl_resolve(w.sge.data(), w.num_sge, mrs, pd, need, w.odp_sges, w.odp_pid);
   w.resolved = r == mem::AccessResult::kOk;
-  w.mr_epoch = mrs.epoch();
+  w.mr_epoch = epoch;
   return r;
 }
 

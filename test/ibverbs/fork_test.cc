@@ -8,7 +8,10 @@
 // - in-process: the child cannot run a second engine on its parent's port;
 //   the parent serves it as uroced would (lib/ibverbs/fork_service.h), so
 //   the child attaches to its parent, runs traffic and rdma_cm, and the
-//   parent's own objects are still not the child's (ENODEV); with
+//   parent's own objects are still not the child's (ENODEV);
+// - both ways, the context and device the child inherited are its own
+//   attached ones: new objects on them work (traffic, device memory), the
+//   parent's objects on them are refused; with
 //   UROCE_FORK_SERVE=off the child gets ENODEV at once with one line on
 //   stderr, and the parent keeps working.
 // Each case runs in a child of this test process of its own, so that each
@@ -125,6 +128,29 @@ int traffic(ibv_context* c, const char* text) {
   return 0;
 }
 
+// Device memory on `c`: allocated, written and read back, registered on a
+// PD of `c` and freed. 0 or a step's line.
+int device_memory(ibv_context* c, const char* text) {
+  ibv_pd* pd = ibv_alloc_pd(c);
+  CHECK(pd != nullptr);
+  ibv_alloc_dm_attr attr{};
+  attr.length = 4096;
+  ibv_dm* dm = ibv_alloc_dm(c, &attr);
+  CHECK(dm != nullptr);
+  char out[64] = {};
+  char in[64] = {};
+  std::snprintf(out, sizeof out, "%s", text);
+  CHECK(ibv_memcpy_to_dm(dm, 128, out, sizeof out) == 0);
+  CHECK(ibv_memcpy_from_dm(in, dm, 128, sizeof in) == 0);
+  CHECK(std::strcmp(in, text) == 0);
+  ibv_mr* mr = ibv_reg_dm_mr(pd, dm, 0, 4096, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr != nullptr);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_free_dm(dm) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  return 0;
+}
+
 // The next event's type (-1 none), acknowledged.
 int next_event(rdma_event_channel* ch, rdma_cm_id** id) {
   rdma_cm_event* e = nullptr;
@@ -208,6 +234,35 @@ int keep(ibv_context* c, Kept& k) {
   CHECK(ibv_modify_qp(k.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   return 0;
 }
+// In a forked child, on the context `c` it inherited: the parent's objects
+// are refused (their handles are the parent's: nothing reaches the daemon
+// or the parent), also as parts of new ones; new objects work (SEND traffic,
+// device memory), as rdma-core's test_device.DMTest.test_multi_process_alloc_dm
+// needs. 0 or a step's line.
+int inherited_context(ibv_context* c, const Kept& k, const char* text) {
+  errno = 0;
+  CHECK(ibv_destroy_qp(k.qp) != 0);
+  CHECK(ibv_destroy_cq(k.cq) != 0);
+  CHECK(ibv_dealloc_pd(k.pd) != 0);
+  static char buf[4096];
+  CHECK(ibv_reg_mr(k.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+  ibv_qp_attr a{};
+  ibv_qp_init_attr got{};
+  CHECK(ibv_query_qp(k.qp, &a, IBV_QP_STATE, &got) != 0);
+  ibv_pd* pd = ibv_alloc_pd(c);
+  CHECK(pd != nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = k.cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap = {2, 2, 1, 1, 0};
+  CHECK(ibv_create_qp(pd, &ia) == nullptr);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  ibv_device_attr_ex attr{};
+  CHECK(ibv_query_device_ex(c, nullptr, &attr) == 0 && attr.max_dm_size > 0);
+  if (const int e = traffic(c, text); e != 0) return e;
+  return device_memory(c, text);
+}
+
 int still_kept(const Kept& k) {
   ibv_qp_attr a{};
   ibv_qp_init_attr ia{};
@@ -245,11 +300,11 @@ TEST(Fork, ChildrenThroughUrocedAttachAfreshAndLeaveTheParentsObjects) {
         if (const int e = keep(c, k); e != 0) return e;
         // Two children at once, each with verbs traffic and an rdma_cm
         // connection of its own through the daemon.
-        const pid_t one = fork_running([&k] {
+        const pid_t one = fork_running([&k, c] {
           // The parent's objects are not the child's to destroy: nothing
-          // reaches the daemon (still_kept below finds them).
-          CHECK(ibv_destroy_qp(k.qp) != 0);
-          CHECK(ibv_destroy_cq(k.cq) != 0);
+          // reaches the daemon (still_kept below finds them); the inherited
+          // context makes new objects of the child's.
+          if (const int e = inherited_context(c, k, "first child, inherited context"); e != 0) return e;
           ibv_context* cc = open_uroce0();
           CHECK(cc != nullptr);
           if (const int e = traffic(cc, "first child"); e != 0) return e;
@@ -348,11 +403,13 @@ TEST(Fork, InProcessChildIsServedByItsParent) {
         const pid_t one = fork_running([&] {
           const int fd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
           dup2(fd, 2);
-          // The parent's objects are still not the child's.
-          errno = 0;
-          CHECK(ibv_open_device(dev) == nullptr && errno == ENODEV);
-          CHECK(ibv_alloc_pd(c) == nullptr);
-          CHECK(ibv_destroy_qp(k.qp) != 0);
+          // The parent's objects are still not the child's; its device and
+          // context are this child's attached ones.
+          if (const int e = inherited_context(c, k, "first child, inherited context"); e != 0) return e;
+          ibv_context* again = ibv_open_device(dev);
+          CHECK(again != nullptr && again != c);
+          if (const int e = device_memory(again, "first child, reopened device"); e != 0) return e;
+          CHECK(ibv_close_device(again) == 0);
           ibv_context* cc = open_uroce0();
           CHECK(cc != nullptr && cc != c);
           if (const int e = traffic(cc, "first child"); e != 0) return e;
