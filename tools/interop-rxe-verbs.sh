@@ -88,6 +88,13 @@ for dir in uroce-server uroce-client; do
   for a in "-g 1 -n 200" "-g 1 -e -s 4096 -n 100"; do
     one "$dir" "ibv_srq_pingpong -d uroce0 $a" "ibv_srq_pingpong -d rxe0 $a"
   done
+  # On-demand paging (explicit -o, implicit -O, prefetch -P) and completion
+  # timestamps (--ts) are the local device's: ours uses them against a plain
+  # Soft-RoCE (Debian 12's kernel, 6.1, offers neither; nor XRC, nor ATOMIC
+  # WRITE, which came in 6.2).
+  for a in "-o|-n 200" "-O|-s 65536 -n 100 -c" "-o -P|-s 4096 -n 100 -c" "--ts|-n 200"; do
+    one "$dir" "ibv_rc_pingpong -d uroce0 -g 1 ${a%%|*} ${a#*|}" "ibv_rc_pingpong -d rxe0 -g 1 ${a#*|}"
+  done
   one "$dir" "ib_send_bw -d uroce0 -x 1 --use-srq" "ib_send_bw -d rxe0 -x 1 --use-srq"
   # UD and UC. The guest's rxe port has a 1500-byte netdev: its MTU is 1024,
   # and ibv_ud_pingpong refuses datagrams larger than that.
