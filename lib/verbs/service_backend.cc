@@ -150,6 +150,9 @@ class ServiceBackend final : public Backend {
  private:
   // One call that names an object and returns nothing else.
   int simple(service::Op op, std::uint32_t handle, const char* what);
+  // A request with no arguments that makes an object: its handle, or 0
+  // (failed, with last_error()).
+  std::uint32_t make(service::Op op, const char* what);
 
   Context& ctx_;
   ContextImpl& c_;
@@ -202,17 +205,23 @@ int ServiceBackend::query_gid(int index, ibv_gid& gid) {
   return c_.fail(EINVAL, "GID index " + std::to_string(index) + " does not exist (0: IPv6 link-local, 1: IPv4)");
 }
 
-ProtectionDomain* ServiceBackend::alloc_pd() {
-  std::lock_guard<std::mutex> lock(mutex_);
+std::uint32_t ServiceBackend::make(service::Op op, const char* what) {
   service::Request req;
-  req.op = service::Op::kAllocPd;
+  req.op = op;
   service::Reply reply;
   std::string why;
   if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
-    c_.fail(e, "alloc_pd: " + why);
-    return nullptr;
+    c_.fail(e, std::string(what) + ": " + why);
+    return 0;
   }
-  c_.pds.push_back(std::make_unique<ProtectionDomain>(&ctx_, reply.handle));
+  return reply.handle;
+}
+
+ProtectionDomain* ServiceBackend::alloc_pd() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::uint32_t handle = make(service::Op::kAllocPd, "alloc_pd");
+  if (handle == 0) return nullptr;
+  c_.pds.push_back(std::make_unique<ProtectionDomain>(&ctx_, handle));
   return c_.pds.back().get();
 }
 
@@ -501,15 +510,9 @@ int ServiceBackend::dealloc_mw(ProtectionDomain* pd, MemoryWindow* mw) {
 
 XrcDomain* ServiceBackend::open_xrcd() {
   std::lock_guard<std::mutex> lock(mutex_);
-  service::Request req;
-  req.op = service::Op::kOpenXrcd;
-  service::Reply reply;
-  std::string why;
-  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
-    c_.fail(e, "open_xrcd: " + why);
-    return nullptr;
-  }
-  c_.xrcds.push_back(std::make_unique<XrcDomain>(&ctx_, reply.handle, -1));  // the engine is the daemon's
+  const std::uint32_t handle = make(service::Op::kOpenXrcd, "open_xrcd");
+  if (handle == 0) return nullptr;
+  c_.xrcds.push_back(std::make_unique<XrcDomain>(&ctx_, handle, -1));  // the engine is the daemon's
   return c_.xrcds.back().get();
 }
 
