@@ -104,6 +104,24 @@ struct QpInitAttr {
   XrcDomain* xrcd = nullptr;
 };
 
+// A QP's transport options beyond RoCEv2, for a lossy, multipath fabric
+// (docs/transport.md, "Selective repeat"). Both ends must use the same ones:
+// they agree through ECE (ibv_set_ece, rdma_cm) or are set on both ends by
+// the operator; against any other peer a QP keeps the defaults, and its
+// packets are RoCEv2's.
+struct TransportOptions {
+  // RC: the responder takes packets out of order within the window and
+  // places each where it belongs; the requester resends only what the
+  // peer's selective ACKs say is missing.
+  bool selective_repeat = false;
+  // Each packet leaves on one of this many paths (UDP source ports, which
+  // ECMP switches hash); 1: one path, as RoCEv2. More needs selective_repeat.
+  std::uint8_t spray_paths = 1;
+  // Packets in flight at most (the path's bandwidth-delay product); 0: the
+  // transport's window.
+  std::uint32_t bdp_packets = 0;
+};
+
 // ibv_srq_init_attr's attributes.
 struct SrqInitAttr {
   std::uint32_t max_wr = 0;
@@ -624,6 +642,12 @@ class QueuePair {
   int modify(const ibv_qp_attr& attr, int attr_mask);
   int query(ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr = nullptr) const;
   ibv_qp_state state() const;
+  // The transport options (TransportOptions), set in RESET or INIT, before
+  // the QP receives or sends: 0; EINVAL in another state, for a QP type
+  // they do not apply to (RC only), or spraying without selective repeat;
+  // EOPNOTSUPP attached to uroced (not yet).
+  int set_transport_options(const TransportOptions& options);
+  TransportOptions transport_options() const;
 
   // ibv_post_send / ibv_post_recv. Returns 0, or ENOMEM (queue full), EINVAL
   // (bad opcode, too many SGEs, inline too long, QP state; UD: no address

@@ -25,7 +25,7 @@ bool outstanding(const Qp& qp) { return qp.comp_next != qp.req_next || qp.req.pk
 // timeout to reach the message end), and any gap among them is NAKed when
 // the next one arrives.
 void progress(Qp& qp, Env& env) {
-  qp.comp.window = std::min(kWindowPackets, qp.comp.window * 2);
+  qp.comp.window = std::min(window_cap(qp), qp.comp.window * 2);
   qp.comp.retry_left = qp.attr.retry_cnt;
   qp.comp.rnr_left = qp.attr.rnr_retry;
   qp.comp.rewound = false;
@@ -276,7 +276,7 @@ CompleterStep read_response(Qp& qp, Env& env, Reply& r) {
   const std::uint32_t offset = index * qp.mtu;
   const std::uint32_t expect = std::min(qp.mtu, w.length - offset);
   const bool last = r.psn == last_psn(w);
-  const bool segment_last = index + 1 == read_segment_end(w.npackets, index);
+  const bool segment_last = index + 1 == read_segment_end(qp, w.npackets, index);
   // The opcode must fit the position: Last/Only end each segment's answer
   // (the READ's own at its last). A restarted READ may begin with First (a
   // fresh request) or Middle (rxe), so either is accepted before the last
@@ -377,7 +377,7 @@ void completer_on_timer(Qp& qp, Env& env) {
   // A local ACK timeout spends a retry and resends from the oldest PSN not
   // acknowledged, a small window first. retry_cnt 7 means seven, not
   // infinite (unlike rnr_retry).
-  qp.comp.window = kWindowAfterTimeout;
+  qp.comp.window = std::min(window_cap(qp), kWindowAfterTimeout);
   spend_retry(qp, qp.comp.psn);
 }
 

@@ -40,6 +40,7 @@ void reset_queues(Qp& qp) {
   qp.comp = Qp::Completer{};
   std::vector<ResponderResource> resources = std::move(qp.resp.resources);
   ring::Slots<Response> out = std::move(qp.resp.out);
+  qp.comp.window = window_cap(qp);
   qp.resp = Qp::Responder{};
   qp.resp.resources = std::move(resources);
   qp.resp.out = std::move(out);

@@ -12,6 +12,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -227,6 +228,14 @@ struct Qp {
   // XRCETH names; both run RC's protocol.
   XrcDomain* xrcd = nullptr;  // XRC_RECV: its domain
 
+  // TransportOptions (include/uroce/verbs.h): selective repeat, spraying
+  // and the BDP cap, set before RTR (control path).
+  struct Options {
+    bool selective_repeat = false;
+    std::uint8_t spray_paths = 1;
+    std::uint32_t bdp_packets = 0;
+  } options;
+
   bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   // Posted WQEs the requester has not sent (a go-back-N restart moves
@@ -237,10 +246,24 @@ struct Qp {
   }
 };
 
+// The most request packets the QP may have in flight: the window, or the
+// BDP cap (TransportOptions::bdp_packets) when that is smaller.
+inline std::uint32_t window_cap(const Qp& qp) {
+  const std::uint32_t bdp = qp.options.bdp_packets;
+  return bdp != 0 && bdp < kWindowPackets ? bdp : kWindowPackets;
+}
+
+// The response packets one READ request asks for: half the window, so that
+// two segments fill it (at least one packet under a small BDP cap).
+inline std::uint32_t read_segment_packets(const Qp& qp) {
+  return qp.options.bdp_packets == 0 ? kReadSegmentPackets : std::max<std::uint32_t>(1, window_cap(qp) / 2);
+}
+
 // One past the last packet (index from the WQE's first PSN) of the READ
 // segment that packet `index` of a READ of `npackets` belongs to.
-inline std::uint32_t read_segment_end(std::uint32_t npackets, std::uint32_t index) {
-  const std::uint32_t end = (index / kReadSegmentPackets + 1) * kReadSegmentPackets;
+inline std::uint32_t read_segment_end(const Qp& qp, std::uint32_t npackets, std::uint32_t index) {
+  const std::uint32_t seg = read_segment_packets(qp);
+  const std::uint32_t end = (index / seg + 1) * seg;
   return end < npackets ? end : npackets;
 }
 

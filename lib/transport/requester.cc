@@ -155,7 +155,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       const std::uint32_t index = w.started ? qp.req.pkt_index : 0;
       const std::uint32_t total = w.started ? w.npackets : packets_for(w, qp.mtu);
       const std::int32_t in_flight = psn_diff(qp.req.psn, qp.comp.psn);
-      const std::uint32_t ask = read_segment_end(total, index) - index;
+      const std::uint32_t ask = read_segment_end(qp, total, index) - index;
       if (in_flight > 0 && static_cast<std::uint32_t>(in_flight) + ask > qp.comp.window) break;
     }
     // Resolved once, and again after any deregistration (a retransmission
@@ -226,11 +226,11 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
         break;
       }
       case WqeKind::kRead: {
-        // One request for the rest of the segment (kReadSegmentPackets): a
+        // One request for the rest of the segment (read_segment_packets): a
         // restart at a later PSN asks only for the bytes from there on (IBTA
         // 9.7.5.1.2; rxe does the same), within the segment its first request
         // named, so a duplicate stays inside the responder's resource.
-        const std::uint32_t end = read_segment_end(w.npackets, qp.req.pkt_index);
+        const std::uint32_t end = read_segment_end(qp, w.npackets, qp.req.pkt_index);
         const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
         const std::uint32_t stop = end == w.npackets ? w.length : end * qp.mtu;
         th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);

@@ -79,6 +79,8 @@ class Backend {
   virtual QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) = 0;
   virtual int destroy_qp(ProtectionDomain* pd, QueuePair* qp) = 0;
   virtual int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) = 0;
+  // QueuePair::set_transport_options (lib/verbs/transport_options.cc).
+  virtual int set_transport_options(QueuePair& qp, const TransportOptions& options) = 0;
   virtual int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) = 0;
   // Brings the QP's counters up to date (the daemon's copy); nothing in process.
   virtual void refresh_counters(const QueuePair& qp) = 0;

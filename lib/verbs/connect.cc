@@ -18,6 +18,10 @@ int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qp
   a.port_num = 1;
   a.qp_access_flags = p.access;
   if (int rc = qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return rc;
+  const TransportOptions& t = p.transport;
+  if (t.selective_repeat || t.spray_paths != 1 || t.bdp_packets != 0) {
+    if (int rc = qp->set_transport_options(t)) return rc;
+  }
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = p.mtu;

@@ -22,6 +22,8 @@ struct ConnectParams {
   std::uint8_t traffic_class = 0;   // DSCP << 2 | ECN; 0: the device's default (PortConfig::pfc_priority)
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;
+  // Set on the QP before RTR when not the defaults (both ends must agree).
+  TransportOptions transport = {};
 };
 
 // Moves `qp` (on `ctx`) to RTS connected to `remote_qpn` at `remote_gid`.

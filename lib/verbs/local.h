@@ -76,6 +76,7 @@ class LocalBackend final : public Backend {
   QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
   int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
   int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
+  int set_transport_options(QueuePair& qp, const TransportOptions& options) override;  // transport_options.cc
   int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
   void refresh_counters(const QueuePair&) override {}  // the engines count in place
   QueuePair::CongestionState congestion(const QueuePair& qp) override;

@@ -133,6 +133,9 @@ class ServiceBackend final : public Backend {
   QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
   int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
   int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
+  int set_transport_options(QueuePair&, const TransportOptions&) override {
+    return c_.fail(EOPNOTSUPP, "transport options through uroced are not supported yet");
+  }
   int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
   void refresh_counters(const QueuePair& qp) override;
   QueuePair::CongestionState congestion(const QueuePair&) override { return {}; }  // the daemon's (uroced --stats)
