@@ -412,33 +412,52 @@ int Client::destroy_cq(RemoteCq* cq, std::string& why) {
 }
 
 int Client::resize_cq(RemoteCq* cq, std::uint32_t cqe, std::string& why) {
+  // Once the daemon answers it fills the new ring only, so mapping that
+  // ring must not fail then: its address space is taken first (nothing has
+  // changed if that fails), and the ring mapped over it.
+  const std::size_t room_bytes = page_round(Ring<CqSlot>::bytes(ring_slots(cqe)));
+  void* room = mmap(nullptr, room_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (room == MAP_FAILED) {
+    why = std::string("address space for the resized CQ ring: ") + std::strerror(errno);
+    return ENOMEM;
+  }
   Request req;
   req.op = Op::kResizeCq;
   req.handle = cq->handle;
   req.create_cq = CreateCq{cqe, 0};
   Reply reply;
   std::vector<int> fds;
-  if (const int e = call(req, reply, nullptr, 0, &fds, why); e != 0) return e;
+  if (const int e = call(req, reply, nullptr, 0, &fds, why); e != 0) {
+    munmap(room, room_bytes);
+    return e;
+  }
   const std::uint32_t slots = reply.create_cq.slots;
-  if (fds.size() != 1 || slots == 0 || (slots & (slots - 1)) != 0 ||
-      reply.create_cq.file_size < Ring<CqSlot>::bytes(slots)) {
+  const std::uint64_t file_size = reply.create_cq.file_size;
+  if (fds.size() != 1 || slots == 0 || (slots & (slots - 1)) != 0 || file_size < Ring<CqSlot>::bytes(slots) ||
+      file_size > room_bytes) {
     for (int fd : fds) close(fd);
+    munmap(room, room_bytes);
     why = "uroced's resize_cq reply is malformed";
     return EPROTO;
   }
-  void* map = map_shared(fds[0], reply.create_cq.file_size);
+  // Over address space this process holds: MAP_FIXED replaces it.
+  void* map = mmap(room, file_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fds[0], 0);
   close(fds[0]);
-  if (map == nullptr) {
-    // The daemon fills the new ring already: this CQ cannot be polled any more.
+  if (map == MAP_FAILED) {
+    // Only a file the kernel cannot map at all comes here (the address
+    // space was ours): this CQ cannot be polled any more.
+    munmap(room, room_bytes);
     why = std::string("mmap of the resized CQ ring: ") + std::strerror(errno);
     return ENOMEM;
   }
+  const std::size_t mapped = page_round(file_size);
+  if (mapped < room_bytes) munmap(static_cast<char*>(room) + mapped, room_bytes - mapped);
   // The daemon filled the new ring with what waited in the old one
   // (head), its tail at 0, before it answered, and has not touched the
   // old one since.
   munmap(cq->map, cq->map_bytes);
   cq->map = map;
-  cq->map_bytes = reply.create_cq.file_size;
+  cq->map_bytes = file_size;
   cq->ring = Ring<CqSlot>::at(map, slots);
   return 0;
 }

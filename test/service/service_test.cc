@@ -10,6 +10,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -743,6 +744,24 @@ TEST_F(Service, ReregResizeAndTimestampsWorkThroughTheDaemon) {
     ASSERT_EQ(uroce::test::post_send_one(qa, IBV_WR_SEND, src, 64, ms->lkey, 10 + i), 0);
   }
   EXPECT_EQ(cq->resize(3), EINVAL) << ctx->last_error();
+  {
+    // No address space for a larger ring: refused before the daemon hears
+    // of it (it fills the new ring only, once it answers), and the CQ goes
+    // on in its ring. The limit leaves 8 MiB for everything else.
+    rlimit saved{};
+    ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t pages = 0;
+    statm >> pages;
+    ASSERT_GT(pages, 0u);
+    rlimit tight = saved;
+    tight.rlim_cur = pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + (8u << 20);
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+    const int e = cq->resize(1 << 19);  // a ring of 32 MiB and more
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+    EXPECT_EQ(e, ENOMEM) << ctx->last_error();
+    EXPECT_NE(ctx->last_error().find("address space"), std::string::npos) << ctx->last_error();
+  }
   ASSERT_EQ(cq->resize(16), 0) << ctx->last_error();
   EXPECT_EQ(cq->capacity(), 16);
   const std::vector<ibv_wc> wc = poll(8);
