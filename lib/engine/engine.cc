@@ -281,7 +281,9 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     const bool cnp = p.info->has(wire::kCnpOp);
     if (cnp) [[unlikely]] {
       add_counter(EngineCounter::rx_cnp);
-    } else if (p.info->transport == wire::Transport::kRd || p.info->transport == wire::Transport::kOther) [[unlikely]] {
+    } else if (p.info->transport == wire::Transport::kRd || p.info->transport == wire::Transport::kSr ||
+               p.info->transport == wire::Transport::kOther) [[unlikely]] {
+      // RD, selective repeat (not run yet) and the rest of no service uroce has.
       add_counter(EngineCounter::rx_unsupported_transport);
       continue;
     }

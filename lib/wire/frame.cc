@@ -343,6 +343,8 @@ FrameSpec spec_from_parsed(const ParsedFrame& parsed) {
   spec.bth = parsed.bth();
   if (parsed.has(ExtHdr::kDeth)) spec.deth = parsed.deth();
   if (parsed.has(ExtHdr::kXrceth)) spec.xrceth = parsed.xrceth();
+  if (parsed.has(ExtHdr::kSreth)) spec.sreth = parsed.sreth();
+  if (parsed.has(ExtHdr::kSacketh)) spec.sacketh = parsed.sacketh();
   if (parsed.has(ExtHdr::kFeth)) spec.feth = parsed.feth();
   if (parsed.has(ExtHdr::kReth)) spec.reth = parsed.reth();
   if (parsed.has(ExtHdr::kAtomicEth)) spec.atomic_eth = parsed.atomic_eth();

@@ -75,6 +75,8 @@ struct ParsedFrame {
   Ieth ieth() const { return ext<Ieth>(ExtHdr::kIeth); }
   Deth deth() const { return ext<Deth>(ExtHdr::kDeth); }
   Xrceth xrceth() const { return ext<Xrceth>(ExtHdr::kXrceth); }
+  Sreth sreth() const { return ext<Sreth>(ExtHdr::kSreth); }
+  Sacketh sacketh() const { return ext<Sacketh>(ExtHdr::kSacketh); }
   Feth feth() const { return ext<Feth>(ExtHdr::kFeth); }
 
   std::uint8_t ecn() const { return ip_version == 6 ? ipv6().ecn() : ipv4().ecn(); }
@@ -141,6 +143,8 @@ struct FrameSpec {
   Bth bth{};
   Deth deth{};
   Xrceth xrceth{};
+  Sreth sreth{};
+  Sacketh sacketh{};
   Feth feth{};
   Reth reth{};
   AtomicEth atomic_eth{};
@@ -161,6 +165,8 @@ void put_extension_headers(const OpcodeInfo& info, std::uint8_t* bth, const Head
   };
   put(ExtHdr::kDeth, h.deth);
   put(ExtHdr::kXrceth, h.xrceth);
+  put(ExtHdr::kSreth, h.sreth);
+  put(ExtHdr::kSacketh, h.sacketh);
   put(ExtHdr::kFeth, h.feth);
   put(ExtHdr::kReth, h.reth);
   put(ExtHdr::kAtomicEth, h.atomic_eth);
@@ -207,7 +213,7 @@ ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, con
                         Crc32Fn crc32 = crc32_default);
 
 // Every header of a RoCEv2 frame lies in its first kHeadCopyBytes bytes:
-// Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (44: XRC's atomics).
+// Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (56: a selective-repeat atomic).
 inline constexpr std::size_t kHeadCopyBytes = 128;
 
 // The same for a frame that arrived in segments (a chain of buffers, as a

@@ -165,6 +165,27 @@ struct Xrceth {
   Be24 srqn;
 };
 
+// Selective repeat's request header (uroce's; docs/transport.md): where the
+// packet's bytes go in its message, whatever came before it.
+struct Sreth {
+  Be32 offset;          // the packet's first byte in its message
+  Be32 length;          // the message's length
+  Be24 recv_index;      // the receive WQE it consumes: its ordinal among the QP's receive-consuming messages
+  std::uint8_t flags;   // kSrethLast: the message's last packet
+  std::uint8_t reserved;
+  Be24 first_psn;       // the message's first PSN
+};
+inline constexpr std::uint8_t kSrethLast = 0x01;
+
+// Selective repeat's SACK (uroce's): the PSN the responder expects, and
+// bit i (bits[i / 8], most significant bit first) for PSN expected + 1 + i
+// that it holds.
+struct Sacketh {
+  std::uint8_t reserved;
+  Be24 expected;
+  std::array<std::uint8_t, 16> bits;
+};
+
 // FLUSH Extended Transport Header (IBTA 1.5, 9.3.9): selectivity level and
 // placement type in the low bits.
 struct Feth {
@@ -192,6 +213,8 @@ static_assert(sizeof(Ieth) == 4);
 static_assert(sizeof(Deth) == 8);
 static_assert(sizeof(Feth) == 4);
 static_assert(sizeof(Xrceth) == 4);
+static_assert(sizeof(Sreth) == 16);
+static_assert(sizeof(Sacketh) == 20);
 static_assert(sizeof(CnpPayload) == 16);
 
 // The IPv6 link-local address of an interface: fe80::/64 and the MAC's

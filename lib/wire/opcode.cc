@@ -17,6 +17,7 @@ const char* transport_name(Transport t) {
     case Transport::kUd: return "UD";
     case Transport::kCnp: return "CNP";
     case Transport::kXrc: return "XRC";
+    case Transport::kSr: return "SR";
     case Transport::kOther: break;
   }
   return "OTHER";

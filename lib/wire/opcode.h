@@ -59,17 +59,21 @@ enum class Opcode : std::uint8_t {
   kCnp = 0x81,
 };
 
-enum class Transport : std::uint8_t { kRc, kUc, kRd, kUd, kCnp, kXrc, kOther };
+// kSr: selective repeat, uroce's mode in the manufacturer-specific range
+// 110xxxxx (docs/transport.md, "Selective repeat").
+enum class Transport : std::uint8_t { kRc, kUc, kRd, kUd, kCnp, kXrc, kSr, kOther };
 
 // Extension headers, in the order they follow the BTH (IBTA 9.2-9.3: the
 // XRCETH right after it in every XRC request, IBTA annex A14; FETH
 // precedes RETH in FLUSH, as IBTA 1.5 lays it out).
+// Selective repeat's SRETH follows the BTH (and any XRCETH) in each of its
+// requests, its SACKETH the AETH and atomic ACK ETH in its ACK.
 enum class ExtHdr : std::uint8_t {
-  kDeth, kXrceth, kFeth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kImmDt, kIeth, kCount
+  kDeth, kXrceth, kSreth, kFeth, kReth, kAtomicEth, kAeth, kAtomicAckEth, kSacketh, kImmDt, kIeth, kCount
 };
 
 inline constexpr std::array<std::uint8_t, static_cast<int>(ExtHdr::kCount)> kExtHdrBytes = {
-    8, 4, 4, 16, 28, 4, 8, 4, 4};
+    8, 4, 16, 4, 16, 28, 4, 8, 20, 4, 4};
 
 // What an opcode is. Bits, so a row reads as a short list.
 enum OpFlag : std::uint32_t {
@@ -102,6 +106,8 @@ enum OpFlag : std::uint32_t {
   kFixedPayload16 = 1u << 25, // payload is exactly 16 bytes (CNP)
   kUnsupported = 1u << 26,  // known on the wire; the transport does not run it yet
   kHasXrceth = 1u << 27,
+  kHasSreth = 1u << 28,
+  kHasSacketh = 1u << 29,
 };
 
 struct OpcodeInfo {
@@ -204,6 +210,40 @@ inline constexpr OpcodeRow kOpcodeRows[] = {
     {0xbc, "XRC_FLUSH", kRequest | kFlushOp | kOnly | kHasXrceth | kHasFeth | kHasReth | kUnsupported},
     {0xbd, "XRC_ATOMIC_WRITE",
      kRequest | kAtomicWriteOp | kOnly | kHasXrceth | kHasReth | kHasPayload | kFixedPayload8},
+    // Selective repeat (docs/transport.md): RC's operations at 0xc0, in the
+    // manufacturer-specific range; each request with an SRETH, every WRITE
+    // packet with a RETH, the ACK with a SACKETH. Not run yet.
+    {0xc0, "SR_SEND_FIRST", kRequest | kHasSreth | kSend | kFirst | kHasPayload | kUnsupported},
+    {0xc1, "SR_SEND_MIDDLE", kRequest | kHasSreth | kSend | kMiddle | kHasPayload | kUnsupported},
+    {0xc2, "SR_SEND_LAST", kRequest | kHasSreth | kSend | kLast | kHasPayload | kUnsupported},
+    {0xc3, "SR_SEND_LAST_WITH_IMMEDIATE",
+     kRequest | kHasSreth | kSend | kLast | kHasImmDt | kHasPayload | kUnsupported},
+    {0xc4, "SR_SEND_ONLY", kRequest | kHasSreth | kSend | kOnly | kHasPayload | kUnsupported},
+    {0xc5, "SR_SEND_ONLY_WITH_IMMEDIATE",
+     kRequest | kHasSreth | kSend | kOnly | kHasImmDt | kHasPayload | kUnsupported},
+    {0xc6, "SR_RDMA_WRITE_FIRST", kRequest | kHasSreth | kWrite | kFirst | kHasReth | kHasPayload | kUnsupported},
+    {0xc7, "SR_RDMA_WRITE_MIDDLE", kRequest | kHasSreth | kWrite | kHasReth | kMiddle | kHasPayload | kUnsupported},
+    {0xc8, "SR_RDMA_WRITE_LAST", kRequest | kHasSreth | kWrite | kHasReth | kLast | kHasPayload | kUnsupported},
+    {0xc9, "SR_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     kRequest | kHasSreth | kWrite | kHasReth | kLast | kHasImmDt | kHasPayload | kUnsupported},
+    {0xca, "SR_RDMA_WRITE_ONLY", kRequest | kHasSreth | kWrite | kOnly | kHasReth | kHasPayload | kUnsupported},
+    {0xcb, "SR_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     kRequest | kHasSreth | kWrite | kOnly | kHasReth | kHasImmDt | kHasPayload | kUnsupported},
+    {0xcc, "SR_RDMA_READ_REQUEST", kRequest | kHasSreth | kReadRequest | kOnly | kHasReth | kUnsupported},
+    {0xcd, "SR_RDMA_READ_RESPONSE_FIRST", kResponse | kReadResponse | kFirst | kHasAeth | kHasPayload | kUnsupported},
+    {0xce, "SR_RDMA_READ_RESPONSE_MIDDLE", kResponse | kReadResponse | kMiddle | kHasPayload | kUnsupported},
+    {0xcf, "SR_RDMA_READ_RESPONSE_LAST", kResponse | kReadResponse | kLast | kHasAeth | kHasPayload | kUnsupported},
+    {0xd0, "SR_RDMA_READ_RESPONSE_ONLY", kResponse | kReadResponse | kOnly | kHasAeth | kHasPayload | kUnsupported},
+    {0xd1, "SR_ACKNOWLEDGE", kResponse | kAck | kOnly | kHasAeth | kHasSacketh | kUnsupported},
+    {0xd2, "SR_ATOMIC_ACKNOWLEDGE", kResponse | kAtomicAck | kOnly | kHasAeth | kHasAtomicAckEth | kUnsupported},
+    {0xd3, "SR_COMPARE_SWAP", kRequest | kHasSreth | kAtomic | kOnly | kHasAtomicEth | kUnsupported},
+    {0xd4, "SR_FETCH_ADD", kRequest | kHasSreth | kAtomic | kOnly | kHasAtomicEth | kUnsupported},
+    {0xd6, "SR_SEND_LAST_WITH_INVALIDATE",
+     kRequest | kHasSreth | kSend | kLast | kHasIeth | kHasPayload | kUnsupported},
+    {0xd7, "SR_SEND_ONLY_WITH_INVALIDATE",
+     kRequest | kHasSreth | kSend | kOnly | kHasIeth | kHasPayload | kUnsupported},
+    {0xdd, "SR_ATOMIC_WRITE",
+     kRequest | kHasSreth | kAtomicWriteOp | kOnly | kHasReth | kHasPayload | kFixedPayload8 | kUnsupported},
     // RoCEv2 CNP (Annex A17.9.3): BTH, 16 reserved bytes, ICRC.
     {0x81, "CNP", kCnpOp | kHasPayload | kFixedPayload16},
 };
@@ -216,13 +256,14 @@ constexpr Transport transport_of(std::uint8_t op) {
     case 3: return Transport::kUd;
     case 4: return Transport::kCnp;
     case 5: return Transport::kXrc;
+    case 6: return Transport::kSr;
     default: return Transport::kOther;
   }
 }
 
 constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
-  constexpr std::uint32_t kHeaderBit[] = {kHasDeth, kHasXrceth, kHasFeth, kHasReth, kHasAtomicEth,
-                                          kHasAeth, kHasAtomicAckEth, kHasImmDt, kHasIeth};
+  constexpr std::uint32_t kHeaderBit[] = {kHasDeth, kHasXrceth,       kHasSreth,   kHasFeth, kHasReth, kHasAtomicEth,
+                                          kHasAeth, kHasAtomicAckEth, kHasSacketh, kHasImmDt, kHasIeth};
   static_assert(std::size(kHeaderBit) == static_cast<std::size_t>(ExtHdr::kCount));
   std::array<OpcodeInfo, 256> table{};
   for (const OpcodeRow& row : kOpcodeRows) {
@@ -262,6 +303,7 @@ static_assert(opcode_info(Opcode::kUcWriteOnlyImm).supported() && opcode_info(Op
 static_assert(!opcode_info(0x15).known());
 static_assert(opcode_info(0xb3).header_bytes == 44 && opcode_info(0xb3).offset_of(ExtHdr::kAtomicEth) == 16);
 static_assert(opcode_info(0xab).offset_of(ExtHdr::kImmDt) == 32 && opcode_info(0xad).header_bytes == 16);
+static_assert(opcode_info(0xc7).offset_of(ExtHdr::kReth) == 28 && opcode_info(0xd1).header_bytes == 36);
 
 // "RC_SEND_FIRST", or "UNKNOWN" for an opcode the table does not know.
 const char* opcode_name(std::uint8_t opcode);

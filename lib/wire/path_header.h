@@ -48,6 +48,8 @@ struct TransportHeaders {
   Bth bth{};
   Deth deth;
   Xrceth xrceth;
+  Sreth sreth;
+  Sacketh sacketh;
   Feth feth;
   Reth reth;
   AtomicEth atomic_eth;

@@ -243,6 +243,42 @@ TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
   }
 }
 
+// Selective repeat's packets (uroce's mode, not run yet) from the connected
+// peer: counted as a service uroce does not run, never taken by the QP,
+// never answered.
+TEST(HostileInput, SelectiveRepeatPacketsAreCountedAndNotRunYet) {
+  StepClock clock;
+  ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64);
+  ASSERT_NE(dev.qp, nullptr) << dev.error;
+  std::vector<std::uint8_t> region(4096, 0);
+  MemoryRegion* mr = dev.pd->reg_mr(region.data(), region.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(connect_rc(dev.qp, ipv4_gid({10, 0, 0, 2}), 0x42, 0x1000, 0x2000, ConnectParams{}), 0);
+  for (const std::uint8_t op : {std::uint8_t{0xc4}, std::uint8_t{0xca}, std::uint8_t{0xd1}}) {
+    wire::FrameSpec spec;
+    spec.src4 = {10, 0, 0, 2};
+    spec.dst4 = {10, 0, 0, 1};
+    spec.bth.opcode = op;  // SR SEND Only, WRITE Only, ACK
+    spec.bth.pkey.set(0xffff);
+    spec.bth.dest_qp.set(dev.qp->qp_num());
+    spec.bth.psn.set(0x2000);
+    spec.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()));
+    spec.reth.rkey.set(mr->rkey);
+    spec.reth.dma_length.set(64);
+    const bool data = op != 0xd1;
+    std::vector<std::uint8_t> out(256);
+    out.resize(wire::build_frame(spec, std::vector<std::uint8_t>(data ? 64 : 0, 0xab), out));
+    ASSERT_FALSE(out.empty()) << wire::opcode_name(op);
+    dev.port.inbox.push_back(std::move(out));
+  }
+  for (int i = 0; i < 8; ++i) dev.ctx->progress();
+  const engine::Engine& e = internal::engine_of(*dev.ctx);
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_unsupported_transport), 3u);
+  EXPECT_EQ(dev.qp->counter("rx_packets"), 0u);
+  EXPECT_EQ(region[0], 0) << "nothing placed";
+  EXPECT_TRUE(dev.port.sent.empty()) << "nothing answered";
+  EXPECT_EQ(dev.qp->state(), IBV_QPS_RTS);
+}
+
 // The source GID and the destination GID share one IP header: a family
 // mismatch is refused at RTR with a hint.
 TEST(HostileInput, AnAddressVectorMixingIpv4AndIpv6IsRefused) {

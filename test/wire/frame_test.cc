@@ -313,6 +313,13 @@ TEST(Build, EveryOpcodeRoundTripsWithRandomFields) {
       spec.feth.bits.set(static_cast<std::uint32_t>(rng()));
       spec.xrceth.reserved = rnd8();
       spec.xrceth.srqn.set(static_cast<std::uint32_t>(rng()));
+      spec.sreth.offset.set(static_cast<std::uint32_t>(rng()));
+      spec.sreth.length.set(static_cast<std::uint32_t>(rng()));
+      spec.sreth.recv_index.set(static_cast<std::uint32_t>(rng()));
+      spec.sreth.flags = rnd8();
+      spec.sreth.first_psn.set(static_cast<std::uint32_t>(rng()));
+      spec.sacketh.expected.set(static_cast<std::uint32_t>(rng()));
+      for (auto& b : spec.sacketh.bits) b = rnd8();
       std::vector<std::uint8_t> payload(random_payload_length(info, rng));
       for (auto& b : payload) b = rnd8();
 
@@ -331,7 +338,7 @@ TEST(Build, EveryOpcodeRoundTripsWithRandomFields) {
       ++built;
     }
   }
-  EXPECT_EQ(built, (40 + 25) * 8);  // RC, UC, UD, CNP; XRC
+  EXPECT_EQ(built, (40 + 25 + 24) * 8);  // RC, UC, UD, CNP; XRC; selective repeat
 }
 
 TEST(Build, RefusesUnknownOpcodesAndSmallBuffers) {
