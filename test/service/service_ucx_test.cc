@@ -117,7 +117,13 @@ TEST_P(Ucx, StockPerftestCompletesWithItsFigures) {
         << what << "\n" << out;
     EXPECT_EQ(std::stoi(m[1]), k.iters) << what;
     EXPECT_GT(std::stod(m[3]), 0.0) << what << ": average latency";
-    EXPECT_GT(std::stod(m[5]), 0.0) << what << ": average bandwidth";
+    // A latency run's bandwidth is its 8-byte messages per second, printed
+    // in MB/s with two decimals: 0.00 once a loaded host slows it to
+    // about a millisecond a message. Its message rate says it moved; bandwidth runs
+    // must show bandwidth.
+    if (what.find("_lat") == std::string::npos) {
+      EXPECT_GT(std::stod(m[5]), 0.0) << what << ": average bandwidth";
+    }
     EXPECT_GT(std::stod(m[7]), 0.0) << what << ": average message rate";
     if (!k.env.empty()) {
       EXPECT_NE(out.find(k.transport), std::string::npos) << what << ": not on " << k.transport;
