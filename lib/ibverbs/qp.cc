@@ -196,6 +196,10 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   uroce::ibverbs::Cq* rcq = reset && ibv_qp->recv_cq != ibv_qp->send_cq
                                 ? reinterpret_cast<uroce::ibverbs::Cq*>(ibv_qp->recv_cq)
                                 : nullptr;
+  // Transport options (UROCE_TRANSPORT, ECE's agreement) are set before RTR (ece.cc).
+  if (to_state && attr->qp_state == IBV_QPS_RTR) {
+    if (const int e = uroce::ibverbs::apply_transport(*qp); e != 0) return e;
+  }
   if (scq != nullptr) scq->poll_lock.lock();
   if (rcq != nullptr) rcq->poll_lock.lock();
   const int rc = qp->qp->modify(*attr, attr_mask);
