@@ -213,6 +213,8 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
     // A QP used again reports its events afresh.
     std::lock_guard<std::mutex> lock(qp->ctx->mutex);
     qp->fatal_reported = qp->established_reported = qp->last_wqe_reported = false;
+    qp->ece_set = false;  // and agrees afresh (ece.cc)
+    qp->ece_options = 0;
     qp->rx_base = qp->qp->counter("rx_packets");
     qp->nak_access_base = qp->qp->counter("nak_rem_access_sent");
     qp->nak_invalid_base = qp->qp->counter("nak_inv_req_sent");
