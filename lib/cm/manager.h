@@ -224,7 +224,8 @@ class Manager final : public Backend {
   // A SIDR request: a SIDR_REP "valid QP" with the QP's number and Q_Key
   // (a UD QP, in INIT or later; else EINVAL), and nothing follows.
   int accept(std::uint32_t comm_id, const AcceptParams& p) override;
-  // Answers a kRequest with a REJ (reason: consumer reject), and refuses the
+  // Answers a kRequest with a REJ (`reason`: consumer reject, or vendor
+  // option not supported for rdma_reject_ece), and refuses the
   // REP of a kConnectResponse the same way; a SIDR request with a SIDR_REP
   // "rejected" (12.11.2), its private data cut to 136 bytes.
   int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data,
