@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/path_mtu.h"
+#include "common/transport_flags.h"
 #include "common/work_request.h"
 #include "device/ring_pair.h"
 #include "device/sim_pair.h"
@@ -336,10 +337,14 @@ Result run(const Options& o, Fabric& net) {
   }
   ConnectParams params;
   params.mtu = app::mtu_enum(o.mtu);
+  params.transport = o.transport;
   for (std::uint32_t q = 0; q < o.qps; ++q) {
     if (net.connect(a.qps[q], b.qps[q], params) != 0) {
       return failed("connect failed: " + net.a->last_error() + net.b->last_error());
     }
+  }
+  if (app::transport_asked(o.transport)) {
+    std::printf("transport: %s\n", app::describe_transport(a.qps[0]->transport_options()).c_str());
   }
   const std::uint64_t rss0 = resident_bytes();
   if (!add_idle_qps(o, net, a, b, params)) {

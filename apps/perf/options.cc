@@ -8,6 +8,7 @@
 #include "common/args.h"
 #include "common/path_mtu.h"
 #include "common/text_file.h"
+#include "common/transport_flags.h"
 #include "uroce/verbs.h"
 
 namespace uroce::perf {
@@ -114,6 +115,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(args.value("--pfc"), "--pfc");
     else if (a == "--workers") o.workers = true;
+    else if (app::transport_flag(a, args, o.transport)) continue;
     else if (a == "-q" || a == "--qps") o.qps = u32("--qps");
     else if (a == "--idle-qps") o.idle_qps = u32("--idle-qps");
     else if (a == "--idle-depth") o.idle_depth = u32("--idle-depth");
@@ -123,6 +125,8 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "-p" || a == "--port") o.tcp_port = static_cast<std::uint16_t>(args.number("-p"));
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      std::fputs("Transport options (issue 30), on every QP of both ends:\n", stdout);
+      std::fputs(app::kTransportUsage, stdout);
       std::exit(0);
     } else if (!a.empty() && a[0] != '-' && op.empty()) op = a;
     else if (!a.empty() && a[0] != '-' && o.server.empty()) o.server = a;
@@ -144,6 +148,7 @@ void check_fabric(const Options& o) {
   if (o.pfc_priority >= 0 && o.fabric == "sim") usage_error("--pfc sets up a DPDK port; use --ring or --ip");
   if (!o.pcap.empty() && o.fabric != "sim") usage_error("--pcap records the simulated link; use --sim");
   if (o.loss > 0 && o.fabric != "sim") usage_error("--loss applies to the simulated link; use --sim");
+  app::check_transport_flags(o.transport);
 }
 
 // The operation and the test's figures.

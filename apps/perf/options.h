@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "uroce/verbs.h"
 
 namespace uroce::perf {
 
@@ -39,6 +40,7 @@ struct Options {
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
   int pfc_priority = -1;  // --pfc: the lossless priority; -1 none
+  TransportOptions transport;  // --sr, --spray, --bdp: every RC QP's, both ends
   std::uint32_t idle_qps = 0;
   std::uint32_t idle_depth = 16;  // send and receive WQEs of each idle QP
   std::uint32_t idle_rd_atomic = 16;  // max_rd_atomic / max_dest_rd_atomic of each idle QP

@@ -16,6 +16,7 @@
 #include "common/oob.h"
 #include "common/path_mtu.h"
 #include "common/port_device.h"
+#include "common/transport_flags.h"
 #include "common/work_request.h"
 #include "perf/exchange.h"
 #include "perf/in_flight.h"
@@ -172,8 +173,12 @@ bool Endpoint::same_test(const Hello& peer) const {
 bool Endpoint::connect_qps(const Hello& peer) {
   ConnectParams cp;
   cp.mtu = app::mtu_enum(o_.mtu);
+  cp.transport = o_.transport;
   for (std::uint32_t q = 0; q < o_.qps; ++q) {
     if (connect_rc(qps_[q], peer.gid, peer.qpns[q], psns_[q], peer.psns[q], cp) != 0) return false;
+  }
+  if (app::transport_asked(o_.transport)) {
+    std::printf("transport: %s\n", app::describe_transport(qps_[0]->transport_options()).c_str());
   }
   return true;
 }

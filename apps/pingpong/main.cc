@@ -21,6 +21,7 @@
 
 #include "common/args.h"
 #include "common/counters.h"
+#include "common/transport_flags.h"
 #include "common/oob.h"
 #include "common/path_mtu.h"
 #include "common/port_device.h"
@@ -58,6 +59,7 @@ constexpr const char* kUsage =
     "      --counters       print the QP, engine and port counters on exit\n"
     "      --pfc PRIO       the lossless 802.1p priority, 0-7 (default off): PFC enabled on the\n"
     "                       port where its driver can (else one warning), data sent with DSCP PRIO*8\n"
+    "%s"
     "Example (af_packet on eth1, as root):\n"
     "  uroce-pingpong --no-pci --no-huge -m 512 --vdev=net_af_packet0,iface=eth1,framesz=8192,blocksz=16384 \\\n"
     "      -- --ip 10.99.0.1/24 -g 1 10.99.0.2\n";
@@ -81,6 +83,7 @@ struct Options {
   bool normal_pages = false;  // --normal-pages
   bool counters = false;
   int pfc_priority = -1;  // --pfc; -1 none
+  TransportOptions transport;  // --sr, --spray, --bdp
   std::string server;
 };
 
@@ -121,9 +124,10 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--normal-pages") o.normal_pages = true;
     else if (a == "--counters") o.counters = true;
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(reader.value("--pfc"), "--pfc");
+    else if (app::transport_flag(a, reader, o.transport)) continue;
     else if (a == "-e" || a == "--events") {
     } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
+      std::printf(kUsage, app::kTransportUsage);
       std::exit(0);
     } else if (!a.empty() && a[0] != '-' && o.server.empty()) o.server = a;
     else usage_error("unknown argument '" + a + "'");
@@ -132,6 +136,7 @@ Options parse(const std::vector<std::string>& args) {
   if (o.gid_index != 0 && o.gid_index != 1) usage_error("-g must be 0 (IPv6 link-local) or 1 (::ffff:ADDR)");
   if (!app::is_path_mtu(o.mtu)) usage_error("-m must be 256, 512, 1024, 2048 or 4096");
   if (o.size == 0 || o.iters == 0 || o.rx_depth < 2) usage_error("-s, -n must be positive and -r at least 2");
+  app::check_transport_flags(o.transport);
   return o;
 }
 
@@ -293,7 +298,13 @@ bool Pingpong::connect_qp() {
   cp.timeout = o_.qp_timeout;
   cp.access = 0;
   cp.sgid_index = static_cast<std::uint8_t>(o_.gid_index);
-  if (connect_rc(qp_, peer_.gid, peer_.qpn, mine_.psn, peer_.psn, cp) == 0) return true;
+  cp.transport = o_.transport;
+  if (connect_rc(qp_, peer_.gid, peer_.qpn, mine_.psn, peer_.psn, cp) == 0) {
+    if (app::transport_asked(o_.transport)) {
+      std::printf("  transport: %s\n", app::describe_transport(qp_->transport_options()).c_str());
+    }
+    return true;
+  }
   std::fprintf(stderr, "uroce-pingpong: couldn't connect the QP: %s\n", ctx_.last_error().c_str());
   return false;
 }

@@ -19,9 +19,9 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--pfc PRIO] [--min-ack-timeout N] [--netdev IF] [--lib DIR]\n"
-    "                 PROGRAM [ARGS...]\n"
-    "       uroce-run --service [--socket PATH] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--dcqcn FILE] [--pfc PRIO] [--min-ack-timeout N] [--transport SPEC] [--netdev IF]\n"
+    "                 [--lib DIR] PROGRAM [ARGS...]\n"
+    "       uroce-run --service [--socket PATH] [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
     "on uroce: it sees one RDMA device, uroce0, on the DPDK port the EAL args name, with\n"
@@ -39,6 +39,12 @@ constexpr const char* kUsage =
     "  --min-ack-timeout N  no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
     "                  resends (default 0: the program's own timeout; the stock tools set 14, 67 ms,\n"
     "                  and give up after 7 retries): for a peer slower than the program expects\n"
+    "  --transport SPEC  the transport options of every RC QP the program moves to RTR (issue 30):\n"
+    "                  sr (selective repeat) or gbn, then ,spray=N (paths, needs sr) and ,bdp=N (packets\n"
+    "                  in flight at most), e.g. gbn,bdp=64; for programs that exchange QP numbers\n"
+    "                  themselves (perftest), given to both ends. Over rdma_cm, sr is offered by ECE\n"
+    "                  and used only if the peer agrees. Until the transport runs selective repeat,\n"
+    "                  asking for it is an error (bdp works)\n"
     "  --netdev IF     the Linux interface uroce0 stands for, shown to PROGRAM as a kernel RDMA\n"
     "                  device shows its own: /sys/class/infiniband/uroce0/device/net/IF and\n"
     "                  ports/1/gid_attrs/ndevs/{0,1}, for programs that look it up there (rdma-core's\n"
@@ -54,7 +60,7 @@ constexpr const char* kUsage =
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
     "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN, UROCE_PFC,\n"
-    "UROCE_MIN_ACK_TIMEOUT and prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
+    "UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT and prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
     "           -- --ip 10.0.0.1/24 ibv_rc_pingpong -d uroce0 -g 1\n";
@@ -79,7 +85,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, dcqcn, pfc, min_ack_timeout, lib;
+  std::string ip, port_id, queues, workers, dcqcn, pfc, min_ack_timeout, transport, lib;
   std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
@@ -93,14 +99,14 @@ Options parse_service(int argc, char** argv) {
   int i = 2;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--socket" || a == "--lib" || a == "--netdev") {
+    if (a == "--socket" || a == "--lib" || a == "--netdev" || a == "--transport") {
       if (i + 1 >= argc) usage_error(a + " needs a value");
-      (a == "--socket" ? o.service : a == "--lib" ? o.lib : o.netdev) = argv[++i];
+      (a == "--socket" ? o.service : a == "--lib" ? o.lib : a == "--netdev" ? o.netdev : o.transport) = argv[++i];
     } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (a.rfind("--", 0) == 0) {
-      usage_error("unknown option " + a + " with --service (only --socket, --netdev and --lib; see --help)");
+      usage_error("unknown option " + a + " with --service (only --socket, --transport, --netdev and --lib; see --help)");
     } else {
       break;
     }
@@ -148,6 +154,7 @@ Options parse(int argc, char** argv) {
                     o.min_ack_timeout + "'");
       }
     }
+    else if (a == "--transport") value(o.transport);
     else if (a == "--lib") value(o.lib);
     else if (a == "--netdev") value(o.netdev);
     else if (a == "--help" || a == "-h") {
@@ -201,7 +208,8 @@ int main(int argc, char** argv) {
   }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
-      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}, {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}};
+      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}, {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout},
+      {"UROCE_TRANSPORT", &o.transport}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

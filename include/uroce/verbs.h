@@ -122,6 +122,12 @@ struct TransportOptions {
   std::uint32_t bdp_packets = 0;
 };
 
+// ECE (ibv_set_ece, rdma_cm's REQ and REP): the ibv_ece.options bits uroce
+// agrees on under its vendor id (ibv_query_device's vendor_id, 0x020000).
+// Bit 0: the QP runs selective repeat (TransportOptions::selective_repeat);
+// the others are reserved, zero.
+inline constexpr std::uint32_t kEceSelectiveRepeat = 1u << 0;
+
 // ibv_srq_init_attr's attributes.
 struct SrqInitAttr {
   std::uint32_t max_wr = 0;
@@ -645,9 +651,14 @@ class QueuePair {
   // The transport options (TransportOptions), set in RESET or INIT, before
   // the QP receives or sends: 0; EINVAL in another state, for a QP type
   // they do not apply to (RC only), or spraying without selective repeat;
-  // EOPNOTSUPP attached to uroced (not yet).
+  // EOPNOTSUPP for what the transport does not run yet
+  // (transport_capabilities). In process and attached to uroced alike.
   int set_transport_options(const TransportOptions& options);
   TransportOptions transport_options() const;
+  // The most set_transport_options takes on this build: selective_repeat
+  // true once the transport runs it, the most spray_paths. ECE
+  // (ibv_set_ece, rdma_cm) agrees only to what this says.
+  static TransportOptions transport_capabilities();
 
   // ibv_post_send / ibv_post_recv. Returns 0, or ENOMEM (queue full), EINVAL
   // (bad opcode, too many SGEs, inline too long, QP state; UD: no address

@@ -47,6 +47,20 @@ int Manager::Impl::rtr_rts_attr(const Conn& c, ibv_qp_state state, ibv_qp_attr& 
 
 int Manager::Impl::to_rtr(QueuePair* qp, const Conn& c) {
   if (qp == nullptr) return EINVAL;
+  if (c.ece) {
+    if (ece_fn != nullptr) {
+      if (const int rc = ece_fn(ece_arg, qp, c.ece_vendor_id, c.ece_options); rc != 0) return rc;
+    } else {
+      // The agreement decides selective repeat; without it, one path.
+      TransportOptions t = qp->transport_options();
+      t.selective_repeat = (c.ece_options & kEceSelectiveRepeat) != 0;
+      if (!t.selective_repeat) t.spray_paths = 1;
+      const TransportOptions now = qp->transport_options();
+      if (t.selective_repeat != now.selective_repeat || t.spray_paths != now.spray_paths) {
+        if (const int rc = qp->set_transport_options(t); rc != 0) return rc;
+      }
+    }
+  }
   ibv_qp_attr a;
   const int mask = rtr_rts_attr(c, IBV_QPS_RTR, a);
   return modify(qp, a, mask);
@@ -130,6 +144,7 @@ void Manager::Impl::on_req(const wire::CmMad& m, const Gid& peer, std::vector<Ev
   c.tid = m.header.tid;
   c.peer = peer;
   c.req = req;
+  c.req_ece_options = m.header.attr_modifier;
   c.peer_qpn = req.local_qpn;
   // Until accept(): the REQ's values in our terms (Linux's cm_req_handler),
   // and the PSN our REP will carry, so the program can move a QP of its
@@ -154,6 +169,8 @@ void Manager::Impl::on_req(const wire::CmMad& m, const Gid& peer, std::vector<Ev
   e.listener = listener.owner;
   e.req = req;
   e.peer_gid = to_gid(peer);
+  e.ece_vendor_id = req.vendor_id;
+  e.ece_options = req.vendor_id != 0 ? m.header.attr_modifier : 0;
   // The consumer's private data: behind rdma_cm's header on its services.
   std::size_t skip = 0;
   if (wire::rdma_cm_service(req.service_id) && wire::decode_rdma_cm_header(req.private_data)) {
@@ -202,10 +219,18 @@ void Manager::Impl::on_rep(const wire::CmMad& m, const Gid& peer, std::vector<Ev
   c->timeout = p.timeout;
   c->retry = p.retry_count;
   c->rnr_retry = rep.rnr_retry_count;
+  // ECE: what we offered that the REP, of the same vendor, agrees to.
+  const std::uint32_t rep_vendor = wire::rep_vendor_id(rep);
+  const std::uint32_t rep_options = rep_vendor != 0 ? m.header.attr_modifier : 0;
+  c->ece = p.ece_vendor_id != 0;
+  c->ece_vendor_id = p.ece_vendor_id;
+  c->ece_options = rep_vendor == p.ece_vendor_id ? p.ece_options & rep_options : 0;
   Event e;
   e.comm_id = c->local_id;
   e.rep = rep;
   e.active = true;
+  e.ece_vendor_id = rep_vendor;
+  e.ece_options = rep_options;
   e.private_data.assign(rep.private_data.begin(), rep.private_data.end());
   if (c->program_qp) {
     // The program's own QP: it moves it (qp_attr), then establish().

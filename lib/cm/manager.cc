@@ -433,6 +433,11 @@ void Manager::set_modify(ModifyFn fn, void* arg) {
   impl_->modify_arg = arg;
 }
 
+void Manager::set_ece(EceFn fn, void* arg) {
+  impl_->ece_fn = fn;
+  impl_->ece_arg = arg;
+}
+
 std::size_t Manager::connections() const { return impl_->conns.size(); }
 std::size_t Manager::pending_requests() const { return impl_->pending_requests; }
 
@@ -495,8 +500,10 @@ int Manager::connect(const ConnectParams& p, std::uint32_t& comm_id) {
   q.primary.hop_limit = 64;
   q.primary.local_ack_timeout = p.timeout;
   std::copy(p.private_data.begin(), p.private_data.end(), q.private_data.begin());
+  q.vendor_id = p.ece_vendor_id & 0xffffff;
   wire::CmMad m = i.header_for(wire::CmAttr::kReq, c.tid);
   m.req = q;
+  if (q.vendor_id != 0) m.header.attr_modifier = p.ece_options;
   comm_id = c.local_id;
   auto [it, inserted] = i.conns.emplace(c.local_id, std::move(c));
   (void)inserted;
@@ -531,6 +538,11 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   settled.initiator = std::min(p.initiator_depth, req.responder_resources);
   settled.timeout = p.timeout;
   settled.rnr_retry = p.rnr_retry_count;
+  // ECE (this side takes part: p.ece_vendor_id): what the answer agrees to
+  // of what the REQ offered; another vendor's REQ, or one without, nothing.
+  settled.ece = p.ece_vendor_id != 0;
+  settled.ece_vendor_id = p.ece_vendor_id;
+  settled.ece_options = p.ece_vendor_id == req.vendor_id ? p.ece_options & c->req_ece_options : 0;
   if (p.qp != nullptr && (i.to_init(p.qp) != 0 || i.to_rtr(p.qp, settled) != 0 || i.to_rts(p.qp, settled) != 0)) {
     return EINVAL;
   }
@@ -538,6 +550,9 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   c->initiator = settled.initiator;
   c->timeout = settled.timeout;
   c->rnr_retry = settled.rnr_retry;
+  c->ece = settled.ece;
+  c->ece_vendor_id = settled.ece_vendor_id;
+  c->ece_options = settled.ece_options;
   c->qp = p.qp;
   c->program_qp = p.qp == nullptr;
   wire::CmMad m = i.header_for(wire::CmAttr::kRep, c->tid);
@@ -552,6 +567,12 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
   rep.rnr_retry_count = c->rnr_retry;
   rep.srq = p.qp == nullptr && p.srq;
   rep.local_ca_guid = i.guid;
+  // As rdma-core's librdmacm over Linux's CM: the REP echoes the REQ's
+  // vendor id (0 when it had none), with the options agreed.
+  if (settled.ece) {
+    wire::set_rep_vendor_id(rep, req.vendor_id);
+    if (req.vendor_id != 0) m.header.attr_modifier = settled.ece_options;
+  }
   std::copy(p.private_data.begin(), p.private_data.end(), rep.private_data.begin());
   i.leave_req_rcvd(*c);
   c->state = Impl::State::kRepSent;
@@ -598,7 +619,7 @@ int Manager::establish(std::uint32_t comm_id) {
   return 0;
 }
 
-int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) {
+int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data, wire::RejReason reason) {
   Impl& i = *impl_;
   Impl::Conn* c = i.find(comm_id);
   if (c != nullptr && c->state == Impl::State::kSidrReqRcvd) {
@@ -611,7 +632,7 @@ int Manager::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& priv
   const bool rep_in = c != nullptr && c->state == Impl::State::kRepRcvd;
   if (c == nullptr || (c->state != Impl::State::kReqRcvd && !rep_in)) return ENOENT;
   i.reject(c->peer, c->tid, c->local_id, c->remote_id, rep_in ? wire::CmMsgKind::kRep : wire::CmMsgKind::kReq,
-           wire::RejReason::kConsumerReject, private_data);
+           reason, private_data);
   i.erase_conn(comm_id);
   return 0;
 }

@@ -61,6 +61,10 @@ struct Event {
   // header) in req; kEstablished (active): the SIDR_REP's QPN and Q_Key in
   // rep.local_qpn and rep.local_qkey, the peer's GID in peer_gid.
   bool sidr = false;
+  // ECE (rdma-core's enhanced connection establishment): the peer's vendor
+  // id (0: none) and options. kRequest: the REQ's; kEstablished (active),
+  // kConnectResponse: the REP's.
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;
 };
 
 // The counters of the manager, for tests and telemetry.
@@ -137,6 +141,10 @@ struct ConnectParams {
   std::uint8_t rnr_retry_count = 7;
   std::uint8_t timeout = 14;
   std::vector<std::uint8_t> private_data;  // up to 92 bytes (rdma_cm's header first, if any)
+  // ECE offered in the REQ (vendor id 0: none). With `qp`, what the REP
+  // agrees to (the same vendor id, the options both name) is applied to it
+  // before RTR (set_ece); a REP of another vendor, or none, agrees to none.
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;
 };
 
 // What a SIDR request names (Backend::sidr_request): no QP of ours, the
@@ -157,6 +165,9 @@ struct AcceptParams {
   std::uint8_t rnr_retry_count = 7;
   std::uint8_t timeout = 14;  // the QP's local ACK timeout (4.096 us * 2^timeout)
   std::vector<std::uint8_t> private_data;  // up to 196 bytes (a SIDR request's answer: 136)
+  // ECE the REP answers with (vendor id 0: none): what this side agrees to,
+  // applied to `qp` before RTR (set_ece) if the REQ named the same vendor.
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;
 };
 
 // What librdmacm drives: the manager of a Context in process (Manager), or
@@ -169,7 +180,9 @@ class Backend {
   virtual int unlisten(std::uint64_t service_id) = 0;
   virtual int connect(const ConnectParams& p, std::uint32_t& comm_id) = 0;
   virtual int accept(std::uint32_t comm_id, const AcceptParams& p) = 0;
-  virtual int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) = 0;
+  // `reason`: kConsumerReject, or kVendorOptionNotSupported (rdma_reject_ece).
+  virtual int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data,
+                     wire::RejReason reason = wire::RejReason::kConsumerReject) = 0;
   virtual int disconnect(std::uint32_t comm_id) = 0;
   virtual void forget_qp(QueuePair* qp) = 0;
   virtual std::size_t poll(std::vector<Event>& events) = 0;
@@ -211,10 +224,12 @@ class Manager final : public Backend {
   // A SIDR request: a SIDR_REP "valid QP" with the QP's number and Q_Key
   // (a UD QP, in INIT or later; else EINVAL), and nothing follows.
   int accept(std::uint32_t comm_id, const AcceptParams& p) override;
-  // Answers a kRequest with a REJ (reason: consumer reject), and refuses the
+  // Answers a kRequest with a REJ (`reason`: consumer reject, or vendor
+  // option not supported for rdma_reject_ece), and refuses the
   // REP of a kConnectResponse the same way; a SIDR request with a SIDR_REP
   // "rejected" (12.11.2), its private data cut to 136 bytes.
-  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
+  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data,
+             wire::RejReason reason = wire::RejReason::kConsumerReject) override;
   // Sends a DREQ and moves the QP to ERR; kDisconnected follows the DREP.
   int disconnect(std::uint32_t comm_id) override;
   // Ends connection `comm_id` whatever its state, its owner gone (uroced's
@@ -269,6 +284,12 @@ class Manager final : public Backend {
   // (ibv_modify_qp, which keeps its own view of the QP's state in step).
   using ModifyFn = int (*)(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask);
   void set_modify(ModifyFn fn, void* arg);
+  // How the manager gives a QP the ECE agreed (before it moves it to RTR):
+  // by default it sets the QP's selective_repeat to the agreement's
+  // kEceSelectiveRepeat (QueuePair::set_transport_options); a verbs library
+  // sets its own (ibv_set_ece, which keeps the QP's ECE for ibv_query_ece).
+  using EceFn = int (*)(void* arg, QueuePair* qp, std::uint32_t vendor_id, std::uint32_t options);
+  void set_ece(EceFn fn, void* arg);
 
  private:
   struct Impl;

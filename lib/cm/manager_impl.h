@@ -97,6 +97,11 @@ struct Manager::Impl {
     std::uint64_t due = 0;           // its entry in `timers` (0: none)
     std::uint64_t listen_service = 0;     // kReqRcvd: the listener it counts against
     std::uint64_t listen_generation = 0;
+    // ECE: the REQ's options (passive), and once known what was agreed,
+    // which to_rtr gives the QP first.
+    std::uint32_t req_ece_options = 0;
+    bool ece = false;
+    std::uint32_t ece_vendor_id = 0, ece_options = 0;
   };
   struct Listener {
     void* owner = nullptr;
@@ -150,6 +155,8 @@ struct Manager::Impl {
   Counters counters;
   ModifyFn modify_fn = nullptr;
   void* modify_arg = nullptr;
+  EceFn ece_fn = nullptr;
+  void* ece_arg = nullptr;
   bool armed = false;  // QP1's CQ has an on_mad callback: armed at every poll()
 
   static bool sidr(State s) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <atomic>
@@ -266,6 +267,11 @@ struct Qp {
   std::vector<Pending> pending;
   std::vector<ibv_sge> sges;
   std::vector<std::uint8_t> bytes;
+  // ECE (ece.cc): once ibv_set_ece was called (by the program, or by
+  // librdmacm with the peer's answer), the options it recorded; they decide
+  // the QP's transport options when it moves to RTR.
+  std::uint32_t ece_options = 0;
+  bool ece_set = false;
   std::vector<ibv_send_wr> chain;
   int pending_error = 0;
   Born born;
@@ -390,5 +396,18 @@ T* allocate() {
 // Says one line on stderr for a verb uroce does not support yet (once per
 // kind of request), and returns `err`.
 int unsupported(int err, const char* what);
+
+// ECE (ece.cc): ibv_ece.options bits of kVendorId (include/uroce/verbs.h).
+using uroce::kEceSelectiveRepeat;
+// The options this build agrees to (QueuePair::transport_capabilities).
+std::uint32_t ece_supported();
+// UROCE_TRANSPORT: "sr", "gbn", "spray=N", "bdp=N", comma-separated
+// ("sr,spray=4,bdp=64"). False with a one-line `message` when malformed
+// or asking for what the transport does not run yet.
+bool parse_transport(std::string_view text, TransportOptions& options, std::string& message);
+// Called by ibv_modify_qp before an RC QP moves to RTR: sets its transport
+// options from UROCE_TRANSPORT and what ECE agreed (ece.cc). An errno
+// value, with one line on stderr, when they cannot be had.
+int apply_transport(Qp& qp);
 
 }  // namespace uroce::ibverbs

@@ -196,6 +196,10 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
   uroce::ibverbs::Cq* rcq = reset && ibv_qp->recv_cq != ibv_qp->send_cq
                                 ? reinterpret_cast<uroce::ibverbs::Cq*>(ibv_qp->recv_cq)
                                 : nullptr;
+  // Transport options (UROCE_TRANSPORT, ECE's agreement) are set before RTR (ece.cc).
+  if (to_state && attr->qp_state == IBV_QPS_RTR) {
+    if (const int e = uroce::ibverbs::apply_transport(*qp); e != 0) return e;
+  }
   if (scq != nullptr) scq->poll_lock.lock();
   if (rcq != nullptr) rcq->poll_lock.lock();
   const int rc = qp->qp->modify(*attr, attr_mask);
@@ -209,6 +213,8 @@ int ibv_modify_qp(ibv_qp* ibv_qp, ibv_qp_attr* attr, int attr_mask) {
     // A QP used again reports its events afresh.
     std::lock_guard<std::mutex> lock(qp->ctx->mutex);
     qp->fatal_reported = qp->established_reported = qp->last_wqe_reported = false;
+    qp->ece_set = false;  // and agrees afresh (ece.cc)
+    qp->ece_options = 0;
     qp->rx_base = qp->qp->counter("rx_packets");
     qp->nak_access_base = qp->qp->counter("nak_rem_access_sent");
     qp->nak_invalid_base = qp->qp->counter("nak_inv_req_sent");

@@ -24,8 +24,6 @@ int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) {
   return uroce::ibverbs::unsupported(EOPNOTSUPP, "ibv_attach_mcast: multicast is not supported");
 }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
-int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) {
   errno = EOPNOTSUPP;
   return nullptr;

@@ -89,6 +89,8 @@ int ServiceCm::connect(const cm::ConnectParams& p, std::uint32_t& comm_id) {
   r.timeout = p.timeout;
   r.private_data_len = static_cast<std::uint8_t>(p.private_data.size());
   std::copy(p.private_data.begin(), p.private_data.end(), r.private_data);
+  r.ece_vendor_id = p.ece_vendor_id;
+  r.ece_options = p.ece_options;
   service::Reply reply;
   if (const int e = call(req, reply, "connect"); e != 0) return e;
   comm_id = reply.handle;
@@ -117,6 +119,8 @@ int ServiceCm::accept(std::uint32_t comm_id, const cm::AcceptParams& p) {
   r.timeout = p.timeout;
   r.private_data_len = static_cast<std::uint8_t>(p.private_data.size());
   std::copy(p.private_data.begin(), p.private_data.end(), r.private_data);
+  r.ece_vendor_id = p.ece_vendor_id;
+  r.ece_options = p.ece_options;
   service::Reply reply;
   if (const int e = call(req, reply, "accept"); e != 0) return e;
   if (sidr_requests_.erase(comm_id) != 0) return 0;  // a UD QP, left as it was
@@ -146,7 +150,7 @@ int ServiceCm::establish(std::uint32_t comm_id) {
   return call(req, reply, "establish");
 }
 
-int ServiceCm::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) {
+int ServiceCm::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data, wire::RejReason reason) {
   service::Request req;
   req.op = service::Op::kCmReject;
   service::CmReject& r = req.cm_reject;
@@ -154,6 +158,7 @@ int ServiceCm::reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& pr
   r.comm_id = comm_id;
   r.private_data_len = static_cast<std::uint8_t>(std::min(private_data.size(), sizeof r.private_data));
   std::copy_n(private_data.begin(), r.private_data_len, r.private_data);
+  r.reason = static_cast<std::uint16_t>(reason);
   service::Reply reply;
   sidr_requests_.erase(comm_id);
   return call(req, reply, "reject");
@@ -209,6 +214,8 @@ std::size_t ServiceCm::poll(std::vector<cm::Event>& events) {
     e.reason = in.reason;
     e.active = in.active != 0;
     e.sidr = in.sidr != 0;
+    e.ece_vendor_id = in.ece_vendor_id;
+    e.ece_options = in.ece_options;
     e.private_data.assign(in.private_data, in.private_data + std::min<std::size_t>(in.private_data_len, sizeof in.private_data));
     if (e.type == cm::EventType::kRequest) {
       auto owner = owners_.find(in.service_id);

@@ -38,7 +38,8 @@ class ServiceCm final : public cm::Backend {
   int unlisten(std::uint64_t service_id) override;
   int connect(const cm::ConnectParams& p, std::uint32_t& comm_id) override;
   int accept(std::uint32_t comm_id, const cm::AcceptParams& p) override;
-  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data) override;
+  int reject(std::uint32_t comm_id, const std::vector<std::uint8_t>& private_data,
+             wire::RejReason reason = wire::RejReason::kConsumerReject) override;
   int disconnect(std::uint32_t comm_id) override;
   void forget_qp(QueuePair* qp) override;
   int sidr_request(const cm::SidrParams& p, std::uint32_t& request_id) override;

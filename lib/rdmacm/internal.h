@@ -26,4 +26,11 @@ bool kept_qp_attr(rdma_cm_id* id, ibv_qp_init_attr& attr);
 // caller's private data.
 void keep_connect_data(rdma_cm_id* id, const void* data, std::size_t len);
 
+// ECE (ece.cc). What a REQ or REP of `qp` carries: its ibv_query_ece; with
+// no QP, `set` (rdma_set_local_ece's; vendor_id 0: none).
+ibv_ece local_ece(ibv_qp* qp, const ibv_ece& set);
+// The connection is made: `qp`'s ECE becomes what it offered that the
+// peer's `remote` (its REQ or REP) agreed to, as ibv_query_ece reports.
+void record_agreed_ece(ibv_qp* qp, const ibv_ece& remote);
+
 }  // namespace uroce::rdmacm

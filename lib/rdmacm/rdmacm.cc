@@ -88,6 +88,10 @@ struct Id {
   // back: rdma_destroy_id waits until they are equal, as rdma-core's does.
   std::uint64_t events_reported = 0;
   std::uint64_t events_acked = 0;
+  // ECE (ece.cc has the rules): what rdma_set_local_ece gave (an ID with no
+  // QP; vendor_id 0: none), and what the peer's REQ or REP carried.
+  ibv_ece local_ece{};
+  ibv_ece remote_ece{};
 };
 
 struct Channel {
@@ -350,6 +354,22 @@ int modify_through_verbs(void* arg, QueuePair* qp, ibv_qp_attr& attr, int mask) 
   return ENOENT;  // destroyed with ibv_destroy_qp
 }
 
+// The ECE agreed, given to a QP before the manager moves it to RTR (the
+// manager's hook): through ibv_set_ece, which decides its transport
+// options at RTR (lib/ibverbs/ece.cc). Found as modify_through_verbs finds it.
+int ece_through_verbs(void* arg, QueuePair* qp, std::uint32_t vendor_id, std::uint32_t options) {
+  auto* s = static_cast<State*>(arg);
+  if (s->qps.count(qp) == 0) return ENOENT;
+  ibverbs::Ctx* x = ibverbs::ctx_of(s->verbs);
+  std::lock_guard<std::mutex> lock(x->mutex);
+  for (ibverbs::Qp* q : x->qps) {
+    if (q->qp != qp) continue;
+    ibv_ece ece{vendor_id, options, 0};
+    return ibv_set_ece(&q->ex.qp_base, &ece);
+  }
+  return ENOENT;
+}
+
 // The library's view of a QP that uroced's CM moved (ServiceCm's hook):
 // ibv_query_qp brings libibverbs's and the QP's own state up to date. Found
 // among the device's live QPs, not in `qps`: a program may destroy a QP with
@@ -427,6 +447,7 @@ void deliver(State& s, cm::Event& e) {
     id->comm_id = e.comm_id;
     id->port = listener->port;
     id->cm.qp_type = e.sidr ? IBV_QPT_UD : IBV_QPT_RC;
+    id->remote_ece = ibv_ece{e.ece_vendor_id, e.ece_options, 0};
     std::array<std::uint8_t, 4> peer{};
     std::memcpy(peer.data(), e.peer_gid.raw + 12, 4);
     std::uint16_t peer_port = 0;
@@ -522,6 +543,8 @@ void deliver(State& s, cm::Event& e) {
         c.rnr_retry_count = e.rep.rnr_retry_count;
         c.srq = e.rep.srq;
         c.qp_num = e.rep.local_qpn;
+        id->remote_ece = ibv_ece{e.ece_vendor_id, e.ece_options, 0};
+        if (id->cm.qp != nullptr) uroce::rdmacm::record_agreed_ece(id->cm.qp, id->remote_ece);
       }
       break;
     case cm::EventType::kRejected:
@@ -609,6 +632,7 @@ int init(State& s) {
       return ENODEV;
     }
     manager->set_modify(modify_through_verbs, &s);
+    manager->set_ece(ece_through_verbs, &s);
     s.manager = std::move(manager);
   }
   s.thread = std::thread([&s] { run(s); });
@@ -1155,8 +1179,15 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
     destroy_cqs(id);
     return fail(rc);
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
   uroce::ibverbs::Qp* q = uroce::ibverbs::qp_of(qp);
+  // UROCE_TRANSPORT's options now, in INIT: through uroced the daemon moves
+  // the QP on, never through ibv_modify_qp (which sets them before RTR).
+  if (const int e = attr->qp_type == IBV_QPT_RC ? uroce::ibverbs::apply_transport(*q) : 0; e != 0) {
+    ibv_destroy_qp(qp);
+    destroy_cqs(id);
+    return fail(e);
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
   s.qps[q->qp] = qp;
   id->qp = qp;
   id->pd = pd;
@@ -1253,6 +1284,10 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
   if (i->ack_timeout) p.timeout = *i->ack_timeout;
+  // ECE in the REQ: the QP's (ibv_query_ece), or rdma_set_local_ece's.
+  const ibv_ece offer = uroce::rdmacm::local_ece(id->qp, i->local_ece);
+  p.ece_vendor_id = offer.vendor_id;
+  p.ece_options = offer.options;
   ibv_port_attr pa{};
   if (ibv_query_port(id->verbs, 1, &pa) == 0) p.mtu = pa.active_mtu;
   if (uroce::rdmacm::debug()) {
@@ -1312,13 +1347,20 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
   if (i->ack_timeout) p.timeout = *i->ack_timeout;
+  // ECE in the REP: what the QP (or rdma_set_local_ece) agrees to of the REQ's.
+  const ibv_ece answer = uroce::rdmacm::local_ece(id->qp, i->local_ece);
+  p.ece_vendor_id = answer.vendor_id;
+  p.ece_options = answer.options;
   if (const int rc = s.manager->accept(i->comm_id, p); rc != 0) return fail(rc);
+  if (id->qp != nullptr) uroce::rdmacm::record_agreed_ece(id->qp, i->remote_ece);
   const bool sync = i->sync;
   lock.unlock();
   return uroce::rdmacm::complete(id, sync);
 }
 
-int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len) {
+namespace {
+int reject_with(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len,
+                uroce::wire::RejReason reason) {
   auto& s = state();
   if (id == nullptr) return fail(EINVAL);
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -1327,10 +1369,21 @@ int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_d
   const auto* d = static_cast<const std::uint8_t*>(private_data);
   std::vector<std::uint8_t> data;
   if (d != nullptr) data.assign(d, d + private_data_len);
-  if (const int rc = s.manager->reject(i->comm_id, data); rc != 0) return fail(rc);
+  if (const int rc = s.manager->reject(i->comm_id, data, reason); rc != 0) return fail(rc);
   s.by_comm.erase(i->comm_id);
   i->comm_id = 0;
   return 0;
+}
+}  // namespace
+
+int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len) {
+  return reject_with(id, private_data, private_data_len, uroce::wire::RejReason::kConsumerReject);
+}
+
+// A REJ "vendor option not supported" (IBTA's reason 35), as rdma-core's:
+// the request's ECE options are not taken.
+int rdma_reject_ece(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len) {
+  return reject_with(id, private_data, private_data_len, uroce::wire::RejReason::kVendorOptionNotSupported);
 }
 
 int rdma_disconnect(rdma_cm_id* id) {
@@ -1708,12 +1761,30 @@ void rdma_destroy_srq(rdma_cm_id*) {}
 int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return unsupported("multicast"); }
 int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return unsupported("multicast"); }
 int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return unsupported("multicast"); }
-// ECE (enhanced connection establishment): not yet. EOPNOTSUPP with no
-// line, as ibv_query_ece and ibv_set_ece answer: programs (rdma-core's
-// tests) try ECE and go on without it on exactly that errno.
-int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
-int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
-int rdma_reject_ece(rdma_cm_id*, const void*, uint8_t) { return fail(EOPNOTSUPP); }
+// ECE of an ID without a QP of rdma_create_qp's (the program's own, as
+// rdma-core's librdmacm allows them): what the REQ or REP carries, and what
+// the peer's carried. One with such a QP takes its ECE from the QP
+// (ibv_query_ece, ibv_set_ece): EINVAL, as rdma-core answers.
+int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+  if (id == nullptr || id->qp != nullptr || ece == nullptr || ece->vendor_id == 0 || ece->comp_mask != 0) {
+    return fail(EINVAL);
+  }
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  id_of(id)->local_ece = ibv_ece{ece->vendor_id, ece->options, 0};
+  return 0;
+}
+
+int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+  if (id == nullptr || id->qp != nullptr || ece == nullptr) return fail(EINVAL);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.ids.count(id_of(id))) return fail(EINVAL);  // destroyed
+  *ece = id_of(id)->remote_ece;
+  ece->comp_mask = 0;
+  return 0;
+}
 
 // rsockets: not provided. rpoll on plain fds is poll(2) (rping polls its
 // event channel's fd with it); the rest fail with ENOSYS (returning -1 as

@@ -28,7 +28,9 @@ namespace uroce::service {
 // 6: CQ slots carry a completion timestamp (CqSlot), kReregMr, kResizeCq, kQueryClock.
 // 7: XRC (kOpenXrcd, kCloseXrcd; CreateSrq's xrcd and cq, CreateSrqReply's
 //    srqn, CreateQp's xrcd; an XRC_SEND slot's remote_qpn is its remote_srqn).
-inline constexpr std::uint32_t kProtocolVersion = 7;
+// 8: kSetTransportOptions; CmConnect, CmAccept and CmEvent carry ECE (ece_vendor_id, ece_options),
+//    CmReject a reason.
+inline constexpr std::uint32_t kProtocolVersion = 8;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -86,6 +88,13 @@ enum class Op : std::uint32_t {
   kQueryClock,   // -> ClockReply: the engines' clock and the wall clock, read together
   kOpenXrcd,     // -> handle: a new XRC domain of this client's
   kCloseXrcd,    // handle: EBUSY while its XRC SRQs or target QPs remain
+  kSetTransportOptions,  // handle: the QP; SetTransportOptions (QueuePair::set_transport_options)
+};
+
+struct SetTransportOptions {
+  std::uint8_t selective_repeat = 0;
+  std::uint8_t spray_paths = 1;
+  std::uint32_t bdp_packets = 0;
 };
 
 struct AllocMw {
@@ -210,6 +219,7 @@ struct CmConnect {
   // the peer, and never moves it.
   std::uint8_t program_qp = 0;
   std::uint8_t srq = 0;         // with program_qp: it receives from an SRQ
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;  // cm::ConnectParams's
 };
 struct CmAccept {
   std::uint32_t comm_id = 0;
@@ -218,11 +228,13 @@ struct CmAccept {
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[196] = {};
   std::uint8_t program_qp = 0, srq = 0;  // as in CmConnect
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;  // cm::AcceptParams's
 };
 struct CmReject {
   std::uint32_t comm_id = 0;
   std::uint8_t private_data_len = 0;
   std::uint8_t private_data[148] = {};
+  std::uint16_t reason = 0;  // 0 or 28: consumer reject; 35: vendor option not supported (rdma_reject_ece)
 };
 // A SIDR_REQ (IBTA 12.11): 216 bytes of private data, no QP of ours.
 struct CmSidrRequest {
@@ -258,6 +270,7 @@ struct Request {
     RegDmMr reg_dm_mr;
     AllocMw alloc_mw;
     ReregMr rereg_mr;
+    SetTransportOptions set_transport_options;
   };
   Request() : hello{} {}
 };
@@ -357,6 +370,7 @@ struct CmEvent {
   // status in reason.
   std::uint8_t sidr = 0;
   std::uint32_t qkey = 0;
+  std::uint32_t ece_vendor_id = 0, ece_options = 0;  // cm::Event's: the peer's ECE
 };
 
 struct ClockReply {

@@ -133,9 +133,7 @@ class ServiceBackend final : public Backend {
   QueuePair* create_qp(ProtectionDomain* pd, const QpInitAttr& attr, bool gsi) override;
   int destroy_qp(ProtectionDomain* pd, QueuePair* qp) override;
   int modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_mask) override;
-  int set_transport_options(QueuePair&, const TransportOptions&) override {
-    return c_.fail(EOPNOTSUPP, "transport options through uroced are not supported yet");
-  }
+  int set_transport_options(QueuePair& qp, const TransportOptions& options) override;
   int query_qp(const QueuePair& qp, ibv_qp_attr& attr, int attr_mask, QpInitAttr* init_attr) override;
   void refresh_counters(const QueuePair& qp) override;
   QueuePair::CongestionState congestion(const QueuePair&) override { return {}; }  // the daemon's (uroced --stats)
@@ -617,6 +615,26 @@ int ServiceBackend::modify_qp(QueuePair& qp, const ibv_qp_attr& attr, int attr_m
       q.remote->rq.reset();
     }
   }
+  return 0;
+}
+
+// The daemon's QP checks and takes them; this side keeps a copy for
+// QueuePair::transport_options().
+int ServiceBackend::set_transport_options(QueuePair& qp, const TransportOptions& options) {
+  QpImpl& q = impl_of(qp);
+  std::lock_guard<std::mutex> lock(mutex_);
+  service::Request req;
+  req.op = service::Op::kSetTransportOptions;
+  req.handle = q.remote->handle;
+  req.set_transport_options.selective_repeat = options.selective_repeat ? 1 : 0;
+  req.set_transport_options.spray_paths = options.spray_paths;
+  req.set_transport_options.bdp_packets = options.bdp_packets;
+  service::Reply reply;
+  std::string why;
+  if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) {
+    return c_.fail(e, "set_transport_options: " + why);
+  }
+  q.qp.options = transport::Qp::Options{options.selective_repeat, options.spray_paths, options.bdp_packets};
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // QueuePair::set_transport_options (include/uroce/verbs.h): the options a QP
 // runs with beyond RoCEv2, checked and set before it receives or sends.
 #include <cerrno>
+#include <cstdint>
 
 #include "verbs/local.h"
 #include "verbs/verbs_impl.h"
@@ -15,6 +16,9 @@ TransportOptions QueuePair::transport_options() const {
   const transport::Qp::Options& o = impl_->qp.options;
   return TransportOptions{o.selective_repeat, o.spray_paths, o.bdp_packets};
 }
+
+// In step with LocalBackend::set_transport_options's refusals below.
+TransportOptions QueuePair::transport_capabilities() { return TransportOptions{false, 1, UINT32_MAX}; }
 
 namespace internal {
 

@@ -132,6 +132,10 @@ struct CmReq {
   std::uint8_t max_cm_retries = 0;    // 4 bits
   bool srq = false;
   std::uint8_t extended_transport = 0;  // 3 bits
+  // ECE (rdma-core's enhanced connection establishment), where Linux's CM
+  // puts it in a byte range IBTA's table reserves: the sender's vendor id
+  // (0: no ECE); its options travel in the MAD header's attribute modifier.
+  std::uint32_t vendor_id = 0;        // 24 bits
   CmPath primary;
   CmPath alternate;
   bool has_alternate = false;         // an alternate path (LIDs or GIDs non-zero)
@@ -142,6 +146,7 @@ struct CmReq {
 // present, encode leaves the alternate path zero without it.
 #define UROCE_CM_REQ_FIELDS(X)               \
   X(local_comm_id, 0, 0, 32)                 \
+  X(vendor_id, 5, 0, 24)                     \
   X(service_id, 8, 0, 64)                    \
   X(local_ca_guid, 16, 0, 64)                \
   X(local_qkey, 28, 0, 32)                   \
@@ -183,16 +188,30 @@ struct CmRep {
   std::uint8_t rnr_retry_count = 0;   // 3 bits
   bool srq = false;
   std::uint64_t local_ca_guid = 0;
+  // ECE's vendor id (0: none), as Linux's CM splits it over three reserved
+  // bytes (rep_vendor_id below); the options are in the attribute modifier.
+  std::uint8_t vendor_id_high = 0, vendor_id_mid = 0, vendor_id_low = 0;
   std::array<std::uint8_t, 196> private_data{};
   friend bool operator==(const CmRep&, const CmRep&) = default;
 };
+inline std::uint32_t rep_vendor_id(const CmRep& r) {
+  return std::uint32_t{r.vendor_id_high} << 16 | std::uint32_t{r.vendor_id_mid} << 8 | r.vendor_id_low;
+}
+inline void set_rep_vendor_id(CmRep& r, std::uint32_t vendor_id) {
+  r.vendor_id_high = static_cast<std::uint8_t>(vendor_id >> 16);
+  r.vendor_id_mid = static_cast<std::uint8_t>(vendor_id >> 8);
+  r.vendor_id_low = static_cast<std::uint8_t>(vendor_id);
+}
 #define UROCE_CM_REP_FIELDS(X)            \
   X(local_comm_id, 0, 0, 32)              \
   X(remote_comm_id, 4, 0, 32)             \
   X(local_qkey, 8, 0, 32)                 \
   X(local_qpn, 12, 0, 24)                 \
+  X(vendor_id_high, 15, 0, 8)             \
   X(local_eecn, 16, 0, 24)                \
+  X(vendor_id_mid, 19, 0, 8)              \
   X(starting_psn, 20, 0, 24)              \
+  X(vendor_id_low, 23, 0, 8)              \
   X(responder_resources, 24, 0, 8)        \
   X(initiator_depth, 25, 0, 8)            \
   X(target_ack_delay, 26, 3, 5)           \
@@ -265,6 +284,7 @@ enum class RejReason : std::uint16_t {
   kUnsupportedClassVersion = 31,
   kInvalidFlowLabel = 32,
   kInvalidAltFlowLabel = 33,
+  kVendorOptionNotSupported = 35,  // rdma_reject_ece: the REQ's ECE options are not taken
 };
 // Which message a REJ or MRA answers (2 bits).
 enum class CmMsgKind : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };

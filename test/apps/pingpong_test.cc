@@ -184,6 +184,41 @@ TEST(PingpongOffset, BuffersInsideAPageOverMemif) {
   EXPECT_TRUE(std::regex_search(out, std::regex("port.tx_zero_copy_frames [1-9]"))) << out;
 }
 
+// --bdp (issue 30), given to both ends: each QP runs with the cap, read
+// back from it, and the exchange is verified. Go-back-N stays the mode.
+TEST(PingpongTransport, BdpFlagReachesBothQpsOverMemif) {
+  const std::string sock = "/tmp/uroce-ppb-" + std::to_string(getpid()) + ".sock";
+  const std::string opts = " -s 65536 -m 1024 -n 200 -c --bdp 16" + kPairTimeout;
+  std::string out;
+  const std::string why = run_pair(
+      kPingpong + " " + kEal + " -l 0 --file-prefix=" + PairIds::prefix("pbs") +
+          " --vdev=net_memif0,role=server,bsize=8192,socket=" + sock + " -- --ip 10.96.3.1/24" + opts,
+      kPingpong + " " + kEal + " -l 1 --file-prefix=" + PairIds::prefix("pbc") +
+          " --vdev=net_memif0,role=client,bsize=8192,socket=" + sock + " -- --ip 10.96.3.2/24" + opts + " 127.0.0.1",
+      PairIds{}, "", &out);
+  std::remove(sock.c_str());
+  EXPECT_EQ(why, "");
+  const std::string line = "transport: go-back-N, BDP 16 packets";
+  const auto first = out.find(line);
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_NE(out.find(line, first + 1), std::string::npos) << "both ends: " << out;
+}
+
+// Selective repeat asked of a transport that does not run it yet: one line
+// and exit 2 before any port is touched, never go-back-N in silence (when
+// the transport runs it, --sr moves to a pair above); and spraying without
+// it is refused too.
+TEST(PingpongTransport, SrAndSprayFlagsAreRefusedWithOneLine) {
+  for (const std::string flags : {" --sr", " --spray 4"}) {
+    Proc p;
+    p.start(kPingpong + " " + kEal + " --file-prefix=" + PairIds::prefix("psr") + " -- --ip 10.96.4.1/24" + flags);
+    p.finish();
+    EXPECT_EQ(p.status, 2) << flags << ": " << p.out;
+    EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << flags << ": " << p.out;
+    EXPECT_NE(p.out.find(flags == " --sr" ? "not implemented yet" : "--spray needs --sr"), std::string::npos) << p.out;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, PingpongMemif,
                          ::testing::Values(Case{1, 1024}, Case{4096, 1024}, Case{65536, 4096}, Case{5000, 2048}),
                          [](const auto& param_info) {
@@ -325,6 +360,26 @@ TEST(PerfOffset, InProcessModesVerifyEveryByte) {
       EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << mode << " " << op << ": " << p.out;
     }
   }
+}
+
+// uroce-perf --bdp (issue 30): both devices' QPs run with the cap, read
+// back from them, and every byte is verified; --sr is refused with one line
+// while the transport does not run it.
+TEST(PerfTransport, BdpFlagReachesTheQpsAndSrIsRefused) {
+  for (const std::string mode : {"--sim", "-- --ring"}) {
+    Proc p;
+    p.start(kPerf + " " + mode + " write --bdp 8 -s 65536 -n 300 --verify");
+    p.finish();
+    EXPECT_EQ(p.status, 0) << mode << ": " << p.out;
+    EXPECT_NE(p.out.find("transport: go-back-N, BDP 8 packets"), std::string::npos) << mode << ": " << p.out;
+    EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << mode << ": " << p.out;
+  }
+  Proc sr;
+  sr.start(kPerf + " --sim write --sr");
+  sr.finish();
+  EXPECT_EQ(sr.status, 2) << sr.out;
+  EXPECT_EQ(std::count(sr.out.begin(), sr.out.end(), '\n'), 1) << sr.out;
+  EXPECT_NE(sr.out.find("not implemented yet"), std::string::npos) << sr.out;
 }
 
 TEST_F(PingpongVeth, PerfEveryOperationVerifiedOverAfPacket) {

@@ -6,7 +6,8 @@
 // sent again; MADs for connections nobody knows are answered as the IBTA
 // says (REJ for a REP, DREP for a DREQ) or dropped, and counted. And the
 // golden rping REQ of Soft-RoCE, replayed into a listening manager, gets a
-// REP whose fields answer it as rxe's REP did.
+// REP whose fields answer it as rxe's REP did. ECE offered in the REQ is
+// answered in the REP with what both sides name.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -140,6 +141,98 @@ TEST(Cm, ConnectAcceptCarryTrafficAndDisconnect) {
   EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
   EXPECT_EQ(p.qb->state(), IBV_QPS_ERR);
   EXPECT_EQ(p.ma->counters().mads_refused + p.mb->counters().mads_refused, 0u);
+}
+
+// ECE (issue 30): what each ECE hook was given, by manager.
+struct EceCall {
+  QueuePair* qp;
+  std::uint32_t vendor_id, options;
+};
+int record_ece(void* calls, QueuePair* qp, std::uint32_t vendor_id, std::uint32_t options) {
+  static_cast<std::vector<EceCall>*>(calls)->push_back({qp, vendor_id, options});
+  return 0;
+}
+
+// One connection with ECE offered in the REQ and answered in the REP: what
+// each side's event carried and what each hook was given before RTR.
+struct EceRun {
+  Event request, established;
+  std::vector<EceCall> active, passive;
+};
+EceRun ece_connection(std::uint32_t offer_vendor, std::uint32_t offer, std::uint32_t answer_vendor,
+                      std::uint32_t answer) {
+  EceRun r;
+  CmPair p(7);
+  EXPECT_TRUE(p.ma && p.mb) << p.why;
+  if (!p.ma || !p.mb) return r;
+  p.ma->set_ece(record_ece, &r.active);
+  p.mb->set_ece(record_ece, &r.passive);
+  EXPECT_EQ(p.mb->listen(kService, &p.owner), 0);
+  cm::Manager::ConnectParams cp = p.connect_params();
+  cp.ece_vendor_id = offer_vendor;
+  cp.ece_options = offer;
+  std::uint32_t id = 0;
+  EXPECT_EQ(p.ma->connect(cp, id), 0);
+  EXPECT_TRUE(p.run([&] { return CmPair::find(p.eb, EventType::kRequest) != nullptr; }));
+  if (CmPair::find(p.eb, EventType::kRequest) == nullptr) return r;
+  r.request = *CmPair::find(p.eb, EventType::kRequest);
+  cm::Manager::AcceptParams ap = accept_params(p.qb);
+  ap.ece_vendor_id = answer_vendor;
+  ap.ece_options = answer;
+  EXPECT_EQ(p.mb->accept(r.request.comm_id, ap), 0);
+  EXPECT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kEstablished) != nullptr; }));
+  if (const Event* e = CmPair::find(p.ea, EventType::kEstablished)) r.established = *e;
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  for (const EceCall& c : r.active) EXPECT_EQ(c.qp, p.qa);
+  for (const EceCall& c : r.passive) EXPECT_EQ(c.qp, p.qb);
+  return r;
+}
+
+// ECE travels in the REQ and REP: the REQ's offer reaches the passive side,
+// the REP echoes the REQ's vendor id with what both named, and each managed
+// QP is given that agreement before RTR; an offer of another vendor, a
+// passive side that names less, or a REQ without ECE agree to nothing.
+TEST(Cm, EceInTheReqAndRepAgreesOnWhatBothName) {
+  constexpr std::uint32_t kUs = 0x020000, kOther = 0x15b3, kBit = kEceSelectiveRepeat;
+  EceRun both = ece_connection(kUs, kBit | 0x80, kUs, kBit);
+  EXPECT_EQ(both.request.ece_vendor_id, kUs);
+  EXPECT_EQ(both.request.ece_options, kBit | 0x80) << "the offer as it was sent";
+  EXPECT_EQ(both.established.ece_vendor_id, kUs);
+  EXPECT_EQ(both.established.ece_options, kBit);
+  ASSERT_EQ(both.passive.size(), 1u);
+  EXPECT_EQ(both.passive[0].vendor_id, kUs);
+  EXPECT_EQ(both.passive[0].options, kBit);
+  ASSERT_EQ(both.active.size(), 1u);
+  EXPECT_EQ(both.active[0].options, kBit);
+
+  EceRun less = ece_connection(kUs, kBit, kUs, 0);
+  EXPECT_EQ(less.established.ece_options, 0u);
+  ASSERT_EQ(less.passive.size(), 1u);
+  EXPECT_EQ(less.passive[0].options, 0u);
+  ASSERT_EQ(less.active.size(), 1u);
+  EXPECT_EQ(less.active[0].options, 0u);
+
+  EceRun other = ece_connection(kOther, kBit, kUs, kBit);
+  EXPECT_EQ(other.request.ece_vendor_id, kOther);
+  EXPECT_EQ(other.established.ece_vendor_id, kOther) << "the REP echoes the REQ's vendor id";
+  EXPECT_EQ(other.established.ece_options, 0u);
+  ASSERT_EQ(other.passive.size(), 1u);
+  EXPECT_EQ(other.passive[0].options, 0u);
+  ASSERT_EQ(other.active.size(), 1u);
+  EXPECT_EQ(other.active[0].vendor_id, kOther);
+  EXPECT_EQ(other.active[0].options, 0u);
+
+  // A REQ without ECE (Soft-RoCE's): the REP carries none, the passive QP
+  // is given nothing agreed, and the active side, which offered none, is
+  // left as it was.
+  EceRun none = ece_connection(0, 0, kUs, kBit);
+  EXPECT_EQ(none.request.ece_vendor_id, 0u);
+  EXPECT_EQ(none.established.ece_vendor_id, 0u);
+  EXPECT_EQ(none.established.ece_options, 0u);
+  ASSERT_EQ(none.passive.size(), 1u);
+  EXPECT_EQ(none.passive[0].options, 0u);
+  EXPECT_TRUE(none.active.empty());
 }
 
 TEST(Cm, NoListenerGetsInvalidServiceIdAndAConsumerRejectCarriesItsData) {

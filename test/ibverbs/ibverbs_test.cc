@@ -173,6 +173,22 @@ TEST(Ibverbs, StockProgramExitsCleanlyWhileTelemetryIsPolled) {
 
 // uroce-run: its help, its one-line errors, and a stock program under it
 // (no LD_LIBRARY_PATH given: it finds the library beside itself).
+// uroce-run --transport (issue 30) hands the program UROCE_TRANSPORT, on a
+// port and through uroced alike (lib/ibverbs reads it: test_rdmacm_ece).
+TEST(Ibverbs, UroceRunTransportReachesTheProgramsEnvironment) {
+  const Outcome port = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --transport gbn,bdp=16 /usr/bin/printenv "
+                               "UROCE_TRANSPORT");
+  EXPECT_EQ(port.status, 0) << port.out;
+  EXPECT_EQ(port.out, "gbn,bdp=16\n");
+  const Outcome service = run("", UROCE_RUN " --service --transport bdp=8 /usr/bin/printenv UROCE_TRANSPORT");
+  EXPECT_EQ(service.status, 0) << service.out;
+  EXPECT_EQ(service.out, "bdp=8\n");
+  // Not given: not inherited either.
+  const Outcome none = run("UROCE_TRANSPORT=sr ", UROCE_RUN " --service /usr/bin/printenv UROCE_TRANSPORT");
+  EXPECT_EQ(none.status, 1) << none.out;
+  EXPECT_EQ(none.out, "");
+}
+
 TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
   const Outcome help = run("", UROCE_RUN " --help");
   EXPECT_EQ(help.status, 0) << help.out;

@@ -7,8 +7,13 @@
 // qp_num, and gets ESTABLISHED on the RTU. The CM never moves either QP (a
 // disconnect leaves them in RTS). The events name the peer's QP and the
 // READ depths in the receiver's terms; the attributes pair each side's
-// send PSN with the other's receive PSN; data moves both ways. ECE calls
-// answer EOPNOTSUPP without a line.
+// send PSN with the other's receive PSN; data moves both ways. ECE as
+// rdma-core's test_rdmacm_async_traffic_external_qp does it: the client
+// offers with rdma_set_local_ece, the server reads the offer
+// (rdma_get_remote_ece), gives it to its QP (ibv_set_ece), answers with
+// what the QP took (ibv_query_ece, rdma_set_local_ece), and the client reads
+// that answer back; an offer under another vendor's id is answered with
+// no option (plain RoCEv2).
 //
 // One process connects to itself (net_ring reflects frames to our own
 // address), in-process and through one uroced; each case in a forked child
@@ -31,6 +36,7 @@
 
 #include "support/rdmacm_rig.h"
 #include "support/uroced.h"
+#include "uroce/verbs.h"
 
 namespace {
 
@@ -138,37 +144,12 @@ int send_one(ibv_qp* from, ibv_cq* from_cq, ibv_qp* to, ibv_cq* to_cq, ibv_mr* m
   return 0;
 }
 
-// rdma_get_remote_ece, rdma_set_local_ece and rdma_reject_ece on `id`:
-// each -1 with EOPNOTSUPP, and nothing on stderr.
-int ece_refused_quietly(rdma_cm_id* id) {
-  char path[] = "/tmp/uroce-extqp-stderr-XXXXXX";
-  const int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  unlink(path);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  dup2(fd, 2);
-  ibv_ece ece{};
-  errno = 0;
-  const bool get = rdma_get_remote_ece(id, &ece) == -1 && errno == EOPNOTSUPP;
-  ece.vendor_id = 0x1234;
-  errno = 0;
-  const bool set = rdma_set_local_ece(id, &ece) == -1 && errno == EOPNOTSUPP;
-  errno = 0;
-  const bool reject = rdma_reject_ece(id, nullptr, 0) == -1 && errno == EOPNOTSUPP;
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  struct stat st {};
-  fstat(fd, &st);
-  close(fd);
-  CHECK(get && set && reject);
-  CHECK(st.st_size == 0);
-  return 0;
-}
+// Mellanox's PCI vendor id: an offer no uroce option bit means anything to.
+constexpr std::uint32_t kOtherVendor = 0x15b3;
 
-// The whole exchange, this process connecting to itself. 0 or a step's line.
-int external_qp_connection() {
+// The whole exchange, this process connecting to itself, the client's ECE
+// offered under `offer_vendor` (uroce's: 0). 0 or a step's line.
+int external_qp_connection(std::uint32_t offer_vendor) {
   rdma_event_channel* lch = rdma_create_event_channel();
   rdma_event_channel* cch = rdma_create_event_channel();
   CHECK(lch != nullptr && cch != nullptr);
@@ -187,7 +168,26 @@ int external_qp_connection() {
   CHECK(rdma_resolve_route(client, 2000) == 0);
   CHECK(next_cm_event(cch, 20000).type == RDMA_CM_EVENT_ROUTE_RESOLVED);
   CHECK(client->pd != nullptr && client->verbs != nullptr);
-  if (const int e = ece_refused_quietly(client); e != 0) return e;
+  ibv_device_attr dev{};
+  CHECK(ibv_query_device(client->verbs, &dev) == 0);
+  const std::uint32_t ours = dev.vendor_id;
+  if (offer_vendor == 0) offer_vendor = ours;
+  // What the server's QP takes of an offer of selective repeat: the bit
+  // under our vendor id if this build runs it; under another's, nothing.
+  const std::uint32_t agreed =
+      offer_vendor == ours && uroce::QueuePair::transport_capabilities().selective_repeat ? uroce::kEceSelectiveRepeat
+                                                                                           : 0;
+  // ECE before a connection: nothing from the peer; no vendor, no offer.
+  ibv_ece ece{};
+  CHECK(rdma_get_remote_ece(client, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0);
+  ece = {0, uroce::kEceSelectiveRepeat, 0};
+  errno = 0;
+  CHECK(rdma_set_local_ece(client, &ece) == -1 && errno == EINVAL);
+  ece = {offer_vendor, uroce::kEceSelectiveRepeat, 1};
+  errno = 0;
+  CHECK(rdma_set_local_ece(client, &ece) == -1 && errno == EINVAL);
+  ece.comp_mask = 0;
+  CHECK(rdma_set_local_ece(client, &ece) == 0);
 
   // Before a connection: INIT's attributes only.
   ibv_qp_attr a{};
@@ -231,8 +231,22 @@ int external_qp_connection() {
   CHECK(scq != nullptr);
   ibv_qp* sqp = own_qp(server, scq);
   CHECK(sqp != nullptr);
+  // The client's offer, as it went in the REQ; what the server's QP takes of it.
+  ece = {};
+  CHECK(rdma_get_remote_ece(server, &ece) == 0);
+  CHECK(ece.vendor_id == offer_vendor && ece.options == uroce::kEceSelectiveRepeat && ece.comp_mask == 0);
+  CHECK(ibv_set_ece(sqp, &ece) == 0);
+  ece = {};
+  CHECK(ibv_query_ece(sqp, &ece) == 0);
+  CHECK(ece.vendor_id == ours && ece.options == agreed);
   ibv_qp_attr s_rtr{}, s_rts{};
   if (const int e = move_to_rts(server, sqp, s_rtr, s_rts); e != 0) return e;
+  // Answered under the offer's vendor id, as rdma-core's librdmacm echoes it.
+  ece.vendor_id = offer_vendor;
+  CHECK(rdma_set_local_ece(server, &ece) == 0);
+  // Past INIT a QP's ECE is settled.
+  errno = 0;
+  CHECK(ibv_set_ece(sqp, &ece) == EINVAL);
   CHECK(s_rtr.dest_qp_num == cqp->qp_num);
   CHECK(s_rtr.max_dest_rd_atomic == 5 && s_rts.max_rd_atomic == 3);
   // It takes 2 and issues 1.
@@ -249,6 +263,13 @@ int external_qp_connection() {
   CHECK(rep.type == RDMA_CM_EVENT_CONNECT_RESPONSE && rep.status == 0);
   CHECK(rep.conn.qp_num == sqp->qp_num);
   CHECK(rep.conn.responder_resources == 1 && rep.conn.initiator_depth == 2);
+  // The server's answer, read back from the REP.
+  ece = {};
+  CHECK(rdma_get_remote_ece(client, &ece) == 0);
+  CHECK(ece.vendor_id == offer_vendor && ece.options == agreed);
+  CHECK(ibv_set_ece(cqp, &ece) == 0);
+  ece = {};
+  CHECK(ibv_query_ece(cqp, &ece) == 0 && ece.vendor_id == ours && ece.options == agreed);
   ibv_qp_attr c_rtr{}, c_rts{};
   if (const int e = move_to_rts(client, cqp, c_rtr, c_rts); e != 0) return e;
   CHECK(c_rtr.dest_qp_num == sqp->qp_num);
@@ -300,7 +321,20 @@ TEST(ExternalQp, InProcessTheProgramMovesItsOwnQps) {
         setenv("UROCE_EAL", eal.c_str(), 1);
         setenv("UROCE_IP", "10.0.0.1/24", 1);
         unsetenv("UROCE_SERVICE");
-        return external_qp_connection();
+        return external_qp_connection(0);
+      },
+      90s);
+  EXPECT_EQ(rc, 0) << "the child's stderr says which step failed";
+}
+
+TEST(ExternalQp, InProcessAnotherVendorsEceOfferAgreesToNothing) {
+  const int rc = uroce::test::run_in_child(
+      [] {
+        const std::string eal = kEal + " --file-prefix=uroce-extqp-" + std::to_string(getpid());
+        setenv("UROCE_EAL", eal.c_str(), 1);
+        setenv("UROCE_IP", "10.0.0.1/24", 1);
+        unsetenv("UROCE_SERVICE");
+        return external_qp_connection(kOtherVendor);
       },
       90s);
   EXPECT_EQ(rc, 0) << "the child's stderr says which step failed";
@@ -319,7 +353,7 @@ TEST(ExternalQp, ThroughUrocedTheProgramMovesItsOwnQps) {
       [&socket] {
         setenv("UROCE_SERVICE", socket.c_str(), 1);
         unsetenv("UROCE_EAL");
-        return external_qp_connection();
+        return external_qp_connection(0);
       },
       90s);
   EXPECT_EQ(rc, 0) << d.out();

@@ -360,6 +360,45 @@ TEST(CmMad, FieldsSharingAByteKeepToTheirBits) {
   EXPECT_EQ(byte_of(m, 9), 0xf8);
 }
 
+// ECE where Linux's CM carries it (ibta_vol1_c12.h): REQ's vendor id in
+// bytes 5-7, REP's split over bytes 15, 19 and 23, the options in the MAD
+// header's attribute modifier; the fields beside them keep their bytes.
+TEST(CmMad, EceVendorIdAndOptionsSitWhereLinuxsCmPutsThem) {
+  std::array<std::uint8_t, wire::kMadBytes> bytes{};
+  wire::CmMad m = with_attr(CmAttr::kReq);
+  m.header.attr_modifier = 0x00000001;
+  m.req.local_comm_id = 0xffffffff;
+  m.req.vendor_id = 0x020000;
+  m.req.service_id = ~0ull;
+  ASSERT_TRUE(wire::encode_cm_mad(m, bytes));
+  EXPECT_EQ((std::vector<std::uint8_t>(bytes.begin() + 20, bytes.begin() + 24)),
+            (std::vector<std::uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ((std::vector<std::uint8_t>(bytes.begin() + 24 + 4, bytes.begin() + 24 + 8)),
+            (std::vector<std::uint8_t>{0x00, 0x02, 0x00, 0x00}));
+  wire::CmMad back;
+  ASSERT_EQ(wire::decode_cm_mad(bytes, back), wire::MadStatus::kOk);
+  EXPECT_EQ(back.req.vendor_id, 0x020000u);
+  EXPECT_EQ(back.req.local_comm_id, 0xffffffffu);
+  EXPECT_EQ(back.header.attr_modifier, 1u);
+
+  m = with_attr(CmAttr::kRep);
+  m.rep.local_qpn = 0xffffff;
+  m.rep.local_eecn = 0xffffff;
+  m.rep.starting_psn = 0xffffff;
+  wire::set_rep_vendor_id(m.rep, 0x123456);
+  bytes = {};
+  ASSERT_TRUE(wire::encode_cm_mad(m, bytes));
+  EXPECT_EQ(bytes[24 + 15], 0x12);
+  EXPECT_EQ(bytes[24 + 19], 0x34);
+  EXPECT_EQ(bytes[24 + 23], 0x56);
+  EXPECT_EQ(bytes[24 + 14], 0xff);
+  EXPECT_EQ(bytes[24 + 22], 0xff);
+  ASSERT_EQ(wire::decode_cm_mad(bytes, back), wire::MadStatus::kOk);
+  EXPECT_EQ(wire::rep_vendor_id(back.rep), 0x123456u);
+  EXPECT_EQ(back.rep.local_qpn, 0xffffffu);
+  EXPECT_EQ(back.rep.starting_psn, 0xffffffu);
+}
+
 TEST(CmMad, HostileMadsAreRefusedForTheirFlaw) {
   const auto mads = cm_mads("rping.pcap");
   ASSERT_FALSE(mads.empty());

@@ -141,6 +141,8 @@ int CmRelay::connect(std::uint32_t client, QueuePair* qp, const service::CmConne
   p.rnr_retry_count = r.rnr_retry_count;
   p.timeout = r.timeout;
   p.private_data = bytes(r.private_data, r.private_data_len);
+  p.ece_vendor_id = r.ece_vendor_id;
+  p.ece_options = r.ece_options;
   if (const int e = manager_->connect(p, comm_id); e != 0) {
     why = "connect: the QP must be RC and in RESET or INIT (" + std::string(std::strerror(e)) + ")";
     return e;
@@ -162,6 +164,8 @@ int CmRelay::accept(std::uint32_t client, QueuePair* qp, const service::CmAccept
   p.rnr_retry_count = r.rnr_retry_count;
   p.timeout = r.timeout;
   p.private_data = bytes(r.private_data, r.private_data_len);
+  p.ece_vendor_id = r.ece_vendor_id;
+  p.ece_options = r.ece_options;
   if (const int e = manager_->accept(r.comm_id, p); e != 0) {
     why = e == ENOENT ? "connection " + std::to_string(r.comm_id) + " is not a request waiting for an answer"
                       : "accept: the QP must be RC and in RESET or INIT, its peer reachable "
@@ -196,7 +200,15 @@ int CmRelay::sidr_request(std::uint32_t client, const service::CmSidrRequest& r,
 int CmRelay::reject(std::uint32_t client, const service::CmReject& r, std::string& why) {
   if (client_cm(client, why) == nullptr) return EINVAL;
   if (const int e = owned(client, r.comm_id, why); e != 0) return e;
-  if (const int e = manager_->reject(r.comm_id, bytes(r.private_data, r.private_data_len)); e != 0) {
+  // A client names only the reasons a program may give (rdma_reject, rdma_reject_ece).
+  wire::RejReason reason = wire::RejReason::kConsumerReject;
+  if (r.reason == static_cast<std::uint16_t>(wire::RejReason::kVendorOptionNotSupported)) {
+    reason = wire::RejReason::kVendorOptionNotSupported;
+  } else if (r.reason != 0 && r.reason != static_cast<std::uint16_t>(wire::RejReason::kConsumerReject)) {
+    why = "a reject's reason is 28 (consumer) or 35 (vendor option not supported), not " + std::to_string(r.reason);
+    return EINVAL;
+  }
+  if (const int e = manager_->reject(r.comm_id, bytes(r.private_data, r.private_data_len), reason); e != 0) {
     why = "connection " + std::to_string(r.comm_id) + " is not a request waiting for an answer";
     return e;
   }
@@ -301,6 +313,8 @@ void CmRelay::route(const cm::Event& e) {
   out.active = e.active ? 1 : 0;
   out.sidr = e.sidr ? 1 : 0;
   out.qkey = e.rep.local_qkey;
+  out.ece_vendor_id = e.ece_vendor_id;
+  out.ece_options = e.ece_options;
   if (e.type == cm::EventType::kRequest) {
     out.responder_resources = e.req.responder_resources;
     out.initiator_depth = e.req.initiator_depth;

@@ -60,13 +60,14 @@ constexpr Server::OpRow Server::kOps[] = {
     {Op::kQueryClock, "query_clock", false, Budget::kNone, &Server::op_query_clock},
     {Op::kOpenXrcd, "open_xrcd", false, Budget::kPds, &Server::op_open_xrcd},
     {Op::kCloseXrcd, "close_xrcd", false, Budget::kNone, &Server::op_close_xrcd},
+    {Op::kSetTransportOptions, "set_transport_options", false, Budget::kNone, &Server::op_set_transport_options},
 };
 
 void Server::handle(Client& c, const Request& req, const int* fds, int nfds, Reply& reply,
                     std::vector<int>& reply_fds) {
   // Row i is Op(i + 1), and every Op has its row: a new Op fails here
   // until its row is added, in order.
-  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kCloseXrcd));
+  static_assert(std::size(kOps) == static_cast<std::size_t>(Op::kSetTransportOptions));
   static_assert([] {
     for (std::size_t i = 0; i < std::size(kOps); ++i) {
       if (kOps[i].op != static_cast<Op>(i + 1)) return false;
@@ -193,6 +194,17 @@ void Server::op_qp_counters(Client& c, const Request& req, const int*, int, Repl
   const std::vector<Stat> rows = q->qp->stats();
   reply.counters.count = static_cast<std::uint32_t>(std::min(rows.size(), service::QpCountersReply::kMax));
   for (std::size_t i = 0; i < reply.counters.count; ++i) reply.counters.value[i] = rows[i].value;
+}
+
+// The client's own QP only (find); the QP checks state, type and values
+// as in process.
+void Server::op_set_transport_options(Client& c, const Request& req, const int*, int, Reply& reply,
+                                      std::vector<int>&) {
+  Qp* q = find(c.qps, req.handle, "QP", reply);
+  if (q == nullptr) return;
+  const service::SetTransportOptions& r = req.set_transport_options;
+  const TransportOptions options{r.selective_repeat != 0, r.spray_paths, r.bdp_packets};
+  if (const int e = q->qp->set_transport_options(options); e != 0) fail(reply, e, ctx_.last_error());
 }
 
 void Server::op_stats(Client& c, const Request&, const int*, int, Reply& reply, std::vector<int>&) {

@@ -285,6 +285,7 @@ class Server {
   // ibv_rereg_mr, ibv_resize_cq, ibv_query_rt_values_ex (rereg_resize.cc).
   OpFn op_rereg_mr, op_resize_cq, op_query_clock;
   OpFn op_open_xrcd, op_close_xrcd;  // xrc.cc
+  OpFn op_set_transport_options;      // ops.cc
   // A QP moved to RESET: its completions still in its CQs' shared rings
   // are taken out (the daemon's own CQs forgot theirs in the modify).
   void forget_completions(Client& c, const Qp& q);
