@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -20,7 +21,8 @@ std::uint8_t pattern(std::size_t pair, std::uint64_t msg, std::size_t i) {
   return static_cast<std::uint8_t>(i * 31 + msg * 7 + pair * 101 + (i >> 12));
 }
 
-// One RC QP pair from host `src` to host `dst`, one transfer at a time.
+// One RC QP pair from host `src` to host `dst`, with `slots` transfers in
+// flight at most, each into a slot of its own at the receiver.
 struct Pair {
   int src = 0, dst = 0;
   QueuePair* qp = nullptr;
@@ -30,10 +32,14 @@ struct Pair {
   std::uint8_t* rbuf = nullptr;
   MemoryRegion* rmr = nullptr;
   std::uint64_t sent = 0;       // transfers posted
-  bool busy = false;
+  std::uint32_t slots = 1;
+  struct InFlight {
+    std::uint64_t msg, posted_ns;
+    std::uint32_t length;
+  };
+  std::deque<InFlight> in_flight;  // in posting order, as RC completes them
+  bool busy() const { return !in_flight.empty(); }
   bool dead = false;            // a transfer failed: the QP is in ERR
-  std::uint64_t posted_ns = 0;  // of the transfer in flight
-  std::uint32_t length = 0;     // ... and its size
 };
 
 struct Host {
@@ -115,7 +121,10 @@ bool FabricRun::set_up() {
     hosts_.push_back(x);
     net.set_host_rx_loss(h, sc_.loss);
   }
-  if (sc_.fail_link_us != 0 && sc_.name == "leafspine") net.fail_link(0, 0, fabric_.clock.now_ns() + sc_.fail_link_us * 1000);
+  if (sc_.name == "leafspine") {
+    if (sc_.fail_link_us != 0) net.fail_link(0, 0, fabric_.clock.now_ns() + sc_.fail_link_us * 1000, sc_.reroute_us * 1000);
+    if (sc_.slow_link_gbps > 0) net.set_link_gbps(0, sc_.spines - 1, sc_.slow_link_gbps);
+  }
   const int n = net.hosts();
   bool ok = true;
   if (sc_.name == "loss") {
@@ -144,12 +153,13 @@ bool FabricRun::add_pair(int src, int dst) {
   const Host& from = hosts_[static_cast<std::size_t>(src)];
   const Host& to = hosts_[static_cast<std::size_t>(dst)];
   QpInitAttr init;
-  init.cap = ibv_qp_cap{16, 4, 1, 1, 0};
+  init.cap = ibv_qp_cap{std::max<std::uint32_t>(16, sc_.outstanding), 4, 1, 1, 0};
   init.send_cq = init.recv_cq = from.cq;
   x.qp = from.pd->create_qp(init);
   init.send_cq = init.recv_cq = to.cq;
   x.rqp = to.pd->create_qp(init);
-  const std::uint64_t size = sc_.size;
+  x.slots = sc_.name == "loss" ? sc_.outstanding : 1;
+  const std::uint64_t size = sc_.size * x.slots;
   x.buf = static_cast<std::uint8_t*>(from.ctx->alloc_buffer(size));
   x.rbuf = static_cast<std::uint8_t*>(to.ctx->alloc_buffer(size));
   x.mr = x.buf ? from.pd->reg_mr(x.buf, size, IBV_ACCESS_LOCAL_WRITE) : nullptr;
@@ -178,9 +188,10 @@ bool FabricRun::add_pair(int src, int dst) {
 void FabricRun::post(std::size_t p, std::uint32_t length) {
   Pair& x = pairs_[p];
   const std::uint64_t m = x.sent;
-  for (std::uint32_t i = 0; i < length; ++i) x.buf[i] = pattern(p, m, i);
-  ibv_sge sge = app::local_sge(x.buf, length, *x.mr);
-  ibv_send_wr wr = app::rdma_wr(IBV_WR_RDMA_WRITE, m, sge, reinterpret_cast<std::uint64_t>(x.rbuf), x.rmr->rkey);
+  const std::uint64_t at = (m % x.slots) * sc_.size;
+  for (std::uint32_t i = 0; i < length; ++i) x.buf[at + i] = pattern(p, m, i);
+  ibv_sge sge = app::local_sge(x.buf + at, length, *x.mr);
+  ibv_send_wr wr = app::rdma_wr(IBV_WR_RDMA_WRITE, m, sge, reinterpret_cast<std::uint64_t>(x.rbuf + at), x.rmr->rkey);
   ibv_send_wr* bad = nullptr;
   if (x.qp->post_send(&wr, &bad) != 0) {
     ok_ = false;
@@ -188,9 +199,7 @@ void FabricRun::post(std::size_t p, std::uint32_t length) {
     return;
   }
   ++x.sent;
-  x.busy = true;
-  x.posted_ns = fabric_.clock.now_ns();
-  x.length = length;
+  x.in_flight.push_back(Pair::InFlight{m, fabric_.clock.now_ns(), length});
 }
 
 // A transfer completed at its sender: the receiver's memory must hold all
@@ -200,20 +209,23 @@ void FabricRun::complete(std::size_t p, const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
     // A result of the scenario (a QP whose path failed gives up after
     // retry_cnt), not of the run: that pair sends no more.
-    x.busy = false;
+    x.in_flight.clear();
     x.dead = true;
     ++failed_transfers_;
     if (failure_.empty()) failure_ = "pair " + std::to_string(p) + ": " + wc_status_str(wc.status);
     return;
   }
   const std::uint64_t now = fabric_.clock.now_ns();
-  if (std::memcmp(x.buf, x.rbuf, x.length) != 0) {
+  if (x.in_flight.empty()) return;  // not ours
+  const Pair::InFlight t = x.in_flight.front();
+  x.in_flight.pop_front();
+  const std::uint64_t at = (t.msg % x.slots) * sc_.size;
+  if (std::memcmp(x.buf + at, x.rbuf + at, t.length) != 0) {
     intact_ = false;
     failure_ = "pair " + std::to_string(p) + ": received data differs from what was sent";
   }
-  x.busy = false;
-  fct_us_.push_back(static_cast<double>(now - x.posted_ns) / 1000);
-  delivered_ += x.length;
+  fct_us_.push_back(static_cast<double>(now - t.posted_ns) / 1000);
+  delivered_ += t.length;
   ++transfers_;
   last_done_ = now;
   if (!step_.empty()) {
@@ -236,14 +248,15 @@ void FabricRun::poll() {
 }
 
 bool FabricRun::idle() const {
-  return std::none_of(pairs_.begin(), pairs_.end(), [](const Pair& x) { return x.busy; });
+  return std::none_of(pairs_.begin(), pairs_.end(), [](const Pair& x) { return x.busy(); });
 }
 
 void FabricRun::feed(bool starting_allowed) {
   const auto size = static_cast<std::uint32_t>(sc_.size);
   if (sc_.name == "loss") {
     for (std::size_t p = 0; p < pairs_.size(); ++p) {
-      if (!pairs_[p].busy && !pairs_[p].dead && starting_allowed) post(p, size);
+      Pair& x = pairs_[p];
+      while (x.in_flight.size() < x.slots && !x.dead && starting_allowed && ok_) post(p, size);
     }
   } else if (step_.empty()) {
     // All-to-all: a new round once every transfer of the last one is done.
@@ -263,7 +276,7 @@ void FabricRun::feed(bool starting_allowed) {
     for (std::size_t k = 0; k < n; ++k) {
       Pair& x = pairs_[k];
       const std::uint64_t s = step_[k];
-      if (x.busy || x.dead) continue;
+      if (x.busy() || x.dead) continue;
       const std::uint64_t prev = step_[(k + n - 1) % n];
       const bool new_iteration = s % steps == 0;
       if (new_iteration && !starting_allowed) continue;
@@ -333,11 +346,12 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
      << ",\n  \"sample_us\": " << sc_.sample_us << ",\n  \"duration_us\": " << sc_.duration_us
      << ",\n  \"dcqcn\": " << (dcqcn ? "true" : "false") << ",\n  \"transport\": \""
      << (sc_.selective_repeat ? "sr" : "gbn") << "\",\n  \"spray\": " << sc_.spray << ",\n  \"bdp_packets\": " << sc_.bdp_packets
-     << ",\n  \"gbps\": " << sc_.gbps << ",\n  \"rtt_us\": " << sc_.rtt_us << ",\n  \"size\": " << sc_.size
+     << ",\n  \"gbps\": " << sc_.gbps << ",\n  \"rtt_us\": " << sc_.rtt_us << ",\n  \"size\": " << sc_.size << ",\n  \"outstanding\": " << (sc_.name == "loss" ? sc_.outstanding : 1u)
      << ",\n  \"loss\": " << sc_.loss << ",\n  \"hosts\": " << net.hosts() << ",\n  \"qps\": " << pairs_.size();
   if (sc_.name == "leafspine") {
     js << ",\n  \"pattern\": \"" << sc_.pattern << "\",\n  \"spines\": " << sc_.spines << ",\n  \"leaves\": " << sc_.leaves
        << ",\n  \"hosts_per_leaf\": " << sc_.hosts_per_leaf << ",\n  \"fail_link_us\": " << sc_.fail_link_us
+       << ",\n  \"reroute_us\": " << sc_.reroute_us << ",\n  \"slow_link_gbps\": " << sc_.slow_link_gbps
        << ",\n  \"iterations\": " << iterations_;
   }
   js << ",\n  \"transfers\": " << transfers_ << ",\n  \"failed_transfers\": " << failed_transfers_ << ",\n  \"delivered_bytes\": " << delivered_
@@ -353,7 +367,8 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
     for (int s = 0; s < sc_.spines; ++s) {
       const sim::LinkStats& up = net.uplink(l, s);
       const sim::LinkStats& down = net.downlink(s, l);
-      const double cap = static_cast<double>(end_ns_ - t0_) * 1e-9 * sc_.gbps * 1e9 / 8;
+      const double gbps = l == 0 && s == sc_.spines - 1 && sc_.slow_link_gbps > 0 ? sc_.slow_link_gbps : sc_.gbps;
+      const double cap = static_cast<double>(end_ns_ - t0_) * 1e-9 * gbps * 1e9 / 8;
       const double u_up = cap > 0 ? static_cast<double>(up.bytes) / cap : 0;
       const double u_down = cap > 0 ? static_cast<double>(down.bytes) / cap : 0;
       lo = std::min({lo, u_up, u_down});

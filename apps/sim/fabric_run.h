@@ -1,5 +1,5 @@
 // uroce-sim's fabric scenarios (Scenario::fabric): `loss` (flows pairs of
-// hosts, each sending transfers of `size` one after another through a
+// hosts, each keeping `outstanding` transfers of `size` in flight through a
 // lossy last hop) and `leafspine` (every host of a leaf-spine fabric in an
 // all-to-all, or a ring all-reduce, repeated until duration_us). Every
 // transfer is one RDMA WRITE on an RC QP with the scenario's transport

@@ -98,6 +98,7 @@ bool fabric_key(Scenario& s, const std::string& path, const std::string& k, cons
     return static_cast<int>(x);
   };
   if (k == "rtt_us") s.rtt_us = x;
+  else if (k == "outstanding") s.outstanding = static_cast<std::uint32_t>(whole(1, 256));
   else if (k == "size") s.size = static_cast<std::uint64_t>(whole(1, 64 << 20));
   else if (k == "loss") {
     if (x >= 1) usage_error(path + ": loss takes a probability below 1, not '" + v + "'");
@@ -108,6 +109,8 @@ bool fabric_key(Scenario& s, const std::string& path, const std::string& k, cons
   else if (k == "leaves") s.leaves = whole(1, 64);
   else if (k == "hosts_per_leaf") s.hosts_per_leaf = whole(1, 64);
   else if (k == "fail_link_us") s.fail_link_us = static_cast<std::uint64_t>(x);
+  else if (k == "reroute_us") s.reroute_us = static_cast<std::uint64_t>(x);
+  else if (k == "slow_link_gbps") s.slow_link_gbps = x;
   else return false;
   return true;
 }

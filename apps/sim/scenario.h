@@ -34,6 +34,7 @@ struct Scenario {
   bool fabric = false;
   double rtt_us = 8;             // base round trip between two hosts (leafspine: on different leaves)
   std::uint64_t size = 65536;    // bytes per transfer (allreduce: the whole vector)
+  std::uint32_t outstanding = 8; // loss: transfers in flight per flow
   double loss = 0;               // per packet each way (on the last hop towards a host)
   bool selective_repeat = false; // transport = sr (gbn: go-back-N, RoCEv2's)
   int spray = 1;                 // paths (UDP source ports) per QP
@@ -41,6 +42,8 @@ struct Scenario {
   int spines = 2, leaves = 2, hosts_per_leaf = 2;
   std::string pattern = "alltoall";  // alltoall | allreduce (a ring all-reduce)
   std::uint64_t fail_link_us = 0;    // when leaf 0's link to spine 0 fails; 0: never
+  std::uint64_t reroute_us = 0;      // ... and how long until ECMP leaves it out; 0: never
+  double slow_link_gbps = 0;         // leaf 0's link to the last spine at this rate; 0: as the others
 };
 
 // The scenario named `name` (built in) or in the file at `name`, with

@@ -68,6 +68,8 @@ struct LeafSpine::Queue {
   double gbps = 10;
   double loss = 0;
   std::uint64_t down_at = 0;  // 0: never
+  std::uint64_t withdrawn_at = 0;  // out of the ECMP choice from then; 0: never
+  bool routed(std::uint64_t now) const { return withdrawn_at == 0 || now < withdrawn_at; }
   std::uint64_t busy_until = 0;
   std::deque<std::uint64_t> departures;  // of frames still queued, in order
   std::mt19937_64 rng;
@@ -188,9 +190,12 @@ LeafSpine::Queue& LeafSpine::spine_link(int leaf, int spine, bool up) {
   return *queues_[i];
 }
 
-void LeafSpine::fail_link(int leaf, int spine, std::uint64_t at_ns) {
-  spine_link(leaf, spine, true).down_at = at_ns;
-  spine_link(leaf, spine, false).down_at = at_ns;
+void LeafSpine::fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns) {
+  for (bool up : {true, false}) {
+    Queue& q = spine_link(leaf, spine, up);
+    q.down_at = at_ns;
+    q.withdrawn_at = reroute_ns == 0 ? 0 : at_ns + reroute_ns;
+  }
 }
 void LeafSpine::set_link_gbps(int leaf, int spine, double gbps) {
   spine_link(leaf, spine, true).gbps = gbps;
@@ -294,10 +299,17 @@ void LeafSpine::route(int node, std::vector<std::uint8_t> frame, std::uint64_t a
     send(*queues_[static_cast<std::size_t>(2 * dst + 1)], std::move(frame), at);
     return;
   }
-  if (config_.spines == 0) return;  // no way up
+  // ECMP over the spines that routing still offers towards the
+  // destination's leaf (all of them until a failed link is withdrawn).
+  int paths[256];
+  int n = 0;
+  for (int s = 0; s < config_.spines && n < 256; ++s) {
+    if (spine_link(leaf, s, true).routed(at) && spine_link(dst_leaf, s, false).routed(at)) paths[n++] = s;
+  }
+  if (n == 0) return;  // no way up
   FiveTuple t;
-  const int spine = parse_five_tuple(frame, t) ? ecmp_pick(t, seed_ ^ mix(static_cast<std::uint64_t>(leaf) + 101), config_.spines) : 0;
-  send(spine_link(leaf, spine, true), std::move(frame), at);
+  const int pick = parse_five_tuple(frame, t) ? ecmp_pick(t, seed_ ^ mix(static_cast<std::uint64_t>(leaf) + 101), n) : 0;
+  send(spine_link(leaf, paths[pick], true), std::move(frame), at);
 }
 
 std::uint64_t LeafSpine::next_delivery_ns() {

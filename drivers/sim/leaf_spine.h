@@ -11,8 +11,10 @@
 //
 // Impairments per link: a seeded random loss per frame (each direction), a
 // time from which the link is down (every frame that would leave on it
-// from then on is dropped and counted; ECMP does not notice, as a switch's
-// hash does not before routing converges), and a slower rate.
+// from then on is dropped and counted; ECMP goes on choosing it, as a
+// switch's hash does until routing converges, and, if given, stops after
+// a reroute time: from then on the leaves hash only over the spines with
+// both links of the path up), and a slower rate.
 //
 // No PFC here (SimSwitch has it, for one switch): a full queue drops.
 //
@@ -74,8 +76,9 @@ class LeafSpine {
   engine::PacketIo& port(int host);
 
   // The link between `leaf` and `spine` (both directions): down from `at_ns`
-  // on; slower (`gbps`).
-  void fail_link(int leaf, int spine, std::uint64_t at_ns);
+  // on, and out of the ECMP choice from `at_ns + reroute_ns` (0: never);
+  // slower (`gbps`).
+  void fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns = 0);
   void set_link_gbps(int leaf, int spine, double gbps);
   void set_link_loss(int leaf, int spine, double loss);
   // Loss on the link from host h's leaf to host h (the last hop towards it).

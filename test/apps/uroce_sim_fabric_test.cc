@@ -121,6 +121,17 @@ TEST(UroceSimFabric, AFailedSpineLinkEndsTheFlowsOnItAndIsCounted) {
   EXPECT_EQ(field(r.summary, "data_intact"), 0) << r.summary;
 }
 
+// The same failure, withdrawn from ECMP after 1 ms (as routing converges):
+// the flows that were on it move to the other spine, resend what the link
+// swallowed after one retransmit timeout, and every byte arrives.
+TEST(UroceSimFabric, AFailedSpineLinkReroutedFinishesWithDataIntact) {
+  const ScenarioFile f(std::string(kLeafSpine) + "pattern = alltoall\nfail_link_us = 100\nreroute_us = 1000\n");
+  const SimRun r = run_sim(f.path() + " --dcqcn off");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_GT(field(r.summary, "failed_link_drops"), 0) << r.summary;
+  expect_sane(r, 52, 40e9);
+}
+
 // Selective repeat and spraying: until the transport takes them, refused in
 // one line naming the refusal, with no run; once it does, a run as any other.
 TEST(UroceSimFabric, SelectiveRepeatAndSprayRunOrAreRefusedInOneLine) {

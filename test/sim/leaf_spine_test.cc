@@ -158,6 +158,52 @@ TEST(LeafSpine, AFailedSpineLinkDropsWhatLeavesOnItFromThenOnAndCountsIt) {
   EXPECT_EQ(net.failed_drops(), 5u);
 }
 
+TEST(LeafSpine, AFailedLinkLeavesTheEcmpChoiceAfterTheRerouteTime) {
+  sim::VirtualClock clock;
+  sim::LeafSpine net(clock, 7, two_by_two(2));
+  std::uint16_t sport = 0;
+  for (std::uint16_t p = 0xc000; sport == 0; ++p) {
+    if (spine_taken(clock, net, 2, p) == 0) sport = p;
+  }
+  const std::uint64_t fail_at = clock.now_ns() + 10'000;
+  net.fail_link(0, 0, fail_at, 500'000);
+  clock.advance_to(fail_at + 1'000);
+  ASSERT_TRUE(send(net, 0, frame(net, 0, 2, sport)));
+  EXPECT_EQ(drain(clock, net, 2), 0u) << "not rerouted yet";
+  EXPECT_EQ(net.failed_drops(), 1u);
+  clock.advance_to(fail_at + 500'000);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(spine_taken(clock, net, 2, sport), 1) << "the only spine left";
+  // Nor does leaf 1 send towards leaf 0 through spine 0 any more.
+  for (std::uint16_t p = 0xc000; p < 0xc010; ++p) {
+    ASSERT_TRUE(send(net, 2, frame(net, 2, 0, p)));
+    EXPECT_EQ(drain(clock, net, 0), 1u);
+  }
+  EXPECT_EQ(net.uplink(1, 0).enqueued + net.uplink(1, 0).failed_dropped, 0u);
+  EXPECT_EQ(net.failed_drops(), 1u);
+}
+
+TEST(LeafSpine, ASlowLinkTakesLongerPerFrame) {
+  sim::VirtualClock clock;
+  sim::LeafSpine net(clock, 7, two_by_two(2));
+  std::uint16_t on[2] = {0, 0};
+  for (std::uint16_t p = 0xc000; on[0] == 0 || on[1] == 0; ++p) {
+    const int s = spine_taken(clock, net, 2, p);
+    ASSERT_GE(s, 0);
+    if (on[s] == 0) on[s] = p;
+  }
+  net.set_link_gbps(0, 1, 1);  // a tenth of the others
+  std::uint64_t took[2];
+  for (int s = 0; s < 2; ++s) {
+    const std::uint64_t t0 = clock.now_ns();
+    ASSERT_TRUE(send(net, 0, frame(net, 0, 2, on[s])));
+    EXPECT_EQ(drain(clock, net, 2), 1u);
+    took[s] = clock.now_ns() - t0;
+  }
+  // Four hops of ~0.85 us at 10 Gb/s, one of them ~8.5 us at 1 Gb/s (virtual
+  // time: the same every run).
+  EXPECT_GT(took[1], took[0] + 7'000) << took[0] << " vs " << took[1];
+}
+
 // Which of `n` frames a lossy link lost, for a seed.
 std::vector<bool> losses(std::uint64_t seed, double loss, int n) {
   sim::VirtualClock clock;
