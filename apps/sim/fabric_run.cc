@@ -357,7 +357,8 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
   js << ",\n  \"transfers\": " << transfers_ << ",\n  \"failed_transfers\": " << failed_transfers_ << ",\n  \"delivered_bytes\": " << delivered_
      << ",\n  \"goodput_bps\": " << static_cast<std::uint64_t>(goodput) << ",\n  \"fct_p50_us\": " << p50
      << ",\n  \"fct_p99_us\": " << p99 << ",\n  \"fct_max_us\": " << pmax << ",\n  \"lost_packets\": " << lost
-     << ",\n  \"retransmitted_packets\": " << retransmitted << ",\n  \"failed_link_drops\": " << net.failed_drops();
+     << ",\n  \"retransmitted_packets\": " << retransmitted << ",\n  \"failed_link_drops\": " << net.failed_drops()
+     << ",\n  \"queue_drops\": " << net.tail_drops() << ",\n  \"marks\": " << net.marks();
   // Each spine link's utilisation each way over the run (bytes it carried
   // over what its rate could carry): how evenly ECMP spread the load.
   js << ",\n  \"spine_links\": [";
@@ -390,7 +391,8 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
   std::printf("  goodput %.2f Gb/s, %llu transfers, FCT p50 %.0f us, p99 %.0f us, max %.0f us\n", goodput / 1e9,
               static_cast<unsigned long long>(transfers_), p50, p99, pmax);
   if (failed_transfers_ > 0) std::printf("  %llu transfers failed\n", static_cast<unsigned long long>(failed_transfers_));
-  std::printf("  lost %llu packets, resent %llu, failed-link drops %llu", static_cast<unsigned long long>(lost),
+  std::printf("  lost %llu packets, queue drops %llu, resent %llu, failed-link drops %llu",
+              static_cast<unsigned long long>(lost), static_cast<unsigned long long>(net.tail_drops()),
               static_cast<unsigned long long>(retransmitted), static_cast<unsigned long long>(net.failed_drops()));
   if (!first) std::printf(", spine links %.2f to %.2f utilised", lo, hi);
   std::printf(", data %s\n", intact ? "intact" : "NOT intact");

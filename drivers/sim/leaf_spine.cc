@@ -225,6 +225,18 @@ std::uint64_t LeafSpine::failed_drops() const {
   return n;
 }
 
+std::uint64_t LeafSpine::tail_drops() const {
+  std::uint64_t n = 0;
+  for (const auto& q : queues_) n += q->stats.tail_dropped;
+  return n;
+}
+
+std::uint64_t LeafSpine::marks() const {
+  std::uint64_t n = 0;
+  for (const auto& q : queues_) n += q->stats.marked;
+  return n;
+}
+
 void LeafSpine::schedule(std::uint64_t at, int node, std::vector<std::uint8_t> frame) {
   events_.push_back(Event{at, event_seq_++, node, std::move(frame)});
   std::push_heap(events_.begin(), events_.end(), std::greater<>());

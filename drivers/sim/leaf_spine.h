@@ -92,6 +92,9 @@ class LeafSpine {
   const LinkStats& host_rx(int host) const;
   // Frames the spine links dropped because they were down (both ways).
   std::uint64_t failed_drops() const;
+  // Over every queue: frames tail-dropped, frames marked CE.
+  std::uint64_t tail_drops() const;
+  std::uint64_t marks() const;
 
   // The next time something happens on the fabric; 0 if nothing is on its
   // way.

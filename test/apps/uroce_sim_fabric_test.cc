@@ -40,6 +40,8 @@ void expect_sane(const SimRun& r, double min_fct_us, double max_goodput_bps) {
   EXPECT_EQ(field(r.summary, "data_intact"), 1) << r.summary;
   EXPECT_EQ(field(r.summary, "failed_transfers"), 0) << r.summary;
   EXPECT_GT(field(r.summary, "transfers"), 0) << r.summary;
+  EXPECT_GE(field(r.summary, "queue_drops"), 0) << r.summary;
+  EXPECT_GE(field(r.summary, "marks"), 0) << r.summary;
   const double p50 = field(r.summary, "fct_p50_us"), p99 = field(r.summary, "fct_p99_us"),
                pmax = field(r.summary, "fct_max_us");
   EXPECT_GE(p50, min_fct_us) << r.summary;
