@@ -50,7 +50,7 @@ void expect_sane(const SimRun& r, double min_fct_us, double max_goodput_bps) {
   const double goodput = field(r.summary, "goodput_bps");
   EXPECT_GT(goodput, 0) << r.summary;
   EXPECT_LE(goodput, max_goodput_bps) << r.summary;
-  EXPECT_EQ(r.csv_header, "t_us,goodput_bps,delivered_bytes,transfers,lost,failed_drops");
+  EXPECT_EQ(r.csv_header, "t_us,goodput_bps,received_bytes,completed_bytes,transfers,lost,failed_drops");
   EXPECT_GT(r.csv_rows, 0);
 }
 
