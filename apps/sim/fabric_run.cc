@@ -7,7 +7,6 @@
 #include <deque>
 #include <fstream>
 #include <memory>
-#include <stdexcept>
 #include <vector>
 
 #include "common/work_request.h"
@@ -65,9 +64,9 @@ class FabricRun {
   bool set_up();
   void run(std::ofstream& csv);
   bool write_summary(const std::string& out, std::uint64_t seed, bool dcqcn);
+  static sim::LeafSpineConfig config(const Scenario& sc);
 
  private:
-  static sim::LeafSpineConfig config(const Scenario& sc);
   bool add_pair(int src, int dst);
   void post(std::size_t p, std::uint32_t length);
   void poll();
@@ -112,6 +111,10 @@ sim::LeafSpineConfig FabricRun::config(const Scenario& sc) {
 }
 
 bool FabricRun::set_up() {
+  if (!fabric_.error().empty()) {
+    std::fprintf(stderr, "uroce-sim: set-up failed: %s\n", fabric_.error().c_str());
+    return false;
+  }
   sim::LeafSpine& net = fabric_.net;
   for (int h = 0; h < net.hosts(); ++h) {
     Host x;
@@ -409,13 +412,11 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
 }  // namespace
 
 int run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out) {
-  std::unique_ptr<FabricRun> run;
-  try {
-    run = std::make_unique<FabricRun>(sc, seed, dcqcn);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "uroce-sim: %s\n", e.what());
-    return 1;
+  if (const std::string bad = FabricRun::config(sc).check(); !bad.empty()) {
+    std::fprintf(stderr, "uroce-sim: %s\n", bad.c_str());
+    return 2;
   }
+  auto run = std::make_unique<FabricRun>(sc, seed, dcqcn);
   if (!run->set_up()) return 1;
   std::ofstream csv(out + "/timeseries.csv");
   run->run(csv);

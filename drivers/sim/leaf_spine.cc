@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <stdexcept>
 
 #include "uroce/port.h"
 #include "wire/headers.h"
@@ -141,12 +140,22 @@ class LeafSpine::HostPort : public engine::PacketIo {
   std::vector<std::vector<std::uint8_t>> in_use_;
 };
 
+std::string LeafSpineConfig::check() const {
+  // A host's MAC and GID hold its leaf and its number on the leaf in a byte each.
+  if (leaves < 1 || leaves > 254) return "leaf-spine: 1 to 254 leaves, not " + std::to_string(leaves);
+  if (hosts_per_leaf < 1 || hosts_per_leaf > 254) {
+    return "leaf-spine: 1 to 254 hosts per leaf, not " + std::to_string(hosts_per_leaf);
+  }
+  if (spines < 0 || spines > 256) return "leaf-spine: 0 to 256 spines, not " + std::to_string(spines);
+  if (!(egress.gbps > 0)) return "leaf-spine: links need a rate above 0";
+  if (!(loss >= 0 && loss < 1)) return "leaf-spine: loss is a probability below 1";
+  return {};
+}
+
 LeafSpine::LeafSpine(VirtualClock& clock, std::uint64_t seed, const LeafSpineConfig& config)
     : clock_(clock), config_(config), seed_(seed) {
-  if (config.spines < 0 || config.leaves < 1 || config.hosts_per_leaf < 1 || config.hosts_per_leaf > 254 ||
-      config.leaves > 254) {
-    throw std::invalid_argument("leaf-spine: 1 to 254 leaves and hosts per leaf, 0 or more spines");
-  }
+  if (!config_.check().empty()) config_ = LeafSpineConfig{0, 1, 1, config.egress, 0};
+  if (!(config_.egress.gbps > 0)) config_.egress.gbps = 10;
   const int h = hosts();
   auto add = [&](int to) {
     auto q = std::make_unique<Queue>();
@@ -181,41 +190,39 @@ void LeafSpine::host_address(int host, std::uint8_t mac[6], ibv_gid& gid) const 
 
 engine::PacketIo& LeafSpine::port(int host) { return *ports_.at(static_cast<std::size_t>(host)); }
 
-LeafSpine::Queue& LeafSpine::spine_link(int leaf, int spine, bool up) {
-  if (leaf < 0 || leaf >= config_.leaves || spine < 0 || spine >= config_.spines) {
-    throw std::out_of_range("leaf-spine: no link between leaf " + std::to_string(leaf) + " and spine " +
-                            std::to_string(spine));
-  }
+LeafSpine::Queue& LeafSpine::spine_link(int leaf, int spine, bool up) const {
   const auto i = static_cast<std::size_t>(2 * hosts() + 2 * (leaf * config_.spines + spine) + (up ? 0 : 1));
   return *queues_[i];
 }
 
-void LeafSpine::fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns) {
+bool LeafSpine::fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns) {
+  if (!has_link(leaf, spine)) return false;
   for (bool up : {true, false}) {
     Queue& q = spine_link(leaf, spine, up);
     q.down_at = at_ns;
     q.withdrawn_at = reroute_ns == 0 ? 0 : at_ns + reroute_ns;
   }
+  return true;
 }
-void LeafSpine::set_link_gbps(int leaf, int spine, double gbps) {
+bool LeafSpine::set_link_gbps(int leaf, int spine, double gbps) {
+  if (!has_link(leaf, spine) || !(gbps > 0)) return false;
   spine_link(leaf, spine, true).gbps = gbps;
   spine_link(leaf, spine, false).gbps = gbps;
+  return true;
 }
-void LeafSpine::set_link_loss(int leaf, int spine, double loss) {
+bool LeafSpine::set_link_loss(int leaf, int spine, double loss) {
+  if (!has_link(leaf, spine)) return false;
   spine_link(leaf, spine, true).loss = loss;
   spine_link(leaf, spine, false).loss = loss;
+  return true;
 }
 
 void LeafSpine::set_host_rx_loss(int host, double loss) {
   queues_.at(static_cast<std::size_t>(2 * host + 1))->loss = loss;
 }
 
-const LinkStats& LeafSpine::uplink(int leaf, int spine) const {
-  return const_cast<LeafSpine*>(this)->spine_link(leaf, spine, true).stats;
-}
-const LinkStats& LeafSpine::downlink(int spine, int leaf) const {
-  return const_cast<LeafSpine*>(this)->spine_link(leaf, spine, false).stats;
-}
+const LinkStats& LeafSpine::uplink(int leaf, int spine) const { return spine_link(leaf, spine, true).stats; }
+const LinkStats& LeafSpine::downlink(int spine, int leaf) const { return spine_link(leaf, spine, false).stats; }
 const LinkStats& LeafSpine::host_tx(int host) const { return queues_.at(static_cast<std::size_t>(2 * host))->stats; }
 const LinkStats& LeafSpine::host_rx(int host) const { return queues_.at(static_cast<std::size_t>(2 * host + 1))->stats; }
 

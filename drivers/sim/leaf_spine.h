@@ -27,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sim/sim_link.h"
@@ -42,6 +43,9 @@ struct LeafSpineConfig {
   // propagation delay.
   EgressConfig egress;
   double loss = 0;  // per frame on every link, each direction
+
+  // Empty if LeafSpine can be built of this; else what is wrong.
+  std::string check() const;
 };
 
 // What happened on one direction of one link.
@@ -66,6 +70,8 @@ int ecmp_pick(const FiveTuple& t, std::uint64_t salt, int paths);
 
 class LeafSpine {
  public:
+  // `config` must pass its check() (else the fabric has one leaf of one
+  // host and no spine).
   LeafSpine(VirtualClock& clock, std::uint64_t seed, const LeafSpineConfig& config);
   ~LeafSpine();
 
@@ -77,14 +83,15 @@ class LeafSpine {
 
   // The link between `leaf` and `spine` (both directions): down from `at_ns`
   // on, and out of the ECMP choice from `at_ns + reroute_ns` (0: never);
-  // slower (`gbps`).
-  void fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns = 0);
-  void set_link_gbps(int leaf, int spine, double gbps);
-  void set_link_loss(int leaf, int spine, double loss);
+  // slower (`gbps`, above 0); lossy. False if there is no such link.
+  bool fail_link(int leaf, int spine, std::uint64_t at_ns, std::uint64_t reroute_ns = 0);
+  bool set_link_gbps(int leaf, int spine, double gbps);
+  bool set_link_loss(int leaf, int spine, double loss);
   // Loss on the link from host h's leaf to host h (the last hop towards it).
   void set_host_rx_loss(int host, double loss);
 
-  // Directions of the spine link: up (leaf to spine) and down.
+  // Directions of the spine link: up (leaf to spine) and down (an existing
+  // link).
   const LinkStats& uplink(int leaf, int spine) const;
   const LinkStats& downlink(int spine, int leaf) const;
   // The host's own link: from the host (to its leaf) and to it.
@@ -120,7 +127,10 @@ class LeafSpine {
   // destination takes.
   void route(int node, std::vector<std::uint8_t> frame, std::uint64_t at);
   int host_of_mac(const std::uint8_t* mac) const;
-  Queue& spine_link(int leaf, int spine, bool up);
+  bool has_link(int leaf, int spine) const {
+    return leaf >= 0 && leaf < config_.leaves && spine >= 0 && spine < config_.spines;
+  }
+  Queue& spine_link(int leaf, int spine, bool up) const;
 
   VirtualClock& clock_;
   LeafSpineConfig config_;

@@ -1,7 +1,5 @@
 #include "device/leaf_spine_fabric.h"
 
-#include <stdexcept>
-
 #include "device/step.h"
 
 namespace uroce::device {
@@ -17,7 +15,10 @@ LeafSpineFabric::LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig&
     port.dcqcn = dcqcn;
     std::string error;
     hosts.push_back(Context::open(port, error));
-    if (!hosts.back()) throw std::runtime_error("leaf-spine host " + std::to_string(h) + ": " + error);
+    if (!hosts.back()) {
+      if (error_.empty()) error_ = "leaf-spine host " + std::to_string(h) + ": " + error;
+      continue;
+    }
     devices_.push_back(hosts.back().get());
   }
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/leaf_spine.h"
@@ -14,9 +15,12 @@ namespace uroce::device {
 
 class LeafSpineFabric {
  public:
-  // Every host of `config` gets a device; `dcqcn`: congestion control on
-  // every host (nullptr: off), not owned.
+  // Every host of `config` (which must pass its check()) gets a device;
+  // `dcqcn`: congestion control on every host (nullptr: off), not owned.
+  // error() says what failed if a device could not be opened (its entry
+  // in `hosts` is then null).
   LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig& config, const cc::DcqcnParams* dcqcn);
+  const std::string& error() const { return error_; }
 
   // Every host polls once; if none moved a frame, virtual time jumps to the
   // next delivery or timer. False once nothing can happen.
@@ -37,6 +41,7 @@ class LeafSpineFabric {
 
  private:
   std::vector<Context*> devices_;  // hosts, as step_devices takes them
+  std::string error_;
 };
 
 }  // namespace uroce::device

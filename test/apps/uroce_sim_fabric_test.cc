@@ -160,6 +160,11 @@ TEST(UroceSimFabric, BadKeysAreUsageErrors) {
     const SimRun r = run_sim(f.path());
     EXPECT_EQ(r.status, 2) << bad << r.output;
   }
+  // More hosts than the fabric's addresses hold (2 x 200 on one leaf).
+  const ScenarioFile many("base = loss\nflows = 200\n");
+  const SimRun r = run_sim(many.path());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("1 to 254 hosts per leaf"), std::string::npos) << r.output;
   // The fabric's keys are not the switch scenarios'.
   const ScenarioFile f("base = fairness\nspines = 2\n");
   EXPECT_EQ(run_sim(f.path()).status, 2);
