@@ -37,16 +37,29 @@ bool parse_five_tuple(std::span<const std::uint8_t> f, FiveTuple& t) {
     type = static_cast<std::uint16_t>(f[at] << 8 | f[at + 1]);
   }
   at += 2;
-  if (type != wire::kEtherTypeIpv4 || f.size() < at + 20) return false;
-  const std::size_t ihl = (f[at] & 0x0fu) * 4u;
   auto be32 = [&](std::size_t i) {
     return static_cast<std::uint32_t>(f[i]) << 24 | static_cast<std::uint32_t>(f[i + 1]) << 16 |
            static_cast<std::uint32_t>(f[i + 2]) << 8 | f[i + 3];
   };
+  t.src_port = t.dst_port = 0;
+  if (type == wire::kEtherTypeIpv6) {
+    // The addresses folded to 32 bits each (what a hash of them keeps);
+    // UDP only directly after the fixed header.
+    if (f.size() < at + 40) return false;
+    t.protocol = f[at + 6];
+    t.src_ip = be32(at + 8) ^ be32(at + 12) ^ be32(at + 16) ^ be32(at + 20);
+    t.dst_ip = be32(at + 24) ^ be32(at + 28) ^ be32(at + 32) ^ be32(at + 36);
+    if (t.protocol == 17 && f.size() >= at + 44) {
+      t.src_port = static_cast<std::uint16_t>(f[at + 40] << 8 | f[at + 41]);
+      t.dst_port = static_cast<std::uint16_t>(f[at + 42] << 8 | f[at + 43]);
+    }
+    return true;
+  }
+  if (type != wire::kEtherTypeIpv4 || f.size() < at + 20) return false;
+  const std::size_t ihl = (f[at] & 0x0fu) * 4u;
   t.protocol = f[at + 9];
   t.src_ip = be32(at + 12);
   t.dst_ip = be32(at + 16);
-  t.src_port = t.dst_port = 0;
   if (t.protocol == 17 && ihl >= 20 && f.size() >= at + ihl + 4) {
     t.src_port = static_cast<std::uint16_t>(f[at + ihl] << 8 | f[at + ihl + 1]);
     t.dst_port = static_cast<std::uint16_t>(f[at + ihl + 2] << 8 | f[at + ihl + 3]);

@@ -55,8 +55,9 @@ struct LinkStats {
   std::uint64_t max_queue_bytes = 0;
 };
 
-// The 5-tuple ECMP hashes, from an Ethernet/IPv4/UDP frame (or with a VLAN
-// tag); false for a frame that is not IPv4.
+// The 5-tuple ECMP hashes, from an Ethernet/IPv4 or IPv6/UDP frame (or with
+// a VLAN tag; IPv6 addresses folded to 32 bits); false for a frame that is
+// not IP.
 struct FiveTuple {
   std::uint32_t src_ip = 0, dst_ip = 0;
   std::uint16_t src_port = 0, dst_port = 0;

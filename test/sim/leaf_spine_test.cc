@@ -122,6 +122,21 @@ TEST(LeafSpine, FiveTupleOfAFrame) {
   EXPECT_EQ(t.src_port, 0xc123);
   EXPECT_EQ(t.dst_port, 4791);
   EXPECT_EQ(t.protocol, 17);
+  // IPv6: the same ports, the addresses folded.
+  wire::FrameSpec v6;
+  v6.ip_version = 6;
+  v6.src6[15] = 1;
+  v6.dst6[15] = 2;
+  v6.udp_src_port = 0xc456;
+  v6.udp_dst_port = 4791;
+  v6.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcWriteMiddle);
+  std::vector<std::uint8_t> payload(64, 1), out(512);
+  out.resize(wire::build_frame(v6, payload, out));
+  ASSERT_TRUE(sim::parse_five_tuple(out, t));
+  EXPECT_EQ(t.src_ip, 1u);
+  EXPECT_EQ(t.dst_ip, 2u);
+  EXPECT_EQ(t.src_port, 0xc456);
+  EXPECT_EQ(t.protocol, 17);
   std::vector<std::uint8_t> arp(f.begin(), f.begin() + 42);
   arp[12] = 0x08;
   arp[13] = 0x06;
