@@ -137,8 +137,58 @@ def moving_mean(values, window):
     return out
 
 
+def sim_fabric(folder, out, summary):
+    """A run of uroce-sim's loss or leafspine scenario: the goodput over
+    time and, on a leaf-spine fabric, each spine link's utilisation."""
+    path = os.path.join(folder, "timeseries.csv")
+    times, goodput = [], []
+    try:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                times.append(int(row["t_us"]) / 1000)
+                goodput.append(float(row["goodput_bps"]) / 1e9)
+    except OSError as e:
+        raise Bad("cannot read %s: %s" % (path, e.strerror))
+    except (KeyError, ValueError) as e:
+        raise Bad("%s: not uroce-sim's time series (%s)" % (path, e))
+    if not times:
+        raise Bad("%s: no samples" % path)
+    links = summary.get("spine_links", [])
+    panels = 2 if links else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 6.4 if links else 3.6), layout="constrained", squeeze=False,
+                             **FIGURE)
+    axes = [a[0] for a in axes]
+    ax = axes[0]
+    window = max(1, 200 // summary.get("sample_us", 50))
+    ax.plot(times, moving_mean(goodput, window), color="black", linewidth=1.2)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("goodput, all flows (Gb/s)" + (",\nmean over 0.2 ms" if window > 1 else ""))
+    ax.set_xlim(0, times[-1])
+    ax.set_ylim(0, None)
+    ax.annotate("FCT p50 %.0f us, p99 %.0f us, max %.0f us" % (summary.get("fct_p50_us", 0), summary.get(
+        "fct_p99_us", 0), summary.get("fct_max_us", 0)), (0.01, 0.04), xycoords="axes fraction")
+    if links:
+        ax = axes[1]
+        names = ["L%d-S%d" % (l["leaf"], l["spine"]) for l in links]
+        x = range(len(links))
+        ax.bar([i - 0.2 for i in x], [100 * l["up_utilisation"] for l in links], width=0.4, label="up (leaf to spine)",
+               color=COLOURS[0])
+        ax.bar([i + 0.2 for i in x], [100 * l["down_utilisation"] for l in links], width=0.4,
+               label="down (spine to leaf)", color=COLOURS[1])
+        ax.set_xticks(list(x), names)
+        ax.set_ylabel("spine link utilisation (%)")
+        ax.legend(fontsize="small", frameon=False)
+    for ax in axes:
+        ax.grid(True, color="#d7d7d7")
+    fig.suptitle(summary.get("title", ""), x=0.01, ha="left")
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def sim(folder, out):
     summary = read_json(os.path.join(folder, "summary.json"))
+    if "goodput_bps" in summary:
+        return sim_fabric(folder, out, summary)
     try:
         sample_us = summary["sample_us"]
         gbps = summary["bottleneck_gbps"]

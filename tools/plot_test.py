@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The test of tools/plot.py (meson test plot_tool): it draws a chart and a
-uroce-sim run from the small inputs in tools/testdata/plot/ and writes PNGs
+uroce-sim run (a switch scenario's and a fabric scenario's) from the small inputs in tools/testdata/plot/ and writes PNGs
 (their signature, and a picture of some size, not an empty canvas), and it
 refuses bad input with exit status 2 and one line, writing nothing.
 
@@ -48,6 +48,8 @@ def check(tmp):
     drawn("chart", ["chart", os.path.join(DATA, "chart.json"), os.path.join(tmp, "chart.png")],
           os.path.join(tmp, "chart.png"))
     drawn("sim", ["sim", os.path.join(DATA, "sim"), os.path.join(tmp, "sim.png")], os.path.join(tmp, "sim.png"))
+    drawn("fabric", ["sim", os.path.join(DATA, "fabric"), os.path.join(tmp, "fabric.png")],
+          os.path.join(tmp, "fabric.png"))
 
     bad = os.path.join(tmp, "bad.json")
     with open(bad, "w") as f:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs uroce-sim's built-in scenarios and draws their plots into docs/plots/
+# Runs uroce-sim's built-in scenarios (and conf/sim's fabric ones) and draws their plots into docs/plots/
 # with tools/plot.py, for docs/congestion.md (rates above, the bottleneck queue
 # and Kmax below, with PFC the senders' paused time under that), with the
 # summaries beside them, and
@@ -29,6 +29,11 @@ run incast-64-pfc incast --flows 64 --pfc on
 run incast-64 incast --flows 64
 run victim-pfc victim --pfc on --dcqcn off
 run victim-pfc-dcqcn victim --pfc on
+# The fabric scenarios (conf/sim/): goodput over time and the spine links'
+# utilisation.
+run fabric-alltoall conf/sim/leafspine-alltoall.conf
+run fabric-alltoall-fail conf/sim/leafspine-fail.conf
+run fabric-allreduce conf/sim/leafspine-allreduce.conf
 echo "plots in docs/plots/"
 
 # Incast at 8 to 64 flows: where drops begin without PFC, and what PFC

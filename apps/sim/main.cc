@@ -27,6 +27,7 @@
 #include "device/sim_fabric.h"
 #include "verbs/connect.h"
 
+#include "fabric_run.h"
 #include "scenario.h"
 
 namespace {
@@ -43,6 +44,11 @@ constexpr const char* kUsage =
     "            or a file of 'name = value' lines: base (one of the four), flows,\n"
     "            duration_us, sample_us, gbps, buffer_kb, kmin_kb, kmax_kb, pmax, dscp,\n"
     "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1)\n"
+    "  On a fabric: loss (N pairs of hosts, default 2, a lossy last hop), leafspine (a\n"
+    "            collective on a leaf-spine fabric); their files also take rtt_us, size, loss,\n"
+    "            transport (gbn|sr), spray, bdp, (loss) outstanding, (leafspine) spines, leaves, hosts_per_leaf,\n"
+    "            pattern (alltoall|allreduce), fail_link_us, reroute_us, slow_link_gbps\n"
+    "            (docs/congestion.md)\n"
     "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file\n"
     "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
     "  --out     directory for timeseries.csv and summary.json (tools/plot.py sim DIR plots them)\n"
@@ -543,6 +549,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uroce-sim: %s (see uroce-sim --help)\n", e.what());
     return 2;
   }
+  if (run.sc.fabric) return simapp::run_fabric(run.sc, run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.out);
   ScenarioRun sim(run);
   if (!sim.set_up()) return 1;
   std::ofstream csv(run.out + "/timeseries.csv");

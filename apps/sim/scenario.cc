@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 
@@ -52,8 +53,22 @@ Scenario builtin(const std::string& name, int flows) {
     s.duration_us = 300'000;
     // A flow joins at line rate: room for that burst above Kmax.
     s.bottleneck.buffer_bytes = 1'000'000;
+  } else if (name == "loss") {
+    // `flows` pairs of hosts on one switch, each with a lossy last hop.
+    s.fabric = true;
+    s.flows = flows > 0 ? flows : 2;
+    s.duration_us = 5'000;
+    s.size = 1u << 20;
+    s.loss = 0.001;
+    s.bottleneck.buffer_bytes = 1'000'000;
+  } else if (name == "leafspine") {
+    s.fabric = true;
+    s.duration_us = 2'000;
+    s.size = 256u << 10;
+    s.bottleneck.buffer_bytes = 1'000'000;
   } else {
-    usage_error("unknown scenario '" + name + "' (fairness, incast, join-leave, victim, or a file)");
+    usage_error("unknown scenario '" + name +
+                "' (fairness, incast, join-leave, victim, loss, leafspine, or a file)");
   }
   return s;
 }
@@ -71,6 +86,33 @@ void set_activity(Scenario& s) {
     }
   }
   if (s.victim) s.active.emplace_back(0, s.duration_us);
+}
+
+// A key of the fabric scenarios; false if `k` is none of them.
+bool fabric_key(Scenario& s, const std::string& path, const std::string& k, const std::string& v, double x) {
+  auto whole = [&](double lo, double hi) {
+    if (x < lo || x > hi || x != static_cast<double>(static_cast<std::int64_t>(x))) {
+      usage_error(path + ": " + k + " takes a whole number from " + std::to_string(static_cast<std::int64_t>(lo)) +
+                  " to " + std::to_string(static_cast<std::int64_t>(hi)) + ", not '" + v + "'");
+    }
+    return static_cast<int>(x);
+  };
+  if (k == "rtt_us") s.rtt_us = x;
+  else if (k == "outstanding") s.outstanding = static_cast<std::uint32_t>(whole(1, 256));
+  else if (k == "size") s.size = static_cast<std::uint64_t>(whole(1, 64 << 20));
+  else if (k == "loss") {
+    if (x >= 1) usage_error(path + ": loss takes a probability below 1, not '" + v + "'");
+    s.loss = x;
+  } else if (k == "spray") s.spray = whole(1, 255);
+  else if (k == "bdp") s.bdp_packets = static_cast<std::uint32_t>(whole(0, 1 << 20));
+  else if (k == "spines") s.spines = whole(1, 64);
+  else if (k == "leaves") s.leaves = whole(1, 64);
+  else if (k == "hosts_per_leaf") s.hosts_per_leaf = whole(1, 64);
+  else if (k == "fail_link_us") s.fail_link_us = static_cast<std::uint64_t>(x);
+  else if (k == "reroute_us") s.reroute_us = static_cast<std::uint64_t>(x);
+  else if (k == "slow_link_gbps") s.slow_link_gbps = x;
+  else return false;
+  return true;
 }
 
 Scenario from_file(const std::string& path, int flows) {
@@ -95,6 +137,18 @@ Scenario from_file(const std::string& path, int flows) {
   }
   Scenario s = builtin(base, flows);
   for (const auto& [k, v] : kv) {
+    // The keys that take words (the fabric scenarios').
+    if ((k == "transport" || k == "pattern") && !s.fabric) usage_error(path + ": " + k + " is for base = loss or leafspine");
+    if (k == "transport") {
+      if (v != "gbn" && v != "sr") usage_error(path + ": transport takes gbn or sr, not '" + v + "'");
+      s.selective_repeat = v == "sr";
+      continue;
+    }
+    if (k == "pattern") {
+      if (v != "alltoall" && v != "allreduce") usage_error(path + ": pattern takes alltoall or allreduce, not '" + v + "'");
+      s.pattern = v;
+      continue;
+    }
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || x < 0) usage_error(path + ": " + k + " takes a non-negative number, not '" + v + "'");
@@ -118,7 +172,7 @@ Scenario from_file(const std::string& path, int flows) {
       s.dscp = static_cast<std::uint8_t>(x);
       set_pfc(s, s.pfc.enabled);
     } else if (k == "victim") s.victim = x != 0;
-    else usage_error(path + ": unknown name '" + k + "'");
+    else if (!s.fabric || !fabric_key(s, path, k, v, x)) usage_error(path + ": unknown name '" + k + "'");
   }
   s.name = base;
   if (s.pfc.xon_bytes > s.pfc.xoff_bytes) usage_error(path + ": pfc_xon_kb must not exceed pfc_xoff_kb");

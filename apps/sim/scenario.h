@@ -1,5 +1,7 @@
-// uroce-sim's scenarios: the four built in (fairness, incast, join-leave,
-// victim) and files of 'name = value' lines that start from one of them.
+// uroce-sim's scenarios: the four on one switch built in (fairness, incast,
+// join-leave, victim), the two on a fabric (loss: pairs of hosts through a
+// lossy last hop; leafspine: a collective's traffic on a leaf-spine fabric),
+// and files of 'name = value' lines that start from one of them.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,21 @@ struct Scenario {
   bool victim = false;
   // Per flow: when it starts and stops sending (us).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> active;
+
+  // The fabric scenarios (loss, leafspine; fabric_run.h).
+  bool fabric = false;
+  double rtt_us = 8;             // base round trip between two hosts (leafspine: on different leaves)
+  std::uint64_t size = 65536;    // bytes per transfer (allreduce: the whole vector)
+  std::uint32_t outstanding = 8; // loss: transfers in flight per flow
+  double loss = 0;               // per packet each way (on the last hop towards a host)
+  bool selective_repeat = false; // transport = sr (gbn: go-back-N, RoCEv2's)
+  int spray = 1;                 // paths (UDP source ports) per QP
+  std::uint32_t bdp_packets = 0; // bdp: packets in flight at most; 0: the transport's window
+  int spines = 2, leaves = 2, hosts_per_leaf = 2;
+  std::string pattern = "alltoall";  // alltoall | allreduce (a ring all-reduce)
+  std::uint64_t fail_link_us = 0;    // when leaf 0's link to spine 0 fails; 0: never
+  std::uint64_t reroute_us = 0;      // ... and how long until ECMP leaves it out; 0: never
+  double slow_link_gbps = 0;         // leaf 0's link to the last spine at this rate; 0: as the others
 };
 
 // The scenario named `name` (built in) or in the file at `name`, with
