@@ -183,6 +183,11 @@ struct PortConfig {
   ibv_gid gid = {};                  // our RoCEv2 GID (IPv4-mapped ::ffff:a.b.c.d, or IPv6)
   ibv_mtu active_mtu = IBV_MTU_4096; // largest path MTU the port carries
   std::uint64_t seed = 1;            // for the transport's randomness (initial PSNs)
+  // QP numbers drawn from `seed` instead of the kernel's randomness, so a
+  // simulated run repeats exactly (a QP's number picks its UDP source port,
+  // and so its path through ECMP). For simulators only: on a real port QP
+  // numbers must be unpredictable.
+  bool seeded_qpns = false;
   // Pages for alloc_buffer(): hugepages when reserved, else normal (kAuto);
   // hugepages or an error (kHuge); normal pages (kNormal).
   enum class Pages { kAuto, kHuge, kNormal } buffer_pages = Pages::kAuto;

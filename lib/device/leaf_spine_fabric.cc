@@ -12,6 +12,7 @@ LeafSpineFabric::LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig&
     port.io = &net.port(h);
     port.clock = &clock;
     port.seed = seed * 1000 + static_cast<std::uint64_t>(h) + 1;
+    port.seeded_qpns = true;  // a run repeats for its seed
     port.dcqcn = dcqcn;
     std::string error;
     hosts.push_back(Context::open(port, error));

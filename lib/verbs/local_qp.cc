@@ -223,8 +223,21 @@ QueuePair* LocalBackend::create_qp_now(ProtectionDomain* pd, const QpInitAttr& a
   }
   auto taken = [&](std::uint32_t qpn) { return qpn < 2 || used[qpn & (low - 1)] != 0; };
   if (!qpn_keyed_) {
-    random_bytes(qpn_key_.data(), sizeof qpn_key_);
-    random_bytes(&next_qpn_, sizeof next_qpn_);
+    if (c_.port.seeded_qpns) {
+      // splitmix64 on the port's seed: the same QP numbers every run.
+      std::uint64_t x = c_.port.seed;
+      auto next = [&x] {
+        std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+      };
+      for (auto& k : qpn_key_) k = next();
+      next_qpn_ = static_cast<std::uint32_t>(next());
+    } else {
+      random_bytes(qpn_key_.data(), sizeof qpn_key_);
+      random_bytes(&next_qpn_, sizeof next_qpn_);
+    }
     qpn_keyed_ = true;
   }
   std::uint32_t qpn = permute_qpn(next_qpn_++ & 0xffffff, qpn_key_);

@@ -97,6 +97,21 @@ TEST(UroceSimFabric, LeafSpineAllToAllRunsToCompletionOverBothSpines) {
       << r.summary;
 }
 
+// A run repeats for its seed (QP numbers, and so the paths ECMP gives the
+// flows, come from it), and another seed may take other paths.
+TEST(UroceSimFabric, ALeafSpineRunRepeatsForItsSeed) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  const ScenarioFile f(std::string(kLeafSpine) + "pattern = alltoall\n");
+  const SimRun a = run_sim(f.path() + " --dcqcn off --seed " + std::to_string(seed));
+  const SimRun b = run_sim(f.path() + " --dcqcn off --seed " + std::to_string(seed));
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  for (const char* key : {"goodput_bps", "fct_p50_us", "fct_p99_us", "fct_max_us", "spine_utilisation_max"}) {
+    EXPECT_EQ(field(a.summary, key), field(b.summary, key)) << key << "\n" << a.summary << "\n" << b.summary;
+  }
+}
+
 TEST(UroceSimFabric, LeafSpineRingAllReduceRunsToCompletion) {
   const std::uint64_t seed = test_seed(1);
   SCOPED_TRACE(seed_note(seed));
