@@ -73,11 +73,12 @@ struct TxFrame {
   std::uint32_t frame_bytes() const { return head_len + payload_in_pieces() + trailer_len; }
 
   // Writes the whole frame (frame_bytes()) to `out`; returns the end.
+  // An empty head or piece may have no data pointer: memcpy is not given it.
   std::uint8_t* copy_to(std::uint8_t* out) const {
-    std::memcpy(out, head.data, head_len);
+    if (head_len != 0) std::memcpy(out, head.data, head_len);
     out += head_len;
     for (int i = 0; i < npieces; ++i) {
-      std::memcpy(out, pieces[i].data(), pieces[i].size());
+      if (!pieces[i].empty()) std::memcpy(out, pieces[i].data(), pieces[i].size());
       out += pieces[i].size();
     }
     std::memcpy(out, trailer.data(), trailer_len);
