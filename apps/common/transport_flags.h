@@ -11,7 +11,7 @@
 namespace uroce::app {
 
 inline constexpr const char* kTransportUsage =
-    "      --sr             selective repeat (issue 30; both ends); not implemented yet: an error\n"
+    "      --sr             selective repeat (both ends: uroce's own mode, docs/transport.md)\n"
     "      --spray N        each packet on one of N paths (UDP source ports), 1-64; needs --sr\n"
     "      --bdp N          at most N packets in flight per QP (the path's bandwidth-delay product;\n"
     "                       default 0: the transport's window)\n";
@@ -40,7 +40,7 @@ inline void check_transport_flags(const TransportOptions& t) {
   if (t.spray_paths > 1 && !t.selective_repeat) usage_error("--spray needs --sr (sprayed packets arrive out of order)");
   const TransportOptions can = QueuePair::transport_capabilities();
   if ((t.selective_repeat && !can.selective_repeat) || t.spray_paths > can.spray_paths) {
-    usage_error("--sr and --spray: selective repeat is not implemented yet (--bdp is)");
+    usage_error("--sr and --spray: this build's transport does not run them");
   }
 }
 

@@ -281,9 +281,8 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     const bool cnp = p.info->has(wire::kCnpOp);
     if (cnp) [[unlikely]] {
       add_counter(EngineCounter::rx_cnp);
-    } else if (p.info->transport == wire::Transport::kRd || p.info->transport == wire::Transport::kSr ||
-               p.info->transport == wire::Transport::kOther) [[unlikely]] {
-      // RD, selective repeat (not run yet) and the rest of no service uroce has.
+    } else if (p.info->transport == wire::Transport::kRd || p.info->transport == wire::Transport::kOther) [[unlikely]] {
+      // RD and the rest: no service uroce has.
       add_counter(EngineCounter::rx_unsupported_transport);
       continue;
     }
@@ -318,7 +317,10 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
       if (p.ecn() == 3 && env_.dcqcn != nullptr && transport::np_on_ce(*qp, env_)) [[unlikely]] {
         cnp_due_.push_back(qp->qpn);
       }
-      if (p.info->transport != service_of(qp->type)) [[unlikely]] {
+      // A QP in selective repeat takes that mode's opcodes only (both ends
+      // agreed on it); every other QP never takes them.
+      const wire::Transport service = qp->sr != nullptr ? wire::Transport::kSr : service_of(qp->type);
+      if (p.info->transport != service) [[unlikely]] {
         add_counter(EngineCounter::rx_wrong_service);
         continue;
       }

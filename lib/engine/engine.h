@@ -31,7 +31,7 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_bad_pkey, "packets with a P_Key other than the default")        \
   X(rx_wrong_address, "packets for a connected QP not from its peer's address to ours") \
   X(rx_cnp, "congestion notification packets received (any QP)")       \
-  X(rx_unsupported_transport, "RD, selective repeat and other packets of no service uroce runs") \
+  X(rx_unsupported_transport, "RD and other packets of no service uroce runs") \
   X(rx_wrong_service, "packets of another service than their QP's (a UC packet for an RC QP, ...)") \
   X(rx_handed_over, "packets passed to the worker that serves their QP") \
   X(rx_handed_in, "packets another worker passed to this one")         \

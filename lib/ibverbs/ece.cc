@@ -89,8 +89,8 @@ bool parse_transport(std::string_view text, TransportOptions& options, std::stri
   }
   const TransportOptions can = QueuePair::transport_capabilities();
   if ((t.selective_repeat && !can.selective_repeat) || t.spray_paths > can.spray_paths) {
-    message = "uroce: UROCE_TRANSPORT '" + whole + "': selective repeat and spraying are not implemented yet "
-              "(bdp=N is)";
+    message = "uroce: UROCE_TRANSPORT '" + whole + "': this build's transport does not run selective repeat "
+              "or spraying (bdp=N it does)";
     return false;
   }
   options = t;

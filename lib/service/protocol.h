@@ -30,7 +30,9 @@ namespace uroce::service {
 //    srqn, CreateQp's xrcd; an XRC_SEND slot's remote_qpn is its remote_srqn).
 // 8: kSetTransportOptions; CmConnect, CmAccept and CmEvent carry ECE (ece_vendor_id, ece_options),
 //    CmReject a reason.
-inline constexpr std::uint32_t kProtocolVersion = 8;
+// 9: QueryQpReply carries the QP's transport options (the daemon's CM sets
+//    selective repeat when ECE agrees on it).
+inline constexpr std::uint32_t kProtocolVersion = 9;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -304,6 +306,10 @@ struct QueryQpReply {
   ibv_qp_attr attr{};
   ibv_qp_cap cap{};
   std::uint32_t sq_sig_all = 0;
+  // TransportOptions as the QP runs them.
+  std::uint8_t selective_repeat = 0;
+  std::uint8_t spray_paths = 1;
+  std::uint32_t bdp_packets = 0;
 };
 
 struct CreateCqReply {

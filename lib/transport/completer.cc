@@ -347,6 +347,10 @@ void complete_send(Qp& qp, ibv_wc_status status) {
 // The completer's state machine (rules.h: UROCE_COMPLETER_STEPS): each step
 // returns the next, until the packet is done with or leaves by an exit.
 void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
+  if (qp.sr != nullptr) {
+    sr_on_response(qp, env, p);
+    return;
+  }
   Reply r{p, p.bth().psn.get()};
   CompleterStep step = CompleterStep::check_state;
   for (;;) {
@@ -368,6 +372,10 @@ void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
 }
 
 void completer_on_timer(Qp& qp, Env& env) {
+  if (qp.sr != nullptr) {
+    sr_on_timer(qp, env);
+    return;
+  }
   if (qp.comp.deadline == 0 || env.now < qp.comp.deadline || !qp.active()) return;
   if (!outstanding(qp)) {
     qp.comp.deadline = 0;

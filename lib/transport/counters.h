@@ -14,7 +14,7 @@ namespace uroce::transport {
   X(tx_bytes, "payload bytes sent")                                                    \
   X(rx_packets, "packets received and accepted")                                       \
   X(rx_bytes, "payload bytes received and placed")                                     \
-  X(retransmitted_packets, "request packets sent again (go-back-N)")                   \
+  X(retransmitted_packets, "request packets sent again (go-back-N, or selectively)")                   \
   X(timeouts, "local ACK timeouts")                                                    \
   X(retry_exceeded, "requests ended by retry_cnt exhaustion")                          \
   X(rnr_naks_received, "RNR NAKs received (requester)")                                \
@@ -70,7 +70,13 @@ namespace uroce::transport {
   X(mw_invalidations, "type 2 windows invalidated: LOCAL_INV or a peer's SEND with Invalidate") \
   X(local_inv_errors, "LOCAL_INVs refused: no type 2 window of the QP's PD with that rkey") \
   X(atomic_writes_executed, "ATOMIC WRITEs executed (responder)")                      \
-  X(drop_xrc_srq, "XRC requests NAKed: the XRCETH named no XRC SRQ of the target QP's domain")
+  X(drop_xrc_srq, "XRC requests NAKed: the XRCETH named no XRC SRQ of the target QP's domain") \
+  X(sr_ahead_placed, "selective repeat: request packets placed ahead of the expected PSN (responder)") \
+  X(sr_ahead_refused, "selective repeat: packets ahead not taken: READs and atomics (run in order), or failing a check (judged again in order)") \
+  X(sr_out_of_window, "selective repeat: request packets beyond the receive window, dropped (responder)") \
+  X(drop_bad_sreth, "selective repeat: requests NAKed: SRETH disagreeing with opcode, PSN, payload or RETH") \
+  X(sr_sack_refused, "selective repeat: SACKs dropped: naming PSNs never sent, or going back (requester)") \
+  X(sr_rto_low, "selective repeat: short retransmit timeouts (RTO_low: a lost tail) (requester)")
 
 enum class QpCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

@@ -36,8 +36,17 @@ void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::
   write_frame(path, env, f, th, payload_bytes, env.copy_limit, false);
 }
 
+// Spraying (selective repeat, TransportOptions::spray_paths): each packet
+// on the next of the QP's paths in turn, a packet sent again most likely
+// on another path than the one that lost it.
+const wire::PathHeader& next_path(Qp& qp) {
+  if (qp.sr == nullptr || qp.sr->paths.size() <= 1) [[likely]] return qp.path;
+  SrState& sr = *qp.sr;
+  return sr.paths[sr.next_path++ % sr.paths.size()];
+}
+
 void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::uint32_t payload_bytes) {
-  write_frame(qp.path, env, f, th, payload_bytes, env.copy_limit, false);
+  write_frame(next_path(qp), env, f, th, payload_bytes, env.copy_limit, false);
   count_sent(qp, payload_bytes);
 }
 
@@ -51,6 +60,7 @@ void emit_copied(const wire::PathHeader& path, Qp& qp, Env& env, wire::TxFrame& 
 
 std::uint8_t service_opcode(const Qp& qp, wire::Opcode rc) {
   const auto op = static_cast<std::uint8_t>(rc);
+  if (qp.sr != nullptr) return static_cast<std::uint8_t>(op + static_cast<std::uint8_t>(wire::Opcode::kSrSendFirst));
   switch (qp.type) {
     case IBV_QPT_UC: return static_cast<std::uint8_t>(op + static_cast<std::uint8_t>(wire::Opcode::kUcSendFirst));
     case IBV_QPT_XRC_SEND:

@@ -45,6 +45,10 @@ void reset_queues(Qp& qp) {
   qp.resp.resources = std::move(resources);
   qp.resp.out = std::move(out);
   for (auto& r : qp.resp.resources) r = ResponderResource{};
+  if (qp.sr != nullptr) {
+    sr_reset_responder(*qp.sr, 0);
+    sr_reset_requester(*qp.sr, 0);
+  }
 }
 
 void push_flush(CompletionRing* cq, std::uint64_t wr_id, std::uint32_t qpn, ibv_wc_opcode opcode) {
@@ -71,10 +75,12 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   if (mask & IBV_QP_RQ_PSN) {
     qp.attr.rq_psn = attr.rq_psn;
     qp.resp.psn = attr.rq_psn & kPsnMask;
+    if (qp.sr != nullptr) sr_reset_responder(*qp.sr, qp.resp.psn);
   }
   if (mask & IBV_QP_SQ_PSN) {
     qp.attr.sq_psn = attr.sq_psn;
     qp.req.psn = qp.req.high_psn = qp.comp.psn = attr.sq_psn & kPsnMask;
+    if (qp.sr != nullptr) sr_reset_requester(*qp.sr, qp.req.psn);
   }
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     qp.attr.max_dest_rd_atomic = attr.max_dest_rd_atomic;
@@ -161,6 +167,16 @@ wire::PathHeader data_path(wire::FrameSpec data, const cc::DcqcnParams* dcqcn) {
 void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn) {
   const bool cc_on = dcqcn != nullptr && dcqcn->enabled;
   qp.path = data_path(qp.path_spec, dcqcn);
+  if (qp.sr != nullptr) {
+    // Spraying: path i differs from the QP's own in the UDP source port
+    // only, the entropy ECMP switches hash on (RoCEv2's range, 0xc000 up).
+    qp.sr->paths.clear();
+    for (std::uint32_t i = 0; i < qp.options.spray_paths; ++i) {
+      wire::FrameSpec spec = qp.path_spec;
+      spec.udp_src_port = static_cast<std::uint16_t>(0xc000 | ((spec.udp_src_port + i * 0x0f1b) & 0x3fff));
+      qp.sr->paths.push_back(data_path(spec, dcqcn));
+    }
+  }
   if (!cc_on) {
     qp.cnp_path = qp.path;
     return;

@@ -22,6 +22,7 @@
 #include "transport/counters.h"
 #include "transport/queues.h"
 #include "transport/roles.h"
+#include "transport/sr.h"
 #include "wire/frame.h"
 #include "wire/path_header.h"
 
@@ -235,6 +236,8 @@ struct Qp {
     std::uint8_t spray_paths = 1;
     std::uint32_t bdp_packets = 0;
   } options;
+  // Selective repeat's state (sr.h): allocated when the option is set.
+  std::unique_ptr<SrState> sr;
 
   bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
@@ -248,15 +251,18 @@ struct Qp {
 
 // The most request packets the QP may have in flight: the window, or the
 // BDP cap (TransportOptions::bdp_packets) when that is smaller.
+// Selective repeat keeps at most kSackWindow (what a SACK can name).
 inline std::uint32_t window_cap(const Qp& qp) {
   const std::uint32_t bdp = qp.options.bdp_packets;
-  return bdp != 0 && bdp < kWindowPackets ? bdp : kWindowPackets;
+  const std::uint32_t most = qp.sr != nullptr ? kSackWindow : kWindowPackets;
+  return bdp != 0 && bdp < most ? bdp : most;
 }
 
 // The response packets one READ request asks for: half the window, so that
 // two segments fill it (at least one packet under a small BDP cap).
 inline std::uint32_t read_segment_packets(const Qp& qp) {
-  return qp.options.bdp_packets == 0 ? kReadSegmentPackets : std::max<std::uint32_t>(1, window_cap(qp) / 2);
+  return qp.options.bdp_packets == 0 && qp.sr == nullptr ? kReadSegmentPackets
+                                                       : std::max<std::uint32_t>(1, window_cap(qp) / 2);
 }
 
 // One past the last packet (index from the WQE's first PSN) of the READ

@@ -108,6 +108,9 @@ struct SendWqeFields {
   std::uint32_t send_flags = 0;
   std::uint32_t imm_data = 0;         // as in ibv_send_wr: already big-endian
   std::uint32_t invalidate_rkey = 0;
+  // Selective repeat: the receive WQE a SEND or WRITE with immediate
+  // consumes at the peer (its ordinal), fixed when it is first sent.
+  std::uint32_t recv_index = 0;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint32_t remote_srqn = 0;  // XRC: the XRC SRQ at the receiver (wr.qp_type.xrc.remote_srqn)
@@ -144,6 +147,7 @@ inline void reset_fields(SendWqe& w) {
   w.send_flags = 0;
   w.imm_data = 0;
   w.invalidate_rkey = 0;
+  w.recv_index = 0;
   w.remote_addr = 0;
   w.rkey = 0;
   w.remote_srqn = 0;

@@ -72,6 +72,107 @@ void run_local_op(Qp& qp, Env& env, SendWqe& w) {
 
 }  // namespace
 
+// Packet `index` of `w`, at `psn`: its headers from the WQE alone (a first
+// send and a selective resend build the same packet), its payload gathered
+// from the WQE's list, emitted into `f`.
+Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint32_t psn, bool ack_req,
+                    wire::TxFrame& f) {
+  Built b;
+  f.npieces = 0;
+  wire::TransportHeaders th;
+  th.xrceth.srqn.set(w.remote_srqn);  // sent by XRC only (the opcode table says which carry it)
+  const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  // Selective repeat's SRETH: where the packet belongs in its message.
+  const auto sreth = [&](std::uint32_t offset, std::uint32_t length, bool last) {
+    th.sreth.offset.set(offset);
+    th.sreth.length.set(length);
+    th.sreth.recv_index.set(w.recv_index);
+    th.sreth.flags = last ? wire::kSrethLast : 0;
+    th.sreth.first_psn.set(w.first_psn);
+  };
+  switch (w.kind) {
+    case WqeKind::kSend:
+    case WqeKind::kWrite: {
+      const std::uint32_t offset = index * qp.mtu;
+      b.payload = std::min(qp.mtu, w.length - offset);
+      // On demand: the packet's bytes are gathered through the kernel now
+      // (every retransmission reads them anew) and copied into the head.
+      if (w.odp_sges != 0 && !sgl_gather(w.sge.data(), w.num_sge, w.odp_sges, w.odp_pid, offset, b.payload,
+                                         odp_bounce.data())) [[unlikely]] {
+        b.unmapped = true;
+        return b;
+      }
+      const bool first = index == 0;
+      const bool last = index + 1 == w.npackets;
+      if (w.kind == WqeKind::kSend) {
+        th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
+        if (last) th.ieth.rkey.set(w.invalidate_rkey);
+      } else {
+        th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
+        // RC's First carries the RETH; selective repeat's every packet.
+        th.reth.va.set(w.remote_addr);
+        th.reth.rkey.set(w.rkey);
+        th.reth.dma_length.set(w.length);
+      }
+      sreth(offset, w.length, last);
+      if (last) std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
+      if (w.odp_sges != 0) [[unlikely]] {
+        f.pieces[0] = std::span<const std::uint8_t>(odp_bounce.data(), b.payload);
+        f.npieces = b.payload > 0 ? 1 : 0;
+      } else {
+        f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, b.payload, f.pieces.data());
+      }
+      break;
+    }
+    case WqeKind::kRead: {
+      // One request for the rest of the segment (read_segment_packets): a
+      // restart at a later PSN asks only for the bytes from there on (IBTA
+      // 9.7.5.1.2; rxe does the same), within the segment its first request
+      // named, so a duplicate stays inside the responder's resource.
+      const std::uint32_t end = read_segment_end(qp, w.npackets, index);
+      const std::uint32_t offset = index * qp.mtu;
+      const std::uint32_t stop = end == w.npackets ? w.length : end * qp.mtu;
+      th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);
+      th.reth.va.set(w.remote_addr + offset);
+      th.reth.rkey.set(w.rkey);
+      th.reth.dma_length.set(stop - std::min(offset, stop));
+      sreth(offset, w.length, true);
+      b.psns = end - index;
+      break;
+    }
+    case WqeKind::kAtomicWrite: {
+      // As Soft-RoCE sends it: BTH, RETH (DMA length 8), the 8 bytes; an
+      // AckReq, answered by an RDMA READ response with no payload.
+      th.bth = packet_bth(qp, Opcode::kRcAtomicWrite, psn, true, solicited);
+      th.reth.va.set(w.remote_addr);
+      th.reth.rkey.set(w.rkey);
+      th.reth.dma_length.set(8);
+      sreth(0, 8, true);
+      b.payload = 8;
+      f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, b.payload, f.pieces.data());
+      break;
+    }
+    case WqeKind::kBind:
+    case WqeKind::kLocalInv: break;  // run by requester_fill; never reach here
+    case WqeKind::kAtomic: {
+      const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+      th.bth = packet_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
+      th.atomic_eth.va.set(w.remote_addr);
+      th.atomic_eth.rkey.set(w.rkey);
+      th.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
+      th.atomic_eth.compare.set(cas ? w.compare_add : 0);
+      sreth(0, 8, true);
+      break;
+    }
+  }
+  if (qp.reliable() && w.odp_sges == 0) [[likely]] {
+    emit(qp, env, f, th, b.payload);
+  } else {
+    emit_copied(qp.path, qp, env, f, th, b.payload);
+  }
+  return b;
+}
+
 void requester_rewind(Qp& qp, std::uint32_t psn) {
   // Never forward past what has been sent: the PSNs a requester sends stay
   // contiguous (IBTA 9.7.2), whatever a peer's NAK names.
@@ -115,18 +216,24 @@ bool rnr_waiting(Qp& qp, const Env& env) {
   if (!qp.req.rnr_wait) return false;
   if (env.now < qp.req.rnr_until) return true;
   qp.req.rnr_wait = false;
-  requester_rewind(qp, qp.req.rnr_psn);
+  // Selective repeat marked the refused PSN lost instead: it alone goes again.
+  if (qp.sr == nullptr) requester_rewind(qp, qp.req.rnr_psn);
   return false;
 }
 
-std::uint64_t requester_wakeup(const Qp& qp) { return qp.req.rnr_wait ? qp.req.rnr_until : 0; }
+std::uint64_t requester_wakeup(const Qp& qp) {
+  const std::uint64_t rnr = qp.req.rnr_wait ? qp.req.rnr_until : 0;
+  const std::uint64_t sr = qp.sr != nullptr ? qp.sr->rto_at : 0;
+  return rnr == 0 || (sr != 0 && sr < rnr) ? sr : rnr;
+}
 
 std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
   if (!qp.active()) return 0;
   if (qp.type == IBV_QPT_UD) return ud_requester_fill(qp, env, out, room);
   if (rnr_waiting(qp, env)) return 0;
   const bool reliable = qp.reliable();
-  std::uint16_t n = 0;
+  // Selective repeat: what is known lost goes first, each packet alone.
+  std::uint16_t n = qp.sr != nullptr ? sr_resend(qp, env, out, room) : 0;
   while (n < room && qp.req_next != qp.sq_posted) {
     if (is_local_op(qp.sq[qp.req_next])) {
       if (qp.comp_next != qp.req_next) break;  // waits for the WRs before it
@@ -172,106 +279,23 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       w.started = true;
       w.first_psn = qp.req.psn;
       w.npackets = packets_for(w, qp.mtu);
+      if (qp.sr != nullptr) sr_number(qp, w);
     }
 
-    wire::TxFrame& f = out[n];
-    f.npieces = 0;
-    wire::TransportHeaders th;
-    th.xrceth.srqn.set(w.remote_srqn);  // sent by XRC only (the opcode table says which carry it)
     const std::uint32_t psn = qp.req.psn;
-    std::uint32_t payload = 0;
-    const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
-    bool unmapped = false;
-    switch (w.kind) {
-      case WqeKind::kSend:
-      case WqeKind::kWrite: {
-        const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
-        payload = std::min(qp.mtu, w.length - offset);
-        // On demand: the packet's bytes are gathered through the kernel now
-        // (every retransmission reads them anew) and copied into the head.
-        if (w.odp_sges != 0 && !sgl_gather(w.sge.data(), w.num_sge, w.odp_sges, w.odp_pid, offset, payload,
-                                           odp_bounce.data())) [[unlikely]] {
-          unmapped = true;
-          break;
-        }
-        const bool first = qp.req.pkt_index == 0;
-        const bool last = qp.req.pkt_index + 1 == w.npackets;
-        bool ack_req = false;
-        if (reliable) {
-          // Also the packet that fills the window: its answer opens it.
-          ack_req = last || ++qp.req.since_ack_req >= kAckReqEvery ||
-                    psn_diff(psn_add(psn, 1), qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window);
-          if (ack_req) qp.req.since_ack_req = 0;
-        }
-        if (w.kind == WqeKind::kSend) {
-          th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
-          if (last) th.ieth.rkey.set(w.invalidate_rkey);
-        } else {
-          th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
-          if (first) {
-            th.reth.va.set(w.remote_addr);
-            th.reth.rkey.set(w.rkey);
-            th.reth.dma_length.set(w.length);
-          }
-        }
-        if (last) std::memcpy(th.immdt.imm.bytes.data(), &w.imm_data, sizeof w.imm_data);
-        if (w.odp_sges != 0) [[unlikely]] {
-          f.pieces[0] = std::span<const std::uint8_t>(odp_bounce.data(), payload);
-          f.npieces = payload > 0 ? 1 : 0;
-        } else {
-          f.npieces = sgl_pieces(w.sge.data(), w.num_sge, offset, payload, f.pieces.data());
-        }
-        qp.req.psn = psn_add(psn, 1);
-        ++qp.req.pkt_index;
-        break;
-      }
-      case WqeKind::kRead: {
-        // One request for the rest of the segment (read_segment_packets): a
-        // restart at a later PSN asks only for the bytes from there on (IBTA
-        // 9.7.5.1.2; rxe does the same), within the segment its first request
-        // named, so a duplicate stays inside the responder's resource.
-        const std::uint32_t end = read_segment_end(qp, w.npackets, qp.req.pkt_index);
-        const std::uint32_t offset = qp.req.pkt_index * qp.mtu;
-        const std::uint32_t stop = end == w.npackets ? w.length : end * qp.mtu;
-        th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);
-        th.reth.va.set(w.remote_addr + offset);
-        th.reth.rkey.set(w.rkey);
-        th.reth.dma_length.set(stop - std::min(offset, stop));
-        qp.req.psn = psn_add(psn, end - qp.req.pkt_index);
-        qp.req.pkt_index = end;
-        ++qp.req.reads_outstanding;
-        break;
-      }
-      case WqeKind::kAtomicWrite: {
-        // As Soft-RoCE sends it: BTH, RETH (DMA length 8), the 8 bytes; an
-        // AckReq, answered by an RDMA READ response with no payload.
-        th.bth = packet_bth(qp, Opcode::kRcAtomicWrite, psn, true, solicited);
-        th.reth.va.set(w.remote_addr);
-        th.reth.rkey.set(w.rkey);
-        th.reth.dma_length.set(8);
-        payload = 8;
-        f.npieces = sgl_pieces(w.sge.data(), w.num_sge, 0, payload, f.pieces.data());
-        qp.req.psn = psn_add(psn, 1);
-        qp.req.pkt_index = 1;
-        ++qp.req.reads_outstanding;
-        break;
-      }
-      case WqeKind::kBind:
-      case WqeKind::kLocalInv: break;  // run above; never reach here
-      case WqeKind::kAtomic: {
-        const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-        th.bth = packet_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
-        th.atomic_eth.va.set(w.remote_addr);
-        th.atomic_eth.rkey.set(w.rkey);
-        th.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
-        th.atomic_eth.compare.set(cas ? w.compare_add : 0);
-        qp.req.psn = psn_add(psn, 1);
-        qp.req.pkt_index = 1;
-        ++qp.req.reads_outstanding;
-        break;
-      }
+    const std::uint32_t index = qp.req.pkt_index;
+    bool ack_req = true;  // READs and atomics always ask
+    if (w.kind == WqeKind::kSend || w.kind == WqeKind::kWrite) {
+      // Also the packet that fills the window: its answer opens it. UC asks
+      // for nothing.
+      const bool last = index + 1 == w.npackets;
+      ack_req = reliable && (last || ++qp.req.since_ack_req >= kAckReqEvery ||
+                             psn_diff(psn_add(psn, 1), qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window));
+      if (ack_req) qp.req.since_ack_req = 0;
     }
-    if (unmapped) [[unlikely]] {
+    wire::TxFrame& f = out[n];
+    const Built b = build_request(qp, env, w, index, psn, ack_req, f);
+    if (b.unmapped) [[unlikely]] {
       // A page of an on-demand SGE is not mapped: a local protection error
       // (IBTA 11.6.2, as for an SGE its lkey does not cover), once the WRs
       // before it have completed.
@@ -281,12 +305,13 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       }
       break;
     }
+    qp.req.psn = psn_add(psn, b.psns);
+    qp.req.pkt_index = index + b.psns;
+    if (is_read_or_atomic(w)) ++qp.req.reads_outstanding;
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
-    if (psn_after(qp.req.psn, qp.req.high_psn)) qp.req.high_psn = qp.req.psn;
-    if (reliable && w.odp_sges == 0) [[likely]] {
-      emit(qp, env, f, th, payload);
-    } else {
-      emit_copied(qp.path, qp, env, f, th, payload);
+    if (psn_after(qp.req.psn, qp.req.high_psn)) {
+      if (qp.sr != nullptr) sr_sent_new(qp, env, w, psn, b.psns);
+      qp.req.high_psn = qp.req.psn;
     }
     paced_sent(qp, env, f.frame_bytes());
     ++n;
@@ -294,7 +319,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     // response (rxe arms it on the first packet sent: a paced QP whose
     // message end leaves later than the timeout would then time out while
     // it is still sending).
-    if (th.bth.ack_req()) {
+    if (ack_req && reliable) {
       qp.comp.awaiting = true;
       qp.comp.awaited_psn = psn_add(qp.req.psn, -1);
       qp.comp.deadline = retransmit_deadline(qp, env);

@@ -73,6 +73,11 @@ struct Request {
   const wire::ParsedFrame& p;
   std::uint32_t psn;
   ResponderExit exit = ResponderExit::kCount;
+  // Selective repeat: the packet lies ahead of the expected PSN; it was
+  // taken (placed); a SACK should go back for it.
+  bool ahead = false;
+  bool taken = false;
+  bool sack = false;
 };
 
 ResponderStep leave(Request& r, ResponderExit e) {
@@ -129,6 +134,13 @@ void take_unreliable_exit(Qp& qp, const Request& r) {
 }
 
 void take_exit(Qp& qp, const Request& r) {
+  if (r.ahead) {
+    // Selective repeat: a packet ahead that cannot be taken now is left
+    // for the requester to send again; in order it is judged (and
+    // answered) by the same rules as RC's.
+    qp.counters.add(QpCounter::sr_ahead_refused);
+    return;
+  }
   if (!qp.reliable()) {
     take_unreliable_exit(qp, r);
     return;
@@ -223,7 +235,30 @@ ResponderStep check_xrc_srq(Qp& qp, Request& r) {
   return ResponderStep::check_psn;
 }
 
+// Selective repeat (docs/transport.md): the expected PSN and the window's
+// after it are taken, each once, whatever their order; what was taken is a
+// duplicate; what lies beyond the window is dropped unanswered. Only SENDs
+// and WRITEs are placed ahead: a READ or atomic runs in order, once.
+ResponderStep sr_check_psn(Qp& qp, Request& r) {
+  switch (qp.sr->window.classify(r.psn)) {
+    case ReceiveWindow::Arrival::kOutside: return leave(r, ResponderExit::sr_out_of_window);
+    case ReceiveWindow::Arrival::kDuplicate:
+      if (psn_before(r.psn, qp.resp.psn)) return ResponderStep::duplicate;
+      qp.counters.add(QpCounter::duplicate_requests);  // taken ahead already
+      r.sack = true;
+      return ResponderStep::done;
+    case ReceiveWindow::Arrival::kAhead:
+      r.ahead = true;
+      r.sack = true;
+      if (!r.p.info->has_any(wire::kSend | wire::kWrite)) return leave(r, ResponderExit::sr_ahead_deferred);
+      break;
+    case ReceiveWindow::Arrival::kInOrder: break;
+  }
+  return ResponderStep::check_sreth;
+}
+
 ResponderStep check_psn(Qp& qp, Request& r) {
+  if (qp.sr != nullptr) return sr_check_psn(qp, r);
   const std::int32_t d = psn_diff(r.psn, qp.resp.psn);
   if (!qp.reliable()) {
     // UC (IBTA 9.8.3): nothing is resent, so any other PSN means packets
@@ -265,6 +300,27 @@ ResponderStep check_op_sequence(Qp& qp, Request& r) {
     return ResponderStep::check_op_allowed;
   }
   return fits ? ResponderStep::check_op_allowed : leave(r, ResponderExit::op_sequence);
+}
+
+// Selective repeat: a SEND's or WRITE's packet says where it belongs in its
+// message (SRETH), and that must agree with its opcode (First at offset 0,
+// Last with the last flag, at the message's end), its PSN (one path MTU per
+// PSN from the message's first), its payload and a WRITE's RETH: in place
+// of RC's opcode sequence, which packets out of order cannot keep.
+ResponderStep check_sreth(const Qp& qp, Request& r) {
+  const wire::ParsedFrame& p = r.p;
+  const wire::OpcodeInfo& info = *p.info;
+  if (!info.has_any(wire::kSend | wire::kWrite)) return ResponderStep::check_op_allowed;
+  const wire::Sreth s = p.sreth();
+  const std::uint32_t offset = s.offset.get();
+  const std::uint32_t length = s.length.get();
+  const bool last = (s.flags & wire::kSrethLast) != 0;
+  bool ok = length <= (1u << 31) && offset <= length && p.payload_length <= length - offset &&
+            offset % qp.mtu == 0 && ((r.psn - s.first_psn.get()) & kPsnMask) == offset / qp.mtu &&
+            info.has(wire::kFirst) == (offset == 0) && info.has(wire::kLast) == last &&
+            last == (offset + p.payload_length == length);
+  if (ok && info.has(wire::kWrite)) ok = p.reth().dma_length.get() == length;
+  return ok ? ResponderStep::check_op_allowed : leave(r, ResponderExit::sr_bad_header);
 }
 
 ResponderStep check_op_allowed(const Qp& qp, Request& r) {
@@ -309,6 +365,175 @@ ResponderStep check_length(const Qp& qp, Request& r) {
   return ResponderStep::execute_atomic;
 }
 
+// --- Selective repeat -------------------------------------------------------------
+// Each SEND or WRITE packet is placed on arrival where its SRETH (and a
+// WRITE's RETH, which every packet carries) says, after the same key,
+// bounds and receive checks as RC's; what its message completes (the MSN,
+// a receive WQE) waits until every PSN before the message's last has come:
+// completions follow the PSN order (sr_deliver).
+
+// The immediate data of `p`, as the wire has it (ibv_wc keeps it so).
+std::uint32_t imm_of(const wire::ParsedFrame& p) {
+  std::uint32_t imm = 0;
+  std::memcpy(&imm, &p.frame[p.bth_offset + p.info->offset_of(wire::ExtHdr::kImmDt)], sizeof imm);
+  return imm;
+}
+
+// The receive WQE of ordinal `index` (SRETH), if posted: the one at rq_next
+// is the QP's next receive-consuming message's.
+RecvWqe* sr_recv_wqe(Qp& qp, std::uint32_t index) {
+  const std::uint32_t after = (index - qp.sr->recv_base) & kPsnMask;
+  return after < qp.rq_posted - qp.rq_next ? &qp.rq[qp.rq_next + after] : nullptr;
+}
+
+// A message's last packet was taken: what completing it needs.
+void sr_note_last(Qp& qp, const Request& r, SrLastPacket::Kind kind) {
+  const wire::Sreth s = r.p.sreth();
+  SrLastPacket& m = qp.sr->last[sr_slot(r.psn)];
+  m = SrLastPacket{};
+  m.kind = kind;
+  m.psn = r.psn;
+  m.byte_len = s.length.get();
+  m.recv_index = s.recv_index.get();
+  m.solicited = r.p.bth().se();
+  if (r.p.has(wire::ExtHdr::kImmDt)) {
+    m.imm = true;
+    m.imm_data = imm_of(r.p);
+  }
+  if (r.p.has(wire::ExtHdr::kIeth)) {
+    m.invalidate = true;
+    m.inv_rkey = r.p.ieth().rkey.get();
+  }
+}
+
+ResponderStep sr_taken(Qp& qp, Request& r) {
+  r.taken = true;
+  if (r.ahead) qp.counters.add(QpCounter::sr_ahead_placed);
+  return ResponderStep::done;
+}
+
+ResponderStep sr_execute_send(Qp& qp, Env& env, Request& r) {
+  const wire::ParsedFrame& p = r.p;
+  const wire::Sreth s = p.sreth();
+  qp.counters.add(QpCounter::rx_packets);
+  RecvWqe* w = sr_recv_wqe(qp, s.recv_index.get());
+  if (w == nullptr) return leave(r, ResponderExit::no_receive);
+  const bool was_resolved = w->resolved;
+  if (wqe_resolve(*w, *env.mrs, qp.pd, IBV_ACCESS_LOCAL_WRITE) != mem::AccessResult::kOk) [[unlikely]] {
+    return leave(r, was_resolved ? ResponderExit::recv_revoked : ResponderExit::recv_bad_lkey);
+  }
+  if (s.offset.get() + p.payload_length > w->length) return leave(r, ResponderExit::recv_too_short);
+  if (!wqe_scatter_payload(*w, s.offset.get(), p)) [[unlikely]] return leave(r, ResponderExit::recv_unmapped);
+  qp.counters.add(QpCounter::rx_bytes, p.payload_length);
+  if (p.info->has(wire::kLast)) sr_note_last(qp, r, SrLastPacket::Kind::kSend);
+  return sr_taken(qp, r);
+}
+
+ResponderStep sr_execute_write(Qp& qp, Env& env, Request& r) {
+  const wire::ParsedFrame& p = r.p;
+  const wire::Sreth s = p.sreth();
+  const wire::Reth reth = p.reth();
+  qp.counters.add(QpCounter::rx_packets);
+  std::uint8_t* host = nullptr;
+  std::int32_t odp_pid = 0;
+  // This packet's bytes only, under the message's key (a zero-length WRITE
+  // checks none, as RC's).
+  if (p.payload_length > 0 &&
+      env.mrs->check_remote(reth.rkey.get(), qp.pd, qp.qpn, reth.va.get() + s.offset.get(), p.payload_length,
+                            IBV_ACCESS_REMOTE_WRITE, host, odp_pid) != mem::AccessResult::kOk) {
+    return leave(r, rkey_exit(env, reth.rkey.get(), ResponderExit::rkey_violation));
+  }
+  const bool imm = p.has(wire::ExtHdr::kImmDt);
+  if (imm && sr_recv_wqe(qp, s.recv_index.get()) == nullptr) return leave(r, ResponderExit::no_receive);
+  if (odp_pid == 0) [[likely]] {
+    p.visit_payload([host](const std::uint8_t* data, std::size_t len, std::size_t at) { std::memcpy(host + at, data, len); });
+  } else {
+    bool placed = true;
+    p.visit_payload([&](const std::uint8_t* data, std::size_t len, std::size_t at) {
+      placed = placed && place(host + at, odp_pid, data, len);
+    });
+    if (!placed) return leave(r, ResponderExit::odp_unmapped);
+  }
+  qp.counters.add(QpCounter::rx_bytes, p.payload_length);
+  if (p.info->has(wire::kLast)) sr_note_last(qp, r, imm ? SrLastPacket::Kind::kWriteImm : SrLastPacket::Kind::kWrite);
+  return sr_taken(qp, r);
+}
+
+// The expected PSN moved from `from` on: every message whose last packet it
+// passed completes, in PSN order (the MSN, the receive WQE: SENDs and
+// WRITEs with immediate consume them in the order the requester numbered
+// them). False if the QP ended in ERR on the way.
+bool sr_deliver(Qp& qp, Env& env, std::uint32_t from, std::uint32_t to) {
+  SrState& sr = *qp.sr;
+  const wire::ParsedFrame none{};
+  for (std::uint32_t psn = from; psn != to; psn = psn_add(psn, 1)) {
+    SrLastPacket& slot = sr.last[sr_slot(psn)];
+    if (slot.kind == SrLastPacket::Kind::kNone || slot.psn != psn) continue;
+    const SrLastPacket m = slot;
+    slot.kind = SrLastPacket::Kind::kNone;
+    qp.resp.psn = psn_add(psn, 1);
+    if (m.kind == SrLastPacket::Kind::kWrite) {
+      ++qp.resp.msn;
+      continue;
+    }
+    // The requester numbers receive-consuming messages in PSN order: this
+    // one's WQE is the next (a peer that numbers them otherwise broke the
+    // protocol; the bytes it placed went to this QP's own receives only).
+    if (m.recv_index != sr.recv_base || qp.rq_next == qp.rq_posted) {
+      take_exit(qp, Request{none, psn, ResponderExit::sr_bad_header});
+      return false;
+    }
+    if (m.invalidate) {
+      if (env.mrs->invalidate(m.inv_rkey, qp.pd) != mem::AccessResult::kOk) {
+        take_exit(qp, Request{none, psn, ResponderExit::invalidate_refused});
+        return false;
+      }
+      qp.counters.add(QpCounter::mw_invalidations);
+    }
+    ++qp.resp.msn;
+    ibv_wc wc{};
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = m.kind == SrLastPacket::Kind::kSend ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+    wc.byte_len = m.byte_len;
+    wc.src_qp = qp.attr.dest_qp_num;
+    if (m.imm) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = m.imm_data;
+    }
+    if (m.invalidate) {
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = m.inv_rkey;
+    }
+    finish_recv(qp, wc, m.solicited);
+    sr.recv_base = (sr.recv_base + 1) & kPsnMask;
+    if (qp.state == IBV_QPS_ERR) return false;
+  }
+  qp.resp.psn = to;
+  return true;
+}
+
+// After a request was finished with: a packet taken moves the window (in
+// order) or fills its place ahead; a READ or atomic that ran in order has
+// moved the expected PSN past its own; then what completed is delivered and
+// a SACK queued when the requester should hear at once (it asked, a packet
+// came ahead, or a hole was filled).
+void sr_settle(Qp& qp, Env& env, const Request& r) {
+  SrState& sr = *qp.sr;
+  const std::uint32_t from = sr.window.expected();
+  if (r.taken) {
+    sr.window.take(r.psn);
+  } else if (psn_after(qp.resp.psn, from)) {
+    sr.window.advance(qp.resp.psn);
+  }
+  const std::uint32_t to = sr.window.expected();
+  if (to != from) {
+    qp.resp.nak_sent = false;
+    if (!sr_deliver(qp, env, from, to)) return;
+  }
+  const bool filled = psn_diff(to, from) > 1 && r.taken;
+  if (r.sack || filled || (r.taken && r.p.bth().ack_req())) queue_ack(qp, psn_add(to, -1));
+}
+
 // --- Execution ---------------------------------------------------------------------
 
 // The receive WQE in use may take bytes: its list resolved with local write,
@@ -342,6 +567,7 @@ bool take_recv(Qp& qp, Env& env, Request& r) {
 }
 
 ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
+  if (qp.sr != nullptr) return sr_execute_send(qp, env, r);
   const wire::ParsedFrame& p = r.p;
   const wire::OpcodeInfo& info = *p.info;
   qp.counters.add(QpCounter::rx_packets);
@@ -376,6 +602,7 @@ ResponderStep execute_send(Qp& qp, Env& env, Request& r) {
 }
 
 ResponderStep execute_write(Qp& qp, Env& env, Request& r) {
+  if (qp.sr != nullptr) return sr_execute_write(qp, env, r);
   const wire::ParsedFrame& p = r.p;
   const wire::OpcodeInfo& info = *p.info;
   qp.counters.add(QpCounter::rx_packets);
@@ -688,6 +915,26 @@ ResponderStep duplicate(Qp& qp, Env& env, Request& r) {
   return ResponderStep::done;
 }
 
+// Selective repeat's ACK, NAK or RNR NAK carries the receive window as it is
+// when it leaves (so a queued one says the latest): the expected PSN and
+// which after it came. An ACK's PSN is the last one received in order, its
+// MSN the latest.
+void fill_sack(const Qp& qp, const Response& r, wire::TransportHeaders& th) {
+  const ReceiveWindow& w = qp.sr->window;
+  th.sacketh.expected.set(w.expected());
+  th.sacketh.bits.fill(0);
+  const SackBits& seen = w.seen();
+  if (seen.any()) {
+    for (std::size_t i = 0; i < kSackWindow; ++i) {
+      if (seen[i]) th.sacketh.bits[i / 8] = static_cast<std::uint8_t>(th.sacketh.bits[i / 8] | (0x80u >> (i % 8)));
+    }
+  }
+  if (r.syndrome == kAckSyndrome) {
+    th.bth.psn.set(psn_add(w.expected(), -1));
+    th.aeth.msn.set(qp.resp.msn);
+  }
+}
+
 }  // namespace
 
 // The responder's state machine (rules.h: UROCE_RESPONDER_STEPS): each step
@@ -702,6 +949,7 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
       case ResponderStep::check_psn: step = check_psn(qp, r); break;
       case ResponderStep::duplicate: step = duplicate(qp, env, r); break;
       case ResponderStep::check_op_sequence: step = check_op_sequence(qp, r); break;
+      case ResponderStep::check_sreth: step = check_sreth(qp, r); break;
       case ResponderStep::check_op_allowed: step = check_op_allowed(qp, r); break;
       case ResponderStep::check_resources: step = check_resources(qp, r); break;
       case ResponderStep::check_length: step = check_length(qp, r); break;
@@ -711,7 +959,9 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
       case ResponderStep::execute_atomic: step = execute_atomic(qp, env, r); break;
       case ResponderStep::execute_atomic_write: step = execute_atomic_write(qp, env, r); break;
       case ResponderStep::exit: take_exit(qp, r); return;
-      case ResponderStep::done: return;
+      case ResponderStep::done:
+        if (qp.sr != nullptr && qp.state != IBV_QPS_ERR) sr_settle(qp, env, r);
+        return;
     }
   }
 }
@@ -738,6 +988,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     switch (r.kind) {
       case Response::Kind::kAck:
         b.opcode = service_opcode(qp, Opcode::kRcAcknowledge);
+        if (qp.sr != nullptr) fill_sack(qp, r, th);
         qp.counters.add(QpCounter::acks_sent);
         ++qp.resp.out_head;
         break;

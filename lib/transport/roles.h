@@ -17,6 +17,7 @@
 namespace uroce::transport {
 
 struct Qp;
+struct SendWqe;
 
 // Everything the roles need from outside the QP, per engine.
 struct Env {
@@ -46,6 +47,29 @@ void requester_rewind(Qp& qp, std::uint32_t psn);
 void requester_rnr_wait(Qp& qp, Env& env, std::uint32_t psn, std::uint8_t timer_code);
 bool rnr_waiting(Qp& qp, const Env& env);
 std::uint64_t requester_wakeup(const Qp& qp);
+// Writes and emits packet `index` of `w` (PSN `psn`) into `f`: a packet
+// sent the first time and one sent again are the same. `psns`: the PSNs it
+// occupies (a READ request: its segment's responses).
+struct Built {
+  std::uint32_t payload = 0;
+  std::uint32_t psns = 1;
+  bool unmapped = false;  // an on-demand page is not mapped: nothing was built
+};
+Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint32_t psn, bool ack_req,
+                    wire::TxFrame& f);
+
+// selective_repeat.cc: the requester's side of selective repeat
+// (docs/transport.md). sr_number gives a WQE that consumes a receive WQE
+// at the peer its ordinal; sr_sent_new records PSNs sent the first time;
+// sr_resend sends again, one by one, the PSNs found lost (up to `room`);
+// sr_on_response takes the mode's ACKs (with their SACK), NAKs, READ
+// responses and atomic ACKs; sr_on_timer runs its timers (the short one,
+// RTO_low, and the local ACK timeout).
+void sr_number(Qp& qp, SendWqe& w);
+void sr_sent_new(Qp& qp, Env& env, const SendWqe& w, std::uint32_t psn, std::uint32_t psns);
+std::uint16_t sr_resend(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
+void sr_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
+void sr_on_timer(Qp& qp, Env& env);
 
 // completer.cc
 void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);

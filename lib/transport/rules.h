@@ -65,6 +65,7 @@ inline constexpr ibv_wc_status kNoCompletion = IBV_WC_SUCCESS;
   X(check_psn, "9.7.5.1.1: the expected PSN executes, a later one is NAKed, an earlier one is a duplicate") \
   X(duplicate, "9.7.5.1.2-3: a duplicate is answered, never executed twice")                \
   X(check_op_sequence, "9.7.4: Middle and Last only inside a message, First and Only outside") \
+  X(check_sreth, "selective repeat: the SRETH places the packet in its message, as its opcode and PSN say") \
   X(check_op_allowed, "10.2.4.2: the QP's access flags allow the operation")                \
   X(check_resources, "9.7.5.2.4: READs and atomics need responder resources")               \
   X(check_length, "C9-92, C9-94: payloads fit the path MTU, DMA lengths 2^31 at most")      \
@@ -92,6 +93,12 @@ enum class ResponderStep : std::uint8_t {
     drop_xrc_srq, kInvalidRequest, kNoCompletion)                                                                  \
   X(psn_ahead, "9.7.5.1.1: a PSN ahead of the expected one: packets were lost", out_of_sequence, kSequenceNak,     \
     kNoCompletion)                                                                                                 \
+  X(sr_out_of_window, "selective repeat: a PSN beyond the receive window", sr_out_of_window, kNothing,           \
+    kNoCompletion)                                                                                                 \
+  X(sr_ahead_deferred, "selective repeat: a READ or atomic ahead of the expected PSN runs only in order",         \
+    sr_ahead_refused, kNothing, kNoCompletion)                                                                     \
+  X(sr_bad_header, "selective repeat: an SRETH disagreeing with the opcode, PSN, payload or RETH",               \
+    drop_bad_sreth, kInvalidRequest, kNoCompletion)                                                                \
   X(no_receive, "9.7.5.2.8: no receive WQE for a SEND or WRITE with immediate", rnr_naks_sent, kRnrNak,            \
     kNoCompletion)                                                                                                 \
   X(duplicate_read_unknown, "9.7.5.1.2: a duplicate READ older than every responder resource",                     \

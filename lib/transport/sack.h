@@ -53,6 +53,22 @@ class ReceiveWindow {
   // Records `psn` as taken; returns how classify() saw it. An in-order PSN
   // moves the expected one past it and past every PSN after it that was
   // taken ahead.
+  // Moves the expected PSN on to `to` (a READ or atomic executed in order
+  // occupies every PSN up to it), forgetting what was taken before it, then
+  // past `to` and every PSN after it taken ahead.
+  void advance(std::uint32_t to) {
+    const std::int32_t d = psn_diff(to, expected_);
+    if (d <= 0) return;
+    const bool to_seen = static_cast<std::uint32_t>(d) <= kSackWindow && seen_[static_cast<std::size_t>(d - 1)];
+    if (static_cast<std::uint32_t>(d) > kSackWindow) {
+      seen_.reset();
+    } else {
+      seen_ >>= static_cast<std::size_t>(d);
+    }
+    expected_ = to & kPsnMask;
+    if (to_seen) take(expected_);
+  }
+
   Arrival take(std::uint32_t psn) {
     const Arrival a = classify(psn);
     if (a == Arrival::kAhead) {

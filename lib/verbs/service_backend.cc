@@ -649,6 +649,9 @@ int ServiceBackend::query_qp(const QueuePair& qp, ibv_qp_attr& attr, int, QpInit
   std::string why;
   if (const int e = client_->call(req, reply, nullptr, 0, nullptr, why); e != 0) return c_.fail(e, "query_qp: " + why);
   attr = reply.query_qp.attr;
+  // The daemon's CM may have set them (an ECE agreement): this side's copy follows.
+  q.qp.options = transport::Qp::Options{reply.query_qp.selective_repeat != 0, reply.query_qp.spray_paths,
+                                        reply.query_qp.bdp_packets};
   q.remote->state = attr.qp_state;
   q.qp.app_state.store(attr.qp_state, std::memory_order_release);
   if (init_attr != nullptr) *init_attr = q.init;

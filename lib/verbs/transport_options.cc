@@ -18,7 +18,9 @@ TransportOptions QueuePair::transport_options() const {
 }
 
 // In step with LocalBackend::set_transport_options's refusals below.
-TransportOptions QueuePair::transport_capabilities() { return TransportOptions{false, 1, UINT32_MAX}; }
+TransportOptions QueuePair::transport_capabilities() {
+  return TransportOptions{true, static_cast<std::uint8_t>(transport::kMaxSprayPaths), UINT32_MAX};
+}
 
 namespace internal {
 
@@ -36,10 +38,12 @@ int LocalBackend::set_transport_options(QueuePair& qp, const TransportOptions& o
           return c_.fail(EINVAL, "spray_paths is 1 to 64, and more than 1 needs selective_repeat (packets "
                                  "on several paths arrive out of order)");
         }
-        if (options.selective_repeat) {
-          return c_.fail(EOPNOTSUPP, "selective repeat and spraying are not implemented yet (bdp_packets is)");
+        if (options.selective_repeat && q.srq != nullptr) {
+          return c_.fail(EOPNOTSUPP, "selective repeat takes receives from the QP's own queue, not an SRQ");
         }
         q.options = transport::Qp::Options{options.selective_repeat, options.spray_paths, options.bdp_packets};
+        if (options.selective_repeat && q.sr == nullptr) q.sr = std::make_unique<transport::SrState>();
+        if (!options.selective_repeat) q.sr.reset();
         q.comp.window = transport::window_cap(q);
         return 0;
       },

@@ -100,6 +100,7 @@ int ece_values() {
   CHECK(ibv_query_ece(ud, &ece) == 0 && ece.options == 0);
 
   // Settled at RTR: refused after.
+  ece = {dev.vendor_id, uroce::kEceSelectiveRepeat, 0};
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;

@@ -98,6 +98,15 @@ class ExitRig {
     f.reth.dma_length.set(len);
     return f;
   }
+  // Selective repeat's WRITE Only of `len` bytes at `at` (SRETH: the whole
+  // message, its first PSN `psn`).
+  wire::FrameSpec sr_write_only(std::uint32_t psn, std::uint64_t at, std::uint32_t len) {
+    wire::FrameSpec f = request(static_cast<wire::Opcode>(0xca), psn, at, mr->rkey, len);
+    f.sreth.length.set(len);
+    f.sreth.flags = wire::kSrethLast;
+    f.sreth.first_psn.set(psn);
+    return f;
+  }
   wire::FrameSpec read(std::uint32_t psn, std::size_t offset = 0, std::uint32_t len = 8) {
     return request(wire::Opcode::kRcReadRequest, psn, va(offset), mr->rkey, len);
   }

@@ -243,10 +243,9 @@ TEST(HostileInput, AThirdHostCannotWriteIntoOrSlowDownAConnectedQp) {
   }
 }
 
-// Selective repeat's packets (uroce's mode, not run yet) from the connected
-// peer: counted as a service uroce does not run, never taken by the QP,
-// never answered.
-TEST(HostileInput, SelectiveRepeatPacketsAreCountedAndNotRunYet) {
+// Selective repeat's packets from the connected peer to a QP that did not
+// agree on the mode: the wrong service for it, never taken, never answered.
+TEST(HostileInput, SelectiveRepeatPacketsToAPlainQpAreRefused) {
   StepClock clock;
   ScriptedDevice dev(clock, ipv4_gid({10, 0, 0, 1}), ibv_qp_cap{8, 8, 1, 1, 0}, 64);
   ASSERT_NE(dev.qp, nullptr) << dev.error;
@@ -272,7 +271,7 @@ TEST(HostileInput, SelectiveRepeatPacketsAreCountedAndNotRunYet) {
   }
   for (int i = 0; i < 8; ++i) dev.ctx->progress();
   const engine::Engine& e = internal::engine_of(*dev.ctx);
-  EXPECT_EQ(e.counter(engine::EngineCounter::rx_unsupported_transport), 3u);
+  EXPECT_EQ(e.counter(engine::EngineCounter::rx_wrong_service), 3u);
   EXPECT_EQ(dev.qp->counter("rx_packets"), 0u);
   EXPECT_EQ(region[0], 0) << "nothing placed";
   EXPECT_TRUE(dev.port.sent.empty()) << "nothing answered";

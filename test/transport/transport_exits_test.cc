@@ -92,6 +92,40 @@ Provoked provoke(ExitRig& rig, ResponderExit e) {
       r.inject(rig.request(Opcode::kRcWriteOnly, p + 5, rig.va(), rig.mr->rkey, 64), std::vector<std::uint8_t>(64, 1));
       return {p};  // the NAK names the PSN expected
     }
+    case ResponderExit::sr_out_of_window: {
+      // Selective repeat: a WRITE further ahead than the receive window.
+      ConnectParams params;
+      params.transport.selective_repeat = true;
+      ScriptedRc& r = rig.connect(params);
+      rig.mark();
+      r.inject(rig.sr_write_only(p + 200, rig.va(), 64), std::vector<std::uint8_t>(64, 1));
+      return {};
+    }
+    case ResponderExit::sr_ahead_deferred: {
+      // A READ ahead of the expected PSN waits to come in order.
+      ConnectParams params;
+      params.transport.selective_repeat = true;
+      ScriptedRc& r = rig.connect(params);
+      rig.mark();
+      wire::FrameSpec f = rig.read(p + 1);
+      f.bth.opcode = 0xcc;  // SR_RDMA_READ_REQUEST
+      f.sreth.length.set(8);
+      f.sreth.flags = wire::kSrethLast;
+      f.sreth.first_psn.set(p + 1);
+      r.inject(f);
+      return {};
+    }
+    case ResponderExit::sr_bad_header: {
+      // The expected PSN, a WRITE Only whose SRETH puts it 4 KiB into its message.
+      ConnectParams params;
+      params.transport.selective_repeat = true;
+      ScriptedRc& r = rig.connect(params);
+      rig.mark();
+      wire::FrameSpec f = rig.sr_write_only(p, rig.va(), 64);
+      f.sreth.offset.set(4096);
+      r.inject(f, std::vector<std::uint8_t>(64, 1));
+      return {p};
+    }
     case ResponderExit::no_receive: {
       rig.connect();
       rig.mark();
@@ -385,7 +419,9 @@ void expect_responder_exit(const ExitRig& rig, const ExitRule& rule, const Provo
     return;
   }
   ASSERT_EQ(sent.size(), 1u) << "one answer and nothing else";
-  const Opcode ack = rig.xrcd != nullptr ? Opcode::kXrcAcknowledge : Opcode::kRcAcknowledge;
+  const Opcode ack = rig.xrcd != nullptr                           ? Opcode::kXrcAcknowledge
+                    : rig.params.transport.selective_repeat ? Opcode::kSrAcknowledge
+                                                            : Opcode::kRcAcknowledge;
   EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(ack)) << wire::opcode_name(sent[0].opcode);
   EXPECT_EQ(int{sent[0].aeth().syndrome}, int{syndrome_of(rule.answer, rig.params.min_rnr_timer)}) << "syndrome";
   EXPECT_EQ(sent[0].bth().psn.get(), got.psn);

@@ -186,6 +186,10 @@ void Server::op_query_qp(Client& c, const Request& req, const int*, int, Reply& 
   }
   reply.query_qp.cap = reply.query_qp.attr.cap;
   reply.query_qp.sq_sig_all = init.sq_sig_all ? 1 : 0;
+  const TransportOptions t = q->qp->transport_options();
+  reply.query_qp.selective_repeat = t.selective_repeat ? 1 : 0;
+  reply.query_qp.spray_paths = t.spray_paths;
+  reply.query_qp.bdp_packets = t.bdp_packets;
 }
 
 void Server::op_qp_counters(Client& c, const Request& req, const int*, int, Reply& reply, std::vector<int>&) {
