@@ -39,6 +39,7 @@ inline constexpr std::uint32_t kWindowPackets = 256;  // 1 MiB at 4 KiB MTU: far
 inline constexpr std::uint32_t kWindowAfterTimeout = 16;
 // A request packet carries AckReq at a message's end and at least this often.
 inline constexpr std::uint32_t kAckReqEvery = 32;
+inline constexpr std::uint32_t kSrAckReqEvery = 8;  // selective repeat's
 // A READ is asked for in segments of this many response packets, one READ
 // request each, so that its answer in flight stays within the window too:
 // the responder sends an answer at once and whole, and a receiver that

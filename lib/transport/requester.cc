@@ -289,7 +289,10 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       // Also the packet that fills the window: its answer opens it. UC asks
       // for nothing.
       const bool last = index + 1 == w.npackets;
-      ack_req = reliable && (last || ++qp.req.since_ack_req >= kAckReqEvery ||
+      // Selective repeat asks more often: its short timeout must not take
+      // a paced QP's packets for lost while their ACK waits for the next ask.
+      const std::uint32_t every = qp.sr != nullptr ? kSrAckReqEvery : kAckReqEvery;
+      ack_req = reliable && (last || ++qp.req.since_ack_req >= every ||
                              psn_diff(psn_add(psn, 1), qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window));
       if (ack_req) qp.req.since_ack_req = 0;
     }

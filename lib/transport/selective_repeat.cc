@@ -128,6 +128,16 @@ bool complete_settled(Qp& qp) {
     while (psn_before(qp.comp.psn, end) && psn_before(qp.comp.psn, qp.req.high_psn) && psn_settled(sr, qp.comp.psn)) {
       qp.comp.psn = psn_add(qp.comp.psn, 1);
       moved = true;
+      // A READ segment's request leaves max_rd_atomic's count once its
+      // answer is complete, in posting order like the WR's own (at
+      // completion): the responder reuses its oldest resource for the next
+      // READ, so a segment retired out of order would cost an older READ,
+      // still missing responses, the resource that answers it again.
+      const auto index = static_cast<std::uint32_t>(psn_diff(qp.comp.psn, w.first_psn));
+      if (w.kind == WqeKind::kRead && index < w.npackets && index % read_segment_packets(qp) == 0 &&
+          qp.req.reads_outstanding > 0) {
+        --qp.req.reads_outstanding;
+      }
     }
     if (qp.comp.psn != end) break;
     complete_send(qp, IBV_WC_SUCCESS);
@@ -265,7 +275,6 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
     return;
   }
   const auto index = static_cast<std::uint32_t>(psn_diff(psn, w->first_psn));
-  bool segment_done = false;
   if (w->kind == WqeKind::kAtomicWrite) {
     if (!p.info->has(wire::kOnly) || p.payload_length != 0) {
       apply_exit(qp, CompleterExit::bad_read_response);
@@ -290,20 +299,12 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
       return;
     }
     qp.counters.add(QpCounter::rx_bytes, expect);
-    // The segment's request leaves max_rd_atomic's count once all of its
-    // answer came (the WR's last: when the WR completes).
-    const std::uint32_t seg_begin = seg_end - std::min(seg_end, read_segment_packets(qp));
-    segment_done = seg_end != w->npackets;
-    for (std::uint32_t i = seg_begin; i < seg_end && segment_done; ++i) {
-      segment_done = i == index || (flags_of(sr, psn_add(w->first_psn, i)) & kSentAnswered) != 0;
-    }
   }
   qp.counters.add(QpCounter::rx_packets);
   std::uint8_t& f = flags_of(sr, psn);
   f = static_cast<std::uint8_t>(f | kSentAnswered);
   clear_lost(sr, psn);
   sr.rack_ns = std::max(sr.rack_ns, sr.sent_ns[sr_slot(psn)]);
-  if (segment_done && qp.req.reads_outstanding > 0) --qp.req.reads_outstanding;
   complete_settled(qp);
   if (qp.state != IBV_QPS_ERR) progress(qp, env);
 }
