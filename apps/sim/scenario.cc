@@ -183,7 +183,7 @@ Scenario from_file(const std::string& path, int flows) {
   Scenario s = builtin(base, flows);
   for (const auto& [k, v] : kv) {
     // The keys that take words or lists.
-    if (k == "pattern" && !s.fabric) usage_error(path + ": " + k + " is for base = loss or leafspine");
+    if ((k == "pattern" || k == "loss") && !s.fabric) usage_error(path + ": " + k + " is for base = loss or leafspine");
     if (k == "transport") {
       transport_key(s, path, v);
       continue;
