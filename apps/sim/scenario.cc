@@ -188,7 +188,7 @@ Scenario from_file(const std::string& path, int flows) {
       transport_key(s, path, v);
       continue;
     }
-    if (k == "loss" && s.fabric) {
+    if (k == "loss") {
       loss_key(s, path, v);
       continue;
     }

@@ -262,6 +262,11 @@ TEST(UroceSimFabric, AGoBackNSweepAtTwoLossRatesRunsEachVerifiedAndWritesTheTabl
   EXPECT_TRUE(single.sweep_csv.empty() && single.sweep_json.empty() && single.point_summary.empty());
   EXPECT_EQ(field(single.summary, "goodput_bps"), std::stod(lossy[kGoodput])) << single.summary;
   EXPECT_EQ(field(single.summary, "lost_packets"), std::stod(lossy[kLost])) << single.summary;
+  EXPECT_EQ(field(single.summary, "dcqcn"), 0) << "the file's dcqcn = off: " << single.summary;
+  // --dcqcn over the file's.
+  const SimRun on = run_sim(one.path() + " --dcqcn on --seed " + std::to_string(seed));
+  ASSERT_EQ(on.status, 0) << on.output;
+  EXPECT_EQ(field(on.summary, "dcqcn"), 1) << on.summary;
 }
 
 // gbn and sr in one sweep: while the transport refuses sr, its rows say so
