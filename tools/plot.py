@@ -12,6 +12,11 @@ usage: plot.py chart SPEC.json OUT.png
          OUT: DIR/plot.png): the flows' rates (mean over 0.5 ms) above, the
          bottleneck queue with Kmax (and the buffer when in range) below,
          with PFC the share of the senders' time paused under that
+       plot.py sweep DIR [OUT.png]
+         a uroce-sim sweep from DIR/sweep.json (default OUT: DIR/sweep.png):
+         per loss rate (fabric) and transport, goodput with its ratio to the
+         same transport's lossless run above, FCT p99 below; a refused run
+         is marked as such
 
 Exit status: 0 written; 2 bad usage or input (one line on stderr).
 Runs with /usr/bin/python3 (Debian's, where the package installs matplotlib).
@@ -187,7 +192,8 @@ def sim_fabric(folder, out, summary):
 
 def sim(folder, out):
     summary = read_json(os.path.join(folder, "summary.json"))
-    if "goodput_bps" in summary:
+    # The fabric scenarios' summaries (the switch's have goodput too).
+    if "spine_links" in summary:
         return sim_fabric(folder, out, summary)
     try:
         sample_us = summary["sample_us"]
@@ -280,12 +286,60 @@ def sim(folder, out):
     plt.close(fig)
 
 
+def sweep(folder, out):
+    """A uroce-sim sweep: grouped bars, one group per loss rate (one group
+    on the switch), one bar per transport."""
+    data = read_json(os.path.join(folder, "sweep.json"))
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not runs or not all(isinstance(r, dict) and "transport" in r and "outcome" in r for r in runs):
+        raise Bad("%s: not uroce-sim's sweep.json (no runs)" % os.path.join(folder, "sweep.json"))
+    transports = list(dict.fromkeys(r["transport"] for r in runs))
+    losses = list(dict.fromkeys(r.get("loss") for r in runs))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.4), layout="constrained", **FIGURE)
+    width = 0.8 / len(transports)
+    for t, name in enumerate(transports):
+        for g, loss in enumerate(losses):
+            run = next((r for r in runs if r["transport"] == name and r.get("loss") == loss), None)
+            x = g - 0.4 + width * (t + 0.5)
+            if run is None:
+                continue
+            if run["outcome"] not in ("ok", "failed"):
+                top.annotate(run["outcome"], (x, 0), ha="center", va="bottom", rotation=90, fontsize="small")
+                continue
+            gbps = run["goodput_bps"] / 1e9
+            label = name if g == 0 else None
+            top.bar(x, gbps, width=width, color=COLOURS[t % len(COLOURS)], label=label)
+            ratio = run.get("ratio_to_lossless")
+            note = "%.2f" % ratio if ratio is not None else ""
+            if not run.get("data_intact"):
+                note += " NOT intact"
+            if note:
+                top.annotate(note, (x, gbps), ha="center", va="bottom", fontsize="small")
+            bottom.bar(x, max(run["fct_p99_us"], 1e-3), width=width, color=COLOURS[t % len(COLOURS)])
+    names = ["loss %g%%" % (100 * l) if l is not None else "" for l in losses]
+    for ax in (top, bottom):
+        ax.set_xticks(range(len(losses)), names)
+        ax.grid(True, axis="y", color="#d7d7d7")
+    top.set_ylabel("goodput (Gb/s)\n(ratio to lossless above)" if losses != [None] else "goodput (Gb/s)")
+    top.legend(fontsize="small", frameon=False)
+    bottom.set_yscale("log")
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
+    bottom.set_ylabel("FCT p99 (us)")
+    fig.suptitle("uroce-sim sweep: %s, seed %s, DCQCN %s%s" % (
+        data.get("scenario", "?"), data.get("seed", "?"), "on" if data.get("dcqcn") else "off",
+        "" if data.get("complete") else " (incomplete)"), x=0.01, ha="left")
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def main(argv):
     try:
         if len(argv) == 4 and argv[1] == "chart":
             chart(argv[2], argv[3])
         elif len(argv) in (3, 4) and argv[1] == "sim":
             sim(argv[2], argv[3] if len(argv) == 4 else os.path.join(argv[2], "plot.png"))
+        elif len(argv) in (3, 4) and argv[1] == "sweep":
+            sweep(argv[2], argv[3] if len(argv) == 4 else os.path.join(argv[2], "sweep.png"))
         else:
             sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
             return 2

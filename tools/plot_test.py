@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The test of tools/plot.py (meson test plot_tool): it draws a chart and a
-uroce-sim run (a switch scenario's and a fabric scenario's) from the small inputs in tools/testdata/plot/ and writes PNGs
+"""The test of tools/plot.py (meson test plot_tool): it draws a chart, a
+uroce-sim run (a switch scenario's and a fabric scenario's) and a sweep
+from the small inputs in tools/testdata/plot/ and writes PNGs
 (their signature, and a picture of some size, not an empty canvas), and it
 refuses bad input with exit status 2 and one line, writing nothing.
 
@@ -50,12 +51,14 @@ def check(tmp):
     drawn("sim", ["sim", os.path.join(DATA, "sim"), os.path.join(tmp, "sim.png")], os.path.join(tmp, "sim.png"))
     drawn("fabric", ["sim", os.path.join(DATA, "fabric"), os.path.join(tmp, "fabric.png")],
           os.path.join(tmp, "fabric.png"))
+    drawn("sweep", ["sweep", os.path.join(DATA, "sweep"), os.path.join(tmp, "sweep.png")], os.path.join(tmp, "sweep.png"))
 
     bad = os.path.join(tmp, "bad.json")
     with open(bad, "w") as f:
         f.write('{"series": [{"name": "empty", "points": []}]}')
     for what, args in (("a series without points", ["chart", bad, os.path.join(tmp, "bad.png")]),
                        ("a folder without a run", ["sim", tmp, os.path.join(tmp, "bad.png")]),
+                       ("a folder without a sweep", ["sweep", tmp, os.path.join(tmp, "bad.png")]),
                        ("no arguments", [])):
         r = run(*args)
         if r.returncode != 2 or len(r.stderr.strip().splitlines()) < 1:

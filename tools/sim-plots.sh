@@ -34,6 +34,18 @@ run victim-pfc-dcqcn victim --pfc on
 run fabric-alltoall conf/sim/leafspine-alltoall.conf
 run fabric-alltoall-fail conf/sim/leafspine-fail.conf
 run fabric-allreduce conf/sim/leafspine-allreduce.conf
+# The sweeps (issue 30): selective repeat beside go-back-N, the table in
+# sweep.json. uroce-sim exits 1 while the transport refuses sr (those rows
+# say so); the plot shows what ran.
+sweep() {  # name, args...
+  local name=$1
+  shift
+  "$build/apps/sim/uroce-sim" "$@" --out "$tmp/$name" | sed "s/^/[$name] /" || true
+  tools/plot.py sweep "$tmp/$name" "docs/plots/$name.png"
+  cp "$tmp/$name/sweep.json" "docs/plots/$name.json"
+}
+sweep sweep-loss conf/sim/loss-sweep.conf --seed 1
+sweep sweep-incast conf/sim/incast-sr.conf --seed 1
 echo "plots in docs/plots/"
 
 # Incast at 8 to 64 flows: where drops begin without PFC, and what PFC

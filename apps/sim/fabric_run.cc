@@ -47,23 +47,19 @@ struct Host {
   CompletionQueue* cq = nullptr;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
 class FabricRun {
  public:
   FabricRun(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn)
       : sc_(sc), fabric_(seed, config(sc), dcqcn) {}
 
   // One line on stderr and false if a QP cannot be set up (the transport
-  // refusing the scenario's options among them).
+  // refusing the scenario's options among them: refused() says so).
   bool set_up();
   void run(std::ofstream& csv);
-  bool write_summary(const std::string& out, std::uint64_t seed, bool dcqcn);
+  // Writes summary.json, prints the run's figures; returns them.
+  RunResult write_summary(const std::string& out, std::uint64_t seed, bool dcqcn);
+  bool refused() const { return refused_; }
+  const std::string& failure() const { return failure_; }
   static sim::LeafSpineConfig config(const Scenario& sc);
 
  private:
@@ -86,7 +82,7 @@ class FabricRun {
   std::uint64_t delivered_ = 0, transfers_ = 0, failed_transfers_ = 0;
   std::uint64_t end_ns_ = 0;  // when the run ended
   std::vector<double> fct_us_;
-  bool intact_ = true, ok_ = true;
+  bool intact_ = true, ok_ = true, refused_ = false;
   std::string failure_;
 };
 
@@ -112,7 +108,8 @@ sim::LeafSpineConfig FabricRun::config(const Scenario& sc) {
 
 bool FabricRun::set_up() {
   if (!fabric_.error().empty()) {
-    std::fprintf(stderr, "uroce-sim: set-up failed: %s\n", fabric_.error().c_str());
+    failure_ = "set-up failed: " + fabric_.error();
+    std::fprintf(stderr, "uroce-sim: %s\n", failure_.c_str());
     return false;
   }
   sim::LeafSpine& net = fabric_.net;
@@ -168,7 +165,8 @@ bool FabricRun::add_pair(int src, int dst) {
   x.mr = x.buf ? from.pd->reg_mr(x.buf, size, IBV_ACCESS_LOCAL_WRITE) : nullptr;
   x.rmr = x.rbuf ? to.pd->reg_mr(x.rbuf, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) : nullptr;
   if (x.qp == nullptr || x.rqp == nullptr || x.mr == nullptr || x.rmr == nullptr) {
-    std::fprintf(stderr, "uroce-sim: set-up failed: %s%s\n", from.ctx->last_error().c_str(), to.ctx->last_error().c_str());
+    failure_ = "set-up failed: " + from.ctx->last_error() + to.ctx->last_error();
+    std::fprintf(stderr, "uroce-sim: %s\n", failure_.c_str());
     return false;
   }
   ConnectParams params;
@@ -180,8 +178,10 @@ bool FabricRun::add_pair(int src, int dst) {
   int err = connect_rc(x.qp, to.ctx->gid(), x.rqp->qp_num(), 0x100, 0x200, params);
   if (err == 0) err = connect_rc(x.rqp, from.ctx->gid(), x.qp->qp_num(), 0x200, 0x100, params);
   if (err != 0) {
-    std::fprintf(stderr, "uroce-sim: the transport refuses transport = %s, spray = %d, bdp = %u: %s\n",
-                 sc_.selective_repeat ? "sr" : "gbn", sc_.spray, sc_.bdp_packets, std::strerror(err));
+    failure_ = std::string("the transport refuses transport = ") + transport_name(sc_) + ", spray = " +
+               std::to_string(sc_.spray) + ", bdp = " + std::to_string(sc_.bdp_packets) + ": " + std::strerror(err);
+    refused_ = true;
+    std::fprintf(stderr, "uroce-sim: %s\n", failure_.c_str());
     return false;
   }
   pairs_.push_back(x);
@@ -336,7 +336,7 @@ void FabricRun::run(std::ofstream& csv) {
   end_ns_ = fabric_.clock.now_ns();
 }
 
-bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool dcqcn) {
+RunResult FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool dcqcn) {
   sim::LeafSpine& net = fabric_.net;
   const double elapsed_s = static_cast<double>(last_done_ - t0_) * 1e-9;
   const double goodput = elapsed_s > 0 ? static_cast<double>(delivered_) * 8 / elapsed_s : 0;
@@ -349,7 +349,7 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
   char title[200];
   std::snprintf(title, sizeof title, "%s%s%s, %s, spray %d, loss %g, seed %llu", sc_.name.c_str(),
                 sc_.name == "leafspine" ? " " : "", sc_.name == "leafspine" ? sc_.pattern.c_str() : "",
-                sc_.selective_repeat ? "sr" : "gbn", sc_.spray, sc_.loss, static_cast<unsigned long long>(seed));
+                transport_name(sc_), sc_.spray, sc_.loss, static_cast<unsigned long long>(seed));
   std::ofstream js(out + "/summary.json");
   js << "{\n  \"scenario\": \"" << sc_.name << "\",\n  \"title\": \"" << title << "\",\n  \"seed\": " << seed
      << ",\n  \"sample_us\": " << sc_.sample_us << ",\n  \"duration_us\": " << sc_.duration_us
@@ -406,21 +406,40 @@ bool FabricRun::write_summary(const std::string& out, std::uint64_t seed, bool d
   if (!first) std::printf(", spine links %.2f to %.2f utilised", lo, hi);
   std::printf(", data %s\n", intact ? "intact" : "NOT intact");
   if (!intact) std::fprintf(stderr, "uroce-sim: %s\n", failure_.empty() ? "no transfer completed" : failure_.c_str());
-  return intact;
+  RunResult r;
+  r.outcome = intact ? RunResult::Outcome::ok : RunResult::Outcome::failed;
+  if (!intact) r.message = failure_.empty() ? "no transfer completed" : failure_;
+  r.goodput_bps = goodput;
+  r.fct_p50_us = p50;
+  r.fct_p99_us = p99;
+  r.fct_max_us = pmax;
+  r.transfers = transfers_;
+  r.retransmitted_packets = retransmitted;
+  r.lost_packets = lost;
+  r.queue_drops = net.tail_drops();
+  r.data_intact = intact;
+  return r;
 }
 
 }  // namespace
 
-int run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out) {
+RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out) {
+  RunResult r;
   if (const std::string bad = FabricRun::config(sc).check(); !bad.empty()) {
     std::fprintf(stderr, "uroce-sim: %s\n", bad.c_str());
-    return 2;
+    r.outcome = RunResult::Outcome::unusable;
+    r.message = bad;
+    return r;
   }
   auto run = std::make_unique<FabricRun>(sc, seed, dcqcn);
-  if (!run->set_up()) return 1;
+  if (!run->set_up()) {
+    r.outcome = run->refused() ? RunResult::Outcome::refused : RunResult::Outcome::failed;
+    r.message = run->failure();
+    return r;
+  }
   std::ofstream csv(out + "/timeseries.csv");
   run->run(csv);
-  return run->write_summary(out, seed, dcqcn != nullptr) ? 0 : 1;
+  return run->write_summary(out, seed, dcqcn != nullptr);
 }
 
 }  // namespace uroce::simapp

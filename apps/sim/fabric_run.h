@@ -13,12 +13,14 @@
 
 #include "cc/dcqcn.h"
 #include "scenario.h"
+#include "sweep.h"
 
 namespace uroce::simapp {
 
-// Runs `sc` and writes `out`/timeseries.csv and `out`/summary.json; the
-// exit status (0 ok; 1 the run failed, or the transport refused the
-// scenario's options, said in one line on stderr).
-int run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out);
+// Runs `sc` (one point: no lists) and writes `out`/timeseries.csv and
+// `out`/summary.json; its figures and outcome (RunResult::exit_status: 0
+// ok; 1 the run failed, or the transport refused the scenario's options,
+// said in one line on stderr; 2 a fabric that cannot be built).
+RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out);
 
 }  // namespace uroce::simapp

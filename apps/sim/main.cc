@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +30,7 @@
 
 #include "fabric_run.h"
 #include "scenario.h"
+#include "sweep.h"
 
 namespace {
 
@@ -43,16 +45,22 @@ constexpr const char* kUsage =
     "            N-to-1 incast, default 16, plus a flow from flow 0's host to an idle port),\n"
     "            or a file of 'name = value' lines: base (one of the four), flows,\n"
     "            duration_us, sample_us, gbps, buffer_kb, kmin_kb, kmax_kb, pmax, dscp,\n"
-    "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1)\n"
+    "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1),\n"
+    "            dcqcn (on|off|FILE, as --dcqcn), transport (gbn|sr), spray, bdp\n"
     "  On a fabric: loss (N pairs of hosts, default 2, a lossy last hop), leafspine (a\n"
     "            collective on a leaf-spine fabric); their files also take rtt_us, size, loss,\n"
-    "            transport (gbn|sr), spray, bdp, (loss) outstanding, (leafspine) spines, leaves, hosts_per_leaf,\n"
+    "            (loss) outstanding, (leafspine) spines, leaves, hosts_per_leaf,\n"
     "            pattern (alltoall|allreduce), fail_link_us, reroute_us, slow_link_gbps\n"
     "            (docs/congestion.md)\n"
-    "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file\n"
+    "  Sweeps: transport (and on a fabric loss) may list values, e.g. 'transport = gbn,sr' and\n"
+    "            'loss = 0,0.001,0.01': one run per combination, each into DIR/TRANSPORT[-lossP],\n"
+    "            and the table of them in DIR/sweep.csv and DIR/sweep.json\n"
+    "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file;\n"
+    "            over the scenario file's dcqcn\n"
     "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
     "  --out     directory for timeseries.csv and summary.json (tools/plot.py sim DIR plots them)\n"
-    "Exit status: 0 ok; 1 the run failed (data not intact, a transfer error); 2 bad usage.\n";
+    "Exit status: 0 ok; 1 the run failed (data not intact, a transfer error, the transport\n"
+    "            refused the scenario's options; a sweep: any of its runs); 2 bad usage.\n";
 
 // What the command line asks for.
 struct Run {
@@ -81,7 +89,7 @@ std::optional<cc::DcqcnParams> dcqcn_option(const std::string& arg, const Scenar
 Run parse_command_line(int argc, char** argv) {
   std::string name;
   int flows = 0;
-  std::string dcqcn_arg = "on";
+  std::string dcqcn_arg;  // empty: the file's, or on
   std::string pfc_arg;
   Run run;
   app::ArgReader args(std::vector<std::string>(argv, argv + argc));
@@ -103,6 +111,7 @@ Run parse_command_line(int argc, char** argv) {
   if (!pfc_arg.empty() && pfc_arg != "on" && pfc_arg != "off") usage_error("--pfc takes on or off, not '" + pfc_arg + "'");
   run.sc = simapp::load_scenario(name, flows);
   if (!pfc_arg.empty()) simapp::set_pfc(run.sc, pfc_arg == "on");
+  if (dcqcn_arg.empty()) dcqcn_arg = run.sc.dcqcn.empty() ? "on" : run.sc.dcqcn;
   run.dcqcn = dcqcn_option(dcqcn_arg, run.sc);
   if (mkdir(run.out.c_str(), 0755) != 0 && errno != EEXIST) {
     usage_error("cannot create --out " + run.out + ": " + std::strerror(errno));
@@ -133,9 +142,19 @@ struct Flow {
   std::uint8_t* rbuf = nullptr;  // kSlots target slots at dst
   MemoryRegion* rmr = nullptr;
   std::uint64_t posted = 0, completed = 0;
+  std::deque<std::uint64_t> posted_ns;  // of the messages in flight, in posting order
   std::uint64_t delivered_prev = 0;
   std::vector<double> rate;  // per sample, b/s
   std::uint64_t delivered_last_half = 0;
+};
+
+// Every message's flow completion time (post to completion) and the
+// payload of the completed ones, each compared with what was sent.
+struct Completions {
+  std::vector<double> fct_us;
+  std::uint64_t bytes = 0;
+  std::uint64_t last_ns = 0;  // the last completion
+  bool intact = true;
 };
 
 // The bottleneck's figures over the run, sampled every sample_us.
@@ -159,7 +178,10 @@ class ScenarioRun {
   bool data_intact();
 
   bool ok() const { return ok_; }
+  bool refused() const { return refused_; }
   const std::string& failure() const { return failure_; }
+  const Completions& completions() const { return done_; }
+  std::uint64_t start_ns() const { return t0_; }
   const std::vector<Flow>& flows() const { return flows_; }
   const Samples& samples() const { return samples_; }
   const sim::EgressStats& bottleneck() { return fabric_.sw.stats(0); }
@@ -182,7 +204,9 @@ class ScenarioRun {
   std::vector<Host> hosts_;
   std::vector<Flow> flows_;
   Samples samples_;
-  bool ok_ = true;
+  Completions done_;
+  std::uint64_t t0_ = 0;
+  bool ok_ = true, refused_ = false;
   std::string failure_;
 };
 
@@ -210,8 +234,8 @@ bool ScenarioRun::set_up() {
     x.src = victim ? 1 : f + 1;
     x.dst = victim ? hosts_.size() - 1 : 0;
     if (!add_flow(x)) {
-      std::fprintf(stderr, "uroce-sim: set-up failed: %s%s\n", hosts_[x.src].ctx->last_error().c_str(),
-                   hosts_[x.dst].ctx->last_error().c_str());
+      if (!refused_) failure_ = "set-up failed: " + hosts_[x.src].ctx->last_error() + hosts_[x.dst].ctx->last_error();
+      std::fprintf(stderr, "uroce-sim: %s\n", failure_.c_str());
       return false;
     }
   }
@@ -234,9 +258,19 @@ bool ScenarioRun::add_flow(Flow& x) {
   ConnectParams params;
   params.mtu = IBV_MTU_4096;
   params.traffic_class = static_cast<std::uint8_t>(sc_.dscp << 2);
-  return x.qp != nullptr && x.rqp != nullptr && x.mr != nullptr && x.rmr != nullptr &&
-         connect_rc(x.qp, to.ctx->gid(), x.rqp->qp_num(), 0x100, 0x200, params) == 0 &&
-         connect_rc(x.rqp, from.ctx->gid(), x.qp->qp_num(), 0x200, 0x100, params) == 0;
+  params.transport.selective_repeat = sc_.selective_repeat;
+  params.transport.spray_paths = static_cast<std::uint8_t>(sc_.spray);
+  params.transport.bdp_packets = sc_.bdp_packets;
+  if (x.qp == nullptr || x.rqp == nullptr || x.mr == nullptr || x.rmr == nullptr) return false;
+  int err = connect_rc(x.qp, to.ctx->gid(), x.rqp->qp_num(), 0x100, 0x200, params);
+  if (err == 0) err = connect_rc(x.rqp, from.ctx->gid(), x.qp->qp_num(), 0x200, 0x100, params);
+  if (err != 0 && (sc_.selective_repeat || sc_.spray != 1 || sc_.bdp_packets != 0)) {
+    // As the fabric scenarios say it (fabric_run.cc).
+    refused_ = true;
+    failure_ = std::string("the transport refuses transport = ") + simapp::transport_name(sc_) + ", spray = " +
+               std::to_string(sc_.spray) + ", bdp = " + std::to_string(sc_.bdp_packets) + ": " + std::strerror(err);
+  }
+  return err == 0;
 }
 
 // Keeps kSlots messages in flight while the flow is on.
@@ -254,6 +288,7 @@ void ScenarioRun::keep_sending(std::size_t f, std::uint64_t now_us) {
     ibv_send_wr* bad = nullptr;
     if (x.qp->post_send(&wr, &bad) != 0) break;
     ++x.posted;
+    x.posted_ns.push_back(fabric_.clock.now_ns());
   }
 }
 
@@ -267,7 +302,23 @@ void ScenarioRun::poll(std::size_t h) {
         ok_ = false;
         failure_ = std::string("flow ") + std::to_string(f) + ": " + wc_status_str(wc[i].status);
       }
-      if (f < flows_.size()) ++flows_[f].completed;
+      if (f >= flows_.size()) continue;
+      Flow& x = flows_[f];
+      ++x.completed;
+      if (wc[i].status != IBV_WC_SUCCESS || x.posted_ns.empty()) continue;
+      // RC completes in posting order: this is the oldest message in
+      // flight, and its slot is not reused before this completion; all of
+      // it must be at the receiver.
+      const std::uint64_t now = fabric_.clock.now_ns();
+      done_.fct_us.push_back(static_cast<double>(now - x.posted_ns.front()) / 1000);
+      x.posted_ns.pop_front();
+      const std::size_t at = (wc[i].wr_id % kSlots) * kMsg;
+      if (std::memcmp(x.buf + at, x.rbuf + at, kMsg) != 0) {
+        done_.intact = false;
+        failure_ = "flow " + std::to_string(f) + ": received data differs from what was sent";
+      }
+      done_.bytes += kMsg;
+      done_.last_ns = now;
     }
   }
 }
@@ -315,6 +366,7 @@ void ScenarioRun::sample(std::uint64_t t_us, std::ofstream& csv) {
 void ScenarioRun::run(std::ofstream& csv) {
   csv << "t_us,flow,rate_bps,delivered_bytes,queue_bytes,marks,drops,pauses,paused_us\n";
   const std::uint64_t t0 = fabric_.clock.now_ns();
+  t0_ = t0;
   std::uint64_t next_sample = t0 + sc_.sample_us * 1000;
   const std::uint64_t end = t0 + sc_.duration_us * 1000;
   while (fabric_.clock.now_ns() < end && ok_) {
@@ -355,6 +407,7 @@ bool ScenarioRun::data_intact() {
       for (std::uint32_t i = 0; i < kMsg; i += 97) intact = intact && dst[i] == pattern(f, m, i);
     }
   }
+  intact = intact && done_.intact;
   if (!intact && failure_.empty()) failure_ = "received data differs from what was sent";
   return intact;
 }
@@ -385,7 +438,24 @@ struct Results {
   std::uint64_t pauses_total = 0, headroom_drops = 0, max_ingress_bytes = 0, headroom_bytes = 0;
   double victim_bps = -1;  // the victim flow's rate over the last half; -1: none
   std::vector<std::size_t> sender;  // per flow, its sending host
+  // Over the whole run, as the fabric scenarios': payload of completed
+  // messages per second from the start to the last completion, each
+  // message's completion time, packets the senders resent.
+  double goodput_bps = 0;
+  double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0;
+  std::uint64_t transfers = 0, retransmitted = 0;
 };
+
+void summarize_completions(ScenarioRun& run, Results& r) {
+  const Completions& c = run.completions();
+  const double elapsed_s = c.last_ns > run.start_ns() ? static_cast<double>(c.last_ns - run.start_ns()) * 1e-9 : 0;
+  r.goodput_bps = elapsed_s > 0 ? static_cast<double>(c.bytes) * 8 / elapsed_s : 0;
+  r.fct_p50_us = simapp::percentile(c.fct_us, 0.5);
+  r.fct_p99_us = simapp::percentile(c.fct_us, 0.99);
+  r.fct_max_us = simapp::percentile(c.fct_us, 1.0);
+  r.transfers = c.fct_us.size();
+  for (const Flow& x : run.flows()) r.retransmitted += x.qp->counter("retransmitted_packets");
+}
 
 // Summary over the last half: throughputs, Jain's index, utilisation.
 void summarize_last_half(const Scenario& sc, const std::vector<Flow>& fl, const Samples& samples, Results& r) {
@@ -471,8 +541,9 @@ void write_summary(const Run& run, const Results& r) {
   const sim::EgressStats& st = r.bottleneck;
   std::ofstream js(run.out + "/summary.json");
   char title[160];
-  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s, seed %llu", sc.name.c_str(), sc.flows,
-                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", static_cast<unsigned long long>(run.seed));
+  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s%s, seed %llu", sc.name.c_str(), sc.flows,
+                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", sc.selective_repeat ? ", sr" : "",
+                static_cast<unsigned long long>(run.seed));
   // What a plot needs beyond the figures: its title, the sample period (the
   // CSV's rows), Kmax, the victim flow's name, each flow's sending host (the
   // share of the senders' time paused counts each host once).
@@ -489,6 +560,11 @@ void write_summary(const Run& run, const Results& r) {
   js << "],\n  \"jain_last_half\": " << r.jain << ",\n  \"utilisation\": " << r.utilisation
      << ",\n  \"max_queue_bytes\": " << st.max_queue_bytes << ",\n  \"max_queue_last_half_bytes\": " << r.max_queue_last_half
      << ",\n  \"marks\": " << st.marked << ",\n  \"drops\": " << st.dropped;
+  // The transport and what it made of the run (the fabric scenarios' names).
+  js << ",\n  \"transport\": \"" << simapp::transport_name(sc) << "\",\n  \"spray\": " << sc.spray
+     << ",\n  \"bdp_packets\": " << sc.bdp_packets << ",\n  \"goodput_bps\": " << static_cast<std::uint64_t>(r.goodput_bps)
+     << ",\n  \"transfers\": " << r.transfers << ",\n  \"fct_p50_us\": " << r.fct_p50_us << ",\n  \"fct_p99_us\": "
+     << r.fct_p99_us << ",\n  \"fct_max_us\": " << r.fct_max_us << ",\n  \"retransmitted_packets\": " << r.retransmitted;
   // PFC: the switch's thresholds, and per sender (flow f's host) the XOFF
   // frames it was sent and the time it was paused, over the run.
   js << ",\n  \"pfc\": " << (sc.pfc.enabled ? "true" : "false") << ",\n  \"pfc_xoff_bytes\": " << sc.pfc.xoff_bytes
@@ -512,8 +588,8 @@ void write_summary(const Run& run, const Results& r) {
 void print_report(const Run& run, const Results& r) {
   const Scenario& sc = run.sc;
   const sim::EgressStats& st = r.bottleneck;
-  std::printf("uroce-sim %s: %d flows, DCQCN %s, PFC %s, %llu us\n", sc.name.c_str(), sc.flows, run.dcqcn ? "on" : "off",
-              sc.pfc.enabled ? "on" : "off", static_cast<unsigned long long>(sc.duration_us));
+  std::printf("uroce-sim %s: %d flows, DCQCN %s, PFC %s, %s, %llu us\n", sc.name.c_str(), sc.flows, run.dcqcn ? "on" : "off",
+              sc.pfc.enabled ? "on" : "off", simapp::transport_name(sc), static_cast<unsigned long long>(sc.duration_us));
   // Every flow up to 16; beyond, the first 8 and the last.
   for (std::size_t f = 0; f < r.tput.size(); ++f) {
     if (r.tput.size() > 16 && f >= 8 && f + 1 < r.tput.size()) {
@@ -537,6 +613,54 @@ void print_report(const Run& run, const Results& r) {
                 static_cast<unsigned long long>(r.headroom_drops), static_cast<unsigned long long>(r.max_ingress_bytes));
   }
   if (sc.victim) std::printf("  victim flow: %.2f Gb/s over the last half\n", r.victim_bps / 1e9);
+  std::printf("  goodput %.2f Gb/s, %llu messages, FCT p50 %.0f us, p99 %.0f us, max %.0f us, resent %llu\n",
+              r.goodput_bps / 1e9, static_cast<unsigned long long>(r.transfers), r.fct_p50_us, r.fct_p99_us, r.fct_max_us,
+              static_cast<unsigned long long>(r.retransmitted));
+}
+
+// A scenario on the switch: runs it, writes its files, prints its report.
+simapp::RunResult run_switch(const Run& run) {
+  simapp::RunResult out;
+  ScenarioRun sim(run);
+  if (!sim.set_up()) {
+    out.outcome = sim.refused() ? simapp::RunResult::Outcome::refused : simapp::RunResult::Outcome::failed;
+    out.message = sim.failure();
+    return out;
+  }
+  std::ofstream csv(run.out + "/timeseries.csv");
+  sim.run(csv);
+  Results r;
+  summarize_pfc(sim, r);
+  // Let the last messages complete, then check the data of each flow's
+  // last slots (and each message was compared as it completed).
+  sim.drain();
+  r.intact = sim.data_intact();
+  summarize_last_half(run.sc, sim.flows(), sim.samples(), r);
+  summarize_completions(sim, r);
+  r.phases = judge_phases(run.sc, sim.flows());
+  r.bottleneck = sim.bottleneck();
+  for (const Flow& x : sim.flows()) r.sender.push_back(x.src);
+  write_summary(run, r);
+  print_report(run, r);
+  const bool ok = sim.ok() && r.intact;
+  if (!ok) std::fprintf(stderr, "uroce-sim: %s\n", sim.failure().c_str());
+  out.outcome = ok ? simapp::RunResult::Outcome::ok : simapp::RunResult::Outcome::failed;
+  if (!ok) out.message = sim.failure();
+  out.goodput_bps = r.goodput_bps;
+  out.fct_p50_us = r.fct_p50_us;
+  out.fct_p99_us = r.fct_p99_us;
+  out.fct_max_us = r.fct_max_us;
+  out.transfers = r.transfers;
+  out.retransmitted_packets = r.retransmitted;
+  out.queue_drops = r.bottleneck.dropped;
+  out.data_intact = r.intact;
+  return out;
+}
+
+// One point of the scenario, on the fabric or on the switch.
+simapp::RunResult run_point(const Run& run) {
+  if (run.sc.fabric) return simapp::run_fabric(run.sc, run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.out);
+  return run_switch(run);
 }
 
 }  // namespace
@@ -549,26 +673,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uroce-sim: %s (see uroce-sim --help)\n", e.what());
     return 2;
   }
-  if (run.sc.fabric) return simapp::run_fabric(run.sc, run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.out);
-  ScenarioRun sim(run);
-  if (!sim.set_up()) return 1;
-  std::ofstream csv(run.out + "/timeseries.csv");
-  sim.run(csv);
-  Results r;
-  summarize_pfc(sim, r);
-  // Let the last messages complete, then check the data of each flow's
-  // last slots.
-  sim.drain();
-  r.intact = sim.data_intact();
-  summarize_last_half(run.sc, sim.flows(), sim.samples(), r);
-  r.phases = judge_phases(run.sc, sim.flows());
-  r.bottleneck = sim.bottleneck();
-  for (const Flow& x : sim.flows()) r.sender.push_back(x.src);
-  write_summary(run, r);
-  print_report(run, r);
-  if (!sim.ok() || !r.intact) {
-    std::fprintf(stderr, "uroce-sim: %s\n", sim.failure().c_str());
-    return 1;
-  }
-  return 0;
+  if (!run.sc.sweep()) return run_point(run).exit_status();
+  return simapp::run_sweep(run.sc, run.seed, run.dcqcn.has_value(), run.out,
+                           [&run](const Scenario& point, const std::string& dir) {
+                             Run one = run;
+                             one.sc = point;
+                             one.out = dir;
+                             return run_point(one);
+                           });
 }

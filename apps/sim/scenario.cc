@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -88,23 +89,21 @@ void set_activity(Scenario& s) {
   if (s.victim) s.active.emplace_back(0, s.duration_us);
 }
 
+// `v` as a whole number from `lo` to `hi`; a usage error naming `k` otherwise.
+int whole(const std::string& path, const std::string& k, const std::string& v, double x, double lo, double hi) {
+  if (x < lo || x > hi || x != static_cast<double>(static_cast<std::int64_t>(x))) {
+    usage_error(path + ": " + k + " takes a whole number from " + std::to_string(static_cast<std::int64_t>(lo)) + " to " +
+                std::to_string(static_cast<std::int64_t>(hi)) + ", not '" + v + "'");
+  }
+  return static_cast<int>(x);
+}
+
 // A key of the fabric scenarios; false if `k` is none of them.
 bool fabric_key(Scenario& s, const std::string& path, const std::string& k, const std::string& v, double x) {
-  auto whole = [&](double lo, double hi) {
-    if (x < lo || x > hi || x != static_cast<double>(static_cast<std::int64_t>(x))) {
-      usage_error(path + ": " + k + " takes a whole number from " + std::to_string(static_cast<std::int64_t>(lo)) +
-                  " to " + std::to_string(static_cast<std::int64_t>(hi)) + ", not '" + v + "'");
-    }
-    return static_cast<int>(x);
-  };
+  auto whole = [&](double lo, double hi) { return simapp::whole(path, k, v, x, lo, hi); };
   if (k == "rtt_us") s.rtt_us = x;
   else if (k == "outstanding") s.outstanding = static_cast<std::uint32_t>(whole(1, 256));
   else if (k == "size") s.size = static_cast<std::uint64_t>(whole(1, 64 << 20));
-  else if (k == "loss") {
-    if (x >= 1) usage_error(path + ": loss takes a probability below 1, not '" + v + "'");
-    s.loss = x;
-  } else if (k == "spray") s.spray = whole(1, 255);
-  else if (k == "bdp") s.bdp_packets = static_cast<std::uint32_t>(whole(0, 1 << 20));
   else if (k == "spines") s.spines = whole(1, 64);
   else if (k == "leaves") s.leaves = whole(1, 64);
   else if (k == "hosts_per_leaf") s.hosts_per_leaf = whole(1, 64);
@@ -113,6 +112,56 @@ bool fabric_key(Scenario& s, const std::string& path, const std::string& k, cons
   else if (k == "slow_link_gbps") s.slow_link_gbps = x;
   else return false;
   return true;
+}
+
+std::string trim(const std::string& x) {
+  const auto b = x.find_first_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : x.substr(b, x.find_last_not_of(" \t\r") - b + 1);
+}
+
+// `v` split at commas, each item trimmed; a usage error for an empty item
+// or one given twice (each would be the same run, into the same directory).
+std::vector<std::string> list(const std::string& path, const std::string& k, const std::string& v) {
+  std::vector<std::string> items;
+  std::string::size_type from = 0;
+  for (;;) {
+    const auto comma = v.find(',', from);
+    const std::string item = trim(v.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (item.empty()) usage_error(path + ": " + k + ": an empty item in '" + v + "'");
+    if (std::find(items.begin(), items.end(), item) != items.end()) {
+      usage_error(path + ": " + k + " lists '" + item + "' twice");
+    }
+    items.push_back(item);
+    if (comma == std::string::npos) return items;
+    from = comma + 1;
+  }
+}
+
+// `transport = gbn|sr[,...]`: the first is the scenario's, all of them
+// the sweep's.
+void transport_key(Scenario& s, const std::string& path, const std::string& v) {
+  s.transports = list(path, "transport", v);
+  for (const std::string& t : s.transports) {
+    if (t != "gbn" && t != "sr") usage_error(path + ": transport takes gbn or sr (or a list of them), not '" + t + "'");
+  }
+  s.selective_repeat = s.transports.front() == "sr";
+}
+
+// `loss = P[,...]`: probabilities below 1; the first is the scenario's.
+void loss_key(Scenario& s, const std::string& path, const std::string& v) {
+  s.losses.clear();
+  for (const std::string& item : list(path, "loss", v)) {
+    char* end = nullptr;
+    const double x = std::strtod(item.c_str(), &end);
+    if (*end != '\0' || !(x >= 0 && x < 1)) {
+      usage_error(path + ": loss takes a probability from 0 to below 1 (or a list of them), not '" + item + "'");
+    }
+    for (double y : s.losses) {
+      if (y == x) usage_error(path + ": loss lists " + item + " twice");
+    }
+    s.losses.push_back(x);
+  }
+  s.loss = s.losses.front();
 }
 
 Scenario from_file(const std::string& path, int flows) {
@@ -125,10 +174,6 @@ Scenario from_file(const std::string& path, int flows) {
     ++n;
     line = line.substr(0, line.find('#'));
     const auto eq = line.find('=');
-    auto trim = [](const std::string& x) {
-      const auto b = x.find_first_not_of(" \t\r");
-      return b == std::string::npos ? std::string() : x.substr(b, x.find_last_not_of(" \t\r") - b + 1);
-    };
     if (trim(line).empty()) continue;
     if (eq == std::string::npos) usage_error(path + ":" + std::to_string(n) + ": expected 'name = value'");
     const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
@@ -137,11 +182,19 @@ Scenario from_file(const std::string& path, int flows) {
   }
   Scenario s = builtin(base, flows);
   for (const auto& [k, v] : kv) {
-    // The keys that take words (the fabric scenarios').
-    if ((k == "transport" || k == "pattern") && !s.fabric) usage_error(path + ": " + k + " is for base = loss or leafspine");
+    // The keys that take words or lists.
+    if ((k == "pattern" || k == "loss") && !s.fabric) usage_error(path + ": " + k + " is for base = loss or leafspine");
     if (k == "transport") {
-      if (v != "gbn" && v != "sr") usage_error(path + ": transport takes gbn or sr, not '" + v + "'");
-      s.selective_repeat = v == "sr";
+      transport_key(s, path, v);
+      continue;
+    }
+    if (k == "loss") {
+      loss_key(s, path, v);
+      continue;
+    }
+    if (k == "dcqcn") {
+      if (v.empty()) usage_error(path + ": dcqcn takes on, off or a file");
+      s.dcqcn = v;
       continue;
     }
     if (k == "pattern") {
@@ -172,6 +225,8 @@ Scenario from_file(const std::string& path, int flows) {
       s.dscp = static_cast<std::uint8_t>(x);
       set_pfc(s, s.pfc.enabled);
     } else if (k == "victim") s.victim = x != 0;
+    else if (k == "spray") s.spray = whole(path, k, v, x, 1, 255);
+    else if (k == "bdp") s.bdp_packets = static_cast<std::uint32_t>(whole(path, k, v, x, 0, 1 << 20));
     else if (!s.fabric || !fabric_key(s, path, k, v, x)) usage_error(path + ": unknown name '" + k + "'");
   }
   s.name = base;
@@ -180,6 +235,24 @@ Scenario from_file(const std::string& path, int flows) {
 }
 
 }  // namespace
+
+std::vector<Scenario> sweep_points(const Scenario& s) {
+  Scenario one = s;
+  one.transports.clear();
+  one.losses.clear();
+  if (!s.sweep()) return {one};
+  const std::vector<std::string> transports = s.transports.empty() ? std::vector<std::string>{transport_name(s)} : s.transports;
+  const std::vector<double> losses = s.losses.empty() ? std::vector<double>{s.loss} : s.losses;
+  std::vector<Scenario> points;
+  for (const std::string& t : transports) {
+    for (double loss : losses) {
+      one.selective_repeat = t == "sr";
+      one.loss = loss;
+      points.push_back(one);
+    }
+  }
+  return points;
+}
 
 void set_pfc(Scenario& s, bool on) {
   s.pfc.enabled = on;

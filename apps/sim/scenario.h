@@ -1,7 +1,9 @@
 // uroce-sim's scenarios: the four on one switch built in (fairness, incast,
 // join-leave, victim), the two on a fabric (loss: pairs of hosts through a
 // lossy last hop; leafspine: a collective's traffic on a leaf-spine fabric),
-// and files of 'name = value' lines that start from one of them.
+// and files of 'name = value' lines that start from one of them. A file's
+// `transport` and (fabric) `loss` may list values: the file is then a sweep,
+// one run per combination (sweep.h).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,18 @@ struct Scenario {
   bool victim = false;
   // Per flow: when it starts and stops sending (us).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> active;
+  // The file's `dcqcn` (on, off or a file); empty: not given (--dcqcn, or on).
+  std::string dcqcn;
+
+  // The transport options of every scenario's RC QPs (the switch scenarios'
+  // too). A sweep: the values of `transport` and `loss` in the order given,
+  // one run per pair; a file with one value of each is one run, as before.
+  bool selective_repeat = false; // transport = sr (gbn: go-back-N, RoCEv2's)
+  int spray = 1;                 // paths (UDP source ports) per QP
+  std::uint32_t bdp_packets = 0; // bdp: packets in flight at most; 0: the transport's window
+  std::vector<std::string> transports;  // gbn | sr; empty: the one above
+  std::vector<double> losses;           // empty: `loss` below
+  bool sweep() const { return transports.size() > 1 || losses.size() > 1; }
 
   // The fabric scenarios (loss, leafspine; fabric_run.h).
   bool fabric = false;
@@ -36,9 +50,6 @@ struct Scenario {
   std::uint64_t size = 65536;    // bytes per transfer (allreduce: the whole vector)
   std::uint32_t outstanding = 8; // loss: transfers in flight per flow
   double loss = 0;               // per packet each way (on the last hop towards a host)
-  bool selective_repeat = false; // transport = sr (gbn: go-back-N, RoCEv2's)
-  int spray = 1;                 // paths (UDP source ports) per QP
-  std::uint32_t bdp_packets = 0; // bdp: packets in flight at most; 0: the transport's window
   int spines = 2, leaves = 2, hosts_per_leaf = 2;
   std::string pattern = "alltoall";  // alltoall | allreduce (a ring all-reduce)
   std::uint64_t fail_link_us = 0;    // when leaf 0's link to spine 0 fails; 0: never
@@ -51,6 +62,14 @@ struct Scenario {
 // Throws std::invalid_argument (app::usage_error) for an unknown name or a
 // bad file.
 Scenario load_scenario(const std::string& name, int flows);
+
+// One run of `s` per combination of its transports and losses (transport
+// first, loss second, in the order the file gave them), each with one
+// value and no lists; `s` itself (without lists) when it is not a sweep.
+std::vector<Scenario> sweep_points(const Scenario& s);
+
+// "gbn" or "sr".
+inline const char* transport_name(const Scenario& s) { return s.selective_repeat ? "sr" : "gbn"; }
 
 // Sets PFC on or off, with the lossless priority the scenario's data uses.
 void set_pfc(Scenario& s, bool on);

@@ -4,34 +4,15 @@
 // refuses ends the run with one line naming it.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <string>
+#include <vector>
 
 #include "support/sim_run.h"
 #include "support/test_seed.h"
 
 namespace uroce::test {
 namespace {
-
-// A scenario file with `text`; removed with the object.
-class ScenarioFile {
- public:
-  explicit ScenarioFile(const std::string& text) {
-    static int n = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("uroce-sim-fabric-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".conf");
-    std::ofstream(path_) << text;
-  }
-  ~ScenarioFile() { std::filesystem::remove(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The fields every fabric run's summary has, and sane: FCTs ordered and
 // at least the time `size` bytes take at the link's rate; goodput above
@@ -166,6 +147,166 @@ TEST(UroceSimFabric, SelectiveRepeatAndSprayRunOrAreRefusedInOneLine) {
     EXPECT_NE(r.output.find("uroce-sim: the transport refuses transport = "), std::string::npos) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
     EXPECT_TRUE(r.summary.empty()) << "no run";
+  }
+}
+
+// sweep.csv's header, and a row as its fields.
+constexpr const char* kSweepHeader =
+    "transport,loss,outcome,goodput_bps,ratio_to_lossless,fct_p50_us,fct_p99_us,fct_max_us,transfers,"
+    "retransmitted_packets,lost_packets,queue_drops,data_intact,seed,dir";
+
+std::vector<std::string> fields(const std::string& row) {
+  std::vector<std::string> out;
+  std::string::size_type from = 0;
+  for (;;) {
+    const auto comma = row.find(',', from);
+    out.push_back(row.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+enum Col { kTransport, kLoss, kOutcome, kGoodput, kRatio, kP50, kP99, kMax, kTransfers, kResent, kLost, kDrops, kIntact, kSeed, kDir };
+
+// Lists are parsed item by item; a bad item, an empty one, one given twice
+// or a list where none is taken is a usage error naming it, and nothing runs.
+TEST(UroceSimFabric, BadListsAreUsageErrors) {
+  const std::string loss = "base = loss\nflows = 1\nduration_us = 200\n";
+  struct Case {
+    std::string text, says;
+  };
+  for (const Case& c : {
+           Case{loss + "loss = 0.001,,0.01\n", "loss: an empty item in '0.001,,0.01'"},
+           Case{loss + "loss = 0.001, x\n", "loss takes a probability from 0 to below 1 (or a list of them), not 'x'"},
+           Case{loss + "loss = 0.01, 1\n", "not '1'"},
+           Case{loss + "loss = 0.01, 1e-2\n", "loss lists 1e-2 twice"},
+           Case{loss + "loss = 0,\n", "loss: an empty item"},
+           Case{loss + "transport = gbn, tcp\n", "transport takes gbn or sr (or a list of them), not 'tcp'"},
+           Case{loss + "transport = sr,sr\n", "transport lists 'sr' twice"},
+           Case{loss + "flows = 1,2\n", "flows takes a non-negative number, not '1,2'"},
+           // loss is the fabric's: the switch scenarios have no lossy hop.
+           Case{"base = incast\nloss = 0, 0.01\n", "loss is for base = loss or leafspine"},
+       }) {
+    SCOPED_TRACE(c.text);
+    const ScenarioFile f(c.text);
+    const SimRun r = run_sim(f.path());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    EXPECT_TRUE(r.summary.empty() && r.sweep_csv.empty() && r.point_summary.empty()) << "nothing ran";
+  }
+}
+
+// A go-back-N sweep over two loss rates: one run each, in the order given,
+// each with every byte compared, into a directory of its own; the table in
+// sweep.csv and sweep.json says the same as each run's summary.json, with
+// the seed; and each point is the run its file with that one value gives.
+TEST(UroceSimFabric, AGoBackNSweepAtTwoLossRatesRunsEachVerifiedAndWritesTheTable) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  const std::string base =
+      "base = loss\nflows = 1\ngbps = 10\nrtt_us = 8\nsize = 65536\ntransport = gbn\ndcqcn = off\nduration_us = 1000\n";
+  const ScenarioFile f(base + "loss = 0, 0.01\n");
+  const SimRun r = run_sim(f.path() + " --seed " + std::to_string(seed));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.sweep_csv.size(), 3u) << r.output;
+  EXPECT_EQ(r.sweep_csv[0], kSweepHeader);
+  const std::vector<std::string> lossless = fields(r.sweep_csv[1]), lossy = fields(r.sweep_csv[2]);
+  ASSERT_EQ(lossless.size(), 15u) << r.sweep_csv[1];
+  ASSERT_EQ(lossy.size(), 15u) << r.sweep_csv[2];
+  EXPECT_EQ(lossless[kTransport], "gbn");
+  EXPECT_EQ(lossless[kLoss], "0");
+  EXPECT_EQ(lossy[kLoss], "0.01");
+  for (const auto& row : {lossless, lossy}) {
+    EXPECT_EQ(row[kOutcome], "ok");
+    EXPECT_EQ(row[kIntact], "true");
+    EXPECT_EQ(row[kSeed], std::to_string(seed));
+    EXPECT_GT(std::stod(row[kGoodput]), 0);
+    EXPECT_LE(std::stod(row[kGoodput]), 10e9);
+    EXPECT_LE(std::stod(row[kP50]), std::stod(row[kP99]));
+    EXPECT_LE(std::stod(row[kP99]), std::stod(row[kMax]));
+    // Each run's own files, under the name the row gives.
+    ASSERT_EQ(r.point_summary.count(row[kDir]), 1u) << row[kDir];
+    const std::string& summary = r.point_summary.at(row[kDir]);
+    EXPECT_EQ(field(summary, "data_intact"), 1) << summary;
+    EXPECT_EQ(field(summary, "goodput_bps"), std::stod(row[kGoodput])) << summary;
+    EXPECT_EQ(field(summary, "loss"), std::stod(row[kLoss])) << summary;
+    EXPECT_EQ(field(summary, "retransmitted_packets"), std::stod(row[kResent])) << summary;
+  }
+  EXPECT_EQ(lossless[kDir], "gbn-loss0");
+  EXPECT_EQ(lossy[kDir], "gbn-loss0.01");
+  EXPECT_EQ(r.point_summary.size(), 2u);
+  // Lossless: nothing lost or resent, and the ratio's denominator.
+  EXPECT_EQ(lossless[kLost], "0");
+  EXPECT_EQ(lossless[kResent], "0");
+  EXPECT_EQ(lossless[kRatio], "1");
+  // 1% of ~150 packets a way: lost, and each one resent.
+  EXPECT_GT(std::stod(lossy[kLost]), 0);
+  EXPECT_GE(std::stod(lossy[kResent]), std::stod(lossy[kLost]));
+  // (Six significant digits in the CSV.)
+  EXPECT_NEAR(std::stod(lossy[kRatio]), std::stod(lossy[kGoodput]) / std::stod(lossless[kGoodput]), 1e-5);
+  EXPECT_NE(r.sweep_json.find("\"seed\": " + std::to_string(seed) + ",\n  \"dcqcn\": false,\n  \"complete\": true"),
+            std::string::npos)
+      << r.sweep_json;
+  EXPECT_NE(r.sweep_json.find("{\"transport\": \"gbn\", \"loss\": 0.01, \"outcome\": \"ok\", \"goodput_bps\": " + lossy[kGoodput]),
+            std::string::npos)
+      << r.sweep_json;
+  // The printed table has both rows.
+  EXPECT_NE(r.output.find("uroce-sim sweep loss: 2 runs, seed " + std::to_string(seed) + ", DCQCN off"), std::string::npos)
+      << r.output;
+
+  // A file with the one value: the same run as the sweep's point, and no
+  // sweep files.
+  const ScenarioFile one(base + "loss = 0.01\n");
+  const SimRun single = run_sim(one.path() + " --seed " + std::to_string(seed));
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_TRUE(single.sweep_csv.empty() && single.sweep_json.empty() && single.point_summary.empty());
+  EXPECT_EQ(field(single.summary, "goodput_bps"), std::stod(lossy[kGoodput])) << single.summary;
+  EXPECT_EQ(field(single.summary, "lost_packets"), std::stod(lossy[kLost])) << single.summary;
+  EXPECT_EQ(field(single.summary, "dcqcn"), 0) << "the file's dcqcn = off: " << single.summary;
+  // --dcqcn over the file's.
+  const SimRun on = run_sim(one.path() + " --dcqcn on --seed " + std::to_string(seed));
+  ASSERT_EQ(on.status, 0) << on.output;
+  EXPECT_EQ(field(on.summary, "dcqcn"), 1) << on.summary;
+}
+
+// gbn and sr in one sweep: while the transport refuses sr, its rows say so
+// (no run, no directory), go-back-N's still run, and the exit status says
+// the sweep is incomplete; once it takes sr, every row runs verified.
+TEST(UroceSimFabric, ASweepRunsWhatTheTransportTakesAndSaysWhatItRefuses) {
+  const ScenarioFile f(
+      "base = loss\nflows = 1\ngbps = 10\nrtt_us = 8\nsize = 65536\ntransport = gbn, sr\nloss = 0, 0.001\n"
+      "dcqcn = off\nduration_us = 500\n");
+  const SimRun r = run_sim(f.path());
+  ASSERT_EQ(r.sweep_csv.size(), 5u) << r.output;
+  bool refused = false;
+  for (std::size_t i = 1; i < r.sweep_csv.size(); ++i) {
+    const std::vector<std::string> row = fields(r.sweep_csv[i]);
+    SCOPED_TRACE(r.sweep_csv[i]);
+    ASSERT_EQ(row.size(), 15u);
+    EXPECT_EQ(row[kTransport], i <= 2 ? "gbn" : "sr");
+    EXPECT_EQ(row[kLoss], i % 2 == 1 ? "0" : "0.001");
+    if (row[kTransport] == "sr" && row[kOutcome] == "refused") {
+      refused = true;
+      EXPECT_EQ(row[kIntact], "false");
+      EXPECT_EQ(row[kDir], "");
+      EXPECT_EQ(row[kGoodput], "");
+      continue;
+    }
+    EXPECT_EQ(row[kOutcome], "ok");
+    EXPECT_EQ(row[kIntact], "true");
+    EXPECT_EQ(r.point_summary.count(row[kDir]), 1u);
+  }
+  if (refused) {
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("refused: the transport refuses transport = sr, spray = 1, bdp = 0: "), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("uroce-sim: the sweep is incomplete"), std::string::npos) << r.output;
+    EXPECT_NE(r.sweep_json.find("\"complete\": false"), std::string::npos) << r.sweep_json;
+    EXPECT_EQ(r.point_summary.size(), 2u) << "go-back-N's two runs";
+  } else {
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.sweep_json.find("\"complete\": true"), std::string::npos) << r.sweep_json;
+    EXPECT_EQ(r.point_summary.size(), 4u);
   }
 }
 

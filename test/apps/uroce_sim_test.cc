@@ -99,6 +99,56 @@ TEST(UroceSim, IncastQueueStaysBoundedAndNothingIsLost) {
   EXPECT_EQ(field(off.summary, "data_intact"), 1);
 }
 
+// Issue 30's incast: 16-to-1 without PFC, with DCQCN, through a shallow
+// (200 KB) buffer the first burst overruns. The switch scenarios take the
+// transport options too, and report what the comparison needs: drops, the
+// packets resent for them, goodput and message completion times, every
+// message compared at completion. `transport = gbn, sr` runs both, into
+// gbn/ and sr/, side by side in sweep.csv (sr refused in one row until the
+// transport takes it).
+TEST(UroceSim, IncastWithoutPfcTakesTheTransportAndReportsDropsGoodputAndFct) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  const std::string incast = "base = incast\nflows = 16\nbuffer_kb = 200\npfc = 0\ndcqcn = on\nduration_us = 2000\n";
+  const ScenarioFile f(incast + "transport = gbn\n");
+  const SimRun r = run_sim(f.path() + " --seed " + std::to_string(seed));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.summary.find("\"transport\": \"gbn\""), std::string::npos) << r.summary;
+  EXPECT_EQ(field(r.summary, "dcqcn"), 1) << "the file's dcqcn = on";
+  EXPECT_EQ(field(r.summary, "pfc"), 0) << r.summary;
+  EXPECT_EQ(field(r.summary, "data_intact"), 1) << r.summary;
+  // Seeds 1-20 drop 183 to 1038 packets; each was resent (go-back-N resends
+  // more: what followed it too).
+  EXPECT_GT(field(r.summary, "drops"), 0) << r.summary;
+  EXPECT_GE(field(r.summary, "retransmitted_packets"), field(r.summary, "drops")) << r.summary;
+  EXPECT_GT(field(r.summary, "transfers"), 0) << r.summary;
+  EXPECT_GT(field(r.summary, "goodput_bps"), 0) << r.summary;
+  EXPECT_LE(field(r.summary, "goodput_bps"), 10e9) << "the bottleneck's rate: " << r.summary;
+  // 64 KiB at 10 Gb/s: 52 us at least.
+  EXPECT_GE(field(r.summary, "fct_p50_us"), 52) << r.summary;
+  EXPECT_LE(field(r.summary, "fct_p50_us"), field(r.summary, "fct_p99_us")) << r.summary;
+  EXPECT_LE(field(r.summary, "fct_p99_us"), field(r.summary, "fct_max_us")) << r.summary;
+
+  const ScenarioFile both(incast + "transport = gbn, sr\n");
+  const SimRun s = run_sim(both.path() + " --seed " + std::to_string(seed));
+  ASSERT_EQ(s.sweep_csv.size(), 3u) << s.output;
+  EXPECT_EQ(s.sweep_csv[1].rfind("gbn,,ok,", 0), 0u) << s.sweep_csv[1];
+  EXPECT_NE(s.sweep_csv[1].find(",true," + std::to_string(seed) + ",gbn"), std::string::npos) << s.sweep_csv[1];
+  ASSERT_EQ(s.point_summary.count("gbn"), 1u);
+  // The sweep's gbn point is the single run.
+  EXPECT_EQ(field(s.point_summary.at("gbn"), "goodput_bps"), field(r.summary, "goodput_bps"));
+  EXPECT_EQ(field(s.point_summary.at("gbn"), "drops"), field(r.summary, "drops"));
+  if (s.sweep_csv[2].rfind("sr,,refused,", 0) == 0) {
+    EXPECT_EQ(s.status, 1) << s.output;
+    EXPECT_EQ(s.point_summary.count("sr"), 0u);
+  } else {
+    EXPECT_EQ(s.status, 0) << s.output;
+    EXPECT_EQ(s.sweep_csv[2].rfind("sr,,ok,", 0), 0u) << s.sweep_csv[2];
+    ASSERT_EQ(s.point_summary.count("sr"), 1u);
+    EXPECT_EQ(field(s.point_summary.at("sr"), "data_intact"), 1) << s.point_summary.at("sr");
+  }
+}
+
 // Flows join one by one and leave one by one (phases of 50 ms). After every
 // change the flows sending share the link again: over the last half of each
 // phase Jain >= 0.95 (the fairness bar), the link >= 90% busy, and every

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -24,7 +25,19 @@ struct SimRun {
   std::string summary;
   std::string csv_header;
   double csv_rows = 0;  // after the header
+  // A sweep: sweep.csv's lines (the header first) and sweep.json, and each
+  // run's summary.json by its directory's name; empty for a single run.
+  std::vector<std::string> sweep_csv;
+  std::string sweep_json;
+  std::map<std::string, std::string> point_summary;
 };
+
+inline std::string read_whole(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 // `args` after the binary's path; the output goes to a directory of its
 // own, removed afterwards (runs may go in parallel).
@@ -40,16 +53,37 @@ inline SimRun run_sim(const std::string& args) {
   char buf[4096];
   for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
   r.status = WEXITSTATUS(pclose(p));
-  std::ifstream s(dir / "summary.json");
-  std::stringstream ss;
-  ss << s.rdbuf();
-  r.summary = ss.str();
+  r.summary = read_whole(dir / "summary.json");
+  std::ifstream sweep(dir / "sweep.csv");
+  for (std::string row; std::getline(sweep, row);) r.sweep_csv.push_back(row);
+  r.sweep_json = read_whole(dir / "sweep.json");
+  if (fs::is_directory(dir)) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.is_directory()) r.point_summary[e.path().filename().string()] = read_whole(e.path() / "summary.json");
+    }
+  }
   std::ifstream csv(dir / "timeseries.csv");
   std::getline(csv, r.csv_header);
   for (std::string row; std::getline(csv, row);) r.csv_rows += 1;
   fs::remove_all(dir);
   return r;
 }
+
+// A scenario file with `text`; removed with the object.
+class ScenarioFile {
+ public:
+  explicit ScenarioFile(const std::string& text) {
+    static int n = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("uroce-sim-scenario-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".conf");
+    std::ofstream(path_) << text;
+  }
+  ~ScenarioFile() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // A number (or true/false as 1/0) of summary.json; -1 if it is missing.
 inline double field(const std::string& json, const std::string& key) {
