@@ -313,7 +313,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (is_read_or_atomic(w)) ++qp.req.reads_outstanding;
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) {
-      if (qp.sr != nullptr) sr_sent_new(qp, env, w, psn, b.psns);
+      if (qp.sr != nullptr) sr_sent_new(qp, env, w, psn, b.psns, ack_req);
       qp.req.high_psn = qp.req.psn;
     }
     paced_sent(qp, env, f.frame_bytes());

@@ -66,7 +66,7 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
 // responses and atomic ACKs; sr_on_timer runs its timers (the short one,
 // RTO_low, and the local ACK timeout).
 void sr_number(Qp& qp, SendWqe& w);
-void sr_sent_new(Qp& qp, Env& env, const SendWqe& w, std::uint32_t psn, std::uint32_t psns);
+void sr_sent_new(Qp& qp, Env& env, const SendWqe& w, std::uint32_t psn, std::uint32_t psns, bool ack_req);
 std::uint16_t sr_resend(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
 void sr_on_response(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
 void sr_on_timer(Qp& qp, Env& env);

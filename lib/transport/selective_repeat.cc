@@ -339,10 +339,17 @@ void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
   if (qp.state != IBV_QPS_ERR) progress(qp, env);
 }
 
-// Marks lost every PSN in flight not done that left at or before `before`.
+// Marks lost every PSN in flight not done that left at or before `before`
+// and whose ACK is overdue: one that asked for it (AckReq) left after it,
+// but also at or before `before`. A packet that did not ask is acknowledged
+// with the next that does: a QP paced slowly may send that one much later.
 void mark_unfinished(Qp& qp, std::uint64_t before) {
   SrState& sr = *qp.sr;
+  std::uint32_t limit = qp.comp.psn;
   for (std::uint32_t psn = qp.comp.psn; psn_before(psn, qp.req.high_psn); psn = psn_add(psn, 1)) {
+    if ((sr.flags[sr_slot(psn)] & kSentAsked) != 0 && sr.sent_ns[sr_slot(psn)] <= before) limit = psn_add(psn, 1);
+  }
+  for (std::uint32_t psn = qp.comp.psn; psn_before(psn, limit); psn = psn_add(psn, 1)) {
     if (!psn_done(sr, psn) && sr.sent_ns[sr_slot(psn)] <= before) mark_lost(sr, psn);
   }
 }
@@ -356,9 +363,9 @@ void sr_number(Qp& qp, SendWqe& w) {
   sr.send_ordinal = (sr.send_ordinal + 1) & kPsnMask;
 }
 
-void sr_sent_new(Qp& qp, Env& env, const SendWqe& w, std::uint32_t psn, std::uint32_t psns) {
+void sr_sent_new(Qp& qp, Env& env, const SendWqe& w, std::uint32_t psn, std::uint32_t psns, bool ack_req) {
   SrState& sr = *qp.sr;
-  const std::uint8_t f = is_read_or_atomic(w) ? kSentAnswer : 0;
+  const std::uint8_t f = is_read_or_atomic(w) ? kSentAnswer | kSentAsked : ack_req ? kSentAsked : 0;
   for (std::uint32_t i = 0; i < psns; ++i) {
     const std::uint32_t slot = sr_slot(psn_add(psn, i));
     sr.flags[slot] = f;
@@ -404,7 +411,7 @@ std::uint16_t sr_resend(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room
       const std::uint32_t p = psn_add(psn, i);
       clear_lost(sr, p);
       std::uint8_t& f = flags_of(sr, p);
-      f = static_cast<std::uint8_t>(f | kSentResent);
+      f = static_cast<std::uint8_t>(f | kSentResent | kSentAsked);
       sr.sent_ns[sr_slot(p)] = env.now;
     }
     qp.counters.add(QpCounter::retransmitted_packets);

@@ -86,5 +86,6 @@ inline constexpr std::uint8_t kSentResent = 0x01;   // sent more than once (no R
 inline constexpr std::uint8_t kSentLost = 0x02;     // to be sent again
 inline constexpr std::uint8_t kSentAnswer = 0x04;   // a READ/atomic PSN: done once answered, not once held
 inline constexpr std::uint8_t kSentAnswered = 0x08; // its response arrived
+inline constexpr std::uint8_t kSentAsked = 0x10;    // it asked for an ACK (AckReq; a READ's or atomic's PSNs)
 
 }  // namespace uroce::transport
