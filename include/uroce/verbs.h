@@ -656,8 +656,8 @@ class QueuePair {
   // The transport options (TransportOptions), set in RESET or INIT, before
   // the QP receives or sends: 0; EINVAL in another state, for a QP type
   // they do not apply to (RC only), or spraying without selective repeat;
-  // EOPNOTSUPP for what the transport does not run yet
-  // (transport_capabilities). In process and attached to uroced alike.
+  // EOPNOTSUPP for selective repeat on a QP with an SRQ, or beyond
+  // transport_capabilities. In process and attached to uroced alike.
   int set_transport_options(const TransportOptions& options);
   TransportOptions transport_options() const;
   // The most set_transport_options takes on this build: selective_repeat

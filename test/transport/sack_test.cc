@@ -40,6 +40,25 @@ TEST(Sack, TheWindowTakesEachPsnOnceAndMovesOnPastWhatCameAhead) {
   EXPECT_EQ(w.expected(), 0x000002u);
 }
 
+// A READ or atomic run in order moves the window past every PSN its answer
+// occupies: what came ahead inside that range is forgotten, what came
+// right after it is taken at once.
+TEST(Sack, AdvancePastAReadTakesWhatCameRightAfterIt) {
+  ReceiveWindow w;
+  w.reset(0xfffff0);
+  EXPECT_EQ(w.take(0xfffff4), Arrival::kAhead);  // inside the READ's range (a forged packet)
+  EXPECT_EQ(w.take(0x000002), Arrival::kAhead);  // just past it, across the wrap
+  EXPECT_EQ(w.take(0x000003), Arrival::kAhead);
+  w.advance(0x000002);                           // the READ occupied 0xfffff0 to 0x000001
+  EXPECT_EQ(w.expected(), 0x000004u) << "0x000002 and 0x000003 had come";
+  EXPECT_EQ(w.classify(0xfffff4), Arrival::kDuplicate);
+  w.advance(0x000001);  // going back moves nothing
+  EXPECT_EQ(w.expected(), 0x000004u);
+  w.advance(psn_add(0x000004, 1000));  // far past the window: nothing kept
+  EXPECT_EQ(w.expected(), psn_add(0x000004, 1000));
+  EXPECT_TRUE(w.seen().none());
+}
+
 TEST(Sack, AScoreboardRefusesSacksForPsnsNeverSentOrGoingBack) {
   SendScoreboard s;
   s.reset(100);
