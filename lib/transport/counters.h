@@ -77,6 +77,7 @@ namespace uroce::transport {
   X(drop_bad_sreth, "selective repeat: requests NAKed: SRETH disagreeing with opcode, PSN, payload or RETH") \
   X(sr_sack_refused, "selective repeat: SACKs dropped: naming PSNs never sent, or going back (requester)") \
   X(sr_rto_low, "selective repeat: short retransmit timeouts (RTO_low: a lost tail) (requester)")
+// Through uroced the counters travel in order in QpCountersReply (room for 96).
 
 enum class QpCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

@@ -744,6 +744,9 @@ int ServiceBackend::destroy_ah(AddressHandle* ah) {
   return 0;
 }
 
+static_assert(transport::kQpCounterCount <= service::QpCountersReply::kMax,
+              "QpCountersReply::kMax must hold every QP counter (the daemon sends them in order)");
+
 void ServiceBackend::refresh_counters(const QueuePair& qp) {
   QpImpl& q = const_cast<QpImpl&>(impl_of(qp));  // the counters are a cache of the daemon's
   service::Request req;
