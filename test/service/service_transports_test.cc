@@ -435,7 +435,7 @@ TEST_P(Transports, SelectiveRepeatSprayedAndItsCountersThroughTheDaemons) {
   EXPECT_EQ(sq->counter("completions"), 2u);
   EXPECT_EQ(rq->counter("completions"), 1u);
   EXPECT_EQ(sq->counter("sr_sack_refused"), 0u);
-  EXPECT_GE(rq->counter("acks_sent"), 2u) << "SACKs, counted as ACKs";
+  EXPECT_GE(rq->counter("acks_sent"), 1u) << "SACKs, counted as ACKs";
 }
 
 // Stock rdma-core pingpongs, each end a program under uroce-run --service:
