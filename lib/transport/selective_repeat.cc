@@ -175,6 +175,33 @@ void detect_losses(Qp& qp) {
   }
 }
 
+// A NAK or response names a PSN: it must have been sent and not be settled
+// (else its exit is taken and false returned).
+bool names_outstanding(Qp& qp, std::uint32_t psn) {
+  if (!psn_before(psn, qp.req.high_psn)) {
+    apply_exit(qp, CompleterExit::not_sent);
+    return false;
+  }
+  if (psn_before(psn, qp.comp.psn)) {
+    apply_exit(qp, CompleterExit::stale);
+    return false;
+  }
+  return true;
+}
+
+// The response for `psn` (READ/atomic) came and was placed: the PSN is
+// done, RACK learns its departure, and what it settles completes.
+void answered(Qp& qp, Env& env, std::uint32_t psn) {
+  SrState& sr = *qp.sr;
+  qp.counters.add(QpCounter::rx_packets);
+  std::uint8_t& f = flags_of(sr, psn);
+  f = static_cast<std::uint8_t>(f | kSentAnswered);
+  clear_lost(sr, psn);
+  sr.rack_ns = std::max(sr.rack_ns, sr.sent_ns[sr_slot(psn)]);
+  complete_settled(qp);
+  if (qp.state != IBV_QPS_ERR) progress(qp, env);
+}
+
 enum class SackResult { kFresh, kNothingNew, kStale, kRefused };
 
 // Takes a SACK into the scoreboard: what it newly holds gives a round-trip
@@ -229,16 +256,7 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
       if (qp.state != IBV_QPS_ERR) progress(qp, env);
       break;
   }
-  if (qp.state == IBV_QPS_ERR || kind == AethKind::kAck) return;
-  // A NAK names a PSN it refuses; it must have been sent and not be settled.
-  if (!psn_before(psn, qp.req.high_psn)) {
-    apply_exit(qp, CompleterExit::not_sent);
-    return;
-  }
-  if (psn_before(psn, qp.comp.psn)) {
-    apply_exit(qp, CompleterExit::stale);
-    return;
-  }
+  if (qp.state == IBV_QPS_ERR || kind == AethKind::kAck || !names_outstanding(qp, psn)) return;
   if (kind == AethKind::kRnrNak) {
     // The PSN alone goes again once the NAK's timer has run (9.7.5.2.8).
     qp.counters.add(QpCounter::rnr_naks_received);
@@ -300,13 +318,7 @@ void on_read_response(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_
     }
     qp.counters.add(QpCounter::rx_bytes, expect);
   }
-  qp.counters.add(QpCounter::rx_packets);
-  std::uint8_t& f = flags_of(sr, psn);
-  f = static_cast<std::uint8_t>(f | kSentAnswered);
-  clear_lost(sr, psn);
-  sr.rack_ns = std::max(sr.rack_ns, sr.sent_ns[sr_slot(psn)]);
-  complete_settled(qp);
-  if (qp.state != IBV_QPS_ERR) progress(qp, env);
+  answered(qp, env, psn);
 }
 
 void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
@@ -330,13 +342,7 @@ void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
     apply_exit(qp, CompleterExit::local_unmapped);
     return;
   }
-  qp.counters.add(QpCounter::rx_packets);
-  std::uint8_t& f = flags_of(sr, psn);
-  f = static_cast<std::uint8_t>(f | kSentAnswered);
-  clear_lost(sr, psn);
-  sr.rack_ns = std::max(sr.rack_ns, sr.sent_ns[sr_slot(psn)]);
-  complete_settled(qp);
-  if (qp.state != IBV_QPS_ERR) progress(qp, env);
+  answered(qp, env, psn);
 }
 
 // Marks lost every PSN in flight not done that left at or before `before`
@@ -438,15 +444,7 @@ void sr_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     on_ack(qp, env, p, psn);
     return;
   }
-  // A response answers a request that was sent and is not settled.
-  if (!psn_before(psn, qp.req.high_psn)) {
-    apply_exit(qp, CompleterExit::not_sent);
-    return;
-  }
-  if (psn_before(psn, qp.comp.psn)) {
-    apply_exit(qp, CompleterExit::stale);
-    return;
-  }
+  if (!names_outstanding(qp, psn)) return;
   if (p.info->has(wire::kReadResponse)) {
     on_read_response(qp, env, p, psn);
   } else {
