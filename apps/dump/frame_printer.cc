@@ -51,6 +51,18 @@ constexpr std::uint32_t kRnrTimerUs[32] = {
     480,    640,   960,   1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
     20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
+// A SACK's bitmap as 32 hex digits, bit 0 (PSN expected + 1) the first
+// digit's most significant bit, as on the wire.
+std::string sack_bits_hex(const wire::Sacketh& k) {
+  std::string out;
+  for (const std::uint8_t b : k.bits) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", b);
+    out += two;
+  }
+  return out;
+}
+
 std::string aeth_text(const wire::Aeth& a) {
   std::string s;
   const std::uint8_t v = wire::aeth_value(a.syndrome);
@@ -176,6 +188,15 @@ std::string format_text(const FrameReport& r) {
     append(s, " DETH[qkey=0x%08x src_qp=0x%06x]", d.qkey.get(), d.src_qp.get());
   }
   if (p.has(ExtHdr::kFeth)) append(s, " FETH[0x%08x]", p.feth().bits.get());
+  if (p.has(ExtHdr::kXrceth)) append(s, " XRCETH[srqn=0x%06x]", p.xrceth().srqn.get());
+  if (p.has(ExtHdr::kSreth)) {
+    const wire::Sreth e = p.sreth();
+    append(s, " SRETH[offset=%u len=%u recv=%u first_psn=%u%s]", e.offset.get(), e.length.get(), e.recv_index.get(),
+           e.first_psn.get(), (e.flags & wire::kSrethLast) != 0 ? " last" : "");
+  }
+  if (p.has(ExtHdr::kSacketh)) {
+    append(s, " SACKETH[expected=%u held=%s]", p.sacketh().expected.get(), sack_bits_hex(p.sacketh()).c_str());
+  }
   if (p.has(ExtHdr::kReth)) {
     const wire::Reth e = p.reth();
     append(s, " RETH[va=0x%016" PRIx64 " rkey=0x%08x len=%u]", e.va.get(), e.rkey.get(),
@@ -247,6 +268,19 @@ std::string format_json(const FrameReport& r) {
     j.num("deth_src_qp", p.deth().src_qp.get());
   }
   if (p.has(ExtHdr::kFeth)) j.num("feth", p.feth().bits.get());
+  if (p.has(ExtHdr::kXrceth)) j.num("xrceth_srqn", p.xrceth().srqn.get());
+  if (p.has(ExtHdr::kSreth)) {
+    const wire::Sreth e = p.sreth();
+    j.num("sreth_offset", e.offset.get());
+    j.num("sreth_len", e.length.get());
+    j.num("sreth_recv_index", e.recv_index.get());
+    j.num("sreth_first_psn", e.first_psn.get());
+    j.boolean("sreth_last", (e.flags & wire::kSrethLast) != 0);
+  }
+  if (p.has(ExtHdr::kSacketh)) {
+    j.num("sack_expected", p.sacketh().expected.get());
+    j.str("sack_bits", sack_bits_hex(p.sacketh()));
+  }
   if (p.has(ExtHdr::kReth)) {
     j.num("reth_va", p.reth().va.get());
     j.num("reth_rkey", p.reth().rkey.get());

@@ -152,6 +152,60 @@ TEST(DumpTool, CorruptedAndCutFramesAreReportedNotFatal) {
   std::filesystem::remove(path);
 }
 
+// Selective repeat's headers (uroce's mode): an SR WRITE's SRETH and a SACK's
+// window, in text and JSON.
+TEST(DumpTool, SelectiveRepeatHeadersAreDecoded) {
+  const std::string path = temp_path("sr.pcap");
+  std::string error;
+  {
+    auto w = pcap::Writer::create(path, error);
+    ASSERT_TRUE(w) << error;
+    wire::FrameSpec write;
+    write.src4 = {10, 0, 0, 1};
+    write.dst4 = {10, 0, 0, 2};
+    write.bth.opcode = 0xc8;  // SR_RDMA_WRITE_LAST
+    write.bth.pkey.set(0xffff);
+    write.bth.psn.set(263);
+    write.sreth.offset.set(7168);
+    write.sreth.length.set(8192);
+    write.sreth.recv_index.set(5);
+    write.sreth.flags = wire::kSrethLast;
+    write.sreth.first_psn.set(256);
+    write.reth.dma_length.set(8192);
+    std::vector<std::uint8_t> out(2048);
+    out.resize(wire::build_frame(write, std::vector<std::uint8_t>(1024, 7), out));
+    ASSERT_FALSE(out.empty());
+    w->write(out, 1000);
+    wire::FrameSpec ack = write;
+    ack.bth.opcode = 0xd1;  // SR_ACKNOWLEDGE
+    ack.bth.psn.set(277);
+    ack.aeth.syndrome = 0x1f;
+    ack.sacketh.expected.set(278);
+    ack.sacketh.bits[0] = 0xc0;  // 279 and 280 held
+    out.assign(2048, 0);
+    out.resize(wire::build_frame(ack, {}, out));
+    ASSERT_FALSE(out.empty());
+    w->write(out, 2000);
+  }
+  const ToolRun text = run_dump(path);
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("SR_RDMA_WRITE_LAST dqpn=0x000000 psn=263 SRETH[offset=7168 len=8192 recv=5 first_psn=256 last]"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("SR_ACKNOWLEDGE dqpn=0x000000 psn=277 SACKETH[expected=278 held=c0000000000000000000000000000000]"),
+            std::string::npos)
+      << text.out;
+  const ToolRun json = run_dump("--json " + path);
+  const auto lines = json.lines();
+  ASSERT_EQ(lines.size(), 2u) << json.out;
+  EXPECT_EQ(field(lines[0], "sreth_offset"), "7168");
+  EXPECT_EQ(field(lines[0], "sreth_recv_index"), "5");
+  EXPECT_EQ(field(lines[0], "sreth_last"), "true");
+  EXPECT_EQ(field(lines[1], "sack_expected"), "278");
+  EXPECT_EQ(field(lines[1], "sack_bits"), "c0000000000000000000000000000000");
+  std::filesystem::remove(path);
+}
+
 TEST(DumpTool, TruncatedFileStopsWithAnError) {
   const std::string src = golden_dir() + "/rc_pingpong_small.pcap";
   const std::string path = temp_path("cut.pcap");
