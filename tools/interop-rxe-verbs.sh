@@ -11,7 +11,7 @@
 # (tools/roce_ece_check.py, its verdict and figures on the case's line).
 # Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
 # UROCE_INTEROP_ONLY=REGEX runs only the cases whose command matches
-# (e.g. 'transport sr': the fallback cases alone, about 2 minutes).
+# (e.g. 'transport sr': the fallback cases alone, 1.5-3.5 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
