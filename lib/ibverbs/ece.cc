@@ -109,6 +109,18 @@ int apply_transport(Qp& qp) {
   // Once ECE has spoken, the agreement decides selective repeat; a peer
   // that did not agree gets plain RoCEv2, on one path.
   if (qp.ece_set) t.selective_repeat = (qp.ece_options & kEceSelectiveRepeat) != 0;
+  if (e.options.selective_repeat && !t.selective_repeat) {
+    // Asked for and not agreed (a peer without ECE, of another vendor, or
+    // declining): said once a process, so that the program's user, and
+    // tools/interop-rxe-verbs.sh, see what the connection runs.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "uroce: QP %u: the peer did not agree to selective repeat (ECE): go-back-N (said for the "
+                   "first such QP only)\n",
+                   qp.qp->qp_num());
+    });
+  }
   if (!t.selective_repeat) t.spray_paths = 1;
   if (is_default(t) && is_default(qp.qp->transport_options())) return 0;
   if (const int rc = qp.qp->set_transport_options(t); rc != 0) {
