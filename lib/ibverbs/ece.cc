@@ -109,7 +109,16 @@ int apply_transport(Qp& qp) {
   // Once ECE has spoken, the agreement decides selective repeat; a peer
   // that did not agree gets plain RoCEv2, on one path.
   if (qp.ece_set) t.selective_repeat = (qp.ece_options & kEceSelectiveRepeat) != 0;
-  if (e.options.selective_repeat && !t.selective_repeat) {
+  if (e.options.selective_repeat && qp.ex.qp_base.srq != nullptr) {
+    // Selective repeat numbers receives in the QP's own queue: a QP on an
+    // SRQ runs go-back-N (and offers nothing in ECE), said once.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "uroce: QP %u receives from an SRQ: selective repeat does not run there: go-back-N\n",
+                   qp.qp->qp_num());
+    });
+    t.selective_repeat = false;
+  } else if (e.options.selective_repeat && !t.selective_repeat) {
     // Asked for and not agreed (a peer without ECE, of another vendor, or
     // declining): said once a process, so that the program's user, and
     // tools/interop-rxe-verbs.sh, see what the connection runs.
@@ -143,7 +152,7 @@ int ibv_query_ece(ibv_qp* ibv_qp, ibv_ece* ece) {
   Qp* qp = uroce::ibverbs::qp_of(ibv_qp);
   if (qp == nullptr || ece == nullptr) return EINVAL;
   ece->vendor_id = uroce::ibverbs::kVendorId;
-  ece->options = qp->ece_set ? qp->ece_options : uroce::ibverbs::ece_offer();
+  ece->options = qp->ece_set ? qp->ece_options : ibv_qp->srq != nullptr ? 0 : uroce::ibverbs::ece_offer();
   ece->comp_mask = 0;
   return 0;
 }

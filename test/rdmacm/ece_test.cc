@@ -166,6 +166,56 @@ ibv_qp_init_attr rc_attr() {
 // How the QP under `qp` runs (the transport options uroce's QP reports).
 uroce::TransportOptions options_of(ibv_qp* qp) { return uroce::ibverbs::qp_of(qp)->qp->transport_options(); }
 
+// UROCE_TRANSPORT=sr and an RC QP on an SRQ: selective repeat does not run
+// there, so the QP offers nothing in ECE and moves to RTR in go-back-N
+// (rdma_create_qp and ibv_modify_qp do not fail for it).
+int srq_qp_runs_go_back_n() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  CHECK(list != nullptr && n == 1);
+  ibv_context* ctx = ibv_open_device(list[0]);
+  CHECK(ctx != nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = pd != nullptr ? ibv_create_srq(pd, &sa) : nullptr;
+  CHECK(cq != nullptr && srq != nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.srq = srq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap = {4, 0, 1, 0, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  CHECK(qp != nullptr);
+  ibv_ece ece{};
+  CHECK(ibv_query_ece(qp, &ece) == 0 && ece.options == 0);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = qp->qp_num;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  CHECK(ibv_query_gid(ctx, 1, 1, &a.ah_attr.grh.dgid) == 0);
+  CHECK(ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  CHECK(!options_of(qp).selective_repeat);
+  CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_srq(srq) == 0 && ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0);
+  ibv_free_device_list(list);
+  return 0;
+}
+
 // rdma_create_qp on both sides, the CM moves them; each QP's ECE afterwards
 // is what both agreed, and UROCE_TRANSPORT's bdp=`bdp` reached both.
 int cm_connection(std::uint32_t bdp) {
@@ -303,6 +353,10 @@ TEST(Ece, InProcessTwoUroceEndsAgreeOverRdmaCm) {
 
 TEST(Ece, InProcessBdpFromTheEnvironmentReachesRdmaCmQps) {
   EXPECT_EQ(in_process([] { return cm_connection(32); }, "gbn,bdp=32"), 0) << "the child's stderr says which step";
+}
+
+TEST(Ece, InProcessAnSrqQpAskedForSelectiveRepeatRunsGoBackN) {
+  EXPECT_EQ(in_process(srq_qp_runs_go_back_n, "sr"), 0) << "the child's stderr says which step";
 }
 
 TEST(Ece, InProcessRejectEceSaysVendorOptionNotSupported) {
