@@ -349,14 +349,20 @@ void on_atomic_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t p
 // and whose ACK is overdue: one that asked for it (AckReq) left after it,
 // but also at or before `before`. A packet that did not ask is acknowledged
 // with the next that does: a QP paced slowly may send that one much later.
-void mark_unfinished(Qp& qp, std::uint64_t before) {
+// `first_only`: the oldest such PSN alone, a probe (RFC 8985's tail loss
+// probe): its SACK shows the rest, which RACK then finds lost; a peer that
+// was only slow (its process off the CPU) costs one duplicate, not a window.
+void mark_unfinished(Qp& qp, std::uint64_t before, bool first_only = false) {
   SrState& sr = *qp.sr;
   std::uint32_t limit = qp.comp.psn;
   for (std::uint32_t psn = qp.comp.psn; psn_before(psn, qp.req.high_psn); psn = psn_add(psn, 1)) {
     if ((sr.flags[sr_slot(psn)] & kSentAsked) != 0 && sr.sent_ns[sr_slot(psn)] <= before) limit = psn_add(psn, 1);
   }
   for (std::uint32_t psn = qp.comp.psn; psn_before(psn, limit); psn = psn_add(psn, 1)) {
-    if (!psn_done(sr, psn) && sr.sent_ns[sr_slot(psn)] <= before) mark_lost(sr, psn);
+    if (!psn_done(sr, psn) && sr.sent_ns[sr_slot(psn)] <= before) {
+      mark_lost(sr, psn);
+      if (first_only) return;
+    }
   }
 }
 
@@ -474,11 +480,12 @@ void sr_on_timer(Qp& qp, Env& env) {
   if (sr.rto_at != 0 && env.now >= sr.rto_at) {
     sr.rto_at = 0;
     if (!outstanding(qp)) return;
-    // RTO_low: what has waited that long is lost (a tail no later PSN can
-    // show missing); no retry is spent. It backs off until progress.
+    // RTO_low: the oldest PSN whose ACK is that late goes again as a probe
+    // (a tail no later PSN can show missing); no retry is spent. It backs
+    // off until progress.
     qp.counters.add(QpCounter::sr_rto_low);
     const std::uint64_t rto = rto_low(qp, env);
-    mark_unfinished(qp, env.now > rto ? env.now - rto : 0);
+    mark_unfinished(qp, env.now > rto ? env.now - rto : 0, true);
     ++sr.rto_backoff;
     arm_rto(qp, env);
   }
