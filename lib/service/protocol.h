@@ -32,7 +32,9 @@ namespace uroce::service {
 //    CmReject a reason.
 // 9: QueryQpReply carries the QP's transport options (the daemon's CM sets
 //    selective repeat when ECE agrees on it).
-inline constexpr std::uint32_t kProtocolVersion = 9;
+// 10: QpCountersReply holds 128 counters (it held 40, and cut off the
+//     transport's later ones: the selective-repeat counters among them).
+inline constexpr std::uint32_t kProtocolVersion = 10;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message
@@ -329,7 +331,8 @@ struct QuerySrqReply {
 };
 
 struct QpCountersReply {
-  static constexpr std::size_t kMax = 40;  // transport/counters.h has fewer
+  // Room for every row of transport/counters.h (service_backend.cc checks).
+  static constexpr std::size_t kMax = 128;
   std::uint32_t count = 0;
   std::uint64_t value[kMax] = {};
 };

@@ -744,6 +744,10 @@ int ServiceBackend::destroy_ah(AddressHandle* ah) {
   return 0;
 }
 
+// A reply carries every QP counter: none reads 0 through the daemon.
+static_assert(transport::kQpCounterCount <= service::QpCountersReply::kMax,
+              "service::QpCountersReply::kMax: room for every transport counter (and bump kProtocolVersion)");
+
 void ServiceBackend::refresh_counters(const QueuePair& qp) {
   QpImpl& q = const_cast<QpImpl&>(impl_of(qp));  // the counters are a cache of the daemon's
   service::Request req;
