@@ -1,6 +1,8 @@
 #include "dpdk/port.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include "dpdk/eal.h"
@@ -46,6 +48,27 @@ bool pfc_unsupported(int rc) { return rc == -ENOTSUP || rc == -EOPNOTSUPP || rc 
 
 std::uint16_t port_count() { return rte_eth_dev_count_avail(); }
 
+bool parse_rx_loss(std::string_view text, RxLoss& loss, std::string& error) {
+  const std::size_t comma = text.find(',');
+  const std::string p(text.substr(0, comma));
+  RxLoss parsed;
+  char* end = nullptr;
+  parsed.probability = std::strtod(p.c_str(), &end);
+  bool ok = !p.empty() && end == p.c_str() + p.size() && parsed.probability >= 0 && parsed.probability < 1;
+  if (ok && comma != std::string_view::npos) {
+    const std::string_view seed = text.substr(comma + 1);
+    const auto r = std::from_chars(seed.data(), seed.data() + seed.size(), parsed.seed);
+    ok = !seed.empty() && r.ec == std::errc() && r.ptr == seed.data() + seed.size();
+  }
+  if (!ok) {
+    error = "UROCE_RX_LOSS must be a probability from 0 to below 1, then optionally ,SEED (like 0.02,7); not '" +
+            std::string(text) + "'";
+    return false;
+  }
+  loss = parsed;
+  return true;
+}
+
 std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   // Every failure is returned in `error` (the caller reports it, once) and
   // logged at debug level.
@@ -60,6 +83,13 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   }
   if (!rte_eth_dev_is_valid_port(port)) {
     return fail("no DPDK port " + std::to_string(port) + " (EAL found " + std::to_string(port_count()) + ")");
+  }
+  RxLoss rx_loss = config.rx_loss;
+  if (const char* env = std::getenv("UROCE_RX_LOSS"); env != nullptr && *env != '\0') {
+    if (std::string message; !parse_rx_loss(env, rx_loss, message)) return fail(message);
+  }
+  if (!(rx_loss.probability >= 0 && rx_loss.probability < 1)) {
+    return fail("RX loss " + std::to_string(rx_loss.probability) + ": a probability from 0 to below 1");
   }
   if (config.pfc_priority < -1 || config.pfc_priority > 7) {
     return fail("PFC priority " + std::to_string(config.pfc_priority) + ": give an 802.1p priority from 0 to 7");
@@ -156,6 +186,10 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
                   " (check the NIC's DCB settings, or run without a PFC priority)");
     }
   }
+  if (rx_loss.probability > 0) {
+    logger().warn("port {} ({}): dropping {} of the frames it receives on purpose (a lossy link for tests), seed {}",
+                  port, driver, rx_loss.probability, rx_loss.seed);
+  }
   logger().info("port {} ({}): {} queue pair(s) of {} RX / {} TX descriptors, max frame {}, MTU {}, "
                 "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}; PFC {}; RSS {:#x}",
                 port, driver, config.queues, config.rx_desc, config.tx_desc, config.max_frame,
@@ -168,6 +202,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   auto opened = std::unique_ptr<Port>(new Port(port, pool, multi_seg, ipv4_cksum, config.max_frame, pfc));
   opened->max_tx_segments_ = std::min(info.tx_desc_lim.nb_seg_max, info.tx_desc_lim.nb_mtu_seg_max);
   if (opened->max_tx_segments_ < 3) opened->multi_seg_tx_ = false;  // a head, a piece and a tail at the least
+  opened->rx_loss_ = rx_loss;
   opened->tx_split_pages_ = std::strcmp(driver, "net_e1000_em") == 0 || std::strcmp(driver, "net_vmxnet3") == 0;
   return opened;
 }

@@ -8,9 +8,24 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace uroce::dpdk {
+
+// A lossy link for tests and measurements, made at the receiver: each
+// frame that is not ARP, ND or MAC control is dropped on arrival with
+// `probability`, drawn from a generator seeded with `seed` (and the queue),
+// and counted (rx_dropped_impaired). For links where the kernel's netem is
+// absent (memif, or a kernel without sch_netem). Off at 0.
+struct RxLoss {
+  double probability = 0;
+  std::uint64_t seed = 1;
+};
+
+// UROCE_RX_LOSS's text, "P" or "P,SEED" (0 <= P < 1, SEED a decimal
+// number): true and `loss` filled, or false with a one-line `error`.
+bool parse_rx_loss(std::string_view text, RxLoss& loss, std::string& error);
 
 struct PortConfig {
   std::string name{};          // device name ("net_ring0", "0000:3b:00.0"); empty: port_id
@@ -25,6 +40,11 @@ struct PortConfig {
   // The lossless priority (802.1p, 0-7) to enable 802.1Qbb priority flow
   // control for on the port; -1: leave the port's flow control as it is.
   int pfc_priority = -1;
+  // Frames dropped on arrival, on purpose (see RxLoss). Port::open takes
+  // UROCE_RX_LOSS from the environment instead when it is set, so any
+  // program on a port (uroce-perf, uroce-run's, uroced) runs over a lossy
+  // link without a flag of its own.
+  RxLoss rx_loss{};
 };
 
 // What became of PortConfig::pfc_priority.
@@ -55,6 +75,8 @@ class Port {
   // The largest frame sent or received (PortConfig::max_frame).
   std::uint16_t max_frame() const { return max_frame_; }
   PortPfc pfc() const { return pfc_; }
+  // What PortConfig::rx_loss or UROCE_RX_LOSS asked (probability 0: none).
+  const RxLoss& rx_loss() const { return rx_loss_; }
   // The most segments one frame may have on this port (its driver's limit).
   std::uint16_t max_tx_segments() const { return max_tx_segments_; }
   // Zero-copy segments must not cross a page even where the IOMMU makes
@@ -85,6 +107,7 @@ class Port {
   PortPfc pfc_;
   std::uint16_t max_tx_segments_ = UINT16_MAX;
   bool tx_split_pages_ = false;
+  RxLoss rx_loss_{};
 };
 
 // Ports EAL found (physical and virtual).

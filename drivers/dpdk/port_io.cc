@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -69,6 +70,10 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
       memory_(std::make_shared<Memory>()),
       segments_(new_segment_counts()) {
   memory_->queues.push_back(this);
+  if (const RxLoss& loss = port.rx_loss(); loss.probability > 0) {
+    rx_loss_threshold_ = static_cast<std::uint64_t>(std::ldexp(loss.probability, 64));
+    rx_loss_state_ = loss.seed * 0x9e3779b97f4a7c15ull + queue;
+  }
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
@@ -181,6 +186,13 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
   std::uint16_t n = 0;
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
+    // A lossy link on purpose (RxLoss): ARP, ND and MAC control pass.
+    if (rx_loss_threshold_ != 0 && !is_control(rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len) &&
+        impaired()) [[unlikely]] {
+      ++counters_.rx_dropped_impaired;
+      rte_pktmbuf_free(m);
+      continue;
+    }
     if (m->nb_segs > 1) [[unlikely]] {
       if (rte_pktmbuf_pkt_len(m) > kMaxFrame) {
         ++counters_.rx_dropped_too_long;
@@ -210,6 +222,14 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
     frames[n++] = engine::RxFrame{data, len, m};
   }
   return n;
+}
+
+bool PortIo::impaired() {
+  // splitmix64 (Steele, Lea and Flood 2014): one draw a frame.
+  std::uint64_t z = (rx_loss_state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) < rx_loss_threshold_;
 }
 
 void PortIo::rx_release(engine::RxFrame* frames, std::uint16_t n) {

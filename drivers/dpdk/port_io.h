@@ -53,6 +53,7 @@ class TscClock : public engine::Clock {
   X(rx_dropped_too_long, "frames dropped: longer than the largest frame taken")                 \
   X(rx_dropped_no_mbuf, "multi-segment frames dropped: no mbuf to linearize into")              \
   X(rx_other, "frames dropped: neither RoCEv2 nor ARP/ND for us")                               \
+  X(rx_dropped_impaired, "frames dropped on arrival on purpose: the lossy link asked for (UROCE_RX_LOSS, PortConfig::rx_loss)") \
   X(rx_pause, "802.3x PAUSE frames that reached the stack (a NIC's MAC normally takes them): dropped") \
   X(rx_pfc, "802.1Qbb PFC frames that reached the stack (a NIC's MAC normally takes them): dropped") \
   X(rx_mac_control_other, "MAC Control frames (ether_type 0x8808) of another opcode: dropped")  \
@@ -271,6 +272,12 @@ class PortIo : public engine::PacketIo {
   std::shared_ptr<Neighbors> neighbors_;
   std::array<void*, 64> rx_mbufs_{};
   PortIoCounters counters_;
+  // The port's RxLoss: a frame is dropped when the next draw is below
+  // rx_loss_threshold_ (probability * 2^64; 0: never, no draw).
+  std::uint64_t rx_loss_threshold_ = 0;
+  std::uint64_t rx_loss_state_ = 0;  // splitmix64
+  // The next draw of the lossy link: true to drop this frame.
+  bool impaired();
   std::shared_ptr<Memory> memory_;
   std::uintptr_t hit_lo_ = 0, hit_hi_ = 0;  // the last usable span a piece was found in
   int hit_slot_ = -1;

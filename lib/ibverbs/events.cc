@@ -208,6 +208,22 @@ void print_counters_on_close(uroce::Context& ctx, const char* when) {
   std::fputs(out.c_str(), stderr);
 }
 
+void print_qp_counters_on_destroy(const QueuePair& qp) {
+  const char* want = std::getenv("UROCE_COUNTERS");
+  if (want == nullptr || *want == '\0' || std::strcmp(want, "0") == 0) return;
+  const TransportOptions t = qp.transport_options();
+  char head[160];
+  std::snprintf(head, sizeof head, "uroce: QP 0x%06x (%s, %u path%s, BDP %u) counters (non-zero) at ibv_destroy_qp:",
+                qp.qp_num(), t.selective_repeat ? "selective repeat" : "go-back-N", t.spray_paths,
+                t.spray_paths == 1 ? "" : "s", t.bdp_packets);
+  std::string out = head;
+  for (const Stat& st : qp.stats()) {
+    if (st.value != 0) out += " qp." + std::string(st.name) + ' ' + std::to_string(st.value);
+  }
+  out += '\n';
+  std::fputs(out.c_str(), stderr);
+}
+
 void warn_if_ended_by_error(Qp* qp) {
   if (qp->fatal_reported || qp->qp->state() != IBV_QPS_ERR || qp->requested_state.load() == IBV_QPS_ERR) return;
   if (ended_by_error(*qp)) warn_error_state(*qp);

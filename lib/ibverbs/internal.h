@@ -363,6 +363,10 @@ void warn_if_ended_by_error(Qp* qp);
 // program closes its last context, or exits with one open (the workers
 // still up). `when` ends the heading line.
 void print_counters_on_close(uroce::Context& ctx, const char* when);
+// UROCE_COUNTERS=1 too: a QP's transport mode and non-zero counters, one
+// line on stderr as ibv_destroy_qp takes it (the device's counters at
+// close hold no QP's: they have gone by then).
+void print_qp_counters_on_destroy(const QueuePair& qp);
 
 // An asynchronous event of `o` (ibv_cq, ibv_qp, ibv_srq) acknowledged:
 // counted in its `acked` field under its mutex, waking a destroy that waits.

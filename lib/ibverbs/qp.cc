@@ -269,6 +269,7 @@ int ibv_destroy_qp(ibv_qp* ibv_qp) {
     uroce::ibverbs::forget_events(x, ibv_qp);
     uroce::ibverbs::warn_if_ended_by_error(qp);
   }
+  uroce::ibverbs::print_qp_counters_on_destroy(*qp->qp);
   uroce::ProtectionDomain* pd = qp->xrcd != nullptr ? uroce::ibverbs::xrc_target_pd(*qp)
                                                      : reinterpret_cast<uroce::ibverbs::Pd*>(ibv_qp->pd)->pd;
   if (const int rc = pd->destroy_qp(qp->qp); rc != 0) {

@@ -31,7 +31,7 @@ namespace uroce::service {
 // 8: kSetTransportOptions; CmConnect, CmAccept and CmEvent carry ECE (ece_vendor_id, ece_options),
 //    CmReject a reason.
 // 9: QueryQpReply carries the QP's transport options (the daemon's CM sets
-//    selective repeat when ECE agrees on it); QpCountersReply holds 96
+//    selective repeat when ECE agrees on it); QpCountersReply holds 128
 //    counters (40 cut the last ones off).
 inline constexpr std::uint32_t kProtocolVersion = 9;
 inline constexpr std::uint32_t kMaxSge = 16;
@@ -332,7 +332,7 @@ struct QuerySrqReply {
 struct QpCountersReply {
   // Room for every counter of transport/counters.h (checked where the
   // daemon fills it); 40 until protocol 9, when there were already 61.
-  static constexpr std::size_t kMax = 96;
+  static constexpr std::size_t kMax = 128;
   std::uint32_t count = 0;
   std::uint64_t value[kMax] = {};
 };
