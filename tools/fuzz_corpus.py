@@ -70,7 +70,7 @@ def synthetic():
     payload that answers ours (0x10, AETH); SEND Only with Invalidate
     (0x17, IETH) of the window, then a WRITE through it; with first flags
     0x96, XRC requests into fuzz_rc_rx's XRC target and an XRC ACK for its
-    initiator."""
+    initiator; with first flags 0xb6, selective repeat's (sr())."""
     reth = struct.pack(">QII", 0, 0, 8)
     atomic_write = bth(0x1D, 0) + reth + struct.pack(">Q", 0x0102030405060708)
     read_only = bth(0x10, 4, False) + struct.pack(">I", 0x1F000001)
@@ -93,6 +93,57 @@ def synthetic():
         chunk(send_inv) + chunk(write),
         xchunk(xrc_send, True) + xchunk(xrc_write) + xchunk(xrc_fadd),
         xchunk(xrc_ack, True),
+    ] + sr()
+
+
+def sr():
+    """rc_rx inputs for selective repeat (first flags 0xb6: the mode, our
+    keys, PSNs relative; a RETH's address 0x800 is our region's first byte,
+    path MTU 256). Ours: a SEND at PSN 0, a WRITE at 1-8, a READ at 9-14,
+    an atomic at 15, an ATOMIC WRITE at 16. The peer's requests: a WRITE of
+    three packets arriving last first, SENDs out of order and one naming a
+    receive never posted, a WRITE ahead running past the region, a READ and
+    a FetchAdd, PSNs at the window's edge. Its answers: SACKs (one naming
+    PSNs never sent), a READ response, an atomic ACK."""
+    def sreth(offset, length, recv, last, first_psn):
+        return struct.pack(">IIII", offset, length, (recv << 8) | (1 if last else 0), first_psn)
+
+    def reth(va, length):
+        return struct.pack(">QII", va, 0, length)
+
+    def sacketh(expected, bits):
+        return struct.pack(">I", expected) + bits.to_bytes(16, "big")
+
+    aeth = struct.pack(">I", 0x1F000000)
+    chunk = lambda t, first=False: bytes([0xB6 if first else 6, len(t) // 4]) + t
+    write_only = lambda psn, va=0x800, n=8: bth(0xCA, psn) + sreth(0, n, 0, True, psn) + reth(va, n) + b"w" * n
+    write3 = [
+        bth(0xC8, 2) + sreth(512, 520, 0, True, 0) + reth(0x800, 520) + b"L" * 8,
+        bth(0xC7, 1, False) + sreth(256, 520, 0, False, 0) + reth(0x800, 520) + b"M" * 256,
+        bth(0xC6, 0, False) + sreth(0, 520, 0, False, 0) + reth(0x800, 520) + b"F" * 256,
+    ]
+    send_only = lambda psn, recv: bth(0xC4, psn) + sreth(0, 8, recv, True, psn) + b"sendonly"
+    send2 = [
+        bth(0xC0, 0, False) + sreth(0, 300, 0, False, 0) + b"f" * 256,
+        bth(0xC2, 1) + sreth(256, 300, 0, True, 0) + b"l" * 44,
+    ]
+    read = bth(0xCC, 0) + sreth(0, 8, 0, True, 0) + reth(0x800, 8)
+    fetch_add = bth(0xD4, 1) + sreth(0, 8, 0, True, 1) + struct.pack(">QIQQ", 0x800, 0, 1, 0)
+    sack = lambda expected, bits: bth(0xD1, expected, False) + aeth + sacketh(expected, bits)
+    read_first = bth(0xCD, 9, False) + aeth + b"r" * 256
+    atomic_ack = bth(0xD2, 15, False) + aeth + struct.pack(">Q", 7)
+    return [
+        chunk(write_only(0), True),
+        b"".join(chunk(t, i == 0) for i, t in enumerate(write3)),
+        chunk(send_only(1, 1), True) + chunk(send_only(0, 0)),
+        chunk(send2[0], True) + chunk(send2[1]),
+        chunk(send_only(1, 0x123456), True) + chunk(send_only(0, 0)),
+        chunk(write_only(1, 0x800 + 4096 - 8, 64), True) + chunk(write_only(0)),
+        chunk(read, True) + chunk(fetch_add),
+        chunk(write_only(128), True) + chunk(write_only(129)),
+        chunk(sack(1, 1 << 127), True) + chunk(sack(9, 0)),
+        chunk(sack(0, (1 << 128) - 1), True) + chunk(sack(40, 0)),
+        chunk(sack(9, 0), True) + chunk(read_first) + chunk(atomic_ack),
     ]
 
 

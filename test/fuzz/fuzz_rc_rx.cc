@@ -18,18 +18,27 @@
 // bit 5 carries it in an 802.1Q tag (its VLAN ID from the PSN).
 // Bit 6 of the first frame's flags connects this input's QP over IPv6
 // (link-local GIDs, index 0) and wraps every frame in IPv6 instead; bit 7
-// makes it a UC QP (a SEND and a WRITE outstanding), or with bit 5 too a
-// UD QP (Q_Key 0x11111111, one datagram sent to the peer), or with bit 4
+// makes it a UC QP (a SEND and a WRITE outstanding), or with bit 5 (not 4)
+// too a UD QP (Q_Key 0x11111111, one datagram sent to the peer), or with bit 4
 // (not 5) XRC: an XRC target QP with the receives on an XRC SRQ of its
 // domain, and an XRC initiator QP with a SEND, a WRITE, a READ, an atomic
 // and an ATOMIC WRITE outstanding; requests go to the target, responses
-// to the initiator, and bit 1 also names our SRQ in an XRCETH. Inputs whose
+// to the initiator, and bit 1 also names our SRQ in an XRCETH. Bits 7, 5
+// and 4 together make it an RC QP in selective repeat (docs/transport.md;
+// path MTU 256, so that a frame holds a whole packet of a multi-packet
+// message) with RC's work outstanding; its frames carry the mode's opcodes
+// (0xc0-0xdd) with their SRETH and SACKETH as fuzzed, except that bit 1
+// also moves a RETH's or AtomicETH's address into the 8 KiB from 2 KiB
+// before our region to 2 KiB past its end (across its edges, into the guard
+// bytes, whatever the offsets add), and bit 2 makes an SRETH's first PSN and a SACKETH's
+// expected PSN relative as the BTH's. Inputs whose
 // length is a multiple of 3 reach the engine in segments, the first of
 // 14-110 bytes (cut anywhere in the headers), as multi-segment mbufs do.
 //
 // Checked besides sanitizer reports: the QP is in RTS or ERR (nothing
 // else is reachable from the wire), completions are only for work requests
-// we posted with a known status, and no byte outside the region moves.
+// we posted with a known status, a receive completed successfully holds no
+// more than its buffer, and no byte outside the region moves.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -58,7 +67,7 @@ constexpr std::uint32_t kPeerQpn = 0x42;
 constexpr std::uint32_t kSqPsn = 0x1000;
 constexpr std::uint32_t kRqPsn = 0x2000;
 constexpr std::size_t kRegion = 4096;
-constexpr std::size_t kGuard = 256;
+constexpr std::size_t kGuard = 2048;  // selective repeat's addresses reach 2 KiB either side
 constexpr std::uint8_t kGuardByte = 0xa5;
 constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
@@ -162,7 +171,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   init.send_cq = init.recv_cq = fx.cq;
   init.cap = ibv_qp_cap{16, 16, 2, 2, 64};
   const bool xrc = size > 0 && (data[0] & 0xb0) == 0x90;
-  if (size > 0 && (data[0] & 0x80) != 0 && !xrc) init.qp_type = (data[0] & 0x20) != 0 ? IBV_QPT_UD : IBV_QPT_UC;
+  const bool sr = size > 0 && (data[0] & 0xb0) == 0xb0;
+  if (size > 0 && (data[0] & 0x80) != 0 && !xrc && !sr) {
+    init.qp_type = (data[0] & 0x20) != 0 ? IBV_QPT_UD : IBV_QPT_UC;
+  }
   // XRC: `qp` is the target, `ini` the initiator.
   XrcDomain* xrcd = nullptr;
   SharedReceiveQueue* srq = nullptr;
@@ -190,6 +202,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   params.timeout = 10;  // 4 ms: the clock steps below expire it
   params.retry_cnt = 3;
   params.rnr_retry = 3;
+  if (sr) {
+    params.transport.selective_repeat = true;
+    params.mtu = IBV_MTU_256;
+  }
   Path path;
   path.ipv6 = size > 0 && (data[0] & 0x40) != 0;
   if (path.ipv6) {
@@ -287,18 +303,40 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (flags & 2) {
       for (wire::ExtHdr h : {wire::ExtHdr::kReth, wire::ExtHdr::kAtomicEth}) {
-        // Both carry the rkey at byte 8.
-        const std::size_t off = info.offset_of(h) + 8u;
-        if (info.offset_of(h) != 0 && off + 4 <= len) {
+        // Both carry the address at byte 0 and the rkey at byte 8.
+        const std::size_t hdr = info.offset_of(h);
+        if (hdr != 0 && hdr + 12 <= len) {
           wire::Be32 rkey;
           rkey.set(mr->rkey);
-          std::memcpy(transport.data() + off, &rkey, sizeof rkey);
+          std::memcpy(transport.data() + hdr + 8, &rkey, sizeof rkey);
+          if (sr) {
+            wire::Be64 va;
+            std::memcpy(&va, transport.data() + hdr, sizeof va);
+            va.set(reinterpret_cast<std::uint64_t>(region) + (va.get() & 0x1fff) - 0x800);
+            std::memcpy(transport.data() + hdr, &va, sizeof va);
+          }
         }
       }
     }
     if (flags & 4) {
       const std::uint32_t base = info.has(wire::kRequest) ? kRqPsn : kSqPsn;
-      bth.psn.set((base + (bth.psn.get() & 0xff)) & 0xffffff);
+      const auto relative = [base](wire::Be24& psn) { psn.set((base + (psn.get() & 0xff)) & 0xffffff); };
+      relative(bth.psn);
+      // Selective repeat: a request's message's first PSN, a SACK's expected PSN.
+      const std::size_t sreth = info.offset_of(wire::ExtHdr::kSreth);
+      if (sreth != 0 && sreth + sizeof(wire::Sreth) <= len) {
+        wire::Sreth h;
+        std::memcpy(&h, transport.data() + sreth, sizeof h);
+        relative(h.first_psn);
+        std::memcpy(transport.data() + sreth, &h, sizeof h);
+      }
+      const std::size_t sacketh = info.offset_of(wire::ExtHdr::kSacketh);
+      if (sacketh != 0 && sacketh + sizeof(wire::Sacketh) <= len) {
+        wire::Sacketh h;
+        std::memcpy(&h, transport.data() + sacketh, sizeof h);
+        relative(h.expected);
+        std::memcpy(transport.data() + sacketh, &h, sizeof h);
+      }
     }
     std::memcpy(transport.data(), &bth, sizeof bth);
     if (flags & 8) clock.now += 100'000'000;
@@ -325,6 +363,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int i = 0; i < n; ++i) {
       check(wc[i].status <= IBV_WC_TM_RNDV_INCOMPLETE);
       check((wc[i].wr_id >= 1 && wc[i].wr_id <= 6) || (wc[i].wr_id >= 100 && wc[i].wr_id <= 103));
+      // A receive (1024 bytes, a UD one's GRH included) never holds more.
+      check(wc[i].wr_id < 100 || wc[i].status != IBV_WC_SUCCESS || wc[i].byte_len <= 1024);
     }
     completions += n;
   }
