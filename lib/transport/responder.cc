@@ -407,6 +407,10 @@ void sr_note_last(Qp& qp, const Request& r, SrLastPacket::Kind kind) {
 }
 
 ResponderStep sr_taken(Qp& qp, Request& r) {
+  SrState& sr = *qp.sr;
+  sr.claim_psn[sr_slot(r.psn)] = r.psn;
+  sr.claim_first[sr_slot(r.psn)] =
+      r.p.sreth().first_psn.get() | (r.p.info->has(wire::kWrite) ? kSrClaimWrite : 0);
   r.taken = true;
   if (r.ahead) qp.counters.add(QpCounter::sr_ahead_placed);
   return ResponderStep::done;
@@ -467,10 +471,26 @@ bool sr_deliver(Qp& qp, Env& env, std::uint32_t from, std::uint32_t to) {
   SrState& sr = *qp.sr;
   const wire::ParsedFrame none{};
   for (std::uint32_t psn = from; psn != to; psn = psn_add(psn, 1)) {
+    // Each PSN of a message is a packet of it: a First opens it, the rest
+    // name its first PSN and kind, and nothing else comes inside it (a
+    // Last that claims another message's PSNs as its own is refused here,
+    // as RC's opcode sequence refuses it).
+    const std::uint32_t claimed = sr.claim_psn[sr_slot(psn)] == psn ? sr.claim_first[sr_slot(psn)] : kSrNoClaim;
+    sr.claim_psn[sr_slot(psn)] = kSrNoClaim;
+    const bool opens = claimed != kSrNoClaim && (claimed & kPsnMask) == psn;
+    if (sr.in_message ? claimed != sr.message_first : claimed != kSrNoClaim && !opens) {
+      take_exit(qp, Request{none, psn, ResponderExit::sr_bad_header});
+      return false;
+    }
+    if (opens) {
+      sr.in_message = true;
+      sr.message_first = claimed;
+    }
     SrLastPacket& slot = sr.last[sr_slot(psn)];
     if (slot.kind == SrLastPacket::Kind::kNone || slot.psn != psn) continue;
     const SrLastPacket m = slot;
     slot.kind = SrLastPacket::Kind::kNone;
+    sr.in_message = false;
     qp.resp.psn = psn_add(psn, 1);
     if (m.kind == SrLastPacket::Kind::kWrite) {
       ++qp.resp.msn;

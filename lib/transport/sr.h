@@ -33,6 +33,8 @@ struct SrLastPacket {
 };
 
 inline constexpr std::uint32_t kSrSlots = 2 * kSackWindow;
+inline constexpr std::uint32_t kSrNoClaim = 0xffffffff;  // no PSN (they are 24 bits)
+inline constexpr std::uint32_t kSrClaimWrite = 1u << 31; // in claim_first: a WRITE's packet
 constexpr std::uint32_t sr_slot(std::uint32_t psn) { return psn % kSrSlots; }
 
 // The most paths a QP sprays over (TransportOptions::spray_paths).
@@ -42,6 +44,13 @@ struct SrState {
   // --- Responder ------------------------------------------------------------
   ReceiveWindow window;                        // its expected PSN is qp.resp.psn
   std::array<SrLastPacket, kSrSlots> last{};   // message ends taken, not yet completed
+  // Every SEND or WRITE packet taken: its PSN and the first PSN of the
+  // message it says it belongs to (SRETH), kSrClaimWrite set for a WRITE's.
+  std::array<std::uint32_t, kSrSlots> claim_psn{};
+  std::array<std::uint32_t, kSrSlots> claim_first{};
+  // While the expected PSN is inside a message: its first PSN and kind.
+  bool in_message = false;
+  std::uint32_t message_first = 0;
   std::uint32_t recv_base = 0;                 // ordinal of the receive WQE at rq_next
 
   // --- Requester ------------------------------------------------------------
@@ -66,6 +75,8 @@ struct SrState {
 inline void sr_reset_responder(SrState& sr, std::uint32_t expected) {
   sr.window.reset(expected);
   sr.last.fill(SrLastPacket{});
+  sr.claim_psn.fill(kSrNoClaim);
+  sr.in_message = false;
   sr.recv_base = 0;
 }
 

@@ -42,7 +42,11 @@ int LocalBackend::set_transport_options(QueuePair& qp, const TransportOptions& o
           return c_.fail(EOPNOTSUPP, "selective repeat takes receives from the QP's own queue, not an SRQ");
         }
         q.options = transport::Qp::Options{options.selective_repeat, options.spray_paths, options.bdp_packets};
-        if (options.selective_repeat && q.sr == nullptr) q.sr = std::make_unique<transport::SrState>();
+        if (options.selective_repeat && q.sr == nullptr) {
+          q.sr = std::make_unique<transport::SrState>();
+          transport::sr_reset_responder(*q.sr, q.resp.psn);
+          transport::sr_reset_requester(*q.sr, q.req.psn);
+        }
         if (!options.selective_repeat) q.sr.reset();
         q.comp.window = transport::window_cap(q);
         return 0;

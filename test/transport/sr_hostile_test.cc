@@ -207,6 +207,36 @@ TEST(SrHostile, SendNamingAPostedReceiveOutOfTurnEndsTheQp) {
   for (const ibv_wc& wc : rig.completions) EXPECT_NE(wc.status, IBV_WC_SUCCESS) << "wr_id " << wc.wr_id;
 }
 
+// A Last whose SRETH passes an earlier message's PSN off as its own first
+// one (SEND Only at p, then SEND Last at p + 1 claiming p as its first, with
+// the length of a two-packet message): every PSN from a message's first to
+// its last must be a packet of it, so the Last is NAKed Invalid Request at
+// delivery, the QP goes to ERR and receive 1 does not complete.
+TEST(SrHostile, ALastClaimingAnotherMessagesPsnsIsRefused) {
+  ExitRig rig;
+  ScriptedRc& r = rig.connect(sr_params());
+  rig.post_receives();
+  rig.mark();
+  r.inject(sr_packet(rig, kSendOnly, p, p, 0, 8, true, 0), std::vector<std::uint8_t>(8, 0x11));
+  r.inject(sr_packet(rig, static_cast<Opcode>(0xc2), p + 1, p, kMtu, kMtu + 8, true, 1),
+           std::vector<std::uint8_t>(8, 0x22));  // SR_SEND_LAST
+  rig.settle();
+  EXPECT_EQ(rig.delta(QpCounter::drop_bad_sreth), 1u);
+  const std::vector<wire::ParsedFrame> naks = naks_sent(rig);
+  ASSERT_EQ(naks.size(), 1u);
+  EXPECT_EQ(int{naks[0].aeth().syndrome}, int{nak(NakCode::kInvalidRequest)});
+  EXPECT_EQ(naks[0].bth().psn.get(), p + 1);
+  EXPECT_EQ(rig.qp()->state(), IBV_QPS_ERR);
+  bool first_done = false;
+  for (const ibv_wc& wc : rig.completions) {
+    if (wc.wr_id == kInUse && wc.status == IBV_WC_SUCCESS) first_done = true;
+    if (wc.wr_id == kNext) {
+      EXPECT_NE(wc.status, IBV_WC_SUCCESS) << "receive 1 completed as a message it never got";
+    }
+  }
+  EXPECT_TRUE(first_done) << "the honest SEND Only before it completes";
+}
+
 TEST(SrHostile, PsnBeyondTheWindowIsDroppedUnanswered) {
   ExitRig rig;
   ScriptedRc& r = rig.connect(sr_params());
