@@ -42,7 +42,9 @@ void emit_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire::
 const wire::PathHeader& next_path(Qp& qp) {
   if (qp.sr == nullptr || qp.sr->paths.size() <= 1) [[likely]] return qp.path;
   SrState& sr = *qp.sr;
-  return sr.paths[sr.next_path++ % sr.paths.size()];
+  const wire::PathHeader& path = sr.paths[sr.next_path];
+  if (++sr.next_path == sr.paths.size()) sr.next_path = 0;  // no division per packet
+  return path;
 }
 
 void emit(Qp& qp, Env& env, wire::TxFrame& f, wire::TransportHeaders& th, std::uint32_t payload_bytes) {
