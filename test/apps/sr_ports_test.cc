@@ -30,6 +30,7 @@
 #include <set>
 #include <string>
 
+#include "support/veth_namespaces.h"
 #include "support/command.h"
 #include "support/free_port.h"
 #include "support/test_seed.h"
@@ -68,36 +69,11 @@ const auto* const kRemoveRuntimeFolders = ::testing::AddGlobalTestEnvironment(ne
 // Two namespaces joined by a veth pair (MTU 9000), made once for the suite
 // and removed at exit: the kernels carry the side channels' TCP on
 // 10.98.0.1 and .2, the DPDK ports own .11 and .12 on the same links.
-class Namespaces {
- public:
-  static Namespaces& get() {
-    static Namespaces n;
+struct Namespaces {
+  static const uroce::test::VethNamespaces& get() {
+    static const uroce::test::VethNamespaces n("srp", "srveth", "10.98.0");
     return n;
   }
-  const std::string& error() const { return error_; }
-  const std::string a = "uroce-srp-a-" + std::to_string(getpid());
-  const std::string b = "uroce-srp-b-" + std::to_string(getpid());
-
- private:
-  Namespaces() {
-    const std::string cmds[] = {
-        "ip netns add " + a, "ip netns add " + b,
-        "ip -n " + a + " link add srveth0 mtu 9000 type veth peer name srveth1 mtu 9000 netns " + b,
-        "ip -n " + a + " addr add 10.98.0.1/24 dev srveth0", "ip -n " + b + " addr add 10.98.0.2/24 dev srveth1",
-        "ip -n " + a + " link set srveth0 up", "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set srveth1 up", "ip -n " + b + " link set lo up"};
-    for (const std::string& c : cmds) {
-      if (std::system((c + " >/dev/null 2>&1").c_str()) != 0) {
-        error_ = "'" + c + "' failed: needs root and iproute2 (tools/setup.sh installs it)";
-        return;
-      }
-    }
-  }
-  ~Namespaces() {
-    std::system(("ip netns del " + a + " 2>/dev/null").c_str());
-    std::system(("ip netns del " + b + " 2>/dev/null").c_str());
-  }
-  std::string error_;
 };
 
 enum class Link { kMemif, kVeth };

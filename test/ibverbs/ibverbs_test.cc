@@ -22,6 +22,7 @@
 #include <string_view>
 #include <thread>
 
+#include "support/veth_namespaces.h"
 #include "support/command.h"
 #include "support/free_port.h"
 #include "support/uroce_ready.h"
@@ -232,37 +233,11 @@ struct Pair {
 };
 enum class Link { kMemif, kVeth };
 
-class Namespaces {
- public:
-  static Namespaces& get() {
-    static Namespaces n;
+struct Namespaces {
+  static const uroce::test::VethNamespaces& get() {
+    static const uroce::test::VethNamespaces n("ibv", "ibveth", "10.97.0");
     return n;
   }
-  const std::string& error() const { return error_; }
-  std::string a = "uroce-ibv-a-" + std::to_string(getpid());
-  std::string b = "uroce-ibv-b-" + std::to_string(getpid());
-
- private:
-  Namespaces() {
-    const std::string cmds[] = {
-        "ip netns add " + a, "ip netns add " + b,
-        "ip -n " + a + " link add ibveth0 mtu 9000 type veth peer name ibveth1 mtu 9000 netns " + b,
-        "ip -n " + a + " addr add 10.97.0.1/24 dev ibveth0", "ip -n " + b + " addr add 10.97.0.2/24 dev ibveth1",
-        "ip -n " + a + " link set ibveth0 up", "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set ibveth1 up", "ip -n " + b + " link set lo up"};
-    for (const std::string& c : cmds) {
-      if (std::system((c + " 2>/dev/null").c_str()) != 0) {
-        error_ = "'" + c + "' failed: needs root and iproute2 (tools/setup.sh installs it)";
-        return;
-      }
-    }
-  }
-  // At exit (the static's destructor).
-  ~Namespaces() {
-    std::system(("ip netns del " + a + " 2>/dev/null").c_str());
-    std::system(("ip netns del " + b + " 2>/dev/null").c_str());
-  }
-  std::string error_;
 };
 
 class LinkPair {

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/veth_namespaces.h"
 #include "support/command.h"
 #include "support/free_port.h"
 
@@ -44,42 +45,17 @@ bool have(const char* path) { return access(path, X_OK) == 0; }
 
 // Two namespaces and the veth between them, for the whole binary. The
 // kernel and uroce share each side's address (10.94.0.1 and .2).
-class Namespaces {
- public:
-  static Namespaces& get() {
-    static Namespaces n;
+struct Namespaces {
+  static const uroce::test::VethNamespaces& get() {
+    static const uroce::test::VethNamespaces n("fab", "fabveth", "10.94.0");
     return n;
   }
-  const std::string& error() const { return error_; }
-  std::string a = "uroce-fab-a-" + std::to_string(getpid());
-  std::string b = "uroce-fab-b-" + std::to_string(getpid());
-
- private:
-  Namespaces() {
-    const std::string cmds[] = {
-        "ip netns add " + a, "ip netns add " + b,
-        "ip -n " + a + " link add fabveth0 mtu 9000 type veth peer name fabveth1 mtu 9000 netns " + b,
-        "ip -n " + a + " addr add 10.94.0.1/24 dev fabveth0", "ip -n " + b + " addr add 10.94.0.2/24 dev fabveth1",
-        "ip -n " + a + " link set fabveth0 up", "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set fabveth1 up", "ip -n " + b + " link set lo up"};
-    for (const std::string& c : cmds) {
-      if (std::system((c + " 2>/dev/null").c_str()) != 0) {
-        error_ = "'" + c + "' failed: needs root and iproute2 (tools/setup.sh installs it)";
-        return;
-      }
-    }
-  }
-  ~Namespaces() {
-    std::system(("ip netns del " + a + " 2>/dev/null").c_str());
-    std::system(("ip netns del " + b + " 2>/dev/null").c_str());
-  }
-  std::string error_;
 };
 
 // The command prefix for one side: its namespace, uroce-run on its end of
 // the veth, its own CPU, the kernel interface's address.
 std::string side(bool server) {
-  const Namespaces& n = Namespaces::get();
+  const auto& n = Namespaces::get();
   return "ip netns exec " + (server ? n.a : n.b) + " " + UROCE_RUN +
          " --no-huge --no-shconf --no-pci -m 256 --log-level=lib.eal:error -l " + (server ? "0" : "1") +
          " --vdev=net_af_packet0,iface=fabveth" + (server ? "0" : "1") +
