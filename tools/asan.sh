@@ -34,7 +34,8 @@
 #   service_transports' StockPingpongs (stock ibv_srq/ud/uc_pingpong), service_ucx's (ucx_perftest),
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
 #   rdma_xserver/rdma_xclient, rping, udaddy) and of fabric_stock (libfabric's
-#   fi_info and fi_pingpong, rdmacm-utils, cmtime);
+#   fi_info and fi_pingpong, rdmacm-utils, cmtime), and sr_ports' StockSr*
+#   cases (perftest under uroce-run with selective repeat);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
@@ -53,7 +54,8 @@ declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibver
                    [service_transports]='-*/Transports.StockPingpongs/*'
                    [service_ucx]='-*/Ucx.Stock*/*'
                    [rdmacm_stock]='-RdmacmUtils*'
-                   [fabric_stock]='-Fabric.*:Fabric/*')
+                   [fabric_stock]='-Fabric.*:Fabric/*'
+                   [sr_ports]='-StockSr*:*/StockSr*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh
