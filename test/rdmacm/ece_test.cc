@@ -60,6 +60,26 @@ ibv_qp* make_qp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type) {
   return ibv_create_qp(pd, &ia);
 }
 
+// Moves `qp` (in INIT) to RTR, connected to itself: where ECE's agreement
+// is applied. 0, or the failing line.
+int to_rtr_self(ibv_context* ctx, ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = qp->qp_num;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  CHECK(ibv_query_gid(ctx, 1, 1, &a.ah_attr.grh.dgid) == 0);
+  CHECK(ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  return 0;
+}
+
 // ibv_query_ece and ibv_set_ece on QPs of the device.
 int ece_values() {
   int n = 0;
@@ -106,20 +126,7 @@ int ece_values() {
   a.port_num = 1;
   CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   CHECK(ibv_set_ece(qp, &ece) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = qp->qp_num;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  CHECK(ibv_query_gid(ctx, 1, 1, &a.ah_attr.grh.dgid) == 0);
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  if (const int e = to_rtr_self(ctx, qp); e != 0) return e;
   CHECK(ibv_set_ece(qp, &ece) == EINVAL);
   CHECK(ibv_query_ece(qp, &ece) == 0 && ece.options == supported());
 
@@ -195,20 +202,7 @@ int srq_qp_runs_go_back_n() {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = qp->qp_num;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  CHECK(ibv_query_gid(ctx, 1, 1, &a.ah_attr.grh.dgid) == 0);
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  if (const int e = to_rtr_self(ctx, qp); e != 0) return e;
   CHECK(!options_of(qp).selective_repeat);
   CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_srq(srq) == 0 && ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0);
