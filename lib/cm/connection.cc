@@ -159,6 +159,7 @@ void Manager::Impl::on_req(const wire::CmMad& m, const Gid& peer, std::vector<Ev
   c.initiator = req.responder_resources;
   c.retry = req.retry_count;
   c.rnr_retry = req.rnr_retry_count;
+  c.timeout = req_ack_timeout(req);
   c.listen_service = req.service_id;
   c.listen_generation = listener.generation;
   ++listener.pending;

@@ -529,14 +529,17 @@ int Manager::accept(std::uint32_t comm_id, const AcceptParams& p) {
     return 0;
   }
   if (c == nullptr || c->state != Impl::State::kReqRcvd) return ENOENT;
-  if ((p.qp == nullptr && (p.qpn == 0 || p.qpn > 0xffffff)) || p.private_data.size() > 196) return EINVAL;
+  if ((p.qp == nullptr && (p.qpn == 0 || p.qpn > 0xffffff)) || p.private_data.size() > 196 ||
+      (p.timeout > 31 && p.timeout != kTimeoutOfReq)) {
+    return EINVAL;
+  }
   const wire::CmReq& req = c->req;
   // The REQ's values (on_req) settled by the answer; kept only if the QP
   // moves (a failed accept leaves the request as it was).
   Impl::Conn settled = *c;
   settled.responder = std::min(p.responder_resources, req.initiator_depth);
   settled.initiator = std::min(p.initiator_depth, req.responder_resources);
-  settled.timeout = p.timeout;
+  settled.timeout = p.timeout != kTimeoutOfReq ? p.timeout : req_ack_timeout(req);
   settled.rnr_retry = p.rnr_retry_count;
   // ECE (this side takes part: p.ece_vendor_id): what the answer agrees to
   // of what the REQ offered; another vendor's REQ, or one without, nothing.

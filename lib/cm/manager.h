@@ -156,6 +156,10 @@ struct SidrParams {
 };
 
 // What an answer to a kRequest names (Backend::accept).
+// AcceptParams::timeout: the REQ's Local ACK Timeout (at least 1, as Linux
+// takes it: its path's packet life time plus one).
+inline constexpr std::uint8_t kTimeoutOfReq = 0xff;
+
 struct AcceptParams {
   QueuePair* qp = nullptr;  // RC, in RESET or INIT; nullptr: the program's own, as in ConnectParams
   std::uint32_t qpn = 0;
@@ -163,7 +167,10 @@ struct AcceptParams {
   std::uint8_t responder_resources = 16;
   std::uint8_t initiator_depth = 16;
   std::uint8_t rnr_retry_count = 7;
-  std::uint8_t timeout = 14;  // the QP's local ACK timeout (4.096 us * 2^timeout)
+  // The QP's local ACK timeout (4.096 us * 2^timeout), or kTimeoutOfReq:
+  // the one the REQ names (its primary path's Local ACK Timeout), as
+  // Linux's CM sets the passive side's QP.
+  std::uint8_t timeout = 14;
   std::vector<std::uint8_t> private_data;  // up to 196 bytes (a SIDR request's answer: 136)
   // ECE the REP answers with (vendor id 0: none): what this side agrees to,
   // applied to `qp` before RTR (set_ece) if the REQ named the same vendor.

@@ -50,6 +50,13 @@ inline Gid gid_bytes(const ibv_gid& g) {
   std::memcpy(b.data(), g.raw, 16);
   return b;
 }
+// The passive side's local ACK timeout from a REQ: its primary path's
+// Local ACK Timeout, at least 1 (Linux's CM takes the path's packet life
+// time as that minus one, then adds one back, so 0 does not mean infinite).
+inline std::uint8_t req_ack_timeout(const wire::CmReq& req) {
+  return req.primary.local_ack_timeout == 0 ? 1 : req.primary.local_ack_timeout;
+}
+
 inline ibv_gid to_gid(const Gid& b) {
   ibv_gid g;
   std::memcpy(g.raw, b.data(), 16);

@@ -7,8 +7,18 @@
 #include <rdma/rdma_cma.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace uroce::rdmacm {
+
+// The local ACK timeout of an active side's QP, and of its REQ, unless
+// RDMA_OPTION_ID_ACK_TIMEOUT says otherwise: 4.096 us * 2^19, about 2.1 s.
+// Linux's rdma_cm gives a RoCE path a packet life time of 18 and its CM adds
+// one (Soft-RoCE's REQs in rping.pcap and ib_write_bw_rdma_cm.pcap carry
+// 19; kernels after 6.1 use 16, so 17). The passive side takes the REQ's
+// (cm::kTimeoutOfReq). Programs on rdma_cm count on this: perftest -R sets
+// no timeout of its own, and 67 ms (ibv's usual 14) gave up on a slow peer.
+inline constexpr std::uint8_t kRoceAckTimeout = 19;
 
 // UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
 bool debug();

@@ -1283,7 +1283,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.retry_count = std::min<std::uint8_t>(conn_param->retry_count, 7);
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
-  if (i->ack_timeout) p.timeout = *i->ack_timeout;
+  p.timeout = i->ack_timeout.value_or(uroce::rdmacm::kRoceAckTimeout);
   // ECE in the REQ: the QP's (ibv_query_ece), or rdma_set_local_ece's.
   const ibv_ece offer = uroce::rdmacm::local_ece(id->qp, i->local_ece);
   p.ece_vendor_id = offer.vendor_id;
@@ -1346,7 +1346,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     }
     p.rnr_retry_count = std::min<std::uint8_t>(conn_param->rnr_retry_count, 7);
   }
-  if (i->ack_timeout) p.timeout = *i->ack_timeout;
+  p.timeout = i->ack_timeout.value_or(uroce::cm::kTimeoutOfReq);
   // ECE in the REP: what the QP (or rdma_set_local_ece) agrees to of the REQ's.
   const ibv_ece answer = uroce::rdmacm::local_ece(id->qp, i->local_ece);
   p.ece_vendor_id = answer.vendor_id;

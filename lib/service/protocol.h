@@ -33,7 +33,9 @@ namespace uroce::service {
 // 9: QueryQpReply carries the QP's transport options (the daemon's CM sets
 //    selective repeat when ECE agrees on it); QpCountersReply holds 128
 //    counters (40 cut the last ones off).
-inline constexpr std::uint32_t kProtocolVersion = 9;
+// 10: CmAccept's timeout may be 0xff (cm::kTimeoutOfReq): the REQ's, as
+//    librdmacm accepts unless RDMA_OPTION_ID_ACK_TIMEOUT was set.
+inline constexpr std::uint32_t kProtocolVersion = 10;
 inline constexpr std::uint32_t kMaxSge = 16;
 inline constexpr std::uint32_t kMaxInline = 256;
 inline constexpr std::size_t kMessageText = 240;  // Reply::message

@@ -189,6 +189,35 @@ EceRun ece_connection(std::uint32_t offer_vendor, std::uint32_t offer, std::uint
   return r;
 }
 
+// A passive side that accepts with kTimeoutOfReq gives its QP the REQ's
+// Local ACK Timeout (as Linux's CM does); a number of its own wins, and one
+// a QP cannot hold is refused.
+TEST(Cm, ThePassiveQpTakesTheReqsAckTimeoutWhenAskedTo) {
+  for (const std::uint8_t accept_timeout : {cm::kTimeoutOfReq, std::uint8_t{12}}) {
+    CmPair p(7);
+    ASSERT_TRUE(p.ma && p.mb) << p.why;
+    ASSERT_EQ(p.mb->listen(kService, &p.owner), 0);
+    cm::Manager::ConnectParams cp = p.connect_params();
+    cp.timeout = 16;
+    std::uint32_t id = 0;
+    ASSERT_EQ(p.ma->connect(cp, id), 0);
+    ASSERT_TRUE(p.run([&] { return CmPair::find(p.eb, EventType::kRequest) != nullptr; }));
+    const Event request = *CmPair::find(p.eb, EventType::kRequest);
+    EXPECT_EQ(request.req.primary.local_ack_timeout, 16);
+    cm::Manager::AcceptParams ap = accept_params(p.qb);
+    ap.timeout = 32;
+    EXPECT_EQ(p.mb->accept(request.comm_id, ap), EINVAL);
+    ap.timeout = accept_timeout;
+    ASSERT_EQ(p.mb->accept(request.comm_id, ap), 0);
+    ASSERT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kEstablished) != nullptr; }));
+    ibv_qp_attr a{};
+    ASSERT_EQ(p.qa->query(a, IBV_QP_TIMEOUT), 0);
+    EXPECT_EQ(a.timeout, 16);
+    ASSERT_EQ(p.qb->query(a, IBV_QP_TIMEOUT), 0);
+    EXPECT_EQ(a.timeout, accept_timeout == cm::kTimeoutOfReq ? 16 : accept_timeout);
+  }
+}
+
 // ECE travels in the REQ and REP: the REQ's offer reaches the passive side,
 // the REP echoes the REQ's vendor id with what both named, and each managed
 // QP is given that agreement before RTR; an offer of another vendor, a

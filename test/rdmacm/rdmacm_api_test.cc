@@ -139,6 +139,64 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   rdma_destroy_event_channel(client_ch);
 }
 
+// Without RDMA_OPTION_ID_ACK_TIMEOUT, both QPs get what Linux's rdma_cm gives
+// a RoCE path: the REQ names 19 (4.096 us * 2^19, Soft-RoCE's REQs in the
+// golden captures carry 0x13), the active QP takes it, the passive QP takes
+// the REQ's. A server that sets the option still wins on its side.
+TEST(RdmaCmApi, QpsTakeLinuxsRoceAckTimeoutAndThePassiveSideTheReqs) {
+  configure();
+  Deadline deadline(30);
+  for (const int server_option : {-1, 16}) {
+    SCOPED_TRACE("server option " + std::to_string(server_option));
+    rdma_event_channel* ch = rdma_create_event_channel();
+    ASSERT_NE(ch, nullptr);
+    rdma_cm_id* listener = nullptr;
+    ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in at = ipv4(next_port());
+    ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
+    ASSERT_EQ(rdma_listen(listener, 4), 0);
+    rdma_cm_id* client = nullptr;
+    ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ibv_qp_init_attr attr{};
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+    ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
+    rdma_conn_param param{};
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    ASSERT_EQ(rdma_connect(client, &param), 0);
+    const CmEvent request = next_cm_event(ch);
+    ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
+    if (server_option >= 0) {
+      std::uint8_t t = static_cast<std::uint8_t>(server_option);
+      ASSERT_EQ(rdma_set_option(request.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1), 0);
+    }
+    ASSERT_EQ(rdma_accept(request.id, &param), 0);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+    ibv_qp_attr q{};
+    ibv_qp_init_attr qi{};
+    ASSERT_EQ(ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
+    EXPECT_EQ(q.timeout, 19);
+    ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
+    EXPECT_EQ(q.timeout, server_option >= 0 ? server_option : 19);
+    ASSERT_EQ(rdma_disconnect(client), 0);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+    rdma_destroy_qp(client);
+    rdma_destroy_qp(request.id);
+    EXPECT_EQ(rdma_destroy_id(client), 0);
+    EXPECT_EQ(rdma_destroy_id(request.id), 0);
+    EXPECT_EQ(rdma_destroy_id(listener), 0);
+    rdma_destroy_event_channel(ch);
+  }
+}
+
 // RDMA_OPTION_ID_ACK_TIMEOUT (rdma-core's test_rdmacm_async_traffic sets
 // 21): each side's QP gets the timeout its ID was given, on connect and on
 // accept; a value a QP cannot hold (over 31) or of the wrong size is refused.

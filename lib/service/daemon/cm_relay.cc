@@ -435,8 +435,11 @@ void Server::op_cm_connect(Client& c, const service::Request& req, const int*, i
 void Server::op_cm_accept(Client& c, const service::Request& req, const int*, int, service::Reply& reply,
                           std::vector<int>&) {
   const service::CmAccept& r = req.cm_accept;
-  if (r.private_data_len > sizeof r.private_data || r.rnr_retry_count > 7 || r.timeout > 31) {
-    fail(reply, EINVAL, "cm_accept: private data over 196 bytes, an RNR retry count over 7 or a timeout over 31");
+  if (r.private_data_len > sizeof r.private_data || r.rnr_retry_count > 7 ||
+      (r.timeout > 31 && r.timeout != cm::kTimeoutOfReq)) {
+    fail(reply, EINVAL,
+         "cm_accept: private data over 196 bytes, an RNR retry count over 7 or a timeout over 31 (other than "
+         "0xff, the REQ's)");
     return;
   }
   QueuePair* qp = process_qp(c, r.qpn);
