@@ -12,6 +12,8 @@
 # Needs root. Usage: tools/interop-rxe-verbs.sh [OUT.json]
 # UROCE_INTEROP_ONLY=REGEX runs only the cases whose command matches
 # (e.g. 'transport sr': the fallback cases alone, 1.5-3.5 minutes).
+# UROCE_INTEROP_KEEP=DIR keeps each failed case's whole output, both sides
+# (and its capture, for the fallback cases), in DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -42,11 +44,12 @@ figures() {
 # TCP exchange, our side's kernel end of the bridge), unless "own": then the
 # commands name their addresses themselves (rdma_cm: our RoCE address).
 one() {
-  local dir=$1 ourcmd=$2 guestcmd=$3 own=${4:-} log glog urc grc pcap=""
+  local dir=$1 ourcmd=$2 guestcmd=$3 own=${4:-} log glog urc grc pcap="" sr=""
   [[ -n ${UROCE_INTEROP_ONLY:-} && ! $ourcmd =~ $UROCE_INTEROP_ONLY ]] && return 0
   log=$(mktemp)
   glog=$(mktemp)
-  if [[ $ourcmd == "--transport sr "* ]]; then
+  [[ $ourcmd == "--transport sr "* ]] && sr=1
+  if [[ -n $sr || -n ${UROCE_INTEROP_KEEP:-} ]]; then
     pcap=$(mktemp --suffix=.pcap)
     capture_start "$pcap"
   fi
@@ -77,8 +80,8 @@ one() {
   f=$(figures "$log")
   [[ -z $f ]] && f=$(figures "$glog")  # the passive side of READ/atomic prints none
   if [[ $urc -ne 0 || $grc -ne 0 || -z $f ]] || grep -qi "invalid data\|Failed status\|Couldn't" "$log" "$glog"; then ok=FAIL; fi
-  if [[ -n $pcap ]]; then
-    capture_stop
+  [[ -n $pcap ]] && capture_stop
+  if [[ -n $sr ]]; then
     if [[ -n $cap_why ]]; then
       ok=FAIL
       f="$f; $cap_why"
@@ -99,7 +102,6 @@ one() {
     # back from, and the case cannot pass.
     grep -q "selective repeat and spraying are not implemented yet\|does not run selective repeat" "$log" &&
       f="$f; this build refuses sr (no selective repeat yet), so no fallback is checked"
-    rm -f "$pcap"
   fi
   printf '%-5s %-13s %-40s %s\n' "$ok" "$dir" "$ourcmd" "$f"
   if [[ $ok == PASS ]]; then
@@ -109,7 +111,15 @@ one() {
     echo "    uroce rc=$urc, rxe rc=$grc"
     grep -v 'EAL:\|TELEMETRY' "$log" | tail -4 | sed 's/^/    uroce: /'
     tail -4 "$glog" | sed 's/^/    rxe:   /'
+    if [[ -n ${UROCE_INTEROP_KEEP:-} ]]; then
+      local keep
+      keep=$UROCE_INTEROP_KEEP/$(date +%H%M%S)-$dir-$(tr -c 'A-Za-z0-9\n' _ <<<"$ourcmd" | cut -c1-60)
+      mkdir -p "$UROCE_INTEROP_KEEP" && cp "$log" "$keep.uroce.log" && cp "$glog" "$keep.rxe.log" &&
+        echo "    kept: $keep.*"
+      [[ -n $pcap ]] && cp "$pcap" "$keep.pcap"
+    fi
   fi
+  [[ -n $pcap ]] && rm -f "$pcap"
   results+=("{\"direction\":\"$dir\",\"command\":\"$ourcmd\",\"result\":\"$ok\",\"figures\":\"${f//\"/\'}\"}")
   rm -f "$log" "$glog"
 }
