@@ -54,9 +54,19 @@ one() {
     capture_start "$pcap"
   fi
   if [[ $dir == uroce-server ]]; then
-    timeout 120 "${ours[@]}" $ourcmd >"$log" 2>&1 &
+    # An rdma_cm server says when it listens (UROCE_RDMACM_DEBUG): the
+    # guest's REQ waits for that, as a REQ before it is refused (REJ,
+    # invalid service ID), and starting takes more than 2 s on a loaded host.
+    timeout 120 env ${own:+UROCE_RDMACM_DEBUG=1} "${ours[@]}" $ourcmd >"$log" 2>&1 &
     local upid=$!
     sleep 2
+    if [[ -n $own ]]; then
+      for _ in $(seq 100); do
+        grep -q "rdma_listen: listening" "$log" && break
+        kill -0 "$upid" 2>/dev/null || break
+        sleep 0.5
+      done
+    fi
     local to=" $rxe_host"
     [[ -n $own ]] && to=""
     timeout 120 "$peer" run -t 110 "$guestcmd$to" >"$glog" 2>&1

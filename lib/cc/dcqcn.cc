@@ -7,6 +7,13 @@
 
 namespace uroce::cc {
 
+std::uint32_t window_packets(const DcqcnParams& p, std::uint32_t mtu) {
+  if (p.window_rtt_ns == 0) return 0;
+  const double bdp_bytes = p.line_rate_bps * static_cast<double>(p.window_rtt_ns) / 8e9;
+  const double frame = static_cast<double>(mtu) + 98;
+  return static_cast<std::uint32_t>(std::max(1.0, std::ceil(bdp_bytes / frame)));
+}
+
 void DcqcnRate::reset(const DcqcnParams* params, std::uint64_t now_ns) {
   p_ = params;
   rc_ = rt_ = p_->line_rate_bps * p_->start_rate_fraction;
@@ -49,9 +56,9 @@ void DcqcnRate::increase() {
   if (std::max(t_, bc_) <= f) {
     // Fast recovery: halfway back to the rate before the last cut.
   } else if (std::min(t_, bc_) > f) {
-    rt_ += static_cast<double>(std::min(t_, bc_) - f) * p_->hai_rate_bps;
+    rt_ += static_cast<double>(std::min(t_, bc_) - f) * p_->hai_rate_bps * scale();
   } else {
-    rt_ += p_->ai_rate_bps;
+    rt_ += p_->ai_rate_bps * scale();
   }
   rc_ = (rt_ + rc_) / 2;
   bound_rates();
@@ -122,6 +129,8 @@ std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p) {
     else if (key == "rp_fast_recovery_steps") p.fast_recovery_steps = static_cast<std::uint32_t>(u64);
     else if (key == "rp_ai_rate_mbps") p.ai_rate_bps = v * 1e6;
     else if (key == "rp_hai_rate_mbps") p.hai_rate_bps = v * 1e6;
+    else if (key == "rp_increase_reference_gbps") p.increase_reference_bps = v * 1e9;
+    else if (key == "rp_window_rtt_us") p.window_rtt_ns = static_cast<std::uint64_t>(v * 1000);
     else if (key == "rp_start_rate_percent") {
       if (v <= 0 || v > 100) return where + "rp_start_rate_percent is a share of the line rate: above 0, at most 100, not '" + value + "'";
       p.start_rate_fraction = v / 100;

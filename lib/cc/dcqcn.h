@@ -4,8 +4,10 @@
 // allocation; the engine feeds it CNPs, bytes sent and the time.
 //
 // Reaction point, per QP: current rate Rc, target rate Rt, and alpha.
-//   start:        Rc = Rt = start_rate_fraction * line_rate (not line rate:
-//                 see DcqcnParams::start_rate_fraction).
+//   start:        Rc = Rt = start_rate_fraction * line_rate (1: line rate,
+//                 as ConnectX; the transport caps the QP's packets in
+//                 flight at the path's BDP, window_packets, so that QPs
+//                 starting together do not overrun a buffer).
 //   CNP:          Rt = Rc if clamp_tgt_rate, or if an increase event came
 //                 since the last cut (a byte-counter one; a timer one too
 //                 with clamp_tgt_rate_after_time_inc), as ConnectX does; the
@@ -20,6 +22,7 @@
 //                   min(T, BC) >  F:  hyper increase   Rt += i * R_HAI, i = min(T, BC) - F;
 //                                                      Rc = (Rt + Rc) / 2
 //                   otherwise:        additive increase Rt += R_AI; Rc = (Rt + Rc) / 2
+//                 R_AI and R_HAI scale with line_rate / increase_reference.
 //   Rates stay within [min_rate, line_rate].
 #pragma once
 
@@ -44,10 +47,22 @@ struct DcqcnParams {
   double ai_rate_bps = 20e6;        // R_AI (rp_ai_rate)
   double hai_rate_bps = 200e6;      // R_HAI (rp_hai_rate)
   // The rate a QP starts at, current and target, as a fraction of
-  // line_rate_bps (ours; ConnectX starts at rp_max_rate). At line rate, N
-  // QPs starting together overrun a buffer of Kmax + one BDP before the
-  // port can mark a packet of each: conf/dcqcn.conf has the arithmetic.
-  double start_rate_fraction = 0.125;
+  // line_rate_bps: 1, as ConnectX (rp_max_rate). An eighth was uroce's
+  // default until the BDP cap below: without it N QPs starting together
+  // at line rate overran a buffer of Kmax + one BDP before the port could
+  // mark a packet of each, and with it a QP alone needed ~0.25 s to reach
+  // 100 Gb/s.
+  double start_rate_fraction = 1.0;
+  // The path's base round trip, for the cap on each QP's packets in flight:
+  // line_rate * window_rtt (window_packets), so that N QPs starting
+  // together at line rate put at most N bandwidth-delay products into the
+  // fabric before the first CNP can reach them (HPCC's evaluation runs
+  // DCQCN with such a window, "dcqcn_vwin"). 0: no cap.
+  std::uint64_t window_rtt_ns = 12'000;
+  // R_AI and R_HAI are for this line rate and scale with line_rate_bps, so
+  // a QP recovers the same share of the line in the same time at any rate
+  // (HPCC's evaluation scales them too); 0: as given.
+  double increase_reference_bps = 10e9;
   // A CNP sets Rt = Rc always (the paper), or only as the first cut after
   // an increase event (ConnectX's default), so a QP cut several times in a
   // row recovers towards the rate before the series.
@@ -66,6 +81,12 @@ struct DcqcnParams {
 // Reads `key = value` lines (# comments) into `p`, names as in
 // conf/dcqcn.conf. Returns "" or a one-line error naming the line.
 std::string parse_dcqcn_params(const std::string& text, DcqcnParams& p);
+
+// The most request packets in flight that keep a QP at line rate over
+// window_rtt_ns with frames of `mtu` bytes of payload (headers, preamble
+// and inter-frame gap counted: 98 bytes), at least 1; 0 when there is no
+// cap (window_rtt_ns = 0).
+std::uint32_t window_packets(const DcqcnParams& p, std::uint32_t mtu);
 
 class DcqcnRate {
  public:
@@ -92,6 +113,10 @@ class DcqcnRate {
  private:
   void increase();
   void bound_rates();
+  // R_AI's and R_HAI's factor: line rate over increase_reference_bps.
+  double scale() const {
+    return p_->increase_reference_bps > 0 ? p_->line_rate_bps / p_->increase_reference_bps : 1.0;
+  }
   // An increase event since the last cut that lets the next cut set Rt = Rc.
   bool clamps_target() const;
 

@@ -978,6 +978,9 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
   if (rc != 0) return fail(rc);
   i->listening = true;
   s.listeners[i->port] = i;
+  // Scripts wait for this line before they start a peer's client
+  // (tools/interop-rxe-verbs.sh): a REQ before it is refused.
+  if (uroce::rdmacm::debug()) std::fprintf(stderr, "uroce librdmacm: rdma_listen: listening on port %u\n", i->port);
   return 0;
 }
 

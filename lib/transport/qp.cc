@@ -114,6 +114,12 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   qp.bth_base.pkey.set(0xffff);
   if (mask & IBV_QP_DEST_QPN) qp.bth_base.dest_qp.set(attr.dest_qp_num);
 
+  // Congestion control's BDP cap, from the path MTU the QP now has. The
+  // completer's window starts there (nothing is in flight before RTS).
+  if (next == IBV_QPS_RTR && qp.state != IBV_QPS_RTR && qp.reliable()) {
+    qp.cc_window = dcqcn != nullptr && dcqcn->enabled ? cc::window_packets(*dcqcn, qp.mtu) : 0;
+    qp.comp.window = window_cap(qp);
+  }
   const ibv_qp_state prev = qp.state;
   qp.state = next;
   qp.app_state.store(next, std::memory_order_release);

@@ -239,6 +239,10 @@ struct Qp {
   } options;
   // Selective repeat's state (sr.h): allocated when the option is set.
   std::unique_ptr<SrState> sr;
+  // Congestion control's cap on request packets in flight: the path's
+  // bandwidth-delay product (cc::window_packets), set at RTR; 0: none.
+  // Sender-side only, so it holds against any peer.
+  std::uint32_t cc_window = 0;
 
   bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
@@ -250,20 +254,23 @@ struct Qp {
   }
 };
 
-// The most request packets the QP may have in flight: the window, or the
-// BDP cap (TransportOptions::bdp_packets) when that is smaller.
-// Selective repeat keeps at most kSackWindow (what a SACK can name).
+// The most request packets the QP may have in flight: the window, or a
+// BDP cap when one is smaller (TransportOptions::bdp_packets, the QP's own;
+// cc_window, congestion control's). Selective repeat keeps at most
+// kSackWindow (what a SACK can name).
 inline std::uint32_t window_cap(const Qp& qp) {
-  const std::uint32_t bdp = qp.options.bdp_packets;
-  const std::uint32_t most = qp.sr != nullptr ? kSackWindow : kWindowPackets;
-  return bdp != 0 && bdp < most ? bdp : most;
+  std::uint32_t most = qp.sr != nullptr ? kSackWindow : kWindowPackets;
+  if (qp.options.bdp_packets != 0 && qp.options.bdp_packets < most) most = qp.options.bdp_packets;
+  if (qp.cc_window != 0 && qp.cc_window < most) most = qp.cc_window;
+  return most;
 }
 
 // The response packets one READ request asks for: half the window, so that
 // two segments fill it (at least one packet under a small BDP cap).
 inline std::uint32_t read_segment_packets(const Qp& qp) {
-  return qp.options.bdp_packets == 0 && qp.sr == nullptr ? kReadSegmentPackets
-                                                       : std::max<std::uint32_t>(1, window_cap(qp) / 2);
+  return qp.options.bdp_packets == 0 && qp.cc_window == 0 && qp.sr == nullptr
+             ? kReadSegmentPackets
+             : std::max<std::uint32_t>(1, window_cap(qp) / 2);
 }
 
 // One past the last packet (index from the WQE's first PSN) of the READ

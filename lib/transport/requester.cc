@@ -291,7 +291,14 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       const bool last = index + 1 == w.npackets;
       // Selective repeat asks more often: its short timeout must not take
       // a paced QP's packets for lost while their ACK waits for the next ask.
-      const std::uint32_t every = qp.sr != nullptr ? kSrAckReqEvery : kAckReqEvery;
+      // Under a small window (a BDP cap) a quarter of it: an ask only at
+      // the packet that fills the window would leave the link idle a whole
+      // round trip per window, and the cap at one BDP would hold a QP alone
+      // well below line rate.
+      std::uint32_t every = qp.sr != nullptr ? kSrAckReqEvery : kAckReqEvery;
+      if (qp.cc_window != 0 || qp.options.bdp_packets != 0) {
+        every = std::min(every, std::max<std::uint32_t>(1, window_cap(qp) / 4));
+      }
       ack_req = reliable && (last || ++qp.req.since_ack_req >= every ||
                              psn_diff(psn_add(psn, 1), qp.comp.psn) >= static_cast<std::int32_t>(qp.comp.window));
       if (ack_req) qp.req.since_ack_req = 0;

@@ -25,6 +25,7 @@ cc::DcqcnParams params_40g() {
   p.ai_rate_bps = 40e6;
   p.hai_rate_bps = 400e6;
   p.fast_recovery_steps = 5;
+  p.increase_reference_bps = 0;  // R_AI and R_HAI as given, the paper's
   return p;
 }
 
@@ -237,6 +238,8 @@ TEST(Dcqcn, TheDocumentedDefaultsAreTheCodesDefaults) {
   parsed.line_rate_bps = parsed.min_rate_bps = parsed.g = 0;  // all must come from the file
   parsed.alpha_period_ns = parsed.rate_period_ns = parsed.byte_counter = 0;
   parsed.start_rate_fraction = 0;
+  parsed.window_rtt_ns = 0;
+  parsed.increase_reference_bps = 0;
   parsed.clamp_tgt_rate = !d.clamp_tgt_rate;
   parsed.clamp_tgt_rate_after_time_inc = !d.clamp_tgt_rate_after_time_inc;
   ASSERT_EQ(cc::parse_dcqcn_params(text.str(), parsed), "");
@@ -252,6 +255,8 @@ TEST(Dcqcn, TheDocumentedDefaultsAreTheCodesDefaults) {
   EXPECT_EQ(parsed.ai_rate_bps, d.ai_rate_bps);
   EXPECT_EQ(parsed.hai_rate_bps, d.hai_rate_bps);
   EXPECT_EQ(parsed.start_rate_fraction, d.start_rate_fraction);
+  EXPECT_EQ(parsed.window_rtt_ns, d.window_rtt_ns);
+  EXPECT_EQ(parsed.increase_reference_bps, d.increase_reference_bps);
   EXPECT_EQ(parsed.clamp_tgt_rate, d.clamp_tgt_rate);
   EXPECT_EQ(parsed.clamp_tgt_rate_after_time_inc, d.clamp_tgt_rate_after_time_inc);
   EXPECT_EQ(parsed.cnp_interval_ns, d.cnp_interval_ns);
@@ -291,6 +296,57 @@ TEST(Dcqcn, StartRateAndClampingParse) {
   EXPECT_EQ(cc::parse_dcqcn_params("rp_clamp_tgt_rate = 2", p), "line 1: rp_clamp_tgt_rate takes 0 or 1, not '2'");
   EXPECT_EQ(cc::parse_dcqcn_params("rp_clamp_tgt_rate_after_time_inc = 0.5", p),
             "line 1: rp_clamp_tgt_rate_after_time_inc takes 0 or 1, not '0.5'");
+}
+
+// R_AI and R_HAI are given for increase_reference_bps and scale with the
+// line rate: with the defaults' 20 Mb/s for 10 Gb/s, one additive step adds
+// 50 Mb/s at 25 Gb/s and 800 Mb/s at 400 Gb/s (0.2% of the line each).
+TEST(Dcqcn, IncreaseStepsScaleWithTheLineRate) {
+  cc::DcqcnParams p;
+  p.line_rate_bps = 25e9;
+  p.start_rate_fraction = 0.5;  // 12.5 Gb/s, room to climb
+  p.alpha_period_ns = kNever;
+  p.byte_counter = 0;
+  p.rate_period_ns = 1'000;
+  p.fast_recovery_steps = 1;
+  ASSERT_EQ(p.increase_reference_bps, 10e9);
+  ASSERT_EQ(p.ai_rate_bps, 20e6);
+  cc::DcqcnRate r(&p, 0);
+  // Step 1 is fast recovery (Rt = Rc); step 2 additive: Rt = 12.5 + 0.05.
+  r.advance(2'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 12.55e9);
+  // At 400 Gb/s the same step is 800 Mb/s.
+  p.line_rate_bps = 400e9;
+  r.reset(&p, 0);
+  r.advance(2'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 200.8e9);
+  // With no reference the step is R_AI as given.
+  p.increase_reference_bps = 0;
+  r.reset(&p, 0);
+  r.advance(2'000);
+  EXPECT_DOUBLE_EQ(r.target_bps(), 200.02e9);
+}
+
+// The cap on packets in flight: line rate x window_rtt over the frame
+// (payload + 98 bytes of headers, preamble and gap), rounded up.
+TEST(Dcqcn, WindowPacketsIsTheBandwidthDelayProductInFrames) {
+  cc::DcqcnParams p;
+  ASSERT_EQ(p.window_rtt_ns, 12'000u);
+  // 100 Gb/s x 12 us = 150,000 bytes; / 4,194 = 35.8 -> 36.
+  EXPECT_EQ(cc::window_packets(p, 4096), 36u);
+  // 1 KiB MTU: 150,000 / 1,122 = 133.7 -> 134.
+  EXPECT_EQ(cc::window_packets(p, 1024), 134u);
+  // 25 Gb/s: 37,500 / 4,194 = 8.9 -> 9.
+  p.line_rate_bps = 25e9;
+  EXPECT_EQ(cc::window_packets(p, 4096), 9u);
+  // 10 Mb/s: 15 bytes, less than a frame: at least 1.
+  p.line_rate_bps = 10e6;
+  EXPECT_EQ(cc::window_packets(p, 4096), 1u);
+  p.window_rtt_ns = 0;
+  EXPECT_EQ(cc::window_packets(p, 4096), 0u) << "no cap";
+  ASSERT_EQ(cc::parse_dcqcn_params("rp_window_rtt_us = 2.5\nrp_increase_reference_gbps = 25\n", p), "");
+  EXPECT_EQ(p.window_rtt_ns, 2'500u);
+  EXPECT_EQ(p.increase_reference_bps, 25e9);
 }
 
 }  // namespace

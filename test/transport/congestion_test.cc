@@ -7,7 +7,9 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 
 #include "cc/dcqcn.h"
@@ -28,12 +30,16 @@ struct Seen {
   std::vector<std::uint8_t> frame;
 };
 
-// Paced at line rate from the first packet: these tests are about CNPs and
-// pacing, not about where a new QP's rate starts.
+// Paced at line rate from the first packet, with no cap on packets in
+// flight (the rig's link has no rate, so a 4-packet cap at 10 Gb/s would
+// make the QP wait for ACKs, then spend its pacing burst): these tests are
+// about CNPs and pacing, not about where a new QP's rate starts or its
+// window (WindowCapHoldsPacketsInFlightAtTheBdp below).
 cc::DcqcnParams params() {
   cc::DcqcnParams p;
   p.line_rate_bps = 10e9;
   p.start_rate_fraction = 1;
+  p.window_rtt_ns = 0;
   p.cnp_interval_ns = 50'000;
   p.cnp_dscp = 46;
   p.data_ecn = 2;
@@ -283,13 +289,14 @@ TEST(Congestion, AThousandPacedQpsTogetherReachTheirAggregateRate) {
   EXPECT_EQ(dst[4095], 0x42);
 }
 
-// A new QP starts at its start rate, not at line rate: its first frames
-// leave 8 times as far apart as a line-rate QP's (rp_start_rate_percent =
-// 12.5, the default).
+// A new QP starts at its start rate: at rp_start_rate_percent = 12.5 its
+// first frames leave 8 times as far apart as a line-rate QP's (the default
+// is line rate, with the BDP cap below).
 TEST(Congestion, ANewQpStartsAtItsStartRate) {
   cc::DcqcnParams cp;
   cp.line_rate_bps = 10e9;
-  ASSERT_EQ(cp.start_rate_fraction, 0.125);
+  ASSERT_EQ(cp.start_rate_fraction, 1.0) << "the default: line rate";
+  cp.start_rate_fraction = 0.125;
   ConnectParams mtu4k;
   mtu4k.mtu = IBV_MTU_4096;
   RcPair p(12, 2u << 20, mtu4k, {}, {}, 1024, &cp);
@@ -308,6 +315,56 @@ TEST(Congestion, ANewQpStartsAtItsStartRate) {
   for (std::size_t i = 4; i < 12; ++i) {
     EXPECT_NEAR(static_cast<double>(sent[i] - sent[i - 1]), 26'739, 2) << "frame " << i;
   }
+}
+
+// The most request packets A had in flight while it WROTE 1 MiB to B over
+// a link of 2 us each way, as the link saw them: the PSN A last sent minus
+// the one B's latest ACK named (a lower bound on the requester's own count,
+// which hears of each ACK later).
+std::uint32_t most_in_flight(const cc::DcqcnParams& cp) {
+  ConnectParams mtu4k;
+  mtu4k.mtu = IBV_MTU_4096;
+  RcPair p(13, 2u << 20, mtu4k, {}, {}, 1024, &cp);
+  EXPECT_EQ(p.connect_rc, 0);
+  constexpr std::size_t kBth = 14 + 20 + 8;
+  std::optional<std::uint32_t> first, acked;
+  std::uint32_t sent = 0, most = 0;
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    if (f.size() < kBth + 12) return;
+    const std::uint32_t psn = (std::uint32_t{f[kBth + 9]} << 16) | (std::uint32_t{f[kBth + 10]} << 8) | f[kBth + 11];
+    if (from == 0 && f.size() > 4096) {
+      if (!first) first = psn;
+      sent = psn;
+    } else if (from == 1 && f[kBth] == static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge)) {
+      acked = psn;
+    }
+    if (first) {
+      const std::uint32_t base = acked ? (*acked + 1) & 0xffffff : *first;
+      most = std::max(most, (sent + 1 - base) & 0xffffff);
+    }
+  });
+  fill_pattern(p.bufa, 1u << 20, 3);
+  EXPECT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 1u << 20, 1u << 20), 0);
+  EXPECT_EQ(p.wait(p.cqa, 1).size(), 1u);
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb + (1u << 20), 1u << 20), 0);
+  return most;
+}
+
+// With DCQCN's defaults a QP starts at line rate and keeps at most the
+// path's bandwidth-delay product in flight (window_packets: 10 Gb/s x 12 us
+// over 4,194-byte frames, 4 packets); the link's delay makes the window,
+// not the rate, the limit, so it is nearly reached (the link sees each ACK
+// before A does, and A asks for one every packet, a quarter of the window).
+// Without the cap, more.
+TEST(Congestion, WindowCapHoldsPacketsInFlightAtTheBdp) {
+  cc::DcqcnParams cp;
+  cp.line_rate_bps = 10e9;
+  ASSERT_EQ(cc::window_packets(cp, 4096), 4u);
+  const std::uint32_t capped = most_in_flight(cp);
+  EXPECT_LE(capped, 4u);
+  EXPECT_GE(capped, 3u);
+  cp.window_rtt_ns = 0;
+  EXPECT_GT(most_in_flight(cp), 4u);
 }
 
 // A rate change applies to the wait already running, as a token bucket's
