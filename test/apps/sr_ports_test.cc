@@ -242,8 +242,9 @@ INSTANTIATE_TEST_SUITE_P(
 // Stock perftest under uroce-run on both ends, each with its own port:
 // `transport` (UROCE_TRANSPORT) per end, the counters printed at exit.
 // `cm`: the program connects over rdma_cm (-R), so the server is ready
-// once its device is up (a mark in its environment), else once it
-// listens on its TCP port.
+// once its librdmacm says it listens (UROCE_RDMACM_DEBUG; a REQ before
+// that is refused, and its device coming up is not enough on a loaded
+// host), else once it listens on its TCP port.
 PairOutput run_stock(Link link, const std::string& program, const std::string& server_transport,
                      const std::string& client_transport, bool cm) {
   PairOutput o;
@@ -253,14 +254,19 @@ PairOutput run_stock(Link link, const std::string& program, const std::string& s
     const std::string mark = mark_env("srports");
     auto cmd = [&](bool server) {
       const std::string& t = server ? server_transport : client_transport;
-      return e.ns(server) + kNoUroceEnv + (server ? mark + " " : "") + Ends::loss(server) + "UROCE_COUNTERS=1 " +
+      return e.ns(server) + kNoUroceEnv + (server ? mark + " " : "") + (server && cm ? "UROCE_RDMACM_DEBUG=1 " : "") +
+             Ends::loss(server) + "UROCE_COUNTERS=1 " +
              "timeout 150 " + kRun + " " + e.eal(server, server ? "ss" : "sc") + " -- --ip " + e.ip(server) + "/24" +
              (t.empty() ? "" : " --transport " + t) + " /usr/bin/" + program + " -d uroce0 -x 1 -p " +
              std::to_string(tcp) + (server ? "" : " " + (cm ? e.ip(true) : e.server_host()));
     };
     o = run_pair(e, cmd(true), cmd(false), [&](auto gone) {
       if (cm) {
-        wait_uroce_workers(mark, gone);
+        const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+        while (read_all(e.dir.dir + "/server.log").find("rdma_listen: listening") == std::string::npos && !gone() &&
+               std::chrono::steady_clock::now() < end) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         return;
       }
       const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
