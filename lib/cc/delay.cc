@@ -144,6 +144,10 @@ const ParamRow kParamRows[] = {
      [](DelayParams& p, double v) { p.max_cwnd = v; }},
     {"retx_reset_threshold", 1, false, 1000, false, true, "a whole number from 1 to 1000",
      [](DelayParams& p, double v) { p.retx_reset_threshold = static_cast<std::uint32_t>(v); }},
+    {"line_rate_gbps", 0, true, 1e4, false, false, "above 0, at most 10000",
+     [](DelayParams& p, double v) { p.line_rate_bps = v * 1e9; }},
+    {"base_rtt_us", 0, true, 1e6, false, false, "above 0, at most 1000000",
+     [](DelayParams& p, double v) { p.base_rtt_ns = ns_from_us(v); }},
     {"srtt_weight", 0, true, 1, false, false, "above 0, at most 1",
      [](DelayParams& p, double v) { p.srtt_weight = v; }},
 };

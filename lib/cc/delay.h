@@ -73,6 +73,12 @@ struct DelayParams {
   double max_cwnd = 0;                    // the cap; 0 = the path's BDP (DelayPath)
   std::uint32_t retx_reset_threshold = 5; // timeouts in a row that reset cwnd to min_cwnd
   double srtt_weight = 0.125;             // srtt += w * (rtt - srtt) per sample
+  // The path the transport gives each QP's window (DelayPath, with the
+  // QP's path MTU): the port's line rate (the sender's; no port reports it
+  // to the transport, so it is configured, as DCQCN's rp_line_rate_gbps)
+  // and the round trip with empty queues.
+  double line_rate_bps = 100e9;
+  std::uint64_t base_rtt_ns = 10'000;
 };
 
 // Reads `name = value` lines (# comments) into `p`, names as in

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "mem/mr_table.h"
 #include "wire/crc32.h"
 #include "wire/frame.h"
@@ -26,6 +27,7 @@ struct Env {
   std::uint64_t now = 0;
   bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
   const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
+  const cc::DelayParams* delay = nullptr;  // delay-based congestion control; nullptr: off (never with dcqcn)
   // A floor under every QP's local ACK timeout (PortConfig::min_ack_timeout;
   // 0: none): the exponent, as qp.attr.timeout.
   std::uint8_t min_ack_timeout = 0;

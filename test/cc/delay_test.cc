@@ -390,6 +390,8 @@ TEST(DelayCc, TheDocumentedDefaultsAreTheCodesDefaults) {
   parsed.max_cwnd = 7;
   parsed.retx_reset_threshold = 99;
   parsed.srtt_weight = 0.9;
+  parsed.line_rate_bps = 1;
+  parsed.base_rtt_ns = 1;
   ASSERT_EQ(cc::parse_delay_params(text.str(), parsed), "");
   EXPECT_EQ(parsed.base_target_ns, d.base_target_ns);
   EXPECT_EQ(parsed.per_hop_ns, d.per_hop_ns);
@@ -403,6 +405,8 @@ TEST(DelayCc, TheDocumentedDefaultsAreTheCodesDefaults) {
   EXPECT_EQ(parsed.max_cwnd, d.max_cwnd);
   EXPECT_EQ(parsed.retx_reset_threshold, d.retx_reset_threshold);
   EXPECT_EQ(parsed.srtt_weight, d.srtt_weight);
+  EXPECT_EQ(parsed.line_rate_bps, d.line_rate_bps);
+  EXPECT_EQ(parsed.base_rtt_ns, d.base_rtt_ns);
 }
 
 TEST(DelayCc, AGoodFileSetsEveryName) {
@@ -419,6 +423,8 @@ TEST(DelayCc, AGoodFileSetsEveryName) {
                                    "min_cwnd = 0.01\n"
                                    "max_cwnd = 64\n"
                                    "retx_reset_threshold = 1\n"
+                                   "line_rate_gbps = 25\n"
+                                   "base_rtt_us = 4.5\n"
                                    "\tsrtt_weight\t=\t0.5\r\n",
                                    p),
             "");
@@ -434,6 +440,8 @@ TEST(DelayCc, AGoodFileSetsEveryName) {
   EXPECT_EQ(p.max_cwnd, 64);
   EXPECT_EQ(p.retx_reset_threshold, 1u);
   EXPECT_EQ(p.srtt_weight, 0.5);
+  EXPECT_EQ(p.line_rate_bps, 25e9);
+  EXPECT_EQ(p.base_rtt_ns, 4'500u);
   // Names not in the text keep their values.
   ASSERT_EQ(cc::parse_delay_params("ai = 3\n", p), "");
   EXPECT_EQ(p.ai, 3);
@@ -445,7 +453,7 @@ TEST(DelayCc, BadLinesAreNamedWithWhatIsAllowed) {
   EXPECT_EQ(cc::parse_delay_params("ai = 1\nmax_mdf\n", p), "line 2: expected 'name = value', got 'max_mdf'");
   EXPECT_EQ(cc::parse_delay_params("\n\nbase_target = 12", p),
             "line 3: unknown name 'base_target' (known: base_target_us, per_hop_us, fs_range_us, fs_min_cwnd, "
-            "fs_max_cwnd, ai, beta_md, max_mdf, min_cwnd, max_cwnd, retx_reset_threshold, srtt_weight)");
+            "fs_max_cwnd, ai, beta_md, max_mdf, min_cwnd, max_cwnd, retx_reset_threshold, line_rate_gbps, base_rtt_us, srtt_weight)");
   // Not a number: words, trailing text, nothing, infinities, NaN.
   EXPECT_EQ(cc::parse_delay_params("ai = fast", p), "line 1: ai takes a number, not 'fast'");
   EXPECT_EQ(cc::parse_delay_params("ai = 1 packet", p), "line 1: ai takes a number, not '1 packet'");
