@@ -3,9 +3,13 @@
 // both.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "cc/dcqcn.h"
 #include "cc/delay.h"
 #include "sim/sim_link.h"
+#include "support/rc_fixture.h"
+#include "transport/qp.h"
 #include "uroce/verbs.h"
 
 namespace uroce::test {
@@ -34,6 +38,166 @@ TEST(CongestionDelay, TheDeviceRefusesBothControllersAndTakesEitherAlone) {
   port.dcqcn = &dcqcn;
   port.delay_cc = nullptr;
   EXPECT_NE(Context::open(port, error), nullptr) << error;
+}
+
+struct Transfer {
+  std::uint64_t ns = 0;       // virtual time from the first post to the last completion
+  double gbps = 0;            // payload over that time
+  std::uint64_t min_cwnd_milli = ~0ull;  // the smallest window seen (thousandths of a packet)
+  bool intact = false;
+};
+
+// `messages` WRITEs of `bytes` each from A to B over `to_b`, A's window
+// watched at every step; B's memory compared with A's.
+Transfer write_through(std::uint64_t seed, const cc::DelayParams& params, const sim::Impairments& to_b,
+                       int messages, std::uint32_t bytes, RcPair*& out_pair) {
+  sim::Impairments to_a = to_b;
+  to_a.loss = 0;
+  const std::size_t total = static_cast<std::size_t>(messages) * bytes;
+  static std::unique_ptr<RcPair> keep;
+  keep = std::make_unique<RcPair>(seed, total, ConnectParams{}, to_b, to_a, 1024, nullptr, 0, &params);
+  RcPair& p = *keep;
+  out_pair = &p;
+  Transfer t;
+  if (p.connect_rc != 0) return t;
+  fill_pattern(p.bufa, total, static_cast<std::uint8_t>(seed));
+  const std::uint64_t start = p.net.clock.now_ns();
+  for (int i = 0; i < messages; ++i) {
+    if (p.post_send(IBV_WR_RDMA_WRITE, static_cast<std::uint64_t>(i) * bytes, bytes,
+                    static_cast<std::uint64_t>(i) * bytes, static_cast<std::uint64_t>(i)) != 0) {
+      return t;
+    }
+  }
+  const transport::Qp& qa = testing::transport_qp(p.qa);
+  std::size_t done = 0;
+  ibv_wc wc[64];
+  bool ok = true;
+  p.net.run_until(
+      [&] {
+        if (qa.delay != nullptr) {
+          t.min_cwnd_milli = std::min<std::uint64_t>(t.min_cwnd_milli, qa.counters.get(transport::QpCounter::cc_cwnd));
+        }
+        for (int k; (k = p.cqa->poll(64, wc)) > 0;) {
+          for (int j = 0; j < k; ++j) ok = ok && wc[j].status == IBV_WC_SUCCESS;
+          done += static_cast<std::size_t>(k);
+        }
+        return done >= static_cast<std::size_t>(messages);
+      },
+      10'000'000'000ull);
+  t.ns = p.net.clock.now_ns() - start;
+  t.gbps = t.ns == 0 ? 0 : static_cast<double>(total) * 8 / static_cast<double>(t.ns);
+  t.intact = ok && done == static_cast<std::size_t>(messages) && std::memcmp(p.bufa, p.bufb, total) == 0;
+  return t;
+}
+
+// A 10 Gb/s sender whose round trip with empty queues is 10 us: the BDP
+// at a 1024-byte MTU is 13 packets (the window's cap).
+cc::DelayParams params_10g() {
+  cc::DelayParams p;
+  p.line_rate_bps = 10e9;
+  p.base_rtt_ns = 10'000;
+  return p;
+}
+
+sim::Impairments link_at(double gbps) {
+  sim::Impairments link;
+  link.gbps = gbps;
+  link.delay_ns = 4'000;  // each way; with serialisation and the hosts, ~10 us round trip
+  return link;
+}
+
+std::string describe(const Transfer& t, const transport::Qp& qa) {
+  std::ostringstream o;
+  o << t.gbps << " Gb/s over " << t.ns / 1000 << " us, window " << qa.delay->window.cwnd() << " (cap "
+    << qa.delay->window.max_cwnd() << ", least " << static_cast<double>(t.min_cwnd_milli) / 1000 << "), srtt "
+    << qa.delay->window.srtt_ns() << " ns, " << qa.delay->window.increases() << " increases, "
+    << qa.delay->window.decreases() << " decreases, " << qa.delay->window.losses() << " losses, "
+    << qa.delay->window.timeouts() << " timeouts";
+  return o.str();
+}
+
+// The same transfer with congestion control off: what the link gives.
+double uncontrolled_gbps(std::uint64_t seed, const sim::Impairments& link) {
+  sim::Impairments to_a = link;
+  to_a.loss = 0;
+  constexpr int kMessages = 64;
+  constexpr std::uint32_t kBytes = 65536;
+  RcPair p(seed, kMessages * kBytes, ConnectParams{}, link, to_a, 1024);
+  EXPECT_EQ(p.connect_rc, 0);
+  const std::uint64_t start = p.net.clock.now_ns();
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(p.post_send(IBV_WR_RDMA_WRITE, static_cast<std::uint64_t>(i) * kBytes, kBytes,
+                          static_cast<std::uint64_t>(i) * kBytes, static_cast<std::uint64_t>(i)),
+              0);
+  }
+  EXPECT_EQ(p.wait(p.cqa, kMessages).size(), static_cast<std::size_t>(kMessages));
+  return static_cast<double>(kMessages) * kBytes * 8 / static_cast<double>(p.net.clock.now_ns() - start);
+}
+
+TEST(CongestionDelay, AloneOnAnIdleLinkTheWindowEndsAtItsCapAndTheQpFillsTheLine) {
+  const cc::DelayParams params = params_10g();
+  RcPair* p = nullptr;
+  const Transfer t = write_through(7, params, link_at(10), 64, 65536, p);
+  const transport::Qp& qa = testing::transport_qp(p->qa);
+  ASSERT_NE(qa.delay, nullptr);
+  ASSERT_TRUE(t.intact) << describe(t, qa);
+  EXPECT_EQ(qa.delay->window.max_cwnd(), 13) << "the BDP: 10 Gb/s * 10 us / 1024 bytes, rounded up";
+  EXPECT_EQ(qa.delay->window.cwnd(), qa.delay->window.max_cwnd()) << describe(t, qa);
+  EXPECT_EQ(p->qa->counter("cc_cwnd"), 13'000u);
+  // Only the first window's burst (13 packets queued at once in the
+  // sender's own link) may cross the target; then every ACK is below it.
+  EXPECT_LE(qa.delay->window.decreases(), 2u) << describe(t, qa);
+  EXPECT_GT(qa.delay->window.increases(), 1000u) << describe(t, qa);
+  EXPECT_EQ(p->qa->counter("cc_increases"), qa.delay->window.increases());
+  EXPECT_EQ(p->qa->counter("cc_decreases"), qa.delay->window.decreases());
+  EXPECT_GT(p->qa->counter("cc_rtt_us"), 0u);
+  EXPECT_LT(p->qa->counter("cc_rtt_us"), 14u) << "no standing queue";
+  // As fast as the link goes with no control at all.
+  const double off = uncontrolled_gbps(7, link_at(10));
+  EXPECT_GE(t.gbps, 0.95 * off) << describe(t, qa) << "; uncontrolled: " << off << " Gb/s";
+}
+
+TEST(CongestionDelay, ALinkSlowerThanTheSenderBuildsDelayAndTheWindowShrinksBelowItsCap) {
+  const cc::DelayParams params = params_10g();
+  for (std::uint64_t seed : {1, 2, 3}) {
+    RcPair* p = nullptr;
+    const Transfer t = write_through(seed, params, link_at(5), 64, 65536, p);
+    const transport::Qp& qa = testing::transport_qp(p->qa);
+    ASSERT_TRUE(t.intact) << "seed " << seed << ": " << describe(t, qa);
+    // Half the line: a full window queues at the link, the RTT passes the
+    // target, and the window gives way, yet keeps the slower link busy.
+    EXPECT_LT(t.min_cwnd_milli, 12'000u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_LT(qa.delay->window.cwnd(), qa.delay->window.max_cwnd()) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_GT(qa.delay->window.decreases(), 10u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_GT(qa.delay->window.srtt_ns(), params.base_rtt_ns) << "seed " << seed << ": " << describe(t, qa);
+    // ... and the window bounds the queue near the target (13.5 us plus
+    // flow scaling): uncapped, the transport's own 256-packet window would
+    // queue ~450 us at 5 Gb/s.
+    EXPECT_LT(qa.delay->window.srtt_ns(), 20'000u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_EQ(p->qa->counter("retransmitted_packets"), 0u) << "seed " << seed;
+    const double off = uncontrolled_gbps(seed, link_at(5));
+    EXPECT_GE(t.gbps, 0.9 * off) << "seed " << seed << ": " << describe(t, qa) << "; uncontrolled: " << off;
+  }
+}
+
+TEST(CongestionDelay, ALossCutsTheWindowAndATimeoutIsCountedByIt) {
+  const cc::DelayParams params = params_10g();
+  for (std::uint64_t seed : {11, 12, 13}) {
+    sim::Impairments link = link_at(10);
+    link.loss = 0.01;
+    RcPair* p = nullptr;
+    const Transfer t = write_through(seed, params, link, 32, 65536, p);
+    const transport::Qp& qa = testing::transport_qp(p->qa);
+    ASSERT_TRUE(t.intact) << "seed " << seed << ": " << describe(t, qa);
+    ASSERT_GT(p->net.link.stats(0).lost, 0u) << "seed " << seed;
+    // Every sequence NAK (or a lost READ answer) went to the window as a
+    // loss, every local ACK timeout as a timeout.
+    EXPECT_GT(qa.delay->window.losses(), 0u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_GE(p->qa->counter("nak_seq_received"), qa.delay->window.losses()) << "seed " << seed;
+    EXPECT_EQ(qa.delay->window.timeouts(), p->qa->counter("timeouts")) << "seed " << seed;
+    EXPECT_LE(t.min_cwnd_milli, 6'500u) << "seed " << seed << ": " << describe(t, qa) << " (a loss halves the window)";
+    EXPECT_GT(p->qa->counter("cc_decreases"), 0u) << "seed " << seed;
+  }
 }
 
 }  // namespace
