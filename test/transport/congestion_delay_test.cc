@@ -50,12 +50,12 @@ struct Transfer {
 // `messages` WRITEs of `bytes` each from A to B over `to_b`, A's window
 // watched at every step; B's memory compared with A's.
 Transfer write_through(std::uint64_t seed, const cc::DelayParams& params, const sim::Impairments& to_b,
-                       int messages, std::uint32_t bytes, RcPair*& out_pair) {
+                       int messages, std::uint32_t bytes, RcPair*& out_pair, const ConnectParams& connect = {}) {
   sim::Impairments to_a = to_b;
   to_a.loss = 0;
   const std::size_t total = static_cast<std::size_t>(messages) * bytes;
   static std::unique_ptr<RcPair> keep;
-  keep = std::make_unique<RcPair>(seed, total, ConnectParams{}, to_b, to_a, 1024, nullptr, 0, &params);
+  keep = std::make_unique<RcPair>(seed, total, connect, to_b, to_a, 1024, nullptr, 0, &params);
   RcPair& p = *keep;
   out_pair = &p;
   Transfer t;
@@ -197,6 +197,30 @@ TEST(CongestionDelay, ALossCutsTheWindowAndATimeoutIsCountedByIt) {
     EXPECT_EQ(qa.delay->window.timeouts(), p->qa->counter("timeouts")) << "seed " << seed;
     EXPECT_LE(t.min_cwnd_milli, 6'500u) << "seed " << seed << ": " << describe(t, qa) << " (a loss halves the window)";
     EXPECT_GT(p->qa->counter("cc_decreases"), 0u) << "seed " << seed;
+  }
+}
+
+// Selective repeat keeps its own departure times per PSN: its SACKs feed
+// the window (a queue at a slower link shrinks it), and RACK's losses cut it.
+TEST(CongestionDelay, SelectiveRepeatFeedsTheWindowFromItsSacksAndLosses) {
+  const cc::DelayParams params = params_10g();
+  ConnectParams sr;
+  sr.transport.selective_repeat = true;
+  for (std::uint64_t seed : {21, 22, 23}) {
+    sim::Impairments link = link_at(5);
+    link.loss = 0.01;
+    RcPair* p = nullptr;
+    const Transfer t = write_through(seed, params, link, 32, 65536, p, sr);
+    const transport::Qp& qa = testing::transport_qp(p->qa);
+    ASSERT_NE(qa.sr, nullptr) << "seed " << seed;
+    ASSERT_TRUE(t.intact) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_EQ(qa.delay->count, 0u) << "selective repeat leaves the ring empty";
+    EXPECT_GT(qa.delay->window.increases() + qa.delay->window.decreases() + qa.delay->window.decreases_held(), 100u)
+        << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_GT(qa.delay->window.srtt_ns(), params.base_rtt_ns / 2) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_LT(t.min_cwnd_milli, 12'000u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_GT(qa.delay->window.losses(), 0u) << "seed " << seed << ": " << describe(t, qa);
+    EXPECT_EQ(qa.delay->window.timeouts(), p->qa->counter("timeouts")) << "seed " << seed;
   }
 }
 
