@@ -62,6 +62,7 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   d->io = d->queues[0].get();
   uroce::PortConfig config = device_config(d->queues, d->clock);
   config.dcqcn = dcqcn;
+  config.delay_cc = options.delay_cc;
   config.pfc_priority = pfc_priority;
   config.min_ack_timeout = options.min_ack_timeout;
   d->ctx = Context::open(config, error);

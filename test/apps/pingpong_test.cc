@@ -345,6 +345,28 @@ INSTANTIATE_TEST_SUITE_P(Ops, PerfMemif,
                          ::testing::Values("write", "read", "send", "atomic", "write -q 8 -t 64",
                                            "send -q 8 -t 64 --dcqcn on"));
 
+// --cc delay: delay-based congestion control on both devices, every byte
+// verified in process; --cc takes three names, and DCQCN only as dcqcn.
+TEST(PerfCc, DelayBasedControlVerifiesAndTheFlagIsChecked) {
+  for (const std::string op : {"write", "read", "send"}) {
+    Proc p;
+    p.start(kPerf + " --sim " + op + " --cc delay -q 4 -t 32 -s 65536 -n 200 --verify");
+    p.finish();
+    EXPECT_EQ(p.status, 0) << op << ": " << p.out;
+    EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << op << ": " << p.out;
+  }
+  Proc bad;
+  bad.start(kPerf + " --sim write --cc vegas");
+  bad.finish();
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("--cc takes dcqcn, delay or off, not 'vegas'"), std::string::npos) << bad.out;
+  Proc both;
+  both.start(kPerf + " --sim write --cc delay --dcqcn on");
+  both.finish();
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.out.find("DCQCN runs only with --cc dcqcn"), std::string::npos) << both.out;
+}
+
 // --offset: buffers that start inside a page on both sides, at different
 // offsets, so every message's payload crosses page boundaries at places a
 // page-aligned buffer would not (and the fetch-and-add counter must still
