@@ -10,6 +10,7 @@
 #include "sim/sim_link.h"
 #include "support/rc_fixture.h"
 #include "transport/qp.h"
+#include "wire/frame.h"
 #include "uroce/verbs.h"
 
 namespace uroce::test {
@@ -197,6 +198,53 @@ TEST(CongestionDelay, ALossCutsTheWindowAndATimeoutIsCountedByIt) {
     EXPECT_EQ(qa.delay->window.timeouts(), p->qa->counter("timeouts")) << "seed " << seed;
     EXPECT_LE(t.min_cwnd_milli, 6'500u) << "seed " << seed << ": " << describe(t, qa) << " (a loss halves the window)";
     EXPECT_GT(p->qa->counter("cc_decreases"), 0u) << "seed " << seed;
+  }
+}
+
+// Below one packet the window paces: with a target no RTT can meet, the
+// window falls to its floor (0.1 here) and the QP sends one packet per
+// rtt / 0.1, ten round trips apart, with no timeout, and the data arrives.
+TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtRttOverCwndWithoutTimingOut) {
+  cc::DelayParams params = params_10g();
+  params.base_target_ns = 1;
+  params.per_hop_ns = 0;
+  params.fs_range_ns = 0;
+  params.min_cwnd = 0.1;
+  sim::Impairments link = link_at(10);
+  sim::Impairments to_a = link;
+  constexpr std::uint32_t kMessages = 24;
+  constexpr std::uint32_t kBytes = kMessages * 4096;
+  RcPair p(5, kBytes, ConnectParams{}, link, to_a, 1024, nullptr, 0, &params);
+  ASSERT_EQ(p.connect_rc, 0);
+  std::vector<std::uint64_t> departures;
+  p.net.link.observe([&](int from, std::span<const std::uint8_t> f) {
+    wire::ParsedFrame pf;
+    if (from == 0 && wire::parse_frame(f, pf) == wire::ParseStatus::kOk && pf.payload_length > 0) {
+      departures.push_back(p.net.clock.now_ns());
+    }
+  });
+  fill_pattern(p.bufa, kBytes, 5);
+  for (std::uint32_t i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, i * 4096, 4096, i * 4096, i), 0);
+  }
+  const auto done = p.wait(p.cqa, kMessages);
+  ASSERT_EQ(done.size(), kMessages);
+  for (const auto& wc : done) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb, kBytes), 0);
+  const transport::Qp& qa = testing::transport_qp(p.qa);
+  EXPECT_EQ(qa.delay->window.cwnd(), 0.1);
+  EXPECT_EQ(p.qa->counter("timeouts"), 0u);
+  EXPECT_EQ(p.qa->counter("retransmitted_packets"), 0u);
+  ASSERT_EQ(departures.size(), 4u * kMessages);
+  // The last quarter leaves with the window at its floor: departures ten
+  // round trips apart (rtt / 0.1; the link's RTT, steady with one packet
+  // in flight, is the latest sample), where the window alone would send
+  // one packet per round trip.
+  const std::uint64_t rtt = qa.delay->window.rtt_ns();
+  ASSERT_GT(rtt, 5'000u);
+  for (std::size_t i = 3 * kMessages; i < departures.size(); ++i) {
+    EXPECT_GE(departures[i] - departures[i - 1], 10 * rtt * 95 / 100) << "packet " << i << ", rtt " << rtt;
+    EXPECT_LE(departures[i] - departures[i - 1], 10 * rtt * 105 / 100) << "packet " << i << ", rtt " << rtt;
   }
 }
 
