@@ -58,7 +58,7 @@ struct DcqcnParams {
   // together at line rate put at most N bandwidth-delay products into the
   // fabric before the first CNP can reach them (HPCC's evaluation runs
   // DCQCN with such a window, "dcqcn_vwin"). 0: no cap.
-  std::uint64_t window_rtt_ns = 12'000;
+  std::uint64_t window_rtt_ns = 16'000;
   // R_AI and R_HAI are for this line rate and scale with line_rate_bps, so
   // a QP recovers the same share of the line in the same time at any rate
   // (HPCC's evaluation scales them too); 0: as given.

@@ -297,7 +297,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       // round trip per window, and the cap at one BDP would hold a QP alone
       // well below line rate.
       std::uint32_t every = qp.sr != nullptr ? kSrAckReqEvery : kAckReqEvery;
-      if (qp.cc_window != 0 || qp.options.bdp_packets != 0 || qp.delay != nullptr) {
+      if (qp.sr == nullptr && (qp.cc_window != 0 || qp.options.bdp_packets != 0 || qp.delay != nullptr)) {
         every = std::min(every, std::max<std::uint32_t>(1, window_cap(qp) / 4));
       }
       ack_req = reliable && (last || ++qp.req.since_ack_req >= every ||

@@ -54,7 +54,7 @@ TEST(UroceSimPfc, IncastUpTo64To1WithPfcAndDcqcnLosesNothingWithTheLinkBusyAndTh
 }
 
 // Without PFC, DCQCN with its BDP cap keeps 32 and 64 to 1 lossless in the
-// 4 MB buffer: 64 QPs at line rate put at most 64 x 4 frames (1.07 MB) into
+// 4 MB buffer: 64 QPs at line rate put at most 64 x 5 frames (1.34 MB) into
 // it before the first CNPs. (Starting at an eighth of line rate without the
 // cap, drops began between 48 and 56 flows.) A buffer smaller than that
 // first wave overflows, and go-back-N repairs it.

@@ -331,15 +331,15 @@ TEST(Dcqcn, IncreaseStepsScaleWithTheLineRate) {
 // (payload + 98 bytes of headers, preamble and gap), rounded up.
 TEST(Dcqcn, WindowPacketsIsTheBandwidthDelayProductInFrames) {
   cc::DcqcnParams p;
-  ASSERT_EQ(p.window_rtt_ns, 12'000u);
-  // 100 Gb/s x 12 us = 150,000 bytes; / 4,194 = 35.8 -> 36.
-  EXPECT_EQ(cc::window_packets(p, 4096), 36u);
-  // 1 KiB MTU: 150,000 / 1,122 = 133.7 -> 134.
-  EXPECT_EQ(cc::window_packets(p, 1024), 134u);
-  // 25 Gb/s: 37,500 / 4,194 = 8.9 -> 9.
+  ASSERT_EQ(p.window_rtt_ns, 16'000u);
+  // 100 Gb/s x 16 us = 200,000 bytes; / 4,194 = 47.7 -> 48.
+  EXPECT_EQ(cc::window_packets(p, 4096), 48u);
+  // 1 KiB MTU: 200,000 / 1,122 = 178.3 -> 179.
+  EXPECT_EQ(cc::window_packets(p, 1024), 179u);
+  // 25 Gb/s: 50,000 / 4,194 = 11.9 -> 12.
   p.line_rate_bps = 25e9;
-  EXPECT_EQ(cc::window_packets(p, 4096), 9u);
-  // 10 Mb/s: 15 bytes, less than a frame: at least 1.
+  EXPECT_EQ(cc::window_packets(p, 4096), 12u);
+  // 10 Mb/s: 20 bytes, less than a frame: at least 1.
   p.line_rate_bps = 10e6;
   EXPECT_EQ(cc::window_packets(p, 4096), 1u);
   p.window_rtt_ns = 0;

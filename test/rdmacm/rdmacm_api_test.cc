@@ -35,6 +35,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include "support/rdmacm_rig.h"
 
 namespace {
@@ -139,6 +140,65 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
   rdma_destroy_event_channel(client_ch);
 }
 
+// Connects a client and a server of one channel, each ID given
+// RDMA_OPTION_ID_ACK_TIMEOUT first when its option is >= 0, and returns
+// both QPs' timeouts (client, server); everything is destroyed again.
+std::pair<int, int> connected_qp_timeouts(int client_option, int server_option) {
+  std::pair<int, int> timeouts{-1, -1};
+  rdma_event_channel* ch = rdma_create_event_channel();
+  EXPECT_NE(ch, nullptr);
+  if (ch == nullptr) return timeouts;
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* client = nullptr;
+  EXPECT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  EXPECT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in at = ipv4(next_port());
+  EXPECT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
+  EXPECT_EQ(rdma_listen(listener, 4), 0);
+  EXPECT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(rdma_resolve_route(client, 1000), 0);
+  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  auto set_option = [](rdma_cm_id* id, int option) {
+    if (option < 0) return;
+    std::uint8_t t = static_cast<std::uint8_t>(option);
+    EXPECT_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1), 0);
+  };
+  set_option(client, client_option);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  EXPECT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
+  rdma_conn_param param{};
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  EXPECT_EQ(rdma_connect(client, &param), 0);
+  const CmEvent request = next_cm_event(ch);
+  EXPECT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
+  if (request.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    EXPECT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
+    set_option(request.id, server_option);
+    EXPECT_EQ(rdma_accept(request.id, &param), 0);
+    // Both ESTABLISHED events come to the one channel, in either order.
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
+    ibv_qp_attr q{};
+    ibv_qp_init_attr qi{};
+    if (ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi) == 0) timeouts.first = q.timeout;
+    if (ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi) == 0) timeouts.second = q.timeout;
+    EXPECT_EQ(rdma_disconnect(client), 0);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
+    rdma_destroy_qp(request.id);
+    EXPECT_EQ(rdma_destroy_id(request.id), 0);
+  }
+  rdma_destroy_qp(client);
+  EXPECT_EQ(rdma_destroy_id(client), 0);
+  EXPECT_EQ(rdma_destroy_id(listener), 0);
+  rdma_destroy_event_channel(ch);
+  return timeouts;
+}
+
 // Without RDMA_OPTION_ID_ACK_TIMEOUT, both QPs get what Linux's rdma_cm gives
 // a RoCE path: the REQ names 19 (4.096 us * 2^19, Soft-RoCE's REQs in the
 // golden captures carry 0x13), the active QP takes it, the passive QP takes
@@ -146,55 +206,8 @@ TEST(RdmaCmApi, RequestAndEstablishedReportResourcesInTheReceiversTerms) {
 TEST(RdmaCmApi, QpsTakeLinuxsRoceAckTimeoutAndThePassiveSideTheReqs) {
   configure();
   Deadline deadline(30);
-  for (const int server_option : {-1, 16}) {
-    SCOPED_TRACE("server option " + std::to_string(server_option));
-    rdma_event_channel* ch = rdma_create_event_channel();
-    ASSERT_NE(ch, nullptr);
-    rdma_cm_id* listener = nullptr;
-    ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-    sockaddr_in at = ipv4(next_port());
-    ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
-    ASSERT_EQ(rdma_listen(listener, 4), 0);
-    rdma_cm_id* client = nullptr;
-    ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
-    ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
-    ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
-    ibv_qp_init_attr attr{};
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
-    ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
-    rdma_conn_param param{};
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;
-    ASSERT_EQ(rdma_connect(client, &param), 0);
-    const CmEvent request = next_cm_event(ch);
-    ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
-    ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
-    if (server_option >= 0) {
-      std::uint8_t t = static_cast<std::uint8_t>(server_option);
-      ASSERT_EQ(rdma_set_option(request.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1), 0);
-    }
-    ASSERT_EQ(rdma_accept(request.id, &param), 0);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-    ibv_qp_attr q{};
-    ibv_qp_init_attr qi{};
-    ASSERT_EQ(ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
-    EXPECT_EQ(q.timeout, 19);
-    ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
-    EXPECT_EQ(q.timeout, server_option >= 0 ? server_option : 19);
-    ASSERT_EQ(rdma_disconnect(client), 0);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-    EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-    rdma_destroy_qp(client);
-    rdma_destroy_qp(request.id);
-    EXPECT_EQ(rdma_destroy_id(client), 0);
-    EXPECT_EQ(rdma_destroy_id(request.id), 0);
-    EXPECT_EQ(rdma_destroy_id(listener), 0);
-    rdma_destroy_event_channel(ch);
-  }
+  EXPECT_EQ(connected_qp_timeouts(-1, -1), std::make_pair(19, 19));
+  EXPECT_EQ(connected_qp_timeouts(-1, 16), std::make_pair(19, 16));
 }
 
 // RDMA_OPTION_ID_ACK_TIMEOUT (rdma-core's test_rdmacm_async_traffic sets
@@ -203,58 +216,15 @@ TEST(RdmaCmApi, QpsTakeLinuxsRoceAckTimeoutAndThePassiveSideTheReqs) {
 TEST(RdmaCmApi, TheAckTimeoutOptionSetsEachSidesQpTimeout) {
   configure();
   Deadline deadline(30);
-  rdma_event_channel* ch = rdma_create_event_channel();
-  ASSERT_NE(ch, nullptr);
-  rdma_cm_id* listener = nullptr;
-  ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in at = ipv4(next_port());
-  ASSERT_EQ(rdma_bind_addr(listener, sa(&at)), 0);
-  ASSERT_EQ(rdma_listen(listener, 4), 0);
-  rdma_cm_id* client = nullptr;
-  ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
-  ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(&at), 1000), 0);
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
   std::uint8_t too_big = 32;
-  EXPECT_NE(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &too_big, 1), 0);
+  EXPECT_NE(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &too_big, 1), 0);
   EXPECT_EQ(errno, EINVAL);
   int wrong_size = 21;
-  EXPECT_NE(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wrong_size, sizeof wrong_size), 0);
-  std::uint8_t client_timeout = 21;
-  ASSERT_EQ(rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &client_timeout, 1), 0);
-  ibv_qp_init_attr attr{};
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap = ibv_qp_cap{4, 4, 1, 1, 0};
-  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << strerror(errno);
-  rdma_conn_param param{};
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
-  ASSERT_EQ(rdma_connect(client, &param), 0);
-  const CmEvent request = next_cm_event(ch);
-  ASSERT_EQ(request.type, RDMA_CM_EVENT_CONNECT_REQUEST);
-  ASSERT_EQ(rdma_create_qp(request.id, nullptr, &attr), 0) << strerror(errno);
-  std::uint8_t server_timeout = 18;
-  ASSERT_EQ(rdma_set_option(request.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &server_timeout, 1), 0);
-  ASSERT_EQ(rdma_accept(request.id, &param), 0);
-  // Both ESTABLISHED events come to the one channel, in either order.
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_ESTABLISHED);
-  ibv_qp_attr q{};
-  ibv_qp_init_attr qi{};
-  ASSERT_EQ(ibv_query_qp(client->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
-  EXPECT_EQ(q.timeout, 21);
-  ASSERT_EQ(ibv_query_qp(request.id->qp, &q, IBV_QP_TIMEOUT, &qi), 0);
-  EXPECT_EQ(q.timeout, 18);
-  ASSERT_EQ(rdma_disconnect(client), 0);
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(next_cm_event(ch).type, RDMA_CM_EVENT_DISCONNECTED);
-  rdma_destroy_qp(client);
-  rdma_destroy_qp(request.id);
-  EXPECT_EQ(rdma_destroy_id(client), 0);
-  EXPECT_EQ(rdma_destroy_id(request.id), 0);
-  EXPECT_EQ(rdma_destroy_id(listener), 0);
-  rdma_destroy_event_channel(ch);
+  EXPECT_NE(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wrong_size, sizeof wrong_size), 0);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  EXPECT_EQ(connected_qp_timeouts(21, 18), std::make_pair(21, 18));
 }
 
 // A program that destroys its connected QP with ibv_destroy_qp (perftest

@@ -318,13 +318,16 @@ TEST(Congestion, ANewQpStartsAtItsStartRate) {
 }
 
 // The most request packets A had in flight while it WROTE 1 MiB to B over
-// a link of 2 us each way, as the link saw them: the PSN A last sent minus
-// the one B's latest ACK named (a lower bound on the requester's own count,
+// a link of 10 us each way (longer than the window takes to leave, so the
+// window is the limit), as the link saw them: the PSN A last sent minus the
+// one B's latest ACK named (a lower bound on the requester's own count,
 // which hears of each ACK later).
 std::uint32_t most_in_flight(const cc::DcqcnParams& cp) {
   ConnectParams mtu4k;
   mtu4k.mtu = IBV_MTU_4096;
-  RcPair p(13, 2u << 20, mtu4k, {}, {}, 1024, &cp);
+  sim::Impairments far;
+  far.delay_ns = 10'000;
+  RcPair p(13, 2u << 20, mtu4k, far, far, 1024, &cp);
   EXPECT_EQ(p.connect_rc, 0);
   constexpr std::size_t kBth = 14 + 20 + 8;
   std::optional<std::uint32_t> first, acked;
@@ -351,20 +354,17 @@ std::uint32_t most_in_flight(const cc::DcqcnParams& cp) {
 }
 
 // With DCQCN's defaults a QP starts at line rate and keeps at most the
-// path's bandwidth-delay product in flight (window_packets: 10 Gb/s x 12 us
-// over 4,194-byte frames, 4 packets); the link's delay makes the window,
-// not the rate, the limit, so it is nearly reached (the link sees each ACK
-// before A does, and A asks for one every packet, a quarter of the window).
-// Without the cap, more.
+// path's bandwidth-delay product in flight (window_packets: 10 Gb/s x 16 us
+// over 4,194-byte frames, 5 packets), and reaches it. Without the cap,
+// more.
 TEST(Congestion, WindowCapHoldsPacketsInFlightAtTheBdp) {
   cc::DcqcnParams cp;
   cp.line_rate_bps = 10e9;
-  ASSERT_EQ(cc::window_packets(cp, 4096), 4u);
+  ASSERT_EQ(cc::window_packets(cp, 4096), 5u);
   const std::uint32_t capped = most_in_flight(cp);
-  EXPECT_LE(capped, 4u);
-  EXPECT_GE(capped, 3u);
+  EXPECT_EQ(capped, 5u);
   cp.window_rtt_ns = 0;
-  EXPECT_GT(most_in_flight(cp), 4u);
+  EXPECT_GT(most_in_flight(cp), 5u);
 }
 
 // A rate change applies to the wait already running, as a token bucket's
