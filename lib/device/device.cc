@@ -71,11 +71,11 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
     return nullptr;
   }
   telemetry_expose(d->ctx.get(), name);
-  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}, "
-                "PFC priority {}, local ACK timeout floor {}",
+  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, "
+                "congestion control {}, PFC priority {}, local ACK timeout floor {}",
                 name, port_id, ip[0], ip[1], ip[2], ip[3], queues, 128 << config.active_mtu,
                 config.buffer_pages == uroce::PortConfig::Pages::kHuge ? "huge" : "normal",
-                dcqcn != nullptr ? "on" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none",
+                dcqcn != nullptr ? "dcqcn" : options.delay_cc != nullptr ? "delay" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none",
                 options.min_ack_timeout != 0 ? std::to_string(options.min_ack_timeout) : "none");
   return d;
 }
