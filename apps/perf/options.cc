@@ -46,6 +46,7 @@ constexpr const char* kUsage =
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
     "      --cc dcqcn|delay|off  the congestion control: dcqcn (as --dcqcn on, or its FILE),\n"
     "                        delay (delay-based, conf/delay.conf's defaults) or off (default)\n"
+    "      --delay FILE      delay-based congestion control with that file's values (conf/delay.conf)\n"
     "      --pfc PRIO        with --ring or --ip: the lossless 802.1p priority, 0-7 (default off):\n"
     "                        PFC enabled on the port where its driver can (else one warning), and\n"
     "                        data sent with DSCP PRIO*8 (README \"PFC and traffic classes\")\n"
@@ -98,6 +99,7 @@ void ip_option(std::string v, Options& o) {
 void read_flags(app::ArgReader& args, Options& o, std::string& op) {
   auto u32 = [&](const char* flag) { return static_cast<std::uint32_t>(args.number(flag)); };
   std::string cc_arg;  // --cc, taken once every flag is read (--dcqcn may come after it)
+  std::string delay_file;  // --delay
   for (std::string a; args.next(a);) {
     if (a == "--sim") o.fabric = "sim";
     else if (a == "--ring") o.fabric = "ring";
@@ -117,6 +119,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--counters") o.counters = true;
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
     else if (a == "--cc") cc_arg = args.value("--cc");
+    else if (a == "--delay") delay_file = args.value("--delay");
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(args.value("--pfc"), "--pfc");
     else if (a == "--workers") o.workers = true;
     else if (app::transport_flag(a, args, o.transport)) continue;
@@ -143,6 +146,19 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     if (cc_arg == "dcqcn" && !o.dcqcn) o.dcqcn.emplace();
     if (cc_arg != "dcqcn" && o.dcqcn) usage_error("--dcqcn with --cc " + cc_arg + ": DCQCN runs only with --cc dcqcn");
     if (cc_arg == "delay") o.delay.emplace();
+  }
+  if (!delay_file.empty()) {
+    if (!cc_arg.empty() && cc_arg != "delay") usage_error("--delay with --cc " + cc_arg + ": its values are for --cc delay");
+    if (o.dcqcn) usage_error("--delay with --dcqcn: give one congestion control");
+    std::string text;
+    if (!app::read_text_file(delay_file, text)) {
+      usage_error("--delay: cannot read '" + delay_file + "' (give a file like conf/delay.conf)");
+    }
+    cc::DelayParams params;
+    if (const std::string err = cc::parse_delay_params(text, params); !err.empty()) {
+      usage_error("--delay " + delay_file + ": " + err);
+    }
+    o.delay = params;
   }
 }
 

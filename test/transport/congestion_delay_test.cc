@@ -201,12 +201,13 @@ TEST(CongestionDelay, ALossCutsTheWindowAndATimeoutIsCountedByIt) {
   }
 }
 
-// Below one packet the window paces: with a target no RTT can meet, the
-// window falls to its floor (0.1 here) and the QP sends one packet per
-// rtt / 0.1, ten round trips apart, with no timeout, and the data arrives.
-TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtRttOverCwndWithoutTimingOut) {
+// Below one packet the window paces: with a target no RTT can meet (4 us,
+// the link's round trip is twice that), the window falls to its floor (0.1
+// here) and the QP sends one packet per min(rtt, target) / 0.1 = 40 us,
+// about five round trips apart, with no timeout, and the data arrives.
+TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtTheTargetOverCwndWithoutTimingOut) {
   cc::DelayParams params = params_10g();
-  params.base_target_ns = 1;
+  params.base_target_ns = 4'000;
   params.per_hop_ns = 0;
   params.fs_range_ns = 0;
   params.min_cwnd = 0.1;
@@ -236,15 +237,15 @@ TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtRttOverCwndWithoutTimingOut) {
   EXPECT_EQ(p.qa->counter("timeouts"), 0u);
   EXPECT_EQ(p.qa->counter("retransmitted_packets"), 0u);
   ASSERT_EQ(departures.size(), 4u * kMessages);
-  // The last quarter leaves with the window at its floor: departures ten
-  // round trips apart (rtt / 0.1; the link's RTT, steady with one packet
-  // in flight, is the latest sample), where the window alone would send
-  // one packet per round trip.
+  // The last quarter leaves with the window at its floor: departures
+  // target / 0.1 = 40 us apart (the link's RTT, steady with one packet in
+  // flight, is above the target), where the window alone would send one
+  // packet per round trip.
   const std::uint64_t rtt = qa.delay->window.rtt_ns();
-  ASSERT_GT(rtt, 5'000u);
+  ASSERT_GT(rtt, 6'000u) << "the target must be out of reach";
   for (std::size_t i = 3 * kMessages; i < departures.size(); ++i) {
-    EXPECT_GE(departures[i] - departures[i - 1], 10 * rtt * 95 / 100) << "packet " << i << ", rtt " << rtt;
-    EXPECT_LE(departures[i] - departures[i - 1], 10 * rtt * 105 / 100) << "packet " << i << ", rtt " << rtt;
+    EXPECT_GE(departures[i] - departures[i - 1], 40'000u * 95 / 100) << "packet " << i << ", rtt " << rtt;
+    EXPECT_LE(departures[i] - departures[i - 1], 40'000u * 105 / 100) << "packet " << i << ", rtt " << rtt;
   }
 }
 
