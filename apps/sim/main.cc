@@ -40,8 +40,8 @@ using app::usage_error;
 using simapp::Scenario;
 
 constexpr const char* kUsage =
-    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--cc dcqcn|delay|off] [--dcqcn on|off|FILE] [--pfc on|off]\n"
-    "                --out DIR\n"
+    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--cc dcqcn|delay|off] [--dcqcn on|off|FILE]\n"
+    "                [--delay FILE] [--pfc on|off] --out DIR\n"
     "  SCENARIO: fairness (flows start together, default 2), incast (N-to-1, default 8),\n"
     "            join-leave (flows join and leave one by one, default 3), victim (an\n"
     "            N-to-1 incast, default 16, plus a flow from flow 0's host to an idle port),\n"
@@ -59,7 +59,8 @@ constexpr const char* kUsage =
     "            'loss = 0,0.001,0.01': one run per combination, each into DIR/TRANSPORT[-lossP],\n"
     "            and the table of them in DIR/sweep.csv and DIR/sweep.json\n"
     "  --cc      the congestion control: dcqcn (default; its values from --dcqcn), delay\n"
-    "            (conf/delay.conf's values, line rate = the link's), or off; over the file's cc\n"
+    "            (conf/delay.conf's values, or --delay FILE's; line rate = the link's), or off;\n"
+    "            over the file's cc\n"
     "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file;\n"
     "            over the scenario file's dcqcn\n"
     "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
@@ -99,6 +100,7 @@ Run parse_command_line(int argc, char** argv) {
   int flows = 0;
   std::string dcqcn_arg;  // empty: the file's, or on
   std::string cc_arg;     // empty: the file's, or dcqcn
+  std::string delay_arg;  // --delay FILE
   std::string pfc_arg;
   Run run;
   app::ArgReader args(std::vector<std::string>(argv, argv + argc));
@@ -108,6 +110,7 @@ Run parse_command_line(int argc, char** argv) {
     else if (a == "--out") run.out = args.value("--out");
     else if (a == "--dcqcn") dcqcn_arg = args.value("--dcqcn");
     else if (a == "--cc") cc_arg = args.value("--cc");
+    else if (a == "--delay") delay_arg = args.value("--delay");
     else if (a == "--pfc") pfc_arg = args.value("--pfc");
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
@@ -130,9 +133,19 @@ Run parse_command_line(int argc, char** argv) {
   }
   if (dcqcn_arg.empty()) dcqcn_arg = run.sc.dcqcn.empty() ? "on" : run.sc.dcqcn;
   if (cc_arg == "dcqcn") run.dcqcn = dcqcn_option(dcqcn_arg, run.sc);
+  if (!delay_arg.empty() && cc_arg != "delay") {
+    usage_error("--delay " + delay_arg + " with cc = " + cc_arg + ": its values are for cc = delay");
+  }
   if (cc_arg == "delay") {
-    // conf/delay.conf's defaults at the scenario's line rate.
+    // conf/delay.conf's defaults (or --delay's file) at the scenario's line rate.
     run.delay.emplace();
+    if (!delay_arg.empty()) {
+      std::string text;
+      if (!app::read_text_file(delay_arg, text)) usage_error("--delay: cannot read '" + delay_arg + "'");
+      if (const std::string err = cc::parse_delay_params(text, *run.delay); !err.empty()) {
+        usage_error("--delay " + delay_arg + ": " + err);
+      }
+    }
     run.delay->line_rate_bps = run.sc.gbps * 1e9;
   }
   if (mkdir(run.out.c_str(), 0755) != 0 && errno != EEXIST) {
