@@ -359,7 +359,7 @@ Result run(const Options& o, Fabric& net) {
 Result run_sim(const Options& o) {
   sim::Impairments imp;
   imp.loss = o.loss;
-  device::SimPair net(o.seed, imp, imp, o.dcqcn_params());
+  device::SimPair net(o.seed, imp, imp, o.dcqcn_params(), 0, o.delay_params());
   if (std::string error; !o.pcap.empty() && !net.link.tap(o.pcap, error)) return failed(error);
   return run(o, net);
 }
@@ -380,7 +380,7 @@ std::unique_ptr<device::RingPair> start_ring(const Options& o, std::vector<std::
   if (const std::string w = dpdk::no_huge_warning("uroce-perf"); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   rc = 1;
   std::string err;
-  auto ring = device::RingPair::create("uroce_perf", err, 1, o.dcqcn_params(), o.pfc_priority);
+  auto ring = device::RingPair::create("uroce_perf", err, 1, o.dcqcn_params(), o.pfc_priority, o.delay_params());
   if (!ring) {
     std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
     return nullptr;

@@ -44,6 +44,9 @@ constexpr const char* kUsage =
     "      --counters        print the QP, engine and port counters on exit\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
+    "      --cc dcqcn|delay|off  the congestion control: dcqcn (as --dcqcn on, or its FILE),\n"
+    "                        delay (delay-based, conf/delay.conf's defaults) or off (default)\n"
+    "      --delay FILE      delay-based congestion control with that file's values (conf/delay.conf)\n"
     "      --pfc PRIO        with --ring or --ip: the lossless 802.1p priority, 0-7 (default off):\n"
     "                        PFC enabled on the port where its driver can (else one warning), and\n"
     "                        data sent with DSCP PRIO*8 (README \"PFC and traffic classes\")\n"
@@ -95,6 +98,8 @@ void ip_option(std::string v, Options& o) {
 // Every flag into `o`; the operation's name into `op`.
 void read_flags(app::ArgReader& args, Options& o, std::string& op) {
   auto u32 = [&](const char* flag) { return static_cast<std::uint32_t>(args.number(flag)); };
+  std::string cc_arg;  // --cc, taken once every flag is read (--dcqcn may come after it)
+  std::string delay_file;  // --delay
   for (std::string a; args.next(a);) {
     if (a == "--sim") o.fabric = "sim";
     else if (a == "--ring") o.fabric = "ring";
@@ -113,6 +118,8 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--pcap") o.pcap = args.value("--pcap");
     else if (a == "--counters") o.counters = true;
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
+    else if (a == "--cc") cc_arg = args.value("--cc");
+    else if (a == "--delay") delay_file = args.value("--delay");
     else if (a == "--pfc") o.pfc_priority = app::parse_pfc_priority(args.value("--pfc"), "--pfc");
     else if (a == "--workers") o.workers = true;
     else if (app::transport_flag(a, args, o.transport)) continue;
@@ -131,6 +138,27 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     } else if (!a.empty() && a[0] != '-' && op.empty()) op = a;
     else if (!a.empty() && a[0] != '-' && o.server.empty()) o.server = a;
     else usage_error("unknown argument '" + a + "'");
+  }
+  if (!cc_arg.empty()) {
+    if (cc_arg != "dcqcn" && cc_arg != "delay" && cc_arg != "off") {
+      usage_error("--cc takes dcqcn, delay or off, not '" + cc_arg + "'");
+    }
+    if (cc_arg == "dcqcn" && !o.dcqcn) o.dcqcn.emplace();
+    if (cc_arg != "dcqcn" && o.dcqcn) usage_error("--dcqcn with --cc " + cc_arg + ": DCQCN runs only with --cc dcqcn");
+    if (cc_arg == "delay") o.delay.emplace();
+  }
+  if (!delay_file.empty()) {
+    if (!cc_arg.empty() && cc_arg != "delay") usage_error("--delay with --cc " + cc_arg + ": its values are for --cc delay");
+    if (o.dcqcn) usage_error("--delay with --dcqcn: give one congestion control");
+    std::string text;
+    if (!app::read_text_file(delay_file, text)) {
+      usage_error("--delay: cannot read '" + delay_file + "' (give a file like conf/delay.conf)");
+    }
+    cc::DelayParams params;
+    if (const std::string err = cc::parse_delay_params(text, params); !err.empty()) {
+      usage_error("--delay " + delay_file + ": " + err);
+    }
+    o.delay = params;
   }
 }
 

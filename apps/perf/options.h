@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "uroce/verbs.h"
 
 namespace uroce::perf {
@@ -39,6 +40,7 @@ struct Options {
   bool counters = false;
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
+  std::optional<cc::DelayParams> delay;  // --cc delay (never with dcqcn)
   int pfc_priority = -1;  // --pfc: the lossless priority; -1 none
   TransportOptions transport;  // --sr, --spray, --bdp: every RC QP's, both ends
   std::uint32_t idle_qps = 0;
@@ -53,6 +55,7 @@ struct Options {
 
   // The congestion control parameters, or nullptr when it is off.
   const cc::DcqcnParams* dcqcn_params() const { return dcqcn ? &*dcqcn : nullptr; }
+  const cc::DelayParams* delay_params() const { return delay ? &*delay : nullptr; }
 };
 
 // The options in `args` (the program's name first, then what follows "--").

@@ -389,7 +389,8 @@ int Endpoint::run_client() {
 }  // namespace
 
 int run_remote(const Options& o) {
-  const std::unique_ptr<device::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params(), o.pfc_priority);
+  const std::unique_ptr<device::Device> device = app::open_port_device("uroce-perf", o.port_id, o.ip, o.dcqcn_params(), o.pfc_priority,
+                                                                           o.delay_params());
   if (!device) return 1;
   // --workers: the engine on its own thread, this one posting and polling,
   // as a verbs program runs on lib/ibverbs.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/choice.h"
 #include "common/args.h"
 #include "netdev.h"
 
@@ -19,8 +20,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
-    "                 [--dcqcn FILE] [--pfc PRIO] [--min-ack-timeout N] [--transport SPEC] [--netdev IF]\n"
-    "                 [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--cc dcqcn|delay|off] [--dcqcn FILE] [--delay FILE] [--pfc PRIO] [--min-ack-timeout N]\n"
+    "                 [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -33,7 +34,12 @@ constexpr const char* kUsage =
     "  --port-id N     the DPDK port (default 0)\n"
     "  --queues N      port queues, one engine each (default 1)\n"
     "  --workers CPUS  the CPU of each queue's worker thread, e.g. 2,3 (default: not pinned)\n"
+    "  --cc dcqcn|delay|off  the congestion control of every QP (default off): dcqcn (ECN marks\n"
+    "                  and CNPs; conf/dcqcn.conf's values, or --dcqcn's file), delay (each ACK's round\n"
+    "                  trip, for switches that do not mark; conf/delay.conf's values, or --delay's)\n"
     "  --dcqcn FILE    DCQCN congestion control with these parameters (conf/dcqcn.conf)\n"
+    "  --delay FILE    delay-based congestion control with these parameters (conf/delay.conf; set its\n"
+    "                  line_rate_gbps and base_rtt_us to the port's and the path's)\n"
     "  --pfc PRIO      the lossless 802.1p priority, 0-7 (default off): PFC on the port where its\n"
     "                  driver can (else one warning), data sent with DSCP PRIO*8\n"
     "  --min-ack-timeout N  no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
@@ -59,8 +65,9 @@ constexpr const char* kUsage =
     "                  service\"): no EAL args, no --ip; the daemon owns the port and its cores\n"
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
-    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_DCQCN, UROCE_PFC,\n"
-    "UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT and prepends DIR to LD_LIBRARY_PATH (--service: UROCE_SERVICE=PATH instead of the port's);\n"
+    "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_CC, UROCE_DCQCN,\n"
+    "UROCE_DELAY, UROCE_PFC, UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT and prepends DIR to LD_LIBRARY_PATH\n"
+    "(--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
     "           -- --ip 10.0.0.1/24 ibv_rc_pingpong -d uroce0 -g 1\n";
@@ -85,7 +92,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, dcqcn, pfc, min_ack_timeout, transport, lib;
+  std::string ip, port_id, queues, workers, cc, dcqcn, delay, pfc, min_ack_timeout, transport, lib;
   std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
@@ -140,7 +147,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--port-id") value(o.port_id);
     else if (a == "--queues") value(o.queues);
     else if (a == "--workers") value(o.workers);
+    else if (a == "--cc") value(o.cc);
     else if (a == "--dcqcn") value(o.dcqcn);
+    else if (a == "--delay") value(o.delay);
     else if (a == "--pfc") {
       value(o.pfc);
       uroce::app::parse_pfc_priority(o.pfc, "--pfc");  // checked here, where the user typed it
@@ -164,6 +173,12 @@ Options parse(int argc, char** argv) {
     else break;
   }
   for (; i < argc; ++i) o.program.emplace_back(argv[i]);
+  uroce::cc::Controller controller;  // checked here; the library decides again from what is set below
+  if (std::string e = uroce::cc::resolve_controller(o.cc, !o.dcqcn.empty(), !o.delay.empty(),
+                                                    {"--cc", "--dcqcn", "--delay"}, controller);
+      !e.empty()) {
+    usage_error(e);
+  }
   if (o.ip.empty()) usage_error("--ip ADDR/PREFIX is required (the port's IPv4 address, e.g. --ip 10.0.0.1/24)");
   if (o.program.empty()) usage_error("no program to run: give it after the options, e.g. ibv_devinfo");
   if (o.eal.empty()) usage_error("no EAL args: give the port before '--', e.g. --vdev=net_af_packet0,iface=eth1");
@@ -208,8 +223,8 @@ int main(int argc, char** argv) {
   }
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
-      {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_PFC", &o.pfc}, {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout},
-      {"UROCE_TRANSPORT", &o.transport}};
+      {"UROCE_CC", &o.cc}, {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_DELAY", &o.delay}, {"UROCE_PFC", &o.pfc},
+      {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}, {"UROCE_TRANSPORT", &o.transport}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

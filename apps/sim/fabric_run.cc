@@ -49,8 +49,8 @@ struct Host {
 
 class FabricRun {
  public:
-  FabricRun(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn)
-      : sc_(sc), fabric_(seed, config(sc), dcqcn) {}
+  FabricRun(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const cc::DelayParams* delay)
+      : sc_(sc), fabric_(seed, config(sc), dcqcn, delay) {}
 
   // One line on stderr and false if a QP cannot be set up (the transport
   // refusing the scenario's options among them: refused() says so).
@@ -423,7 +423,8 @@ RunResult FabricRun::write_summary(const std::string& out, std::uint64_t seed, b
 
 }  // namespace
 
-RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out) {
+RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out,
+                     const cc::DelayParams* delay) {
   RunResult r;
   if (const std::string bad = FabricRun::config(sc).check(); !bad.empty()) {
     std::fprintf(stderr, "uroce-sim: %s\n", bad.c_str());
@@ -431,7 +432,7 @@ RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnPara
     r.message = bad;
     return r;
   }
-  auto run = std::make_unique<FabricRun>(sc, seed, dcqcn);
+  auto run = std::make_unique<FabricRun>(sc, seed, dcqcn, delay);
   if (!run->set_up()) {
     r.outcome = run->refused() ? RunResult::Outcome::refused : RunResult::Outcome::failed;
     r.message = run->failure();

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "scenario.h"
 #include "sweep.h"
 
@@ -21,6 +22,8 @@ namespace uroce::simapp {
 // `out`/summary.json; its figures and outcome (RunResult::exit_status: 0
 // ok; 1 the run failed, or the transport refused the scenario's options,
 // said in one line on stderr; 2 a fabric that cannot be built).
-RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out);
+// `delay`: delay-based congestion control instead of `dcqcn` (nullptr: off).
+RunResult run_fabric(const Scenario& sc, std::uint64_t seed, const cc::DcqcnParams* dcqcn, const std::string& out,
+                     const cc::DelayParams* delay = nullptr);
 
 }  // namespace uroce::simapp

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "common/args.h"
 #include "common/text_file.h"
 #include "common/work_request.h"
@@ -39,14 +40,16 @@ using app::usage_error;
 using simapp::Scenario;
 
 constexpr const char* kUsage =
-    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--dcqcn on|off|FILE] [--pfc on|off] --out DIR\n"
+    "usage: uroce-sim SCENARIO [--flows N] [--seed S] [--cc dcqcn|delay|off] [--dcqcn on|off|FILE]\n"
+    "                [--delay FILE] [--pfc on|off] --out DIR\n"
     "  SCENARIO: fairness (flows start together, default 2), incast (N-to-1, default 8),\n"
     "            join-leave (flows join and leave one by one, default 3), victim (an\n"
     "            N-to-1 incast, default 16, plus a flow from flow 0's host to an idle port),\n"
     "            or a file of 'name = value' lines: base (one of the four), flows,\n"
     "            duration_us, sample_us, gbps, buffer_kb, kmin_kb, kmax_kb, pmax, dscp,\n"
     "            pfc (0|1), pfc_xoff_kb, pfc_xon_kb, pfc_headroom_kb, pfc_quanta, victim (0|1),\n"
-    "            dcqcn (on|off|FILE, as --dcqcn), transport (gbn|sr), spray, bdp\n"
+    "            dcqcn (on|off|FILE, as --dcqcn), cc (dcqcn|delay|off, as --cc), transport (gbn|sr),\n"
+    "            spray, bdp\n"
     "  On a fabric: loss (N pairs of hosts, default 2, a lossy last hop), leafspine (a\n"
     "            collective on a leaf-spine fabric); their files also take rtt_us, size, loss,\n"
     "            (loss) outstanding, (leafspine) spines, leaves, hosts_per_leaf,\n"
@@ -55,6 +58,9 @@ constexpr const char* kUsage =
     "  Sweeps: transport (and on a fabric loss) may list values, e.g. 'transport = gbn,sr' and\n"
     "            'loss = 0,0.001,0.01': one run per combination, each into DIR/TRANSPORT[-lossP],\n"
     "            and the table of them in DIR/sweep.csv and DIR/sweep.json\n"
+    "  --cc      the congestion control: dcqcn (default; its values from --dcqcn), delay\n"
+    "            (conf/delay.conf's values, or --delay FILE's; line rate = the link's), or off;\n"
+    "            over the file's cc\n"
     "  --dcqcn   on (default: conf/dcqcn.conf's values, line rate = the link's), off, or a file;\n"
     "            over the scenario file's dcqcn\n"
     "  --pfc     PFC on the switch for the data's priority (DSCP 26: priority 3); default off\n"
@@ -68,6 +74,9 @@ struct Run {
   std::string out;
   std::uint64_t seed = 1;
   std::optional<cc::DcqcnParams> dcqcn;  // nullopt: off
+  std::optional<cc::DelayParams> delay;  // cc = delay; nullopt: off (never with dcqcn)
+  // The congestion control by name: "dcqcn", "delay" or "off".
+  const char* cc_name() const { return dcqcn ? "dcqcn" : delay ? "delay" : "off"; }
 };
 
 // --dcqcn on|off|FILE: conf/dcqcn.conf's defaults, or a file's values over
@@ -90,6 +99,8 @@ Run parse_command_line(int argc, char** argv) {
   std::string name;
   int flows = 0;
   std::string dcqcn_arg;  // empty: the file's, or on
+  std::string cc_arg;     // empty: the file's, or dcqcn
+  std::string delay_arg;  // --delay FILE
   std::string pfc_arg;
   Run run;
   app::ArgReader args(std::vector<std::string>(argv, argv + argc));
@@ -98,6 +109,8 @@ Run parse_command_line(int argc, char** argv) {
     else if (a == "--seed") run.seed = std::strtoull(args.value("--seed").c_str(), nullptr, 0);
     else if (a == "--out") run.out = args.value("--out");
     else if (a == "--dcqcn") dcqcn_arg = args.value("--dcqcn");
+    else if (a == "--cc") cc_arg = args.value("--cc");
+    else if (a == "--delay") delay_arg = args.value("--delay");
     else if (a == "--pfc") pfc_arg = args.value("--pfc");
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
@@ -111,8 +124,30 @@ Run parse_command_line(int argc, char** argv) {
   if (!pfc_arg.empty() && pfc_arg != "on" && pfc_arg != "off") usage_error("--pfc takes on or off, not '" + pfc_arg + "'");
   run.sc = simapp::load_scenario(name, flows);
   if (!pfc_arg.empty()) simapp::set_pfc(run.sc, pfc_arg == "on");
+  if (!cc_arg.empty() && cc_arg != "dcqcn" && cc_arg != "delay" && cc_arg != "off") {
+    usage_error("--cc takes dcqcn, delay or off, not '" + cc_arg + "'");
+  }
+  if (cc_arg.empty()) cc_arg = run.sc.cc.empty() ? "dcqcn" : run.sc.cc;
+  if (cc_arg != "dcqcn" && !dcqcn_arg.empty() && dcqcn_arg != "off") {
+    usage_error("--dcqcn " + dcqcn_arg + " with cc = " + cc_arg + ": DCQCN runs only with cc = dcqcn");
+  }
   if (dcqcn_arg.empty()) dcqcn_arg = run.sc.dcqcn.empty() ? "on" : run.sc.dcqcn;
-  run.dcqcn = dcqcn_option(dcqcn_arg, run.sc);
+  if (cc_arg == "dcqcn") run.dcqcn = dcqcn_option(dcqcn_arg, run.sc);
+  if (!delay_arg.empty() && cc_arg != "delay") {
+    usage_error("--delay " + delay_arg + " with cc = " + cc_arg + ": its values are for cc = delay");
+  }
+  if (cc_arg == "delay") {
+    // conf/delay.conf's defaults (or --delay's file) at the scenario's line rate.
+    run.delay.emplace();
+    if (!delay_arg.empty()) {
+      std::string text;
+      if (!app::read_text_file(delay_arg, text)) usage_error("--delay: cannot read '" + delay_arg + "'");
+      if (const std::string err = cc::parse_delay_params(text, *run.delay); !err.empty()) {
+        usage_error("--delay " + delay_arg + ": " + err);
+      }
+    }
+    run.delay->line_rate_bps = run.sc.gbps * 1e9;
+  }
   if (mkdir(run.out.c_str(), 0755) != 0 && errno != EEXIST) {
     usage_error("cannot create --out " + run.out + ": " + std::strerror(errno));
   }
@@ -168,7 +203,7 @@ struct Samples {
 // the receiver's (the victim flow: from flow 0's host to a host of its own).
 class ScenarioRun {
  public:
-  explicit ScenarioRun(const Run& run) : run_(run), sc_(run.sc), fabric_(run.seed, run.dcqcn ? &*run.dcqcn : nullptr) {
+  explicit ScenarioRun(const Run& run) : run_(run), sc_(run.sc), fabric_(run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.delay ? &*run.delay : nullptr) {
     fabric_.sw.set_pfc(sc_.pfc);
   }
 
@@ -541,8 +576,8 @@ void write_summary(const Run& run, const Results& r) {
   const sim::EgressStats& st = r.bottleneck;
   std::ofstream js(run.out + "/summary.json");
   char title[160];
-  std::snprintf(title, sizeof title, "%s, %d flows, DCQCN %s%s%s, seed %llu", sc.name.c_str(), sc.flows,
-                run.dcqcn ? "on" : "off", sc.pfc.enabled ? ", PFC on" : "", sc.selective_repeat ? ", sr" : "",
+  std::snprintf(title, sizeof title, "%s, %d flows, %s%s%s, seed %llu", sc.name.c_str(), sc.flows,
+                run.dcqcn ? "DCQCN on" : run.delay ? "delay-based cc" : "DCQCN off", sc.pfc.enabled ? ", PFC on" : "", sc.selective_repeat ? ", sr" : "",
                 static_cast<unsigned long long>(run.seed));
   // What a plot needs beyond the figures: its title, the sample period (the
   // CSV's rows), Kmax, the victim flow's name, each flow's sending host (the
@@ -553,7 +588,8 @@ void write_summary(const Run& run, const Results& r) {
      << "\",\n  \"flow_sender\": [";
   for (std::size_t f = 0; f < r.sender.size(); ++f) js << (f ? ", " : "") << r.sender[f];
   js << "]"
-     << ",\n  \"dcqcn\": " << (run.dcqcn ? "true" : "false") << ",\n  \"duration_us\": " << sc.duration_us
+     << ",\n  \"dcqcn\": " << (run.dcqcn ? "true" : "false") << ",\n  \"cc\": \"" << run.cc_name()
+     << "\",\n  \"duration_us\": " << sc.duration_us
      << ",\n  \"bottleneck_gbps\": " << sc.bottleneck.gbps << ",\n  \"buffer_bytes\": " << sc.bottleneck.buffer_bytes
      << ",\n  \"throughput_last_half_bps\": [";
   for (std::size_t f = 0; f < r.tput.size(); ++f) js << (f ? ", " : "") << static_cast<std::uint64_t>(r.tput[f]);
@@ -588,7 +624,7 @@ void write_summary(const Run& run, const Results& r) {
 void print_report(const Run& run, const Results& r) {
   const Scenario& sc = run.sc;
   const sim::EgressStats& st = r.bottleneck;
-  std::printf("uroce-sim %s: %d flows, DCQCN %s, PFC %s, %s, %llu us\n", sc.name.c_str(), sc.flows, run.dcqcn ? "on" : "off",
+  std::printf("uroce-sim %s: %d flows, cc %s, PFC %s, %s, %llu us\n", sc.name.c_str(), sc.flows, run.cc_name(),
               sc.pfc.enabled ? "on" : "off", simapp::transport_name(sc), static_cast<unsigned long long>(sc.duration_us));
   // Every flow up to 16; beyond, the first 8 and the last.
   for (std::size_t f = 0; f < r.tput.size(); ++f) {
@@ -659,7 +695,10 @@ simapp::RunResult run_switch(const Run& run) {
 
 // One point of the scenario, on the fabric or on the switch.
 simapp::RunResult run_point(const Run& run) {
-  if (run.sc.fabric) return simapp::run_fabric(run.sc, run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.out);
+  if (run.sc.fabric) {
+    return simapp::run_fabric(run.sc, run.seed, run.dcqcn ? &*run.dcqcn : nullptr, run.out,
+                              run.delay ? &*run.delay : nullptr);
+  }
   return run_switch(run);
 }
 

@@ -192,6 +192,11 @@ Scenario from_file(const std::string& path, int flows) {
       loss_key(s, path, v);
       continue;
     }
+    if (k == "cc") {
+      if (v != "dcqcn" && v != "delay" && v != "off") usage_error(path + ": cc takes dcqcn, delay or off, not '" + v + "'");
+      s.cc = v;
+      continue;
+    }
     if (k == "dcqcn") {
       if (v.empty()) usage_error(path + ": dcqcn takes on, off or a file");
       s.dcqcn = v;

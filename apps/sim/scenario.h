@@ -33,6 +33,9 @@ struct Scenario {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> active;
   // The file's `dcqcn` (on, off or a file); empty: not given (--dcqcn, or on).
   std::string dcqcn;
+  // The file's `cc` (dcqcn, delay or off); empty: not given (--cc, or the
+  // dcqcn key's choice).
+  std::string cc;
 
   // The transport options of every scenario's RC QPs (the switch scenarios'
   // too). A sweep: the values of `transport` and `loss` in the order given,

@@ -9,7 +9,8 @@ namespace uroce::daemon {
 
 const char* const kUsage =
     "usage: uroced [--conf FILE] [--eal \"EAL ARGS\"] [--ip ADDR/LEN] [--port-id N] [--queues N]\n"
-    "              [--workers CPUS] [--dcqcn FILE] [--pfc-priority 0-7|off] [--hugepages auto|on|off]\n"
+    "              [--workers CPUS] [--cc dcqcn|delay|off] [--dcqcn FILE] [--delay FILE]\n"
+    "              [--pfc-priority 0-7|off] [--hugepages auto|on|off]\n"
     "              [--min-ack-timeout 0-31] [--socket PATH]\n"
     "              [--socket-mode OCTAL] [--socket-group NAME] [--max-qps N] [--max-cqs N]\n"
     "              [--max-mrs N] [--max-pinned-mb N] [--max-clients N] [--max-pds N]\n"
@@ -30,6 +31,9 @@ const char* const kUsage =
     "(their socket closes), and the daemon exits.\n"
     "  --max-*   budgets per client; --uid-max-* budgets per uid (all its clients together);\n"
     "            --uid.1000.uid-max-qps 2048 (key uid.1000.uid_max_qps) sets one for uid 1000 only.\n"
+    "  --cc C    the congestion control of every QP: dcqcn (ECN marks and CNPs; --dcqcn's file or\n"
+    "            conf/dcqcn.conf's values), delay (each ACK's round trip, for switches that never mark;\n"
+    "            --delay's file or conf/delay.conf's) or off. Unset: a file given picks its own, else off.\n"
     "  --pfc-priority (or --pfc) P: PFC on priority P on the port where its driver can (else one\n"
     "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n"
     "  --min-ack-timeout N: no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
@@ -178,8 +182,13 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
       if (!parse_uint(trim(cpu), 4095, x)) return "workers: '" + value + "' is not a list of CPUs like 2,3";
       c.workers.push_back(static_cast<int>(x));
     }
+  } else if (key == "cc") {
+    if (value != "dcqcn" && value != "delay" && value != "off") return "cc: '" + value + "': give dcqcn, delay or off";
+    c.cc = value;
   } else if (key == "dcqcn") {
     c.dcqcn = value;
+  } else if (key == "delay") {
+    c.delay = value;
   } else if (key == "pfc_priority" || key == "pfc") {  // --pfc as the tools spell it
     if (value == "off") {
       c.pfc_priority = -1;

@@ -25,7 +25,9 @@ struct Config {
   bool ip_set = false;
   std::uint16_t queues = 1;
   std::vector<int> workers;        // one CPU per queue; empty: not pinned
-  std::string dcqcn;               // DCQCN parameter file; "" off
+  std::string cc;                  // dcqcn | delay | off; "" what the files below imply (off if none)
+  std::string dcqcn;               // DCQCN parameter file; "" conf/dcqcn.conf's defaults (with cc = dcqcn)
+  std::string delay;               // the delay controller's; "" conf/delay.conf's defaults (with cc = delay)
   int pfc_priority = -1;           // the lossless 802.1p priority (PFC on the port, data's DSCP); -1 off
   std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout (exponent); 0 none
   std::string hugepages = "auto";  // auto | on | off: regions on hugepages (on: required)

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "cc/choice.h"
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "device/device.h"
 #include "device/telemetry.h"
 #include "telemetry.h"
@@ -106,14 +108,38 @@ int main(int argc, char** argv) {
                2);
   }
   if (std::string e = check_cpus(config.workers); !e.empty()) return die(e, 2);
-  std::optional<uroce::cc::DcqcnParams> dcqcn;
-  if (!config.dcqcn.empty()) {
-    std::ifstream in(config.dcqcn);
-    if (!in) return die("dcqcn: cannot read '" + config.dcqcn + "' (give a file like conf/dcqcn.conf, or unset it)", 2);
+  uroce::cc::Controller controller = uroce::cc::Controller::kOff;
+  if (std::string e = uroce::cc::resolve_controller(config.cc, !config.dcqcn.empty(), !config.delay.empty(),
+                                                    {"cc", "dcqcn", "delay"}, controller);
+      !e.empty()) {
+    return die(e, 2);
+  }
+  // A parameter file's text; "" and `why` when it cannot be read.
+  auto read_params = [](const std::string& key, const std::string& file, const char* example, std::string& why) {
+    std::ifstream in(file);
+    if (!in) why = key + ": cannot read '" + file + "' (give a file like " + example + ", or unset it)";
     std::ostringstream text;
     text << in.rdbuf();
+    return text.str();
+  };
+  std::optional<uroce::cc::DcqcnParams> dcqcn;
+  std::optional<uroce::cc::DelayParams> delay;
+  if (controller == uroce::cc::Controller::kDcqcn) {
     dcqcn.emplace();
-    if (std::string e = uroce::cc::parse_dcqcn_params(text.str(), *dcqcn); !e.empty()) return die(config.dcqcn + ": " + e, 2);
+    if (!config.dcqcn.empty()) {
+      std::string why;
+      const std::string text = read_params("dcqcn", config.dcqcn, "conf/dcqcn.conf", why);
+      if (!why.empty()) return die(why, 2);
+      if (std::string e = uroce::cc::parse_dcqcn_params(text, *dcqcn); !e.empty()) return die(config.dcqcn + ": " + e, 2);
+    }
+  } else if (controller == uroce::cc::Controller::kDelay) {
+    delay.emplace();
+    if (!config.delay.empty()) {
+      std::string why;
+      const std::string text = read_params("delay", config.delay, "conf/delay.conf", why);
+      if (!why.empty()) return die(why, 2);
+      if (std::string e = uroce::cc::parse_delay_params(text, *delay); !e.empty()) return die(config.delay + ": " + e, 2);
+    }
   }
   std::vector<std::string> eal = {"uroced"};
   for (std::string& w : words(config.eal)) eal.push_back(std::move(w));
@@ -134,6 +160,7 @@ int main(int argc, char** argv) {
   uroce::device::DeviceOptions options;
   options.queues = config.queues;
   options.dcqcn = dcqcn ? &*dcqcn : nullptr;
+  options.delay_cc = delay ? &*delay : nullptr;
   options.pfc_priority = config.pfc_priority;
   options.min_ack_timeout = config.min_ack_timeout;
   auto device = uroce::device::Device::open(config.port_id, config.ip, "uroced", error, options);
@@ -149,8 +176,8 @@ int main(int argc, char** argv) {
   }
   uroce::device::telemetry_expose(&ctx, "uroced");
   uroce::daemon::telemetry_expose_clients(&server);
-  spdlog::info("uroced: serving {} on port {} ({} queue(s)){}; clients attach at {}", config.eal, config.port_id,
-               config.queues,
+  spdlog::info("uroced: serving {} on port {} ({} queue(s)), congestion control {}{}; clients attach at {}", config.eal,
+               config.port_id, config.queues, uroce::cc::controller_name(controller),
                config.min_ack_timeout != 0 ? ", local ACK timeout floor " + std::to_string(config.min_ack_timeout)
                                            : std::string(),
                config.socket);

@@ -30,6 +30,7 @@ namespace uroce {
 
 namespace cc {
 struct DcqcnParams;
+struct DelayParams;
 }  // namespace cc
 
 namespace internal {
@@ -195,6 +196,11 @@ struct PortConfig {
   // is sent, CNPs for CE-marked packets received, a rate per QP cut by the
   // CNPs it receives. nullptr: off. Not owned; must outlive the Context.
   const cc::DcqcnParams* dcqcn = nullptr;
+  // Delay-based congestion control (conf/delay.conf, lib/cc/delay.h): a
+  // window per RC QP on the round trip of each ACK, needing nothing from
+  // the switches. nullptr: off. At most one of dcqcn and delay_cc: open
+  // refuses both. Not owned; must outlive the Context.
+  const cc::DelayParams* delay_cc = nullptr;
   // The fabric's lossless priority (802.1p, 0-7), the one PFC protects;
   // -1: none. Switches and NICs that trust DSCP map it to a priority as
   // DSCP >> 3, so an address vector (QP or AH) whose DSCP is 0 sends with

@@ -30,6 +30,7 @@ void DelayWindow::reset(const DelayParams* params, const DelayPath& path) {
   srtt_ns_ = 0;
   decreased_ = false;
   t_last_decrease_ = 0;
+  round_start_ns_ = round_least_ns_ = 0;
   retx_ = 0;
   increases_ = decreases_ = held_ = timeouts_ = losses_ = resets_ = 0;
 }
@@ -42,7 +43,11 @@ std::uint32_t DelayWindow::window_packets() const {
 
 std::uint64_t DelayWindow::pacing_gap_ns() const {
   if (cwnd_ >= 1) return 0;
-  return static_cast<std::uint64_t>(std::llround(static_cast<double>(rtt_ns_) / cwnd_));
+  // Swift paces on the RTT. A host kept off its CPU for milliseconds made
+  // that a gap of seconds at the floor (5 ms / 0.001), and the transfer
+  // stopped: the gap is on the RTT no longer than the target.
+  const double rtt = std::min(static_cast<double>(rtt_ns_), target_ns());
+  return static_cast<std::uint64_t>(std::llround(rtt / cwnd_));
 }
 
 bool DelayWindow::can_decrease(std::uint64_t now_ns) const {
@@ -58,24 +63,37 @@ void DelayWindow::decrease(std::uint64_t now_ns, double factor) {
   clamp();
   decreased_ = true;
   t_last_decrease_ = now_ns;
+  round_start_ns_ = now_ns;  // the samples before it were answered
+  round_least_ns_ = 0;
   ++decreases_;
 }
 
 void DelayWindow::on_ack(std::uint64_t now_ns, std::uint32_t packets, std::uint64_t rtt_ns) {
   const double target = target_ns();
+  // A round that has lasted a round trip without a decrease starts over;
+  // the round trip here is the larger of the latest and the smoothed one
+  // (with a host that comes and goes, one timely sample must not make the
+  // next round a few us long and a late one alone in it).
+  const auto round_ns = std::max(rtt_ns_, static_cast<std::uint64_t>(srtt_ns_));
+  if (round_least_ns_ != 0 && (now_ns < round_start_ns_ || now_ns - round_start_ns_ >= round_ns)) {
+    round_least_ns_ = 0;
+  }
+  if (round_least_ns_ == 0) round_start_ns_ = now_ns;
+  round_least_ns_ = round_least_ns_ == 0 ? rtt_ns : std::min(round_least_ns_, rtt_ns);
   rtt_ns_ = rtt_ns;
   srtt_ns_ = srtt_ns_ == 0 ? static_cast<double>(rtt_ns)
                            : srtt_ns_ + p_->srtt_weight * (static_cast<double>(rtt_ns) - srtt_ns_);
   retx_ = 0;
   const double d = static_cast<double>(rtt_ns);
+  const double m = p_->round_least ? static_cast<double>(round_least_ns_) : d;
   if (d < target) {
     cwnd_ += cwnd_ >= 1 ? p_->ai * packets / cwnd_ : p_->ai * packets;
     clamp();
     ++increases_;
-  } else if (can_decrease(now_ns)) {
-    // d >= target > 0 here unless the target itself is 0 (base_target_ns
+  } else if (m >= target && can_decrease(now_ns)) {
+    // m >= target > 0 here unless the target itself is 0 (base_target_ns
     // = 0 from code, not from a file): no excess then, no cut.
-    const double excess = d > 0 ? (d - target) / d : 0;
+    const double excess = m > 0 ? (m - target) / m : 0;
     decrease(now_ns, std::max(1 - p_->beta_md * excess, 1 - p_->max_mdf));
   } else {
     ++held_;
@@ -144,8 +162,14 @@ const ParamRow kParamRows[] = {
      [](DelayParams& p, double v) { p.max_cwnd = v; }},
     {"retx_reset_threshold", 1, false, 1000, false, true, "a whole number from 1 to 1000",
      [](DelayParams& p, double v) { p.retx_reset_threshold = static_cast<std::uint32_t>(v); }},
+    {"line_rate_gbps", 0, true, 1e4, false, false, "above 0, at most 10000",
+     [](DelayParams& p, double v) { p.line_rate_bps = v * 1e9; }},
+    {"base_rtt_us", 0, true, 1e6, false, false, "above 0, at most 1000000",
+     [](DelayParams& p, double v) { p.base_rtt_ns = ns_from_us(v); }},
     {"srtt_weight", 0, true, 1, false, false, "above 0, at most 1",
      [](DelayParams& p, double v) { p.srtt_weight = v; }},
+    {"round_least", 0, false, 1, false, true, "0 (Swift: each ACK's RTT) or 1 (the round trip's least)",
+     [](DelayParams& p, double v) { p.round_least = v != 0; }},
 };
 
 std::string trim(const std::string& s) {

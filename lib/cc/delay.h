@@ -29,9 +29,17 @@
 //       d <  target:  additive increase, ai packets per round trip:
 //                     cwnd += ai * n / cwnd  when cwnd >= 1,
 //                     cwnd += ai * n         when cwnd <  1;
-//       d >= target:  if can_decrease,
-//                     cwnd *= max(1 - beta_md * (d - target) / d, 1 - max_mdf);
+//       d >= target:  if can_decrease and m >= target,
+//                     cwnd *= max(1 - beta_md * (m - target) / m, 1 - max_mdf);
 //                     otherwise nothing (counted as held).
+//       m: with round_least (the default) the least RTT of the round, the
+//       samples since the last decrease or, when no decrease came, since
+//       one round trip (the latest RTT) ago; without it m = d (Swift).
+//       A queue in the fabric raises every sample of a round trip; a host
+//       kept off its CPU for a while (a software peer on a busy machine)
+//       raises the samples that waited for it, not the others, and should
+//       not take the window to its floor. In uroce-sim's scenarios the two
+//       rules give the same shares (docs/congestion.md).
 //   retransmit timeout: retransmit count += 1; at retx_reset_threshold (or
 //                 more) cwnd = min_cwnd; otherwise, if can_decrease,
 //                 cwnd *= 1 - max_mdf.
@@ -46,7 +54,8 @@
 //   decrease until a round trip after its last ACK below target.)
 //   Sending: when cwnd >= 1 at most floor(cwnd) packets in flight
 //   (window_packets()); when cwnd < 1 one packet in flight and a gap of
-//   rtt / cwnd between packets (pacing_gap_ns()).
+//   min(rtt, target) / cwnd between packets (pacing_gap_ns(); Swift's is
+//   rtt / cwnd, which a host delay of milliseconds made seconds).
 //
 // Swift runs two such windows, one on the fabric's share of the delay and
 // one on the hosts', and sends on the smaller; this is one window on the
@@ -73,6 +82,13 @@ struct DelayParams {
   double max_cwnd = 0;                    // the cap; 0 = the path's BDP (DelayPath)
   std::uint32_t retx_reset_threshold = 5; // timeouts in a row that reset cwnd to min_cwnd
   double srtt_weight = 0.125;             // srtt += w * (rtt - srtt) per sample
+  bool round_least = true;                // a decrease compares the round's least RTT (false: the ACK's, Swift)
+  // The path the transport gives each QP's window (DelayPath, with the
+  // QP's path MTU): the port's line rate (the sender's; no port reports it
+  // to the transport, so it is configured, as DCQCN's rp_line_rate_gbps)
+  // and the round trip with empty queues.
+  double line_rate_bps = 100e9;
+  std::uint64_t base_rtt_ns = 10'000;
 };
 
 // Reads `name = value` lines (# comments) into `p`, names as in
@@ -154,6 +170,8 @@ class DelayWindow {
   double srtt_ns_ = 0;
   bool decreased_ = false;          // a decrease happened (t_last_decrease_ is valid)
   std::uint64_t t_last_decrease_ = 0;
+  std::uint64_t round_start_ns_ = 0;  // round_least: when the round began
+  std::uint64_t round_least_ns_ = 0;  // ... and its least RTT so far (0: no sample yet)
   std::uint32_t retx_ = 0;
   std::uint64_t increases_ = 0;
   std::uint64_t decreases_ = 0;

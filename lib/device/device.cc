@@ -62,6 +62,7 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
   d->io = d->queues[0].get();
   uroce::PortConfig config = device_config(d->queues, d->clock);
   config.dcqcn = dcqcn;
+  config.delay_cc = options.delay_cc;
   config.pfc_priority = pfc_priority;
   config.min_ack_timeout = options.min_ack_timeout;
   d->ctx = Context::open(config, error);
@@ -70,11 +71,11 @@ std::unique_ptr<Device> Device::open(std::uint16_t port_id, const std::array<std
     return nullptr;
   }
   telemetry_expose(d->ctx.get(), name);
-  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, DCQCN {}, "
-                "PFC priority {}, local ACK timeout floor {}",
+  logger().info("device '{}' on port {}: {}.{}.{}.{}, {} engine(s), active MTU {}, regions on {} pages, "
+                "congestion control {}, PFC priority {}, local ACK timeout floor {}",
                 name, port_id, ip[0], ip[1], ip[2], ip[3], queues, 128 << config.active_mtu,
                 config.buffer_pages == uroce::PortConfig::Pages::kHuge ? "huge" : "normal",
-                dcqcn != nullptr ? "on" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none",
+                dcqcn != nullptr ? "dcqcn" : options.delay_cc != nullptr ? "delay" : "off", pfc_priority >= 0 ? std::to_string(pfc_priority) : "none",
                 options.min_ack_timeout != 0 ? std::to_string(options.min_ack_timeout) : "none");
   return d;
 }

@@ -20,6 +20,8 @@ struct DeviceOptions {
   std::uint16_t queues = 1;  // port queues, one engine each
   // Congestion control (nullptr: off); not owned.
   const cc::DcqcnParams* dcqcn = nullptr;
+  // Delay-based congestion control instead (nullptr: off); not owned.
+  const cc::DelayParams* delay_cc = nullptr;
   // The lossless 802.1p priority (0-7; -1 none): PFC enabled on the port
   // for it where the driver can (one warning where it cannot), and the
   // device's default traffic class (uroce::PortConfig).

@@ -4,7 +4,8 @@
 
 namespace uroce::device {
 
-LeafSpineFabric::LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig& config, const cc::DcqcnParams* dcqcn)
+LeafSpineFabric::LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig& config, const cc::DcqcnParams* dcqcn,
+                                 const cc::DelayParams* delay_cc)
     : net(clock, seed, config) {
   for (int h = 0; h < net.hosts(); ++h) {
     PortConfig port;
@@ -14,6 +15,7 @@ LeafSpineFabric::LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig&
     port.seed = seed * 1000 + static_cast<std::uint64_t>(h) + 1;
     port.seeded_qpns = true;  // a run repeats for its seed
     port.dcqcn = dcqcn;
+    port.delay_cc = delay_cc;
     std::string error;
     hosts.push_back(Context::open(port, error));
     if (!hosts.back()) {

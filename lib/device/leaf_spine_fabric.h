@@ -18,8 +18,10 @@ class LeafSpineFabric {
   // Every host of `config` (which must pass its check()) gets a device;
   // `dcqcn`: congestion control on every host (nullptr: off), not owned.
   // error() says what failed if a device could not be opened (its entry
-  // in `hosts` is then null).
-  LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig& config, const cc::DcqcnParams* dcqcn);
+  // in `hosts` is then null). `delay_cc`: delay-based congestion control
+  // instead of dcqcn (nullptr: off).
+  LeafSpineFabric(std::uint64_t seed, const sim::LeafSpineConfig& config, const cc::DcqcnParams* dcqcn,
+                  const cc::DelayParams* delay_cc = nullptr);
   const std::string& error() const { return error_; }
 
   // Every host polls once; if none moved a frame, virtual time jumps to the

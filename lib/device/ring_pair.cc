@@ -8,7 +8,8 @@
 namespace uroce::device {
 
 std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string& error, std::uint16_t queues,
-                                           const cc::DcqcnParams* dcqcn, int pfc_priority) {
+                                           const cc::DcqcnParams* dcqcn, int pfc_priority,
+                                           const cc::DelayParams* delay_cc) {
   std::uint16_t ida = 0;
   std::uint16_t idb = 0;
   if (!dpdk::create_ring_pair(name.c_str(), ida, idb, error, queues)) {
@@ -39,6 +40,7 @@ std::unique_ptr<RingPair> RingPair::create(const std::string& name, std::string&
   uroce::PortConfig ca = device_config(pair->queues_a, pair->clock);
   uroce::PortConfig cb = device_config(pair->queues_b, pair->clock);
   ca.dcqcn = cb.dcqcn = dcqcn;
+  ca.delay_cc = cb.delay_cc = delay_cc;
   ca.pfc_priority = cb.pfc_priority = pfc_priority;
   pair->a = Context::open(ca, error);
   pair->b = Context::open(cb, error);

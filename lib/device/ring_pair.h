@@ -23,8 +23,10 @@ class RingPair {
   // `dcqcn`: congestion control on both devices (nullptr: off); not owned.
   // `pfc_priority`: both devices' lossless priority (-1 none), as
   // Device::open takes it (net_ring has no PFC: one warning per port).
+  // `delay_cc`: delay-based congestion control instead of dcqcn (nullptr: off).
   static std::unique_ptr<RingPair> create(const std::string& name, std::string& error, std::uint16_t queues = 1,
-                                          const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1);
+                                          const cc::DcqcnParams* dcqcn = nullptr, int pfc_priority = -1,
+                                          const cc::DelayParams* delay_cc = nullptr);
   ~RingPair();
 
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

@@ -4,7 +4,8 @@
 
 namespace uroce::device {
 
-SimFabric::SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn) : sw(clock, seed), dcqcn_(dcqcn) {}
+SimFabric::SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn, const cc::DelayParams* delay_cc)
+    : sw(clock, seed), dcqcn_(dcqcn), delay_cc_(delay_cc) {}
 
 Context& SimFabric::add_host(const sim::EgressConfig& egress) {
   const auto i = static_cast<std::uint8_t>(hosts.size() + 1);
@@ -17,6 +18,7 @@ Context& SimFabric::add_host(const sim::EgressConfig& egress) {
   port.gid = gid;
   port.seed = i;
   port.dcqcn = dcqcn_;
+  port.delay_cc = delay_cc_;
   std::string error;
   hosts.push_back(Context::open(port, error));
   devices_.push_back(hosts.back().get());

@@ -15,7 +15,8 @@ namespace uroce::device {
 class SimFabric {
  public:
   // `dcqcn`: congestion control on every host (nullptr: off); not owned.
-  SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn);
+  // `delay_cc`: delay-based congestion control instead (nullptr: off).
+  SimFabric(std::uint64_t seed, const cc::DcqcnParams* dcqcn, const cc::DelayParams* delay_cc = nullptr);
 
   // A host on a new switch port whose egress (towards the host) is `egress`.
   Context& add_host(const sim::EgressConfig& egress);
@@ -39,6 +40,7 @@ class SimFabric {
 
  private:
   const cc::DcqcnParams* dcqcn_;
+  const cc::DelayParams* delay_cc_;
   std::vector<Context*> devices_;  // hosts, as step_devices takes them
 };
 

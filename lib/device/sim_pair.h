@@ -15,9 +15,11 @@ class SimPair {
  public:
   // `dcqcn`: congestion control on both devices (nullptr: off);
   // `min_ack_timeout`: both devices' floor under the local ACK timeout
-  // (PortConfig; 0 none).
+  // (PortConfig; 0 none); `delay_cc`: delay-based congestion control on
+  // both (nullptr: off; not with dcqcn).
   explicit SimPair(std::uint64_t seed, sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {},
-                   const cc::DcqcnParams* dcqcn = nullptr, std::uint8_t min_ack_timeout = 0);
+                   const cc::DcqcnParams* dcqcn = nullptr, std::uint8_t min_ack_timeout = 0,
+                   const cc::DelayParams* delay_cc = nullptr);
 
   // Connects qa (on a) and qb (on b) to each other.
   int connect(QueuePair* qa, QueuePair* qb, const ConnectParams& p = {});

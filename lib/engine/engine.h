@@ -71,6 +71,9 @@ class Engine {
   transport::Qp* find_qp(std::uint32_t qpn) const;
   // DCQCN for this engine's QPs (nullptr: off). Control path.
   void set_congestion_control(const cc::DcqcnParams* params) { env_.dcqcn = params; }
+  // Delay-based congestion control for this engine's QPs (nullptr: off).
+  // Control path.
+  void set_delay_control(const cc::DelayParams* params) { env_.delay = params; }
   // A floor under the local ACK timeout of this engine's QPs
   // (PortConfig::min_ack_timeout). Control path.
   void set_min_ack_timeout(std::uint8_t timeout) { env_.min_ack_timeout = timeout; }

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "cc/choice.h"
 #include "ibverbs/internal.h"
 
 namespace uroce::ibverbs {
@@ -94,6 +95,17 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
     }
   }
   if (const char* d = env("UROCE_DCQCN"); d != nullptr) config.dcqcn_file = d;
+  if (const char* d = env("UROCE_DELAY"); d != nullptr) config.delay_file = d;
+  const char* cc = env("UROCE_CC");
+  cc::Controller controller = cc::Controller::kOff;
+  if (std::string e = cc::resolve_controller(cc != nullptr ? cc : "", !config.dcqcn_file.empty(),
+                                             !config.delay_file.empty(), {"UROCE_CC", "UROCE_DCQCN", "UROCE_DELAY"},
+                                             controller);
+      !e.empty()) {
+    message = "uroce libibverbs: " + e;
+    return ConfigStatus::kInvalid;
+  }
+  config.cc = cc::controller_name(controller);
   if (const char* p = env("UROCE_PFC"); p != nullptr && std::string_view(p) != "off") {
     const std::string_view v(p);
     unsigned prio = 0;

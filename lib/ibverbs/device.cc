@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "device/device.h"
 #include "dpdk/eal.h"
 #include "ibverbs/fork_service.h"
@@ -55,7 +56,8 @@ struct Process {
   bool down_between = false;
   bool vdev_added = false;   // by uroce (so uroce removes it), while the device is up
   Config config;             // joined: what brings the device up again
-  const cc::DcqcnParams* dcqcn = nullptr;
+  const cc::DcqcnParams* dcqcn = nullptr;  // Config::cc: at most one of these two
+  const cc::DelayParams* delay = nullptr;
   Process* parent = nullptr;  // in a forked child: the parent's, kept as it was
   bool in_process = false;    // start() took the in-process path (EAL here or joined), whatever came of it
   // Serving forked children (fork_service.h): like a context, it keeps the
@@ -209,13 +211,16 @@ __be64 eui64_of(const std::uint8_t mac[6]) {
   return g;
 }
 
-// Reads the DCQCN file named by UROCE_DCQCN into `params`; "" or why not.
-std::string load_dcqcn(const std::string& file, cc::DcqcnParams& params) {
+// Reads the parameter file `file` (named by the environment variable
+// `var`, like conf/`example`) into `params` with `parse`; "" or why not.
+template <typename Params>
+std::string load_params(const std::string& file, const char* var, const char* example, Params& params,
+                        std::string (*parse)(const std::string&, Params&)) {
   std::ifstream in(file);
-  if (!in) return "cannot read '" + file + "' (UROCE_DCQCN: give a file like conf/dcqcn.conf, or unset it)";
+  if (!in) return "cannot read '" + file + "' (" + var + ": give a file like " + example + ", or unset it)";
   std::ostringstream text;
   text << in.rdbuf();
-  if (std::string e = cc::parse_dcqcn_params(text.str(), params); !e.empty()) return file + ": " + e;
+  if (std::string e = parse(text.str(), params); !e.empty()) return file + ": " + e;
   return "";
 }
 
@@ -294,6 +299,7 @@ std::string bring_up(Device& d, std::uint16_t port_id) {
   device::DeviceOptions options;
   options.queues = config.queues;
   options.dcqcn = p.dcqcn;
+  options.delay_cc = p.delay;
   options.pfc_priority = config.pfc_priority;
   options.min_ack_timeout = config.min_ack_timeout;
   auto port = device::Device::open(port_id, config.ip, kDeviceName, error, options);
@@ -340,14 +346,31 @@ void start() {
       std::fprintf(stderr, "%s\n", message.c_str());
       return;
   }
+  // The parameters live as long as the device: the whole process.
   const cc::DcqcnParams* dcqcn = nullptr;
-  if (!config.dcqcn_file.empty()) {
-    static cc::DcqcnParams params;  // lives as long as the device: the whole process
-    if (std::string e = load_dcqcn(config.dcqcn_file, params); !e.empty()) {
-      std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
-      return;
+  const cc::DelayParams* delay = nullptr;
+  if (config.cc == "dcqcn") {
+    static cc::DcqcnParams params;
+    if (!config.dcqcn_file.empty()) {
+      if (std::string e = load_params(config.dcqcn_file, "UROCE_DCQCN", "conf/dcqcn.conf", params,
+                                      cc::parse_dcqcn_params);
+          !e.empty()) {
+        std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+        return;
+      }
     }
     dcqcn = &params;
+  } else if (config.cc == "delay") {
+    static cc::DelayParams params;
+    if (!config.delay_file.empty()) {
+      if (std::string e = load_params(config.delay_file, "UROCE_DELAY", "conf/delay.conf", params,
+                                      cc::parse_delay_params);
+          !e.empty()) {
+        std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
+        return;
+      }
+    }
+    delay = &params;
   }
   Process& p = process();
   p.joined = dpdk::eal_started_elsewhere();
@@ -366,6 +389,7 @@ void start() {
   name_device(d);
   p.config = config;
   p.dcqcn = dcqcn;
+  p.delay = delay;
   if (std::string e = bring_up(*d, port_id); !e.empty()) {
     std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
     if (p.vdev_added) unplug(p);

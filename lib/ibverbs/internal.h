@@ -81,14 +81,18 @@ struct Config {
   std::uint16_t port_id = 0;
   std::uint16_t queues = 1;       // port queues, one engine and worker each
   std::vector<int> workers;       // one CPU per queue; -1 not pinned
-  std::string dcqcn_file;         // "" congestion control off
+  std::string cc = "off";         // dcqcn | delay | off: UROCE_CC, or what the files below imply
+  std::string dcqcn_file;         // DCQCN's parameters; "" conf/dcqcn.conf's defaults
+  std::string delay_file;         // the delay controller's; "" conf/delay.conf's defaults
   int pfc_priority = -1;          // the lossless 802.1p priority; -1 none
   std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout; 0 none
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
 // Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
 // (default 0), UROCE_QUEUES (default 1), UROCE_WORKERS (CPU list like
-// "2,3"; default: unpinned), UROCE_DCQCN (a conf/dcqcn.conf file) and
+// "2,3"; default: unpinned), UROCE_CC (dcqcn, delay or off), UROCE_DCQCN
+// (a conf/dcqcn.conf file; alone it means UROCE_CC=dcqcn), UROCE_DELAY (a
+// conf/delay.conf file; alone, UROCE_CC=delay) and
 // UROCE_PFC (the lossless priority, 0-7 or off) and UROCE_MIN_ACK_TIMEOUT
 // (a floor under every QP's local ACK timeout, 0-31) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
 // unset; kInvalid with a one-line `message` when one is missing or

@@ -214,7 +214,8 @@ CompleterStep implicit_nak(Qp& qp, Reply& r) {
   return CompleterStep::retry;
 }
 
-CompleterStep retry(Qp& qp, Reply& r) {
+CompleterStep retry(Qp& qp, Env& env, Reply& r) {
+  delay_loss(qp, env);  // a sequence NAK or missing responses: a loss found without the timer
   if (spend_retry(qp, r.retry_from) && r.ahead) qp.comp.rewound_seen = r.psn;
   return CompleterStep::done;
 }
@@ -344,13 +345,11 @@ void complete_send(Qp& qp, ibv_wc_status status) {
   }
 }
 
+namespace {
+
 // The completer's state machine (rules.h: UROCE_COMPLETER_STEPS): each step
 // returns the next, until the packet is done with or leaves by an exit.
-void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
-  if (qp.sr != nullptr) {
-    sr_on_response(qp, env, p);
-    return;
-  }
+void run_completer(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   Reply r{p, p.bth().psn.get()};
   CompleterStep step = CompleterStep::check_state;
   for (;;) {
@@ -364,11 +363,24 @@ void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
       case CompleterStep::read_response: step = read_response(qp, env, r); break;
       case CompleterStep::atomic_ack: step = atomic_ack(qp, env, r); break;
       case CompleterStep::implicit_nak: step = implicit_nak(qp, r); break;
-      case CompleterStep::retry: step = retry(qp, r); break;
+      case CompleterStep::retry: step = retry(qp, env, r); break;
       case CompleterStep::exit: apply_exit(qp, r.exit); return;
       case CompleterStep::done: return;
     }
   }
+}
+
+}  // namespace
+
+void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
+  if (qp.sr != nullptr) {
+    sr_on_response(qp, env, p);
+    return;
+  }
+  const std::uint32_t before = qp.comp.psn;
+  run_completer(qp, env, p);
+  // What the response acknowledged, with its RTT (cc = delay).
+  if (qp.delay != nullptr && qp.state != IBV_QPS_ERR) delay_acked(qp, env, before, qp.comp.psn);
 }
 
 void completer_on_timer(Qp& qp, Env& env) {
@@ -382,6 +394,7 @@ void completer_on_timer(Qp& qp, Env& env) {
     return;
   }
   qp.counters.add(QpCounter::timeouts);
+  delay_timeout(qp, env);
   // A local ACK timeout spends a retry and resends from the oldest PSN not
   // acknowledged, a small window first. retry_cnt 7 means seven, not
   // infinite (unlike rnr_retry).

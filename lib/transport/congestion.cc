@@ -20,6 +20,13 @@ constexpr std::uint64_t kPacingBurstNs = 8'000;
 
 bool paced(const Env& env) { return env.dcqcn != nullptr && env.dcqcn->enabled; }
 
+// cc = delay: below one packet of window the QP's packets leave one per
+// rtt / cwnd (DelayWindow::pacing_gap_ns); at or above it the window alone
+// holds the QP back. 0: not paced now.
+std::uint64_t delay_gap(const Qp& qp, const Env& env) {
+  return env.delay != nullptr && qp.delay != nullptr ? qp.delay->window.pacing_gap_ns() : 0;
+}
+
 void start_rate(Qp& qp, const Env& env) {
   if (!qp.congestion.started) {
     qp.congestion.rate.reset(env.dcqcn, env.now);
@@ -79,6 +86,7 @@ std::uint16_t cnp_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room)
 }
 
 bool pace_allows(Qp& qp, Env& env) {
+  if (delay_gap(qp, env) != 0) return qp.congestion.next_send_ns <= env.now;
   if (!paced(env)) return true;
   start_rate(qp, env);
   Qp::Congestion& c = qp.congestion;
@@ -89,6 +97,10 @@ bool pace_allows(Qp& qp, Env& env) {
 }
 
 void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes) {
+  if (const std::uint64_t gap = delay_gap(qp, env); gap != 0) {
+    qp.congestion.next_send_ns = env.now + gap;
+    return;
+  }
   if (!paced(env)) return;
   Qp::Congestion& c = qp.congestion;
   c.rate.on_sent(frame_bytes);
@@ -99,7 +111,7 @@ void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes) {
 }
 
 std::uint64_t paced_until(const Qp& qp, const Env& env) {
-  if (!paced(env) || qp.congestion.next_send_ns <= env.now) return 0;
+  if ((!paced(env) && delay_gap(qp, env) == 0) || qp.congestion.next_send_ns <= env.now) return 0;
   const bool requests = qp.req_next != qp.sq_posted;
   const bool responses = qp.resp.out_head != qp.resp.out_tail;
   return requests || responses ? qp.congestion.next_send_ns : 0;

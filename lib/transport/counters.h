@@ -76,7 +76,11 @@ namespace uroce::transport {
   X(sr_out_of_window, "selective repeat: request packets beyond the receive window, dropped (responder)") \
   X(drop_bad_sreth, "selective repeat: requests NAKed: SRETH disagreeing with opcode, PSN, payload or RETH") \
   X(sr_sack_refused, "selective repeat: SACKs dropped: naming PSNs never sent, or going back (requester)") \
-  X(sr_rto_low, "selective repeat: short retransmit timeouts (RTO_low: a lost tail) (requester)")
+  X(sr_rto_low, "selective repeat: short retransmit timeouts (RTO_low: a lost tail) (requester)") \
+  X(cc_cwnd, "cc = delay: the congestion window now, in thousandths of a packet (a gauge; summed: the QPs' total)") \
+  X(cc_rtt_us, "cc = delay: the smoothed round trip now, us (a gauge)")               \
+  X(cc_decreases, "cc = delay: window decreases (delay above target, loss, timeout)") \
+  X(cc_increases, "cc = delay: ACKs below the target delay (additive increases)")
 // Through uroced the counters travel in order in QpCountersReply (room for 96).
 
 enum class QpCounter : std::uint8_t {
@@ -107,6 +111,10 @@ inline std::uint64_t counter_load(const std::uint64_t& counter) {
 struct QpCounters {
   std::array<std::uint64_t, kQpCounterCount> value{};
   void add(QpCounter c, std::uint64_t n = 1) { counter_add(value[static_cast<std::size_t>(c)], n); }
+  // For the gauges (cc_cwnd, cc_rtt_us): one writer, as add.
+  void set(QpCounter c, std::uint64_t v) {
+    std::atomic_ref<std::uint64_t>(value[static_cast<std::size_t>(c)]).store(v, std::memory_order_relaxed);
+  }
   std::uint64_t get(QpCounter c) const { return counter_load(value[static_cast<std::size_t>(c)]); }
 };
 

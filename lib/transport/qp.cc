@@ -63,7 +63,8 @@ void push_flush(CompletionRing* cq, std::uint64_t wr_id, std::uint32_t qpn, ibv_
 }  // namespace
 
 void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
-              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn) {
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn,
+              const cc::DelayParams* delay) {
   if (mask & IBV_QP_ACCESS_FLAGS) qp.attr.qp_access_flags = attr.qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) qp.attr.pkey_index = attr.pkey_index;
   if (mask & IBV_QP_PORT) qp.attr.port_num = attr.port_num;
@@ -118,6 +119,7 @@ void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, cons
   // completer's window starts there (nothing is in flight before RTS).
   if (next == IBV_QPS_RTR && qp.state != IBV_QPS_RTR && qp.reliable()) {
     qp.cc_window = dcqcn != nullptr && dcqcn->enabled ? cc::window_packets(*dcqcn, qp.mtu) : 0;
+    delay_start(qp, delay);
     qp.comp.window = window_cap(qp);
   }
   const ibv_qp_state prev = qp.state;

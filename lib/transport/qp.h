@@ -13,12 +13,14 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "transport/counters.h"
 #include "transport/queues.h"
 #include "transport/roles.h"
@@ -83,6 +85,27 @@ struct Response {
   std::uint64_t orig = 0;  // atomic ACK
 };
 static_assert(sizeof(Response) == 64);
+
+// Delay-based congestion control's state per RC QP (delay_cc.cc),
+// allocated at RTR on a port that runs it (Env::delay): the window, and
+// the departure times of the packets that asked for an ACK (first sends
+// only, Karn's rule), oldest first, for the RTT of each ACK. Selective
+// repeat keeps its own departure times (SrState::sent_ns) and leaves the
+// ring empty.
+inline constexpr std::uint32_t kDelaySendTimes = kWindowPackets;  // one per packet in flight at most
+struct DelayState {
+  struct SentAt {
+    std::uint32_t psn = 0;
+    std::uint64_t ns = 0;
+  };
+  cc::DelayWindow window;
+  std::array<SentAt, kDelaySendTimes> sent{};
+  std::uint32_t first = 0;  // the oldest entry's slot
+  std::uint32_t count = 0;
+  // Packets acknowledged since the last RTT sample (a READ's later
+  // responses, an ACK whose packet was sent again): fed with the next one.
+  std::uint32_t unsampled = 0;
+};
 
 struct QpCaps {
   std::uint32_t max_send_wr = 0;
@@ -243,6 +266,9 @@ struct Qp {
   // bandwidth-delay product (cc::window_packets), set at RTR; 0: none.
   // Sender-side only, so it holds against any peer.
   std::uint32_t cc_window = 0;
+  // Delay-based congestion control (cc = delay): allocated at RTR when the
+  // port runs it; its window is a cap as cc_window is.
+  std::unique_ptr<DelayState> delay;
 
   bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
@@ -262,13 +288,14 @@ inline std::uint32_t window_cap(const Qp& qp) {
   std::uint32_t most = qp.sr != nullptr ? kSackWindow : kWindowPackets;
   if (qp.options.bdp_packets != 0 && qp.options.bdp_packets < most) most = qp.options.bdp_packets;
   if (qp.cc_window != 0 && qp.cc_window < most) most = qp.cc_window;
+  if (qp.delay != nullptr) most = std::min(most, qp.delay->window.window_packets());
   return most;
 }
 
 // The response packets one READ request asks for: half the window, so that
 // two segments fill it (at least one packet under a small BDP cap).
 inline std::uint32_t read_segment_packets(const Qp& qp) {
-  return qp.options.bdp_packets == 0 && qp.cc_window == 0 && qp.sr == nullptr
+  return qp.options.bdp_packets == 0 && qp.cc_window == 0 && qp.sr == nullptr && qp.delay == nullptr
              ? kReadSegmentPackets
              : std::max<std::uint32_t>(1, window_cap(qp) / 2);
 }
@@ -301,7 +328,8 @@ void qp_init(Qp& qp, std::uint32_t qpn, std::uint64_t pd, const QpCaps& caps, Co
 // Applies an ibv_modify_qp that check_modify() accepted. `peer_mac` and
 // `local` fill the frame template when the mask has IBV_QP_AV.
 void qp_apply(Qp& qp, const ibv_qp_attr& attr, int mask, ibv_qp_state next, const std::uint8_t peer_mac[6],
-              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn = nullptr);
+              const std::uint8_t local_mac[6], const ibv_gid& local_gid, const cc::DcqcnParams* dcqcn = nullptr,
+              const cc::DelayParams* delay = nullptr);
 // The frame fields of an address vector (ibv_ah_attr with its GRH: the
 // peer's GID, traffic class, hop limit, flow label), from `local_gid` and
 // `local_mac` to `peer_mac`; `flow` picks the UDP source port.

@@ -177,6 +177,7 @@ void requester_rewind(Qp& qp, std::uint32_t psn) {
   // Never forward past what has been sent: the PSNs a requester sends stay
   // contiguous (IBTA 9.7.2), whatever a peer's NAK names.
   if (psn_after(psn, qp.req.high_psn)) return;
+  delay_forget_from(qp, psn);  // Karn's rule: what goes again gives no RTT sample
   std::uint32_t i = qp.comp_next;
   std::uint32_t reads = 0;
   for (; i != qp.sq_posted && qp.sq[i].started; ++i) {
@@ -296,7 +297,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       // round trip per window, and the cap at one BDP would hold a QP alone
       // well below line rate.
       std::uint32_t every = qp.sr != nullptr ? kSrAckReqEvery : kAckReqEvery;
-      if (qp.sr == nullptr && (qp.cc_window != 0 || qp.options.bdp_packets != 0)) {
+      if (qp.sr == nullptr && (qp.cc_window != 0 || qp.options.bdp_packets != 0 || qp.delay != nullptr)) {
         every = std::min(every, std::max<std::uint32_t>(1, window_cap(qp) / 4));
       }
       ack_req = reliable && (last || ++qp.req.since_ack_req >= every ||
@@ -321,6 +322,7 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (psn_before(psn, qp.req.high_psn)) qp.counters.add(QpCounter::retransmitted_packets);
     if (psn_after(qp.req.psn, qp.req.high_psn)) {
       if (qp.sr != nullptr) sr_sent_new(qp, env, w, psn, b.psns, ack_req);
+      else if (ack_req) delay_sent(qp, env, psn);
       qp.req.high_psn = qp.req.psn;
     }
     paced_sent(qp, env, f.frame_bytes());

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cc/dcqcn.h"
+#include "cc/delay.h"
 #include "mem/mr_table.h"
 #include "wire/crc32.h"
 #include "wire/frame.h"
@@ -26,6 +27,7 @@ struct Env {
   std::uint64_t now = 0;
   bool ipv4_checksum_offload = false;  // the port fills IPv4 header checksums
   const cc::DcqcnParams* dcqcn = nullptr;  // congestion control; nullptr: off
+  const cc::DelayParams* delay = nullptr;  // delay-based congestion control; nullptr: off (never with dcqcn)
   // A floor under every QP's local ACK timeout (PortConfig::min_ack_timeout;
   // 0: none): the exponent, as qp.attr.timeout.
   std::uint8_t min_ack_timeout = 0;
@@ -108,6 +110,25 @@ void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes);
 // When the QP, held back by pacing with packets to send, may send again; 0
 // if it is not held back.
 std::uint64_t paced_until(const Qp& qp, const Env& env);
+
+// delay_cc.cc: delay-based congestion control (cc = delay, lib/cc/delay.h)
+// for RC QPs. delay_start (control path, at RTR): the window at its cap on
+// the path of `params` and the QP's MTU, or none (nullptr). The rest do
+// nothing for a QP without it. delay_sent records a first send that asks
+// for an ACK; delay_forget_from drops the records from `psn` on (those
+// PSNs go again: Karn's rule, no sample from a packet sent twice);
+// delay_acked takes the completer's move of its oldest unacknowledged PSN
+// from `before` to `after`, with the RTT of the newest record before
+// `after`; delay_ack feeds `packets` acknowledged with `rtt_ns` (0: no
+// sample, held for the next); delay_timeout and delay_loss the timer and a
+// loss found otherwise (a sequence NAK, a selective-repeat hole).
+void delay_start(Qp& qp, const cc::DelayParams* params);
+void delay_sent(Qp& qp, const Env& env, std::uint32_t psn);
+void delay_forget_from(Qp& qp, std::uint32_t psn);
+void delay_acked(Qp& qp, Env& env, std::uint32_t before, std::uint32_t after);
+void delay_ack(Qp& qp, Env& env, std::uint32_t packets, std::uint64_t rtt_ns);
+void delay_timeout(Qp& qp, Env& env);
+void delay_loss(Qp& qp, Env& env);
 
 // frames.cc: writes a packet of the QP into `f` (its head taken from
 // env.heads), with the headers `th` (BTH and the extension headers its

@@ -198,6 +198,8 @@ void answered(Qp& qp, Env& env, std::uint32_t psn) {
   f = static_cast<std::uint8_t>(f | kSentAnswered);
   clear_lost(sr, psn);
   sr.rack_ns = std::max(sr.rack_ns, sr.sent_ns[sr_slot(psn)]);
+  const std::uint64_t sent = sr.sent_ns[sr_slot(psn)];
+  delay_ack(qp, env, 1, (f & kSentResent) == 0 && env.now > sent ? env.now - sent : 0);
   complete_settled(qp);
   if (qp.state != IBV_QPS_ERR) progress(qp, env);
 }
@@ -220,12 +222,14 @@ SackResult take_sack(Qp& qp, Env& env, const wire::Sacketh& s) {
   if (!sr.board.on_sack(expected, bits, qp.req.high_psn)) return SackResult::kRefused;
   std::uint64_t newest = 0;
   std::uint64_t sampled = 0;
+  std::uint32_t fresh_psns = 0;
   bool fresh = false;
   const std::uint32_t end = sr.board.highest_held();
   for (std::uint32_t psn = old_una; psn_before(psn, end); psn = psn_add(psn, 1)) {
     const auto d = static_cast<std::uint32_t>(psn_diff(psn, old_una));
     if ((d < kSackWindow && old[d]) || !sr.board.has(psn)) continue;
     fresh = true;
+    ++fresh_psns;
     clear_lost(sr, psn);
     const std::uint64_t sent = sr.sent_ns[sr_slot(psn)];
     newest = std::max(newest, sent);
@@ -233,6 +237,7 @@ SackResult take_sack(Qp& qp, Env& env, const wire::Sacketh& s) {
   }
   if (!fresh) return SackResult::kNothingNew;
   if (sampled != 0 && env.now > sampled) rtt_sample(sr, env.now - sampled);
+  delay_ack(qp, env, fresh_psns, sampled != 0 && env.now > sampled ? env.now - sampled : 0);
   sr.rack_ns = std::max(sr.rack_ns, newest);
   return SackResult::kFresh;
 }
@@ -250,11 +255,14 @@ void on_ack(Qp& qp, Env& env, const wire::ParsedFrame& p, std::uint32_t psn) {
     case SackResult::kRefused: qp.counters.add(QpCounter::sr_sack_refused); return;
     case SackResult::kStale: qp.counters.add(QpCounter::duplicate_responses); return;
     case SackResult::kNothingNew: break;
-    case SackResult::kFresh:
+    case SackResult::kFresh: {
+      const std::uint32_t lost_before = sr.lost;
       detect_losses(qp);
+      if (sr.lost > lost_before) delay_loss(qp, env);
       complete_settled(qp);
       if (qp.state != IBV_QPS_ERR) progress(qp, env);
       break;
+    }
   }
   if (qp.state == IBV_QPS_ERR || kind == AethKind::kAck || !names_outstanding(qp, psn)) return;
   if (kind == AethKind::kRnrNak) {
@@ -467,6 +475,7 @@ void sr_on_timer(Qp& qp, Env& env) {
     if (outstanding(qp)) {
       // The local ACK timeout: a retry spent, everything unfinished again.
       qp.counters.add(QpCounter::timeouts);
+      delay_timeout(qp, env);
       if (qp.comp.retry_left == 0) {
         apply_exit(qp, CompleterExit::retry_exceeded);
         return;

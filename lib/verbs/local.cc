@@ -44,6 +44,7 @@ LocalBackend::LocalBackend(Context& ctx)
   for (std::size_t i = 0; i < loopback_.size(); ++i) {
     engines_.push_back(std::make_unique<engine::Engine>(loopback_.queue(i), *port.clock, mrs_));
     engines_.back()->set_congestion_control(port.dcqcn);
+    engines_.back()->set_delay_control(port.delay_cc);
     engines_.back()->set_min_ack_timeout(port.min_ack_timeout);
   }
   if (engines_.size() > 1) {

@@ -315,7 +315,8 @@ int LocalBackend::modify_now(QpImpl& q, const ibv_qp_attr& attr, int attr_mask,
   if (attr_mask & IBV_QP_AV) {
     sent.ah_attr.grh.traffic_class = sent_traffic_class(attr.ah_attr, q.engine, fmt::format("qp {:#x}", qp.qpn));
   }
-  transport::qp_apply(qp, sent, attr_mask, check.next, peer_mac, c_.port.mac, local, c_.port.dcqcn);
+  transport::qp_apply(qp, sent, attr_mask, check.next, peer_mac, c_.port.mac, local, c_.port.dcqcn,
+                      c_.port.delay_cc);
   if (attr_mask & IBV_QP_AV) qp.attr.ah_attr.grh.traffic_class = attr.ah_attr.grh.traffic_class;
   if (from != check.next) {
     logger().debug("qp {:#x}: {} -> {}", qp.qpn, transport::qp_state_name(from), transport::qp_state_name(check.next));

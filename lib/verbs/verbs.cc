@@ -92,6 +92,10 @@ std::unique_ptr<Context> Context::open(const PortConfig& port, std::string& erro
             ": give a local ACK timeout exponent, 0 to 31 (4.096 us * 2^N), or 0 for no floor";
     return nullptr;
   }
+  if (port.dcqcn != nullptr && port.dcqcn->enabled && port.delay_cc != nullptr) {
+    error = "PortConfig: both dcqcn and delay_cc are set; choose one congestion control (cc = dcqcn or cc = delay)";
+    return nullptr;
+  }
   PortConfig p = port;
   if (p.queues.empty()) p.queues.push_back(p.io);
   p.io = p.queues[0];  // the control path's queue: neighbour resolution, memory registration

@@ -202,6 +202,48 @@ TEST(UroceSim, BadArgumentsSayHowToFixThem) {
   const SimRun f = run_sim("fairness --flows 99");
   EXPECT_EQ(f.status, 2);
   EXPECT_NE(f.output.find("--flows takes 1 to 64"), std::string::npos) << f.output;
+  const SimRun c = run_sim("fairness --cc vegas");
+  EXPECT_EQ(c.status, 2);
+  EXPECT_NE(c.output.find("--cc takes dcqcn, delay or off, not 'vegas'"), std::string::npos) << c.output;
+  const SimRun both = run_sim("fairness --cc delay --dcqcn on");
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.output.find("DCQCN runs only with cc = dcqcn"), std::string::npos) << both.output;
+  const ScenarioFile bad("base = fairness\ncc = timely\n");
+  const SimRun b = run_sim(bad.path());
+  EXPECT_EQ(b.status, 2);
+  EXPECT_NE(b.output.find("cc takes dcqcn, delay or off, not 'timely'"), std::string::npos) << b.output;
+}
+
+// Issue 31: delay-based control (cc = delay) needs nothing from the
+// switch. On one that never marks (Kmin = Kmax beyond the buffer), 4 and
+// 16 flows at 100 Gb/s that start together share the link fairly, fill
+// it, lose nothing, and keep the standing queue near one BDP (125 KB),
+// where DCQCN, with no mark to react to, holds N BDPs (its window cap).
+TEST(UroceSim, DelayBasedControlSharesASwitchThatNeverMarks) {
+  const std::uint64_t seed = test_seed(1);
+  SCOPED_TRACE(seed_note(seed));
+  for (int flows : {4, 16}) {
+    SCOPED_TRACE(std::to_string(flows) + " flows");
+    const ScenarioFile sc("base = fairness\nflows = " + std::to_string(flows) +
+                          "\ngbps = 100\nduration_us = 4000\nkmin_kb = 1000000\nkmax_kb = 1000000\n"
+                          "buffer_kb = 32000\ncc = delay\n");
+    const SimRun d = run_sim(sc.path() + " --seed " + std::to_string(seed));
+    ASSERT_EQ(d.status, 0) << d.output;
+    EXPECT_NE(d.summary.find("\"cc\": \"delay\""), std::string::npos) << d.summary;
+    EXPECT_EQ(field(d.summary, "dcqcn"), 0) << d.summary;
+    EXPECT_EQ(field(d.summary, "data_intact"), 1) << d.summary;
+    EXPECT_EQ(field(d.summary, "marks"), 0) << d.summary;
+    EXPECT_EQ(field(d.summary, "drops"), 0) << d.summary;
+    EXPECT_GE(field(d.summary, "jain_last_half"), 0.95) << d.summary;
+    EXPECT_GE(field(d.summary, "utilisation"), 0.9) << d.summary;
+    EXPECT_LT(field(d.summary, "max_queue_last_half_bytes"), 2 * 125'000) << d.summary;
+    // The same file with --cc dcqcn: the flag wins over the file.
+    const SimRun q = run_sim(sc.path() + " --cc dcqcn --seed " + std::to_string(seed));
+    ASSERT_EQ(q.status, 0) << q.output;
+    EXPECT_NE(q.summary.find("\"cc\": \"dcqcn\""), std::string::npos) << q.summary;
+    EXPECT_EQ(field(q.summary, "marks"), 0) << q.summary;
+    EXPECT_GT(field(q.summary, "max_queue_last_half_bytes"), (flows - 1) * 125'000) << q.summary;
+  }
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ cc::DelayParams round_params() {
   p.max_cwnd = 100;
   p.retx_reset_threshold = 3;
   p.srtt_weight = 0.25;
+  p.round_least = false;  // Swift's rule, each ACK's own RTT; round_least has tests of its own
   return p;
 }
 
@@ -180,6 +181,54 @@ TEST(DelayCc, AtMostOneDecreasePerRoundTripOfTheLatestSample) {
   EXPECT_EQ(w.decreases(), 3u);
 }
 
+// round_least: a decrease compares the least RTT of the round (since the
+// last decrease, or since a round trip ago) with the target, so one late
+// sample among timely ones cuts nothing, while a round of late ones cuts by
+// the least excess.
+TEST(DelayCc, WithRoundLeastOneLateSampleAmongTimelyOnesCutsNothing) {
+  cc::DelayParams p = round_params();
+  p.round_least = true;
+  p.max_cwnd = 16;
+  cc::DelayWindow w(&p, two_hops());
+  // Target at cwnd 16: 12000 + 10000 / 4 - 1000 = 13500. A timely sample
+  // (10000) opens the round at t = 0 and increases: 16 is the cap, so 16.
+  w.on_ack(0, 1, 10'000);
+  ASSERT_DOUBLE_EQ(w.cwnd(), 16);
+  // 2 ms of host delay in one sample 5 us later: the round (started 5 us
+  // ago, shorter than the round trip of 10 us) holds 10000, below target.
+  w.on_ack(5'000, 1, 2'000'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), 16);
+  EXPECT_EQ(w.decreases(), 0u);
+  EXPECT_EQ(w.decreases_held(), 1u);
+  // A round lasts the larger of the latest and the smoothed round trip:
+  // now 2 ms (srtt 10000 + 0.25 * 1990000 = 507500), so the round that
+  // began at 0 holds a sample at 1 ms too. Held again.
+  w.on_ack(1'000'000, 1, 30'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), 16);
+  EXPECT_EQ(w.decreases_held(), 2u);
+  // At 2.5 ms (more than max(30000, srtt 388125) since the round began) a
+  // new round starts with this sample alone: 20000 against 13500 cuts
+  // 16 * (1 - 0.8 * 6500 / 20000) = 11.84.
+  w.on_ack(2'500'000, 1, 20'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), 16 * (1 - 0.8 * (20'000 - 13'500) / 20'000.0));
+  EXPECT_EQ(w.decreases(), 1u);
+  // The decrease starts a round. 10 us later a sample of 40000: within a
+  // round trip of the cut (the spacing follows the latest sample), held;
+  // it opens the round. 35 us later, still within that round (srtt is
+  // 232070 ns by then), 15000: the round's least. Target at cwnd 11.84:
+  // 12000 + 10000 / sqrt(11.84) - 1000 = 13906.2, so the cut is by
+  // 15000's excess, not 40000's: 11.84 * (1 - 0.8 * 1093.8 / 15000).
+  const double c = w.cwnd();
+  w.on_ack(2'510'000, 1, 40'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), c);
+  EXPECT_EQ(w.decreases_held(), 3u);
+  const double target = 12'000 + 10'000 / std::sqrt(c) - 1'000;
+  w.on_ack(2'545'000, 1, 15'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), c * (1 - 0.8 * (15'000 - target) / 15'000));
+  EXPECT_NEAR(w.cwnd(), 11.84 * (1 - 0.8 * 1093.8 / 15'000), 1e-3);
+  EXPECT_EQ(w.decreases(), 2u);
+}
+
 // Swift's Algorithm 1 also restarts the decrease spacing when an increase is
 // held at max_cwnd (cwnd <= its previous value); here only decreases do, so a
 // QP at its cap cuts at the first ACK above target.
@@ -235,7 +284,7 @@ TEST(DelayCc, TimeoutsCutThenResetToMinCwndAtTheThreshold) {
   EXPECT_EQ(w.cwnd(), 0.01);
 }
 
-TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOverCwnd) {
+TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOrTargetOverCwnd) {
   cc::DelayParams p = round_params();
   p.retx_reset_threshold = 1;
   p.min_cwnd = 0.25;
@@ -252,13 +301,21 @@ TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOverCwnd) {
   EXPECT_EQ(w.pacing_gap_ns(), 40'000u);
   // Sample 30000 (target at 0.5: 12000 + 10000 / 0.7071 - 1000 = 25142,
   // above; a round trip since the timeout): 0.5 * (1 - 0.8 * 4858 / 30000)
-  // = 0.43523; gap 30000 / 0.43523 = 68929 ns.
+  // = 0.43523. The gap is on the RTT no longer than the target: the
+  // target at 0.43523 is 12000 + 10000 / 0.65972 - 1000 = 26157.9 (below
+  // 30000), so 26157.9 / 0.43523 = 60101 ns (Swift's: 30000 / 0.43523).
   w.on_ack(100'000, 1, 30'000);
   const double target = 12'000 + 10'000 / std::sqrt(0.5) - 1'000;
   const double cwnd = 0.5 * (1 - 0.8 * (30'000 - target) / 30'000);
   EXPECT_DOUBLE_EQ(w.cwnd(), cwnd);
-  EXPECT_EQ(w.pacing_gap_ns(), static_cast<std::uint64_t>(std::llround(30'000 / cwnd)));
-  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 68'929, 1);
+  const double target_now = 12'000 + 10'000 / std::sqrt(cwnd) - 1'000;
+  EXPECT_EQ(w.pacing_gap_ns(), static_cast<std::uint64_t>(std::llround(target_now / cwnd)));
+  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 60'101, 1);
+  // A host delay of 5 ms (held: within a round trip of the cut) leaves the
+  // gap on the target, not 5 ms / 0.43523 = 11.5 ms.
+  w.on_ack(100'001, 1, 5'000'000);
+  EXPECT_DOUBLE_EQ(w.cwnd(), cwnd);
+  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 60'101, 1);
   // At one packet and above: no gap, the window alone.
   for (int i = 0; i < 3; ++i) w.on_ack(110'000 + i, 1, 10'000);  // + 3 * 0.25
   ASSERT_GE(w.cwnd(), 1);
@@ -390,6 +447,8 @@ TEST(DelayCc, TheDocumentedDefaultsAreTheCodesDefaults) {
   parsed.max_cwnd = 7;
   parsed.retx_reset_threshold = 99;
   parsed.srtt_weight = 0.9;
+  parsed.line_rate_bps = 1;
+  parsed.base_rtt_ns = 1;
   ASSERT_EQ(cc::parse_delay_params(text.str(), parsed), "");
   EXPECT_EQ(parsed.base_target_ns, d.base_target_ns);
   EXPECT_EQ(parsed.per_hop_ns, d.per_hop_ns);
@@ -403,6 +462,9 @@ TEST(DelayCc, TheDocumentedDefaultsAreTheCodesDefaults) {
   EXPECT_EQ(parsed.max_cwnd, d.max_cwnd);
   EXPECT_EQ(parsed.retx_reset_threshold, d.retx_reset_threshold);
   EXPECT_EQ(parsed.srtt_weight, d.srtt_weight);
+  EXPECT_EQ(parsed.line_rate_bps, d.line_rate_bps);
+  EXPECT_EQ(parsed.base_rtt_ns, d.base_rtt_ns);
+  EXPECT_EQ(parsed.round_least, d.round_least);
 }
 
 TEST(DelayCc, AGoodFileSetsEveryName) {
@@ -419,7 +481,10 @@ TEST(DelayCc, AGoodFileSetsEveryName) {
                                    "min_cwnd = 0.01\n"
                                    "max_cwnd = 64\n"
                                    "retx_reset_threshold = 1\n"
-                                   "\tsrtt_weight\t=\t0.5\r\n",
+                                   "line_rate_gbps = 25\n"
+                                   "base_rtt_us = 4.5\n"
+                                   "\tsrtt_weight\t=\t0.5\r\n"
+                                   "round_least = 0\n",
                                    p),
             "");
   EXPECT_EQ(p.base_target_ns, 20'500u);
@@ -434,6 +499,9 @@ TEST(DelayCc, AGoodFileSetsEveryName) {
   EXPECT_EQ(p.max_cwnd, 64);
   EXPECT_EQ(p.retx_reset_threshold, 1u);
   EXPECT_EQ(p.srtt_weight, 0.5);
+  EXPECT_EQ(p.line_rate_bps, 25e9);
+  EXPECT_EQ(p.base_rtt_ns, 4'500u);
+  EXPECT_FALSE(p.round_least);
   // Names not in the text keep their values.
   ASSERT_EQ(cc::parse_delay_params("ai = 3\n", p), "");
   EXPECT_EQ(p.ai, 3);
@@ -445,7 +513,8 @@ TEST(DelayCc, BadLinesAreNamedWithWhatIsAllowed) {
   EXPECT_EQ(cc::parse_delay_params("ai = 1\nmax_mdf\n", p), "line 2: expected 'name = value', got 'max_mdf'");
   EXPECT_EQ(cc::parse_delay_params("\n\nbase_target = 12", p),
             "line 3: unknown name 'base_target' (known: base_target_us, per_hop_us, fs_range_us, fs_min_cwnd, "
-            "fs_max_cwnd, ai, beta_md, max_mdf, min_cwnd, max_cwnd, retx_reset_threshold, srtt_weight)");
+            "fs_max_cwnd, ai, beta_md, max_mdf, min_cwnd, max_cwnd, retx_reset_threshold, line_rate_gbps, base_rtt_us, srtt_weight, "
+            "round_least)");
   // Not a number: words, trailing text, nothing, infinities, NaN.
   EXPECT_EQ(cc::parse_delay_params("ai = fast", p), "line 1: ai takes a number, not 'fast'");
   EXPECT_EQ(cc::parse_delay_params("ai = 1 packet", p), "line 1: ai takes a number, not '1 packet'");

@@ -92,6 +92,42 @@ TEST(Ibverbs, MinAckTimeoutFromTheEnvironmentReachesTheDevice) {
             std::string::npos) << bad.out;
 }
 
+// UROCE_CC picks the device's congestion control (its opening line names
+// it), a parameter file alone picks its own, and contradictions or bad
+// files are refused with the setting to fix.
+TEST(Ibverbs, CongestionControlFromTheEnvironmentReachesTheDevice) {
+  const std::string info = kConfigured + "UROCE_LOG_LEVEL=info ";
+  for (const char* cc : {"dcqcn", "delay", "off"}) {
+    const Outcome r = run(info + "UROCE_CC=" + cc + " ", UROCE_IBVERBS_CLIENT " configured");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("congestion control ") + cc + ","), std::string::npos) << cc << ": " << r.out;
+  }
+  const Outcome unset = run(info, UROCE_IBVERBS_CLIENT " configured");
+  EXPECT_NE(unset.out.find("congestion control off,"), std::string::npos) << unset.out;
+  const Outcome file = run(info + "UROCE_DELAY=" UROCE_SOURCE_ROOT "/conf/delay.conf ", UROCE_IBVERBS_CLIENT " configured");
+  EXPECT_EQ(file.status, 0) << file.out;
+  EXPECT_NE(file.out.find("congestion control delay,"), std::string::npos) << file.out;
+
+  const struct {
+    std::string env, says;
+  } bad[] = {
+      {"UROCE_CC=swift ", "uroce libibverbs: UROCE_CC takes dcqcn, delay or off, not 'swift'"},
+      {"UROCE_CC=delay UROCE_DCQCN=" UROCE_SOURCE_ROOT "/conf/dcqcn.conf ",
+       "uroce libibverbs: UROCE_DCQCN with UROCE_CC delay: DCQCN's parameters are for UROCE_CC dcqcn"},
+      {"UROCE_CC=off UROCE_DELAY=" UROCE_SOURCE_ROOT "/conf/delay.conf ",
+       "uroce libibverbs: UROCE_DELAY with UROCE_CC off: the delay parameters are for UROCE_CC delay"},
+      {"UROCE_DCQCN=" UROCE_SOURCE_ROOT "/conf/dcqcn.conf UROCE_DELAY=" UROCE_SOURCE_ROOT "/conf/delay.conf ",
+       "uroce libibverbs: UROCE_DCQCN and UROCE_DELAY name two congestion controls"},
+      {"UROCE_CC=delay UROCE_DELAY=/nonexistent ",
+       "uroce libibverbs: cannot read '/nonexistent' (UROCE_DELAY: give a file like conf/delay.conf, or unset it)"},
+  };
+  for (const auto& b : bad) {
+    const Outcome r = run(kConfigured + b.env, UROCE_IBVERBS_CLIENT " unconfigured");
+    EXPECT_EQ(r.status, 0) << b.env << r.out;
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << b.env << ": " << r.out;
+  }
+}
+
 TEST(Ibverbs, StockIbvDevinfoPrintsTheDevice) {
   if (!have("/usr/bin/ibv_devinfo")) FAIL() << "no /usr/bin/ibv_devinfo: tools/setup.sh installs it (apt-get install ibverbs-utils)";
   const Outcome r = run(kConfigured, "/usr/bin/ibv_devinfo -v");
@@ -208,6 +244,13 @@ TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
                                 "UROCE_MIN_ACK_TIMEOUT");
   EXPECT_EQ(floor.status, 0) << floor.out;
   EXPECT_EQ(floor.out, "18\n");
+  const Outcome cc = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --cc delay --delay /etc/d.conf /usr/bin/printenv "
+                             "UROCE_CC UROCE_DELAY");
+  EXPECT_EQ(cc.status, 0) << cc.out;
+  EXPECT_EQ(cc.out, "delay\n/etc/d.conf\n");
+  const Outcome bad_cc = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --cc delay --dcqcn /etc/d.conf true");
+  EXPECT_EQ(bad_cc.status, 2) << bad_cc.out;
+  EXPECT_EQ(bad_cc.out, "uroce-run: --dcqcn with --cc delay: DCQCN's parameters are for --cc dcqcn; drop one of them\n");
   const Outcome bad_floor = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --min-ack-timeout 32 true");
   EXPECT_EQ(bad_floor.status, 2) << bad_floor.out;
   EXPECT_NE(bad_floor.out.find("--min-ack-timeout takes a timeout exponent, 0 (no floor) to 31"), std::string::npos)

@@ -951,7 +951,8 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
   const uroce::test::TempDir tmp("/tmp/uroce-service-limits-");
   const std::string& dir = tmp.dir;
   {
-    Uroced d(uroce::test::memif_uroced("svc", dir, "limits", true, 1, "--max-qps 1 --max-mrs 1 --max-cqs 2 --min-ack-timeout 16"));
+    Uroced d(uroce::test::memif_uroced("svc", dir, "limits", true, 1,
+                                       "--max-qps 1 --max-mrs 1 --max-cqs 2 --min-ack-timeout 16 --cc delay"));
     ASSERT_EQ(d.error, "");
     std::string error;
     auto ctx = uroce::Context::attach(d.socket, error);
@@ -981,9 +982,31 @@ TEST(ServiceLimits, PerClientLimitsGiveAClearErrorAndSigtermEndsCleanly) {
     const std::string sock = d.socket;
     EXPECT_EQ(d.stop(), 0) << d.out();
     EXPECT_NE(d.out().find("local ACK timeout floor 16"), std::string::npos) << d.out();
+    EXPECT_NE(d.out().find("congestion control delay,"), std::string::npos) << d.out();
     EXPECT_EQ(ctx->create_cq(8), nullptr);
     EXPECT_NE(ctx->last_error().find("uroced"), std::string::npos) << ctx->last_error();
     EXPECT_NE(access(sock.c_str(), F_OK), 0) << "the socket file is removed";
+  }
+}
+
+// --cc (the key cc) names the controller; a contradiction, a bad name or
+// a missing file stops uroced before it takes the port, with one line.
+TEST(ServiceLimits, ACongestionControlThatCannotRunIsRefusedInOneLine) {
+  const struct {
+    std::string flags, says;
+  } bad[] = {
+      {"--cc swift", "uroced: cc: 'swift': give dcqcn, delay or off"},
+      {"--cc delay --dcqcn " UROCE_SOURCE_ROOT "/conf/dcqcn.conf",
+       "uroced: dcqcn with cc delay: DCQCN's parameters are for cc dcqcn; drop one of them"},
+      {"--dcqcn " UROCE_SOURCE_ROOT "/conf/dcqcn.conf --delay " UROCE_SOURCE_ROOT "/conf/delay.conf",
+       "uroced: dcqcn and delay name two congestion controls; keep one, or say which with cc"},
+      {"--cc delay --delay /nonexistent",
+       "uroced: delay: cannot read '/nonexistent' (give a file like conf/delay.conf, or unset it)"},
+  };
+  for (const auto& b : bad) {
+    const uroce::test::Outcome r = uroce::test::run_command(std::string(UROCED) + " --ip 10.0.0.1/24 " + b.flags + " 2>&1");
+    EXPECT_EQ(r.status, 2) << b.flags << ": " << r.out;
+    EXPECT_EQ(r.out, b.says + "\n") << b.flags;
   }
 }
 

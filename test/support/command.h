@@ -31,7 +31,8 @@ inline Outcome run_command(const std::string& line) {
 // `env` clearing every variable through which uroce's library would take
 // its configuration from the test's own environment.
 inline const std::string kNoUroceEnv =
-    "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS -u UROCE_DCQCN -u UROCE_SERVICE -u UROCE_RX_LOSS ";
+    "env -u UROCE_EAL -u UROCE_IP -u UROCE_PORT_ID -u UROCE_QUEUES -u UROCE_WORKERS -u UROCE_CC -u UROCE_DCQCN "
+    "-u UROCE_DELAY -u UROCE_SERVICE -u UROCE_RX_LOSS ";
 
 // perftest times its bandwidth and latency tests in TSC cycles, converted
 // with a clock rate it fits at start-up (TSC against gettimeofday, 200

@@ -30,8 +30,9 @@ inline std::vector<ibv_wc> wait_completions(device::SimPair& net, CompletionQueu
 struct RcPair {
   RcPair(std::uint64_t seed, std::size_t bytes, const ConnectParams& params = {},
          sim::Impairments a_to_b = {}, sim::Impairments b_to_a = {}, std::uint32_t depth = 1024,
-         const cc::DcqcnParams* dcqcn = nullptr, std::uint8_t min_ack_timeout = 0)
-      : net(seed, a_to_b, b_to_a, dcqcn, min_ack_timeout), size(bytes) {
+         const cc::DcqcnParams* dcqcn = nullptr, std::uint8_t min_ack_timeout = 0,
+         const cc::DelayParams* delay_cc = nullptr)
+      : net(seed, a_to_b, b_to_a, dcqcn, min_ack_timeout, delay_cc), size(bytes) {
     pda = net.a->alloc_pd();
     pdb = net.b->alloc_pd();
     cqa = net.a->create_cq(65536);
