@@ -54,8 +54,10 @@
 //   decrease until a round trip after its last ACK below target.)
 //   Sending: when cwnd >= 1 at most floor(cwnd) packets in flight
 //   (window_packets()); when cwnd < 1 one packet in flight and a gap of
-//   min(rtt, target) / cwnd between packets (pacing_gap_ns(); Swift's is
-//   rtt / cwnd, which a host delay of milliseconds made seconds).
+//   rtt / cwnd between packets, at most the floor's gap on an RTT at the
+//   largest target, (base_target + hops * per_hop + fs_range) / min_cwnd
+//   (pacing_gap_ns(); Swift has no such bound, and a host delay of
+//   milliseconds made its gap seconds).
 //
 // Swift runs two such windows, one on the fabric's share of the delay and
 // one on the hosts', and sends on the smaller; this is one window on the

@@ -284,7 +284,7 @@ TEST(DelayCc, TimeoutsCutThenResetToMinCwndAtTheThreshold) {
   EXPECT_EQ(w.cwnd(), 0.01);
 }
 
-TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOrTargetOverCwnd) {
+TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOverCwndWithABound) {
   cc::DelayParams p = round_params();
   p.retx_reset_threshold = 1;
   p.min_cwnd = 0.25;
@@ -301,21 +301,19 @@ TEST(DelayCc, BelowOnePacketTheQpIsPacedAtRttOrTargetOverCwnd) {
   EXPECT_EQ(w.pacing_gap_ns(), 40'000u);
   // Sample 30000 (target at 0.5: 12000 + 10000 / 0.7071 - 1000 = 25142,
   // above; a round trip since the timeout): 0.5 * (1 - 0.8 * 4858 / 30000)
-  // = 0.43523. The gap is on the RTT no longer than the target: the
-  // target at 0.43523 is 12000 + 10000 / 0.65972 - 1000 = 26157.9 (below
-  // 30000), so 26157.9 / 0.43523 = 60101 ns (Swift's: 30000 / 0.43523).
+  // = 0.43523; gap 30000 / 0.43523 = 68929 ns.
   w.on_ack(100'000, 1, 30'000);
   const double target = 12'000 + 10'000 / std::sqrt(0.5) - 1'000;
   const double cwnd = 0.5 * (1 - 0.8 * (30'000 - target) / 30'000);
   EXPECT_DOUBLE_EQ(w.cwnd(), cwnd);
-  const double target_now = 12'000 + 10'000 / std::sqrt(cwnd) - 1'000;
-  EXPECT_EQ(w.pacing_gap_ns(), static_cast<std::uint64_t>(std::llround(target_now / cwnd)));
-  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 60'101, 1);
-  // A host delay of 5 ms (held: within a round trip of the cut) leaves the
-  // gap on the target, not 5 ms / 0.43523 = 11.5 ms.
+  EXPECT_EQ(w.pacing_gap_ns(), static_cast<std::uint64_t>(std::llround(30'000 / cwnd)));
+  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 68'929, 1);
+  // A host delay of 5 ms (held: within a round trip of the cut) would
+  // make it 5 ms / 0.43523 = 11.5 ms; the bound is the floor's gap on the
+  // largest target, (10000 + 2 * 1000 + 19000) / 0.25 = 124000 ns.
   w.on_ack(100'001, 1, 5'000'000);
   EXPECT_DOUBLE_EQ(w.cwnd(), cwnd);
-  EXPECT_NEAR(static_cast<double>(w.pacing_gap_ns()), 60'101, 1);
+  EXPECT_EQ(w.pacing_gap_ns(), 124'000u);
   // At one packet and above: no gap, the window alone.
   for (int i = 0; i < 3; ++i) w.on_ack(110'000 + i, 1, 10'000);  // + 3 * 0.25
   ASSERT_GE(w.cwnd(), 1);

@@ -203,9 +203,11 @@ TEST(CongestionDelay, ALossCutsTheWindowAndATimeoutIsCountedByIt) {
 
 // Below one packet the window paces: with a target no RTT can meet (4 us,
 // the link's round trip is twice that), the window falls to its floor (0.1
-// here) and the QP sends one packet per min(rtt, target) / 0.1 = 40 us,
-// about five round trips apart, with no timeout, and the data arrives.
-TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtTheTargetOverCwndWithoutTimingOut) {
+// here) and the QP sends one packet per rtt / 0.1, bounded by the floor's
+// gap on the largest target, 4 us / 0.1 = 40 us (no flow scaling, no
+// per-hop term here): about five round trips apart, with no timeout, and
+// the data arrives.
+TEST(CongestionDelay, BelowOnePacketTheQpIsPacedWithoutTimingOut) {
   cc::DelayParams params = params_10g();
   params.base_target_ns = 4'000;
   params.per_hop_ns = 0;
@@ -238,9 +240,8 @@ TEST(CongestionDelay, BelowOnePacketTheQpIsPacedAtTheTargetOverCwndWithoutTiming
   EXPECT_EQ(p.qa->counter("retransmitted_packets"), 0u);
   ASSERT_EQ(departures.size(), 4u * kMessages);
   // The last quarter leaves with the window at its floor: departures
-  // target / 0.1 = 40 us apart (the link's RTT, steady with one packet in
-  // flight, is above the target), where the window alone would send one
-  // packet per round trip.
+  // 40 us apart (rtt / 0.1 would be ~85 us), where the window alone would
+  // send one packet per round trip.
   const std::uint64_t rtt = qa.delay->window.rtt_ns();
   ASSERT_GT(rtt, 6'000u) << "the target must be out of reach";
   for (std::size_t i = 3 * kMessages; i < departures.size(); ++i) {
