@@ -20,6 +20,12 @@ double target_delay_ns(const DelayParams& p, std::uint32_t hops, double cwnd) {
   return static_cast<double>(p.base_target_ns) + hops * static_cast<double>(p.per_hop_ns) + flow_scaling;
 }
 
+std::uint32_t hops_from_ttl(std::uint8_t ttl) {
+  const unsigned initial = ttl <= 64 ? 64 : ttl <= 128 ? 128 : 255;
+  const unsigned hops = initial - ttl;
+  return hops >= 1 && hops <= kMaxHops ? hops : 1;
+}
+
 void DelayWindow::reset(const DelayParams* params, const DelayPath& path) {
   p_ = params;
   hops_ = path.hops;

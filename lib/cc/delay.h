@@ -116,6 +116,17 @@ double bdp_packets(const DelayPath& path);
 // The target delay (ns) at window `cwnd` on a path of `hops` switches.
 double target_delay_ns(const DelayParams& p, std::uint32_t hops, double cwnd);
 
+// The switches an IP packet crossed, from the TTL (or IPv6 hop limit) it
+// arrived with, as Swift counts them: the initial value is taken to be the
+// smallest of 64, 128 and 255 at or above it (what hosts send), and each
+// router on the way took one. A path of switches that forward without
+// routing (a layer-2 fabric) shows none: it counts as one switch, the
+// single-switch case. More than kMaxHops is no datacenter path but a
+// sender with an initial TTL of its own (ibv_rc_pingpong's address handles
+// say 1; the GRH hop limit is the program's): also 1.
+inline constexpr std::uint32_t kMaxHops = 16;
+std::uint32_t hops_from_ttl(std::uint8_t ttl);
+
 class DelayWindow {
  public:
   DelayWindow() = default;
@@ -141,6 +152,9 @@ class DelayWindow {
   std::uint64_t pacing_gap_ns() const;
   // The target an ACK arriving now is compared with.
   double target_ns() const { return target_delay_ns(*p_, hops_, cwnd_); }
+  // The switches on the path, as the latest ACK's TTL gives them (hops_from_ttl).
+  void set_hops(std::uint32_t hops) { hops_ = hops; }
+  std::uint32_t hops() const { return hops_; }
   double min_cwnd() const { return p_->min_cwnd; }
   double max_cwnd() const { return max_cwnd_; }
 

@@ -373,6 +373,11 @@ void run_completer(Qp& qp, Env& env, const wire::ParsedFrame& p) {
 }  // namespace
 
 void completer_on_response(Qp& qp, Env& env, const wire::ParsedFrame& p) {
+  // The path's switches for the delay target, from this response's TTL:
+  // the way back is taken to be as long as the way there (Swift's rule).
+  if (qp.delay != nullptr) {
+    qp.delay->window.set_hops(cc::hops_from_ttl(p.ip_version == 6 ? p.ipv6().hop_limit : p.ipv4().ttl));
+  }
   if (qp.sr != nullptr) {
     sr_on_response(qp, env, p);
     return;

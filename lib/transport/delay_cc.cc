@@ -55,7 +55,7 @@ void delay_start(Qp& qp, const cc::DelayParams* params) {
   path.line_rate_bps = params->line_rate_bps;
   path.base_rtt_ns = params->base_rtt_ns;
   path.packet_bytes = qp.mtu;
-  path.hops = 1;  // uroce-sim's fabrics: one switch between hosts (a leaf-spine's far leaf is 3)
+  path.hops = 1;  // until the first response's TTL says (completer_on_response)
   d.window.reset(params, path);
   d.first = d.count = d.unsampled = 0;
   qp.counters.set(QpCounter::cc_cwnd, static_cast<std::uint64_t>(d.window.cwnd() * 1000 + 0.5));

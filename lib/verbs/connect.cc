@@ -32,7 +32,7 @@ int connect_rc(QueuePair* qp, const ibv_gid& remote_gid, std::uint32_t remote_qp
   a.ah_attr.is_global = 1;
   a.ah_attr.grh.dgid = remote_gid;
   a.ah_attr.grh.sgid_index = p.sgid_index;
-  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.hop_limit = p.hop_limit;
   a.ah_attr.grh.traffic_class = p.traffic_class;
   a.ah_attr.port_num = 1;
   if (uc) {

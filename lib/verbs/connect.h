@@ -20,6 +20,7 @@ struct ConnectParams {
   std::uint8_t max_rd_atomic = 16;
   std::uint8_t sgid_index = 1;      // our GID: 1 IPv4-mapped, 0 IPv6 link-local
   std::uint8_t traffic_class = 0;   // DSCP << 2 | ECN; 0: the device's default (PortConfig::pfc_priority)
+  std::uint8_t hop_limit = 64;      // the GRH hop limit: the IP TTL this end sends with
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;
   // Set on the QP before RTR when not the defaults (both ends must agree).

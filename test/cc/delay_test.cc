@@ -66,6 +66,29 @@ TEST(DelayCc, TargetScalesWithHopsAndShrinkingWindows) {
   EXPECT_DOUBLE_EQ(cc::target_delay_ns(p, 5, 4), 19'000);
 }
 
+// Swift counts the path's switches from the TTL an ACK arrives with; the
+// window's target follows (per_hop 1000 ns each in round_params).
+TEST(DelayCc, HopsFromTheTtlSetTheTarget) {
+  EXPECT_EQ(cc::hops_from_ttl(64), 1u) << "no router: one (layer-2) switch";
+  EXPECT_EQ(cc::hops_from_ttl(61), 3u);
+  EXPECT_EQ(cc::hops_from_ttl(127), 1u);
+  EXPECT_EQ(cc::hops_from_ttl(123), 5u);
+  EXPECT_EQ(cc::hops_from_ttl(255), 1u);
+  EXPECT_EQ(cc::hops_from_ttl(250), 5u);
+  EXPECT_EQ(cc::hops_from_ttl(64 - 16), 16u);
+  EXPECT_EQ(cc::hops_from_ttl(64 - 17), 1u) << "no datacenter path: a sender's own initial TTL";
+  EXPECT_EQ(cc::hops_from_ttl(1), 1u) << "ibv_rc_pingpong's hop limit";
+  EXPECT_EQ(cc::hops_from_ttl(0), 1u);
+  const cc::DelayParams p = round_params();
+  cc::DelayWindow w(&p, two_hops());
+  w.on_loss(0);  // 100 -> 50
+  // Target at 50 on two hops: 10000 + 2000 + 10000 / sqrt(50) - 1000.
+  EXPECT_DOUBLE_EQ(w.target_ns(), 10'000 + 2'000 + 10'000 / std::sqrt(50.0) - 1'000);
+  w.set_hops(cc::hops_from_ttl(59));  // five routers
+  EXPECT_EQ(w.hops(), 5u);
+  EXPECT_DOUBLE_EQ(w.target_ns(), 10'000 + 5'000 + 10'000 / std::sqrt(50.0) - 1'000);
+}
+
 TEST(DelayCc, StartsAtTheBdpCapOrTheConfiguredOne) {
   cc::DelayParams p = round_params();
   p.max_cwnd = 0;

@@ -250,6 +250,28 @@ TEST(CongestionDelay, BelowOnePacketTheQpIsPacedWithoutTimingOut) {
   }
 }
 
+// The target counts the path's switches from the TTL the responses arrive
+// with (Swift's rule): a peer sending with TTL 64 is one switch away (a
+// layer-2 fabric shows none), one whose packets arrive with 61 three.
+TEST(CongestionDelay, TheTargetCountsTheRoutersTheAcksCrossed) {
+  const cc::DelayParams params = params_10g();
+  for (const auto& [ttl, hops] : {std::pair<std::uint8_t, std::uint32_t>{64, 1}, {61, 3}, {1, 1}}) {
+    ConnectParams cp;
+    cp.hop_limit = ttl;  // both ends send with it
+    RcPair p(9, 64 * 1024, cp, link_at(10), link_at(10), 1024, nullptr, 0, &params);
+    ASSERT_EQ(p.connect_rc, 0);
+    fill_pattern(p.bufa, 64 * 1024, 9);
+    ASSERT_EQ(p.post_send(IBV_WR_RDMA_WRITE, 0, 64 * 1024, 0, 1), 0);
+    const auto done = p.wait(p.cqa, 1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.bufa, p.bufb, 64 * 1024), 0);
+    const cc::DelayWindow& w = testing::transport_qp(p.qa).delay->window;
+    EXPECT_EQ(w.hops(), hops) << "TTL " << int{ttl};
+    EXPECT_DOUBLE_EQ(w.target_ns(), cc::target_delay_ns(params, hops, w.cwnd())) << "TTL " << int{ttl};
+  }
+}
+
 // Selective repeat keeps its own departure times per PSN: its SACKs feed
 // the window (a queue at a slower link shrinks it), and RACK's losses cut it.
 TEST(CongestionDelay, SelectiveRepeatFeedsTheWindowFromItsSacksAndLosses) {
