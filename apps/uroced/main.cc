@@ -72,6 +72,21 @@ int print_stats(const Config& config) {
   return 0;
 }
 
+// Reads the parameter file `file` (the configuration's `key`, a file like
+// `example`) into `params` with `parse`: "" or why not. No file: `params`
+// keeps its defaults.
+template <typename Params>
+std::string load_params(const std::string& key, const std::string& file, const char* example, Params& params,
+                        std::string (*parse)(const std::string&, Params&)) {
+  if (file.empty()) return "";
+  std::ifstream in(file);
+  if (!in) return key + ": cannot read '" + file + "' (give a file like " + example + ", or unset it)";
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (std::string e = parse(text.str(), params); !e.empty()) return file + ": " + e;
+  return "";
+}
+
 // "" if every CPU of `cpus` is one this process may run on.
 std::string check_cpus(const std::vector<int>& cpus) {
   cpu_set_t set;
@@ -114,33 +129,15 @@ int main(int argc, char** argv) {
       !e.empty()) {
     return die(e, 2);
   }
-  // A parameter file's text; "" and `why` when it cannot be read.
-  auto read_params = [](const std::string& key, const std::string& file, const char* example, std::string& why) {
-    std::ifstream in(file);
-    if (!in) why = key + ": cannot read '" + file + "' (give a file like " + example + ", or unset it)";
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
   std::optional<uroce::cc::DcqcnParams> dcqcn;
   std::optional<uroce::cc::DelayParams> delay;
+  std::string bad_params;
   if (controller == uroce::cc::Controller::kDcqcn) {
-    dcqcn.emplace();
-    if (!config.dcqcn.empty()) {
-      std::string why;
-      const std::string text = read_params("dcqcn", config.dcqcn, "conf/dcqcn.conf", why);
-      if (!why.empty()) return die(why, 2);
-      if (std::string e = uroce::cc::parse_dcqcn_params(text, *dcqcn); !e.empty()) return die(config.dcqcn + ": " + e, 2);
-    }
+    bad_params = load_params("dcqcn", config.dcqcn, "conf/dcqcn.conf", dcqcn.emplace(), uroce::cc::parse_dcqcn_params);
   } else if (controller == uroce::cc::Controller::kDelay) {
-    delay.emplace();
-    if (!config.delay.empty()) {
-      std::string why;
-      const std::string text = read_params("delay", config.delay, "conf/delay.conf", why);
-      if (!why.empty()) return die(why, 2);
-      if (std::string e = uroce::cc::parse_delay_params(text, *delay); !e.empty()) return die(config.delay + ": " + e, 2);
-    }
+    bad_params = load_params("delay", config.delay, "conf/delay.conf", delay.emplace(), uroce::cc::parse_delay_params);
   }
+  if (!bad_params.empty()) return die(bad_params, 2);
   std::vector<std::string> eal = {"uroced"};
   for (std::string& w : words(config.eal)) eal.push_back(std::move(w));
   const bool no_huge = std::find(eal.begin(), eal.end(), "--no-huge") != eal.end();

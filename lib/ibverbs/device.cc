@@ -213,9 +213,11 @@ __be64 eui64_of(const std::uint8_t mac[6]) {
 
 // Reads the parameter file `file` (named by the environment variable
 // `var`, like conf/`example`) into `params` with `parse`; "" or why not.
+// No file: `params` keeps its defaults.
 template <typename Params>
 std::string load_params(const std::string& file, const char* var, const char* example, Params& params,
                         std::string (*parse)(const std::string&, Params&)) {
+  if (file.empty()) return "";
   std::ifstream in(file);
   if (!in) return "cannot read '" + file + "' (" + var + ": give a file like " + example + ", or unset it)";
   std::ostringstream text;
@@ -349,28 +351,19 @@ void start() {
   // The parameters live as long as the device: the whole process.
   const cc::DcqcnParams* dcqcn = nullptr;
   const cc::DelayParams* delay = nullptr;
+  std::string bad_params;
   if (config.cc == "dcqcn") {
     static cc::DcqcnParams params;
-    if (!config.dcqcn_file.empty()) {
-      if (std::string e = load_params(config.dcqcn_file, "UROCE_DCQCN", "conf/dcqcn.conf", params,
-                                      cc::parse_dcqcn_params);
-          !e.empty()) {
-        std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
-        return;
-      }
-    }
+    bad_params = load_params(config.dcqcn_file, "UROCE_DCQCN", "conf/dcqcn.conf", params, cc::parse_dcqcn_params);
     dcqcn = &params;
   } else if (config.cc == "delay") {
     static cc::DelayParams params;
-    if (!config.delay_file.empty()) {
-      if (std::string e = load_params(config.delay_file, "UROCE_DELAY", "conf/delay.conf", params,
-                                      cc::parse_delay_params);
-          !e.empty()) {
-        std::fprintf(stderr, "uroce libibverbs: %s\n", e.c_str());
-        return;
-      }
-    }
+    bad_params = load_params(config.delay_file, "UROCE_DELAY", "conf/delay.conf", params, cc::parse_delay_params);
     delay = &params;
+  }
+  if (!bad_params.empty()) {
+    std::fprintf(stderr, "uroce libibverbs: %s\n", bad_params.c_str());
+    return;
   }
   Process& p = process();
   p.joined = dpdk::eal_started_elsewhere();
