@@ -141,6 +141,12 @@ def main(argv):
                                                            "base = incast\nflows = %d\n" % n + NO_MARKS), "delay")
     for cc in CONTROLLERS:
         r.add(("incast-pfc", 64, cc), "incast", cc, ["--flows", "64", "--pfc", "on"])
+    # Beyond 64 (a scenario file: --flows stops at 64), where drops begin.
+    wide = [] if quick else [96, 128, 160, 192, 224, 256]
+    for n in wide:
+        sc = scenario_file(sc_dir, "incast-%d" % n, "base = incast\nflows = %d\n" % n)
+        for cc in ("dcqcn", "delay"):
+            r.add(("incast", n, cc), sc, cc)
 
     # Flows joining and leaving (the built-in: 3 flows, 50 ms phases).
     for cc in CONTROLLERS:
@@ -194,6 +200,7 @@ def main(argv):
     print("| N | PFC | controller | drops | utilisation | largest queue | most paused sender | Jain |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = [("incast", n, cc) for n in fan for cc in list(CONTROLLERS) + ["delay-nomark"]]
+    rows += [("incast", n, cc) for n in wide for cc in ("dcqcn", "delay")]
     rows += [("incast-pfc", 64, cc) for cc in CONTROLLERS]
     for key in rows:
         x = s(*key)

@@ -2,6 +2,9 @@
 // past the buffer, and N-to-1 incast through it with DCQCN on and off.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include <cstring>
 
 #include "cc/dcqcn.h"
@@ -177,6 +180,25 @@ sim::EgressConfig bottleneck() {
   e.kmax_bytes = 200'000;
   e.pmax = 0.01;
   return e;
+}
+
+// A fabric of more hosts than one octet numbers: each has an address and
+// a MAC of its own (host 256 was host 0's again, and 256-to-1 carried
+// nothing), the first 255 as before.
+TEST(SimSwitch, EveryHostOfThreeHundredHasItsOwnAddress) {
+  device::SimFabric fabric(1, nullptr);
+  std::set<std::string> gids;
+  for (int i = 0; i < 300; ++i) {
+    const ibv_gid& g = fabric.add_host(bottleneck()).gid();
+    gids.emplace(reinterpret_cast<const char*>(g.raw), sizeof g.raw);
+  }
+  EXPECT_EQ(gids.size(), 300u);
+  ibv_gid first = fabric.hosts[0]->gid();
+  EXPECT_EQ(first.raw[14], 1);  // 10.98.1.1
+  EXPECT_EQ(first.raw[15], 1);
+  const ibv_gid& last = fabric.hosts[299]->gid();
+  EXPECT_EQ(last.raw[14], 2);  // host 300: 10.98.2.44
+  EXPECT_EQ(last.raw[15], 44);
 }
 
 TEST(SimSwitch, IncastWithDcqcnLosesNothing) {
