@@ -5,7 +5,7 @@
 # controllers side by side"), writes docs/plots/cc-report.json and the plots
 # docs/plots/cc-*.png. Arguments go to tools/cc_report.py (--seeds N, --jobs N,
 # --quick: 2 seeds, short runs, no plots, nothing written to docs/).
-# About 15 minutes on 2 cores. Rerun after changing the transport, a
+# About 4 minutes on 2 cores. Rerun after changing the transport, a
 # controller or the switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
