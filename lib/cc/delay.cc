@@ -73,8 +73,7 @@ void DelayWindow::decrease(std::uint64_t now_ns, double factor) {
   clamp();
   decreased_ = true;
   t_last_decrease_ = now_ns;
-  round_start_ns_ = now_ns;  // the samples before it were answered
-  round_least_ns_ = 0;
+  round_least_ns_ = 0;  // the next sample opens a round (the samples before it were answered)
   ++decreases_;
 }
 
