@@ -172,7 +172,7 @@ class Exporter {
   // (choose another with --metrics ADDR:PORT)".
   bool start(std::string& error);
   // Closes every connection and joins the thread; at once, whatever the
-  // clients do. Idempotent.
+  // clients do (a collection in progress is finished first). Idempotent.
   void stop();
   // The port bound (Options::listen's, or the one port 0 got); 0 before start().
   std::uint16_t port() const { return port_; }

@@ -280,6 +280,7 @@ void Exporter::Impl::accept_all(Clock::time_point now) {
       close_connection(*victim);
       connections.erase(victim);
     }
+    now = Clock::now();  // the last one's request may have run a collection
     Connection c;
     c.fd = fd;
     c.accepted = now;
@@ -406,6 +407,8 @@ void Exporter::Impl::answer(Connection& c, const Response& r, bool send_body, Cl
   c.in.clear();
   c.in.shrink_to_fit();
   c.phase = Connection::Phase::kWriting;
+  // From now, not from when the request came: a collection may have run since.
+  now = Clock::now();
   c.deadline = now + options.write_timeout;
   write_answer(c, now);
 }

@@ -186,7 +186,7 @@ TEST(Server, SlowLorisDoesNotStopOthersAndIsDropped) {
 
 TEST(Server, AClientThatNeverReadsDoesNotStopOthersAndIsDropped) {
   Options o = loopback(2000);
-  o.write_timeout = 1s;
+  o.write_timeout = 3s;
   o.min_interval = 0ms;
   Server s(o, 2000);  // a page of several MB
   ASSERT_TRUE(s.started);
@@ -195,6 +195,7 @@ TEST(Server, AClientThatNeverReadsDoesNotStopOthersAndIsDropped) {
   ASSERT_TRUE(send_all(greedy, "GET /metrics HTTP/1.1\r\n\r\n"));
   // Wait until the server has answered it as far as the socket takes.
   ASSERT_TRUE(eventually([&] { return s.collector.calls.load() >= 2; }));
+  EXPECT_EQ(get(s.exporter.port(), "/").status, 200);
   const Response r = get(s.exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
   EXPECT_TRUE(r.complete);
@@ -288,7 +289,11 @@ TEST(Server, StopReturnsPromptlyWithClientsConnected) {
   }
   ASSERT_TRUE(send_all(fds[0], "GET /met"));                       // slow
   ASSERT_TRUE(send_all(fds[1], "GET /metrics HTTP/1.1\r\n\r\n"));  // never reads
-  ASSERT_TRUE(eventually([&] { return s.collector.calls.load() >= 2; }));
+  // Its answer has begun: the collection is over (stop() waits for one in progress).
+  ASSERT_TRUE(eventually([&] {
+    pollfd p{fds[1], POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }));
   const auto t = Clock::now();
   s.exporter.stop();
   EXPECT_LT(Clock::now() - t, 3s) << "not the read (5 s) or write (10 s) deadline";
