@@ -23,7 +23,6 @@
 #include "cc/delay.h"
 #include "device/device.h"
 #include "device/metrics_source.h"
-#include "device/telemetry.h"
 #include "telemetry.h"
 #include "config.h"
 #include "dpdk/eal.h"
@@ -213,7 +212,8 @@ int main(int argc, char** argv) {
                                                                &uroce::daemon::Server::pump_requests}) != 0) {
     return die("workers did not start: " + ctx.last_error());
   }
-  uroce::device::telemetry_expose(&ctx, "uroced");
+  // Device::open exposed the device as "uroced" (index 0); exposing it
+  // again listed it twice, and the metrics counted it twice.
   uroce::daemon::telemetry_expose_clients(&server);
   uroce::daemon::telemetry_link(config.socket);
   spdlog::info("uroced: serving {} on port {} ({} queue(s)), congestion control {}{}; clients attach at {}", config.eal,
@@ -228,7 +228,6 @@ int main(int argc, char** argv) {
   exporter.reset();  // before the device goes: it reads it
   uroce::daemon::telemetry_unlink(config.socket);
   uroce::daemon::telemetry_hide_clients();
-  uroce::device::telemetry_hide(&ctx);
   ctx.stop_workers();
   spdlog::info("uroced: stopped");
   return rc;

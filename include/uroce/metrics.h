@@ -11,6 +11,7 @@
 // DeviceSnapshot::qp_labels gives it.
 //
 //   uroce_engine_<row>_total{port}        engine rows, summed over the device's engines
+//   uroce_engine_dropped_packets_total{port,reason}  the drop_<reason> rows again, labelled
 //   uroce_port_<row>_total{port}          port rows (the NIC's and the port queues')
 //   uroce_port_qps{port,state}            QPs by state (RESET .. ERR, each one, zero or not)
 //   uroce_port_qp_<row>_total{port}       every QP counter summed over the port's QPs,

@@ -311,6 +311,15 @@ std::string Exposition::render(const Snapshot& snapshot, Clock::time_point now) 
       page.add(std::string(engine ? "uroce_engine_" : "uroce_port_") + n.base + (counter ? "_total" : ""),
                help_of(s.description, n, engine ? " (the device's engines together)" : ""), s.kind, port_labels,
                n.scale == 1 ? format_value(s.value) : format_value(static_cast<double>(s.value) * n.scale));
+      // The drops by parse reason once more as one family with a reason
+      // label: PromQL can sum or rank them (rate() of several families
+      // at once loses their names, and refuses the clash).
+      if (engine && counter && std::string_view(s.name).starts_with("drop_")) {
+        page.add("uroce_engine_dropped_packets_total",
+                 "malformed RoCEv2 packets dropped, by reason (the rows uroce_engine_drop_<reason>_total, "
+                 "labelled)",
+                 StatKind::kCounter, {{"port", dev.port}, {"reason", std::string(s.name + 5)}}, format_value(s.value));
+      }
     }
 
     auto& slot = ports_[dev.port];
