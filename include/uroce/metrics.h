@@ -160,7 +160,10 @@ std::string check_listen_address(const std::string& text);
 // collect() is called on that thread only, when a scrape needs a new page
 // (and once at start, the baseline of Exposition::render): it fills the
 // Snapshot it is given (empty), and may throw (the scrape answers 500 with
-// the message). Signals are blocked on the thread.
+// the message). Signals are blocked on the thread. A forked child holds
+// none of a running exporter's descriptors (a fork handler closes them, so
+// the port is free once the parent lets it go), and its stop() leaves the
+// parent's thread alone.
 class Exporter {
  public:
   Exporter(Options options, std::function<void(Snapshot&)> collect);
@@ -173,7 +176,7 @@ class Exporter {
   // (choose another with --metrics ADDR:PORT)".
   bool start(std::string& error);
   // Closes every connection and joins the thread; at once, whatever the
-  // clients do. Idempotent.
+  // clients do (a collection in progress is finished first). Idempotent.
   void stop();
   // The port bound (Options::listen's, or the one port 0 got); 0 before start().
   std::uint16_t port() const { return port_; }

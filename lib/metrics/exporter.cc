@@ -21,6 +21,7 @@
 #include <cstring>
 #include <exception>
 #include <future>
+#include <mutex>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -142,7 +143,52 @@ std::string check_listen_address(const std::string& text) {
   return parse_listen_address(text, ss, len);
 }
 
-struct Exporter::Impl {
+namespace {
+
+// A forked child has the exporter's descriptors but not its thread. Left
+// alone, the child would keep the port bound after the parent is gone (a
+// restart fails: Address already in use), and its stop() would wake the
+// parent's thread through the shared eventfd and then wait forever for a
+// thread it does not have. So a fork handler closes them in the child and
+// marks each exporter forked away: there stop() only forgets the thread.
+struct Descriptors {
+  int listen_fd = -1;
+  int wake_fd = -1;
+  bool forked_away = false;
+};
+
+std::mutex g_running_mutex;
+std::vector<Descriptors*> g_running;  // of exporters whose thread runs
+
+// Nothing may change the list while a fork copies it.
+void before_fork() { g_running_mutex.lock(); }
+void after_fork_in_parent() { g_running_mutex.unlock(); }
+void after_fork_in_child() {
+  for (Descriptors* d : g_running) {
+    ::close(d->listen_fd);
+    ::close(d->wake_fd);
+    d->listen_fd = d->wake_fd = -1;
+    d->forked_away = true;
+  }
+  g_running.clear();  // no allocation: the capacity stays
+  g_running_mutex.unlock();
+}
+
+void register_running(Descriptors* d) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+  std::lock_guard<std::mutex> lock(g_running_mutex);
+  g_running.push_back(d);
+}
+
+void unregister_running(Descriptors* d) {
+  std::lock_guard<std::mutex> lock(g_running_mutex);
+  std::erase(g_running, d);
+}
+
+}  // namespace
+
+struct Exporter::Impl : Descriptors {
   Impl(Options o, std::function<void(Snapshot&)> c)
       : options(std::move(o)), collect(std::move(c)), exposition(options.max_qps, options.qp_idle) {
     options.max_connections = std::max<std::size_t>(options.max_connections, 1);
@@ -164,8 +210,6 @@ struct Exporter::Impl {
   Options options;
   std::function<void(Snapshot&)> collect;
   Exposition exposition;
-  int listen_fd = -1;
-  int wake_fd = -1;
   std::thread thread;
   bool stopping = false;  // the thread's own
   std::vector<Connection> connections;
@@ -280,6 +324,7 @@ void Exporter::Impl::accept_all(Clock::time_point now) {
       close_connection(*victim);
       connections.erase(victim);
     }
+    now = Clock::now();  // the last one's request may have run a collection
     Connection c;
     c.fd = fd;
     c.accepted = now;
@@ -406,6 +451,8 @@ void Exporter::Impl::answer(Connection& c, const Response& r, bool send_body, Cl
   c.in.clear();
   c.in.shrink_to_fit();
   c.phase = Connection::Phase::kWriting;
+  // From now, not from when the request came: a collection may have run since.
+  now = Clock::now();
   c.deadline = now + options.write_timeout;
   write_answer(c, now);
 }
@@ -471,6 +518,7 @@ bool Exporter::start(std::string& error) {
   if (!error.empty()) return false;
   const auto fail = [&](const std::string& what) {
     error = what;
+    unregister_running(&m);
     if (m.listen_fd >= 0) ::close(m.listen_fd);
     if (m.wake_fd >= 0) ::close(m.wake_fd);
     m.listen_fd = m.wake_fd = -1;
@@ -497,6 +545,8 @@ bool Exporter::start(std::string& error) {
                                             : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   m.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m.wake_fd < 0) return fail("metrics: cannot make the exporter's wake-up descriptor: " + errno_text(errno));
+  // From here a fork closes the descriptors in the child.
+  register_running(&m);
 
   // Signals stay with the program's threads: the new thread starts with
   // all of them blocked.
@@ -536,15 +586,27 @@ bool Exporter::start(std::string& error) {
 
 void Exporter::stop() {
   Impl& m = *impl_;
+  if (m.forked_away) {
+    // A forked child: the thread is the parent's. Its handle is let go of
+    // without a call on it (joining would wait forever; ~thread would abort).
+    if (m.thread.joinable()) static_cast<void>(new std::thread(std::move(m.thread)));
+    m.forked_away = false;
+    return;
+  }
   if (m.thread.joinable()) {
     const std::uint64_t one = 1;
     // The eventfd is non-blocking and read by nobody: one write always fits.
     [[maybe_unused]] const ssize_t w = ::write(m.wake_fd, &one, sizeof(one));
     m.thread.join();
   }
-  if (m.listen_fd >= 0) ::close(m.listen_fd);
-  if (m.wake_fd >= 0) ::close(m.wake_fd);
-  m.listen_fd = m.wake_fd = -1;
+  {
+    // Closed and forgotten together, so a fork sees both or neither.
+    std::lock_guard<std::mutex> lock(g_running_mutex);
+    if (m.listen_fd >= 0) ::close(m.listen_fd);
+    if (m.wake_fd >= 0) ::close(m.wake_fd);
+    m.listen_fd = m.wake_fd = -1;
+    std::erase(g_running, static_cast<Descriptors*>(&m));
+  }
   m.stopping = false;
 }
 

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -186,7 +187,7 @@ TEST(Server, SlowLorisDoesNotStopOthersAndIsDropped) {
 
 TEST(Server, AClientThatNeverReadsDoesNotStopOthersAndIsDropped) {
   Options o = loopback(2000);
-  o.write_timeout = 1s;
+  o.write_timeout = 3s;
   o.min_interval = 0ms;
   Server s(o, 2000);  // a page of several MB
   ASSERT_TRUE(s.started);
@@ -195,6 +196,7 @@ TEST(Server, AClientThatNeverReadsDoesNotStopOthersAndIsDropped) {
   ASSERT_TRUE(send_all(greedy, "GET /metrics HTTP/1.1\r\n\r\n"));
   // Wait until the server has answered it as far as the socket takes.
   ASSERT_TRUE(eventually([&] { return s.collector.calls.load() >= 2; }));
+  EXPECT_EQ(get(s.exporter.port(), "/").status, 200);
   const Response r = get(s.exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
   EXPECT_TRUE(r.complete);
@@ -288,7 +290,11 @@ TEST(Server, StopReturnsPromptlyWithClientsConnected) {
   }
   ASSERT_TRUE(send_all(fds[0], "GET /met"));                       // slow
   ASSERT_TRUE(send_all(fds[1], "GET /metrics HTTP/1.1\r\n\r\n"));  // never reads
-  ASSERT_TRUE(eventually([&] { return s.collector.calls.load() >= 2; }));
+  // Its answer has begun: the collection is over (stop() waits for one in progress).
+  ASSERT_TRUE(eventually([&] {
+    pollfd p{fds[1], POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }));
   const auto t = Clock::now();
   s.exporter.stop();
   EXPECT_LT(Clock::now() - t, 3s) << "not the read (5 s) or write (10 s) deadline";
@@ -324,6 +330,45 @@ TEST(Server, StartsAgainAfterStop) {
   std::string error;
   ASSERT_TRUE(s.exporter.start(error)) << error;
   EXPECT_EQ(get(s.exporter.port(), "/metrics").status, 200);
+}
+
+// A program that forks with an exporter running: the child's stop() does not
+// stop the parent's, and the child does not keep the port bound.
+TEST(Server, AForkedChildLeavesTheParentsExporterAlone) {
+  Server s(loopback());
+  ASSERT_TRUE(s.started);
+  const auto port = s.exporter.port();
+  int to_child[2];
+  int from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Nothing here may use GoogleTest: the exit status says it all.
+    char c = 0;
+    s.exporter.stop();  // must return: the thread is the parent's
+    if (write(from_child[1], "s", 1) != 1) _exit(2);
+    if (read(to_child[0], &c, 1) != 1) _exit(3);  // alive while the parent binds the port again
+    _exit(0);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  pollfd p{from_child[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 20'000), 1) << "the child's stop() did not return";
+  EXPECT_EQ(get(port, "/metrics").status, 200) << "the child stopped the parent's exporter";
+  s.exporter.stop();
+  Options again = loopback();
+  again.listen = "127.0.0.1:" + std::to_string(port);
+  Exporter second(again, [](Snapshot&) {});
+  std::string error;
+  EXPECT_TRUE(second.start(error)) << error << " (the child still holds the port)";
+  EXPECT_EQ(write(to_child[1], "x", 1), 1);
+  int status = -1;
+  ASSERT_TRUE(eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  close(to_child[1]);
+  close(from_child[0]);
 }
 
 TEST(ListenAddress, ParsesWhatFlagsGive) {
