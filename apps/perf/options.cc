@@ -122,7 +122,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--counters") o.counters = true;
     else if (a == "--metrics") {
       o.metrics = args.value("--metrics");
-      if (const std::string e = metrics::check_listen_address(o.metrics); !e.empty()) usage_error("--metrics: " + e);
+      if (const std::string e = metrics::check_listen_address(o.metrics); !e.empty()) usage_error(e);
     }
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
     else if (a == "--cc") cc_arg = args.value("--cc");

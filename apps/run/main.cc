@@ -171,7 +171,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--transport") value(o.transport);
     else if (a == "--metrics") {
       value(o.metrics);
-      if (const std::string e = uroce::metrics::check_listen_address(o.metrics); !e.empty()) usage_error("--metrics: " + e);
+      if (const std::string e = uroce::metrics::check_listen_address(o.metrics); !e.empty()) usage_error(e);
     }
     else if (a == "--lib") value(o.lib);
     else if (a == "--netdev") value(o.netdev);

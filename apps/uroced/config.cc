@@ -231,7 +231,7 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     if (value == "off" || value.empty()) {
       c.metrics.clear();
     } else if (std::string e = metrics::check_listen_address(value); !e.empty()) {
-      return "metrics: " + e;
+      return e;
     } else {
       c.metrics = value;
     }

@@ -131,7 +131,7 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
   }
   if (const char* m = env("UROCE_METRICS"); m != nullptr && *m != '\0' && std::string_view(m) != "off") {
     if (std::string e = metrics::check_listen_address(m); !e.empty()) {
-      message = "uroce libibverbs: UROCE_METRICS: " + e;
+      message = "uroce libibverbs: UROCE_METRICS: " + e.substr(e.find(": ") + 2);
       return ConfigStatus::kInvalid;
     }
     config.metrics = m;

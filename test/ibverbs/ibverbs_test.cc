@@ -6,11 +6,13 @@
 // starts once per process.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include "support/veth_namespaces.h"
 #include "support/command.h"
 #include "support/free_port.h"
+#include "support/http_client.h"
 #include "support/uroce_ready.h"
 
 namespace {
@@ -261,6 +264,52 @@ TEST(Ibverbs, UroceRunRunsAStockProgramOnTheDevice) {
   const Outcome r = run("", cmd);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("GID[  1]:\t\t::ffff:10.3.2.1, RoCE v2"), std::string::npos) << r.out;
+}
+
+// uroce-run --metrics (UROCE_METRICS): the program's own device on
+// Prometheus's /metrics while it runs, its QP among the port's; a bad
+// address stops uroce-run with one line, a port in use is said once and
+// the program runs on.
+TEST(Ibverbs, UroceRunMetricsServesTheProgramsDevice) {
+  const int port = uroce::test::free_tcp_port();
+  const std::string prefix = "uroce-ibv-metrics-" + std::to_string(getpid());
+  // ibv_rc_pingpong as a server: its QP made, it waits for a client that
+  // never comes, until killed.
+  const std::string cmd = "env -u LD_LIBRARY_PATH " UROCE_RUN " " + kEal + " --file-prefix=" + prefix +
+                          " -- --ip 10.3.2.1/24 --metrics 127.0.0.1:" + std::to_string(port) +
+                          " timeout 60 ibv_rc_pingpong -d uroce0 -g 1 -p " + std::to_string(uroce::test::free_tcp_port());
+  auto server = std::async(std::launch::async, [&] { return run("", cmd); });
+  std::string page;
+  for (int i = 0; i < 300 && page.find("uroce_port_qps{port=\"0\",state=\"INIT\"} 1") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    page = uroce::test::http_get(port, "/metrics");
+  }
+  std::system(("pkill -f 'ibv_rc_pingpong -d uroce0 -g 1 -p' ; rm -rf /var/run/dpdk/" + prefix).c_str());
+  server.wait();
+  EXPECT_NE(page.find("uroce_port_qps{port=\"0\",state=\"INIT\"} 1"), std::string::npos)
+      << "the program's QP, made and waiting: " << page.substr(0, 2000);
+  EXPECT_NE(page.find("# TYPE uroce_engine_rx_frames_total counter"), std::string::npos);
+
+  const Outcome bad = run("", UROCE_RUN " --no-huge -- --ip 10.0.0.1/24 --metrics 127.0.0.1:99999 true");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_EQ(bad.out.rfind("uroce-run: metrics: bad listen address \"127.0.0.1:99999\"", 0), 0u) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  // A port taken: one line, and the program does its work all the same.
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len);
+  const Outcome busy = run("", "env -u LD_LIBRARY_PATH " UROCE_RUN " " + kEal + " -- --ip 10.3.2.1/24 --metrics 127.0.0.1:" +
+                                   std::to_string(ntohs(a.sin_port)) + " /usr/bin/ibv_devinfo");
+  close(taken);
+  EXPECT_EQ(busy.status, 0) << busy.out;
+  EXPECT_NE(busy.out.find("uroce libibverbs: UROCE_METRICS: metrics: cannot listen on 127.0.0.1:"), std::string::npos)
+      << busy.out;
+  EXPECT_NE(busy.out.find("hca_id:\turoce0"), std::string::npos) << busy.out;
 }
 
 // --- RC traffic: the C program over net_ring (one process, two QPs on one

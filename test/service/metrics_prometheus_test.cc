@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/free_port.h"
+#include "support/http_client.h"
 #include "support/telemetry_client.h"
 #include "support/uroced.h"
 
@@ -30,43 +31,6 @@ namespace uroce::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-// The body of GET `target` on 127.0.0.1:`port` (HTTP/1.0), or "" if none.
-std::string http_get(int port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  close(fd);
-  const auto body = reply.find("\r\n\r\n");
-  return body == std::string::npos ? "" : reply.substr(body + 4);
-}
-
-std::string url_encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -261,6 +225,35 @@ TEST(MetricsPrometheus, APrometheusServerReadsTheDaemonsCountersBack) {
   // The daemon answered every scrape, and Prometheus saw it up throughout.
   EXPECT_EQ(first_value(prom.query("min_over_time(up{job=\"uroced\"}[20s])")), 1.0);
   EXPECT_EQ(a.stop(), 0) << a.out();
+}
+
+// uroced --metrics: a malformed address and one another program holds each
+// stop the daemon before it serves, with one line that says what to do.
+TEST(MetricsUroced, ABadOrTakenAddressIsRefusedInOneLine) {
+  TempDir dir("/tmp/uroce-promflags-");
+  Uroced bad(memif_uroced("promflags", dir.dir, "bad", true, 0, "--metrics 127.0.0.1:http"));
+  EXPECT_EQ(bad.exit_code(30s), 2) << bad.out();
+  EXPECT_EQ(bad.out(), "uroced: metrics: bad listen address \"127.0.0.1:http\": the port must be a number from 0 to "
+                       "65535 (expected ADDR:PORT, [IPv6]:PORT or PORT, such as 127.0.0.1:9464)\n");
+
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t len = sizeof addr;
+  getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string where = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  Uroced busy(memif_uroced("promflags", dir.dir, "busy", true, 0, "--log-level warn --metrics " + where));
+  close(taken);
+  EXPECT_EQ(busy.exit_code(60s), 2) << busy.out();
+  const std::string out = busy.out();
+  EXPECT_NE(out.find("uroced: metrics: cannot listen on " + where + ": Address already in use (choose another with "
+                     "--metrics ADDR:PORT)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("uroced: ready"), std::string::npos) << "it never served: " << out;
 }
 
 }  // namespace
