@@ -151,6 +151,12 @@ struct Options {
 std::string parse_listen_address(const std::string& text, sockaddr_storage& out, socklen_t& len);
 std::string check_listen_address(const std::string& text);
 
+// Fills `out` with `ctx`'s counters: its engine and port rows and every QP,
+// read a page of `qps_per_call` QPs per read-only control call (10,000 QPs
+// never hold the engines in one long call). `out.port` is left as it is.
+// For a collect function; never on a worker or inside a control call.
+void collect(const Context& ctx, DeviceSnapshot& out, std::size_t qps_per_call = 256);
+
 // The HTTP server. One thread of its own, "uroce-metrics" (a poll() loop on
 // non-blocking sockets), answers:
 //   GET /metrics   the page (Content-Type: text/plain; version=0.0.4; charset=utf-8)

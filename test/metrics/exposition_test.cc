@@ -261,15 +261,32 @@ Snapshot snapshot_of(Context& ctx) {
   Snapshot s;
   DeviceSnapshot d;
   d.port = "0";
-  d.device = ctx.stats();
-  for (std::uint32_t from = 0;;) {
-    auto page = ctx.qp_stats_page(from, 2);
-    if (page.empty()) break;
-    from = page.back().qp_num + 1;
-    for (auto& q : page) d.qps.push_back(std::move(q));
-  }
+  collect(ctx, d, 2);
   s.devices.push_back(std::move(d));
   return s;
+}
+
+// collect() reads every QP once, in ascending order, whatever the page.
+TEST(Collect, EveryQpOncePageByPage) {
+  RcPair rc(test_seed(), 1 << 16);
+  ASSERT_EQ(rc.connect_rc, 0);
+  QpInitAttr init;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 2;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  init.send_cq = init.recv_cq = rc.cqa;
+  for (int i = 0; i < 30; ++i) ASSERT_NE(rc.pda->create_qp(init), nullptr);
+  std::vector<std::uint32_t> want = rc.net.a->qp_nums();
+  std::sort(want.begin(), want.end());
+  for (std::size_t per_call : {1u, 4u, 31u, 256u}) {
+    DeviceSnapshot d;
+    d.port = "7";
+    collect(*rc.net.a, d, per_call);
+    std::vector<std::uint32_t> got;
+    for (const QpStats& q : d.qps) got.push_back(q.qp_num);
+    EXPECT_EQ(got, want) << per_call << " a call";
+    EXPECT_EQ(d.port, "7");
+    EXPECT_NE(find_stat(d.device, StatScope::kEngine, "tx_frames"), nullptr);
+  }
 }
 
 TEST(Exposition, RealRowsOfTheSimulatedLinkPassPromtool) {
