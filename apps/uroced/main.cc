@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   }
   uroce::device::telemetry_expose(&ctx, "uroced");
   uroce::daemon::telemetry_expose_clients(&server);
+  uroce::daemon::telemetry_link(config.socket);
   spdlog::info("uroced: serving {} on port {} ({} queue(s)), congestion control {}{}; clients attach at {}", config.eal,
                config.port_id, config.queues, uroce::cc::controller_name(controller),
                config.min_ack_timeout != 0 ? ", local ACK timeout floor " + std::to_string(config.min_ack_timeout)
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   std::printf("uroced: ready on %s\n", config.socket.c_str());
   std::fflush(stdout);
   const int rc = server.run();
+  uroce::daemon::telemetry_unlink(config.socket);
   uroce::daemon::telemetry_hide_clients();
   uroce::device::telemetry_hide(&ctx);
   ctx.stop_workers();

@@ -1,9 +1,14 @@
 #include "telemetry.h"
 
+#include <rte_eal.h>
 #include <rte_telemetry.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <string>
 
 namespace uroce::daemon {
@@ -51,5 +56,28 @@ void telemetry_expose_clients(const Server* server) {
 }
 
 void telemetry_hide_clients() { g_server.store(nullptr); }
+
+void telemetry_link(const std::string& socket) {
+  const std::string target = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
+  struct stat st{};
+  if (stat(target.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return;  // --no-telemetry
+  const std::string link = socket + ".telemetry";
+  unlink(link.c_str());  // a crashed daemon's, or a previous run's
+  if (symlink(target.c_str(), link.c_str()) != 0) {
+    spdlog::warn("uroced: cannot link {} to the telemetry socket {}: {} (uroce-stat --socket {} will not find it; "
+                 "give uroce-stat the telemetry socket itself)",
+                 link, target, std::strerror(errno), target);
+  }
+}
+
+void telemetry_unlink(const std::string& socket) {
+  const std::string link = socket + ".telemetry";
+  char target[4096];
+  // Only our own link: another daemon may have taken the path since.
+  const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+  if (n <= 0) return;
+  target[n] = '\0';
+  if (std::string(target) == std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2") unlink(link.c_str());
+}
 
 }  // namespace uroce::daemon

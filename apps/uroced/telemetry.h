@@ -2,6 +2,8 @@
 // the device's /uroce/* commands, lib/device/telemetry.h).
 #pragma once
 
+#include <string>
+
 #include "service_daemon/server.h"
 
 namespace uroce::daemon {
@@ -10,5 +12,12 @@ namespace uroce::daemon {
 // telemetry_hide_clients(). EAL must be running.
 void telemetry_expose_clients(const Server* server);
 void telemetry_hide_clients();
+
+// Points `<socket>.telemetry` at this process's DPDK telemetry socket, so
+// that uroce-stat --socket SOCKET finds the daemon's counters from the
+// path its clients know; telemetry_unlink() removes it. Nothing when EAL
+// runs without telemetry. A failure is logged, not fatal.
+void telemetry_link(const std::string& socket);
+void telemetry_unlink(const std::string& socket);
 
 }  // namespace uroce::daemon

@@ -271,3 +271,73 @@ std::uint16_t Port::receive_copies(std::uint16_t queue, std::vector<std::vector<
 }
 
 }  // namespace uroce::dpdk
+
+namespace uroce::dpdk {
+namespace {
+
+// Whether the driver's xstat `name` counts pause frames (802.3x PAUSE or a
+// PFC XOFF) and in which direction: 'r', 't', or 0. Drivers name them their
+// own way (mlx5 rx_prio3_pause, ixgbe rx_priority3_xoff_packets, ice
+// rx_priority_3_xoff_packets); durations, transitions and XON are not frames
+// that paused anything.
+char pause_direction(std::string_view name) {
+  const bool pause = name.find("pause") != std::string_view::npos || name.find("xoff") != std::string_view::npos;
+  if (!pause || name.find("xon") != std::string_view::npos || name.find("duration") != std::string_view::npos ||
+      name.find("transition") != std::string_view::npos) {
+    return 0;
+  }
+  if (name.starts_with("rx") || name.find("_rx_") != std::string_view::npos) return 'r';
+  if (name.starts_with("tx") || name.find("_tx_") != std::string_view::npos) return 't';
+  return 0;
+}
+
+}  // namespace
+
+LinkCounters Port::link_counters() const {
+  std::call_once(pause_ids_found_, [this] {
+    const int n = rte_eth_xstats_get_names(port_id_, nullptr, 0);
+    if (n <= 0) return;
+    std::vector<rte_eth_xstat_name> names(static_cast<std::size_t>(n));
+    const int got = rte_eth_xstats_get_names(port_id_, names.data(), static_cast<unsigned>(n));
+    for (int i = 0; i < got && i < n; ++i) {
+      switch (pause_direction(names[static_cast<std::size_t>(i)].name)) {
+        case 'r':
+          rx_pause_ids_.push_back(static_cast<std::uint64_t>(i));
+          break;
+        case 't':
+          tx_pause_ids_.push_back(static_cast<std::uint64_t>(i));
+          break;
+        default:
+          break;
+      }
+    }
+  });
+  LinkCounters c;
+  rte_eth_stats s{};
+  if (rte_eth_stats_get(port_id_, &s) == 0) {
+    c.link_rx_packets = s.ipackets;
+    c.link_tx_packets = s.opackets;
+    c.link_rx_bytes = s.ibytes;
+    c.link_tx_bytes = s.obytes;
+    c.link_rx_missed = s.imissed;
+    c.link_rx_errors = s.ierrors;
+    c.link_tx_errors = s.oerrors;
+    c.link_rx_no_mbuf = s.rx_nombuf;
+  }
+  auto sum = [this](const std::vector<std::uint64_t>& ids) {
+    if (ids.empty()) return std::uint64_t{0};
+    std::vector<std::uint64_t> values(ids.size());
+    if (rte_eth_xstats_get_by_id(port_id_, ids.data(), values.data(), static_cast<unsigned>(ids.size())) !=
+        static_cast<int>(ids.size())) {
+      return std::uint64_t{0};
+    }
+    std::uint64_t total = 0;
+    for (std::uint64_t v : values) total += v;
+    return total;
+  };
+  c.link_rx_pause_frames = sum(rx_pause_ids_);
+  c.link_tx_pause_frames = sum(tx_pause_ids_);
+  return c;
+}
+
+}  // namespace uroce::dpdk

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,28 @@ enum class PortPfc : std::uint8_t {
   kUnsupported,  // the driver has no PFC control (every virtual one): configure the NIC and switch instead
 };
 
+// The NIC's own counters for the whole port (rte_eth_stats, and the
+// driver's extended statistics for pause frames), declared once: reported
+// by the port's queue 0 beside UROCE_PORT_COUNTER_LIST. Virtual devices
+// count what they can (net_ring: packets and bytes) and 0 for the rest.
+#define UROCE_LINK_COUNTER_LIST(X)                                                                          \
+  X(link_rx_packets, "frames the port received (the NIC's count, every queue)")                             \
+  X(link_tx_packets, "frames the port sent (the NIC's count, every queue)")                                 \
+  X(link_rx_bytes, "bytes the port received (the NIC's count, every queue)")                                \
+  X(link_tx_bytes, "bytes the port sent (the NIC's count, every queue)")                                    \
+  X(link_rx_missed, "frames the NIC dropped: its receive queues were full (the engines fell behind)")      \
+  X(link_rx_errors, "frames the NIC received in error (bad FCS, runts)")                                    \
+  X(link_tx_errors, "frames the NIC failed to send")                                                        \
+  X(link_rx_no_mbuf, "frames the NIC dropped: no mbuf to receive into (the pool ran dry)")                  \
+  X(link_rx_pause_frames, "PAUSE and PFC XOFF frames the NIC received: the link partner paused us (driver xstats)") \
+  X(link_tx_pause_frames, "PAUSE and PFC XOFF frames the NIC sent: we paused the link partner (driver xstats)")
+
+struct LinkCounters {
+#define UROCE_X(name, description) std::uint64_t name = 0;
+  UROCE_LINK_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+};
+
 class Port {
  public:
   // Configures and starts the port. nullptr and a one-line `error` on failure
@@ -91,6 +114,10 @@ class Port {
   // how many the device took; the rest are freed, not retried.
   std::uint16_t send_copies(std::uint16_t queue, std::span<const std::vector<std::uint8_t>> frames);
 
+  // The NIC's counters now (rte_eth_stats_get, and the pause xstats found
+  // by name the first time). Any thread; the driver's own locking applies.
+  LinkCounters link_counters() const;
+
   // Receives up to `max` frames from `queue`, appending a copy of each to `out`.
   std::uint16_t receive_copies(std::uint16_t queue, std::vector<std::vector<std::uint8_t>>& out,
                                std::uint16_t max = 32);
@@ -108,6 +135,10 @@ class Port {
   std::uint16_t max_tx_segments_ = UINT16_MAX;
   bool tx_split_pages_ = false;
   RxLoss rx_loss_{};
+  // The ids of the driver's xstats that count pause frames received and
+  // sent (found once: their names differ by driver).
+  mutable std::once_flag pause_ids_found_;
+  mutable std::vector<std::uint64_t> rx_pause_ids_, tx_pause_ids_;
 };
 
 // Ports EAL found (physical and virtual).

@@ -151,11 +151,17 @@ class PortIo : public engine::PacketIo {
   ibv_gid gid() const;  // ::ffff:a.b.c.d
   ibv_gid link_local() const;  // fe80:: + the MAC's modified EUI-64 (GID index 0)
   const PortIoCounters& counters() const { return counters_; }
-  // Every row of UROCE_PORT_COUNTER_LIST, in list order.
+  // Every row of UROCE_PORT_COUNTER_LIST, in list order; queue 0 then
+  // reports the whole port's UROCE_LINK_COUNTER_LIST (the others report
+  // them as 0, so a sum over the queues counts the port once).
   void visit_counters(void (*visit)(void* arg, const char* name, const char* description, std::uint64_t value),
                       void* arg) const override {
 #define UROCE_X(name, description) visit(arg, #name, description, counters_.name);
     UROCE_PORT_COUNTER_LIST(UROCE_X)
+#undef UROCE_X
+    const LinkCounters link = queue_ == 0 ? port_.link_counters() : LinkCounters{};
+#define UROCE_X(name, description) visit(arg, #name, description, link.name);
+    UROCE_LINK_COUNTER_LIST(UROCE_X)
 #undef UROCE_X
   }
   const Port& port() const { return port_; }

@@ -358,6 +358,11 @@ class Context {
   // QP `qpn`'s counters, state and engine, copied in one read-only control
   // call. Returns false, `out` untouched, when no engine serves that QP.
   bool qp_stats(std::uint32_t qpn, QpStats& out) const;
+  // The QPs numbered `first_qpn` or more, in ascending order, at most
+  // `max` of them, copied in one read-only control call: a reader walks
+  // 10,000 QPs a page at a time (the next from the last one's qp_num + 1)
+  // without holding the engines for all of them at once.
+  std::vector<QpStats> qp_stats_page(std::uint32_t first_qpn, std::size_t max) const;
 
  private:
   friend struct internal::Access;

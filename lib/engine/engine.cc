@@ -135,7 +135,13 @@ std::size_t Engine::poll() {
   run_timers();
   transmit();
   finish();
-  return counter(EngineCounter::rx_frames) + counter(EngineCounter::tx_frames) - before;
+  const std::size_t moved = counter(EngineCounter::rx_frames) + counter(EngineCounter::tx_frames) - before;
+  // Only a poll that did work reads the clock again: an idle loop pays nothing.
+  if (moved != 0) {
+    add_counter(EngineCounter::busy_polls);
+    add_counter(EngineCounter::busy_ns, clock_.now_ns() - env_.now);
+  }
+  return moved;
 }
 
 void Engine::ring_in() {

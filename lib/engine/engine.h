@@ -36,7 +36,9 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_handed_over, "packets passed to the worker that serves their QP") \
   X(rx_handed_in, "packets another worker passed to this one")         \
   X(rx_handover_full, "packets dropped: the ring to the serving worker was full") \
-  X(paths_outside_pfc_priority, "QPs and address handles set to a DSCP whose priority (DSCP >> 3) is not the PFC one: lossy")
+  X(paths_outside_pfc_priority, "QPs and address handles set to a DSCP whose priority (DSCP >> 3) is not the PFC one: lossy") \
+  X(busy_polls, "polls that moved frames (bursts): rx_frames + tx_frames over this is the frames per burst") \
+  X(busy_ns, "time in polls that moved frames, ns: its rate is the fraction of the engine's core doing work")
 
 enum class EngineCounter : std::uint8_t {
 #define UROCE_X(name, description) name,

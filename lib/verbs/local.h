@@ -89,6 +89,7 @@ class LocalBackend final : public Backend {
   std::vector<Stat> engine_stats(std::size_t engine) override;                           // stats.cc
   std::vector<std::uint32_t> qp_nums() override;                                         // stats.cc
   bool qp_stats(std::uint32_t qpn, QpStats& out) override;                               // stats.cc
+  std::vector<QpStats> qp_stats_page(std::uint32_t first_qpn, std::size_t max) override;  // stats.cc
 
   // create_qp with a given QPN, outside a control call
   // (testing::create_qp_with_qpn; create_qp calls it inside one).

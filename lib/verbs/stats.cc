@@ -4,6 +4,7 @@
 // control call; a QP's counters are relaxed atomics (transport/counters.h).
 #include "uroce/stats.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
@@ -42,6 +43,11 @@ constexpr Row kDropRows[] = {
 };
 static_assert(std::size(kDropRows) == wire::kParseStatusCount);
 
+// The lists mark their gauges in the description (uroce/stats.h).
+StatKind kind_of(const char* description) {
+  return std::strstr(description, "(a gauge") != nullptr ? StatKind::kGauge : StatKind::kCounter;
+}
+
 // Adds `value` to the row (scope, name) of `rows`, appended if it is not
 // there yet: the first engine sets the order, the others sum into it.
 void add(std::vector<Stat>& rows, StatScope scope, const char* name, const char* description, std::uint64_t value) {
@@ -51,7 +57,7 @@ void add(std::vector<Stat>& rows, StatScope scope, const char* name, const char*
       return;
     }
   }
-  rows.push_back({scope, name, description, value});
+  rows.push_back({scope, name, description, value, kind_of(description)});
 }
 
 void add_port_row(void* rows, const char* name, const char* description, std::uint64_t value) {
@@ -78,9 +84,33 @@ std::vector<Stat> qp_rows(const transport::Qp& qp) {
   rows.reserve(std::size(kQpRows));
   for (std::size_t i = 0; i < std::size(kQpRows); ++i) {
     rows.push_back({StatScope::kQp, kQpRows[i].name, kQpRows[i].description,
-                    qp.counters.get(static_cast<transport::QpCounter>(i))});
+                    qp.counters.get(static_cast<transport::QpCounter>(i)), kind_of(kQpRows[i].description)});
   }
   return rows;
+}
+
+// QP `q` of engine `engine` as a reader sees it. In a control call.
+void copy_qp(const transport::Qp& q, std::size_t engine, QpStats& out) {
+  out.qp_num = q.qpn;
+  out.engine = engine;
+  out.state = q.state;
+  out.dest_qp_num = q.attr.dest_qp_num;
+  out.qp_type = q.type;
+  out.dest_gid = q.type == IBV_QPT_UD ? ibv_gid{} : q.attr.ah_attr.grh.dgid;
+  // The engine's cursors as of its last poll (sync_from_app): what it has
+  // taken in and not yet retired.
+  out.send_outstanding = q.sq_posted - q.comp_next;
+  out.recv_outstanding = q.srq != nullptr ? (q.srq_held ? 1 : 0) : q.rq_posted - q.rq_next;
+  const transport::Qp::Congestion& cg = q.congestion;
+  out.congestion = {};
+  if (cg.started) {
+    out.congestion.enabled = true;
+    out.congestion.rate_bps = cg.rate.rate_bps();
+    out.congestion.target_bps = cg.rate.target_bps();
+    out.congestion.alpha = cg.rate.alpha();
+    out.congestion.cnps = cg.rate.cnps();
+  }
+  out.counters = qp_rows(q);
 }
 
 }  // namespace
@@ -97,6 +127,12 @@ const char* stat_scope_name(StatScope scope) {
   return "?";
 }
 
+std::vector<Stat> qp_stat_rows() {
+  std::vector<Stat> rows;
+  for (const Row& r : kQpRows) rows.push_back({StatScope::kQp, r.name, r.description, 0, kind_of(r.description)});
+  return rows;
+}
+
 const Stat* find_stat(const std::vector<Stat>& stats, StatScope scope, const char* name) {
   for (const Stat& s : stats) {
     if (s.scope == scope && std::strcmp(s.name, name) == 0) return &s;
@@ -111,6 +147,10 @@ std::vector<Stat> Context::engine_stats(std::size_t engine) const { return impl_
 std::vector<std::uint32_t> Context::qp_nums() const { return impl_->backend->qp_nums(); }
 
 bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const { return impl_->backend->qp_stats(qpn, out); }
+
+std::vector<QpStats> Context::qp_stats_page(std::uint32_t first_qpn, std::size_t max) const {
+  return impl_->backend->qp_stats_page(first_qpn, max);
+}
 
 // The in-process bodies, read-only control calls.
 
@@ -153,23 +193,43 @@ bool internal::LocalBackend::qp_stats(std::uint32_t qpn, QpStats& out) {
         for (std::size_t k = 0; k < engines_.size(); ++k) {
           const transport::Qp* q = engines_[k]->find_qp(qpn);
           if (q == nullptr) continue;
-          out.qp_num = qpn;
-          out.engine = k;
-          out.state = q->state;
-          out.dest_qp_num = q->attr.dest_qp_num;
-          const transport::Qp::Congestion& cg = q->congestion;
-          out.congestion = {};
-          if (cg.started) {
-            out.congestion.enabled = true;
-            out.congestion.rate_bps = cg.rate.rate_bps();
-            out.congestion.target_bps = cg.rate.target_bps();
-            out.congestion.alpha = cg.rate.alpha();
-            out.congestion.cnps = cg.rate.cnps();
-          }
-          out.counters = qp_rows(*q);
+          copy_qp(*q, k, out);
           return true;
         }
         return false;
+      },
+      Access::kReadsOnly);
+}
+
+std::vector<QpStats> internal::LocalBackend::qp_stats_page(std::uint32_t first_qpn, std::size_t max) {
+  if (max == 0) return {};
+  return control(
+      [this, first_qpn, max] {
+        // The page's QPs by number, from every engine: the `max` smallest
+        // at or above first_qpn (a heap bounded by `max`, not a sort of all).
+        struct Found {
+          const transport::Qp* qp;
+          std::size_t engine;
+        };
+        auto later = [](const Found& a, const Found& b) { return a.qp->qpn < b.qp->qpn; };
+        std::vector<Found> found;
+        found.reserve(std::min<std::size_t>(max + 1, 4096));
+        for (std::size_t k = 0; k < engines_.size(); ++k) {
+          for (const transport::Qp* q : engines_[k]->qps()) {
+            if (q->qpn < first_qpn) continue;
+            if (found.size() == max && !(q->qpn < found.front().qp->qpn)) continue;
+            found.push_back({q, k});
+            std::push_heap(found.begin(), found.end(), later);
+            if (found.size() > max) {
+              std::pop_heap(found.begin(), found.end(), later);
+              found.pop_back();
+            }
+          }
+        }
+        std::sort_heap(found.begin(), found.end(), later);
+        std::vector<QpStats> out(found.size());
+        for (std::size_t i = 0; i < found.size(); ++i) copy_qp(*found[i].qp, found[i].engine, out[i]);
+        return out;
       },
       Access::kReadsOnly);
 }

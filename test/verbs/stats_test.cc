@@ -62,7 +62,7 @@ std::vector<std::string> loopback_list() {
 std::vector<std::string> port_list() {
   std::vector<std::string> out = {
 #define UROCE_X(name, description) #name,
-      UROCE_PORT_COUNTER_LIST(UROCE_X)
+      UROCE_PORT_COUNTER_LIST(UROCE_X) UROCE_LINK_COUNTER_LIST(UROCE_X)
 #undef UROCE_X
   };
   for (const std::string& name : loopback_list()) out.push_back(name);
@@ -185,6 +185,74 @@ TEST(StatsSim, QpByNumberAndTheQpList) {
   EXPECT_TRUE(none.counters.empty());
 }
 
+// The lists' gauges are marked so (exporters type them), the rest counters.
+TEST(StatsSim, GaugesAreMarked) {
+  const std::vector<Stat> rows = qp_stat_rows();
+  ASSERT_EQ(rows.size(), qp_list().size());
+  for (const Stat& s : rows) {
+    const bool gauge = std::string(s.name) == "cc_cwnd" || std::string(s.name) == "cc_rtt_us";
+    EXPECT_EQ(s.kind, gauge ? StatKind::kGauge : StatKind::kCounter) << s.name;
+    EXPECT_EQ(s.value, 0u);
+  }
+}
+
+// Pages of a few QPs walk every QP once, in ascending order, with each
+// one's type, peer and outstanding work.
+TEST(StatsSim, PagesWalkEveryQpInOrder) {
+  RcPair r(5, 1 << 20);
+  ASSERT_EQ(r.connect_rc, 0);
+  // Three receives on B; one SEND uses one of them.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(r.post_recv_b(0, 4096, 10 + i), 0);
+  fill_pattern(r.bufa, 512, 1);
+  ASSERT_EQ(r.post_send(IBV_WR_SEND, 0, 512, 0), 0);
+  ASSERT_EQ(r.wait(r.cqb, 1).size(), 1u);
+  ASSERT_EQ(r.wait(r.cqa, 1).size(), 1u);
+  // More QPs on A: RC in RESET and UD.
+  QpInitAttr init;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  init.send_cq = init.recv_cq = r.cqa;
+  std::map<std::uint32_t, ibv_qp_type> made{{r.qa->qp_num(), IBV_QPT_RC}};
+  for (int i = 0; i < 23; ++i) {
+    init.qp_type = i % 3 == 0 ? IBV_QPT_UD : IBV_QPT_RC;
+    QueuePair* qp = r.pda->create_qp(init);
+    ASSERT_NE(qp, nullptr);
+    made[qp->qp_num()] = init.qp_type;
+  }
+  std::vector<QpStats> all;
+  std::uint32_t from = 0;
+  for (int pages = 0; pages < 100; ++pages) {
+    const std::vector<QpStats> page = r.net.a->qp_stats_page(from, 5);
+    EXPECT_LE(page.size(), 5u);
+    if (page.empty()) break;
+    for (const QpStats& q : page) all.push_back(q);
+    from = page.back().qp_num + 1;
+  }
+  ASSERT_EQ(all.size(), made.size());
+  auto it = made.begin();
+  for (const QpStats& q : all) {
+    EXPECT_EQ(q.qp_num, it->first) << "in ascending order, each once";
+    EXPECT_EQ(q.qp_type, it->second) << q.qp_num;
+    expect_rows(q.counters, StatScope::kQp, qp_list());
+    ++it;
+  }
+  EXPECT_TRUE(r.net.a->qp_stats_page(all.back().qp_num + 1, 5).empty());
+  EXPECT_TRUE(r.net.a->qp_stats_page(0, 0).empty());
+  // The connected pair: its peer, and what is outstanding.
+  QpStats a, b;
+  ASSERT_TRUE(r.net.a->qp_stats(r.qa->qp_num(), a));
+  ASSERT_TRUE(r.net.b->qp_stats(r.qb->qp_num(), b));
+  EXPECT_EQ(std::memcmp(a.dest_gid.raw, r.net.b->gid().raw, 16), 0) << "A's peer is B";
+  EXPECT_EQ(a.send_outstanding, 0u);
+  EXPECT_EQ(b.recv_outstanding, 2u) << "three receives posted, one used";
+  for (const QpStats& q : all) {
+    if (q.qp_type == IBV_QPT_UD) {
+      static constexpr std::uint8_t kZero[16] = {};
+      EXPECT_EQ(std::memcmp(q.dest_gid.raw, kZero, 16), 0) << "a UD QP has no peer";
+    }
+  }
+}
+
 // Corrupted frames on the link: counted as drops by parse reason, under
 // their drop_<reason> names.
 TEST(StatsSim, ParseDropsUnderTheirNames) {
@@ -259,6 +327,11 @@ TEST(StatsDpdk, PortCountersOfTheDevice) {
   EXPECT_GT(value(device, StatScope::kPort, "tx_zero_copy_frames") + value(device, StatScope::kPort, "tx_copied_bytes"),
             0u);
   EXPECT_EQ(value(device, StatScope::kPort, "regions_registered"), 1u);
+  // The NIC's own count (net_ring's) covers at least what the engine sent.
+  EXPECT_GE(value(device, StatScope::kPort, "link_tx_packets"), value(device, StatScope::kEngine, "tx_frames"));
+  EXPECT_GT(value(device, StatScope::kPort, "link_rx_packets"), 0u);
+  EXPECT_GT(value(device, StatScope::kEngine, "busy_polls"), 0u);
+  EXPECT_GT(value(device, StatScope::kEngine, "busy_ns"), 0u);
 }
 
 TEST(StatsDpdk, SummedOverQueuesAndPerEngine) {
@@ -390,7 +463,76 @@ TEST(StatsDpdk, TelemetryAnswersFromTheRegistry) {
   EXPECT_NE(qp.find("\"state\":\"RTS\""), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"tx_bytes\":" + std::to_string(8 * 65536) + ","), std::string::npos) << qp;
   EXPECT_NE(qp.find("\"completions\":8,"), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"type\":\"rc\""), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"dest_gid\":\"::ffff:"), std::string::npos) << qp;
+  EXPECT_NE(qp.find("\"send_outstanding\":0,"), std::string::npos) << qp;
   EXPECT_NE(telemetry("/uroce/port,999").find("null"), std::string::npos) << "an unknown device";
+}
+
+// /uroce/qp_page walks the device's QPs in answers that fit DPDK's limit,
+// each row in /uroce/qp_columns's order with the values /uroce/qp gives.
+TEST(StatsDpdk, TelemetryPagesEveryQp) {
+  ASSERT_EQ(EalEnvironment::error(), "");
+  RingDevices d("stg", 1);
+  ASSERT_NE(d.pair, nullptr);
+  ASSERT_TRUE(d.write(4, 65536));
+  const std::string dev = device_index("stg-a");
+  ASSERT_NE(dev, "");
+  // Enough QPs that one answer cannot hold them: 300 rows of ~75 columns.
+  QpInitAttr init;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  CompletionQueue* cq = d.pair->a->create_cq(16);
+  ASSERT_NE(cq, nullptr);
+  init.send_cq = init.recv_cq = cq;
+  ProtectionDomain* pd = d.pair->a->alloc_pd();
+  for (int i = 0; i < 300; ++i) ASSERT_NE(pd->create_qp(init), nullptr) << i;
+  std::vector<std::uint32_t> want = d.pair->a->qp_nums();
+  std::sort(want.begin(), want.end());
+  const std::string columns = telemetry("/uroce/qp_columns");
+  ASSERT_EQ(columns.rfind("{\"/uroce/qp_columns\":[\"qpn\",\"engine\",\"state\",", 0), 0u) << columns;
+  EXPECT_NE(columns.find("\"retransmitted_packets\""), std::string::npos) << columns;
+  std::vector<std::uint32_t> seen;
+  std::uint32_t from = 0;
+  int pages = 0;
+  for (; pages < 1000; ++pages) {
+    const std::string page = telemetry("/uroce/qp_page," + dev + "," + std::to_string(from));
+    ASSERT_EQ(page.rfind("{\"/uroce/qp_page\":{", 0), 0u) << page.substr(0, 200);
+    ASSERT_EQ(page.back(), '}') << "a whole answer";
+    EXPECT_LE(page.size(), 16384u);
+    for (std::size_t at = page.find("\"qp_"); at != std::string::npos; at = page.find("\"qp_", at + 1)) {
+      seen.push_back(static_cast<std::uint32_t>(std::strtoul(page.c_str() + at + 4, nullptr, 10)));
+      // The row starts with its own QPN.
+      const std::size_t open = page.find('[', at);
+      EXPECT_EQ(std::strtoul(page.c_str() + open + 1, nullptr, 10), seen.back());
+    }
+    const long next = telemetry_number(page, "next");
+    ASSERT_GE(next, 0) << page.substr(0, 200);
+    if (next == 0) break;
+    from = static_cast<std::uint32_t>(next);
+  }
+  EXPECT_GT(pages, 1) << "300 QPs need more than one answer";
+  EXPECT_EQ(seen, want);
+  // The first QP's row holds its tx_bytes where the columns say.
+  const std::uint32_t first = d.qps_a[0]->qp_num();
+  const std::string page = telemetry("/uroce/qp_page," + dev + "," + std::to_string(first));
+  const std::size_t row = page.find("\"qp_" + std::to_string(first) + "\":[");
+  ASSERT_NE(row, std::string::npos) << page.substr(0, 300);
+  std::vector<std::string> names;
+  for (std::size_t at = columns.find('"', columns.find('[')); at != std::string::npos;) {
+    const std::size_t end = columns.find('"', at + 1);
+    names.push_back(columns.substr(at + 1, end - at - 1));
+    at = columns.find('"', end + 1);
+  }
+  std::vector<std::uint64_t> values;
+  for (const char* p = page.c_str() + page.find('[', row) + 1; *p != ']';) {
+    char* end = nullptr;
+    values.push_back(std::strtoull(p, &end, 10));
+    p = *end == ',' ? end + 1 : end;
+  }
+  ASSERT_EQ(values.size(), names.size());
+  const auto at = std::find(names.begin(), names.end(), "tx_bytes") - names.begin();
+  EXPECT_EQ(values[static_cast<std::size_t>(at)], 4u * 65536);
 }
 
 }  // namespace
