@@ -190,7 +190,13 @@ Report make_report(const Snapshot& a, const Snapshot& b, std::size_t top) {
     const bool link = p.port.value("link_rx_packets").has_value();
     p.rx_pps = link ? p.port.rate("link_rx_packets") : p.engine.rate("rx_frames");
     p.tx_pps = link ? p.port.rate("link_tx_packets") : p.engine.rate("tx_frames");
-    if (p.port.value("link_rx_bytes")) {
+    // A NIC's own byte counts when it keeps them: net_ring counts packets
+    // only, its byte counts stay 0 while frames pass.
+    const auto counts_bytes = [&p](const char* packets, const char* bytes) {
+      return or_zero(p.port.rate(packets)) == 0 || or_zero(p.port.rate(bytes)) > 0;
+    };
+    if (p.port.value("link_rx_bytes") && p.port.rate("link_rx_bytes") &&
+        counts_bytes("link_rx_packets", "link_rx_bytes") && counts_bytes("link_tx_packets", "link_tx_bytes")) {
       p.gbps_source = "link";
       p.rx_gbps = gbps(p.port.rate("link_rx_bytes"));
       p.tx_gbps = gbps(p.port.rate("link_tx_bytes"));

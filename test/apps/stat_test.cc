@@ -282,23 +282,30 @@ TEST(UroceStat, RatesMatchTheTrafficOverTheSameInterval) {
   EXPECT_GE(*raw, *qp_a.dict.unsigned_member("tx_bytes"));
   EXPECT_LE(*raw, *qp_b.dict.unsigned_member("tx_bytes"));
 
-  // The port: the NIC's own counts when it has them, else the QPs' payload
-  // and the engine's frames.
+  // The port: the NIC's own counts (net_ring counts its packets, not their
+  // bytes: Gb/s are then the QPs' payload).
   const Json* p = entry(report.find("ports"), "device", 0);
   ASSERT_NE(p, nullptr) << seen.out;
-  const bool link = port_a.dict.find("link_tx_bytes") != nullptr;
-  EXPECT_EQ(p->find("gbps_source")->text, link ? "link" : "qp_payload");
-  const double port_gbps = link ? rate(port_a, port_b, "link_tx_bytes") * 8 / 1e9 : qp_gbps;
+  ASSERT_NE(port_a.dict.find("link_tx_packets"), nullptr) << "no NIC counters in /uroce/port";
+  const bool link_bytes = rate(port_a, port_b, "link_tx_bytes") > 0;
+  EXPECT_EQ(p->find("gbps_source")->text, link_bytes ? "link" : "qp_payload");
+  const double port_gbps = link_bytes ? rate(port_a, port_b, "link_tx_bytes") * 8 / 1e9 : qp_gbps;
   EXPECT_TRUE(within_10_percent("the port's TX Gb/s", number(*p, "tx_gbps"), port_gbps));
-  const double port_pps = link ? rate(port_a, port_b, "link_tx_packets") : rate(engine_a, engine_b, "tx_frames");
-  EXPECT_TRUE(within_10_percent("the port's TX packets/s", number(*p, "tx_pps"), port_pps));
-  // The engine's busy fraction, once the engines count busy time.
-  if (engine_a.dict.find("busy_ns") != nullptr) {
-    const Json* e = entry(report.find("engines"), "device", 0);
-    ASSERT_NE(e, nullptr);
-    EXPECT_TRUE(within_10_percent("the engine's busy fraction", number(*e, "busy_fraction"),
-                                  rate(engine_a, engine_b, "busy_ns") / 1e9));
-  }
+  EXPECT_TRUE(within_10_percent("the port's TX packets/s", number(*p, "tx_pps"), rate(port_a, port_b, "link_tx_packets")));
+  // The NIC's frames are the engine's.
+  EXPECT_TRUE(within_10_percent("the engine's TX frames/s", number(*p, "tx_pps"), rate(engine_a, engine_b, "tx_frames")));
+  // The engine: its busy fraction (one engine) and bursts.
+  const Json* e = entry(report.find("engines"), "device", 0);
+  ASSERT_NE(e, nullptr) << seen.out;
+  EXPECT_EQ(e->unsigned_member("engines"), 1u);
+  EXPECT_TRUE(within_10_percent("the engine's busy fraction", number(*e, "busy_fraction"),
+                                rate(engine_a, engine_b, "busy_ns") / 1e9));
+  EXPECT_TRUE(within_10_percent("the engine's bursts/s", number(*e, "bursts_per_s"),
+                                rate(engine_a, engine_b, "busy_polls")));
+  // The peer, from /uroce/qp: device 1's QP at 10.98.0.2.
+  EXPECT_EQ(q->find("type")->text, "rc");
+  EXPECT_EQ(q->find("peer_gid")->text, telemetry(perf.socket(), qp).find("dest_gid")->text);
+  EXPECT_EQ(q->unsigned_member("peer_qpn"), qp_b.dict.unsigned_member("dest_qp_num"));
 
   const std::string out = perf.finish();
   std::smatch m;
