@@ -2,8 +2,10 @@
 // net_ring ports in one process, WRITE traffic) found by its DPDK file
 // prefix: its rates against the counters this test reads through the same
 // telemetry socket at the instants around it, --qp N against /uroce/qp,
-// --list; and against a dead socket and hostile servers this test runs,
-// each of which must give one line on stderr and exit 1 within seconds.
+// --list; uroced found by its socket; a uroced played by this test (QPs
+// over several pages, clients' pids); and against a dead socket and hostile
+// servers, each of which must give one line on stderr and exit 1 within
+// seconds.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -30,6 +32,7 @@
 
 #include "stat/json.h"
 #include "support/telemetry_client.h"
+#include "support/uroced.h"
 
 namespace uroce::test {
 namespace {
@@ -599,6 +602,122 @@ TEST(UroceStat, ADeadOrHostileTargetGivesOneLine) {
     expect_one_line_failure(c.what, "--socket " + path, c.says);
   }
   std::filesystem::remove_all(dir);
+}
+
+// uroced found from its service socket (the PATH.telemetry link it makes)
+// and from its telemetry socket itself; gone, it is one line.
+TEST(UroceStat, FindsUrocedByItsSocket) {
+  TempDir dir("/tmp/uroce-stat-uroced-");
+  Uroced daemon({.eal = "--no-huge --no-shconf --no-pci -m 512 -l 0 --log-level=lib.eal:error --vdev=net_ring0",
+                 .prefix = "uroce-stat-uroced-" + std::to_string(getpid()),
+                 .ip = "10.0.0.1/24",
+                 .socket = dir.dir + "/uroced.sock",
+                 .log = dir.dir + "/uroced.log"});
+  ASSERT_EQ(daemon.error, "");
+  for (const std::string& path : {daemon.socket, daemon.telemetry}) {
+    const StatRun seen = run_stat("--socket " + path + " --once --json --interval 0.3");
+    ASSERT_EQ(seen.code, 0) << path << ": " << describe(seen) << daemon.out();
+    const Json report = parse(seen.out);
+    const Json* target = report.find("target");
+    ASSERT_NE(target, nullptr) << seen.out;
+    EXPECT_TRUE(target->find("uroced")->boolean) << seen.out;
+    EXPECT_EQ(target->unsigned_member("pid"), static_cast<std::uint64_t>(daemon.pid));
+    EXPECT_EQ(target->find("process")->text, "uroced");
+    const Json* port = entry(report.find("ports"), "device", 0);
+    ASSERT_NE(port, nullptr) << seen.out;
+    EXPECT_EQ(port->find("name")->text, "uroced");
+    EXPECT_EQ(report.unsigned_member("qps_total"), 0u) << seen.out;
+  }
+  const StatRun table = run_stat("--socket " + daemon.socket + " --once --interval 0.3");
+  EXPECT_EQ(table.code, 0) << describe(table);
+  EXPECT_NE(table.out.find("uroced pid " + std::to_string(daemon.pid) + " (uroced)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("    PID "), std::string::npos) << "no client pid column: " << table.out;
+  const StatRun list = run_stat("--list");
+  EXPECT_TRUE(std::regex_search(list.out, std::regex("uroce-stat-uroced-[0-9]+ +" + std::to_string(daemon.pid) +
+                                                     " +uroced +yes, [0-9]+ devices? +yes ")))
+      << list.out;
+  EXPECT_EQ(daemon.stop(), 0) << daemon.out();
+  expect_one_line_failure("uroced gone", "--socket " + daemon.socket, "is uroced running?");
+}
+
+// A uroced played by this test: three QPs answered one a page, two of them
+// moving at rates that follow this process's clock, and two clients owning
+// them. uroce-stat must walk every page, rank the QPs by Gb/s, give each
+// its client's pid and its peer, and rate it over its own answers' times.
+TEST(UroceStat, PagesQpsAndNamesTheirClients) {
+  const std::string dir = "/tmp/uroce-stat-fake-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const auto start = Clock::now();
+  // Bytes a QP has sent by now: 1 GB/s for QP 40, 0.25 GB/s for QP 17, none for 18.
+  const auto sent = [start](std::uint32_t qpn) {
+    const double rate = qpn == 40 ? 1e9 : qpn == 17 ? 2.5e8 : 0;
+    return static_cast<std::uint64_t>(rate * seconds_since(start));
+  };
+  const auto row = [&](std::uint32_t qpn) {
+    const std::uint64_t bytes = sent(qpn);
+    return "[" + std::to_string(qpn) + ",0,3," + std::to_string(qpn + 1000) + ",5,7,0," + std::to_string(bytes / 4096) +
+           "," + std::to_string(bytes) + ",0,0," + std::to_string(bytes / 65536) + "]";
+  };
+  FakeServer server(dir + "/t.sock", kGreeting, [&](const std::string& c) {
+    const std::string name = c.substr(0, c.find(','));
+    const std::string arg = c.find(',') == std::string::npos ? "" : c.substr(c.rfind(',') + 1);
+    std::string v;
+    if (name == "/") {
+      v = R"(["/","/uroce/devices","/uroce/engine","/uroce/port","/uroce/qps","/uroce/qp","/uroce/qp_columns","/uroce/qp_page","/uroced/clients"])";
+    } else if (name == "/uroce/devices") {
+      v = R"({"0":"uroced"})";
+    } else if (name == "/uroce/port") {
+      v = R"({"queues":1,"link_rx_packets":0})";
+    } else if (name == "/uroce/engine") {
+      v = R"({"engines":1,"rx_frames":0,"tx_frames":0})";
+    } else if (name == "/uroce/qp_columns") {
+      v = R"(["qpn","engine","state","dest_qp_num","send_outstanding","recv_outstanding","dcqcn_rate_mbps","tx_packets","tx_bytes","rx_packets","rx_bytes","completions"])";
+    } else if (name == "/uroce/qp_page") {
+      const std::uint32_t from = static_cast<std::uint32_t>(std::stoul(arg));
+      v = from <= 17   ? "{\"qp_17\":" + row(17) + ",\"next\":18}"
+          : from <= 18 ? "{\"qp_18\":" + row(18) + ",\"next\":19}"
+                       : "{\"qp_40\":" + row(40) + ",\"next\":0}";
+    } else if (name == "/uroce/qp") {
+      v = R"({"state":"RTS","type":"rc","dest_gid":"::ffff:10.0.0.)" + arg + R"("})";
+    } else if (name == "/uroced/clients") {
+      v = R"({"client_1":["pid 4242","uid 0","qpns 17 18"],"client_2":["pid 4343","qpns 40"]})";
+    } else {
+      v = "null";
+    }
+    return std::optional<std::string>("{\"" + name + "\":" + v + "}");
+  });
+  ASSERT_TRUE(server.ok());
+  const StatRun seen = run_stat("--socket " + dir + "/t.sock --once --json --interval 0.5 --top 2");
+  const StatRun table = run_stat("--socket " + dir + "/t.sock --once --interval 0.5 --top 3");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(seen.code, 0) << describe(seen);
+  const Json report = parse(seen.out);
+  EXPECT_EQ(report.unsigned_member("qps_total"), 3u) << seen.out;
+  const Json* qps = report.find("qps");
+  ASSERT_NE(qps, nullptr);
+  ASSERT_EQ(qps->items.size(), 2u) << seen.out;
+  const Json& first = qps->items[0];
+  const Json& second = qps->items[1];
+  EXPECT_EQ(first.unsigned_member("qpn"), 40u);
+  EXPECT_EQ(second.unsigned_member("qpn"), 17u);
+  EXPECT_EQ(first.unsigned_member("pid"), 4343u);
+  EXPECT_EQ(second.unsigned_member("pid"), 4242u);
+  EXPECT_EQ(first.find("peer_gid")->text, "::ffff:10.0.0.40");
+  EXPECT_EQ(first.unsigned_member("peer_qpn"), 1040u);
+  EXPECT_EQ(first.find("state")->text, "RTS");
+  EXPECT_EQ(first.unsigned_member("send_outstanding"), 5u);
+  EXPECT_EQ(first.unsigned_member("recv_outstanding"), 7u);
+  EXPECT_TRUE(within_10_percent("QP 40's Gb/s", number(first, "tx_gbps"), 8.0));
+  EXPECT_TRUE(within_10_percent("QP 17's Gb/s", number(second, "tx_gbps"), 2.0));
+  EXPECT_TRUE(within_10_percent("QP 40's messages/s", number(first, "msgs_per_s"), 1e9 / 65536));
+  // The port has no NIC byte counts: its Gb/s are the QPs' payload.
+  const Json* port = entry(report.find("ports"), "device", 0);
+  ASSERT_NE(port, nullptr);
+  EXPECT_EQ(port->find("gbps_source")->text, "qp_payload");
+  EXPECT_TRUE(within_10_percent("the port's Gb/s", number(*port, "tx_gbps"), 10.0));
+  ASSERT_EQ(table.code, 0) << describe(table);
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +40 +4343 RTS +::ffff:10\.0\.0\.40 +1040 )"))) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +18 +4242 RTS )"))) << table.out;
 }
 
 TEST(UroceStat, BadFlagsGiveOneLineAndExit2) {
