@@ -46,11 +46,13 @@ void sleep_until(double at) {
   if (stop_requested()) throw Interrupted{};
 }
 
-// Prints one refresh: over the last on a terminal, after it otherwise.
-void show(const std::string& text, bool redraw) {
+// Prints one refresh: JSON one object a line; a table over the last one on
+// a terminal, else after it, a blank line between.
+void show(const std::string& text, const Options& o) {
+  const bool redraw = !o.json && isatty(STDOUT_FILENO);
   if (redraw) std::fputs("\x1b[H\x1b[2J", stdout);
   std::fputs(text.c_str(), stdout);
-  if (!redraw && text.back() == '\n' && text.front() != '{') std::fputs("\n", stdout);
+  if (!o.json && !redraw) std::fputs("\n", stdout);
   std::fflush(stdout);
 }
 
@@ -62,7 +64,6 @@ double next_read(double planned, double interval) {
 
 int watch(const Options& o, SnapshotReader& reader) {
   TelemetrySocket& sock = reader.socket();
-  const bool redraw = !o.json && isatty(STDOUT_FILENO);
   Snapshot before = reader.read(true, o.device);
   double planned = before.at + o.interval_s;
   for (;;) {
@@ -80,7 +81,7 @@ int watch(const Options& o, SnapshotReader& reader) {
       if (const Json* t = detail->find("type"); t != nullptr && t->is_string()) q.type = t->text;
       if (const Json* g = detail->find("dest_gid"); g != nullptr && g->is_string()) q.peer_gid = g->text;
     }
-    show(o.json ? format_json(r) : format_table(r), redraw);
+    show(o.json ? format_json(r) : format_table(r), o);
     if (o.once) return 0;
     before = std::move(after);
     planned = next_read(planned, o.interval_s);
@@ -88,7 +89,6 @@ int watch(const Options& o, SnapshotReader& reader) {
 }
 
 int watch_qp(const Options& o, SnapshotReader& reader) {
-  const bool redraw = !o.json && isatty(STDOUT_FILENO);
   QpDetail d;
   d.qpn = *o.qp;
   bool found = false;
@@ -120,7 +120,7 @@ int watch_qp(const Options& o, SnapshotReader& reader) {
     if (!qp) throw Failure(reader.socket().path() + ": QP " + std::to_string(d.qpn) + " is gone (destroyed)");
     d.at_b = (t0 + now_seconds()) / 2;
     d.after = std::move(*qp);
-    show(o.json ? format_qp_json(d) : format_qp_table(d), redraw);
+    show(o.json ? format_qp_json(d) : format_qp_table(d), o);
     if (o.once) return 0;
     d.before = std::move(d.after);
     d.at_a = d.at_b;

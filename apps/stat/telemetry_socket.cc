@@ -100,7 +100,7 @@ std::string TelemetrySocket::receive(const char* what) {
   const ssize_t n = recv(fd_, buf.data(), buf.size(), MSG_TRUNC);
   if (n < 0) fail(std::string("cannot read its ") + what + ": " + std::strerror(errno));
   if (n == 0) {
-    fail(std::string("it closed the connection instead of a ") + what +
+    fail(std::string("it closed the connection instead of its ") + what +
          ": the process ended, or it has 10 telemetry clients already");
   }
   if (static_cast<std::size_t>(n) > kMaxAnswer) {
