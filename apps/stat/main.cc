@@ -94,9 +94,8 @@ int watch_qp(const Options& o, SnapshotReader& reader) {
   bool found = false;
   for (const auto& [index, name] : reader.devices()) {
     if (o.device && static_cast<std::uint32_t>(index) != *o.device) continue;
-    const double t0 = now_seconds();
     if (std::optional<Json> qp = reader.qp_detail(index, d.qpn)) {
-      d.at_a = (t0 + now_seconds()) / 2;
+      d.at_a = now_seconds();  // as the snapshots: when the answer arrived
       d.before = std::move(*qp);
       d.device = index;
       d.device_name = name;
@@ -115,10 +114,9 @@ int watch_qp(const Options& o, SnapshotReader& reader) {
     timespec wall{};
     clock_gettime(CLOCK_REALTIME, &wall);
     d.wall = static_cast<double>(wall.tv_sec) + static_cast<double>(wall.tv_nsec) / 1e9;
-    const double t0 = now_seconds();
     std::optional<Json> qp = reader.qp_detail(d.device, d.qpn);
     if (!qp) throw Failure(reader.socket().path() + ": QP " + std::to_string(d.qpn) + " is gone (destroyed)");
-    d.at_b = (t0 + now_seconds()) / 2;
+    d.at_b = now_seconds();
     d.after = std::move(*qp);
     show(o.json ? format_qp_json(d) : format_qp_table(d), o);
     if (o.once) return 0;
@@ -141,10 +139,11 @@ int main(int argc, char** argv) {
   catch_stop_signals();
   try {
     if (o.list) {
-      std::fputs(format_targets(list_targets(), o.json).c_str(), stdout);
+      std::fputs(format_targets(list_targets(std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000))), o.json).c_str(),
+                 stdout);
       return 0;
     }
-    TelemetrySocket sock;
+    TelemetrySocket sock(std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000)));
     sock.open(o.file_prefix.empty() ? socket_of_path(o.socket) : socket_of_prefix(o.file_prefix));
     SnapshotReader reader(sock);
     return o.qp ? watch_qp(o, reader) : watch(o, reader);

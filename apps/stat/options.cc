@@ -12,7 +12,7 @@ namespace {
 using app::usage_error;
 
 const char kUsage[] =
-    "usage: uroce-stat (--file-prefix P | --socket PATH) [--once] [--json] [--interval S] [--top N]\n"
+    "usage: uroce-stat (--file-prefix P | --socket PATH) [--once] [--json] [--interval S] [--top N] [--timeout S]\n"
     "       uroce-stat (--file-prefix P | --socket PATH) --qp N [--device D] [--once] [--json] [--interval S]\n"
     "       uroce-stat --list [--json]\n"
     "\n"
@@ -30,14 +30,18 @@ const char kUsage[] =
     "  --top N          QPs shown, busiest first by Gb/s (default 10)\n"
     "  --qp N           every counter of QP N (decimal or 0x hex) with its rate\n"
     "  --device D       only device D (its index in /uroce/devices)\n"
+    "  --timeout S      the longest wait for the process's greeting or one answer (default 2; 0.1 to 60)\n"
     "\n"
     "Ctrl-C ends the live view. Exit status: 0 ok; 1 the target cannot be read (the line says why); 2 bad usage.\n";
 
-double parse_seconds(const std::string& v) {
+// Seconds from 0.1 to `most`, for `flag`.
+double parse_seconds(const std::string& v, const char* flag, double most) {
   char* end = nullptr;
   const double s = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0.1 || s > 3600) {
-    usage_error("--interval: seconds from 0.1 to 3600, not '" + v + "'");
+  if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0.1 || s > most) {
+    char range[32];
+    std::snprintf(range, sizeof range, "%g", most);
+    usage_error(std::string(flag) + ": seconds from 0.1 to " + range + ", not '" + v + "'");
   }
   return s;
 }
@@ -53,7 +57,8 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--list") o.list = true;
     else if (a == "--once") o.once = true;
     else if (a == "--json") o.json = true;
-    else if (a == "--interval") o.interval_s = parse_seconds(in.value("--interval"));
+    else if (a == "--interval") o.interval_s = parse_seconds(in.value("--interval"), "--interval", 3600);
+    else if (a == "--timeout") o.timeout_s = parse_seconds(in.value("--timeout"), "--timeout", 60);
     else if (a == "--top") {
       const std::uint64_t n = in.number("--top");
       if (n == 0 || n > 100000) usage_error("--top: 1 to 100000 QPs");

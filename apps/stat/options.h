@@ -15,6 +15,7 @@ struct Options {
   bool once = false;
   bool json = false;
   double interval_s = 1;
+  double timeout_s = 2;  // --timeout: the longest wait for one answer
   std::uint32_t top = 10;
   std::optional<std::uint32_t> qp;      // --qp N
   std::optional<std::uint32_t> device;  // --device D: only this device index

@@ -70,10 +70,12 @@ SnapshotReader::SnapshotReader(TelemetrySocket& sock) : sock_(sock) {
   }
 }
 
+// The time the answer arrived: a process that keeps the query waiting (its
+// engines busy, or itself off the CPU) copies its counters at the end of
+// the wait, just before it answers.
 Json SnapshotReader::timed_query(const std::string& command, double& at) {
-  const double before = now_seconds();
   Json answer = sock_.query(command);
-  at = (before + now_seconds()) / 2;
+  at = now_seconds();
   return answer;
 }
 

@@ -1,7 +1,7 @@
 // One read of everything uroce-stat shows: each uroce device's port and
 // engine rows and every QP's page row, each stamped with the time its
-// answer came (the middle of its query, on the monotonic clock), so a rate
-// divides by the time between the same two answers.
+// answer arrived (monotonic clock), so a rate divides by the time between
+// the same two answers.
 #pragma once
 
 #include <cstdint>

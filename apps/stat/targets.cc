@@ -64,7 +64,7 @@ std::string socket_of_path(const std::string& path) {
   return path;
 }
 
-std::vector<Target> list_targets() {
+std::vector<Target> list_targets(std::chrono::milliseconds timeout) {
   std::vector<Target> out;
   for (const std::string& root : runtime_roots()) {
     std::error_code ec;
@@ -83,7 +83,7 @@ std::vector<Target> list_targets() {
         t.prefix = dir.filename().string();
         t.socket = s;
         try {
-          TelemetrySocket sock;
+          TelemetrySocket sock(timeout);
           sock.open(s);
           t.running = true;
           t.pid = sock.pid();

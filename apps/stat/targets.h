@@ -4,6 +4,7 @@
 // uroced links `<its socket>.telemetry` to its own.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,9 @@ struct Target {
   bool uroced = false;     // answers /uroced/clients
 };
 
-// Every telemetry socket under runtime_roots(), each one asked what it is.
-std::vector<Target> list_targets();
+// Every telemetry socket under runtime_roots(), each one asked what it is
+// (waiting at most `timeout` for each answer).
+std::vector<Target> list_targets(std::chrono::milliseconds timeout);
 
 // --list's table, or (json) one JSON object {"targets": [...]}.
 std::string format_targets(const std::vector<Target>& targets, bool json);

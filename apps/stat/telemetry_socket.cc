@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -45,6 +46,12 @@ TelemetrySocket::~TelemetrySocket() {
 
 void TelemetrySocket::fail(const std::string& why) const { throw Failure(path_ + ": " + why); }
 
+std::string TelemetrySocket::timeout_text() const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(timeout_.count()) / 1000);
+  return buf;
+}
+
 void TelemetrySocket::open(const std::string& path) {
   path_ = path;
   struct stat st{};
@@ -59,7 +66,7 @@ void TelemetrySocket::open(const std::string& path) {
   std::memcpy(addr.sun_path, path.c_str(), path.size());
   fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd_ < 0) fail(std::string("cannot make a socket: ") + std::strerror(errno));
-  const auto deadline = Clock::now() + kReadTimeout;
+  const auto deadline = Clock::now() + timeout_;
   if (connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
     if (e == ECONNREFUSED) fail("nothing listens on it: the process that made it has ended (a stale socket; see uroce-stat --list)");
@@ -67,7 +74,7 @@ void TelemetrySocket::open(const std::string& path) {
     if (e == EPROTOTYPE) fail("not a DPDK telemetry socket (it is not SOCK_SEQPACKET)");
     if (e == EAGAIN) fail("the process accepts no connection now (its backlog is full): try again");
     if (e != EINPROGRESS) fail(std::string("cannot connect: ") + std::strerror(e));
-    if (!wait_for(fd_, POLLOUT, deadline)) fail("the connection was not accepted within 2 s");
+    if (!wait_for(fd_, POLLOUT, deadline)) fail("the connection was not accepted within " + timeout_text());
   }
 
   Json greeting;
@@ -92,9 +99,10 @@ void TelemetrySocket::open(const std::string& path) {
   }
 }
 
-std::string TelemetrySocket::receive(const char* what) {
-  if (!wait_for(fd_, POLLIN, Clock::now() + kReadTimeout)) {
-    fail(std::string("no ") + what + " within 2 s: not DPDK telemetry, or the process is stuck");
+std::string TelemetrySocket::receive(const std::string& what) {
+  if (!wait_for(fd_, POLLIN, Clock::now() + timeout_)) {
+    fail("no " + what + " within " + timeout_text() +
+         ": not DPDK telemetry, or the process is stuck (or too busy: --timeout gives it longer)");
   }
   std::vector<char> buf(kMaxAnswer + 1);
   const ssize_t n = recv(fd_, buf.data(), buf.size(), MSG_TRUNC);
@@ -114,7 +122,7 @@ Json TelemetrySocket::query(const std::string& command) {
   if (send(fd_, command.data(), command.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(command.size())) {
     fail("cannot send to it (" + std::string(std::strerror(errno)) + "): the process has ended?");
   }
-  const std::string text = receive("answer");
+  const std::string text = receive("answer to " + command);
   Json answer;
   if (const std::string err = parse_json(text, answer); !err.empty()) {
     fail("its answer to " + command + " is not JSON (" + err + ")");

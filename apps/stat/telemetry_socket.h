@@ -30,12 +30,12 @@ bool stop_requested();
 
 class TelemetrySocket {
  public:
-  // How long one connection or answer may take.
-  static constexpr std::chrono::milliseconds kReadTimeout{2000};
+  // How long one connection or answer may take, unless told (--timeout).
+  static constexpr std::chrono::milliseconds kDefaultTimeout{2000};
   // The largest answer taken: DPDK 22.11 sends at most 16 KiB.
   static constexpr std::size_t kMaxAnswer = 64 * 1024;
 
-  TelemetrySocket() = default;
+  explicit TelemetrySocket(std::chrono::milliseconds timeout = kDefaultTimeout) : timeout_(timeout) {}
   ~TelemetrySocket();
   TelemetrySocket(const TelemetrySocket&) = delete;
   TelemetrySocket& operator=(const TelemetrySocket&) = delete;
@@ -55,9 +55,11 @@ class TelemetrySocket {
 
  private:
   // Waits for one message and returns it; `what` names it in errors.
-  std::string receive(const char* what);
+  std::string receive(const std::string& what);
   [[noreturn]] void fail(const std::string& why) const;
+  std::string timeout_text() const;  // "2 s"
 
+  std::chrono::milliseconds timeout_;
   int fd_ = -1;
   std::string path_;
   long pid_ = 0;
