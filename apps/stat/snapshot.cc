@@ -20,12 +20,14 @@ std::optional<std::uint32_t> parse_u32(const std::string& text) {
 Rows rows_of(const Json& dict, double at) {
   Rows r;
   r.at = at;
+  auto names = std::make_shared<std::vector<std::string>>();
   for (std::size_t i = 0; i < dict.keys.size(); ++i) {
     if (dict.items[i].integer) {
-      r.names.push_back(dict.keys[i]);
+      names->push_back(dict.keys[i]);
       r.values.push_back(*dict.items[i].integer);
     }
   }
+  r.names = std::move(names);
   return r;
 }
 
@@ -43,8 +45,8 @@ std::string qp_state_name(std::uint64_t state) {
 }
 
 std::optional<std::uint64_t> Rows::get(const std::string& name) const {
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return values[i];
+  for (std::size_t i = 0; i < size(); ++i) {
+    if ((*names)[i] == name) return values[i];
   }
   return std::nullopt;
 }
@@ -60,13 +62,15 @@ SnapshotReader::SnapshotReader(TelemetrySocket& sock) : sock_(sock) {
   paged_ = sock.has_command("/uroce/qp_page") && sock.has_command("/uroce/qp_columns");
   if (paged_) {
     const Json cols = sock.query("/uroce/qp_columns");
+    auto columns = std::make_shared<std::vector<std::string>>();
     for (const Json& c : cols.items) {
       if (!c.is_string()) break;
-      columns_.push_back(c.text);
+      columns->push_back(c.text);
     }
-    if (!cols.is_array() || columns_.size() != cols.items.size() || columns_.empty() || columns_[0] != "qpn") {
+    if (!cols.is_array() || columns->size() != cols.items.size() || columns->empty() || (*columns)[0] != "qpn") {
       throw Failure(sock.path() + ": /uroce/qp_columns is not a list of column names starting with qpn");
     }
+    columns_ = std::move(columns);
   }
 }
 
@@ -119,7 +123,7 @@ Snapshot SnapshotReader::read(bool with_qps, std::optional<std::uint32_t> only) 
     const std::string dev = std::to_string(index);
     d.port = counters("/uroce/port," + dev);
     d.engine = counters("/uroce/engine," + dev);
-    if (d.port.names.empty() && d.engine.names.empty()) continue;  // closed meanwhile
+    if (d.port.size() == 0 && d.engine.size() == 0) continue;  // closed meanwhile
     if (with_qps) paged_ ? read_qps(d, s.at) : read_qps_unpaged(d, s.at);
     s.devices.push_back(std::move(d));
   }
@@ -148,9 +152,9 @@ void SnapshotReader::read_qps(DeviceSnapshot& d, double started) {
       const std::optional<std::uint32_t> qpn =
           page.keys[i].rfind("qp_", 0) == 0 ? parse_u32(page.keys[i].substr(3)) : std::nullopt;
       const Json& row = page.items[i];
-      if (!qpn || *qpn < from || !row.is_array() || row.items.size() != columns_.size()) {
+      if (!qpn || *qpn < from || !row.is_array() || row.items.size() != columns_->size()) {
         throw Failure(sock_.path() + ": the answer to " + command + " has a row that is not a QP's " +
-                      std::to_string(columns_.size()) + " columns");
+                      std::to_string(columns_->size()) + " columns");
       }
       QpRow q;
       q.qpn = *qpn;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,12 +17,18 @@
 
 namespace uroce::statview {
 
+// Row names, shared by every row of one shape: with 10,000 QPs, a copy of
+// the page's 80 column names each was most of a snapshot.
+using Names = std::shared_ptr<const std::vector<std::string>>;
+
 // Named numbers in the order the answer gave them (names from telemetry).
 struct Rows {
-  std::vector<std::string> names;
+  Names names = std::make_shared<const std::vector<std::string>>();
   std::vector<std::uint64_t> values;
   double at = 0;  // seconds, monotonic clock
 
+  std::size_t size() const { return values.size(); }
+  const std::string& name(std::size_t i) const { return (*names)[i]; }
   std::optional<std::uint64_t> get(const std::string& name) const;
 };
 
@@ -81,10 +88,9 @@ class SnapshotReader {
   Json timed_query(const std::string& command, double& at);
 
   TelemetrySocket& sock_;
-  std::vector<std::string> names_;  // device names by index
   bool paged_ = false;
   bool uroced_ = false;
-  std::vector<std::string> columns_;  // /uroce/qp_columns
+  Names columns_;  // /uroce/qp_columns
 };
 
 // Monotonic seconds now.

@@ -64,9 +64,9 @@ std::string fixed2(std::optional<double> v) {
 template <typename Keep>
 std::string moving(const Rated& rows, Keep keep, const char* strip = "") {
   std::string out;
-  for (std::size_t i = 0; i < rows.names.size(); ++i) {
-    if (!keep(rows.names[i]) || or_zero(rows.rates[i]) <= 0) continue;
-    std::string name = rows.names[i];
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!keep(rows.name(i)) || or_zero(rows.rates[i]) <= 0) continue;
+    std::string name = rows.name(i);
     if (starts_with(name, strip)) name.erase(0, std::char_traits<char>::length(strip));
     out += (out.empty() ? "" : ", ") + name + " " + human(rows.rates[i]);
   }
@@ -75,10 +75,10 @@ std::string moving(const Rated& rows, Keep keep, const char* strip = "") {
 
 void counters_and_rates(JsonWriter& w, const Rated& rows) {
   w.open_object("counters");
-  for (std::size_t i = 0; i < rows.names.size(); ++i) w.integer(rows.names[i], rows.values[i]);
+  for (std::size_t i = 0; i < rows.size(); ++i) w.integer(rows.name(i), rows.values[i]);
   w.close_object().open_object("rates");
-  for (std::size_t i = 0; i < rows.names.size(); ++i) {
-    if (rows.rates[i]) w.number(rows.names[i], *rows.rates[i]);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows.rates[i]) w.number(rows.name(i), *rows.rates[i]);
   }
   w.close_object();
 }
@@ -86,9 +86,9 @@ void counters_and_rates(JsonWriter& w, const Rated& rows) {
 template <typename Keep>
 void rates_of(JsonWriter& w, const char* key, const Rated& rows, Keep keep, const char* strip = "") {
   w.open_object(key);
-  for (std::size_t i = 0; i < rows.names.size(); ++i) {
-    if (!keep(rows.names[i]) || !rows.rates[i]) continue;
-    std::string name = rows.names[i];
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!keep(rows.name(i)) || !rows.rates[i]) continue;
+    std::string name = rows.name(i);
     if (starts_with(name, strip)) name.erase(0, std::char_traits<char>::length(strip));
     w.number(name, *rows.rates[i]);
   }
@@ -111,15 +111,15 @@ std::string unix_seconds(double t) {
 }  // namespace
 
 std::optional<std::uint64_t> Rated::value(const std::string& name) const {
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return values[i];
+  for (std::size_t i = 0; i < size(); ++i) {
+    if ((*names)[i] == name) return values[i];
   }
   return std::nullopt;
 }
 
 std::optional<double> Rated::rate(const std::string& name) const {
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return rates[i];
+  for (std::size_t i = 0; i < size(); ++i) {
+    if ((*names)[i] == name) return rates[i];
   }
   return std::nullopt;
 }
@@ -135,15 +135,19 @@ Rated rate_rows(const Rows* before, const Rows& after) {
   Rated r;
   r.names = after.names;
   r.values = after.values;
-  r.rates.resize(after.names.size());
+  r.rates.resize(after.size());
   if (before == nullptr) return r;
   const double dt = after.at - before->at;
-  for (std::size_t i = 0; i < after.names.size(); ++i) {
-    if (is_attribute(after.names[i]) || dt <= 0) continue;
-    // Mostly the same order both times: try the same place first.
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    if (is_attribute(after.name(i)) || dt <= 0) continue;
+    // Mostly the same names both times (a page's shared columns): the same
+    // place first.
     std::optional<std::uint64_t> was;
-    if (i < before->names.size() && before->names[i] == after.names[i]) was = before->values[i];
-    else was = before->get(after.names[i]);
+    if (before->names == after.names || (i < before->size() && before->name(i) == after.name(i))) {
+      was = before->values[i];
+    } else {
+      was = before->get(after.name(i));
+    }
     if (was && after.values[i] >= *was) r.rates[i] = static_cast<double>(after.values[i] - *was) / dt;
   }
   return r;
@@ -286,8 +290,8 @@ std::string format_table(const Report& r) {
     }
     const double naks = [&] {
       double s = 0;
-      for (std::size_t i = 0; i < q.rows.names.size(); ++i) {
-        if (is_nak(q.rows.names[i])) s += or_zero(q.rows.rates[i]);
+      for (std::size_t i = 0; i < q.rows.size(); ++i) {
+        if (is_nak(q.rows.name(i))) s += or_zero(q.rows.rates[i]);
       }
       return s;
     }();
@@ -332,8 +336,8 @@ std::string format_json(const Report& r) {
     optional_number(w, "handed_in_per_s", p.engine.rate("rx_handed_in"));
     w.open_object("drops_per_s");
     for (const Rated* rows : {&p.port, &p.engine}) {
-      for (std::size_t i = 0; i < rows->names.size(); ++i) {
-        if (is_drop(rows->names[i]) && rows->rates[i]) w.number(rows->names[i], *rows->rates[i]);
+      for (std::size_t i = 0; i < rows->size(); ++i) {
+        if (is_drop(rows->name(i)) && rows->rates[i]) w.number(rows->name(i), *rows->rates[i]);
       }
     }
     w.close_object();

@@ -17,9 +17,12 @@ namespace uroce::statview {
 // read of it, when it went down (a gauge, or a QPN used again), or when it
 // is an attribute (a QP's state, engine, peer, ...) rather than a counter.
 struct Rated {
-  std::vector<std::string> names;
+  Names names;  // the rows' (shared)
   std::vector<std::uint64_t> values;
   std::vector<std::optional<double>> rates;
+
+  std::size_t size() const { return values.size(); }
+  const std::string& name(std::size_t i) const { return (*names)[i]; }
 
   std::optional<std::uint64_t> value(const std::string& name) const;
   std::optional<double> rate(const std::string& name) const;
