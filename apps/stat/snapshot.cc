@@ -52,11 +52,11 @@ std::optional<std::uint64_t> Rows::get(const std::string& name) const {
 }
 
 SnapshotReader::SnapshotReader(TelemetrySocket& sock) : sock_(sock) {
-  const std::string who = "the process (pid " + std::to_string(sock.pid()) + ", " +
-                          (process_name(sock.pid()).empty() ? "?" : process_name(sock.pid())) + ")";
   if (!sock.has_command("/uroce/devices") || !sock.has_command("/uroce/port") || !sock.has_command("/uroce/engine") ||
       !sock.has_command("/uroce/qp")) {
-    throw Failure(sock.path() + ": " + who + " runs DPDK but no uroce stack: give a uroce program's or uroced's prefix (uroce-stat --list)");
+    const std::string name = process_name(sock.pid());
+    throw Failure(sock.path() + ": the process (pid " + std::to_string(sock.pid()) + ", " + (name.empty() ? "?" : name) +
+                  ") runs DPDK but no uroce stack: give a uroce program's or uroced's prefix (uroce-stat --list)");
   }
   uroced_ = sock.has_command("/uroced/clients");
   paged_ = sock.has_command("/uroce/qp_page") && sock.has_command("/uroce/qp_columns");

@@ -653,11 +653,16 @@ TEST(UroceStat, FindsUrocedByItsSocket) {
   expect_one_line_failure("uroced gone", "--socket " + daemon.socket, "is uroced running?");
 }
 
-// A uroced played by this test: three QPs answered one a page, two of them
-// moving at rates that follow this process's clock, and two clients owning
-// them. uroce-stat must walk every page, rank the QPs by Gb/s, give each
-// its client's pid and its peer, and rate it over its own answers' times.
-TEST(UroceStat, PagesQpsAndNamesTheirClients) {
+// A uroced played by this test: three QPs, two of them moving at rates
+// that follow this process's clock, and two clients owning them; answered
+// one QP a page (/uroce/qp_page), or, as a process without pages, through
+// /uroce/qps and /uroce/qp. uroce-stat must read every QP, rank them by
+// Gb/s, give each its client's pid and its peer, and rate each over its own
+// answers' times.
+class FakeUroced : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FakeUroced, ReadsEveryQpAndNamesTheirClients) {
+  const bool paged = GetParam();
   const std::string dir = "/tmp/uroce-stat-fake-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   const auto start = Clock::now();
@@ -666,32 +671,42 @@ TEST(UroceStat, PagesQpsAndNamesTheirClients) {
     const double rate = qpn == 40 ? 1e9 : qpn == 17 ? 2.5e8 : 0;
     return static_cast<std::uint64_t>(rate * seconds_since(start));
   };
-  const auto row = [&](std::uint32_t qpn) {
+  const auto page_row = [&](std::uint32_t qpn) {
     const std::uint64_t bytes = sent(qpn);
     return "[" + std::to_string(qpn) + ",0,3," + std::to_string(qpn + 1000) + ",5,7,0," + std::to_string(bytes / 4096) +
            "," + std::to_string(bytes) + ",0,0," + std::to_string(bytes / 65536) + "]";
+  };
+  const auto qp_dict = [&](std::uint32_t qpn) {
+    const std::uint64_t bytes = sent(qpn);
+    return R"({"engine":0,"state":"RTS","type":"rc","dest_qp_num":)" + std::to_string(qpn + 1000) +
+           R"(,"dest_gid":"::ffff:10.0.0.)" + std::to_string(qpn) + R"(","send_outstanding":5,"recv_outstanding":7,"tx_packets":)" +
+           std::to_string(bytes / 4096) + R"(,"tx_bytes":)" + std::to_string(bytes) + R"(,"rx_packets":0,"rx_bytes":0,"completions":)" +
+           std::to_string(bytes / 65536) + R"(,"dcqcn_rate_mbps":0})";
   };
   FakeServer server(dir + "/t.sock", kGreeting, [&](const std::string& c) {
     const std::string name = c.substr(0, c.find(','));
     const std::string arg = c.find(',') == std::string::npos ? "" : c.substr(c.rfind(',') + 1);
     std::string v;
     if (name == "/") {
-      v = R"(["/","/uroce/devices","/uroce/engine","/uroce/port","/uroce/qps","/uroce/qp","/uroce/qp_columns","/uroce/qp_page","/uroced/clients"])";
+      v = std::string(R"(["/","/uroce/devices","/uroce/engine","/uroce/port","/uroce/qps","/uroce/qp","/uroced/clients")") +
+          (paged ? R"(,"/uroce/qp_columns","/uroce/qp_page"])" : "]");
     } else if (name == "/uroce/devices") {
       v = R"({"0":"uroced"})";
     } else if (name == "/uroce/port") {
       v = R"({"queues":1,"link_rx_packets":0})";
     } else if (name == "/uroce/engine") {
       v = R"({"engines":1,"rx_frames":0,"tx_frames":0})";
-    } else if (name == "/uroce/qp_columns") {
+    } else if (name == "/uroce/qp_columns" && paged) {
       v = R"(["qpn","engine","state","dest_qp_num","send_outstanding","recv_outstanding","dcqcn_rate_mbps","tx_packets","tx_bytes","rx_packets","rx_bytes","completions"])";
-    } else if (name == "/uroce/qp_page") {
+    } else if (name == "/uroce/qp_page" && paged) {
       const std::uint32_t from = static_cast<std::uint32_t>(std::stoul(arg));
-      v = from <= 17   ? "{\"qp_17\":" + row(17) + ",\"next\":18}"
-          : from <= 18 ? "{\"qp_18\":" + row(18) + ",\"next\":19}"
-                       : "{\"qp_40\":" + row(40) + ",\"next\":0}";
+      v = from <= 17   ? "{\"qp_17\":" + page_row(17) + ",\"next\":18}"
+          : from <= 18 ? "{\"qp_18\":" + page_row(18) + ",\"next\":19}"
+                       : "{\"qp_40\":" + page_row(40) + ",\"next\":0}";
+    } else if (name == "/uroce/qps") {
+      v = "[17,18,40]";
     } else if (name == "/uroce/qp") {
-      v = R"({"state":"RTS","type":"rc","dest_gid":"::ffff:10.0.0.)" + arg + R"("})";
+      v = qp_dict(static_cast<std::uint32_t>(std::stoul(arg)));
     } else if (name == "/uroced/clients") {
       v = R"({"client_1":["pid 4242","uid 0","qpns 17 18"],"client_2":["pid 4343","qpns 40"]})";
     } else {
@@ -716,6 +731,7 @@ TEST(UroceStat, PagesQpsAndNamesTheirClients) {
   EXPECT_EQ(first.unsigned_member("pid"), 4343u);
   EXPECT_EQ(second.unsigned_member("pid"), 4242u);
   EXPECT_EQ(first.find("peer_gid")->text, "::ffff:10.0.0.40");
+  EXPECT_EQ(first.find("type")->text, "rc");
   EXPECT_EQ(first.unsigned_member("peer_qpn"), 1040u);
   EXPECT_EQ(first.find("state")->text, "RTS");
   EXPECT_EQ(first.unsigned_member("send_outstanding"), 5u);
@@ -723,6 +739,8 @@ TEST(UroceStat, PagesQpsAndNamesTheirClients) {
   EXPECT_TRUE(within_10_percent("QP 40's Gb/s", number(first, "tx_gbps"), 8.0));
   EXPECT_TRUE(within_10_percent("QP 17's Gb/s", number(second, "tx_gbps"), 2.0));
   EXPECT_TRUE(within_10_percent("QP 40's messages/s", number(first, "msgs_per_s"), 1e9 / 65536));
+  // An attribute has no rate.
+  EXPECT_EQ(first.find("rates")->find("dest_qp_num"), nullptr) << seen.out;
   // The port has no NIC byte counts: its Gb/s are the QPs' payload.
   const Json* port = entry(report.find("ports"), "device", 0);
   ASSERT_NE(port, nullptr);
@@ -732,6 +750,8 @@ TEST(UroceStat, PagesQpsAndNamesTheirClients) {
   EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +40 +4343 RTS +::ffff:10\.0\.0\.40 +1040 )"))) << table.out;
   EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +18 +4242 RTS )"))) << table.out;
 }
+
+INSTANTIATE_TEST_SUITE_P(PagedOrNot, FakeUroced, ::testing::Bool());
 
 TEST(UroceStat, BadFlagsGiveOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
