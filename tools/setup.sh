@@ -23,6 +23,7 @@ PACKAGES=(
   libfabric-bin                 # stock fi_info, fi_pingpong: libfabric's verbs provider on our libraries, by the tests
   ucx-utils                     # stock ucx_perftest (UCX over rc_verbs and ud_verbs) on our libraries, by the tests
   python3-matplotlib            # tools/plot.py: the plots of docs/ (and its test)
+  prometheus                    # a real Prometheus server scraping uroced's /metrics, and promtool, in the tests
 )
 
 missing=()

@@ -18,6 +18,7 @@
 #include "common/path_mtu.h"
 #include "common/transport_flags.h"
 #include "common/work_request.h"
+#include "device/metrics_source.h"
 #include "device/ring_pair.h"
 #include "device/sim_pair.h"
 #include "dpdk/eal.h"
@@ -488,6 +489,19 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uroce-perf: %s (see uroce-perf --help)\n", e.what());
     return 2;
+  }
+  // Before the devices: it reads whichever are exposed to telemetry when
+  // scraped, and outlives them (a device hides itself as it goes).
+  std::unique_ptr<metrics::Exporter> exporter;
+  if (!o.metrics.empty()) {
+    metrics::Options mo;
+    mo.listen = o.metrics;
+    exporter = std::make_unique<metrics::Exporter>(mo, device::collect_exposed);
+    if (std::string e; !exporter->start(e)) {
+      std::fprintf(stderr, "uroce-perf: %s\n", e.c_str());
+      return 2;
+    }
+    std::printf("uroce-perf: metrics at http://%s/metrics (port %u)\n", o.metrics.c_str(), exporter->port());
   }
   if (o.fabric == "port") return run_two_processes(o, args.eal);
   std::unique_ptr<device::RingPair> ring;

@@ -9,6 +9,7 @@
 #include "common/path_mtu.h"
 #include "common/text_file.h"
 #include "common/transport_flags.h"
+#include "uroce/metrics.h"
 #include "uroce/verbs.h"
 
 namespace uroce::perf {
@@ -42,6 +43,8 @@ constexpr const char* kUsage =
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
+    "      --metrics ADDR:PORT  with --ring or --ip: Prometheus's /metrics on ADDR:PORT while it\n"
+    "                        runs (docs/operating.md); uroce-stat reads the same counters\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
     "                        on: conf/dcqcn.conf's defaults; FILE: that file's values (default off)\n"
     "      --cc dcqcn|delay|off  the congestion control: dcqcn (as --dcqcn on, or its FILE),\n"
@@ -117,6 +120,10 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--json") o.json = args.value("--json");
     else if (a == "--pcap") o.pcap = args.value("--pcap");
     else if (a == "--counters") o.counters = true;
+    else if (a == "--metrics") {
+      o.metrics = args.value("--metrics");
+      if (const std::string e = metrics::check_listen_address(o.metrics); !e.empty()) usage_error("--metrics: " + e);
+    }
     else if (a == "--dcqcn") dcqcn_option(args.value("--dcqcn"), o.dcqcn);
     else if (a == "--cc") cc_arg = args.value("--cc");
     else if (a == "--delay") delay_file = args.value("--delay");

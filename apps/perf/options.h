@@ -38,6 +38,7 @@ struct Options {
   std::string json;
   std::string pcap;
   bool counters = false;
+  std::string metrics;  // --metrics ADDR:PORT: Prometheus /metrics while it runs
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
   std::optional<cc::DelayParams> delay;  // --cc delay (never with dcqcn)

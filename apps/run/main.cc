@@ -15,13 +15,14 @@
 #include "cc/choice.h"
 #include "common/args.h"
 #include "netdev.h"
+#include "uroce/metrics.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
     "                 [--cc dcqcn|delay|off] [--dcqcn FILE] [--delay FILE] [--pfc PRIO] [--min-ack-timeout N]\n"
-    "                 [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--transport SPEC] [--metrics ADDR:PORT] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -51,6 +52,10 @@ constexpr const char* kUsage =
     "                  themselves (perftest), given to both ends. Over rdma_cm, sr is offered by ECE\n"
     "                  and used only if the peer agrees. UROCE_COUNTERS=1 prints each QP's mode\n"
     "                  and counters as it is destroyed\n"
+    "  --metrics ADDR:PORT  Prometheus's /metrics on ADDR:PORT (e.g. 127.0.0.1:9464) while PROGRAM\n"
+    "                  runs: uroce0's port, engine and QP counters (docs/operating.md). A program that\n"
+    "                  forks more uroce processes: the first binds it, the others say so once.\n"
+    "                  With --service, uroced serves them (uroced --metrics)\n"
     "  --netdev IF     the Linux interface uroce0 stands for, shown to PROGRAM as a kernel RDMA\n"
     "                  device shows its own: /sys/class/infiniband/uroce0/device/net/IF and\n"
     "                  ports/1/gid_attrs/ndevs/{0,1}, for programs that look it up there (rdma-core's\n"
@@ -66,7 +71,7 @@ constexpr const char* kUsage =
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
     "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_CC, UROCE_DCQCN,\n"
-    "UROCE_DELAY, UROCE_PFC, UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT and prepends DIR to LD_LIBRARY_PATH\n"
+    "UROCE_DELAY, UROCE_PFC, UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT, UROCE_METRICS and prepends DIR to LD_LIBRARY_PATH\n"
     "(--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
@@ -92,7 +97,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, cc, dcqcn, delay, pfc, min_ack_timeout, transport, lib;
+  std::string ip, port_id, queues, workers, cc, dcqcn, delay, pfc, min_ack_timeout, transport, lib, metrics;
   std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
@@ -164,6 +169,10 @@ Options parse(int argc, char** argv) {
       }
     }
     else if (a == "--transport") value(o.transport);
+    else if (a == "--metrics") {
+      value(o.metrics);
+      if (const std::string e = uroce::metrics::check_listen_address(o.metrics); !e.empty()) usage_error("--metrics: " + e);
+    }
     else if (a == "--lib") value(o.lib);
     else if (a == "--netdev") value(o.netdev);
     else if (a == "--help" || a == "-h") {
@@ -224,7 +233,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
       {"UROCE_CC", &o.cc}, {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_DELAY", &o.delay}, {"UROCE_PFC", &o.pfc},
-      {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}, {"UROCE_TRANSPORT", &o.transport}};
+      {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}, {"UROCE_TRANSPORT", &o.transport}, {"UROCE_METRICS", &o.metrics}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "uroce/metrics.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -20,6 +22,7 @@ const char* const kUsage =
     "              [--max-mappings N] [--uid-max-mappings N] [--max-port-registrations N]\n"
     "              [--uid-max-port-registrations N] [--max-srqs N] [--uid-max-srqs N]\n"
     "              [--max-ahs N] [--uid-max-ahs N] [--log-level LEVEL]\n"
+    "              [--metrics ADDR:PORT] [--metrics-max-qps N]\n"
     "       uroced --stats [--socket PATH]\n"
     "\n"
     "The uroce service: owns a DPDK port and worker cores, and serves local RDMA programs\n"
@@ -36,6 +39,8 @@ const char* const kUsage =
     "            --delay's file or conf/delay.conf's) or off. Unset: a file given picks its own, else off.\n"
     "  --pfc-priority (or --pfc) P: PFC on priority P on the port where its driver can (else one\n"
     "            warning), and data QPs whose traffic class is 0 sent with DSCP P*8.\n"
+    "  --metrics ADDR:PORT: Prometheus's /metrics there (127.0.0.1:9464; off by default): the port's,\n"
+    "            engines' and QPs' counters, per-QP series for the --metrics-max-qps (100) busiest QPs.\n"
     "  --min-ack-timeout N: no QP waits less than 4.096 us * 2^N for an acknowledgement before it\n"
     "            resends (0: each QP's own timeout), for paths slower than programs expect.\n";
 
@@ -222,6 +227,17 @@ std::string set_key(Config& c, const std::string& raw_key, const std::string& va
     }
   } else if (key == "log_level") {
     c.log_level = value;
+  } else if (key == "metrics") {
+    if (value == "off" || value.empty()) {
+      c.metrics.clear();
+    } else if (std::string e = metrics::check_listen_address(value); !e.empty()) {
+      return "metrics: " + e;
+    } else {
+      c.metrics = value;
+    }
+  } else if (key == "metrics_max_qps") {
+    if (!parse_uint(value, 100000, x)) return "metrics_max_qps: give 0 (the port's sums only) to 100000";
+    c.metrics_max_qps = static_cast<std::size_t>(x);
   } else {
     return "unknown key '" + raw_key + "' (uroced --help lists them)";
   }

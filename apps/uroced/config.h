@@ -39,6 +39,10 @@ struct Config {
   std::uint32_t hello_timeout_ms = 2000;  // a connection that has not said hello by then is closed
   std::uint32_t reply_timeout_ms = 2000;  // a client that leaves a reply unread this long is dropped
   std::string log_level = "info";
+  // Prometheus /metrics on ADDR:PORT ("" off); per-QP series for at most
+  // metrics_max_qps QPs (the busiest), every QP in the port's sums.
+  std::string metrics;
+  std::size_t metrics_max_qps = 100;
   bool stats = false;              // --stats: print the clients of a running daemon and exit
 };
 

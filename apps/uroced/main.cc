@@ -22,12 +22,13 @@
 #include "cc/dcqcn.h"
 #include "cc/delay.h"
 #include "device/device.h"
-#include "device/telemetry.h"
+#include "device/metrics_source.h"
 #include "telemetry.h"
 #include "config.h"
 #include "dpdk/eal.h"
 #include "service_daemon/server.h"
 #include "service/client.h"
+#include "uroce/metrics.h"
 
 namespace {
 
@@ -101,6 +102,33 @@ std::string check_cpus(const std::vector<int>& cpus) {
   return "";
 }
 
+// What the exporter reads: the device, each QP labelled with its client's
+// pid, and the clients. On the exporter's thread.
+void collect(const uroce::daemon::Server& server, uroce::metrics::Snapshot& snapshot) {
+  uroce::device::collect_exposed(snapshot);
+  const std::vector<uroce::daemon::Server::ClientRow> clients = server.client_table();
+  for (uroce::metrics::DeviceSnapshot& d : snapshot.devices) {
+    for (const auto& c : clients) {
+      for (std::uint32_t qpn : c.qpns) d.qp_labels[qpn].push_back({"client_pid", std::to_string(c.pid)});
+    }
+  }
+  snapshot.extra.push_back({"uroced_clients", "programs attached to uroced now", uroce::StatKind::kGauge, {},
+                            static_cast<double>(clients.size())});
+}
+
+// The exporter's CPUs: those uroced may use but its workers', so a scrape
+// never takes an engine's core.
+std::vector<int> cpus_off_workers(const std::vector<int>& workers) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  sched_getaffinity(0, sizeof set, &set);
+  std::vector<int> out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set) && std::find(workers.begin(), workers.end(), cpu) == workers.end()) out.push_back(cpu);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +192,19 @@ int main(int argc, char** argv) {
   if (!device) return die("port " + std::to_string(config.port_id) + ": " + error);
   uroce::Context& ctx = *device->ctx;
   uroce::daemon::Server server(ctx, config.queues, uroce::daemon::server_config(config));
+  // Before anything runs that a failure here would leave behind; it sees
+  // the device once telemetry exposes it.
+  std::unique_ptr<uroce::metrics::Exporter> exporter;
+  if (!config.metrics.empty()) {
+    uroce::metrics::Options mo;
+    mo.listen = config.metrics;
+    mo.max_qps = config.metrics_max_qps;
+    mo.cpus = cpus_off_workers(config.workers);  // empty (every CPU a worker's): the caller's
+    exporter = std::make_unique<uroce::metrics::Exporter>(
+        mo, [&server](uroce::metrics::Snapshot& s) { collect(server, s); });
+    if (std::string e; !exporter->start(e)) return die(e, 2);
+    spdlog::info("uroced: Prometheus metrics at http://{}/metrics (port {})", config.metrics, exporter->port());
+  }
   if (std::string e = server.listen(); !e.empty()) return die(e);
   std::vector<int> cpus = config.workers;
   if (cpus.empty()) cpus.assign(config.queues, -1);
@@ -171,7 +212,8 @@ int main(int argc, char** argv) {
                                                                &uroce::daemon::Server::pump_requests}) != 0) {
     return die("workers did not start: " + ctx.last_error());
   }
-  uroce::device::telemetry_expose(&ctx, "uroced");
+  // Device::open exposed the device as "uroced" (index 0); exposing it
+  // again listed it twice, and the metrics counted it twice.
   uroce::daemon::telemetry_expose_clients(&server);
   uroce::daemon::telemetry_link(config.socket);
   spdlog::info("uroced: serving {} on port {} ({} queue(s)), congestion control {}{}; clients attach at {}", config.eal,
@@ -183,9 +225,9 @@ int main(int argc, char** argv) {
   std::printf("uroced: ready on %s\n", config.socket.c_str());
   std::fflush(stdout);
   const int rc = server.run();
+  exporter.reset();  // before the device goes: it reads it
   uroce::daemon::telemetry_unlink(config.socket);
   uroce::daemon::telemetry_hide_clients();
-  uroce::device::telemetry_hide(&ctx);
   ctx.stop_workers();
   spdlog::info("uroced: stopped");
   return rc;

@@ -276,15 +276,18 @@ namespace uroce::dpdk {
 namespace {
 
 // Whether the driver's xstat `name` counts pause frames (802.3x PAUSE or a
-// PFC XOFF) and in which direction: 'r', 't', or 0. Drivers name them their
-// own way (mlx5 rx_prio3_pause, ixgbe rx_priority3_xoff_packets, ice
-// rx_priority_3_xoff_packets); durations, transitions and XON are not frames
-// that paused anything.
+// PFC XOFF) and in which direction: 'r', 't', or 0; 'd' for the time we
+// were held paused (received pause durations, us). Drivers name them their
+// own way (mlx5 rx_prio3_pause and rx_prio3_pause_duration, ixgbe
+// rx_priority3_xoff_packets, ice rx_priority_3_xoff_packets); transitions
+// and XON are not frames that paused anything.
 char pause_direction(std::string_view name) {
   const bool pause = name.find("pause") != std::string_view::npos || name.find("xoff") != std::string_view::npos;
-  if (!pause || name.find("xon") != std::string_view::npos || name.find("duration") != std::string_view::npos ||
-      name.find("transition") != std::string_view::npos) {
+  if (!pause || name.find("xon") != std::string_view::npos || name.find("transition") != std::string_view::npos) {
     return 0;
+  }
+  if (name.find("duration") != std::string_view::npos) {
+    return name.starts_with("rx") && name.find("pause") != std::string_view::npos ? 'd' : 0;
   }
   if (name.starts_with("rx") || name.find("_rx_") != std::string_view::npos) return 'r';
   if (name.starts_with("tx") || name.find("_tx_") != std::string_view::npos) return 't';
@@ -306,6 +309,9 @@ LinkCounters Port::link_counters() const {
           break;
         case 't':
           tx_pause_ids_.push_back(static_cast<std::uint64_t>(i));
+          break;
+        case 'd':
+          rx_paused_us_ids_.push_back(static_cast<std::uint64_t>(i));
           break;
         default:
           break;
@@ -337,6 +343,7 @@ LinkCounters Port::link_counters() const {
   };
   c.link_rx_pause_frames = sum(rx_pause_ids_);
   c.link_tx_pause_frames = sum(tx_pause_ids_);
+  c.link_rx_paused_us = sum(rx_paused_us_ids_);
   return c;
 }
 

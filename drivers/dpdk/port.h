@@ -69,7 +69,8 @@ enum class PortPfc : std::uint8_t {
   X(link_tx_errors, "frames the NIC failed to send")                                                        \
   X(link_rx_no_mbuf, "frames the NIC dropped: no mbuf to receive into (the pool ran dry)")                  \
   X(link_rx_pause_frames, "PAUSE and PFC XOFF frames the NIC received: the link partner paused us (driver xstats)") \
-  X(link_tx_pause_frames, "PAUSE and PFC XOFF frames the NIC sent: we paused the link partner (driver xstats)")
+  X(link_tx_pause_frames, "PAUSE and PFC XOFF frames the NIC sent: we paused the link partner (driver xstats)") \
+  X(link_rx_paused_us, "time the link partner's PAUSE and PFC frames held our sending, us, where the NIC counts it (mlx5: rx_prioN_pause_duration); 0 elsewhere")
 
 struct LinkCounters {
 #define UROCE_X(name, description) std::uint64_t name = 0;
@@ -138,7 +139,7 @@ class Port {
   // The ids of the driver's xstats that count pause frames received and
   // sent (found once: their names differ by driver).
   mutable std::once_flag pause_ids_found_;
-  mutable std::vector<std::uint64_t> rx_pause_ids_, tx_pause_ids_;
+  mutable std::vector<std::uint64_t> rx_pause_ids_, tx_pause_ids_, rx_paused_us_ids_;
 };
 
 // Ports EAL found (physical and virtual).

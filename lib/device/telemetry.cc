@@ -275,4 +275,10 @@ void telemetry_hide(Context* ctx) {
   std::erase_if(r.devices, [ctx](const Exposed& e) { return e.ctx == ctx; });
 }
 
+void telemetry_visit(const std::function<void(std::size_t index, const std::string& name, Context& ctx)>& visit) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (std::size_t i = 0; i < r.devices.size(); ++i) visit(i, r.devices[i].name, *r.devices[i].ctx);
+}
+
 }  // namespace uroce::device

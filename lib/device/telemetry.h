@@ -16,6 +16,8 @@
 // the handlers never touch a QP while an engine runs.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 
 namespace uroce {
@@ -31,5 +33,12 @@ void telemetry_expose(Context* ctx, const std::string& name);
 // from inside one of its control calls (a handler waiting for that call
 // would never let go).
 void telemetry_hide(Context* ctx);
+
+// Calls `visit` with each exposed device: its telemetry index (the DEV of
+// /uroce/*,DEV), its name and its context, under the lock that
+// telemetry_hide() takes, so no device goes while it is visited. For a
+// reader on a thread of its own (the metrics exporter); `visit` may make
+// read-only control calls, but not expose or hide a device.
+void telemetry_visit(const std::function<void(std::size_t index, const std::string& name, Context& ctx)>& visit);
 
 }  // namespace uroce::device

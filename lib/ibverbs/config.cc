@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "uroce/metrics.h"
 #include "cc/choice.h"
 #include "ibverbs/internal.h"
 
@@ -127,6 +128,13 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
       return ConfigStatus::kInvalid;
     }
     config.min_ack_timeout = static_cast<std::uint8_t>(n);
+  }
+  if (const char* m = env("UROCE_METRICS"); m != nullptr && *m != '\0' && std::string_view(m) != "off") {
+    if (std::string e = metrics::check_listen_address(m); !e.empty()) {
+      message = "uroce libibverbs: UROCE_METRICS: " + e;
+      return ConfigStatus::kInvalid;
+    }
+    config.metrics = m;
   }
   config.eal = {"uroce-ibverbs"};
   std::istringstream words(eal);

@@ -20,10 +20,12 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cc/dcqcn.h"
 #include "cc/delay.h"
+#include "device/metrics_source.h"
 #include "device/device.h"
 #include "dpdk/eal.h"
 #include "ibverbs/fork_service.h"
@@ -64,6 +66,8 @@ struct Process {
   // device up and its workers running, theirs running its hook.
   ForkService* service = nullptr;
   bool service_failed = false;  // said once; later forks do not try again (their children are refused)
+  // UROCE_METRICS: the exporter, stopped at exit before anything it reads goes.
+  metrics::Exporter* exporter = nullptr;
 };
 
 // In a forked child, a Process of its own (forget_parent): the parent's is
@@ -183,6 +187,9 @@ void stop_at_exit() {
   if (in_process_lock) return;
   ProcessLock lock;
   Process& p = process();
+  // Its thread reads the device through telemetry: stopped first, and left
+  // allocated (a late scrape's thread is joined here, not in a destructor).
+  if (p.exporter != nullptr) p.exporter->stop();
   if (p.service != nullptr) {
     p.service->stop_at_exit(std::chrono::seconds(2));
     g_service_socket[0] = '\0';
@@ -329,8 +336,25 @@ void take_down(Device& d) {
   if (p.vdev_added) unplug(p);
 }
 
+// UROCE_METRICS: Prometheus's /metrics for this process's device, served
+// by a thread of its own. A failure is said once; the program runs on.
+void start_metrics(Process& p, const std::string& listen) {
+  metrics::Options options;
+  options.listen = listen;
+  p.exporter = new metrics::Exporter(options, device::collect_exposed);
+  if (std::string e; !p.exporter->start(e)) {
+    std::fprintf(stderr, "uroce libibverbs: UROCE_METRICS: %s\n", e.c_str());
+    delete p.exporter;
+    p.exporter = nullptr;
+  }
+}
+
 void start() {
   if (const char* service = std::getenv("UROCE_SERVICE"); service != nullptr && *service != '\0') {
+    if (const char* m = std::getenv("UROCE_METRICS"); m != nullptr && *m != '\0' && std::string_view(m) != "off") {
+      std::fprintf(stderr, "uroce libibverbs: UROCE_METRICS is ignored with UROCE_SERVICE: the device is uroced's, "
+                           "and uroced serves its metrics (uroced --metrics ADDR:PORT)\n");
+    }
     if (Device* d = attach_service(service)) {
       name_device(d);
       process().device = d;
@@ -400,6 +424,7 @@ void start() {
   d->ctx->stop_workers();
   p.workers = config.workers;
   std::atexit(stop_at_exit);
+  if (!config.metrics.empty()) start_metrics(p, config.metrics);
   // Joined with a removable vdev, the device stays up until the last
   // ibv_close_device takes it down (and the next ibv_open_device brings it
   // up again): a memif peer sees one connection, not a plug and unplug at

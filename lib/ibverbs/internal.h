@@ -86,6 +86,7 @@ struct Config {
   std::string delay_file;         // the delay controller's; "" conf/delay.conf's defaults
   int pfc_priority = -1;          // the lossless 802.1p priority; -1 none
   std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout; 0 none
+  std::string metrics;            // UROCE_METRICS: Prometheus /metrics on ADDR:PORT; "" off
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
 // Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
@@ -94,7 +95,8 @@ enum class ConfigStatus { kOk, kUnset, kInvalid };
 // (a conf/dcqcn.conf file; alone it means UROCE_CC=dcqcn), UROCE_DELAY (a
 // conf/delay.conf file; alone, UROCE_CC=delay) and
 // UROCE_PFC (the lossless priority, 0-7 or off) and UROCE_MIN_ACK_TIMEOUT
-// (a floor under every QP's local ACK timeout, 0-31) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
+// (a floor under every QP's local ACK timeout, 0-31) and UROCE_METRICS
+// (ADDR:PORT for Prometheus's /metrics, or off) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
 // unset; kInvalid with a one-line `message` when one is missing or
 // malformed.
 ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message);

@@ -77,6 +77,8 @@ std::vector<Layer> layer_table() {
       {"dpdk", "drivers/dpdk", {"ring", "wire", "mem", "cc", "transport", "engine", "log", kLog, kPort}, true, true},
       {"sim", "drivers/sim", {"ring", "wire", "mem", "cc", "transport", "engine", "pcap", kPort}, false},
       {"verbs", "lib/verbs", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce"}, true},
+      // The Prometheus exporter: the public API only, as an embedder's code.
+      {"metrics", "lib/metrics", {"uroce"}, false},
       // The communication manager (QP1, IB CM) on the API and verbs' internals.
       {"cm", "lib/cm", {"ring", "wire", "mem", "cc", "transport", "engine", "log", "service", "uroce", "verbs"}, false},
       // The daemon's half of the service protocol, on a local Context (and
@@ -110,7 +112,7 @@ std::vector<Layer> layer_table() {
   everything.push_back("common");
   for (const auto& [name, folder] : std::vector<std::pair<std::string_view, std::string_view>>{
            {"bench", "apps/bench"}, {"dump", "apps/dump"}, {"perf", "apps/perf"}, {"pingpong", "apps/pingpong"},
-           {"run", "apps/run"}, {"sim_app", "apps/sim"}, {"uroced", "apps/uroced"}}) {
+           {"run", "apps/run"}, {"sim_app", "apps/sim"}, {"stat", "apps/stat"}, {"uroced", "apps/uroced"}}) {
     t.push_back({name, folder, everything, true, true});
   }
   return t;
