@@ -53,6 +53,14 @@ std::string human(std::optional<double> v) {
   return buf;
 }
 
+// "43%", or "-" when unknown.
+std::string percent(std::optional<double> fraction) {
+  if (!fraction) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", *fraction * 100);
+  return buf;
+}
+
 std::string fixed2(std::optional<double> v) {
   if (!v) return "-";
   char buf[32];
@@ -209,6 +217,12 @@ Report make_report(const Snapshot& a, const Snapshot& b, std::size_t top) {
       p.rx_gbps = gbps(rx_payload);
       p.tx_gbps = gbps(tx_payload);
     }
+    // PAUSE and PFC frames: the NIC's counts, else those that reached the
+    // stack (a NIC's MAC normally takes them).
+    p.pause_rx_per_s = p.port.value("link_rx_pause_frames") ? p.port.rate("link_rx_pause_frames")
+                                                            : sum_rates(p.port, {"rx_pause", "rx_pfc"});
+    p.pause_tx_per_s = p.port.rate("link_tx_pause_frames");
+    if (const auto us = p.port.rate("link_rx_paused_us")) p.paused_fraction = *us / 1e6;
     p.engines = p.engine.value("engines").value_or(0);
     if (const auto busy = p.engine.rate("busy_ns"); busy && p.engines > 0) {
       p.busy_fraction = *busy / 1e9 / static_cast<double>(p.engines);
@@ -243,20 +257,18 @@ std::string format_table(const Report& r) {
                 r.process.empty() ? "?" : r.process.c_str(), r.pid, r.uroced ? " (uroced)" : "", r.socket.c_str(),
                 r.interval_s, utc_time(r.wall).c_str());
   out += line;
-  std::snprintf(line, sizeof line, "\n%-20s %9s %9s %8s %8s %8s %8s %10s  %s\n", "PORT", "RX pkt/s", "TX pkt/s",
-                "RX Gb/s", "TX Gb/s", "PAUSE rx", "PAUSE tx", "HANDOVER", "DROPS/s");
+  std::snprintf(line, sizeof line, "\n%-20s %9s %9s %8s %8s %8s %8s %6s %9s  %s\n", "PORT", "RX pkt/s", "TX pkt/s",
+                "RX Gb/s", "TX Gb/s", "PAUSE rx", "PAUSE tx", "PAUSED", "HANDOVER", "DROPS/s");
   out += line;
   for (const PortView& p : r.ports) {
     const std::string name = std::to_string(p.device) + " " + p.name;
-    const std::optional<double> pause_rx =
-        p.port.value("link_rx_pause_frames") ? p.port.rate("link_rx_pause_frames") : sum_rates(p.port, {"rx_pause", "rx_pfc"});
     std::string drops = moving(p.port, is_drop);
     const std::string engine_drops = moving(p.engine, is_drop);
     if (drops == "0") drops = engine_drops;
     else if (engine_drops != "0") drops += ", " + engine_drops;
-    std::snprintf(line, sizeof line, "%-20.20s %9s %9s %8s %8s %8s %8s %10s  %s\n", name.c_str(), human(p.rx_pps).c_str(),
-                  human(p.tx_pps).c_str(), fixed2(p.rx_gbps).c_str(), fixed2(p.tx_gbps).c_str(), human(pause_rx).c_str(),
-                  human(p.port.rate("link_tx_pause_frames")).c_str(),
+    std::snprintf(line, sizeof line, "%-20.20s %9s %9s %8s %8s %8s %8s %6s %9s  %s\n", name.c_str(), human(p.rx_pps).c_str(),
+                  human(p.tx_pps).c_str(), fixed2(p.rx_gbps).c_str(), fixed2(p.tx_gbps).c_str(),
+                  human(p.pause_rx_per_s).c_str(), human(p.pause_tx_per_s).c_str(), percent(p.paused_fraction).c_str(),
                   human(p.engine.rate("rx_handed_over")).c_str(), drops.c_str());
     out += line;
   }
@@ -264,14 +276,8 @@ std::string format_table(const Report& r) {
   out += line;
   for (const PortView& p : r.ports) {
     const std::string name = std::to_string(p.device) + " " + p.name;
-    std::string busy = "-";
-    if (p.busy_fraction) {
-      char b[16];
-      std::snprintf(b, sizeof b, "%.0f%%", *p.busy_fraction * 100);
-      busy = b;
-    }
     std::snprintf(line, sizeof line, "%-20.20s %7llu %6s %10s\n", name.c_str(), static_cast<unsigned long long>(p.engines),
-                  busy.c_str(), human(p.bursts_per_s).c_str());
+                  percent(p.busy_fraction).c_str(), human(p.bursts_per_s).c_str());
     out += line;
   }
   std::snprintf(line, sizeof line, "\nQPS: the %zu busiest of %zu\n", r.qps.size(), r.qps_total);
@@ -328,10 +334,9 @@ std::string format_json(const Report& r) {
     optional_number(w, "rx_gbps", p.rx_gbps);
     optional_number(w, "tx_gbps", p.tx_gbps);
     p.gbps_source.empty() ? w.null("gbps_source") : w.text("gbps_source", p.gbps_source);
-    optional_number(w, "pause_rx_per_s",
-                    p.port.value("link_rx_pause_frames") ? p.port.rate("link_rx_pause_frames")
-                                                         : sum_rates(p.port, {"rx_pause", "rx_pfc"}));
-    optional_number(w, "pause_tx_per_s", p.port.rate("link_tx_pause_frames"));
+    optional_number(w, "pause_rx_per_s", p.pause_rx_per_s);
+    optional_number(w, "pause_tx_per_s", p.pause_tx_per_s);
+    optional_number(w, "paused_fraction", p.paused_fraction);
     optional_number(w, "handed_over_per_s", p.engine.rate("rx_handed_over"));
     optional_number(w, "handed_in_per_s", p.engine.rate("rx_handed_in"));
     w.open_object("drops_per_s");

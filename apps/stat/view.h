@@ -40,6 +40,10 @@ struct PortView {
   Rated engine;
   std::optional<double> rx_pps, tx_pps, rx_gbps, tx_gbps;
   std::string gbps_source;  // "link" (the NIC's byte counts) or "qp_payload" (the QPs' payload bytes)
+  std::optional<double> pause_rx_per_s, pause_tx_per_s;
+  // The share of the time the link partner's PAUSE/PFC frames held our
+  // sending (link_rx_paused_us), where the NIC counts it.
+  std::optional<double> paused_fraction;
   std::uint64_t engines = 0;
   std::optional<double> busy_fraction, bursts_per_s;
 };

@@ -639,6 +639,7 @@ TEST(UroceStat, FindsUrocedByItsSocket) {
     const Json* port = entry(report.find("ports"), "device", 0);
     ASSERT_NE(port, nullptr) << seen.out;
     EXPECT_EQ(port->find("name")->text, "uroced");
+    EXPECT_EQ(report.find("ports")->items.size(), 1u) << seen.out;
     EXPECT_EQ(report.unsigned_member("qps_total"), 0u) << seen.out;
   }
   const StatRun table = run_stat("--socket " + daemon.socket + " --once --interval 0.3" + kPatient);
@@ -647,7 +648,7 @@ TEST(UroceStat, FindsUrocedByItsSocket) {
   EXPECT_NE(table.out.find("    PID "), std::string::npos) << "no client pid column: " << table.out;
   const StatRun list = run_stat("--list" + kPatient);
   EXPECT_TRUE(std::regex_search(list.out, std::regex("uroce-stat-uroced-[0-9]+ +" + std::to_string(daemon.pid) +
-                                                     " +uroced +yes, [0-9]+ devices? +yes ")))
+                                                     " +uroced +yes, 1 device +yes ")))
       << list.out;
   EXPECT_EQ(daemon.stop(), 0) << daemon.out();
   expect_one_line_failure("uroced gone", "--socket " + daemon.socket, "is uroced running?");
@@ -693,7 +694,10 @@ TEST_P(FakeUroced, ReadsEveryQpAndNamesTheirClients) {
     } else if (name == "/uroce/devices") {
       v = R"({"0":"uroced"})";
     } else if (name == "/uroce/port") {
-      v = R"({"queues":1,"link_rx_packets":0})";
+      // PAUSE frames at 100 a second holding our sending a quarter of the time.
+      const double t = seconds_since(start);
+      v = R"({"queues":1,"link_rx_packets":0,"link_rx_pause_frames":)" + std::to_string(static_cast<std::uint64_t>(100 * t)) +
+          R"(,"link_rx_paused_us":)" + std::to_string(static_cast<std::uint64_t>(250000 * t)) + "}";
     } else if (name == "/uroce/engine") {
       v = R"({"engines":1,"rx_frames":0,"tx_frames":0})";
     } else if (name == "/uroce/qp_columns" && paged) {
@@ -746,6 +750,8 @@ TEST_P(FakeUroced, ReadsEveryQpAndNamesTheirClients) {
   ASSERT_NE(port, nullptr);
   EXPECT_EQ(port->find("gbps_source")->text, "qp_payload");
   EXPECT_TRUE(within_10_percent("the port's Gb/s", number(*port, "tx_gbps"), 10.0));
+  EXPECT_TRUE(within_10_percent("PAUSE frames/s", number(*port, "pause_rx_per_s"), 100));
+  EXPECT_TRUE(within_10_percent("the paused fraction", number(*port, "paused_fraction"), 0.25));
   ASSERT_EQ(table.code, 0) << describe(table);
   EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +40 +4343 RTS +::ffff:10\.0\.0\.40 +1040 )"))) << table.out;
   EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\n +0 +18 +4242 RTS )"))) << table.out;
