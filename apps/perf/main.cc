@@ -177,7 +177,9 @@ class Transfer {
     const auto t0 = Clock::now();
     const std::uint64_t v0 = net_.clock.now_ns();
     last_progress_ = t0;
+    interval_start_ = t0;
     while (done_ < o_.iters || (send() && recv_done_ < o_.iters)) {
+      if (o_.report_interval > 0) report_interval(false);
       while (next_ < o_.iters && flight_.may_post(next_, done_)) {
         if (!post(next_++)) return failed("post failed: " + errors());
       }
@@ -185,6 +187,7 @@ class Transfer {
       if (stalled()) return failed("no completion for 20 s: the transfer is stuck (see the QP counters)");
       if (!poll_requests() || (send() && !poll_receives())) return failed(error_);
     }
+    if (o_.report_interval > 0) report_interval(true);
     Result r;
     // --verify's own work (pattern fills, compares) is timed apart and left
     // out, so a verified run's figures are the transfer's.
@@ -228,6 +231,26 @@ class Transfer {
     flight_.posted(msg);
     ibv_send_wr* bad = nullptr;
     return a_.qps[qp_of(msg)]->post_send(&wr, &bad) == 0;
+  }
+
+  // --report-interval: once an interval has passed (or at the end, the
+  // part of one left), its figures as a line of JSON. Times are
+  // CLOCK_MONOTONIC seconds (steady_clock's), so another program's reads
+  // (uroce-stat's) can be set beside them.
+  void report_interval(bool last) {
+    const auto now = Clock::now();
+    const double span = std::chrono::duration<double>(now - interval_start_).count();
+    if (span < o_.report_interval && !last) return;
+    const std::uint64_t messages = done_ - interval_done_;
+    const double bytes = static_cast<double>(messages) * o_.size;
+    auto at = [](Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
+    std::printf("{\"interval\":{\"start_s\":%.6f,\"end_s\":%.6f,\"messages\":%llu,\"bytes\":%.0f,"
+                "\"gbps\":%.4f,\"msgs_per_s\":%.1f}}\n",
+                at(interval_start_), at(now), static_cast<unsigned long long>(messages), bytes,
+                span > 0 ? bytes * 8 / span / 1e9 : 0.0, span > 0 ? static_cast<double>(messages) / span : 0.0);
+    std::fflush(stdout);
+    interval_start_ = now;
+    interval_done_ = done_;
   }
 
   // Nothing completed for 20 s.
@@ -316,6 +339,8 @@ class Transfer {
   const perf::Pattern pattern_;
   perf::InFlight flight_;
   std::uint64_t next_ = 0;
+  Clock::time_point interval_start_;  // --report-interval: the current interval's start
+  std::uint64_t interval_done_ = 0;   // done_ at that start
   std::uint64_t done_ = 0;       // requests completed
   std::uint64_t recv_done_ = 0;  // SEND: receives completed
   std::uint64_t last_done_ = 0;

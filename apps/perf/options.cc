@@ -43,6 +43,9 @@ constexpr const char* kUsage =
     "      --json FILE       also write the results as JSON\n"
     "      --pcap FILE       record every frame on the simulated link (uroce-dump, tshark read it)\n"
     "      --counters        print the QP, engine and port counters on exit\n"
+    "      --report-interval S  with --sim or --ring: every S seconds a line of JSON with that\n"
+    "                        interval's figures: {\"interval\":{\"start_s\",\"end_s\" (CLOCK_MONOTONIC),\n"
+    "                        \"messages\",\"bytes\",\"gbps\",\"msgs_per_s\"}} (messages completed)\n"
     "      --metrics ADDR:PORT  with --ring or --ip: Prometheus's /metrics on ADDR:PORT while it\n"
     "                        runs (docs/operating.md); uroce-stat reads the same counters\n"
     "      --dcqcn on|off|FILE  DCQCN congestion control: ECN marking, CNPs, paced QPs;\n"
@@ -120,6 +123,14 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--json") o.json = args.value("--json");
     else if (a == "--pcap") o.pcap = args.value("--pcap");
     else if (a == "--counters") o.counters = true;
+    else if (a == "--report-interval") {
+      const std::string v = args.value("--report-interval");
+      char* end = nullptr;
+      o.report_interval = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.report_interval >= 0.01 && o.report_interval <= 3600)) {
+        usage_error("--report-interval takes seconds, 0.01 to 3600, not '" + v + "'");
+      }
+    }
     else if (a == "--metrics") {
       o.metrics = args.value("--metrics");
       if (const std::string e = metrics::check_listen_address(o.metrics); !e.empty()) usage_error(e);

@@ -39,6 +39,7 @@ struct Options {
   std::string pcap;
   bool counters = false;
   std::string metrics;  // --metrics ADDR:PORT: Prometheus /metrics while it runs
+  double report_interval = 0;  // --report-interval S: a JSON line of figures every S seconds (--sim, --ring)
   bool workers = false;
   std::optional<cc::DcqcnParams> dcqcn;
   std::optional<cc::DelayParams> delay;  // --cc delay (never with dcqcn)

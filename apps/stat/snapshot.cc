@@ -1,5 +1,7 @@
 #include "stat/snapshot.h"
 
+#include "stat/view.h"
+
 #include <time.h>
 
 #include <algorithm>
@@ -59,6 +61,13 @@ SnapshotReader::SnapshotReader(TelemetrySocket& sock) : sock_(sock) {
                   ") runs DPDK but no uroce stack: give a uroce program's or uroced's prefix (uroce-stat --list)");
   }
   uroced_ = sock.has_command("/uroced/clients");
+  if (sock.has_command("/uroce/gauges")) {
+    std::vector<std::string> names;
+    for (const Json& g : sock.query("/uroce/gauges").items) {
+      if (g.is_string()) names.push_back(g.text);
+    }
+    set_gauges(std::move(names));
+  }
   paged_ = sock.has_command("/uroce/qp_page") && sock.has_command("/uroce/qp_columns");
   if (paged_) {
     const Json cols = sock.query("/uroce/qp_columns");

@@ -132,11 +132,18 @@ std::optional<double> Rated::rate(const std::string& name) const {
   return std::nullopt;
 }
 
+std::set<std::string>& gauges() {
+  static std::set<std::string> names;
+  return names;
+}
+
+void set_gauges(std::vector<std::string> names) { gauges() = std::set<std::string>(names.begin(), names.end()); }
+
 bool is_attribute(const std::string& name) {
   static const std::set<std::string> kAttributes = {
       "qpn",  "engine", "state", "dest_qp_num", "send_outstanding", "recv_outstanding", "dcqcn_active",
       "dcqcn_rate_mbps", "dcqcn_target_mbps", "dcqcn_alpha_ppm", "queues", "engines"};
-  return kAttributes.count(name) != 0;
+  return kAttributes.count(name) != 0 || gauges().count(name) != 0;
 }
 
 Rated rate_rows(const Rows* before, const Rows& after) {
@@ -165,6 +172,8 @@ Report make_report(const Snapshot& a, const Snapshot& b, std::size_t top) {
   Report r;
   r.wall = b.wall;
   r.interval_s = b.at - a.at;
+  r.monotonic_start_s = a.at;
+  r.monotonic_end_s = b.at;
   std::vector<QpView> all;
   for (const DeviceSnapshot& d : b.devices) {
     const DeviceSnapshot* was = nullptr;
@@ -324,6 +333,7 @@ std::string format_json(const Report& r) {
   JsonWriter w;
   w.open_object();
   w.text("time", utc_time(r.wall)).raw("unix_time", unix_seconds(r.wall)).number("interval_s", r.interval_s);
+  w.number("monotonic_start_s", r.monotonic_start_s).number("monotonic_end_s", r.monotonic_end_s);
   w.open_object("target").text("socket", r.socket).integer("pid", static_cast<std::uint64_t>(r.pid));
   w.text("process", r.process).boolean("uroced", r.uroced).close_object();
   w.open_array("ports");

@@ -32,6 +32,8 @@ Rated rate_rows(const Rows* before, const Rows& after);
 // Whether `name` is an attribute telemetry reports beside the counters
 // (state, peer, outstanding WQEs, DCQCN's rate now): no rate is made of it.
 bool is_attribute(const std::string& name);
+// The process's gauges (/uroce/gauges): values now, shown without a rate.
+void set_gauges(std::vector<std::string> names);
 
 struct PortView {
   int device = 0;
@@ -64,6 +66,7 @@ struct QpView {
 struct Report {
   double wall = 0;  // the second read's time, Unix seconds
   double interval_s = 0;
+  double monotonic_start_s = 0, monotonic_end_s = 0;  // the two reads began (CLOCK_MONOTONIC)
   std::string socket;
   long pid = 0;
   std::string process;

@@ -197,6 +197,16 @@ int qp_page_columns(const char*, const char*, rte_tel_data* d) {
   return 0;
 }
 
+// Every row that is a gauge (a value now, not a count: cc_cwnd), of any
+// scope: a reader takes no rate of these.
+int gauge_rows(const char*, const char*, rte_tel_data* d) {
+  rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+  for (const Stat& s : qp_stat_rows()) {
+    if (s.kind == StatKind::kGauge) rte_tel_data_add_array_string(d, s.name);
+  }
+  return 0;
+}
+
 // The answer's JSON length if `row` is added under `key`: DPDK 22.11 drops
 // what does not fit its 16 KiB answer without a word, so a page stops first.
 std::size_t row_json_length(const std::string& key, const std::vector<std::uint64_t>& row) {
@@ -258,6 +268,7 @@ void telemetry_expose(Context* ctx, const std::string& name) {
     rte_telemetry_register_cmd("/uroce/qps", list_qps, "A device's QP numbers. Parameters: device index");
     rte_telemetry_register_cmd("/uroce/qp", qp_counters, "One QP's counters. Parameters: device index, QPN");
     rte_telemetry_register_cmd("/uroce/qp_columns", qp_page_columns, "The columns of a /uroce/qp_page row");
+    rte_telemetry_register_cmd("/uroce/gauges", gauge_rows, "The rows that are values now, not counts: no rate");
     // Help texts: at most RTE_TEL_MAX_STRING_LEN (128) bytes, or the command is refused.
     rte_telemetry_register_cmd("/uroce/qp_page", qp_page,
                                "QPs from QPN FROM, a row each; next: the next FROM, 0 at the end. Parameters: device, FROM");

@@ -8,7 +8,11 @@
 //                             arp_requests_answered, ...), summed over its
 //                             port queues ("queues": how many)
 //   /uroce/qps,DEV            its QP numbers
-//   /uroce/qp,DEV,QPN         one QP's counters and state
+//   /uroce/qp,DEV,QPN         one QP's counters and state, type, peer, outstanding WQEs
+//   /uroce/qp_columns         the columns of a /uroce/qp_page row
+//   /uroce/qp_page,DEV,FROM   the QPs numbered FROM or more, a row of numbers each, as
+//                             many as fit one answer; "next": FROM of the next page
+//   /uroce/gauges             the rows that are values now, not counts (cc_cwnd)
 // Every counter of a list is reported, zero or not, under the name the
 // stats registry gives it (uroce/stats.h, Context::stats()). Each answer is
 // copied in one read-only control call (the engines held between two polls

@@ -166,7 +166,7 @@ double number(const Json& j, const std::string& key) {
 // removed at the end.
 class Perf {
  public:
-  Perf(const std::string& tag, std::uint64_t messages)
+  Perf(const std::string& tag, std::uint64_t messages, const std::string& extra = "")
       : prefix_("uroce-stat-" + tag + "-" + std::to_string(getpid())),
         socket_("/var/run/dpdk/" + prefix_ + "/dpdk_telemetry.v2"),
         log_("/tmp/" + prefix_ + ".log") {
@@ -176,7 +176,7 @@ class Perf {
       dup2(fd, 1);
       dup2(fd, 2);
       const std::string cmd = "exec " + kPerf + " " + kEal + " -l 0 --file-prefix=" + prefix_ +
-                              " -- --ring write -s 65536 -n " + std::to_string(messages);
+                              " -- --ring write -s 65536 -n " + std::to_string(messages) + extra;
       execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -253,7 +253,8 @@ TEST(UroceStat, RatesMatchTheTrafficOverTheSameInterval) {
   // About 10 s at the 54 Gb/s one core carries here (the window closes
   // about 4 s in); longer on a busy machine.
   constexpr std::uint64_t kMessages = 1000000;
-  Perf perf("rates", kMessages);
+  // Its own figures every 0.2 s, to set beside uroce-stat's window.
+  Perf perf("rates", kMessages, " --report-interval 0.2");
   const std::uint32_t qpn = perf.wait_for_traffic();
   ASSERT_NE(qpn, 0u) << "uroce-perf carried no traffic: " << perf.log();
   std::this_thread::sleep_for(std::chrono::seconds(1));  // into the steady part of the run
@@ -319,12 +320,28 @@ TEST(UroceStat, RatesMatchTheTrafficOverTheSameInterval) {
   EXPECT_EQ(q->find("peer_gid")->text, telemetry(perf.socket(), qp).find("dest_gid")->text);
   EXPECT_EQ(q->unsigned_member("peer_qpn"), qp_b.dict.unsigned_member("dest_qp_num"));
 
+  // What the benchmark reports for the same interval: its intervals'
+  // messages over uroce-stat's window (CLOCK_MONOTONIC on both sides), an
+  // interval that straddles an end counted in proportion.
+  const double w0 = number(report, "monotonic_start_s"), w1 = number(report, "monotonic_end_s");
+  ASSERT_GT(w1, w0) << seen.out;
   const std::string out = perf.finish();
-  std::smatch m;
-  const bool reported = std::regex_search(out, m, std::regex("\\n +65536 +" + std::to_string(kMessages) + " +([0-9.]+) "));
-  EXPECT_TRUE(reported) << out;
-  std::printf("  TX Gb/s over uroce-stat's %.2f s: uroce-stat %.2f, the counters %.2f; uroce-perf over its whole run %s\n",
-              interval, number(*q, "tx_gbps"), qp_gbps, reported ? m[1].str().c_str() : "?");
+  double messages = 0;
+  int intervals = 0;
+  const std::regex line(R"re(\{"interval":\{"start_s":([0-9.]+),"end_s":([0-9.]+),"messages":([0-9]+),)re");
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    const double a = std::stod((*it)[1]), b = std::stod((*it)[2]), n = std::stod((*it)[3]);
+    const double overlap = std::min(b, w1) - std::max(a, w0);
+    if (overlap > 0 && b > a) messages += n * overlap / (b - a);
+    ++intervals;
+  }
+  ASSERT_GT(intervals, 10) << "no --report-interval lines from uroce-perf: " << out;
+  const double bench_msgs = messages / (w1 - w0);
+  const double bench_gbps = bench_msgs * 65536 * 8 / 1e9;
+  EXPECT_TRUE(within_10_percent("the QP's TX Gb/s against uroce-perf's", number(*q, "tx_gbps"), bench_gbps));
+  EXPECT_TRUE(within_10_percent("the QP's messages/s against uroce-perf's", number(*q, "msgs_per_s"), bench_msgs));
+  std::printf("  TX Gb/s over uroce-stat's %.2f s: uroce-stat %.2f, the counters %.2f, uroce-perf's own %.2f\n",
+              interval, number(*q, "tx_gbps"), qp_gbps, bench_gbps);
 }
 
 // The table a person sees: every port and QP, on one refresh.
@@ -374,6 +391,10 @@ TEST(UroceStat, QpShowsEveryCounterOfThatQp) {
       }
       const double r = number(*out.find("rates"), "tx_bytes");
       rate_of_tx_bytes = std::isnan(r) ? "" : std::to_string(r);
+      // Gauges (/uroce/gauges: cc_cwnd, cc_rtt_us) are values now: no rate.
+      for (const char* gauge : {"cc_cwnd", "cc_rtt_us"}) {
+        EXPECT_TRUE(std::isnan(number(*out.find("rates"), gauge))) << gauge << " has a rate: " << seen.out;
+      }
     } else {
       // After the QP's line and the column heads: NAME VALUE PER SECOND.
       const std::vector<std::string> lines = lines_of(seen.out);
