@@ -2,9 +2,12 @@
 """What watching uroce costs its traffic: uroce-perf's 64 KiB WRITEs (both
 devices in one process on net_ring, one core) with its Prometheus exporter
 on, run in turns without a scraper, with a scrape loop at 10 Hz on
-/metrics, and with uroce-stat refreshing every 0.1 s (telemetry), so the
-machine's drift hits every variant alike. Each figure is the median of its
-turns; the cost is 1 - median(scraped) / median(alone).
+/metrics, and with uroce-stat refreshing every 0.1 s (telemetry). A turn
+runs every variant back to back (in reverse order every other turn), and
+each variant's figure in a turn is divided by the same turn's run alone:
+the machine drifts by several per cent over a minute (other work, the
+clock), and a ratio of neighbours cancels most of that. The cost is
+1 - the median of a variant's ratios.
 
 usage: tools/bench_metrics.py [--build DIR] [--runs N] [--iters N] [--json OUT]
        [--idle-qps N] [--qps N]
@@ -107,8 +110,8 @@ def run_perf(args, variant, out_json, port):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", default="build")
-    p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--iters", type=int, default=200000)
+    p.add_argument("--runs", type=int, default=11)
+    p.add_argument("--iters", type=int, default=100000)
     p.add_argument("--qps", type=int, default=1)
     p.add_argument("--idle-qps", type=int, default=0)
     p.add_argument("--json", default="build/bench-metrics.json")
@@ -120,18 +123,22 @@ def main():
     rows = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.runs):
-            for v in variants:
+            for v in (variants if r % 2 == 0 else list(reversed(variants))):
                 rows[v].append(run_perf(args, v, os.path.join(tmp, f"{v}.{r}.json"), free_port()))
                 print(f"turn {r + 1}/{args.runs} {v:16s} {rows[v][-1]['bw_gbps']:7.2f} Gb/s", flush=True)
     base = statistics.median(x["bw_gbps"] for x in rows["alone"])
     result = {"tool": "bench-metrics", "size": 65536, "iters": args.iters, "qps": args.qps,
               "idle_qps": args.idle_qps, "runs": args.runs, "variants": {}}
     print(f"\n64 KiB WRITEs, uroce-perf --ring (one core), {args.qps} QP(s), {args.idle_qps} idle, "
-          f"median of {args.runs} turns each")
+          f"median of {args.runs} turns; ratios to the same turn's run alone")
     for v in variants:
         med = statistics.median(x["bw_gbps"] for x in rows[v])
-        entry = {"bw_gbps_median": med, "ratio_to_alone": med / base, "cost": 1 - med / base, "turns": rows[v]}
-        line = f"  {v:16s} {med:7.2f} Gb/s  ratio {med / base:.3f}  cost {100 * (1 - med / base):+.1f}%"
+        ratios = [x["bw_gbps"] / a["bw_gbps"] for x, a in zip(rows[v], rows["alone"])]
+        ratio = statistics.median(ratios)
+        entry = {"bw_gbps_median": med, "ratio_to_alone": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios),
+                 "cost": 1 - ratio, "turns": rows[v]}
+        line = (f"  {v:16s} {med:7.2f} Gb/s  ratio {ratio:.3f} (turns {min(ratios):.3f}-{max(ratios):.3f})"
+                f"  cost {100 * (1 - ratio):+.1f}%")
         if v == "prometheus_10hz":
             hz = statistics.median(x["scrape_hz"] for x in rows[v])
             size = statistics.median(x["page_bytes"] for x in rows[v])

@@ -418,6 +418,25 @@ std::unique_ptr<device::RingPair> start_ring(const Options& o, std::vector<std::
   return ring;
 }
 
+// --metrics: the exporter, on the CPUs EAL leaves for control threads (off
+// the lcore this thread polls the engines on: a collection's rendering
+// there would be taken from the traffic). EAL runs. nullptr and `rc` on
+// failure.
+std::unique_ptr<metrics::Exporter> start_metrics(const Options& o, int& rc) {
+  metrics::Options mo;
+  mo.listen = o.metrics;
+  mo.cpus = dpdk::control_cpus();
+  auto exporter = std::make_unique<metrics::Exporter>(mo, device::collect_exposed);
+  if (std::string e; !exporter->start(e)) {
+    std::fprintf(stderr, "uroce-perf: %s\n", e.c_str());
+    rc = 2;
+    return nullptr;
+  }
+  std::printf("uroce-perf: metrics at http://%s/metrics (port %u)\n", o.metrics.c_str(), exporter->port());
+  std::fflush(stdout);
+  return exporter;
+}
+
 // --ip: one side of a two-process test, on the port EAL brings up.
 int run_two_processes(const Options& o, const std::vector<std::string>& eal) {
   if (eal.size() == 1) {
@@ -431,7 +450,11 @@ int run_two_processes(const Options& o, const std::vector<std::string>& eal) {
   std::printf("uroce-perf %s %s %s: %s\n", kVersion, o.server.empty() ? "server" : "client", perf::op_name(o.op),
               perf::test_text(o).c_str());
   std::fflush(stdout);
-  const int rc = perf::run_remote(o);
+  int rc = 0;
+  std::unique_ptr<metrics::Exporter> exporter;
+  if (!o.metrics.empty() && !(exporter = start_metrics(o, rc))) return rc;
+  rc = perf::run_remote(o);
+  exporter.reset();
   dpdk::eal_cleanup();
   return rc;
 }
@@ -515,22 +538,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uroce-perf: %s (see uroce-perf --help)\n", e.what());
     return 2;
   }
-  // Before the devices: it reads whichever are exposed to telemetry when
-  // scraped, and outlives them (a device hides itself as it goes).
-  std::unique_ptr<metrics::Exporter> exporter;
-  if (!o.metrics.empty()) {
-    metrics::Options mo;
-    mo.listen = o.metrics;
-    exporter = std::make_unique<metrics::Exporter>(mo, device::collect_exposed);
-    if (std::string e; !exporter->start(e)) {
-      std::fprintf(stderr, "uroce-perf: %s\n", e.c_str());
-      return 2;
-    }
-    std::printf("uroce-perf: metrics at http://%s/metrics (port %u)\n", o.metrics.c_str(), exporter->port());
-  }
   if (o.fabric == "port") return run_two_processes(o, args.eal);
   std::unique_ptr<device::RingPair> ring;
   if (int rc = 0; o.fabric == "ring" && !(ring = start_ring(o, args.eal, rc))) return rc;
+  // After the devices, destroyed before them (it reads them through telemetry).
+  std::unique_ptr<metrics::Exporter> exporter;
+  if (int rc = 0; !o.metrics.empty() && !(exporter = start_metrics(o, rc))) return rc;
   print_test(o);
   const Result r = ring ? run(o, *ring) : run_sim(o);
   if (!r.ok) {

@@ -214,6 +214,10 @@ void check_test(Options& o, const std::string& op) {
   if (!app::is_path_mtu(o.mtu)) usage_error("-m must be 256, 512, 1024, 2048 or 4096");
   if (o.loss < 0 || o.loss >= 1) usage_error("--loss must be in [0, 1)");
   if (o.lat) o.depth = 1;
+  if (!o.metrics.empty() && o.fabric == "sim") {
+    usage_error("--metrics needs --ring or --ip: the simulated link's devices have no telemetry");
+  }
+  if (o.report_interval > 0 && o.fabric == "port") usage_error("--report-interval is for --sim and --ring");
 }
 
 }  // namespace

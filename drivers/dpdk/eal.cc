@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -325,6 +327,27 @@ void eal_cleanup() {
     return;
   }
   rte_eal_cleanup();
+}
+
+std::vector<int> control_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  auto read_own = [](void* arg) -> void* {
+    sched_getaffinity(0, sizeof(cpu_set_t), static_cast<cpu_set_t*>(arg));
+    return nullptr;
+  };
+  pthread_t t{};
+  // A control thread made the way EAL makes its own takes their CPUs.
+  if (!eal_started || rte_ctrl_thread_create(&t, "uroce-cpus", nullptr, read_own, &set) != 0) {
+    sched_getaffinity(0, sizeof set, &set);
+  } else {
+    pthread_join(t, nullptr);
+  }
+  std::vector<int> out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  }
+  return out;
 }
 
 }  // namespace uroce::dpdk

@@ -68,6 +68,12 @@ std::string unplug_vdev(const std::string& devargs);
 // EAL's interrupt thread stays parked from then on (see eal.cc).
 void eal_cleanup();
 
+// The CPUs EAL gives its control threads (the process's CPUs outside the
+// lcores' set, or all of them if the lcores take every one): where a
+// thread of the program's own that must stay off the data path belongs
+// (the metrics exporter). Without EAL running: this thread's CPUs.
+std::vector<int> control_cpus();
+
 // Runs `fn` on EAL's interrupt thread, serialised with the PMDs' control
 // handlers (memif serves its peer's messages there), and waits for it.
 // Inline when no alarm can be set. Not from the interrupt thread itself.
