@@ -25,6 +25,11 @@ import time
 import urllib.request
 
 
+# uroce-perf's engines and application run on CPU 0 (-l 0); the scrapers
+# stay off it, as they would be on a host that gives uroce its cores.
+OFF_LCORE = sorted(os.sched_getaffinity(0) - {0})
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,6 +52,10 @@ class Scraper(threading.Thread):
         return (self.scrapes - 1) / (self.last - self.first) if self.scrapes > 1 and self.last > self.first else 0.0
 
     def run(self):
+        # A scraper is another program, on another core (Prometheus, on
+        # another host or core): never on the lcore uroce-perf polls on.
+        if OFF_LCORE:
+            os.sched_setaffinity(0, OFF_LCORE)
         next_at = time.monotonic()
         while not self.stop.is_set():
             start = time.monotonic()
@@ -86,7 +95,8 @@ def run_perf(args, variant, out_json, port):
         # The process's telemetry socket is found by its file prefix.
         stat = subprocess.Popen([os.path.join(args.build, "apps/stat/uroce-stat"), "--file-prefix", prefix,
                                  "--interval", "0.1", "--json"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, OFF_LCORE)) if OFF_LCORE else None)
     out, _ = proc.communicate()
     if scraper:
         scraper.stop.set()

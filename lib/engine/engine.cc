@@ -76,6 +76,7 @@ bool Engine::add_qp(transport::Qp* qp) {
   timers_.reserve(slots_.size());
   // In place while the table has room (creating 10,000 QPs stays linear).
   if (!index_.insert(qp->qpn, qp, qp_list_.size())) rebuild_index();
+  ++qp_changes_;
   touch(qp);
   return true;
 }
@@ -90,6 +91,7 @@ void Engine::remove_qp(transport::Qp* qp) {
   qp->doorbell = nullptr;
   tx_cursor_ = 0;
   index_.erase(qp->qpn);  // in place: destroying 10,000 QPs stays linear
+  ++qp_changes_;
 }
 
 void Engine::wake_all() {

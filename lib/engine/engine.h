@@ -110,6 +110,9 @@ class Engine {
     transport::counter_add(counters_[static_cast<std::size_t>(c)], n);
   }
   const std::vector<transport::Qp*>& qps() const { return qp_list_; }
+  // Counts add_qp and remove_qp: a reader's index of the QPs is stale when
+  // it changed (control path).
+  std::uint64_t qp_changes() const { return qp_changes_; }
   PacketIo& io() { return io_; }
   Clock& clock() { return clock_; }
   transport::Env& env() { return env_; }
@@ -147,6 +150,7 @@ class Engine {
   Handover* handover_ = nullptr;
   std::uint32_t self_ = 0;
   std::vector<transport::Qp*> qp_list_;
+  std::uint64_t qp_changes_ = 0;
   // Doorbells: one bit per slot, rung by application threads; slots_ maps
   // a slot back to its QP (nullptr: free).
   std::unique_ptr<std::atomic<std::uint64_t>[]> doorbells_;

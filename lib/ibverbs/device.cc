@@ -341,6 +341,8 @@ void take_down(Device& d) {
 void start_metrics(Process& p, const std::string& listen) {
   metrics::Options options;
   options.listen = listen;
+  // Off the lcores: EAL pinned this thread (the program's) to one.
+  options.cpus = dpdk::control_cpus();
   p.exporter = new metrics::Exporter(options, device::collect_exposed);
   if (std::string e; !p.exporter->start(e)) {
     std::fprintf(stderr, "uroce libibverbs: UROCE_METRICS: %s\n", e.c_str());

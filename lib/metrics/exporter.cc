@@ -220,6 +220,9 @@ struct Exporter::Impl : Descriptors {
   bool have_page = false;
   Clock::time_point page_at;
   double collect_seconds = 0;
+  // When the page may be collected again: min_interval, or longer after a
+  // long collection (Options::max_collect_share).
+  Clock::duration refresh_after{};
 
   std::atomic<std::uint64_t> collections{0};
   std::atomic<std::uint64_t> scrapes{0};
@@ -389,7 +392,7 @@ Response Exporter::Impl::respond(std::string_view line) {
 Response Exporter::Impl::metrics_page() {
   scrapes.fetch_add(1, std::memory_order_relaxed);
   const auto now = Clock::now();
-  if (!have_page || now - page_at >= options.min_interval) refresh_page(now);
+  if (!have_page || now - page_at >= refresh_after) refresh_page(now);
   return page;
 }
 
@@ -405,6 +408,11 @@ void Exporter::Impl::refresh_page(Clock::time_point now) {
     failure = "unknown exception";
   }
   collect_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  refresh_after = options.min_interval;
+  if (options.max_collect_share > 0) {
+    refresh_after = std::max(refresh_after, std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(collect_seconds / options.max_collect_share)));
+  }
   const auto count = collections.fetch_add(1, std::memory_order_relaxed) + 1;
   have_page = true;
   page_at = now;

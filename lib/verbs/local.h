@@ -154,6 +154,11 @@ class LocalBackend final : public Backend {
   // device's own GIDs come back inside uroce, as on an RNIC.
   engine::LoopbackPort loopback_;
   std::vector<std::unique_ptr<engine::Engine>> engines_;
+  // qp_stats_page's index: every QP's number and engine, by number, made
+  // again (in a control call) when an engine's QPs changed since; a page
+  // then finds its QPs without looking at the others.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> qp_index_;
+  std::uint64_t qp_index_changes_ = ~std::uint64_t{0};
   std::unique_ptr<engine::Handover> handover_;  // with more than one engine
   // create_qp's QPNs: a keyed permutation of the 24-bit space applied to a
   // counter, so they are unpredictable yet none comes back before 2^24 more

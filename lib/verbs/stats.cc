@@ -5,6 +5,7 @@
 #include "uroce/stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <iterator>
 
@@ -89,28 +90,47 @@ std::vector<Stat> qp_rows(const transport::Qp& qp) {
   return rows;
 }
 
-// QP `q` of engine `engine` as a reader sees it. In a control call.
-void copy_qp(const transport::Qp& q, std::size_t engine, QpStats& out) {
-  out.qp_num = q.qpn;
-  out.engine = engine;
-  out.state = q.state;
-  out.dest_qp_num = q.attr.dest_qp_num;
-  out.qp_type = q.type;
-  out.dest_gid = q.type == IBV_QPT_UD ? ibv_gid{} : q.attr.ah_attr.grh.dgid;
+// What a reader keeps of QP `q` (of engine `engine`), copied in a control
+// call: plain values only, the rows made after, outside it, so that a
+// page of QPs holds the engines for a copy of a few hundred bytes a QP.
+struct RawQp {
+  QpStats head;  // everything but `counters`
+  std::array<std::uint64_t, transport::kQpCounterCount> counters{};
+};
+
+void copy_raw(const transport::Qp& q, std::size_t engine, RawQp& out) {
+  QpStats& h = out.head;
+  h.qp_num = q.qpn;
+  h.engine = engine;
+  h.state = q.state;
+  h.dest_qp_num = q.attr.dest_qp_num;
+  h.qp_type = q.type;
+  h.dest_gid = q.type == IBV_QPT_UD ? ibv_gid{} : q.attr.ah_attr.grh.dgid;
   // The engine's cursors as of its last poll (sync_from_app): what it has
   // taken in and not yet retired.
-  out.send_outstanding = q.sq_posted - q.comp_next;
-  out.recv_outstanding = q.srq != nullptr ? (q.srq_held ? 1 : 0) : q.rq_posted - q.rq_next;
+  h.send_outstanding = q.sq_posted - q.comp_next;
+  h.recv_outstanding = q.srq != nullptr ? (q.srq_held ? 1 : 0) : q.rq_posted - q.rq_next;
   const transport::Qp::Congestion& cg = q.congestion;
-  out.congestion = {};
+  h.congestion = {};
   if (cg.started) {
-    out.congestion.enabled = true;
-    out.congestion.rate_bps = cg.rate.rate_bps();
-    out.congestion.target_bps = cg.rate.target_bps();
-    out.congestion.alpha = cg.rate.alpha();
-    out.congestion.cnps = cg.rate.cnps();
+    h.congestion.enabled = true;
+    h.congestion.rate_bps = cg.rate.rate_bps();
+    h.congestion.target_bps = cg.rate.target_bps();
+    h.congestion.alpha = cg.rate.alpha();
+    h.congestion.cnps = cg.rate.cnps();
   }
-  out.counters = qp_rows(q);
+  for (std::size_t i = 0; i < out.counters.size(); ++i) out.counters[i] = q.counters.get(static_cast<transport::QpCounter>(i));
+}
+
+// The QpStats of a raw copy: its head and a row per counter.
+void expand(RawQp& raw, QpStats& out) {
+  out = std::move(raw.head);
+  out.counters.clear();
+  out.counters.reserve(std::size(kQpRows));
+  for (std::size_t i = 0; i < std::size(kQpRows); ++i) {
+    out.counters.push_back(
+        {StatScope::kQp, kQpRows[i].name, kQpRows[i].description, raw.counters[i], kind_of(kQpRows[i].description)});
+  }
 }
 
 }  // namespace
@@ -193,7 +213,9 @@ bool internal::LocalBackend::qp_stats(std::uint32_t qpn, QpStats& out) {
         for (std::size_t k = 0; k < engines_.size(); ++k) {
           const transport::Qp* q = engines_[k]->find_qp(qpn);
           if (q == nullptr) continue;
-          copy_qp(*q, k, out);
+          RawQp raw;
+          copy_raw(*q, k, raw);
+          expand(raw, out);
           return true;
         }
         return false;
@@ -203,35 +225,35 @@ bool internal::LocalBackend::qp_stats(std::uint32_t qpn, QpStats& out) {
 
 std::vector<QpStats> internal::LocalBackend::qp_stats_page(std::uint32_t first_qpn, std::size_t max) {
   if (max == 0) return {};
-  return control(
-      [this, first_qpn, max] {
-        // The page's QPs by number, from every engine: the `max` smallest
-        // at or above first_qpn (a heap bounded by `max`, not a sort of all).
-        struct Found {
-          const transport::Qp* qp;
-          std::size_t engine;
-        };
-        auto later = [](const Found& a, const Found& b) { return a.qp->qpn < b.qp->qpn; };
-        std::vector<Found> found;
-        found.reserve(std::min<std::size_t>(max + 1, 4096));
-        for (std::size_t k = 0; k < engines_.size(); ++k) {
-          for (const transport::Qp* q : engines_[k]->qps()) {
-            if (q->qpn < first_qpn) continue;
-            if (found.size() == max && !(q->qpn < found.front().qp->qpn)) continue;
-            found.push_back({q, k});
-            std::push_heap(found.begin(), found.end(), later);
-            if (found.size() > max) {
-              std::pop_heap(found.begin(), found.end(), later);
-              found.pop_back();
-            }
+  // Memory taken before the call: inside it, only the index (when QPs
+  // came or went) and the copies.
+  std::vector<RawQp> raw;
+  raw.reserve(std::min<std::size_t>(max, 4096));
+  control(
+      [this, first_qpn, max, &raw] {
+        std::uint64_t changes = 0;
+        for (const auto& e : engines_) changes += e->qp_changes();
+        if (changes != qp_index_changes_) {
+          qp_index_.clear();
+          for (std::size_t k = 0; k < engines_.size(); ++k) {
+            for (const transport::Qp* q : engines_[k]->qps()) qp_index_.emplace_back(q->qpn, static_cast<std::uint32_t>(k));
           }
+          std::sort(qp_index_.begin(), qp_index_.end());
+          qp_index_changes_ = changes;
         }
-        std::sort_heap(found.begin(), found.end(), later);
-        std::vector<QpStats> out(found.size());
-        for (std::size_t i = 0; i < found.size(); ++i) copy_qp(*found[i].qp, found[i].engine, out[i]);
-        return out;
+        auto it = std::lower_bound(qp_index_.begin(), qp_index_.end(), std::make_pair(first_qpn, std::uint32_t{0}));
+        for (; it != qp_index_.end() && raw.size() < max; ++it) {
+          const transport::Qp* q = engines_[it->second]->find_qp(it->first);
+          if (q == nullptr) continue;  // cannot be: the index is current
+          raw.emplace_back();
+          copy_raw(*q, it->second, raw.back());
+        }
       },
       Access::kReadsOnly);
+  // The rows, with the engines running again.
+  std::vector<QpStats> out(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) expand(raw[i], out[i]);
+  return out;
 }
 
 std::vector<Stat> QueuePair::stats() const {

@@ -39,6 +39,7 @@ struct Collector {
       threads.insert(std::this_thread::get_id());
     }
     if (fail) throw std::runtime_error("the device is gone");
+    if (const int ms = slow_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     for (auto& q : state) add_traffic(q, 4096);
     DeviceSnapshot d;
     d.port = "0";
@@ -48,6 +49,7 @@ struct Collector {
     s.extra.push_back({"test_clients", "clients attached", StatKind::kGauge, {}, 1});
   }
   std::vector<QpStats> state;
+  std::atomic<int> slow_ms{0};  // each collection takes this long (10,000 QPs)
   std::atomic<std::uint64_t> calls{0};
   std::atomic<bool> fail{false};
   std::mutex mu;
@@ -154,6 +156,7 @@ TEST(Server, AnswersOtherPathsAndMethods) {
 TEST(Server, CollectFailureAnswers500AndTheServerGoesOn) {
   Options o = loopback();
   o.min_interval = 0ms;
+  o.max_collect_share = 0;  // every scrape collects
   Server s(o);
   ASSERT_TRUE(s.started);
   s.collector.fail = true;
@@ -276,6 +279,36 @@ TEST(Server, FastScrapesShareCollections) {
   EXPECT_GE(calls, 1u);
   EXPECT_LE(calls, static_cast<std::uint64_t>(elapsed / 100ms) + 2) << "in " << (elapsed / 1ms) << " ms";
   EXPECT_EQ(s.exporter.collections(), s.collector.calls.load());
+}
+
+// A collection that takes 20 ms (as 10,000 QPs do) is not repeated for
+// 20 ms / max_collect_share (2 s at 1%), however fast the scrapes come: the
+// engines its copies hold stay free 99% of the time.
+TEST(Server, ALongCollectionSpacesTheNext) {
+  Options o = loopback();
+  o.max_collect_share = 0.01;
+  Server s(o);
+  ASSERT_TRUE(s.started);
+  s.collector.slow_ms = 20;
+  ASSERT_TRUE(eventually([&] { return s.collector.calls.load() >= 1; }));  // the baseline
+  const auto t0 = Clock::now();
+  const auto before = s.collector.calls.load();
+  while (Clock::now() - t0 < 1500ms) ASSERT_EQ(get(s.exporter.port(), "/metrics").status, 200);
+  const auto calls = s.collector.calls.load() - before;
+  // The first scrape collects afresh (the baseline's 100 ms are past or
+  // nearly); then none for 2 s.
+  EXPECT_LE(calls, 2u);
+  EXPECT_GE(calls, 1u);
+  // With no floor from the collection's length: min_interval alone.
+  Options fast = loopback();
+  fast.max_collect_share = 0;
+  Server f(fast);
+  ASSERT_TRUE(f.started);
+  f.collector.slow_ms = 20;
+  const auto t1 = Clock::now();
+  const auto before_fast = f.collector.calls.load();
+  while (Clock::now() - t1 < 1500ms) ASSERT_EQ(get(f.exporter.port(), "/metrics").status, 200);
+  EXPECT_GE(f.collector.calls.load() - before_fast, 5u) << "every 100 ms, less the collections' own 20 ms";
 }
 
 TEST(Server, StopReturnsPromptlyWithClientsConnected) {

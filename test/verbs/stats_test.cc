@@ -213,12 +213,41 @@ TEST(StatsSim, PagesWalkEveryQpInOrder) {
   init.cap.max_send_sge = init.cap.max_recv_sge = 1;
   init.send_cq = init.recv_cq = r.cqa;
   std::map<std::uint32_t, ibv_qp_type> made{{r.qa->qp_num(), IBV_QPT_RC}};
+  std::vector<QueuePair*> extra;
   for (int i = 0; i < 23; ++i) {
     init.qp_type = i % 3 == 0 ? IBV_QPT_UD : IBV_QPT_RC;
     QueuePair* qp = r.pda->create_qp(init);
     ASSERT_NE(qp, nullptr);
     made[qp->qp_num()] = init.qp_type;
+    extra.push_back(qp);
   }
+  // A walk, then QPs going and coming between pages: each walk sees the
+  // QPs there are then.
+  auto walk = [&](std::size_t per_page) {
+    std::vector<std::uint32_t> seen;
+    for (std::uint32_t from = 0;;) {
+      const std::vector<QpStats> page = r.net.a->qp_stats_page(from, per_page);
+      if (page.empty()) break;
+      for (const QpStats& q : page) seen.push_back(q.qp_num);
+      from = page.back().qp_num + 1;
+    }
+    return seen;
+  };
+  auto numbers = [&] {
+    std::vector<std::uint32_t> n;
+    for (const auto& [qpn, type] : made) n.push_back(qpn);
+    return n;
+  };
+  EXPECT_EQ(walk(3), numbers());
+  made.erase(extra[4]->qp_num());
+  ASSERT_EQ(r.pda->destroy_qp(extra[4]), 0);
+  extra.erase(extra.begin() + 4);
+  EXPECT_EQ(walk(7), numbers());
+  QueuePair* late = r.pda->create_qp(init);
+  ASSERT_NE(late, nullptr);
+  made[late->qp_num()] = init.qp_type;
+  extra.push_back(late);
+  EXPECT_EQ(walk(5), numbers());
   std::vector<QpStats> all;
   std::uint32_t from = 0;
   for (int pages = 0; pages < 100; ++pages) {
