@@ -159,7 +159,8 @@ std::string check_listen_address(const std::string& text);
 
 // Fills `out` with `ctx`'s counters: its engine and port rows and every QP,
 // read a page of `qps_per_call` QPs per read-only control call (10,000 QPs
-// never hold the engines in one long call). `out.port` is left as it is.
+// never hold the engines in one long call). `out.port` and `qp_labels` are
+// left as they are; what `out.qps` held is written over, its memory kept.
 // For a collect function; never on a worker or inside a control call.
 void collect(const Context& ctx, DeviceSnapshot& out, std::size_t qps_per_call = 256);
 
@@ -171,8 +172,11 @@ void collect(const Context& ctx, DeviceSnapshot& out, std::size_t qps_per_call =
 //   over 8 KiB, 400 what is not HTTP; Connection: close after each answer.
 // collect() is called on that thread only, when a scrape needs a new page
 // (and once at start, the baseline of Exposition::render): it fills the
-// Snapshot it is given (empty), and may throw (the scrape answers 500 with
-// the message). Signals are blocked on the thread. A forked child holds
+// Snapshot it is given, and may throw (the scrape answers 500 with the
+// message). That is the previous collection's, `extra` and each device's
+// `qp_labels` emptied: make `devices` the devices there are now, writing
+// over what it holds (metrics::collect and lib/device's collect_exposed
+// do, so their memory is reused), or clear it first. Signals are blocked on the thread. A forked child holds
 // none of a running exporter's descriptors (a fork handler closes them, so
 // the port is free once the parent lets it go), and its stop() leaves the
 // parent's thread alone.

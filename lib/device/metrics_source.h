@@ -7,9 +7,10 @@
 
 namespace uroce::device {
 
-// Appends a DeviceSnapshot per exposed device to `snapshot`
-// (metrics::collect: its rows and every QP, a page per control call). For
-// the exporter's thread; never on a worker or inside a control call.
+// Makes `snapshot.devices` a DeviceSnapshot per exposed device
+// (metrics::collect: its rows and every QP, a page per control call),
+// written over what it held. For the exporter's thread; never on a worker
+// or inside a control call.
 void collect_exposed(metrics::Snapshot& snapshot);
 
 }  // namespace uroce::device

@@ -220,6 +220,7 @@ struct Exporter::Impl : Descriptors {
   bool have_page = false;
   Clock::time_point page_at;
   double collect_seconds = 0;
+  Snapshot last_snapshot;  // refresh_page's, kept between collections
   // When the page may be collected again: min_interval, or longer after a
   // long collection (Options::max_collect_share).
   Clock::duration refresh_after{};
@@ -397,7 +398,12 @@ Response Exporter::Impl::metrics_page() {
 }
 
 void Exporter::Impl::refresh_page(Clock::time_point now) {
-  Snapshot snapshot;
+  // The last collection's, handed back to be written over: its memory
+  // reused (a collection that frees megabytes has the kernel shoot down
+  // the engines' TLBs as the heap shrinks).
+  Snapshot& snapshot = last_snapshot;
+  snapshot.extra.clear();
+  for (DeviceSnapshot& d : snapshot.devices) d.qp_labels.clear();
   const auto t0 = Clock::now();
   std::string failure;
   try {

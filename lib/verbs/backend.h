@@ -96,7 +96,8 @@ class Backend {
   virtual std::vector<Stat> engine_stats(std::size_t engine) = 0;
   virtual std::vector<std::uint32_t> qp_nums() = 0;
   virtual bool qp_stats(std::uint32_t qpn, QpStats& out) = 0;
-  virtual std::vector<QpStats> qp_stats_page(std::uint32_t first_qpn, std::size_t max) = 0;
+  virtual std::size_t qp_stats_page(std::uint32_t first_qpn, std::size_t max, std::vector<QpStats>& out,
+                                    std::size_t at) = 0;
 };
 
 }  // namespace uroce::internal

@@ -89,7 +89,8 @@ class LocalBackend final : public Backend {
   std::vector<Stat> engine_stats(std::size_t engine) override;                           // stats.cc
   std::vector<std::uint32_t> qp_nums() override;                                         // stats.cc
   bool qp_stats(std::uint32_t qpn, QpStats& out) override;                               // stats.cc
-  std::vector<QpStats> qp_stats_page(std::uint32_t first_qpn, std::size_t max) override;  // stats.cc
+  std::size_t qp_stats_page(std::uint32_t first_qpn, std::size_t max, std::vector<QpStats>& out,
+                            std::size_t at) override;  // stats.cc
 
   // create_qp with a given QPN, outside a control call
   // (testing::create_qp_with_qpn; create_qp calls it inside one).

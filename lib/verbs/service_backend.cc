@@ -147,7 +147,7 @@ class ServiceBackend final : public Backend {
   std::vector<Stat> engine_stats(std::size_t) override { return {}; }
   std::vector<std::uint32_t> qp_nums() override { return {}; }
   bool qp_stats(std::uint32_t, QpStats&) override { return false; }
-  std::vector<QpStats> qp_stats_page(std::uint32_t, std::size_t) override { return {}; }
+  std::size_t qp_stats_page(std::uint32_t, std::size_t, std::vector<QpStats>&, std::size_t) override { return 0; }
 
  private:
   // One call that names an object and returns nothing else.

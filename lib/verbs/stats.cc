@@ -122,9 +122,12 @@ void copy_raw(const transport::Qp& q, std::size_t engine, RawQp& out) {
   for (std::size_t i = 0; i < out.counters.size(); ++i) out.counters[i] = q.counters.get(static_cast<transport::QpCounter>(i));
 }
 
-// The QpStats of a raw copy: its head and a row per counter.
-void expand(RawQp& raw, QpStats& out) {
-  out = std::move(raw.head);
+// The QpStats of a raw copy: its head and a row per counter, written over
+// `out` (its rows' memory kept).
+void expand(const RawQp& raw, QpStats& out) {
+  std::vector<Stat> rows = std::move(out.counters);
+  out = raw.head;
+  out.counters = std::move(rows);
   out.counters.clear();
   out.counters.reserve(std::size(kQpRows));
   for (std::size_t i = 0; i < std::size(kQpRows); ++i) {
@@ -169,7 +172,14 @@ std::vector<std::uint32_t> Context::qp_nums() const { return impl_->backend->qp_
 bool Context::qp_stats(std::uint32_t qpn, QpStats& out) const { return impl_->backend->qp_stats(qpn, out); }
 
 std::vector<QpStats> Context::qp_stats_page(std::uint32_t first_qpn, std::size_t max) const {
-  return impl_->backend->qp_stats_page(first_qpn, max);
+  std::vector<QpStats> out;
+  impl_->backend->qp_stats_page(first_qpn, max, out, 0);
+  return out;
+}
+
+std::size_t Context::qp_stats_page(std::uint32_t first_qpn, std::size_t max, std::vector<QpStats>& out,
+                                   std::size_t at) const {
+  return impl_->backend->qp_stats_page(first_qpn, max, out, at);
 }
 
 // The in-process bodies, read-only control calls.
@@ -223,14 +233,19 @@ bool internal::LocalBackend::qp_stats(std::uint32_t qpn, QpStats& out) {
       Access::kReadsOnly);
 }
 
-std::vector<QpStats> internal::LocalBackend::qp_stats_page(std::uint32_t first_qpn, std::size_t max) {
-  if (max == 0) return {};
-  // Memory taken before the call: inside it, only the index (when QPs
-  // came or went) and the copies.
-  std::vector<RawQp> raw;
+std::size_t internal::LocalBackend::qp_stats_page(std::uint32_t first_qpn, std::size_t max, std::vector<QpStats>& out,
+                                                  std::size_t at) {
+  if (max == 0) return 0;
+  // Memory taken before the call, and kept by the thread for its next
+  // page: inside the call, only the index (when QPs came or went) and the
+  // copies. (A reader that allocates and frees megabytes a collection has
+  // the kernel flush the engines' TLBs as its heap shrinks: 6% of a
+  // 64 KiB WRITE run at 10,000 QPs.)
+  thread_local std::vector<RawQp> raw;
+  raw.clear();
   raw.reserve(std::min<std::size_t>(max, 4096));
   control(
-      [this, first_qpn, max, &raw] {
+      [this, first_qpn, max] {
         std::uint64_t changes = 0;
         for (const auto& e : engines_) changes += e->qp_changes();
         if (changes != qp_index_changes_) {
@@ -251,9 +266,9 @@ std::vector<QpStats> internal::LocalBackend::qp_stats_page(std::uint32_t first_q
       },
       Access::kReadsOnly);
   // The rows, with the engines running again.
-  std::vector<QpStats> out(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) expand(raw[i], out[i]);
-  return out;
+  if (out.size() < at + raw.size()) out.resize(at + raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) expand(raw[i], out[at + i]);
+  return raw.size();
 }
 
 std::vector<Stat> QueuePair::stats() const {

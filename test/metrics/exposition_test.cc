@@ -274,18 +274,34 @@ TEST(Collect, EveryQpOncePageByPage) {
   init.cap.max_send_wr = init.cap.max_recv_wr = 2;
   init.cap.max_send_sge = init.cap.max_recv_sge = 1;
   init.send_cq = init.recv_cq = rc.cqa;
-  for (int i = 0; i < 30; ++i) ASSERT_NE(rc.pda->create_qp(init), nullptr);
-  std::vector<std::uint32_t> want = rc.net.a->qp_nums();
-  std::sort(want.begin(), want.end());
-  for (std::size_t per_call : {1u, 4u, 31u, 256u}) {
-    DeviceSnapshot d;
-    d.port = "7";
+  std::vector<QueuePair*> made;
+  for (int i = 0; i < 30; ++i) {
+    made.push_back(rc.pda->create_qp(init));
+    ASSERT_NE(made.back(), nullptr);
+  }
+  auto numbers = [&] {
+    std::vector<std::uint32_t> n = rc.net.a->qp_nums();
+    std::sort(n.begin(), n.end());
+    return n;
+  };
+  // One snapshot written over again and again, as the exporter does.
+  DeviceSnapshot d;
+  d.port = "7";
+  for (std::size_t per_call : {1u, 4u, 31u, 256u, 3u}) {
     collect(*rc.net.a, d, per_call);
     std::vector<std::uint32_t> got;
-    for (const QpStats& q : d.qps) got.push_back(q.qp_num);
-    EXPECT_EQ(got, want) << per_call << " a call";
+    for (const QpStats& q : d.qps) {
+      got.push_back(q.qp_num);
+      EXPECT_EQ(q.counters.size(), qp_stat_rows().size()) << "each QP's rows once";
+    }
+    EXPECT_EQ(got, numbers()) << per_call << " a call";
     EXPECT_EQ(d.port, "7");
     EXPECT_NE(find_stat(d.device, StatScope::kEngine, "tx_frames"), nullptr);
+    // Fewer QPs the next time: none of the last collection's left over.
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(rc.pda->destroy_qp(made.back()), 0);
+      made.pop_back();
+    }
   }
 }
 

@@ -45,6 +45,7 @@ struct Collector {
     d.port = "0";
     d.device = {{StatScope::kEngine, "rx_frames", "frames received from the port", calls.load(), StatKind::kCounter}};
     d.qps = state;
+    s.devices.clear();  // the last collection's, handed back
     s.devices.push_back(std::move(d));
     s.extra.push_back({"test_clients", "clients attached", StatKind::kGauge, {}, 1});
   }
