@@ -132,11 +132,13 @@ struct Options {
   // control calls that hold the engines briefly, so a scraper at 1 kHz
   // costs at most 1 / min_interval collections a second.
   std::chrono::milliseconds min_interval = std::chrono::milliseconds(100);
-  // And at most this share of the time is spent collecting: after a
-  // collection that took t, the next waits at least t / max_collect_share
-  // (10,000 QPs take milliseconds to copy, and each page's copy holds the
-  // engines; at 1% a scraper at any rate costs the traffic about 1%, the
-  // page it gets being older). 0: min_interval alone.
+  // And at most this share of the time is spent making pages: after a
+  // collection and its rendering took t, the next waits at least
+  // t / max_collect_share (10,000 QPs take milliseconds to copy, each
+  // page's copy holding the engines, and tens of milliseconds to render,
+  // whose memory traffic the engines' cores feel; at 1% a scraper at any
+  // rate costs the traffic about 1%, the page it gets being older).
+  // 0: min_interval alone.
   double max_collect_share = 0.01;
   // Connections open at once. One more evicts the one waiting longest for
   // its request to arrive, or is closed at once if none is waiting.
