@@ -15,6 +15,7 @@ usage: tools/bench_metrics.py [--build DIR] [--runs N] [--iters N] [--json OUT]
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -104,6 +105,7 @@ def run_perf(args, variant, out_json, port):
     if stat:
         stat.terminate()
         stat.wait()
+    shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)  # its EAL runtime folder
     if proc.returncode != 0:
         sys.exit(f"bench-metrics: uroce-perf failed ({variant}):\n{out}")
     with open(out_json) as f:
