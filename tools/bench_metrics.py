@@ -89,8 +89,11 @@ def run_perf(args, variant, out_json, port):
         cmd += ["--idle-qps", str(args.idle_qps)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     scraper = stat = None
-    if variant == "prometheus_10hz":
-        scraper = Scraper(f"http://127.0.0.1:{port}/metrics", 0.1)
+    if variant in ("prometheus_10hz", "http_only_10hz"):
+        # http_only_10hz: the same requests for "/", which collects
+        # nothing: what the HTTP exchange alone costs.
+        path = "/metrics" if variant == "prometheus_10hz" else "/"
+        scraper = Scraper(f"http://127.0.0.1:{port}{path}", 0.1)
         scraper.start()
     elif variant == "uroce_stat_10hz":
         # The process's telemetry socket is found by its file prefix.
@@ -151,7 +154,7 @@ def main():
                  "cost": 1 - ratio, "turns": rows[v]}
         line = (f"  {v:16s} {med:7.2f} Gb/s  ratio {ratio:.3f} (turns {min(ratios):.3f}-{max(ratios):.3f})"
                 f"  cost {100 * (1 - ratio):+.1f}%")
-        if v == "prometheus_10hz":
+        if v in ("prometheus_10hz", "http_only_10hz"):
             hz = statistics.median(x["scrape_hz"] for x in rows[v])
             size = statistics.median(x["page_bytes"] for x in rows[v])
             ms = statistics.median(x["scrape_ms_median"] or 0 for x in rows[v])

@@ -49,35 +49,53 @@ StatKind kind_of(const char* description) {
   return std::strstr(description, "(a gauge") != nullptr ? StatKind::kGauge : StatKind::kCounter;
 }
 
-// Adds `value` to the row (scope, name) of `rows`, appended if it is not
-// there yet: the first engine sets the order, the others sum into it.
-void add(std::vector<Stat>& rows, StatScope scope, const char* name, const char* description, std::uint64_t value) {
-  for (Stat& s : rows) {
-    if (s.scope == scope && std::strcmp(s.name, name) == 0) {
-      s.value += value;
+// Rows being summed over a device's engines: the first engine sets the
+// order, the others add into the row in the same place (their lists are
+// the same), found by name only where they are not. Linear, not a search
+// a row: this runs inside the control call that holds the engines.
+struct RowSum {
+  std::vector<Stat>& rows;
+  std::size_t next = 0;  // where this engine's next row should be
+
+  void add(StatScope scope, const char* name, const char* description, std::uint64_t value) {
+    auto same = [&](const Stat& s) { return s.scope == scope && std::strcmp(s.name, name) == 0; };
+    if (next < rows.size() && same(rows[next])) {
+      rows[next++].value += value;
       return;
     }
+    // Out of place: found by name. Past the rows there are (the first
+    // engine), a new one: a list's names are unique within their scope.
+    if (next < rows.size()) {
+      for (Stat& s : rows) {
+        if (same(s)) {
+          s.value += value;
+          return;
+        }
+      }
+    }
+    rows.push_back({scope, name, description, value, kind_of(description)});
+    next = rows.size();
   }
-  rows.push_back({scope, name, description, value, kind_of(description)});
-}
+};
 
-void add_port_row(void* rows, const char* name, const char* description, std::uint64_t value) {
-  add(*static_cast<std::vector<Stat>*>(rows), StatScope::kPort, name, description, value);
+void add_port_row(void* sum, const char* name, const char* description, std::uint64_t value) {
+  static_cast<RowSum*>(sum)->add(StatScope::kPort, name, description, value);
 }
 
 // Engine `e`'s rows and those of its port queue. In a control call.
 void add_engine(engine::Engine& e, std::vector<Stat>& rows) {
+  RowSum sum{rows};
   for (std::size_t i = 0; i < std::size(kEngineRows); ++i) {
-    add(rows, StatScope::kEngine, kEngineRows[i].name, kEngineRows[i].description,
-        e.counter(static_cast<engine::EngineCounter>(i)));
+    sum.add(StatScope::kEngine, kEngineRows[i].name, kEngineRows[i].description,
+            e.counter(static_cast<engine::EngineCounter>(i)));
   }
   for (std::size_t i = 0; i < std::size(kDropRows); ++i) {
     const auto s = static_cast<wire::ParseStatus>(i);
     // Not drops: accepted frames, and frames that are not RoCEv2 (rx_not_roce).
     if (s == wire::ParseStatus::kOk || wire::is_not_roce(s)) continue;
-    add(rows, StatScope::kEngine, kDropRows[i].name, kDropRows[i].description, e.parse_drops(s));
+    sum.add(StatScope::kEngine, kDropRows[i].name, kDropRows[i].description, e.parse_drops(s));
   }
-  e.io().visit_counters(add_port_row, &rows);
+  e.io().visit_counters(add_port_row, &sum);
 }
 
 std::vector<Stat> qp_rows(const transport::Qp& qp) {
