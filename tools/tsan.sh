@@ -21,7 +21,9 @@ cd "$(dirname "$0")/.."
 
 build=${UROCE_TSAN_BUILD_DIR:-build-tsan}
 results=${1:-}
-tests=(test_worker_race test_window_race test_telemetry_race)
+# test_metrics: the exporter's thread collecting and serving while other
+# threads scrape, stop and start it.
+tests=(test_worker_race test_window_race test_telemetry_race test_metrics)
 # Left out here (it runs in the main suite): workers passing mbufs to each
 # other through net_ring, whose synchronisation lives inside DPDK's
 # uninstrumented rings and mempools, where TSan cannot see it.

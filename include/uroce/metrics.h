@@ -133,8 +133,8 @@ struct Options {
   // costs at most 1 / min_interval collections a second.
   std::chrono::milliseconds min_interval = std::chrono::milliseconds(100);
   // And at most this share of the time is spent making pages: after a
-  // collection and its rendering took t, the next waits at least
-  // t / max_collect_share (10,000 QPs take milliseconds to copy, each
+  // collection and its rendering took t of the exporter thread's CPU time,
+  // the next waits at least t / max_collect_share (10,000 QPs take milliseconds to copy, each
   // page's copy holding the engines, and tens of milliseconds to render,
   // whose memory traffic the engines' cores feel; at 1% a scraper at any
   // rate costs the traffic about 1%, the page it gets being older).
