@@ -296,17 +296,10 @@ TEST(Ibverbs, UroceRunMetricsServesTheProgramsDevice) {
   EXPECT_EQ(bad.out.rfind("uroce-run: metrics: bad listen address \"127.0.0.1:99999\"", 0), 0u) << bad.out;
   EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
   // A port taken: one line, and the program does its work all the same.
-  const int taken = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(taken, 1), 0);
-  socklen_t len = sizeof a;
-  getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len);
+  const uroce::test::TakenTcpPort taken;
+  ASSERT_NE(taken.port, 0);
   const Outcome busy = run("", "env -u LD_LIBRARY_PATH " UROCE_RUN " " + kEal + " -- --ip 10.3.2.1/24 --metrics 127.0.0.1:" +
-                                   std::to_string(ntohs(a.sin_port)) + " /usr/bin/ibv_devinfo");
-  close(taken);
+                                   std::to_string(taken.port) + " /usr/bin/ibv_devinfo");
   EXPECT_EQ(busy.status, 0) << busy.out;
   EXPECT_NE(busy.out.find("uroce libibverbs: UROCE_METRICS: metrics: cannot listen on 127.0.0.1:"), std::string::npos)
       << busy.out;

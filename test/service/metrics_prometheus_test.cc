@@ -236,17 +236,10 @@ TEST(MetricsUroced, ABadOrTakenAddressIsRefusedInOneLine) {
   EXPECT_EQ(bad.out(), "uroced: metrics: bad listen address \"127.0.0.1:http\": the port must be a number from 0 to "
                        "65535 (expected ADDR:PORT, [IPv6]:PORT or PORT, such as 127.0.0.1:9464)\n");
 
-  const int taken = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(taken, 1), 0);
-  socklen_t len = sizeof addr;
-  getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string where = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const TakenTcpPort taken;
+  ASSERT_NE(taken.port, 0);
+  const std::string where = "127.0.0.1:" + std::to_string(taken.port);
   Uroced busy(memif_uroced("promflags", dir.dir, "busy", true, 0, "--log-level warn --metrics " + where));
-  close(taken);
   EXPECT_EQ(busy.exit_code(60s), 2) << busy.out();
   const std::string out = busy.out();
   EXPECT_NE(out.find("uroced: metrics: cannot listen on " + where + ": Address already in use (choose another with "

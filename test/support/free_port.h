@@ -34,6 +34,30 @@ inline int free_tcp_port() {
   return port;
 }
 
+// A TCP port on loopback held listening by this test, so that a program
+// told to listen there finds it in use; freed when it goes. port 0 if none
+// could be had.
+struct TakenTcpPort {
+  TakenTcpPort() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd, 1) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+  }
+  ~TakenTcpPort() {
+    if (fd >= 0) close(fd);
+  }
+  TakenTcpPort(const TakenTcpPort&) = delete;
+  TakenTcpPort& operator=(const TakenTcpPort&) = delete;
+  int fd = -1;
+  int port = 0;
+};
+
 // Whether a socket listens on TCP `port` in the network namespace that
 // `prefix` runs commands in ("" for this one, "ip netns exec NS " for
 // another): /proc/net/tcp and tcp6, where state 0A is LISTEN.
