@@ -35,7 +35,9 @@
 #   and every case of rdmacm_stock (stock rdma_server/rdma_client,
 #   rdma_xserver/rdma_xclient, rping, udaddy) and of fabric_stock (libfabric's
 #   fi_info and fi_pingpong, rdmacm-utils, cmtime), and sr_ports' StockSr*
-#   cases (perftest under uroce-run with selective repeat);
+#   cases (perftest under uroce-run with selective repeat), and
+#   metrics_prometheus's MetricsPrometheus case (ib_write_bw between two
+#   daemons that a Prometheus server scrapes; its MetricsUroced case runs);
 #   the daemons and the C verbs program run instrumented in the rest.
 # DPDK's libraries are not instrumented (Debian's packages), so ASan does
 # not see inside mbufs and mempools; EAL runs with --no-huge, whose memory
@@ -55,7 +57,8 @@ declare -A filter=([ibverbs]='-Ibverbs.Stock*:*/StockPair.*:*/RdmaCmPair.*:Ibver
                    [service_ucx]='-*/Ucx.Stock*/*'
                    [rdmacm_stock]='-RdmacmUtils*'
                    [fabric_stock]='-Fabric.*:Fabric/*'
-                   [sr_ports]='-StockSr*:*/StockSr*')
+                   [sr_ports]='-StockSr*:*/StockSr*'
+                   [metrics_prometheus]='-MetricsPrometheus.*')
 
 kind=asan
 # shellcheck source=tools/run_lib.sh

@@ -134,7 +134,7 @@ TEST(MetricsPrometheus, APrometheusServerReadsTheDaemonsCountersBack) {
   const std::string bw = " timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -D 16 -b --rate_limit=1 --rate_limit_type=SW "
                          "--report_gbits -p " + tcp;
   Process server = spawn(std::string(UROCE_RUN) + " --service --socket " + a.socket + bw, dir.dir + "/bw-s.log");
-  ASSERT_TRUE(wait_tcp_listening(std::stoi(tcp)));
+  ASSERT_TRUE(wait_tcp_listening(std::stoi(tcp))) << "ib_write_bw's server did not listen: " << server.out();
   Process client =
       spawn(std::string(UROCE_RUN) + " --service --socket " + b.socket + bw + " 127.0.0.1", dir.dir + "/bw-c.log");
 
