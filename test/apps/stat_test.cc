@@ -644,11 +644,7 @@ TEST(UroceStat, ADeadOrHostileTargetGivesOneLine) {
 // and from its telemetry socket itself; gone, it is one line.
 TEST(UroceStat, FindsUrocedByItsSocket) {
   TempDir dir("/tmp/uroce-stat-uroced-");
-  Uroced daemon({.eal = "--no-huge --no-shconf --no-pci -m 512 -l 0 --log-level=lib.eal:error --vdev=net_ring0",
-                 .prefix = "uroce-stat-uroced-" + std::to_string(getpid()),
-                 .ip = "10.0.0.1/24",
-                 .socket = dir.dir + "/uroced.sock",
-                 .log = dir.dir + "/uroced.log"});
+  Uroced daemon(ring_uroced("stat-uroced", dir.dir));
   ASSERT_EQ(daemon.error, "");
   for (const std::string& path : {daemon.socket, daemon.telemetry}) {
     const StatRun seen = run_stat("--socket " + path + " --once --json --interval 0.3" + kPatient);

@@ -274,11 +274,7 @@ TEST(Sidr, InProcessResolvesAndCarriesDatagramsBothWaysRejectsAndAnswersNoServic
 // requests, answers and events go through the daemon's CM relay.
 TEST(Sidr, ThroughUrocedTheSameScenarioPasses) {
   uroce::test::TempDir dir("/tmp/uroce-sidr-");
-  uroce::test::Uroced daemon({.eal = "--no-huge --no-shconf --no-pci -l 0 -m 512 --vdev=net_ring0 --log-level=lib.eal:error",
-                              .prefix = "uroce-sidr-" + std::to_string(getpid()),
-                              .ip = "10.0.0.1/24",
-                              .socket = dir.dir + "/uroced.sock",
-                              .log = dir.dir + "/uroced.log"});
+  uroce::test::Uroced daemon(uroce::test::ring_uroced("sidr", dir.dir));
   ASSERT_TRUE(daemon.error.empty()) << daemon.error;
   // This binary again, as the child; none of this process's in-process
   // settings (UROCE_EAL) go with it.

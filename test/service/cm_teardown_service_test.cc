@@ -67,11 +67,7 @@ int program(const std::string& socket) {
 
 TEST(CmTeardownService, TheCmConnectionToUrocedClosesWithTheLastIdAndChannel) {
   TempDir dir("/tmp/uroce-cmteardown-svc-");
-  Uroced daemon({.eal = "--no-huge --no-shconf --no-pci -m 512 -l 0 --log-level=lib.eal:error --vdev=net_ring0",
-                 .prefix = "uroce-cmteardown-svc-" + std::to_string(getpid()),
-                 .ip = "10.0.0.1/24",
-                 .socket = dir.dir + "/uroced.sock",
-                 .log = dir.dir + "/uroced.log"});
+  Uroced daemon(ring_uroced("cmteardown-svc", dir.dir));
   ASSERT_EQ(daemon.error, "");
   const int rc = run_in_child(
       [&] {

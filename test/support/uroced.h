@@ -218,6 +218,16 @@ class Uroced {
   int exited_ = kRunning;
 };
 
+// Options for one uroced alone on a net_ring port (its clients talk through
+// its loopback), its socket and log in `dir`, its EAL prefix from `tag`.
+inline UrocedOptions ring_uroced(const std::string& tag, const std::string& dir) {
+  return {.eal = "--no-huge --no-shconf --no-pci -m 512 -l 0 --log-level=lib.eal:error --vdev=net_ring0",
+          .prefix = "uroce-" + tag + "-" + std::to_string(getpid()),
+          .ip = "10.0.0.1/24",
+          .socket = dir + "/uroced.sock",
+          .log = dir + "/uroced.log"};
+}
+
 // Options for one of two uroced joined by a memif link whose socket is in
 // `dir`: the server end (10.0.0.1) or the client end (10.0.0.2), on CPU
 // `cpu`. `tag` keeps each test binary's EAL prefixes apart.
