@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: uroce-run [EAL args] -- --ip ADDR/PREFIX [--port-id N] [--queues N] [--workers CPUS]\n"
     "                 [--cc dcqcn|delay|off] [--dcqcn FILE] [--delay FILE] [--pfc PRIO] [--min-ack-timeout N]\n"
-    "                 [--transport SPEC] [--metrics ADDR:PORT] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
+    "                 [--transport SPEC] [--metrics ADDR:PORT] [--progress workers|caller] [--netdev IF]\n"
+    "                 [--lib DIR] PROGRAM [ARGS...]\n"
     "       uroce-run --service [--socket PATH] [--transport SPEC] [--netdev IF] [--lib DIR] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM, an unmodified verbs program (ibv_rc_pingpong, ib_write_bw, ucx_perftest, ...),\n"
@@ -56,6 +57,13 @@ constexpr const char* kUsage =
     "                  runs: uroce0's port, engine and QP counters (docs/operating.md). A program that\n"
     "                  forks more uroce processes: the first binds it, the others say so once.\n"
     "                  With --service, uroced serves them (uroced --metrics)\n"
+    "  --progress workers|caller  who runs the engines (default workers): workers, a thread per\n"
+    "                  queue polling without pause beside the program's own (two busy threads: give\n"
+    "                  the process two cores); caller, the program's own verbs calls (ibv_poll_cq,\n"
+    "                  ibv_post_send, ibv_post_recv, ibv_get_cq_event) and a helper thread of low duty\n"
+    "                  for the time it makes none: one core is enough (docs/performance.md, \"Progress\n"
+    "                  in the caller\"). A program that spins on memory without verbs calls sees data\n"
+    "                  there tens of us late, unless it polls a CQ between (ib_write_lat does)\n"
     "  --netdev IF     the Linux interface uroce0 stands for, shown to PROGRAM as a kernel RDMA\n"
     "                  device shows its own: /sys/class/infiniband/uroce0/device/net/IF and\n"
     "                  ports/1/gid_attrs/ndevs/{0,1}, for programs that look it up there (rdma-core's\n"
@@ -71,7 +79,7 @@ constexpr const char* kUsage =
     "  --socket PATH   the daemon's socket (default /run/uroce/uroced.sock)\n"
     "\n"
     "It sets UROCE_EAL, UROCE_IP, UROCE_PORT_ID, UROCE_QUEUES, UROCE_WORKERS, UROCE_CC, UROCE_DCQCN,\n"
-    "UROCE_DELAY, UROCE_PFC, UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT, UROCE_METRICS and prepends DIR to LD_LIBRARY_PATH\n"
+    "UROCE_DELAY, UROCE_PFC, UROCE_MIN_ACK_TIMEOUT, UROCE_TRANSPORT, UROCE_METRICS, UROCE_PROGRESS and prepends DIR to LD_LIBRARY_PATH\n"
     "(--service: UROCE_SERVICE=PATH instead of the port's);\n"
     "setting those by hand does the same.\n"
     "Example: uroce-run --no-huge --no-shconf --no-pci -l 0 --vdev=net_memif0,role=server \\\n"
@@ -97,7 +105,7 @@ std::string find_library() {
 
 struct Options {
   std::vector<std::string> eal;
-  std::string ip, port_id, queues, workers, cc, dcqcn, delay, pfc, min_ack_timeout, transport, lib, metrics;
+  std::string ip, port_id, queues, workers, cc, dcqcn, delay, pfc, min_ack_timeout, transport, lib, metrics, progress;
   std::string netdev;  // --netdev: uroce0's Linux interface, shown in sysfs
   std::string service;  // --service: the daemon's socket
   std::vector<std::string> program;
@@ -173,6 +181,13 @@ Options parse(int argc, char** argv) {
       value(o.metrics);
       if (const std::string e = uroce::metrics::check_listen_address(o.metrics); !e.empty()) usage_error(e);
     }
+    else if (a == "--progress") {
+      value(o.progress);
+      if (o.progress != "workers" && o.progress != "caller") {
+        usage_error("--progress takes workers (a thread polls the engines) or caller (the program's verbs calls "
+                    "do), not '" + o.progress + "'");
+      }
+    }
     else if (a == "--lib") value(o.lib);
     else if (a == "--netdev") value(o.netdev);
     else if (a == "--help" || a == "-h") {
@@ -233,7 +248,8 @@ int main(int argc, char** argv) {
   const std::pair<const char*, const std::string*> optional[] = {
       {"UROCE_PORT_ID", &o.port_id}, {"UROCE_QUEUES", &o.queues}, {"UROCE_WORKERS", &o.workers},
       {"UROCE_CC", &o.cc}, {"UROCE_DCQCN", &o.dcqcn}, {"UROCE_DELAY", &o.delay}, {"UROCE_PFC", &o.pfc},
-      {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}, {"UROCE_TRANSPORT", &o.transport}, {"UROCE_METRICS", &o.metrics}};
+      {"UROCE_MIN_ACK_TIMEOUT", &o.min_ack_timeout}, {"UROCE_TRANSPORT", &o.transport}, {"UROCE_METRICS", &o.metrics},
+      {"UROCE_PROGRESS", &o.progress}};
   for (const auto& [name, value] : optional) {
     if (value->empty()) unsetenv(name);
     else setenv(name, value->c_str(), 1);

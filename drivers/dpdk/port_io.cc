@@ -15,6 +15,7 @@
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_log.h>
 #include <rte_memory.h>
 #include <rte_eth_ring.h>
@@ -434,6 +435,23 @@ std::pair<std::uint8_t*, std::size_t> page_span(void* addr, std::size_t len) {
 }
 
 }  // namespace
+
+namespace {
+// This thread registered itself with EAL through a port (not EAL's own).
+thread_local bool registered_here = false;
+}  // namespace
+
+void PortIo::thread_start() {
+  if (registered_here || rte_lcore_id() != LCORE_ID_ANY) return;
+  // Out of lcore ids (RTE_MAX_LCORE) the thread runs without a cache.
+  if (rte_thread_register() == 0) registered_here = true;
+}
+
+void PortIo::thread_stop() {
+  if (!registered_here) return;
+  rte_thread_unregister();
+  registered_here = false;
+}
 
 void PortIo::on_segment_free(void* /*addr*/, void* opaque) {
   static_cast<std::atomic<std::uint64_t>*>(opaque)->fetch_add(1, std::memory_order_relaxed);

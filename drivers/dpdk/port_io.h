@@ -127,6 +127,10 @@ class PortIo : public engine::PacketIo {
   // registered with DPDK with those IOVAs and DMA-mapped run by run.
   void register_memory(void* addr, std::size_t len) override;
   void unregister_memory(void* addr, std::size_t len) override;
+  // rte_thread_register / rte_thread_unregister for a thread EAL did not
+  // make (one it made has its lcore already): a per-lcore mempool cache.
+  void thread_start() override;
+  void thread_stop() override;
   // Where the port's queues find page IOVAs (default: EAL's mode,
   // eal_iova_map()). Before any memory is registered: tests give a map of
   // their own.

@@ -158,6 +158,14 @@ class PacketIo {
   // The port fills the IPv4 header checksum of the frames it sends (TX
   // offload); the engine then leaves it 0.
   virtual bool ipv4_checksum_offload() const { return false; }
+  // A thread that will run the engine on this port (a worker, the helper of
+  // caller progress) starts and ends: thread_start() on it before its first
+  // poll, thread_stop() after its last. A DPDK port registers it with EAL,
+  // so its mbufs come from a cache of its own instead of the pool's shared
+  // ring (each alloc and free an atomic otherwise). Both may be called more
+  // than once on a thread; no-ops by default.
+  virtual void thread_start() {}
+  virtual void thread_stop() {}
   // Memory that frames may point into (zero-copy TX) is made known to the
   // port, so a NIC can DMA from it. Called from any thread outside a control
   // call (a slow registration must not hold the engines), possibly by two

@@ -338,6 +338,30 @@ class Context {
   };
   int start_workers(const std::vector<int>& cpus, WorkerHook hook);
   int start_worker(int cpu) { return start_workers({cpu}); }
+
+  // How start_workers runs the engines:
+  //  kWorkers  one thread per engine, polling it without pause (the default);
+  //  kCaller   no such threads: the engines run inside progress(), called by
+  //            the application's own threads (lib/ibverbs calls it from
+  //            ibv_poll_cq, ibv_post_send, ibv_post_recv, ibv_get_cq_event),
+  //            and by one helper thread that polls only while no caller has
+  //            for a while: a program blocked in a system call, asleep, or
+  //            spinning on memory without a verbs call. The helper runs
+  //            flat out while the rest of the process takes no CPU (a server
+  //            waiting on a socket), in short bursts (a few us in each 50)
+  //            while it does (a program spinning on memory: such a program
+  //            sees data tens of us late), and sleeps up to a millisecond
+  //            when no frame moves (timers then fire that late). Pinned to
+  //            cpus[0] when that is not -1, else where the caller of
+  //            start_workers may run; one helper whatever the engines,
+  //            `hook` run around each engine's poll inside progress().
+  //            One core then serves a program and its engines
+  //            (docs/performance.md, "Progress in the caller").
+  // Set before start_workers: EBUSY while workers or the helper run.
+  // Attached to uroced: ENOTSUP (the daemon's cores run the engines).
+  enum class Progress : std::uint8_t { kWorkers, kCaller };
+  int set_progress(Progress mode);
+  Progress progress_mode() const;
   // Stops and joins the workers. The workers block every signal. Called on
   // a thread that is inside a control call (exit() from a signal handler
   // that interrupted one), it returns at once: that call holds them.

@@ -136,6 +136,15 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
     }
     config.metrics = m;
   }
+  if (const char* m = env("UROCE_PROGRESS"); m != nullptr && *m != '\0') {
+    const std::string_view v(m);
+    if (v != "workers" && v != "caller") {
+      message = std::string("uroce libibverbs: UROCE_PROGRESS must be workers (a thread polls the engines, the "
+                            "default) or caller (the program's verbs calls do, one core for both), not '") + m + "'";
+      return ConfigStatus::kInvalid;
+    }
+    config.caller_progress = v == "caller";
+  }
   config.eal = {"uroce-ibverbs"};
   std::istringstream words(eal);
   for (std::string w; words >> w;) config.eal.push_back(w);

@@ -9,6 +9,8 @@
 // epoll, as the kernel's channel. Ids, not pointers: an event still in the
 // pipe when its CQ is destroyed is skipped, as the kernel drops it.
 #include <fcntl.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +98,33 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   return &cq->ex;
 }
 
+// Caller progress: before ibv_get_cq_event sleeps, its context's engines
+// run here for up to kBusyPoll, until an event waits (they make it): a
+// round trip's answer comes sooner than the helper thread would run them.
+// The program then sleeps in read(2), and the helper takes over.
+}  // namespace
+
+void busy_poll_events(Channel* ch) {
+  constexpr std::uint64_t kBusyPoll = 20'000;  // ns
+  if (ch->ibv.context == nullptr) return;
+  Ctx* x = ctx_of(ch->ibv.context);
+  if (x == nullptr || !caller_progress(x)) return;
+  timespec t0{}, t{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pollfd p{ch->ibv.fd, POLLIN, 0};
+  if (poll(&p, 1, 0) > 0) return;  // one waits already
+  for (std::uint32_t i = 1;; ++i) {
+    if (x->ctx->progress() != 0 && poll(&p, 1, 0) > 0) return;
+    if (i % 16 == 0) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      const std::int64_t ns = (t.tv_sec - t0.tv_sec) * 1'000'000'000 + (t.tv_nsec - t0.tv_nsec);
+      if (ns > static_cast<std::int64_t>(kBusyPoll)) return;
+    }
+  }
+}
+
+namespace {
+
 // --- ibv_start_poll and friends: one completion at a time into current ----
 
 int take(ibv_cq_ex* ex) {
@@ -114,7 +143,9 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
   Cq* cq = reinterpret_cast<Cq*>(ex);
   cq->poll_lock.lock();
-  const int rc = take(ex);
+  int rc = take(ex);
+  // Caller progress (ops.cc's poll_cq): the engines run when nothing waits.
+  if (rc == ENOENT && caller_progress(cq->ctx) && cq->ctx->ctx->progress() != 0) rc = take(ex);
   if (rc != 0) cq->poll_lock.unlock();
   return rc;
 }
@@ -304,6 +335,7 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_conte
     return -1;
   }
   Channel* ch = uroce::ibverbs::channel_of(channel);
+  uroce::ibverbs::busy_poll_events(ch);
   for (;;) {
     std::uint64_t id = 0;
     const ssize_t n = read(ch->ibv.fd, &id, sizeof id);

@@ -90,7 +90,10 @@ char g_service_socket[108] = "";
 // pages shared with uroced yet (a malloc there would write the parent's
 // heap). The first call in the child starts afresh (forget_parent).
 bool g_forked = false;
-void fork_child() { g_forked = true; }
+void fork_child() {
+  g_forked = true;
+  g_forked_child = true;
+}
 // process_generation(): 0 in a process that was not forked from one using
 // uroce, one more in each child than in its parent (forget_parent).
 std::uint32_t g_generation = 0;
@@ -322,6 +325,9 @@ std::string bring_up(Device& d, std::uint16_t port_id) {
   d.active_mtu = pc.active_mtu;
   d.ctx = port->ctx.get();
   d.port = port.release();
+  // UROCE_PROGRESS=caller: the verbs calls run the engines (ops.cc), a
+  // helper thread of low duty the rest (uroce::Context::Progress::kCaller).
+  if (config.caller_progress) d.ctx->set_progress(uroce::Context::Progress::kCaller);
   return "";
 }
 
@@ -356,6 +362,10 @@ void start() {
     if (const char* m = std::getenv("UROCE_METRICS"); m != nullptr && *m != '\0' && std::string_view(m) != "off") {
       std::fprintf(stderr, "uroce libibverbs: UROCE_METRICS is ignored with UROCE_SERVICE: the device is uroced's, "
                            "and uroced serves its metrics (uroced --metrics ADDR:PORT)\n");
+    }
+    if (const char* m = std::getenv("UROCE_PROGRESS"); m != nullptr && std::string_view(m) == "caller") {
+      std::fprintf(stderr, "uroce libibverbs: UROCE_PROGRESS=caller is ignored with UROCE_SERVICE: uroced's cores "
+                           "run the engines\n");
     }
     if (Device* d = attach_service(service)) {
       name_device(d);
@@ -758,6 +768,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     }
     ++p.open_contexts;
     x->ctx = d->ctx;
+    x->caller_progress = d->ctx->progress_mode() == uroce::Context::Progress::kCaller;
   }
   uroce::ibverbs::watch_events(x);
   return &c;

@@ -87,6 +87,7 @@ struct Config {
   int pfc_priority = -1;          // the lossless 802.1p priority; -1 none
   std::uint8_t min_ack_timeout = 0;  // a floor under every QP's local ACK timeout; 0 none
   std::string metrics;            // UROCE_METRICS: Prometheus /metrics on ADDR:PORT; "" off
+  bool caller_progress = false;   // UROCE_PROGRESS=caller (uroce::Context::Progress::kCaller)
 };
 enum class ConfigStatus { kOk, kUnset, kInvalid };
 // Reads UROCE_EAL, UROCE_IP (a.b.c.d or a.b.c.d/len), UROCE_PORT_ID
@@ -96,7 +97,8 @@ enum class ConfigStatus { kOk, kUnset, kInvalid };
 // conf/delay.conf file; alone, UROCE_CC=delay) and
 // UROCE_PFC (the lossless priority, 0-7 or off) and UROCE_MIN_ACK_TIMEOUT
 // (a floor under every QP's local ACK timeout, 0-31) and UROCE_METRICS
-// (ADDR:PORT for Prometheus's /metrics, or off) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
+// (ADDR:PORT for Prometheus's /metrics, or off) and UROCE_PROGRESS (workers
+// or caller) through `env` (std::getenv). kUnset when UROCE_EAL and UROCE_IP are both
 // unset; kInvalid with a one-line `message` when one is missing or
 // malformed.
 ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::string& message);
@@ -107,6 +109,10 @@ ConfigStatus read_config(const char* (*env)(const char*), Config& config, std::s
 struct Qp;
 struct Cq;
 struct Srq;
+
+// Set in a forked child (it never runs the parent's engines, whatever
+// objects it inherited).
+inline bool g_forked_child = false;
 
 // What makes ibv_post_send, ibv_post_recv and ibv_poll_cq safe from several
 // threads at once, as verbs promises: uroce's queues have one producer (or
@@ -131,6 +137,9 @@ struct Ctx {
   verbs_context vctx;
   Device* dev = nullptr;
   uroce::Context* ctx = nullptr;  // the device's (shared by every open)
+  // UROCE_PROGRESS=caller in process: ibv_poll_cq, ibv_post_send, ... call
+  // ctx->progress() (ops.cc).
+  bool caller_progress = false;
   int async_write = -1;           // the write end behind context.async_fd
   std::mutex mutex;               // guards qps and cqs (the event monitor reads them)
   std::vector<Qp*> qps;
@@ -145,6 +154,11 @@ struct Ctx {
 // so new objects can be made on it; the parent's objects on it stay the
 // parent's (Born).
 Ctx* ctx_of(ibv_context* c);
+// Whether the verbs calls on `c`'s objects run its engines (Ctx::caller_progress).
+inline bool caller_progress(const Ctx* c) { return c->caller_progress && !g_forked_child; }
+struct Channel;
+// ibv_get_cq_event's wait in caller progress (cq.cc).
+void busy_poll_events(Channel* ch);
 
 // Which process made a verbs object: each forked child counts one more than
 // its parent (device.cc). A child may make objects on a context it
@@ -227,6 +241,10 @@ struct Cq {
   bool overflow_reported = false;    // the event monitor's
   SpinLock poll_lock;
   std::uint32_t empty_polls = 0;     // ibv_poll_cq calls in a row that found nothing
+  // Caller progress (ops.cc's linger): how many more completing polls go
+  // without a linger, and how many the next miss skips. Under poll_lock.
+  std::uint32_t linger_off = 0;
+  std::uint32_t linger_backoff = 0;
   // ibv_start_poll / ibv_next_poll: the completion being read.
   ibv_wc current{};
   // Completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]):

@@ -3,6 +3,7 @@
 // data path goes straight to uroce's QueuePair and CompletionQueue; memory
 // windows are mw.cc's.
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,20 +22,75 @@ constexpr std::uint32_t kEmptyPollsBeforeYield = 256;
 // that is not one of our objects is the program's bug.
 int post_send(ibv_qp* ibv_qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   Qp* qp = reinterpret_cast<Qp*>(ibv_qp);
-  std::lock_guard<SpinLock> lock(qp->send_lock);
-  return qp->qp->post_send(wr, bad);
+  int rc;
+  {
+    std::lock_guard<SpinLock> lock(qp->send_lock);
+    rc = qp->qp->post_send(wr, bad);
+  }
+  // Caller progress: the request goes out now, not at the next poll (a
+  // program may post, then wait on memory for the answer).
+  if (caller_progress(qp->ctx)) qp->ctx->ctx->progress();
+  return rc;
 }
 int post_recv(ibv_qp* ibv_qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Qp* qp = reinterpret_cast<Qp*>(ibv_qp);
-  std::lock_guard<SpinLock> lock(qp->recv_lock);
-  return qp->qp->post_recv(wr, bad);
+  int rc;
+  {
+    std::lock_guard<SpinLock> lock(qp->recv_lock);
+    rc = qp->qp->post_recv(wr, bad);
+  }
+  if (caller_progress(qp->ctx)) qp->ctx->ctx->progress();
+  return rc;
 }
+
+// Caller progress, after a poll that returned completions: the program may
+// now wait for data that no completion announces (an RDMA WRITE into its
+// memory: ib_write_lat spins on its buffer's last byte), with no verbs call
+// to run the engines meanwhile; the helper thread would run them only after
+// the program's time slice. So the poll goes on running them until a frame
+// moves (the answer, usually within a round trip) or kLinger passes. A
+// linger that ends with nothing moved skips the next 1, 2, 4, ... up to
+// kOffMax completing polls (one that moved something starts again at 0):
+// a program that computes after its completions loses kLinger once in
+// kOffMax of them, a ping-pong that missed one answer lingers again soon.
+constexpr std::uint64_t kLinger = 20'000;  // ns
+constexpr std::uint32_t kOffMax = 1024;
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void linger(Cq* cq) {  // poll_lock held
+  if (cq->linger_off > 0) {
+    --cq->linger_off;
+    return;
+  }
+  uroce::Context& ctx = *cq->ctx->ctx;
+  const std::uint64_t start = monotonic_ns();
+  for (std::uint32_t i = 1;; ++i) {
+    if (ctx.progress() != 0) {
+      cq->linger_backoff = 0;
+      return;
+    }
+    if (i % 16 == 0 && monotonic_ns() - start > kLinger) break;
+  }
+  cq->linger_off = cq->linger_backoff;
+  cq->linger_backoff = cq->linger_backoff == 0 ? 1 : std::min(cq->linger_backoff * 2, kOffMax);
+}
+
 // ibv_poll_cq: the number of completions, or negative on error (an
 // overflowed CQ).
 int poll_cq(ibv_cq* ibv_cq, int n, ibv_wc* wc) {
   Cq* cq = reinterpret_cast<Cq*>(ibv_cq);
   std::lock_guard<SpinLock> lock(cq->poll_lock);
-  const int got = cq->cq->poll(n, wc);
+  int got = cq->cq->poll(n, wc);
+  if (caller_progress(cq->ctx)) {
+    // What waits first, then the engines, then what they completed.
+    if (got == 0 && cq->ctx->ctx->progress() != 0) got = cq->cq->poll(n, wc);
+    if (got > 0) linger(cq);
+  }
   // A program that spins on an empty CQ offers its CPU now and then, so
   // that the engine's worker runs where cores are fewer than busy threads;
   // on a machine with cores to spare sched_yield returns at once.

@@ -11,6 +11,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <time.h>
 #include <sched.h>
 
 #include "log/log.h"
@@ -80,18 +85,39 @@ LocalBackend& LocalBackend::of(Context& ctx) { return dynamic_cast<LocalBackend&
 std::unique_ptr<Backend> make_local_backend(Context& ctx) { return std::make_unique<LocalBackend>(ctx); }
 
 std::size_t LocalBackend::progress() {
-  // Not beside a control call from another thread (polling_).
-  polling_.store(true, std::memory_order_seq_cst);
+  if (!in_helper) {
+    static thread_local const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+    caller_polls_.store(caller_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    caller_tid_.store(tid, std::memory_order_relaxed);
+  }
+  // Not beside a control call from another thread, nor beside another
+  // progress() (`polling`: whoever takes it polls, the others return).
+  if (polling_.exchange(true, std::memory_order_seq_cst)) return 0;
   std::size_t n = 0;
   if (!workers_running_.load(std::memory_order_acquire) &&
       (control_seq_.load(std::memory_order_seq_cst) & 1) == 0) {
-    for (auto& e : engines_) n += e->poll();
+    const Context::WorkerHook hook = hook_;
+    for (std::size_t i = 0; i < engines_.size(); ++i) {
+      if (hook.before != nullptr) n += hook.before(hook.arg, i);
+      n += engines_[i]->poll();
+      if (hook.run != nullptr) n += hook.run(hook.arg, i);
+    }
   }
   polling_.store(false, std::memory_order_release);
   return n;
 }
 
+int LocalBackend::set_progress(Context::Progress mode) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (workers_running_.load() || helper_running_.load()) {
+    return c_.fail(EBUSY, "the engines' threads run: stop_workers() before changing how they progress");
+  }
+  progress_mode_ = mode;
+  return 0;
+}
+
 int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) {
+  if (progress_mode_ == Context::Progress::kCaller) return start_helper(cpus, hook);
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (workers_running_.load()) return c_.fail(EBUSY, "workers already run this context's engines");
   if (cpus.size() != engines_.size()) {
@@ -122,6 +148,7 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
         for (int k = 0; k < CPU_SETSIZE; ++k) CPU_SET(k, &set);
       }
       pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+      port_threads(true);
       engine::Engine& e = *engines_[i];
       std::uint32_t idle = 0;  // polls in a row that moved no frame
       while (!workers_stop_.load(std::memory_order_relaxed)) {
@@ -144,6 +171,7 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
         idle = did != 0 ? 0 : idle + 1;
         if (idle >= kIdlePollsBeforeYield) sched_yield();
       }
+      port_threads(false);
     });
     // Named (before start_workers returns), so that an embedding
     // application and its tests see uroce's threads come and go: none
@@ -156,12 +184,165 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
 
 void LocalBackend::stop_workers() {
   if (controls_here != 0) return;  // this thread holds them already (issue 27, item 5)
+  if (progress_mode_ == Context::Progress::kCaller) {
+    std::lock_guard<std::mutex> lock(helper_mutex_);
+    if (!helper_running_.load()) return;
+    helper_stop_.store(true);
+    helper_.join();
+    helper_running_.store(false);
+    control([&] {
+      hook_ = Context::WorkerHook{};
+      return 0;
+    }, Access::kReadsOnly);
+    return;
+  }
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!workers_running_.load()) return;
   workers_stop_.store(true);
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   workers_running_.store(false, std::memory_order_release);
+}
+
+int LocalBackend::start_helper(const std::vector<int>& cpus, Context::WorkerHook hook) {
+  std::lock_guard<std::mutex> lock(helper_mutex_);
+  if (helper_running_.load()) return c_.fail(EBUSY, "the helper already runs this context's engines");
+  if (cpus.size() != engines_.size()) {
+    return c_.fail(EINVAL, "give one CPU per engine: this context has " + std::to_string(engines_.size()) +
+                               " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
+  }
+  control([&] {
+    hook_ = hook;
+    return 0;
+  }, Access::kReadsOnly);
+  helper_stop_.store(false);
+  helper_running_.store(true);
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was);  // as the workers: the application's handlers run on its threads
+  helper_ = std::thread([this, cpu = cpus.front()] {
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    port_threads(true);
+    run_helper();
+    port_threads(false);
+  });
+  pthread_setname_np(helper_.native_handle(), "uroce-helper");
+  pthread_sigmask(SIG_SETMASK, &was, nullptr);
+  return 0;
+}
+
+void LocalBackend::port_threads(bool start) {
+  const auto each = [start](PacketIo* io) {
+    if (io == nullptr) return;
+    if (start) io->thread_start();
+    else io->thread_stop();
+  };
+  if (c_.port.queues.empty()) each(c_.port.io);
+  for (PacketIo* q : c_.port.queues) each(q);
+}
+
+namespace {
+
+std::uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void sleep_ns(std::uint64_t ns) {
+  const timespec ts{static_cast<time_t>(ns / 1'000'000'000u), static_cast<long>(ns % 1'000'000'000u)};
+  nanosleep(&ts, nullptr);
+}
+
+// Whether thread `tid` of this process is running or wants to (state R in
+// /proc/self/task/TID/stat), through `fd`, opened again when tid changes.
+bool thread_runnable(pid_t tid, pid_t& open_tid, int& fd) {
+  if (tid == 0) return false;
+  if (tid != open_tid) {
+    if (fd >= 0) close(fd);
+    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    open_tid = tid;
+  }
+  if (fd < 0) return false;
+  char buf[256];
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the name may hold blanks and parentheses
+  return paren != nullptr && paren[1] == ' ' && paren[2] == 'R';
+}
+
+}  // namespace
+
+// The helper of Context::Progress::kCaller. Three states:
+//  - a caller polled since the last look: it keeps the engines going, so
+//    the helper looks again kWatch later;
+//  - nobody did: the helper polls, flat out while the thread that last
+//    called progress() is blocked or asleep (a server waiting on a socket:
+//    the core is the helper's), and, while that thread is runnable (a
+//    program spinning on memory, perhaps on this very core), offering the
+//    CPU after each poll that moved frames, so that the spinning thread
+//    sees at once what they placed (one sched_yield, 0.15 us where nobody
+//    waits for the core);
+//  - no frame moved for kIdle: it sleeps, twice as long each time up to
+//    kIdleMax, polling once between sleeps.
+void LocalBackend::run_helper() {
+  constexpr std::uint64_t kWatch = 1'000'000;     // ns between looks while callers poll
+  constexpr std::uint64_t kIdle = 200'000;        // no frame for this long: idle
+  constexpr std::uint64_t kIdleMin = 20'000, kIdleMax = 1'000'000;
+  constexpr std::uint64_t kLookAtCaller = 100'000;  // ns between reads of its state (0.8 us each)
+  in_helper = true;
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: the default 50 us would stretch every short sleep
+  pid_t stat_tid = 0;
+  int stat_fd = -1;
+  std::uint64_t seen = caller_polls_.load(std::memory_order_relaxed);
+  std::uint64_t idle_sleep = kIdleMin;
+  while (!helper_stop_.load(std::memory_order_relaxed)) {
+    if (const std::uint64_t calls = caller_polls_.load(std::memory_order_relaxed); calls != seen) {
+      seen = calls;
+      idle_sleep = kIdleMin;
+      sleep_ns(kWatch);
+      continue;
+    }
+    std::uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (progress() == 0) {
+      // Nothing moved: idle, unless a caller polls meanwhile.
+      sleep_ns(idle_sleep);
+      idle_sleep = std::min(idle_sleep * 2, kIdleMax);
+      continue;
+    }
+    idle_sleep = kIdleMin;
+    std::uint64_t last_work = now;
+    bool shared = thread_runnable(caller_tid_.load(std::memory_order_relaxed), stat_tid, stat_fd);
+    std::uint64_t looked = now;
+    if (shared) sched_yield();
+    bool moved = false;  // since the clock was last read
+    for (std::uint32_t i = 1; !helper_stop_.load(std::memory_order_relaxed) &&
+                              caller_polls_.load(std::memory_order_relaxed) == seen;
+         ++i) {
+      const bool did = progress() != 0;
+      moved |= did;
+      if (did && shared) sched_yield();
+      // The clock every 16 polls: reading it each time was a tenth of a
+      // busy helper's time.
+      if (i % 16 != 0) continue;
+      now = clock_ns(CLOCK_MONOTONIC);
+      if (moved) last_work = now;
+      moved = false;
+      if (now - last_work > kIdle) break;
+      if (now - looked > kLookAtCaller) {
+        shared = thread_runnable(caller_tid_.load(std::memory_order_relaxed), stat_tid, stat_fd);
+        looked = now;
+      }
+    }
+  }
+  if (stat_fd >= 0) close(stat_fd);
 }
 
 void LocalBackend::wake_one(QueuePair& qp) {

@@ -46,6 +46,8 @@ class LocalBackend final : public Backend {
   std::size_t progress() override;
   int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) override;
   void stop_workers() override;
+  int set_progress(Context::Progress mode) override;
+  Context::Progress progress_mode() const override { return progress_mode_; }
   int query_gid(int index, ibv_gid& gid) override;
   Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) override { return resolver_.query(gid, mac); }
   Reach lookup_gid(const ibv_gid& gid) override { return resolver_.look(gid, nullptr); }
@@ -202,6 +204,28 @@ class LocalBackend final : public Backend {
   std::unique_ptr<std::atomic<std::uint64_t>[]> parked_;  // per worker: the odd control_seq it holds for
   std::unique_ptr<std::atomic<std::uint64_t>[]> polled_;  // per worker: the even control_seq of its last poll
   std::atomic<bool> polling_{false};                      // progress() is running the engines
+
+  // Context::Progress::kCaller: the helper thread (run_helper) instead of
+  // workers; progress() is then called by it and by any application
+  // thread, one at a time (`polling` taken with an exchange: a caller that
+  // finds it taken returns 0, someone else is polling), and runs `hook_`.
+  // `caller_polls` counts the progress() calls of threads other than the
+  // helper (approximately: racing callers may count once), so the helper
+  // sees whether anyone else keeps the engines going.
+  int start_helper(const std::vector<int>& cpus, Context::WorkerHook hook);
+  void run_helper();
+  // PacketIo::thread_start (true) or thread_stop on every queue of the
+  // port, from a thread that runs the engines (a worker, the helper).
+  void port_threads(bool start);
+  Context::Progress progress_mode_ = Context::Progress::kWorkers;
+  std::mutex helper_mutex_;  // starts and stops the helper
+  std::thread helper_;
+  std::atomic<bool> helper_running_{false};
+  std::atomic<bool> helper_stop_{false};
+  Context::WorkerHook hook_{};  // changed only in a control call
+  std::atomic<std::uint64_t> caller_polls_{0};
+  std::atomic<pid_t> caller_tid_{0};  // the thread that called progress() last (not the helper)
+  static inline thread_local bool in_helper = false;
 };
 
 template <typename F>

@@ -98,6 +98,12 @@ class ServiceBackend final : public Backend {
   std::size_t progress() override { return 0; }  // the daemon's workers run the engines
   int start_workers(const std::vector<int>&, Context::WorkerHook) override { return 0; }
   void stop_workers() override {}
+  int set_progress(Context::Progress mode) override {
+    if (mode == Context::Progress::kWorkers) return 0;
+    return c_.fail(ENOTSUP, "progress in the caller is for an in-process device: attached, uroced's cores run the "
+                            "engines");
+  }
+  Context::Progress progress_mode() const override { return Context::Progress::kWorkers; }
   int query_gid(int index, ibv_gid& gid) override;
   Reach resolve_gid(const ibv_gid&, std::uint8_t*) override {
     return Reach::kKnown;  // the daemon resolves when the address is set

@@ -184,6 +184,10 @@ int Context::start_workers(const std::vector<int>& cpus, WorkerHook hook) {
 
 void Context::stop_workers() { impl_->backend->stop_workers(); }
 
+int Context::set_progress(Progress mode) { return impl_->backend->set_progress(mode); }
+
+Context::Progress Context::progress_mode() const { return impl_->backend->progress_mode(); }
+
 ProtectionDomain* Context::alloc_pd() { return impl_->backend->alloc_pd(); }
 
 int Context::dealloc_pd(ProtectionDomain* pd) { return impl_->backend->dealloc_pd(pd); }
