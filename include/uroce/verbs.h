@@ -362,6 +362,11 @@ class Context {
   enum class Progress : std::uint8_t { kWorkers, kCaller };
   int set_progress(Progress mode);
   Progress progress_mode() const;
+  // kCaller: the helper runs the engines from now on, not at its next look
+  // (up to a millisecond later): for a thread about to block (in read(2) on
+  // a completion channel) or one that posted work it will not poll for
+  // (the CM's MADs). A no-op otherwise.
+  void hand_to_helper();
   // Stops and joins the workers. The workers block every signal. Called on
   // a thread that is inside a control call (exit() from a signal handler
   // that interrupted one), it returns at once: that call holds them.

@@ -93,6 +93,10 @@ bool Manager::Impl::post(const Gid& peer, const std::array<std::uint8_t, wire::k
   wr.wr.ud.remote_qkey = wire::kGsiQkey;
   ibv_send_wr* bad = nullptr;
   if (qp1->post_send(&wr, &bad) != 0) return false;
+  // Under caller progress nothing else may poll the engines soon (the
+  // program may close its device right after rdma_disconnect): the helper
+  // sends it now.
+  ctx->hand_to_helper();
   ++counters.mads_sent;
   return true;
 }

@@ -101,7 +101,7 @@ ibv_cq_ex* create(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
 // Caller progress: before ibv_get_cq_event sleeps, its context's engines
 // run here for up to kBusyPoll, until an event waits (they make it): a
 // round trip's answer comes sooner than the helper thread would run them.
-// The program then sleeps in read(2), and the helper takes over.
+// The program then sleeps in read(2), and the helper, told so, takes over.
 }  // namespace
 
 void busy_poll_events(Channel* ch) {
@@ -118,7 +118,10 @@ void busy_poll_events(Channel* ch) {
     if (i % 16 == 0) {
       clock_gettime(CLOCK_MONOTONIC, &t);
       const std::int64_t ns = (t.tv_sec - t0.tv_sec) * 1'000'000'000 + (t.tv_nsec - t0.tv_nsec);
-      if (ns > static_cast<std::int64_t>(kBusyPoll)) return;
+      if (ns > static_cast<std::int64_t>(kBusyPoll)) {
+        x->ctx->hand_to_helper();  // the helper takes over while read(2) sleeps
+        return;
+      }
     }
   }
 }

@@ -40,6 +40,7 @@ class Backend {
   virtual void stop_workers() = 0;
   virtual int set_progress(Context::Progress mode) = 0;  // Context::set_progress
   virtual Context::Progress progress_mode() const = 0;
+  virtual void hand_to_helper() {}  // Context::hand_to_helper
   virtual int query_gid(int index, ibv_gid& gid) = 0;
   virtual Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) = 0;
   virtual Reach lookup_gid(const ibv_gid& gid) = 0;  // internal::lookup_gid

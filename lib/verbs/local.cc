@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -93,6 +94,13 @@ std::size_t LocalBackend::progress() {
   // Not beside a control call from another thread, nor beside another
   // progress() (`polling`: whoever takes it polls, the others return).
   if (polling_.exchange(true, std::memory_order_seq_cst)) return 0;
+  // Caller progress runs the engines on the application's threads: one
+  // cancelled at a cancellation point inside (the write(2) of a completion
+  // event: rping cancels its CQ thread) would leave `polling` taken for
+  // good, so cancellation waits until the poll is over.
+  int cancel_state = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+  progress_here = true;
   std::size_t n = 0;
   if (!workers_running_.load(std::memory_order_acquire) &&
       (control_seq_.load(std::memory_order_seq_cst) & 1) == 0) {
@@ -103,7 +111,9 @@ std::size_t LocalBackend::progress() {
       if (hook.run != nullptr) n += hook.run(hook.arg, i);
     }
   }
+  progress_here = false;
   polling_.store(false, std::memory_order_release);
+  pthread_setcancelstate(cancel_state, nullptr);
   return n;
 }
 
@@ -188,8 +198,18 @@ void LocalBackend::stop_workers() {
     std::lock_guard<std::mutex> lock(helper_mutex_);
     if (!helper_running_.load()) return;
     helper_stop_.store(true);
+    hand_to_helper();  // wakes it
     helper_.join();
     helper_running_.store(false);
+    // What the program posted last (its final SEND, the CM's DREQ before
+    // exit) may wait in the engines for a poll that no one would make now:
+    // polled for here until 64 polls in a row move nothing, 20 ms at most.
+    if (!progress_here) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      for (int quiet = 0; quiet < 64 && std::chrono::steady_clock::now() < until;) {
+        quiet = progress() != 0 ? 0 : quiet + 1;
+      }
+    }
     control([&] {
       hook_ = Context::WorkerHook{};
       return 0;
@@ -236,6 +256,19 @@ int LocalBackend::start_helper(const std::vector<int>& cpus, Context::WorkerHook
   return 0;
 }
 
+void LocalBackend::hand_to_helper() {
+  if (!helper_running_.load(std::memory_order_relaxed)) return;
+  helper_kick_.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &helper_kick_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void LocalBackend::helper_sleep(std::uint64_t ns) {
+  const std::uint32_t kick = helper_kick_.load(std::memory_order_acquire);
+  if (helper_stop_.load(std::memory_order_relaxed)) return;
+  const timespec ts{static_cast<time_t>(ns / 1'000'000'000u), static_cast<long>(ns % 1'000'000'000u)};
+  syscall(SYS_futex, &helper_kick_, FUTEX_WAIT_PRIVATE, kick, &ts, nullptr, 0);
+}
+
 void LocalBackend::port_threads(bool start) {
   const auto each = [start](PacketIo* io) {
     if (io == nullptr) return;
@@ -252,11 +285,6 @@ std::uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-void sleep_ns(std::uint64_t ns) {
-  const timespec ts{static_cast<time_t>(ns / 1'000'000'000u), static_cast<long>(ns % 1'000'000'000u)};
-  nanosleep(&ts, nullptr);
 }
 
 // Whether thread `tid` of this process is running or wants to (state R in
@@ -303,17 +331,27 @@ void LocalBackend::run_helper() {
   int stat_fd = -1;
   std::uint64_t seen = caller_polls_.load(std::memory_order_relaxed);
   std::uint64_t idle_sleep = kIdleMin;
+  std::uint32_t kick_seen = helper_kick_.load(std::memory_order_acquire);
   while (!helper_stop_.load(std::memory_order_relaxed)) {
     if (const std::uint64_t calls = caller_polls_.load(std::memory_order_relaxed); calls != seen) {
-      seen = calls;
       idle_sleep = kIdleMin;
-      sleep_ns(kWatch);
-      continue;
+      helper_sleep(kWatch);
+      seen = calls;
+    }
+    // Woken by hand_to_helper(): what it waits for comes within a round
+    // trip, so polled for from here, whatever the callers did before.
+    const std::uint32_t kick = helper_kick_.load(std::memory_order_acquire);
+    const bool kicked = kick != kick_seen;
+    kick_seen = kick;
+    if (kicked) {
+      seen = caller_polls_.load(std::memory_order_relaxed);
+    } else if (caller_polls_.load(std::memory_order_relaxed) != seen) {
+      continue;  // a caller polled meanwhile: it drives them
     }
     std::uint64_t now = clock_ns(CLOCK_MONOTONIC);
-    if (progress() == 0) {
+    if (progress() == 0 && !kicked) {
       // Nothing moved: idle, unless a caller polls meanwhile.
-      sleep_ns(idle_sleep);
+      helper_sleep(idle_sleep);
       idle_sleep = std::min(idle_sleep * 2, kIdleMax);
       continue;
     }

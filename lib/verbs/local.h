@@ -48,6 +48,7 @@ class LocalBackend final : public Backend {
   void stop_workers() override;
   int set_progress(Context::Progress mode) override;
   Context::Progress progress_mode() const override { return progress_mode_; }
+  void hand_to_helper() override;
   int query_gid(int index, ibv_gid& gid) override;
   Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6]) override { return resolver_.query(gid, mac); }
   Reach lookup_gid(const ibv_gid& gid) override { return resolver_.look(gid, nullptr); }
@@ -214,6 +215,9 @@ class LocalBackend final : public Backend {
   // sees whether anyone else keeps the engines going.
   int start_helper(const std::vector<int>& cpus, Context::WorkerHook hook);
   void run_helper();
+  // The helper sleeps up to `ns` or until woken (helper_kick, a futex):
+  // by hand_to_helper() or stop_workers().
+  void helper_sleep(std::uint64_t ns);
   // PacketIo::thread_start (true) or thread_stop on every queue of the
   // port, from a thread that runs the engines (a worker, the helper).
   void port_threads(bool start);
@@ -224,8 +228,10 @@ class LocalBackend final : public Backend {
   std::atomic<bool> helper_stop_{false};
   Context::WorkerHook hook_{};  // changed only in a control call
   std::atomic<std::uint64_t> caller_polls_{0};
-  std::atomic<pid_t> caller_tid_{0};  // the thread that called progress() last (not the helper)
+  std::atomic<pid_t> caller_tid_{0};
+  std::atomic<std::uint32_t> helper_kick_{0};  // the thread that called progress() last (not the helper)
   static inline thread_local bool in_helper = false;
+  static inline thread_local bool progress_here = false;  // this thread holds `polling` (progress())
 };
 
 template <typename F>
@@ -261,7 +267,10 @@ auto LocalBackend::control(F&& f, Access access, QueuePair* one) -> decltype(f()
       while (parked_[i].load(std::memory_order_acquire) != seq) std::this_thread::yield();
     }
   } else {
-    while (polling_.load(std::memory_order_seq_cst)) std::this_thread::yield();
+    // Not for this thread's own progress(), interrupted by a signal whose
+    // handler calls exit() (the counters printed, the helper stopped): it
+    // would never end.
+    while (polling_.load(std::memory_order_seq_cst) && !progress_here) std::this_thread::yield();
   }
   return f();
 }

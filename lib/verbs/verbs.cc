@@ -188,6 +188,8 @@ int Context::set_progress(Progress mode) { return impl_->backend->set_progress(m
 
 Context::Progress Context::progress_mode() const { return impl_->backend->progress_mode(); }
 
+void Context::hand_to_helper() { impl_->backend->hand_to_helper(); }
+
 ProtectionDomain* Context::alloc_pd() { return impl_->backend->alloc_pd(); }
 
 int Context::dealloc_pd(ProtectionDomain* pd) { return impl_->backend->dealloc_pd(pd); }

@@ -5,6 +5,10 @@
 // reads are synchronised with the workers.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <fstream>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -17,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/packet_io.h"
+#include "uroce/stats.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
 #include "verbs/internal.h"
@@ -71,10 +76,12 @@ class WallClock : public engine::Clock {
   }
 };
 
-// Two contexts, each with one worker, joined by the loopback; A's QP
+// Two contexts, each with one worker (or helper), joined by the loopback; A's QP
 // connected to B's, 64 KiB regions on both.
 struct Pair {
-  Pair() : pa(wire, 0), pb(wire, 1) {
+  // kCaller: each context's helper thread instead of its worker.
+  explicit Pair(Context::Progress mode = Context::Progress::kWorkers, Context::WorkerHook hook = {})
+      : pa(wire, 0), pb(wire, 1) {
     std::string error;
     PortConfig ca;
     ca.io = &pa;
@@ -87,7 +94,9 @@ struct Pair {
     b = Context::open(cb, error);
     EXPECT_TRUE(a && b) << error;
     if (!a || !b) return;
-    EXPECT_EQ(a->start_workers({-1}), 0);
+    EXPECT_EQ(a->set_progress(mode), 0);
+    EXPECT_EQ(b->set_progress(mode), 0);
+    EXPECT_EQ(a->start_workers({-1}, hook), 0);
     EXPECT_EQ(b->start_workers({-1}), 0);
     pda = a->alloc_pd();
     pdb = b->alloc_pd();
@@ -271,6 +280,145 @@ TEST(WorkerRace, EachThreadReadsItsOwnLastError) {
   t2.join();
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_EQ(p.b->last_error(), "") << "another context's errors are not this one's";
+}
+
+// --- Caller progress (Context::Progress::kCaller) ------------------------
+
+// This process's threads named `name`.
+int threads_named(const std::string& name) {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* t = readdir(d)) {
+      if (t->d_name[0] == '.') continue;
+      std::ifstream in(std::string("/proc/self/task/") + t->d_name + "/comm");
+      std::string comm;
+      std::getline(in, comm);
+      n += comm == name;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+// Posts `count` 4 KiB WRITEs and READs from A, up to 64 outstanding, and
+// polls A's CQ, calling A's progress() before each poll when `drive`:
+// the completions seen (all successful, or the test fails).
+int transfer(Pair& p, int count, bool drive, std::chrono::seconds limit) {
+  int done = 0, posted = 0;
+  ibv_wc wc[32];
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (done < count && std::chrono::steady_clock::now() < deadline) {
+    while (posted - done < 64 && posted < count) {
+      const ibv_wr_opcode op = posted % 2 ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+      if (post_rdma(p.qa, op, p.bufa.data() + (posted % 8) * 4096, 4096, p.mra->lkey,
+                    p.bufb.data() + (posted % 8) * 4096, p.mrb->rkey, static_cast<std::uint64_t>(posted)) != 0) {
+        break;
+      }
+      ++posted;
+    }
+    if (drive) p.a->progress();
+    const int n = p.cqa->poll(32, wc);
+    EXPECT_GE(n, 0);
+    if (n < 0) return done;
+    for (int i = 0; i < n; ++i) EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS) << wc[i].wr_id;
+    done += n;
+    if (!drive && n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return done;
+}
+
+// One helper per context and no worker while they run; none after
+// stop_workers; the mode cannot change under them.
+TEST(CallerProgress, AHelperInsteadOfAWorkerUntilStopped) {
+  const int workers = threads_named("uroce-worker"), helpers = threads_named("uroce-helper");
+  {
+    Pair p(Context::Progress::kCaller);
+    ASSERT_TRUE(p.ready());
+    EXPECT_EQ(p.a->progress_mode(), Context::Progress::kCaller);
+    EXPECT_EQ(threads_named("uroce-helper"), helpers + 2);
+    EXPECT_EQ(threads_named("uroce-worker"), workers);
+    EXPECT_EQ(p.a->set_progress(Context::Progress::kWorkers), EBUSY);
+    EXPECT_NE(p.a->last_error().find("stop_workers()"), std::string::npos) << p.a->last_error();
+    EXPECT_EQ(p.a->start_workers({-1}), EBUSY);
+    p.a->stop_workers();
+    EXPECT_EQ(threads_named("uroce-helper"), helpers + 1);
+    // Stopped, it may change, and start again.
+    EXPECT_EQ(p.a->set_progress(Context::Progress::kWorkers), 0);
+    EXPECT_EQ(p.a->start_workers({-1}), 0);
+    EXPECT_EQ(threads_named("uroce-worker"), workers + 1);
+    EXPECT_EQ(transfer(p, 200, false, std::chrono::seconds(30)), 200);
+  }
+  EXPECT_EQ(threads_named("uroce-helper"), helpers);
+  EXPECT_EQ(threads_named("uroce-worker"), workers);
+}
+
+// The application's thread runs A's engine in progress() while A's helper
+// may too and another thread makes control calls (one poller at a time:
+// under ThreadSanitizer, tools/tsan.sh, no report); B runs on its helper
+// alone.
+TEST(CallerProgress, CallersHelpersAndControlCallsShareTheEngines) {
+  Pair p(Context::Progress::kCaller);
+  ASSERT_TRUE(p.ready());
+  std::atomic<bool> stop{false};
+  int reads = 0;
+  std::thread control([&] {
+    std::vector<std::uint8_t> scratch(4096);
+    while (!stop.load()) {
+      ibv_qp_attr attr{};
+      p.qa->query(attr, 0);
+      MemoryRegion* m = p.pda->reg_mr(scratch.data(), scratch.size(), IBV_ACCESS_LOCAL_WRITE);
+      p.pda->dereg_mr(m);
+      (void)p.a->stats();
+      ++reads;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  const int done = transfer(p, 3000, true, std::chrono::seconds(60));
+  stop = true;
+  control.join();
+  EXPECT_EQ(done, 3000);
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(p.qb->counter("rx_bytes"), 1500u * 4096);
+}
+
+// Nobody calls progress(): the helpers alone carry every operation (a
+// program asleep or blocked between its posts and polls).
+TEST(CallerProgress, TheHelpersCarryWhatNoCallerPolls) {
+  Pair p(Context::Progress::kCaller);
+  ASSERT_TRUE(p.ready());
+  EXPECT_EQ(transfer(p, 1000, false, std::chrono::seconds(60)), 1000);
+  EXPECT_EQ(p.qb->counter("rx_bytes"), 500u * 4096);
+}
+
+// The hook given to start_workers runs around the engine's poll inside
+// progress(), whichever thread calls it; none once stopped.
+std::atomic<int> hook_before{0}, hook_after{0}, hook_here{0};
+std::thread::id hook_thread;
+TEST(CallerProgress, TheHookRunsInsideProgress) {
+  hook_thread = std::this_thread::get_id();
+  Context::WorkerHook hook;
+  hook.before = [](void*, std::size_t worker) -> std::size_t {
+    EXPECT_EQ(worker, 0u);
+    hook_before.fetch_add(1);
+    if (std::this_thread::get_id() == hook_thread) hook_here.fetch_add(1);
+    return 0;
+  };
+  hook.run = [](void*, std::size_t) -> std::size_t {
+    hook_after.fetch_add(1);
+    return 0;
+  };
+  Pair p(Context::Progress::kCaller, hook);
+  ASSERT_TRUE(p.ready());
+  for (int i = 0; i < 100; ++i) p.a->progress();
+  // A call that finds the helper polling returns at once; the idle helper
+  // polls once in 20 us to 1 ms.
+  EXPECT_GE(hook_here.load(), 10) << "of 100 calls on this thread";
+  p.a->stop_workers();
+  EXPECT_EQ(hook_before.load(), hook_after.load());
+  const int stopped = hook_before.load();
+  for (int i = 0; i < 10; ++i) p.a->progress();
+  EXPECT_EQ(hook_before.load(), stopped);
 }
 
 }  // namespace

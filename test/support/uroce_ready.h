@@ -3,7 +3,7 @@
 // server listens through rdma_cm, which no socket table lists). Give the
 // server's command a mark in its environment (mark_env), then wait until a
 // process carrying that mark runs one of uroce's threads: "uroce-worker"
-// (in-process, when the device opens) or "uroce-cm" (librdmacm's, started
+// or "uroce-helper" (in-process, when the device opens) or "uroce-cm" (librdmacm's, started
 // by the first rdma_cm call, also through uroced). The program listens a
 // moment later, and a REQ that comes before is sent again (docs/rdma_cm.md).
 #pragma once
@@ -67,9 +67,16 @@ bool wait_uroce_thread(const std::string& mark, const std::string& thread, Gone 
   return true;
 }
 
+// The engines' threads: "uroce-worker", or with UROCE_PROGRESS=caller
+// "uroce-helper".
 template <typename Gone>
 bool wait_uroce_workers(const std::string& mark, Gone gone, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  return wait_uroce_thread(mark, "uroce-worker", gone, limit);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!uroce_thread_running(mark, "uroce-worker") && !uroce_thread_running(mark, "uroce-helper")) {
+    if (gone() || std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 }  // namespace uroce::test
