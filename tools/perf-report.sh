@@ -8,7 +8,8 @@
 #     rate, 1 - 10,000 QPs, 10,000 idle QPs and their memory, 1 and 2 cores;
 #   two processes over memif: uroce-bench-raw (DPDK ping-pong and packet
 #     rate), uroce-perf's 8-byte latency and message rate and 64 KiB
-#     bandwidth, perftest's ib_write_bw / ib_write_lat under uroce-run;
+#     bandwidth, perftest's ib_write_bw / ib_write_lat / ib_send_lat under
+#     uroce-run in both progress modes (workers, caller) in turns with them;
 #   two network namespaces over a veth pair: uroce-perf on af_packet, raw
 #     DPDK, kernel TCP (iperf3, sockperf).
 # Writes docs/perf/report.json and the plots (docs/perf/*.png), and the
@@ -127,15 +128,19 @@ raw_pair() {  # NAME LINK MODE args...: the bouncing/receiving side first; it (r
     { echo "  FAILED: $name"; failures=$((failures + 1)); }
   wait $spid || { echo "  FAILED: $name (receiving side)"; failures=$((failures + 1)); }
 }
-# stock NAME LINK "perftest command": under uroce-run, its figures line kept.
+# stock NAME LINK PROGRESS "perftest command": under uroce-run, its figures
+# line kept. PROGRESS workers (the default mode, its worker pinned to the
+# process's CPU: one core per process, as uroce-perf has) or caller.
 stock() {
-  local name=$1 link=$2 cmd=$3 sip=10.92.0.1 cip=10.92.0.2 to=127.0.0.1
+  local name=$1 link=$2 progress=$3 cmd=$4 sip=10.92.0.1 cip=10.92.0.2 to=127.0.0.1
   [[ $link == veth ]] && { sip=10.93.0.11; cip=10.93.0.12; to=10.93.0.1; }
+  local sp=(--workers 0) cp=(--workers 1)
+  [[ $progress == caller ]] && { sp=(--progress caller); cp=(--progress caller); }
   rm -f "$sock"
-  timeout 120 $(ns_of $link server) "$run" $(link_eal $link server) -- --ip $sip/24 $cmd -p 19555 >"$res/$name.server" 2>&1 &
+  timeout 120 $(ns_of $link server) "$run" $(link_eal $link server) -- --ip $sip/24 "${sp[@]}" $cmd -p 19555 >"$res/$name.server" 2>&1 &
   local spid=$!
   sleep 1.5
-  timeout 120 $(ns_of $link client) "$run" $(link_eal $link client) -- --ip $cip/24 $cmd -p 19555 $to >"$res/$name.log" 2>&1 ||
+  timeout 120 $(ns_of $link client) "$run" $(link_eal $link client) -- --ip $cip/24 "${cp[@]}" $cmd -p 19555 $to >"$res/$name.log" 2>&1 ||
     { echo "  FAILED: $name"; failures=$((failures + 1)); }
   wait $spid
   grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$res/$name.log" | tail -1 >"$res/$name.figures"
@@ -154,8 +159,23 @@ perf_pair bw64k_memif memif write -s 65536 -n "$(scale 20000)"
 perf_pair verify_memif memif write -s 65536 -n "$(scale 5000)" -q 4 -t 64 --verify
 perf_pair verify_memif_send memif send -s 8 -n "$(scale 200000)" -t 512 -q 16 --verify
 perf_pair bw4k_memif memif write -s 4096 -n "$(scale 200000)"
-stock ib_write_bw_memif memif "ib_write_bw -s 65536 -n $(scale 20000) -F"
-stock ib_write_lat_memif memif "ib_write_lat -s 8 -n $(scale 20000) -F"
+# Stock perftest under uroce-run in both progress modes, in turns with
+# uroce-perf's figures on the same link and cores.
+for i in $(seq 1 $((reps > 1 ? 3 : 1))); do
+  perf_pair "bw64k_memif_r$i" memif write -s 65536 -n "$(scale 20000)"
+  for m in workers caller; do
+    stock "ib_write_bw_memif_${m}_r$i" memif $m "ib_write_bw -s 65536 -n $(scale 20000) -F --report_gbits"
+  done
+  perf_pair "lat8s_memif_r$i" memif write -s 8 -n "$(scale 20000)" --lat
+  # A worker sharing the program's core answers a time slice late (ms):
+  # fewer iterations for those.
+  for m in workers caller; do
+    n=20000
+    [[ $m == workers ]] && n=1000
+    stock "ib_write_lat_memif_${m}_r$i" memif $m "ib_write_lat -s 8 -n $(scale $n) -F"
+    stock "ib_send_lat_memif_${m}_r$i" memif $m "ib_send_lat -s 8 -n $(scale $n) -F"
+  done
+done
 
 echo "== two network namespaces over a veth pair (af_packet; kernel TCP)"
 ip netns del $nsa 2>/dev/null; ip netns del $nsb 2>/dev/null

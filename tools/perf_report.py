@@ -140,10 +140,26 @@ def collect(res):
     mem["rate_ratio_to_raw"] = ratio(mem["rate8_mpps"], mem["raw_rate82_mpps"])
     mem["bw64k_gbps"] = get(load(res, "bw64k_memif"), "bw_gbps")
     mem["bw4k_gbps"] = get(load(res, "bw4k_memif"), "bw_gbps")
-    f = text(res, "ib_write_bw_memif.figures").split()
-    mem["ib_write_bw_gbps"] = float(f[3]) * 8 / 1000 if len(f) >= 4 else None  # MB/s average
-    f = text(res, "ib_write_lat_memif.figures").split()
-    mem["ib_write_lat_typical_us"] = float(f[4]) if len(f) >= 5 else None  # one way (half the round trip)
+    # Stock perftest in both progress modes, in turns with uroce-perf on the
+    # same link and cores: medians of the rounds.
+    mem["bw64k_rounds_gbps"], mem["bw64k_rounds"] = median_of(res, "bw64k_memif", "bw_gbps")
+    lat_p50, mem["lat8_rounds"] = median_of(res, "lat8s_memif", "lat_us", "p50")
+    mem["lat8_rounds_one_way_us"] = lat_p50 / 2 if lat_p50 is not None else None
+    stock = mem["stock"] = {}
+    for prog, col in (("ib_write_bw", 3), ("ib_write_lat", 4), ("ib_send_lat", 4)):
+        for mode in ("workers", "caller"):
+            values = []
+            for i in range(1, 10):
+                f = text(res, f"{prog}_memif_{mode}_r{i}.figures").split()
+                if len(f) > col:
+                    values.append(float(f[col]))  # Gb/s average (--report_gbits); t_typical, one way
+            stock[f"{prog}_{mode}"] = statistics.median(values) if values else None
+            stock[f"{prog}_{mode}_runs"] = values
+    for mode in ("workers", "caller"):
+        stock[f"ib_write_bw_{mode}_ratio"] = ratio(stock[f"ib_write_bw_{mode}"], mem["bw64k_rounds_gbps"])
+        for prog in ("ib_write_lat", "ib_send_lat"):
+            v, base = stock[f"{prog}_{mode}"], mem["lat8_rounds_one_way_us"]
+            stock[f"{prog}_{mode}_over_us"] = v - base if v is not None and base is not None else None
 
     veth = r["veth"] = {}
     veth["raw_pingpong_p50_us"] = get(load(res, "raw_pingpong_veth"), "p50_us")
@@ -249,6 +265,16 @@ def markdown(r):
       f"(median of {runs(mem['lat8_runs'])}) | raw 82 B "
       f"ping-pong p50 {fmt(mem['raw_pingpong_p50_us'])} us (ratio {fmt(mem['lat_ratio_to_raw'])}) | "
       f"{verdict(mem['lat_ratio_to_raw'], 1.3, higher=False)} |")
+    st = mem["stock"]
+    w(f"| stock ib_write_bw 64 KiB under uroce-run, caller progress, 1 core per process >= 0.9 of uroce-perf | "
+      f"{fmt(st['ib_write_bw_caller'], 1)} Gb/s (median of {runs(st['ib_write_bw_caller_runs'])}) | uroce-perf "
+      f"{fmt(mem['bw64k_rounds_gbps'], 1)} Gb/s, in turns (ratio {fmt(st['ib_write_bw_caller_ratio'])}) | "
+      f"{verdict(st['ib_write_bw_caller_ratio'], 0.9)} |")
+    for prog in ("ib_write_lat", "ib_send_lat"):
+        w(f"| stock {prog} 8 B, caller progress, one way <= uroce-perf's + 0.3 us | "
+          f"{fmt(st[prog + '_caller'])} us (median of {runs(st[prog + '_caller_runs'])}) | uroce-perf half round "
+          f"trip {fmt(mem['lat8_rounds_one_way_us'])} us, in turns (+{fmt(st[prog + '_caller_over_us'])} us) | "
+          f"{verdict(st[prog + '_caller_over_us'], 0.3, higher=False)} |")
     q10k = {s: get(ring, "qps", s, 10000, "ratio_to_1") for s in ring["qps"]}
     w(f"| 10,000 QPs with traffic >= 0.8 of 1 QP | 64 KiB: {fmt(q10k.get(65536), 3)}; 4 KiB: {fmt(q10k.get(4096), 3)} | "
       f"1 QP, same size (medians of {len(get(ring, 'qps', 65536, 1, 'runs') or [])} runs in turns) | {verdict(q10k.get(65536), 0.8)} (64 KiB), {verdict(q10k.get(4096), 0.8)} (4 KiB) |")
@@ -299,8 +325,13 @@ def markdown(r):
     w(f"| memif | 8 B WRITE message rate | {fmt(mem['rate8_mpps'])} M/s | raw DPDK {fmt(mem['raw_rate82_mpps'])} Mpps (82 B) |")
     w(f"| memif | 64 KiB WRITE | {fmt(mem['bw64k_gbps'], 1)} Gb/s | raw DPDK {fmt(mem['raw_rate4170_gbps'], 1)} Gb/s (4170 B frames) |")
     w(f"| memif | 4 KiB WRITE | {fmt(mem['bw4k_gbps'], 1)} Gb/s | |")
-    w(f"| memif | stock ib_write_bw 64 KiB under uroce-run | {fmt(mem['ib_write_bw_gbps'], 1)} Gb/s | |")
-    w(f"| memif | stock ib_write_lat 8 B under uroce-run, t_typical (one way) | {fmt(mem['ib_write_lat_typical_us'])} us | |")
+    for mode, what in (("workers", "a worker beside the program, pinned to its core"),
+                       ("caller", "caller progress")):
+        w(f"| memif | stock ib_write_bw 64 KiB under uroce-run, {what} | {fmt(st['ib_write_bw_' + mode], 1)} Gb/s | "
+          f"uroce-perf {fmt(mem['bw64k_rounds_gbps'], 1)} Gb/s in turns |")
+        for prog in ("ib_write_lat", "ib_send_lat"):
+            w(f"| memif | stock {prog} 8 B under uroce-run, {what}, t_typical (one way) | "
+              f"{fmt(st[prog + '_' + mode])} us | uroce-perf half round trip {fmt(mem['lat8_rounds_one_way_us'])} us |")
     w(f"| veth (af_packet) | 64 KiB WRITE | {fmt(veth['bw64k_gbps'], 1)} Gb/s | raw DPDK {fmt(veth['raw_rate4170_gbps'], 1)} Gb/s; kernel TCP (iperf3) {fmt(veth['iperf3_gbps'], 1)} Gb/s |")
     w(f"| veth (af_packet) | 8 B WRITE round trip, p50 | {fmt(veth['lat8_p50_us'])} us | raw DPDK ping-pong {fmt(veth['raw_pingpong_p50_us'])} us; kernel TCP (sockperf) {fmt(veth['sockperf_rtt_us'])} us |")
     w("")
