@@ -10,6 +10,7 @@
 // pipe when its CQ is destroyed is skipped, as the kernel drops it.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,8 +33,14 @@ void fire(void* arg) {
   const Cq* cq = static_cast<const Cq*>(arg);
   const std::uint64_t id = cq->id;
   // Non-blocking: a pipe full of unread events (64 KiB of them) loses this
-  // one rather than stall the engine; the waiter has plenty to read.
+  // one rather than stall the engine; the waiter has plenty to read. Under
+  // caller progress this runs on an application's thread, inside
+  // Context::progress(): a cancellation here would leave the engines held
+  // for good, so it waits until the write is done.
+  int cancel_state = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   [[maybe_unused]] const ssize_t n = write(cq->channel->write_fd, &id, sizeof id);
+  pthread_setcancelstate(cancel_state, nullptr);
 }
 
 // The wc_flags of ibv_create_cq_ex that ibv_wc carries, and the timestamps

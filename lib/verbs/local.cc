@@ -86,21 +86,19 @@ LocalBackend& LocalBackend::of(Context& ctx) { return dynamic_cast<LocalBackend&
 std::unique_ptr<Backend> make_local_backend(Context& ctx) { return std::make_unique<LocalBackend>(ctx); }
 
 std::size_t LocalBackend::progress() {
-  if (!in_helper) {
-    static thread_local const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  ThreadState& t = here;  // one look-up of the thread's block (a shared library's TLS costs a call)
+  if (!t.in_helper) {
+    if (t.tid == 0) t.tid = static_cast<pid_t>(syscall(SYS_gettid));
     caller_polls_.store(caller_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    caller_tid_.store(tid, std::memory_order_relaxed);
+    caller_tid_.store(t.tid, std::memory_order_relaxed);
   }
   // Not beside a control call from another thread, nor beside another
   // progress() (`polling`: whoever takes it polls, the others return).
+  // Running on an application's thread, the engines reach one cancellation
+  // point: a completion event's write(2), which lib/ibverbs makes with
+  // cancellation off (rping cancels its CQ thread, which may be in here).
   if (polling_.exchange(true, std::memory_order_seq_cst)) return 0;
-  // Caller progress runs the engines on the application's threads: one
-  // cancelled at a cancellation point inside (the write(2) of a completion
-  // event: rping cancels its CQ thread) would leave `polling` taken for
-  // good, so cancellation waits until the poll is over.
-  int cancel_state = 0;
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
-  progress_here = true;
+  t.progress_here = true;
   std::size_t n = 0;
   if (!workers_running_.load(std::memory_order_acquire) &&
       (control_seq_.load(std::memory_order_seq_cst) & 1) == 0) {
@@ -111,9 +109,8 @@ std::size_t LocalBackend::progress() {
       if (hook.run != nullptr) n += hook.run(hook.arg, i);
     }
   }
-  progress_here = false;
+  t.progress_here = false;
   polling_.store(false, std::memory_order_release);
-  pthread_setcancelstate(cancel_state, nullptr);
   return n;
 }
 
@@ -204,7 +201,7 @@ void LocalBackend::stop_workers() {
     // What the program posted last (its final SEND, the CM's DREQ before
     // exit) may wait in the engines for a poll that no one would make now:
     // polled for here until 64 polls in a row move nothing, 20 ms at most.
-    if (!progress_here) {
+    if (!here.progress_here) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
       for (int quiet = 0; quiet < 64 && std::chrono::steady_clock::now() < until;) {
         quiet = progress() != 0 ? 0 : quiet + 1;
@@ -325,7 +322,7 @@ void LocalBackend::run_helper() {
   constexpr std::uint64_t kIdle = 200'000;        // no frame for this long: idle
   constexpr std::uint64_t kIdleMin = 20'000, kIdleMax = 1'000'000;
   constexpr std::uint64_t kLookAtCaller = 100'000;  // ns between reads of its state (0.8 us each)
-  in_helper = true;
+  here.in_helper = true;
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: the default 50 us would stretch every short sleep
   pid_t stat_tid = 0;
   int stat_fd = -1;

@@ -230,8 +230,12 @@ class LocalBackend final : public Backend {
   std::atomic<std::uint64_t> caller_polls_{0};
   std::atomic<pid_t> caller_tid_{0};
   std::atomic<std::uint32_t> helper_kick_{0};  // the thread that called progress() last (not the helper)
-  static inline thread_local bool in_helper = false;
-  static inline thread_local bool progress_here = false;  // this thread holds `polling` (progress())
+  struct ThreadState {  // zero-initialised, as every thread_local
+    bool in_helper;      // the helper thread
+    bool progress_here;  // this thread holds `polling` (progress())
+    pid_t tid;           // gettid(), once known; 0 before
+  };
+  static inline thread_local ThreadState here;
 };
 
 template <typename F>
@@ -270,7 +274,7 @@ auto LocalBackend::control(F&& f, Access access, QueuePair* one) -> decltype(f()
     // Not for this thread's own progress(), interrupted by a signal whose
     // handler calls exit() (the counters printed, the helper stopped): it
     // would never end.
-    while (polling_.load(std::memory_order_seq_cst) && !progress_here) std::this_thread::yield();
+    while (polling_.load(std::memory_order_seq_cst) && !here.progress_here) std::this_thread::yield();
   }
   return f();
 }
