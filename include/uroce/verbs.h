@@ -312,9 +312,11 @@ class Context {
   Reach resolve_gid(const ibv_gid& gid, std::uint8_t mac[6] = nullptr);
 
   // One run of every engine's loop: receive, timers, transmit. The
-  // simulator and single-threaded embedders call this. Returns the number
-  // of frames received plus sent; 0 (and nothing done) while workers run
-  // or another thread's control call (telemetry's, say) runs.
+  // simulator and single-threaded embedders call this, and under
+  // Progress::kCaller any thread may. Returns the number of frames received
+  // plus sent; 0 (and nothing done) while workers run, another thread's
+  // control call (telemetry's, say) runs, or another thread's progress()
+  // does (one poller at a time: the others return at once).
   std::size_t progress();
 
   // Runs each engine on a thread of its own, engine i pinned to cpus[i]
