@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,19 +115,14 @@ void busy_poll_events(Channel* ch) {
   if (ch->ibv.context == nullptr) return;
   Ctx* x = ctx_of(ch->ibv.context);
   if (x == nullptr || !caller_progress(x)) return;
-  timespec t0{}, t{};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   pollfd p{ch->ibv.fd, POLLIN, 0};
   if (poll(&p, 1, 0) > 0) return;  // one waits already
+  const std::uint64_t start = monotonic_ns();
   for (std::uint32_t i = 1;; ++i) {
     if (x->ctx->progress() != 0 && poll(&p, 1, 0) > 0) return;
-    if (i % 16 == 0) {
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      const std::int64_t ns = (t.tv_sec - t0.tv_sec) * 1'000'000'000 + (t.tv_nsec - t0.tv_nsec);
-      if (ns > static_cast<std::int64_t>(kBusyPoll)) {
-        x->ctx->hand_to_helper();  // the helper takes over while read(2) sleeps
-        return;
-      }
+    if (i % 16 == 0 && monotonic_ns() - start > kBusyPoll) {
+      x->ctx->hand_to_helper();  // the helper takes over while read(2) sleeps
+      return;
     }
   }
 }

@@ -3,6 +3,8 @@
 // process-wide state (EAL, the one uroce device). Not installed.
 #pragma once
 
+#include <time.h>
+
 #include <infiniband/verbs.h>
 
 #include <array>
@@ -156,6 +158,12 @@ struct Ctx {
 Ctx* ctx_of(ibv_context* c);
 // Whether the verbs calls on `c`'s objects run its engines (Ctx::caller_progress).
 inline bool caller_progress(const Ctx* c) { return c->caller_progress && !g_forked_child; }
+// CLOCK_MONOTONIC in ns (the caller progress loops' deadlines).
+inline std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 struct Channel;
 // ibv_get_cq_event's wait in caller progress (cq.cc).
 void busy_poll_events(Channel* ch);

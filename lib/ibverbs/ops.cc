@@ -3,7 +3,6 @@
 // data path goes straight to uroce's QueuePair and CompletionQueue; memory
 // windows are mw.cc's.
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -55,12 +54,6 @@ int post_recv(ibv_qp* ibv_qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 // kOffMax of them, a ping-pong that missed one answer lingers again soon.
 constexpr std::uint64_t kLinger = 20'000;  // ns
 constexpr std::uint32_t kOffMax = 1024;
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 void linger(Cq* cq) {  // poll_lock held
   if (cq->linger_off > 0) {
