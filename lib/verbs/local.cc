@@ -85,6 +85,35 @@ LocalBackend& LocalBackend::of(Context& ctx) { return dynamic_cast<LocalBackend&
 
 std::unique_ptr<Backend> make_local_backend(Context& ctx) { return std::make_unique<LocalBackend>(ctx); }
 
+namespace {
+
+// The engines' threads (workers, the helper) are born with every signal
+// blocked, so the application's handlers run on its own threads: one that
+// calls exit() on a worker would wait for the worker itself (issue 27,
+// item 5). Blocked in the creating thread while this lives.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &was_);
+  }
+  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &was_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t was_;
+};
+
+}  // namespace
+
+int LocalBackend::check_cpus(const std::vector<int>& cpus) {
+  if (cpus.size() == engines_.size()) return 0;
+  return c_.fail(EINVAL, "give one CPU per engine: this context has " + std::to_string(engines_.size()) +
+                             " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
+}
+
 std::size_t LocalBackend::progress() {
   ThreadState& t = here;  // one look-up of the thread's block (a shared library's TLS costs a call)
   if (!t.in_helper) {
@@ -127,18 +156,10 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
   if (progress_mode_ == Context::Progress::kCaller) return start_helper(cpus, hook);
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (workers_running_.load()) return c_.fail(EBUSY, "workers already run this context's engines");
-  if (cpus.size() != engines_.size()) {
-    return c_.fail(EINVAL, "give one CPU per engine: this context has " + std::to_string(engines_.size()) +
-                               " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
-  }
+  if (const int e = check_cpus(cpus); e != 0) return e;
   workers_stop_.store(false);
   workers_running_.store(true, std::memory_order_release);
-  // The workers are born with every signal blocked, so the application's
-  // handlers run on its own threads: one that calls exit() on a worker
-  // would wait for the worker itself (issue 27, item 5).
-  sigset_t all, was;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &was);
+  const SignalsBlocked blocked;  // inherited by the workers
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     parked_[i].store(0, std::memory_order_relaxed);
     polled_[i].store(0, std::memory_order_relaxed);
@@ -185,8 +206,7 @@ int LocalBackend::start_workers(const std::vector<int>& cpus, Context::WorkerHoo
     // outlives the last context (docs/embedding.md).
     pthread_setname_np(workers_.back().native_handle(), "uroce-worker");
   }
-  pthread_sigmask(SIG_SETMASK, &was, nullptr);
-  return 0;
+    return 0;
 }
 
 void LocalBackend::stop_workers() {
@@ -224,19 +244,14 @@ void LocalBackend::stop_workers() {
 int LocalBackend::start_helper(const std::vector<int>& cpus, Context::WorkerHook hook) {
   std::lock_guard<std::mutex> lock(helper_mutex_);
   if (helper_running_.load()) return c_.fail(EBUSY, "the helper already runs this context's engines");
-  if (cpus.size() != engines_.size()) {
-    return c_.fail(EINVAL, "give one CPU per engine: this context has " + std::to_string(engines_.size()) +
-                               " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
-  }
+  if (const int e = check_cpus(cpus); e != 0) return e;
   control([&] {
     hook_ = hook;
     return 0;
   }, Access::kReadsOnly);
   helper_stop_.store(false);
   helper_running_.store(true);
-  sigset_t all, was;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &was);  // as the workers: the application's handlers run on its threads
+  const SignalsBlocked blocked;  // inherited by the helper
   helper_ = std::thread([this, cpu = cpus.front()] {
     if (cpu >= 0) {
       cpu_set_t set;
@@ -249,7 +264,6 @@ int LocalBackend::start_helper(const std::vector<int>& cpus, Context::WorkerHook
     port_threads(false);
   });
   pthread_setname_np(helper_.native_handle(), "uroce-helper");
-  pthread_sigmask(SIG_SETMASK, &was, nullptr);
   return 0;
 }
 

@@ -214,6 +214,7 @@ class LocalBackend final : public Backend {
   // helper (approximately: racing callers may count once), so the helper
   // sees whether anyone else keeps the engines going.
   int start_helper(const std::vector<int>& cpus, Context::WorkerHook hook);
+  int check_cpus(const std::vector<int>& cpus);  // one per engine, else EINVAL (last_error says so)
   void run_helper();
   // The helper sleeps up to `ns` or until woken (helper_kick, a futex):
   // by hand_to_helper() or stop_workers().

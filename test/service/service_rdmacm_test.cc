@@ -78,7 +78,7 @@ std::size_t count(const std::string& text, const std::string& what) {
 // before that is sent again). Not a fixed delay, which a loaded machine
 // can outlast.
 void wait_cm(const std::string& mark, const Process& s) {
-  const bool up = uroce::test::wait_uroce_thread(mark, "uroce-cm", [&] { return kill(s.pid, 0) != 0; });
+  const bool up = uroce::test::wait_uroce_thread(mark, {"uroce-cm"}, [&] { return kill(s.pid, 0) != 0; });
   EXPECT_TRUE(up) << "the server's rdma_cm never started:\n" << s.out();
 }
 

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -54,13 +55,19 @@ inline bool uroce_thread_running(const std::string& mark, const std::string& thr
   return found;
 }
 
-// Waits up to `limit` for that; false if it never came (or `gone()` says
-// the server has ended).
+// Waits up to `limit` for a thread named one of `threads`; false if none
+// came (or `gone()` says the server has ended).
 template <typename Gone>
-bool wait_uroce_thread(const std::string& mark, const std::string& thread, Gone gone,
+bool wait_uroce_thread(const std::string& mark, std::initializer_list<const char*> threads, Gone gone,
                        std::chrono::seconds limit = std::chrono::seconds(60)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!uroce_thread_running(mark, thread)) {
+  const auto any = [&] {
+    for (const char* t : threads) {
+      if (uroce_thread_running(mark, t)) return true;
+    }
+    return false;
+  };
+  while (!any()) {
     if (gone() || std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -71,12 +78,7 @@ bool wait_uroce_thread(const std::string& mark, const std::string& thread, Gone 
 // "uroce-helper".
 template <typename Gone>
 bool wait_uroce_workers(const std::string& mark, Gone gone, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!uroce_thread_running(mark, "uroce-worker") && !uroce_thread_running(mark, "uroce-helper")) {
-    if (gone() || std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
+  return wait_uroce_thread(mark, {"uroce-worker", "uroce-helper"}, gone, limit);
 }
 
 }  // namespace uroce::test
