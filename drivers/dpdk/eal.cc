@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "dpdk/burst_gate.h"
 #include "dpdk/rte.h"
 #include "log/log.h"
 
@@ -290,6 +291,7 @@ bool park_interrupt_thread() {
   }
   const std::uint64_t one = 1;
   if (write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) return false;
+  hurry_burst_gate();  // a thread held there reaches this callback in its next window
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!interrupt_thread_parked.load(std::memory_order_acquire)) {
     if (std::chrono::steady_clock::now() >= until) return false;
@@ -314,6 +316,7 @@ void run_on_interrupt_thread(void (*fn)(void*), void* arg) {
     fn(arg);
     return;
   }
+  hurry_burst_gate();
   while (!call.done.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 

@@ -204,6 +204,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
   if (opened->max_tx_segments_ < 3) opened->multi_seg_tx_ = false;  // a head, a piece and a tail at the least
   opened->rx_loss_ = rx_loss;
   opened->tx_split_pages_ = std::strcmp(driver, "net_e1000_em") == 0 || std::strcmp(driver, "net_vmxnet3") == 0;
+  opened->rings_torn_down_by_interrupt_thread_ = std::strcmp(driver, "net_memif") == 0;
   return opened;
 }
 

@@ -110,6 +110,10 @@ class Port {
   // neighbours in guest-physical memory. A real NIC reads through the IOMMU
   // page by page; for it the split costs one descriptor per page crossed.
   bool tx_split_pages() const { return tx_split_pages_; }
+  // The driver unmaps the port's rings on EAL's interrupt thread, on its
+  // own (memif, when its peer goes): bursts on it go through the burst
+  // gate (dpdk/burst_gate.h).
+  bool rings_torn_down_by_interrupt_thread() const { return rings_torn_down_by_interrupt_thread_; }
 
   // Copies each frame into an mbuf and sends the burst on `queue`. Returns
   // how many the device took; the rest are freed, not retried.
@@ -135,6 +139,7 @@ class Port {
   PortPfc pfc_;
   std::uint16_t max_tx_segments_ = UINT16_MAX;
   bool tx_split_pages_ = false;
+  bool rings_torn_down_by_interrupt_thread_ = false;
   RxLoss rx_loss_{};
   // The ids of the driver's xstats that count pause frames received and
   // sent (found once: their names differ by driver).

@@ -71,6 +71,10 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
       memory_(std::make_shared<Memory>()),
       segments_(new_segment_counts()) {
   memory_->queues.push_back(this);
+  if (port.rings_torn_down_by_interrupt_thread()) {
+    gate_slot_ = std::make_unique<BurstSlot>();
+    if (!gate_slot_->gated()) gate_slot_.reset();  // the gate is off: bursts as before it
+  }
   if (const RxLoss& loss = port.rx_loss(); loss.probability > 0) {
     rx_loss_threshold_ = static_cast<std::uint64_t>(std::ldexp(loss.probability, 64));
     rx_loss_state_ = loss.seed * 0x9e3779b97f4a7c15ull + queue;
@@ -175,6 +179,7 @@ rte_mbuf* PortIo::linearize(rte_mbuf* m) {
 }
 
 std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
+  const InBurst in(gate_slot_.get());
   // Requests for addresses being resolved, queued by another thread: sent
   // here, by the queue's owner (one load a burst when there are none).
   if (neighbors_->requests_waiting.load(std::memory_order_relaxed) != 0) [[unlikely]] send_requests();
@@ -400,7 +405,11 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     origin[built] = i;
     burst[built++] = head;
   }
-  const std::uint16_t sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
+  std::uint16_t sent = 0;
+  {
+    const InBurst in(gate_slot_.get());
+    sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
+  }
   for (std::uint16_t k = 0; k < sent; ++k) {
     const Tally& t = tally[k];
     counters_.tx_copied_bytes += t.copied_bytes;

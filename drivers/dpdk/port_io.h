@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/burst_gate.h"
 #include "dpdk/iova.h"
 #include "dpdk/neighbors.h"
 #include "dpdk/port.h"
@@ -308,6 +309,10 @@ class PortIo : public engine::PacketIo {
   // queue's own engine cleans up its sent descriptors in its next rx_burst,
   // so their segments are freed (only the queue's owner may touch its TX).
   std::atomic<bool> tx_cleanup_wanted_{false};
+  // This queue's mark in the burst gate (dpdk/burst_gate.h), on a port
+  // whose driver tears its rings down on EAL's interrupt thread; nullptr
+  // on the others.
+  std::unique_ptr<BurstSlot> gate_slot_;
 };
 
 // Two ports joined back to back by rte_rings (net_ring), in one process:

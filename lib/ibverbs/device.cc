@@ -27,6 +27,7 @@
 #include "cc/delay.h"
 #include "device/metrics_source.h"
 #include "device/device.h"
+#include "dpdk/burst_gate.h"
 #include "dpdk/eal.h"
 #include "ibverbs/fork_service.h"
 #include "ibverbs/internal.h"
@@ -403,6 +404,9 @@ void start() {
   }
   Process& p = process();
   p.joined = dpdk::eal_started_elsewhere();
+  // The application cleans its EAL up itself: the interrupt thread must be
+  // free then (dpdk/burst_gate.h).
+  if (p.joined) dpdk::burst_gate_off();
   std::uint16_t port_id = config.port_id;
   if (p.joined) {
     if (std::string e = join_port(config, port_id); !e.empty()) {

@@ -1,0 +1,111 @@
+// Keeping EAL's interrupt thread off a port's rings while a poll-mode thread
+// is inside a burst on them.
+//
+// DPDK 22.11's memif serves its peer's control messages on EAL's interrupt
+// thread. When the peer goes (it exits, crashes or stops its port),
+// memif_disconnect runs there and unmaps the shared rings and buffers at
+// once, with no word to the threads in rte_eth_rx_burst or rte_eth_tx_burst
+// on them. Its "connected" flag, which a burst checks on entry, is cleared a
+// few system calls earlier: a burst preempted past that check (a loaded
+// machine, two busy threads on one core) wakes up writing into unmapped
+// memory (a SIGSEGV in a helper thread at exit when both ends of a link
+// close at once, issue 33), or, once the range is mapped again for
+// something else, into that.
+//
+// The gate makes the two take turns. While a port that needs it is open,
+// the interrupt thread is held in a callback of ours and let out in
+// windows, one every kWindowEvery (at once when asked, see hurry()): a window
+// opens only once no gated burst is under way, and a burst that comes while
+// it is open waits until the thread is held again. The PMDs' handlers and
+// EAL's alarms then run in windows only, up to a period late.
+//
+// A burst pays a store to its own slot and a load of a flag the interrupt
+// thread writes once a window; membarrier(2) on the window's side orders
+// them (a full fence per burst where the kernel has no membarrier).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace uroce::dpdk {
+
+// One poller's mark: set while it is inside a burst. One per queue (a
+// queue is polled by one thread at a time); registered while it lives.
+class BurstSlot {
+ public:
+  BurstSlot();  // registers it, and holds the interrupt thread from then on
+  ~BurstSlot();
+  BurstSlot(const BurstSlot&) = delete;
+  BurstSlot& operator=(const BurstSlot&) = delete;
+
+  // Whether the gate works (false: its callback could not be registered,
+  // said once in the log; bursts then go ungated, as before the gate).
+  bool gated() const { return gated_; }
+
+  // Around each burst, by the queue's owner: enter() returns once the
+  // interrupt thread is held; until leave(), no window opens.
+  void enter() {
+    busy_.store(true, std::memory_order_relaxed);
+    fence();
+    if (window_open.load(std::memory_order_acquire)) [[unlikely]] wait_for_window_to_close();
+  }
+  void leave() { busy_.store(false, std::memory_order_release); }
+
+  bool busy() const { return busy_.load(std::memory_order_acquire); }
+
+  // The interrupt thread runs handlers: set from the moment it leaves our
+  // callback until it is back in it.
+  static inline std::atomic<bool> window_open{true};
+  // The window's side orders with membarrier: the poller's side needs only
+  // to keep the compiler from reordering.
+  static inline bool membarrier_orders = false;
+
+  static constexpr std::chrono::microseconds kWindowEvery{1000};
+
+ private:
+  static void fence() {
+    if (membarrier_orders) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+  }
+  void wait_for_window_to_close();
+
+  std::atomic<bool> busy_{false};
+  bool gated_ = false;
+};
+
+// A burst's scope: enter() and leave() of `slot`, or nothing for nullptr.
+class InBurst {
+ public:
+  explicit InBurst(BurstSlot* slot) : slot_(slot) {
+    if (slot_ != nullptr) slot_->enter();
+  }
+  ~InBurst() {
+    if (slot_ != nullptr) slot_->leave();
+  }
+  InBurst(const InBurst&) = delete;
+  InBurst& operator=(const InBurst&) = delete;
+
+ private:
+  BurstSlot* slot_;
+};
+
+// Opens a window now rather than at the end of the period: for a caller
+// about to wait on the interrupt thread (an alarm it set, a callback it
+// registered). No-op when no slot holds the thread.
+void hurry_burst_gate();
+
+// Leaves EAL's interrupt thread free for good: slots made from now on go
+// ungated. For an EAL the application started: it calls rte_eal_cleanup
+// itself, which unmaps EAL's memory right after waking the thread to walk
+// its interrupt sources again; a thread held here would walk them late,
+// in unmapped memory.
+void burst_gate_off();
+
+// Windows opened since the process started (for tests).
+std::uint64_t burst_gate_windows();
+
+}  // namespace uroce::dpdk
