@@ -351,6 +351,9 @@ void Engine::transmit_frames() {
   }
   env_.heads = heads_.data();
   env_.heads_left = nheads_;
+  env_.frames = tx_.data();
+  env_.icrc_masks = tx_masks_.data();
+  const std::uint16_t first_new = count;  // those before went out unsent last time, complete
   const auto room = [&] { return std::min<std::uint16_t>(static_cast<std::uint16_t>(kBurst - count), env_.heads_left); };
 
   const std::size_t nq = active_.size();
@@ -386,6 +389,7 @@ void Engine::transmit_frames() {
   // The next burst starts after the last QP that had its turn.
   if (nq > 0) tx_cursor_ = (last + 1) % nq;
   if (count == 0) return;
+  for (std::uint16_t k = first_new; k < count; ++k) wire::finish_icrc_tx(tx_[k], tx_masks_[k], env_.crc32);
   const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
   add_counter(EngineCounter::tx_frames, sent);
   if (!port_heads) {

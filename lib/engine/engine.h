@@ -174,6 +174,9 @@ class Engine {
   std::array<bool, kBurst> masked_{};
   std::array<std::array<std::uint8_t, wire::kHeadCopyBytes>, kBurst> head_copies_{};
   std::array<wire::TxFrame, kBurst> tx_;
+  // The masked bytes of each frame of tx_ written this burst, its ICRC
+  // computed after all of them are (wire::finish_icrc_tx).
+  std::array<wire::IcrcMask, kBurst> tx_masks_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
   // Heads for the frames of the next bursts, taken from the top: the port's
   // (refilled in bulk), or blocks of own_heads_ for ports that have none.

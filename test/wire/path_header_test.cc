@@ -1,7 +1,9 @@
 // The TX path's headers, built once per path and patched per packet, give
 // the same bytes as build_frame() from the same fields: every opcode the RC
 // transport sends, IPv4 and IPv6, tagged and untagged, payloads copied into
-// the head or sent as pieces, IPv4 checksums written or left to the port.
+// the head or sent as pieces, IPv4 checksums written or left to the port,
+// the ICRC computed at once or left for finish_icrc_tx() (the engine's
+// bursts).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +62,7 @@ TEST(PathHeader, PacketsEqualBuildFrameOfTheSameFields) {
   std::vector<std::uint8_t> region(8192);
   for (auto& b : region) b = static_cast<std::uint8_t>(rng());
   std::array<std::uint8_t, 9216> head_memory;
+  int deferred = 0;
   for (int round = 0; round < 4000; ++round) {
     FrameSpec spec = random_path(rng);
     const Opcode op = kSent[rng() % std::size(kSent)];
@@ -106,7 +109,14 @@ TEST(PathHeader, PacketsEqualBuildFrameOfTheSameFields) {
 
     const PathHeader path = build_path_header(spec);
     ASSERT_TRUE(path.built());
+    IcrcMask mask{};
+    const bool defer = rng() % 2 != 0;
+    if (defer) options.defer_icrc = &mask;
     ASSERT_TRUE(write_packet(path, th, len, f, options)) << "round " << round;
+    if (defer) {
+      finish_icrc_tx(f, mask, crc32_default);
+      ++deferred;
+    }
     std::vector<std::uint8_t> got(f.frame_bytes());
     f.copy_to(got.data());
 
@@ -117,7 +127,8 @@ TEST(PathHeader, PacketsEqualBuildFrameOfTheSameFields) {
     const std::size_t l3 = spec.vlan_tci ? 18 : 14;
     if (spec.ip_version == 4 && !options.ipv4_checksum) want[l3 + 10] = want[l3 + 11] = 0;
     ASSERT_EQ(got, want) << "round " << round << ": opcode " << static_cast<int>(op) << ", IPv"
-                         << int{spec.ip_version} << ", payload " << len << ", copy limit " << options.copy_limit;
+                         << int{spec.ip_version} << ", payload " << len << ", copy limit " << options.copy_limit
+                         << (defer ? ", ICRC deferred" : "");
     // Short payloads within the limit were copied; others left in place.
     const bool copied = len <= options.copy_limit && want.size() <= f.head.room;
     EXPECT_EQ(f.npieces == 0, copied || len == 0) << "round " << round;
@@ -132,6 +143,8 @@ TEST(PathHeader, PacketsEqualBuildFrameOfTheSameFields) {
       EXPECT_EQ(ipv4_header_checksum(got.data() + l3, 20), 0) << "round " << round;
     }
   }
+  EXPECT_GT(deferred, 1000);
+  EXPECT_LT(deferred, 3000);
 }
 
 TEST(PathHeader, KeepsTheAddressesItWasBuiltFrom) {
