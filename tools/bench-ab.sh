@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same-run A/B of two builds of uroce-perf: the per-packet CPU cost of the
 # transport (both ends on one core) for the cases of tools/bench-transport.sh
-# (--sim write 64 B and 4 KiB) and over DPDK (--ring write 4 KiB and 8 B),
+# (--sim write 64 B and 4 KiB) and over DPDK (--ring write 4 KiB and 8 B;
+# 8 B also posted 16 WRs to a call, --post-list 16: both builds need it),
 # run in turns (A, B, A, B, ...) so that the machine's drift hits both.
 # With two more builds made with -Dcpp_args=-DUROCE_PROFILE_TX (the engine
 # then times its TX path: frames built and handed to the port), the TX
@@ -30,6 +31,7 @@ cases=(
   "sim_write_4k|--sim write -s 4096 -n 200000 -t 128"
   "ring_write_4k|-- --ring write -s 4096 -n 200000 -t 64"
   "ring_write_8|-- --ring write -s 8 -n 400000 -t 64"
+  "ring_write_8_list16|-- --ring write -s 8 -n 400000 -t 64 --post-list 16"
 )
 for ((r = 0; r < runs; ++r)); do
   for c in "${cases[@]}"; do
@@ -63,7 +65,7 @@ fi
 python3 - "$tmp" "$runs" "$out" "${#prof[@]}" "$a" "$b" <<'PY'
 import json, statistics, sys
 tmp, runs, out, have_prof, a, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "2", sys.argv[5], sys.argv[6]
-names = ["sim_write_64", "sim_write_4k", "ring_write_4k", "ring_write_8"]
+names = ["sim_write_64", "sim_write_4k", "ring_write_4k", "ring_write_8", "ring_write_8_list16"]
 result = {"build_a": a, "build_b": b, "runs": runs, "cases": {}}
 print(f"A = {a}\nB = {b}\n{runs} runs of each case, in turns; CPU ns per data packet, both ends on one core")
 print(f"{'case':<16}{'A median':>10}{'B median':>10}{'B/A':>8}   B/A per run")

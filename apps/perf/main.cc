@@ -27,6 +27,7 @@
 #include "perf/message.h"
 #include "perf/options.h"
 #include "perf/pattern.h"
+#include "perf/post_lists.h"
 #include "perf/remote.h"
 #include "perf/report.h"
 #include "uroce/version.h"
@@ -169,7 +170,8 @@ template <typename Fabric>
 class Transfer {
  public:
   Transfer(const Options& o, Fabric& net, const Side& a, const Side& b)
-      : o_(o), net_(net), a_(a), b_(b), layout_(o), pattern_(o.size), flight_(o.depth, o.lat) {}
+      : o_(o), net_(net), a_(a), b_(b), layout_(o), pattern_(o.size), flight_(o.depth, o.lat),
+        lists_(o.qps, o.post_list) {}
 
   Result run() {
     const std::uint64_t faults0 = page_faults();
@@ -183,6 +185,7 @@ class Transfer {
       while (next_ < o_.iters && flight_.may_post(next_, done_)) {
         if (!post(next_++)) return failed("post failed: " + errors());
       }
+      if (o_.post_list > 1 && !lists_.flush_all(post_list())) return failed("post failed: " + errors());
       if (!net_.step()) return failed("the link went idle with work outstanding");
       if (stalled()) return failed("no completion for 20 s: the transfer is stuck (see the QP counters)");
       if (!poll_requests() || (send() && !poll_receives())) return failed(error_);
@@ -215,12 +218,29 @@ class Transfer {
     return b_.qps[qp_of(msg)]->post_recv(&wr, &bad) == 0;
   }
 
+  // --post-list: QP `qp`'s gathered WRs in one post_send.
+  auto post_list() {
+    return [this](std::uint32_t qp, ibv_send_wr* first) {
+      ibv_send_wr* bad = nullptr;
+      return a_.qps[qp]->post_send(first, &bad) == 0;
+    };
+  }
+
   bool post(std::uint64_t msg) {
     const std::uint32_t s = flight_.slot_of(msg);
-    ibv_sge sge = app::local_sge(a_.slot(layout_, s), o_.size, *a_.mr);
+    const std::uint32_t qp = qp_of(msg);
     const auto remote_slot = reinterpret_cast<std::uint64_t>(b_.slot(layout_, s));
     const auto remote_counter = reinterpret_cast<std::uint64_t>(b_.buf + layout_.counter_offset(b_.vaddr()));
-    ibv_send_wr wr = perf::message_wr(o_.op, s, sge, remote_slot, remote_counter, b_.mr->rkey);
+    // --post-list: gathered for its QP, posted when the list is full (or
+    // by flush_all once no more may be posted).
+    const bool gathered = o_.post_list > 1;
+    const std::size_t i = gathered ? lists_.add(qp) : 0;
+    ibv_sge one_sge;
+    ibv_send_wr one_wr;
+    ibv_sge& sge = gathered ? lists_.sge(i) : one_sge;
+    ibv_send_wr& wr = gathered ? lists_.wr(i) : one_wr;
+    sge = app::local_sge(a_.slot(layout_, s), o_.size, *a_.mr);
+    wr = perf::message_wr(o_.op, s, sge, remote_slot, remote_counter, b_.mr->rkey);
     if (o_.verify) {
       const auto v0 = Clock::now();
       if (perf::source_is_local(o_.op)) pattern_.fill(a_.slot(layout_, s), msg);
@@ -229,8 +249,9 @@ class Transfer {
     }
     if (send() && !post_recv(s, msg)) return false;
     flight_.posted(msg);
+    if (gathered) return !lists_.full(qp) || lists_.flush(qp, post_list());
     ibv_send_wr* bad = nullptr;
-    return a_.qps[qp_of(msg)]->post_send(&wr, &bad) == 0;
+    return a_.qps[qp]->post_send(&wr, &bad) == 0;
   }
 
   // --report-interval: once an interval has passed (or at the end, the
@@ -338,6 +359,7 @@ class Transfer {
   const perf::BufferLayout layout_;
   const perf::Pattern pattern_;
   perf::InFlight flight_;
+  perf::PostLists lists_;  // --post-list
   std::uint64_t next_ = 0;
   Clock::time_point interval_start_;  // --report-interval: the current interval's start
   std::uint64_t interval_done_ = 0;   // done_ at that start

@@ -60,6 +60,8 @@ constexpr const char* kUsage =
     "                        --sim/--ring: message i goes to QP i mod N, so the messages in flight\n"
     "                        rotate over all N; --ip: message slot s goes to QP s mod N, so -t\n"
     "                        must be at least N, best a multiple of it)\n"
+    "      --post-list N     post each QP's WRs N to an ibv_post_send call, chained (perftest's\n"
+    "                        --post_list; default 1); the last list of a round may be shorter\n"
     "      --idle-qps N      with --sim or --ring: N more connected QP pairs that carry\n"
     "                        nothing (what the engine pays per poll for QPs it serves);\n"
     "                        their resident memory per QP is printed\n"
@@ -142,6 +144,7 @@ void read_flags(app::ArgReader& args, Options& o, std::string& op) {
     else if (a == "--workers") o.workers = true;
     else if (app::transport_flag(a, args, o.transport)) continue;
     else if (a == "-q" || a == "--qps") o.qps = u32("--qps");
+    else if (a == "--post-list") o.post_list = u32("--post-list");
     else if (a == "--idle-qps") o.idle_qps = u32("--idle-qps");
     else if (a == "--idle-depth") o.idle_depth = u32("--idle-depth");
     else if (a == "--idle-rd-atomic") o.idle_rd_atomic = u32("--idle-rd-atomic");
@@ -189,6 +192,8 @@ void check_fabric(const Options& o) {
   if (o.idle_rd_atomic > 128) usage_error("--idle-rd-atomic: 0 to 128 (the device's max_qp_rd_atom)");
   if (o.idle_depth == 0 || o.idle_depth > 16384) usage_error("--idle-depth: 1 to 16384 (the device's max_qp_wr)");
   if (o.qps == 0 || o.qps > kMaxQp) usage_error("--qps: 1 to 16384 (the device's max_qp)");
+  if (o.post_list == 0 || o.post_list > 1024) usage_error("--post-list: 1 to 1024 WRs per post");
+  if (o.post_list > 1 && o.lat) usage_error("--post-list with --lat: a latency test has one message in flight");
   if (o.qps + o.idle_qps > kMaxQp) usage_error("--qps plus --idle-qps: at most 16384 (the device's max_qp)");
   if (o.fabric == "port" && o.depth < o.qps) usage_error("-t (messages in flight) must be at least --qps with --ip");
   if (o.pfc_priority >= 0 && o.fabric == "sim") usage_error("--pfc sets up a DPDK port; use --ring or --ip");

@@ -49,6 +49,7 @@ struct Options {
   std::uint32_t idle_depth = 16;  // send and receive WQEs of each idle QP
   std::uint32_t idle_rd_atomic = 16;  // max_rd_atomic / max_dest_rd_atomic of each idle QP
   std::uint32_t qps = 1;  // message slot s goes to QP s mod qps
+  std::uint32_t post_list = 1;  // --post-list: each QP's WRs posted this many to a call, chained
   std::array<std::uint8_t, 4> ip{};
   bool have_ip = false;
   std::uint16_t port_id = 0;

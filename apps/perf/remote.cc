@@ -23,6 +23,7 @@
 #include "perf/layout.h"
 #include "perf/message.h"
 #include "perf/pattern.h"
+#include "perf/post_lists.h"
 #include "perf/report.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -38,7 +39,7 @@ class Endpoint {
  public:
   Endpoint(const Options& o, device::Device& device)
       : o_(o), ctx_(*device.ctx), io_(*device.io), layout_(o), pattern_(o.size), recv_busy_(o.depth),
-        idle_([this] { ctx_.progress(); }) {}
+        lists_(o.qps, o.post_list), idle_([this] { ctx_.progress(); }) {}
 
   bool set_up();
   // The TCP exchange and the QPs connected to the peer's: 0, or the exit status.
@@ -64,6 +65,13 @@ class Endpoint {
   void empty_poll(int got);
   bool serve_verdict();
   bool post(std::uint64_t msg, InFlight& flight);
+  // --post-list: QP `qp`'s gathered WRs in one post_send.
+  auto post_list() {
+    return [this](std::uint32_t qp, ibv_send_wr* first) {
+      ibv_send_wr* bad = nullptr;
+      return qps_[qp]->post_send(first, &bad) == 0;
+    };
+  }
   std::string transfer(InFlight& flight, double& seconds);
   void report_client(const InFlight& flight, double seconds);
 
@@ -88,6 +96,7 @@ class Endpoint {
   std::uint64_t completed_ = 0;  // client: messages completed
   bool verified_ = true;
   std::uint32_t empty_polls_ = 0;  // CQ polls in a row that found nothing
+  PostLists lists_;                 // --post-list
   const std::function<void()> idle_;  // keeps the port served while a side waits
 };
 
@@ -300,13 +309,23 @@ int Endpoint::serve() {
 
 bool Endpoint::post(std::uint64_t msg, InFlight& flight) {
   const std::uint32_t s = flight.slot_of(msg);
-  ibv_sge sge = app::local_sge(slot(s), o_.size, *mr_);
-  ibv_send_wr wr = message_wr(o_.op, s, sge, peer_.vaddr + layout_.slot_offset(s),
-                              peer_.vaddr + layout_.counter_offset(peer_.vaddr), peer_.rkey);
+  // --post-list: gathered for its QP, posted when the list is full (or by
+  // flush_all once no more may be posted).
+  const bool gathered = o_.post_list > 1;
+  const auto qp = static_cast<std::uint32_t>(s % o_.qps);
+  const std::size_t i = gathered ? lists_.add(qp) : 0;
+  ibv_sge one_sge;
+  ibv_send_wr one_wr;
+  ibv_sge& sge = gathered ? lists_.sge(i) : one_sge;
+  ibv_send_wr& wr = gathered ? lists_.wr(i) : one_wr;
+  sge = app::local_sge(slot(s), o_.size, *mr_);
+  wr = message_wr(o_.op, s, sge, peer_.vaddr + layout_.slot_offset(s),
+                  peer_.vaddr + layout_.counter_offset(peer_.vaddr), peer_.rkey);
   if (o_.verify && source_is_local(o_.op)) pattern_.fill(slot(s), msg);
   flight.posted(msg);
+  if (gathered) return !lists_.full(qp) || lists_.flush(qp, post_list());
   ibv_send_wr* bad = nullptr;
-  return qp_of_slot(s)->post_send(&wr, &bad) == 0;
+  return qps_[qp]->post_send(&wr, &bad) == 0;
 }
 
 // The client's test: "" or what failed; `seconds` of wall time.
@@ -321,6 +340,9 @@ std::string Endpoint::transfer(InFlight& flight, double& seconds) {
         failure = "post failed: " + ctx_.last_error();
         break;
       }
+    }
+    if (o_.post_list > 1 && failure.empty() && !lists_.flush_all(post_list())) {
+      failure = "post failed: " + ctx_.last_error();
     }
     ctx_.progress();
     ibv_wc wc[32];

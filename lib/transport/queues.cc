@@ -102,7 +102,9 @@ bool service_allows(ibv_qp_type type, ibv_wr_opcode op) {
 
 }  // namespace
 
-int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
+void qp_ring_doorbell(Qp& qp) { ring_doorbell(qp); }
+
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud, bool doorbell) {
   const ibv_qp_state state = qp.app_state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   if (qp.sq.room() == 0) return ENOMEM;
@@ -153,7 +155,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   if (w.kind == WqeKind::kBind || w.kind == WqeKind::kLocalInv) {
     // No data: nothing else of the WR is read.
     qp.sq.publish(1);
-    ring_doorbell(qp);
+    if (doorbell) ring_doorbell(qp);
     return 0;
   }
   if (w.kind == WqeKind::kAtomic) {
@@ -208,7 +210,7 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud) {
   // Posting to a QP in ERR is allowed: the engine flushes the WR at its
   // next poll (sync_from_app).
   qp.sq.publish(1);
-  ring_doorbell(qp);
+  if (doorbell) ring_doorbell(qp);
   return 0;
 }
 
@@ -229,13 +231,13 @@ void fill_recv_wqe(RecvWqe& w, const ibv_recv_wr& wr) {
 
 }  // namespace
 
-int qp_post_recv(Qp& qp, const ibv_recv_wr& wr) {
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell) {
   if (qp.app_state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
   if (qp.rq.room() == 0) return ENOMEM;
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
   fill_recv_wqe(qp.rq.slot(), wr);
   qp.rq.publish(1);
-  ring_doorbell(qp);
+  if (doorbell) ring_doorbell(qp);
   return 0;
 }
 

@@ -236,8 +236,13 @@ inline constexpr std::uint32_t kGrhBytes = 40;
 // ibv_post_send / ibv_post_recv for one WR, on the application's side of
 // the queues: 0, ENOMEM or EINVAL. The engine sees the WR at its next poll.
 // A UD QP's WR goes to `ud` (the headers of its wr.ud.ah; required).
-int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr);
-int qp_post_recv(Qp& qp, const ibv_recv_wr& wr);
+// `doorbell` false: the WR is published but the engine not told; the last
+// WR of a list rings it, or qp_ring_doorbell() after a WR of the list
+// failed (one atomic per list instead of one per WR).
+int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr, bool doorbell = true);
+int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell = true);
+// Tells the engine this QP has work (what the posts above do unless told not).
+void qp_ring_doorbell(Qp& qp);
 // The engine's side, once per poll: take in what the application posted
 // (flushing it at once in ERR), and publish what has been retired.
 void sync_from_app(Qp& qp);

@@ -36,27 +36,33 @@ std::uint32_t permute_qpn(std::uint32_t n, const std::array<std::uint64_t, 4>& k
 // The in-process data path (QueuePair::Impl::post_send, post_recv), set by
 // create_qp_with_qpn.
 
+// One doorbell per list: each WR is published as it is taken, the engine
+// told once, after the last (or after the WRs before a bad one).
 int local_post_send(QueuePair& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   QpImpl& q = impl_of(qp);
   const bool ud = q.qp.type == IBV_QPT_UD;
+  bool posted = false;
   for (; wr != nullptr; wr = wr->next) {
     const wire::PathHeader* to = nullptr;
     if (ud) {
       // The AH must be one of ours, of the QP's PD (IBTA 10.2.1.x).
       const AddressHandle* ah = AddressHandle::of(wr->wr.ud.ah);
       if (ah == nullptr || ah->pd() != q.pd) [[unlikely]] {
+        if (posted) transport::qp_ring_doorbell(q.qp);
         if (bad_wr != nullptr) *bad_wr = wr;
         return impl_of(q.pd->context())
             .note(EINVAL, "UD send WR: wr.ud.ah is not an address handle of the QP's PD");
       }
       to = &internal::Access::impl(const_cast<AddressHandle&>(*ah)).path;
     }
-    if (const int rc = transport::qp_post_send(q.qp, *wr, to); rc != 0) {
+    if (const int rc = transport::qp_post_send(q.qp, *wr, to, wr->next == nullptr); rc != 0) {
+      if (posted) transport::qp_ring_doorbell(q.qp);
       if (bad_wr != nullptr) *bad_wr = wr;
       return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "send queue full (max_send_wr)"
                                                                : "bad send WR: opcode (for the QP type), SGE count, "
                                                                  "inline size, length (UD: at most the MTU) or QP state");
     }
+    posted = true;
   }
   return 0;
 }
@@ -67,12 +73,15 @@ int local_post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (bad_wr != nullptr) *bad_wr = wr;
     return impl_of(q.pd->context()).note(EINVAL, "this QP receives from an SRQ: post to the SRQ");
   }
+  bool posted = false;
   for (; wr != nullptr; wr = wr->next) {
-    if (const int rc = transport::qp_post_recv(q.qp, *wr); rc != 0) {
+    if (const int rc = transport::qp_post_recv(q.qp, *wr, wr->next == nullptr); rc != 0) {
+      if (posted) transport::qp_ring_doorbell(q.qp);
       if (bad_wr != nullptr) *bad_wr = wr;
       return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
                                                                : "bad receive WR: SGE count or QP state (RESET)");
     }
+    posted = true;
   }
   return 0;
 }

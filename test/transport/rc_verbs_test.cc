@@ -42,6 +42,55 @@ TEST(RcVerbs, SendLandsInThePostedReceive) {
   EXPECT_EQ(std::memcmp(p.bufa, p.bufb + 8192, 5000), 0);
 }
 
+// A list is taken WR by WR and the engine told once, after the last; a
+// bad WR stops the list there (bad_wr names it) and those before it still
+// go out (the engine is told of them too), as on an RNIC.
+TEST(RcVerbs, AListOfWritesGoesOutAndABadWrStopsItWhereItIs) {
+  RcPair p(1, 1 << 16);
+  ASSERT_EQ(p.connect_rc, 0);
+  fill_pattern(p.bufa, 8 * 512, 9);
+  ibv_sge sges[8];
+  ibv_send_wr wrs[8];
+  auto make_list = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      sges[i] = ibv_sge{reinterpret_cast<std::uint64_t>(p.bufa + i * 512), 512, p.mra->lkey};
+      wrs[i] = ibv_send_wr{};
+      wrs[i].wr_id = static_cast<std::uint64_t>(i);
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].opcode = IBV_WR_RDMA_WRITE;
+      wrs[i].send_flags = IBV_SEND_SIGNALED;
+      wrs[i].wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(p.bufb + i * 512);
+      wrs[i].wr.rdma.rkey = p.mrb->rkey;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+  };
+  make_list(8);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(p.qa->post_send(wrs, &bad), 0);
+  auto done = p.wait(p.cqa, 8);
+  ASSERT_EQ(done.size(), 8u);
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].status, IBV_WC_SUCCESS) << wc_status_str(done[i].status);
+    EXPECT_EQ(done[i].wr_id, i) << "a list completes in order";
+  }
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb, 8 * 512), 0);
+
+  // The third of four has more SGEs than the QP takes: the first two go.
+  std::memset(p.bufb, 0, 8 * 512);
+  make_list(4);
+  wrs[2].num_sge = 17;  // max_send_sge 16
+  bad = nullptr;
+  EXPECT_EQ(p.qa->post_send(wrs, &bad), EINVAL);
+  EXPECT_EQ(bad, &wrs[2]);
+  done = p.wait(p.cqa, 2);
+  ASSERT_EQ(done.size(), 2u) << "the WRs before the bad one were not sent";
+  EXPECT_EQ(done[0].wr_id, 0u);
+  EXPECT_EQ(done[1].wr_id, 1u);
+  EXPECT_EQ(std::memcmp(p.bufa, p.bufb, 2 * 512), 0);
+  EXPECT_TRUE(p.wait(p.cqa, 1, 50'000'000).empty()) << "nothing of the bad WR or after it";
+}
+
 TEST(RcVerbs, WriteReadAndAtomics) {
   RcPair p(2, 1 << 20);
   ASSERT_EQ(p.connect_rc, 0);
