@@ -127,9 +127,8 @@ void BurstSlot::wait_for_window_to_close() {
                       "handler, or not running): its traffic is held meanwhile");
       }
     }
-    busy_.store(true, std::memory_order_relaxed);
-    fence();
-  } while (window_open.load(std::memory_order_acquire));
+    mark_busy();
+  } while (window_open.load(std::memory_order_seq_cst));
 }
 
 void burst_gate_off() {
