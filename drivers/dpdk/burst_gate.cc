@@ -2,7 +2,6 @@
 
 #include <linux/membarrier.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dpdk/eal.h"
 #include "dpdk/rte.h"
 #include "log/log.h"
 
@@ -68,16 +68,10 @@ void hold(void*) {
 // The callback on an eventfd of ours (mutex held). false, said once, when
 // EAL refuses it.
 bool install(Gate& g) {
-  g.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  rte_intr_handle* handle = g.fd >= 0 ? rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE) : nullptr;
-  if (handle == nullptr || rte_intr_fd_set(handle, g.fd) != 0 || rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) != 0 ||
-      rte_intr_callback_register(handle, hold, nullptr) != 0) {
-    if (handle != nullptr) rte_intr_instance_free(handle);
-    if (g.fd >= 0) close(g.fd);
-    g.fd = -1;
-    logger().warn("memif's connection teardown is not kept apart from the data path (no callback on EAL's "
-                  "interrupt thread: {}): a peer leaving while this process polls may crash it",
-                  rte_strerror(rte_errno));
+  g.fd = on_interrupt_thread_when_readable(hold);
+  if (g.fd < 0) {
+    logger().warn("memif's connection teardown is not kept apart from the data path (EAL took no callback "
+                  "of ours on its interrupt thread): a peer leaving while this process polls may crash it");
     return false;
   }
   BurstSlot::membarrier_orders = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;

@@ -274,21 +274,11 @@ std::atomic<bool> interrupt_thread_parked{false};
 // an alarm callback instead, the cleanup would wait forever for the alarm
 // source it unregisters to go idle.)
 bool park_interrupt_thread() {
-  const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int fd = on_interrupt_thread_when_readable([](void*) {
+    interrupt_thread_parked.store(true, std::memory_order_release);
+    for (;;) pause();
+  });
   if (fd < 0) return false;
-  rte_intr_handle* handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
-  if (handle == nullptr || rte_intr_fd_set(handle, fd) != 0 || rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) != 0 ||
-      rte_intr_callback_register(
-          handle,
-          [](void*) {
-            interrupt_thread_parked.store(true, std::memory_order_release);
-            for (;;) pause();
-          },
-          nullptr) != 0) {
-    rte_intr_instance_free(handle);
-    close(fd);
-    return false;
-  }
   const std::uint64_t one = 1;
   if (write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) return false;
   hurry_burst_gate();  // a thread held there reaches this callback in its next window
@@ -301,6 +291,19 @@ bool park_interrupt_thread() {
 }
 
 }  // namespace
+
+int on_interrupt_thread_when_readable(void (*callback)(void*)) {
+  const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return -1;
+  rte_intr_handle* handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  if (handle == nullptr || rte_intr_fd_set(handle, fd) != 0 || rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) != 0 ||
+      rte_intr_callback_register(handle, callback, nullptr) != 0) {
+    if (handle != nullptr) rte_intr_instance_free(handle);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 void run_on_interrupt_thread(void (*fn)(void*), void* arg) {
   OnInterruptThread call{fn, arg};

@@ -74,6 +74,12 @@ void eal_cleanup();
 // (the metrics exporter). Without EAL running: this thread's CPUs.
 std::vector<int> control_cpus();
 
+// An eventfd whose readiness EAL's interrupt thread serves with
+// `callback` (an EXT source: EAL never reads it, so it is called on every
+// turn of the thread's loop while the counter is non-zero); -1, errno set,
+// when EAL refuses it. Never unregistered.
+int on_interrupt_thread_when_readable(void (*callback)(void*));
+
 // Runs `fn` on EAL's interrupt thread, serialised with the PMDs' control
 // handlers (memif serves its peer's messages there), and waits for it.
 // Inline when no alarm can be set. Not from the interrupt thread itself.
