@@ -53,7 +53,20 @@ void hold(void*) {
     return;
   }
   BurstSlot::window_open.store(false, std::memory_order_seq_cst);
-  g.wake.wait_for(lock, BurstSlot::kWindowEvery, [&g] { return g.hurry || g.slots.empty(); });
+  // Held a look at a time: out once asked, once a look saw no frame move,
+  // or kBusyEvery at the latest.
+  const auto frames = [&g] {
+    std::uint64_t n = 0;
+    for (const BurstSlot* s : g.slots) n += s->frames_moved();
+    return n;
+  };
+  const auto until = std::chrono::steady_clock::now() + BurstSlot::kBusyEvery;
+  for (std::uint64_t seen = frames();;) {
+    if (g.wake.wait_for(lock, BurstSlot::kLook, [&g] { return g.hurry || g.slots.empty(); })) break;
+    const std::uint64_t now = frames();
+    if (now == seen || std::chrono::steady_clock::now() >= until) break;
+    seen = now;
+  }
   g.hurry = false;
   BurstSlot::window_open.store(true, std::memory_order_seq_cst);
   // Every poller's store of its mark is now visible, or it will see the

@@ -14,10 +14,19 @@
 //
 // The gate makes the two take turns. While a port that needs it is open,
 // the interrupt thread is held in a callback of ours and let out in
-// windows, one every kWindowEvery (at once when asked, see hurry()): a window
-// opens only once no gated burst is under way, and a burst that comes while
-// it is open waits until the thread is held again. The PMDs' handlers and
-// EAL's alarms then run in windows only, up to a period late.
+// windows (at once when asked, see hurry()): a window opens only once no
+// gated burst is under way, and a burst that comes while it is open waits
+// until the thread is held again. The PMDs' handlers and EAL's alarms then
+// run in windows only. While frames move, a window opens once every
+// kBusyEvery at most: a window costs the bursts more than its few
+// microseconds when the released thread loses its CPU to a busy poller
+// (two processes on two cores: each one's interrupt thread runs on the
+// other's core), and every window did halve uroce-perf's 64 KiB rate
+// between two processes when they came each millisecond. When no frame
+// moved for kLook, a window opens then: a connection's handshake, with no
+// traffic yet, goes at a message per kLook. (Each look wakes the thread,
+// on another process's core: a look a millisecond cost 5% of the 8-byte
+// message rate between two processes, one every 5 ms nothing measurable.)
 //
 // A burst pays a store to its own slot and a load of a flag the interrupt
 // thread writes once a window; membarrier(2) on the window's side orders
@@ -50,6 +59,11 @@ class BurstSlot {
     if (window_open.load(std::memory_order_seq_cst)) [[unlikely]] wait_for_window_to_close();
   }
   void leave() { busy_.store(false, std::memory_order_release); }
+  // Frames the burst just ended moved (by the queue's owner).
+  void moved(std::uint32_t frames) {
+    if (frames != 0) moved_.store(moved_.load(std::memory_order_relaxed) + frames, std::memory_order_relaxed);
+  }
+  std::uint64_t frames_moved() const { return moved_.load(std::memory_order_relaxed); }
 
   bool busy() const { return busy_.load(std::memory_order_acquire); }
 
@@ -60,7 +74,8 @@ class BurstSlot {
   // to keep the compiler from reordering.
   static inline bool membarrier_orders = false;
 
-  static constexpr std::chrono::microseconds kWindowEvery{1000};
+  static constexpr std::chrono::microseconds kLook{5000};
+  static constexpr std::chrono::milliseconds kBusyEvery{100};
 
  private:
   // The mark, ordered before the load of window_open that follows: by
@@ -78,6 +93,7 @@ class BurstSlot {
   void wait_for_window_to_close();
 
   std::atomic<bool> busy_{false};
+  std::atomic<std::uint64_t> moved_{0};
   bool gated_ = false;
 };
 

@@ -189,6 +189,7 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
   }
   auto** mbufs = reinterpret_cast<rte_mbuf**>(rx_mbufs_.data());
   const std::uint16_t got = rte_eth_rx_burst(port_.id(), queue_, mbufs, std::min<std::uint16_t>(max, 64));
+  if (gate_slot_ != nullptr) gate_slot_->moved(got);
   std::uint16_t n = 0;
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
@@ -410,6 +411,7 @@ std::uint16_t PortIo::tx_burst(const wire::TxFrame* frames, std::uint16_t n) {
     const InBurst in(gate_slot_.get());
     sent = rte_eth_tx_burst(port_.id(), queue_, burst.data(), built);
   }
+  if (gate_slot_ != nullptr) gate_slot_->moved(sent);
   for (std::uint16_t k = 0; k < sent; ++k) {
     const Tally& t = tally[k];
     counters_.tx_copied_bytes += t.copied_bytes;
