@@ -29,6 +29,9 @@ Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
       doorbell_summary_(std::make_unique<std::atomic<std::uint64_t>[]>(kMaxQpsPerEngine / 64 / 64)) {
   env_.mrs = &mrs;
   env_.ipv4_checksum_offload = io.ipv4_checksum_offload();
+  // Frames are written into tx_ with their ICRC left to transmit_frames().
+  env_.frames = tx_.data();
+  env_.icrc_masks = tx_masks_.data();
   if (io.provides_tx_heads()) {
     env_.copy_limit = io.tx_copy_limit();
   } else {
@@ -351,8 +354,6 @@ void Engine::transmit_frames() {
   }
   env_.heads = heads_.data();
   env_.heads_left = nheads_;
-  env_.frames = tx_.data();
-  env_.icrc_masks = tx_masks_.data();
   const std::uint16_t first_new = count;  // those before went out unsent last time, complete
   const auto room = [&] { return std::min<std::uint16_t>(static_cast<std::uint16_t>(kBurst - count), env_.heads_left); };
 
