@@ -63,7 +63,8 @@ bool Engine::add_qp(transport::Qp* qp) {
     return false;
   }
   slots_[slot] = qp;
-  qp->sched = transport::Qp::Sched{slot, false, 0};
+  qp->sched = transport::Qp::Sched{};
+  qp->sched.slot = slot;
   qp->doorbell = &doorbells_[slot / 64];
   qp->doorbell_bit = std::uint64_t{1} << (slot % 64);
   qp->doorbell_summary = &doorbell_summary_[slot / 64 / 64];
@@ -76,6 +77,7 @@ bool Engine::add_qp(transport::Qp* qp) {
   active_.reserve(room);
   still_active_.reserve(room);
   cnp_due_.reserve(room);
+  held_acks_.reserve(room);
   timers_.reserve(slots_.size());
   // In place while the table has room (creating 10,000 QPs stays linear).
   if (!index_.insert(qp->qpn, qp, qp_list_.size())) rebuild_index();
@@ -132,10 +134,20 @@ transport::Qp* Engine::find_qp(std::uint32_t qpn) const {
   return qp != nullptr ? *qp : nullptr;
 }
 
-std::size_t Engine::poll() {
+std::size_t Engine::poll(Poll kind) {
   env_.now = clock_.now_ns();
+  hold_acks_ = kind == Poll::kHoldingAcks;
   const std::size_t before = counter(EngineCounter::rx_frames) + counter(EngineCounter::tx_frames);
   ring_in();
+  if (!held_acks_.empty()) [[unlikely]] {
+    // The ACKs the last poll held go out in this one (unless the QP went, or
+    // a control call sent them).
+    for (const std::uint32_t qpn : held_acks_) {
+      if (transport::Qp* qp = find_qp(qpn); qp != nullptr && qp->sched.ack_held) touch(qp);
+    }
+    held_acks_.clear();
+  }
+  if (kind == Poll::kSendingFirst) transmit();
   receive();
   run_timers();
   transmit();
@@ -335,9 +347,13 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
         add_counter(EngineCounter::rx_wrong_service);
         continue;
       }
-      if (p.info->transport == wire::Transport::kUd) transport::ud_on_datagram(*qp, env_, p);
-      else if (p.info->has(wire::kRequest)) transport::responder_on_request(*qp, env_, p);
-      else transport::completer_on_response(*qp, env_, p);
+      if (p.info->has(wire::kRequest)) {
+        add_counter(EngineCounter::rx_requests);
+        if (p.info->transport == wire::Transport::kUd) transport::ud_on_datagram(*qp, env_, p);
+        else transport::responder_on_request(*qp, env_, p);
+      } else {
+        transport::completer_on_response(*qp, env_, p);
+      }
     }
     touch(qp);
   }
@@ -373,7 +389,13 @@ void Engine::transmit_frames() {
   cnp_due_.erase(cnp_due_.begin(), cnp_due_.begin() + static_cast<std::ptrdiff_t>(cnps));
   for (std::size_t k = 0; k < nq && room() > 0; ++k) {
     transport::Qp* qp = active_[(tx_cursor_ + k) % nq];
-    count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, room()));
+    if (hold_acks_ && !qp->sched.ack_held && transport::only_an_ack_queued(*qp)) [[unlikely]] {
+      qp->sched.ack_held = true;
+      held_acks_.push_back(qp->qpn);
+    } else {
+      qp->sched.ack_held = false;
+      count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, room()));
+    }
     // All its answers out and nothing to request: done (a responder whose
     // ACKs fill every burst would otherwise keep each QP it ever answered).
     qp->sched.sated = room() > 0 && !qp->requests_unsent();

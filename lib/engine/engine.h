@@ -21,6 +21,8 @@
 namespace uroce::engine {
 
 inline constexpr std::uint16_t kBurst = 32;
+
+enum class Poll : std::uint8_t { kPlain, kHoldingAcks, kSendingFirst };  // Engine::poll
 inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
 
 #define UROCE_ENGINE_COUNTER_LIST(X)                                   \
@@ -37,6 +39,7 @@ inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
   X(rx_handed_in, "packets another worker passed to this one")         \
   X(rx_handover_full, "packets dropped: the ring to the serving worker was full") \
   X(paths_outside_pfc_priority, "QPs and address handles set to a DSCP whose priority (DSCP >> 3) is not the PFC one: lossy") \
+  X(rx_requests, "request packets (SEND, WRITE, READ, atomic, UD datagrams) handed to QPs") \
   X(busy_polls, "polls that moved frames (bursts): rx_frames + tx_frames over this is the frames per burst") \
   X(busy_ns, "time in polls that moved frames, ns: its rate is the fraction of the engine's core doing work")
 
@@ -89,7 +92,21 @@ class Engine {
   // at the QPs with something to do: those whose doorbell rang (new work
   // posted), that received a packet, whose timer fell due, or that still
   // had frames to send when the last burst filled.
-  std::size_t poll();
+  //
+  // `kind` (Context::ProgressFor): kPlain receives, runs timers, sends.
+  // kHoldingAcks does the same, but a QP whose only answer is a plain ACK
+  // keeps it for the next poll, which sends it whatever its kind (an ACK
+  // waits one poll at most): for a poll run on the program's own thread
+  // just before it looks at what came (ibv_poll_cq in caller progress), so
+  // that a program that answers at once (a ping-pong) sends the ACK with
+  // its answer, in one burst instead of in a burst of its own ahead of it
+  // (a memif burst costs 300-500 ns). kSendingFirst sends before it
+  // receives (then sends again): for a poll run right after work was
+  // posted, whose frames then leave without waiting for the receive.
+  std::size_t poll(Poll kind = Poll::kPlain);
+  // Whether an ACK waits for the next poll (control path: a QP about to be
+  // destroyed or moved sends it first).
+  bool holds_ack(const transport::Qp& qp) const { return qp.sched.ack_held; }
 
   // The earliest time a QP timer (retransmit, RNR wait) may fall due; 0 if
   // none is armed. Lets a simulator on virtual time skip idle stretches.
@@ -163,6 +180,8 @@ class Engine {
   std::vector<transport::Qp*> active_;  // QPs to serve in this poll
   std::vector<transport::Qp*> still_active_;  // finish()'s scratch, sized like active_
   std::vector<std::uint32_t> cnp_due_;  // QPNs that owe their peer a CNP
+  std::vector<std::uint32_t> held_acks_;  // QPNs whose ACK the last poll held back (Poll::kHoldingAcks)
+  bool hold_acks_ = false;                // this poll's
   bool burst_full_ = false;             // the last transmit filled its burst
   TimerWheel timers_;
   std::size_t tx_cursor_ = 0;  // round-robin start among active QPs

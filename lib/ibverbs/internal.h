@@ -253,6 +253,8 @@ struct Cq {
   // without a linger, and how many the next miss skips. Under poll_lock.
   std::uint32_t linger_off = 0;
   std::uint32_t linger_backoff = 0;
+  // Context::requests_received() when a poll last returned completions.
+  std::uint64_t requests_seen = 0;
   // ibv_start_poll / ibv_next_poll: the completion being read.
   ibv_wc current{};
   // Completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]):

@@ -28,42 +28,51 @@ int post_send(ibv_qp* ibv_qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   // Caller progress: the request goes out now, not at the next poll (a
   // program may post, then wait on memory for the answer).
-  if (caller_progress(qp->ctx)) qp->ctx->ctx->progress();
+  if (caller_progress(qp->ctx)) qp->ctx->ctx->progress(uroce::Context::ProgressFor::kPosted);
   return rc;
 }
+// No progress here: a receive matters only to a SEND that comes, and the
+// next poll takes new receives (doorbells) before it takes frames. A
+// ping-pong that reposts its receive between polling the peer's SEND and
+// sending its own must not send the ACK that poll held (poll_cq) on its own.
 int post_recv(ibv_qp* ibv_qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Qp* qp = reinterpret_cast<Qp*>(ibv_qp);
-  int rc;
-  {
-    std::lock_guard<SpinLock> lock(qp->recv_lock);
-    rc = qp->qp->post_recv(wr, bad);
-  }
-  if (caller_progress(qp->ctx)) qp->ctx->ctx->progress();
-  return rc;
+  std::lock_guard<SpinLock> lock(qp->recv_lock);
+  return qp->qp->post_recv(wr, bad);
 }
 
 // Caller progress, after a poll that returned completions: the program may
 // now wait for data that no completion announces (an RDMA WRITE into its
 // memory: ib_write_lat spins on its buffer's last byte), with no verbs call
 // to run the engines meanwhile; the helper thread would run them only after
-// the program's time slice. So the poll goes on running them until a frame
-// moves (the answer, usually within a round trip) or kLinger passes. A
-// linger that ends with nothing moved skips the next 1, 2, 4, ... up to
-// kOffMax completing polls (one that moved something starts again at 0):
-// a program that computes after its completions loses kLinger once in
-// kOffMax of them, a ping-pong that missed one answer lingers again soon.
+// the program's time slice.
+// - A request came since the last poll that returned completions (with
+//   them, often: a uroce peer's ACK rides with its next request, see
+//   poll_cq): the program has what it waits for; no linger.
+// - Else the poll goes on running the engines until a request comes (the
+//   peer's WRITE, usually within a round trip) or kLinger passes. A
+//   linger that ends with none skips the next 1, 2, 4, ... up to kOffMax
+//   completing polls (one that saw a request starts again at 0): a
+//   program that computes after its completions, or only sends, loses
+//   kLinger once in kOffMax of them, a ping-pong that missed one answer
+//   lingers again soon.
 constexpr std::uint64_t kLinger = 20'000;  // ns
 constexpr std::uint32_t kOffMax = 1024;
 
 void linger(Cq* cq) {  // poll_lock held
+  uroce::Context& ctx = *cq->ctx->ctx;
+  const std::uint64_t seen = ctx.requests_received();
+  const bool came = seen != cq->requests_seen;
+  cq->requests_seen = seen;
+  if (came) return;
   if (cq->linger_off > 0) {
     --cq->linger_off;
     return;
   }
-  uroce::Context& ctx = *cq->ctx->ctx;
   const std::uint64_t start = monotonic_ns();
   for (std::uint32_t i = 1;; ++i) {
-    if (ctx.progress() != 0) {
+    if (ctx.progress(uroce::Context::ProgressFor::kPolling) != 0 && ctx.requests_received() != seen) {
+      cq->requests_seen = ctx.requests_received();
       cq->linger_backoff = 0;
       return;
     }
@@ -80,8 +89,10 @@ int poll_cq(ibv_cq* ibv_cq, int n, ibv_wc* wc) {
   std::lock_guard<SpinLock> lock(cq->poll_lock);
   int got = cq->cq->poll(n, wc);
   if (caller_progress(cq->ctx)) {
-    // What waits first, then the engines, then what they completed.
-    if (got == 0 && cq->ctx->ctx->progress() != 0) got = cq->cq->poll(n, wc);
+    // What waits first, then the engines, then what they completed. The
+    // ACKs they queue wait for the next poll (Context::ProgressFor::kPolling):
+    // a program that answers at once sends them with its answer.
+    if (got == 0 && cq->ctx->ctx->progress(uroce::Context::ProgressFor::kPolling) != 0) got = cq->cq->poll(n, wc);
     if (got > 0) linger(cq);
   }
   // A program that spins on an empty CQ offers its CPU now and then, so

@@ -19,15 +19,11 @@ Srq* srq_of(ibv_srq* srq) {
   return reinterpret_cast<Srq*>(srq);
 }
 
+// No progress here, as ibv_post_recv (ops.cc) makes none.
 int post_srq_recv(ibv_srq* ibv_srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Srq* srq = reinterpret_cast<Srq*>(ibv_srq);
-  int rc;
-  {
-    std::lock_guard<SpinLock> lock(srq->post_lock);
-    rc = srq->srq->post_recv(wr, bad);
-  }
-  if (caller_progress(srq->ctx)) srq->ctx->ctx->progress();
-  return rc;
+  std::lock_guard<SpinLock> lock(srq->post_lock);
+  return srq->srq->post_recv(wr, bad);
 }
 
 namespace {

@@ -177,6 +177,9 @@ struct Qp {
     // Sent all it could in this poll's burst, with room to spare: it leaves
     // the engine's active list even while bursts fill (set by the engine).
     bool sated = false;
+    // Its ACK was held back by the last poll (engine::Poll::kHoldingAcks):
+    // the next poll sends it, holding or not.
+    bool ack_held = false;
     std::uint64_t timer_at = 0;
   } sched;
 

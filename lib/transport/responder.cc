@@ -986,6 +986,12 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
   }
 }
 
+bool only_an_ack_queued(const Qp& qp) {
+  if (qp.sr != nullptr || qp.resp.out_tail - qp.resp.out_head != 1) return false;
+  const Response& r = qp.resp.out[qp.resp.out_head];
+  return r.kind == Response::Kind::kAck && r.syndrome == kAckSyndrome && !r.fatal;
+}
+
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
   std::uint16_t n = 0;
   while (n < room && qp.resp.out_head != qp.resp.out_tail) {

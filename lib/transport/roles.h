@@ -90,6 +90,10 @@ void complete_send(Qp& qp, ibv_wc_status status);
 // atomic ACKs) into `out`.
 void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& pkt);
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room);
+// All the responder has to send is one plain ACK (no NAK, READ response or
+// atomic ACK; not selective repeat's, whose SACKs keep their own timing):
+// an answer the engine may hold back for one poll (Engine::poll).
+bool only_an_ack_queued(const Qp& qp);
 
 // ud.cc: a UD SEND for this QP (IBTA 9.8.x, 11.4.1.1): Q_Key and length
 // checks, a receive WQE, the GRH then the payload.

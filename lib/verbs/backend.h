@@ -35,7 +35,8 @@ class Backend {
   // attached; engine() throws std::out_of_range past engine_count()).
   virtual std::size_t engine_count() const = 0;
   virtual engine::Engine& engine(std::size_t i) = 0;
-  virtual std::size_t progress() = 0;
+  virtual std::size_t progress(Context::ProgressFor why) = 0;  // Context::progress
+  virtual std::uint64_t requests_received() const = 0;  // Context::requests_received
   virtual int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) = 0;
   virtual void stop_workers() = 0;
   virtual int set_progress(Context::Progress mode) = 0;  // Context::set_progress

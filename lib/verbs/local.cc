@@ -114,7 +114,13 @@ int LocalBackend::check_cpus(const std::vector<int>& cpus) {
                              " port queue(s), " + std::to_string(cpus.size()) + " CPU(s) given");
 }
 
-std::size_t LocalBackend::progress() {
+std::uint64_t LocalBackend::requests_received() const {
+  std::uint64_t n = 0;
+  for (const auto& e : engines_) n += e->counter(engine::EngineCounter::rx_requests);
+  return n;
+}
+
+std::size_t LocalBackend::progress(Context::ProgressFor why) {
   ThreadState& t = here;  // one look-up of the thread's block (a shared library's TLS costs a call)
   if (!t.in_helper) {
     if (t.tid == 0) t.tid = static_cast<pid_t>(syscall(SYS_gettid));
@@ -132,9 +138,12 @@ std::size_t LocalBackend::progress() {
   if (!workers_running_.load(std::memory_order_acquire) &&
       (control_seq_.load(std::memory_order_seq_cst) & 1) == 0) {
     const Context::WorkerHook hook = hook_;
+    const engine::Poll poll_kind = why == Context::ProgressFor::kPolling ? engine::Poll::kHoldingAcks
+                                   : why == Context::ProgressFor::kPosted ? engine::Poll::kSendingFirst
+                                                                           : engine::Poll::kPlain;
     for (std::size_t i = 0; i < engines_.size(); ++i) {
       if (hook.before != nullptr) n += hook.before(hook.arg, i);
-      n += engines_[i]->poll();
+      n += engines_[i]->poll(poll_kind);
       if (hook.run != nullptr) n += hook.run(hook.arg, i);
     }
   }

@@ -43,7 +43,9 @@ class LocalBackend final : public Backend {
   std::uint64_t now_ns() const override { return c_.port.clock->now_ns(); }
   std::size_t engine_count() const override { return engines_.size(); }
   engine::Engine& engine(std::size_t i) override { return *engines_.at(i); }
-  std::size_t progress() override;
+  std::size_t progress(Context::ProgressFor why) override;
+  std::size_t progress() { return progress(Context::ProgressFor::kAny); }
+  std::uint64_t requests_received() const override;
   int start_workers(const std::vector<int>& cpus, Context::WorkerHook hook) override;
   void stop_workers() override;
   int set_progress(Context::Progress mode) override;
@@ -147,6 +149,7 @@ class LocalBackend final : public Backend {
   std::unique_ptr<MemoryRegion> dereg_mr_now(MemoryRegion* mr);
   QueuePair* create_qp_now(ProtectionDomain* pd, const QpInitAttr& attr);
   int destroy_qp_now(QueuePair* qp);
+  void send_held_ack(const QpImpl& q);
   int modify_now(QpImpl& q, const ibv_qp_attr& attr, int attr_mask, const std::uint8_t peer_mac[6]);
   void forget_completions(QpImpl& q);  // a QP moved to RESET (local_qp.cc)
   ibv_gid source_gid(const ibv_ah_attr& ah) const;

@@ -270,6 +270,7 @@ int LocalBackend::destroy_qp_now(QueuePair* qp) {
   if (std::find_if(c_.qps.begin(), c_.qps.end(), [qp](const auto& u) { return u.get() == qp; }) == c_.qps.end()) {
     return c_.fail(EINVAL, "not a QP of this context");
   }
+  send_held_ack(q);
   engines_[q.engine]->remove_qp(&q.qp);
   if (std::vector<std::uint32_t>& used = qpn_low_used_; !used.empty()) {
     std::uint32_t& n = used[q.qp.qpn & (used.size() - 1)];
@@ -282,6 +283,16 @@ int LocalBackend::destroy_qp_now(QueuePair* qp) {
   erase_owned(c_.qps, qp);
   publish_owners();
   return 0;
+}
+
+// A QP leaving its engine or changing state first sends the ACK the last
+// poll held back (engine::Poll::kHoldingAcks), as the next poll would have:
+// the peer's last request is acknowledged even by a program that destroys
+// the QP right after polling its completion. A control call: nothing else
+// polls meanwhile (and only caller progress, without workers, holds ACKs).
+void LocalBackend::send_held_ack(const QpImpl& q) {
+  engine::Engine& e = *engines_[q.engine];
+  if (e.holds_ack(q.qp)) e.poll();
 }
 
 int LocalBackend::destroy_qp(ProtectionDomain*, QueuePair* qp) {
@@ -324,6 +335,7 @@ int LocalBackend::modify_now(QpImpl& q, const ibv_qp_attr& attr, int attr_mask,
   if (attr_mask & IBV_QP_AV) {
     sent.ah_attr.grh.traffic_class = sent_traffic_class(attr.ah_attr, q.engine, fmt::format("qp {:#x}", qp.qpn));
   }
+  send_held_ack(q);
   transport::qp_apply(qp, sent, attr_mask, check.next, peer_mac, c_.port.mac, local, c_.port.dcqcn,
                       c_.port.delay_cc);
   if (attr_mask & IBV_QP_AV) qp.attr.ah_attr.grh.traffic_class = attr.ah_attr.grh.traffic_class;

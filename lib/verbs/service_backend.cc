@@ -95,7 +95,8 @@ class ServiceBackend final : public Backend {
   engine::Engine& engine(std::size_t) override {
     throw std::out_of_range("a context attached to uroced has no engines in this process");
   }
-  std::size_t progress() override { return 0; }  // the daemon's workers run the engines
+  std::size_t progress(Context::ProgressFor) override { return 0; }  // the daemon's workers run the engines
+  std::uint64_t requests_received() const override { return 0; }
   int start_workers(const std::vector<int>&, Context::WorkerHook) override { return 0; }
   void stop_workers() override {}
   int set_progress(Context::Progress mode) override {

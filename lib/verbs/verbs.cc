@@ -174,7 +174,11 @@ std::size_t engine_count(const Context& ctx) { return impl_of(ctx).backend->engi
 
 }  // namespace internal
 
-std::size_t Context::progress() { return impl_->backend->progress(); }
+std::size_t Context::progress() { return impl_->backend->progress(ProgressFor::kAny); }
+
+std::size_t Context::progress(ProgressFor why) { return impl_->backend->progress(why); }
+
+std::uint64_t Context::requests_received() const { return impl_->backend->requests_received(); }
 
 int Context::start_workers(const std::vector<int>& cpus) { return start_workers(cpus, WorkerHook{}); }
 

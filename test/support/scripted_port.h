@@ -46,6 +46,7 @@ class ScriptedPort : public engine::PacketIo {
   void rx_release(engine::RxFrame*, std::uint16_t) override { in_use.clear(); }
   std::uint16_t tx_burst(const wire::TxFrame* frames, std::uint16_t n) override {
     tx_count += n;
+    if (n > 0) ++bursts;
     if (!keep_sent) return n;
     for (std::uint16_t i = 0; i < n; ++i) {
       std::vector<std::uint8_t> bytes(frames[i].frame_bytes());
@@ -63,6 +64,7 @@ class ScriptedPort : public engine::PacketIo {
   std::deque<std::vector<std::uint8_t>> in_use;
   bool keep_sent = true;
   std::uint64_t tx_count = 0;
+  std::uint64_t bursts = 0;  // tx_burst calls with frames
   std::vector<std::vector<std::uint8_t>> sent;
 };
 
