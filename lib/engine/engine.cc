@@ -394,7 +394,8 @@ void Engine::transmit_frames() {
       held_acks_.push_back(qp->qpn);
     } else {
       qp->sched.ack_held = false;
-      count = static_cast<std::uint16_t>(count + transport::responder_fill(*qp, env_, tx_.data() + count, room()));
+      count = static_cast<std::uint16_t>(count +
+                                         transport::responder_fill(*qp, env_, tx_.data() + count, room()));
     }
     // All its answers out and nothing to request: done (a responder whose
     // ACKs fill every burst would otherwise keep each QP it ever answered).

@@ -21,9 +21,9 @@
 namespace uroce::engine {
 
 inline constexpr std::uint16_t kBurst = 32;
+inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
 
 enum class Poll : std::uint8_t { kPlain, kHoldingAcks, kSendingFirst };  // Engine::poll
-inline constexpr std::uint32_t kMaxQpsPerEngine = 65536;
 
 #define UROCE_ENGINE_COUNTER_LIST(X)                                   \
   X(rx_frames, "frames received from the port")                       \

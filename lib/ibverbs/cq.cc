@@ -150,7 +150,10 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   int rc = take(ex);
   // Caller progress (ops.cc's poll_cq): the engines run when nothing waits,
   // their ACKs held for the next poll.
-  if (rc == ENOENT && caller_progress(cq->ctx) && cq->ctx->ctx->progress(uroce::Context::ProgressFor::kPolling) != 0) rc = take(ex);
+  if (rc == ENOENT && caller_progress(cq->ctx) &&
+      cq->ctx->ctx->progress(uroce::Context::ProgressFor::kPolling) != 0) {
+    rc = take(ex);
+  }
   if (rc != 0) cq->poll_lock.unlock();
   return rc;
 }
