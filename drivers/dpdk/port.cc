@@ -55,13 +55,20 @@ bool parse_rx_loss(std::string_view text, RxLoss& loss, std::string& error) {
   char* end = nullptr;
   parsed.probability = std::strtod(p.c_str(), &end);
   bool ok = !p.empty() && end == p.c_str() + p.size() && parsed.probability >= 0 && parsed.probability < 1;
+  // A whole decimal number, nothing before or after it.
+  auto number = [](std::string_view digits, auto& value) {
+    const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return !digits.empty() && r.ec == std::errc() && r.ptr == digits.data() + digits.size();
+  };
   if (ok && comma != std::string_view::npos) {
-    const std::string_view seed = text.substr(comma + 1);
-    const auto r = std::from_chars(seed.data(), seed.data() + seed.size(), parsed.seed);
-    ok = !seed.empty() && r.ec == std::errc() && r.ptr == seed.data() + seed.size();
+    const std::string_view rest = text.substr(comma + 1);
+    const std::size_t second = rest.find(',');
+    ok = number(rest.substr(0, second), parsed.seed) &&
+         (second == std::string_view::npos || number(rest.substr(second + 1), parsed.min_bytes));
   }
   if (!ok) {
-    error = "UROCE_RX_LOSS must be a probability from 0 to below 1, then optionally ,SEED (like 0.02,7); not '" +
+    error = "UROCE_RX_LOSS must be a probability from 0 to below 1, then optionally ,SEED and ,MIN_BYTES (like "
+            "0.02,7 or 0.02,7,1024: only frames of 1024 bytes or more are dropped); not '" +
             std::string(text) + "'";
     return false;
   }
@@ -187,8 +194,9 @@ std::unique_ptr<Port> Port::open(const PortConfig& config, std::string& error) {
     }
   }
   if (rx_loss.probability > 0) {
-    logger().warn("port {} ({}): dropping {} of the frames it receives on purpose (a lossy link for tests), seed {}",
-                  port, driver, rx_loss.probability, rx_loss.seed);
+    logger().warn("port {} ({}): dropping {} of the frames it receives on purpose (a lossy link for tests), seed {}{}",
+                  port, driver, rx_loss.probability, rx_loss.seed,
+                  rx_loss.min_bytes > 0 ? fmt::format(", frames of {} bytes or more only", rx_loss.min_bytes) : "");
   }
   logger().info("port {} ({}): {} queue pair(s) of {} RX / {} TX descriptors, max frame {}, MTU {}, "
                 "TX offloads: multi-segment (zero-copy) {}, IPv4 checksum {}; PFC {}; RSS {:#x}",

@@ -22,10 +22,15 @@ namespace uroce::dpdk {
 struct RxLoss {
   double probability = 0;
   std::uint64_t seed = 1;
+  // Frames shorter than this always pass: a loss of data packets only,
+  // their ACKs and the programs' small control messages spared (0: any
+  // frame may go).
+  std::uint32_t min_bytes = 0;
 };
 
-// UROCE_RX_LOSS's text, "P" or "P,SEED" (0 <= P < 1, SEED a decimal
-// number): true and `loss` filled, or false with a one-line `error`.
+// UROCE_RX_LOSS's text, "P", "P,SEED" or "P,SEED,MIN_BYTES" (0 <= P < 1,
+// SEED and MIN_BYTES decimal numbers): true and `loss` filled, or false
+// with a one-line `error`.
 bool parse_rx_loss(std::string_view text, RxLoss& loss, std::string& error);
 
 struct PortConfig {

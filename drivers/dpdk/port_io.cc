@@ -78,6 +78,7 @@ PortIo::PortIo(Port& port, std::uint16_t queue, const std::array<std::uint8_t, 4
   if (const RxLoss& loss = port.rx_loss(); loss.probability > 0) {
     rx_loss_threshold_ = static_cast<std::uint64_t>(std::ldexp(loss.probability, 64));
     rx_loss_state_ = loss.seed * 0x9e3779b97f4a7c15ull + queue;
+    rx_loss_min_bytes_ = loss.min_bytes;
   }
   rte_ether_addr a{};
   rte_eth_macaddr_get(port.id(), &a);
@@ -193,9 +194,10 @@ std::uint16_t PortIo::rx_burst(engine::RxFrame* frames, std::uint16_t max) {
   std::uint16_t n = 0;
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
-    // A lossy link on purpose (RxLoss): ARP, ND and MAC control pass.
-    if (rx_loss_threshold_ != 0 && !is_control(rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len) &&
-        impaired()) [[unlikely]] {
+    // A lossy link on purpose (RxLoss): ARP, ND and MAC control pass, and
+    // frames shorter than its min_bytes.
+    if (rx_loss_threshold_ != 0 && rte_pktmbuf_pkt_len(m) >= rx_loss_min_bytes_ &&
+        !is_control(rte_pktmbuf_mtod(m, const std::uint8_t*), m->data_len) && impaired()) [[unlikely]] {
       ++counters_.rx_dropped_impaired;
       rte_pktmbuf_free(m);
       continue;

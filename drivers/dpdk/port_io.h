@@ -287,6 +287,7 @@ class PortIo : public engine::PacketIo {
   // rx_loss_threshold_ (probability * 2^64; 0: never, no draw).
   std::uint64_t rx_loss_threshold_ = 0;
   std::uint64_t rx_loss_state_ = 0;  // splitmix64
+  std::uint32_t rx_loss_min_bytes_ = 0;
   // The next draw of the lossy link: true to drop this frame.
   bool impaired();
   std::shared_ptr<Memory> memory_;

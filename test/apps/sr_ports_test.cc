@@ -102,9 +102,11 @@ struct Ends {
     return server ? "10.98.0.11" : "10.98.0.12";
   }
   std::string server_host() const { return link == Link::kMemif ? "127.0.0.1" : "10.98.0.1"; }
-  // UROCE_RX_LOSS for one end, its seed drawn from the test's.
-  static std::string loss(bool server) {
-    return std::string("UROCE_RX_LOSS=") + kLoss + "," + std::to_string(test_seed() + (server ? 0 : 1)) + " ";
+  // UROCE_RX_LOSS for one end, its seed drawn from the test's; frames
+  // shorter than `min_bytes` spared (0: none).
+  static std::string loss(bool server, std::uint32_t min_bytes = 0) {
+    return std::string("UROCE_RX_LOSS=") + kLoss + "," + std::to_string(test_seed() + (server ? 0 : 1)) +
+           (min_bytes > 0 ? "," + std::to_string(min_bytes) : "") + " ";
   }
   Link link;
   TempDir dir;
@@ -245,8 +247,23 @@ INSTANTIATE_TEST_SUITE_P(
 // once its librdmacm says it listens (UROCE_RDMACM_DEBUG; a REQ before
 // that is refused, and its device coming up is not enough on a loaded
 // host), else once it listens on its TCP port.
+// perftest over rdma_cm ends with an exchange on a QP of its own. On a
+// lossy link the ACK of the server's last SEND there can be lost after the
+// client, which got that SEND, has exited: nothing answers the server's
+// retries, and after them (rdma_cm's 2.1 s timeout, 7 retries) it reports
+// "Bad wc status 12" (retry exceeded) and fails to close, as it would on any
+// RDMA device. Its figures, printed before, are whole. About one run in fifty
+// at 2% loss: the pair runs again.
+bool teardown_ack_lost(const PairOutput& o) {
+  const std::size_t figures = o.server.find("#bytes");
+  const std::size_t retry_exceeded = o.server.find("Bad wc status 12");
+  return o.client_status == 0 && o.server_status != 0 && figures != std::string::npos &&
+         retry_exceeded != std::string::npos && retry_exceeded > figures &&
+         o.server.find("Failed to close connection") != std::string::npos;
+}
+
 PairOutput run_stock(Link link, const std::string& program, const std::string& server_transport,
-                     const std::string& client_transport, bool cm) {
+                     const std::string& client_transport, bool cm, std::uint32_t loss_min_bytes = 0) {
   PairOutput o;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const Ends e(link);
@@ -255,7 +272,7 @@ PairOutput run_stock(Link link, const std::string& program, const std::string& s
     auto cmd = [&](bool server) {
       const std::string& t = server ? server_transport : client_transport;
       return e.ns(server) + kNoUroceEnv + (server ? mark + " " : "") + (server && cm ? "UROCE_RDMACM_DEBUG=1 " : "") +
-             Ends::loss(server) + "UROCE_COUNTERS=1 " +
+             Ends::loss(server, loss_min_bytes) + "UROCE_COUNTERS=1 " +
              "timeout 150 " + kRun + " " + e.eal(server, server ? "ss" : "sc") + " -- --ip " + e.ip(server) + "/24" +
              (t.empty() ? "" : " --transport " + t) + " /usr/bin/" + program + " -d uroce0 -x 1 -p " +
              std::to_string(tcp) + (server ? "" : " " + (cm ? e.ip(true) : e.server_host()));
@@ -274,6 +291,10 @@ PairOutput run_stock(Link link, const std::string& program, const std::string& s
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     });
+    if (cm && teardown_ack_lost(o)) {
+      std::printf("the ACK of perftest's last rdma_cm exchange was lost after the client left: the pair runs again\n");
+      continue;
+    }
     if (!perftest_clock_fit_failed(o.client + o.server)) break;
     std::printf("perftest could not fit the CPU's clock (a loaded machine): the pair runs again\n");
   }
@@ -281,15 +302,19 @@ PairOutput run_stock(Link link, const std::string& program, const std::string& s
 }
 
 // What every stock pair must show: both ends done, perftest's figures, no
-// failed completion, each end's port lossy.
-void expect_completed(const PairOutput& o, const std::string& both) {
+// failed completion, each end's port lossy and dropping (the client's only
+// when it receives frames the loss takes: `client_drops`).
+void expect_completed(const PairOutput& o, const std::string& both, bool client_drops = true) {
   EXPECT_EQ(o.server_status, 0) << both;
   EXPECT_EQ(o.client_status, 0) << both;
   EXPECT_NE(o.client.find("#bytes"), std::string::npos) << both;
   for (const std::string* out : {&o.server, &o.client}) {
     EXPECT_EQ(out->find("Failed status"), std::string::npos) << both;
     EXPECT_EQ(out->find("Couldn't"), std::string::npos) << both;
-    EXPECT_GT(counter(*out, "rx_dropped_impaired"), 0u) << both;
+    EXPECT_NE(out->find("of the frames it receives on purpose"), std::string::npos) << both;
+    if (out == &o.server || client_drops) {
+      EXPECT_GT(counter(*out, "rx_dropped_impaired"), 0u) << both;
+    }
   }
 }
 
@@ -338,13 +363,18 @@ INSTANTIATE_TEST_SUITE_P(
 // for it and a client that does not run go-back-N, and still complete.
 // 500 WRITEs, not perftest's 5,000: rdma_cm gives QPs Linux's local ACK
 // timeout over RoCE (2.1 s), and go-back-N waits for it on every lost tail
-// at 2% loss.
+// at 2% loss. Only data packets are lost (frames of 1 KiB or more): with
+// that timeout a lost ACK of perftest's own exchange on its rdma_cm QP
+// held one end 2.1 s while the other went on, to a connection nobody
+// listened for yet (REJ) or out of the program (the retries then exceed):
+// about one run in ten under load.
 TEST(StockSrAgreement, APeerThatDoesNotAskGetsGoBackNOverRdmaCm) {
   ASSERT_EQ(Namespaces::get().error(), "");
   SCOPED_TRACE(seed_note(test_seed()));
-  const PairOutput o = run_stock(Link::kVeth, "ib_write_bw -R -n 500", "sr,spray=4", "", true);
+  const PairOutput o = run_stock(Link::kVeth, "ib_write_bw -R -n 500", "sr,spray=4", "", true, 1024);
   const std::string both = "\nserver:\n" + o.server + "\nclient:\n" + o.client;
-  expect_completed(o, both);
+  // The client receives only ACKs and NAKs of its WRITEs: short, spared.
+  expect_completed(o, both, false);
   EXPECT_TRUE(every_qp_ran(o.server, "go-back-N, 1 path")) << both;
   EXPECT_TRUE(every_qp_ran(o.client, "go-back-N, 1 path")) << both;
   EXPECT_EQ(sr_counters(o.server + o.client), 0u) << both;
