@@ -78,6 +78,19 @@ std::size_t loop(dpdk::Port& port, dpdk::PortIo& io, const std::vector<std::vect
   return got;
 }
 
+// 4,000 RoCE frames of distinct lengths within each burst (to tell which
+// came through), up to about 2 KiB, their payloads drawn from `seed`.
+std::vector<std::vector<std::uint8_t>> roce_frames(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::uint8_t>> roce;
+  for (int i = 0; i < 4000; ++i) {
+    std::vector<std::uint8_t> payload(4 * (i % 500));
+    for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+    roce.push_back(build(make_spec(0x0a), payload));
+  }
+  return roce;
+}
+
 TEST(RxLoss, DropsAboutTheShareAskedAndRepeatsForItsSeed) {
   ASSERT_EQ(EalEnvironment::error(), "");
   std::string error;
@@ -96,15 +109,9 @@ TEST(RxLoss, DropsAboutTheShareAskedAndRepeatsForItsSeed) {
   ASSERT_NE(port, nullptr) << error;
   EXPECT_EQ(port->rx_loss().probability, 0.25);
 
-  // RoCE frames of distinct lengths (to tell which came through), and ARP
-  // requests: the latter always reach the port's own handling.
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<std::uint8_t>> roce;
-  for (int i = 0; i < 4000; ++i) {
-    std::vector<std::uint8_t> payload(4 * (i % 500));
-    for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
-    roce.push_back(build(make_spec(0x0a), payload));
-  }
+  // RoCE frames, and ARP requests: the latter always reach the port's own
+  // handling.
+  const std::vector<std::vector<std::uint8_t>> roce = roce_frames(seed);
   const std::array<std::uint8_t, 4> ip{10, 9, 8, 7};
   std::vector<bool> first;
   std::size_t got = 0;
@@ -151,13 +158,7 @@ TEST(RxLoss, AMinimumLengthSparesShorterFrames) {
   auto port = dpdk::Port::open(
       {.name = "net_ring1", .max_frame = 9018, .rx_loss = {.probability = 0.25, .seed = seed, .min_bytes = kMin}}, error);
   ASSERT_NE(port, nullptr) << error;
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<std::uint8_t>> roce;
-  for (int i = 0; i < 4000; ++i) {
-    std::vector<std::uint8_t> payload(4 * (i % 500));
-    for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
-    roce.push_back(build(make_spec(0x0a), payload));
-  }
+  const std::vector<std::vector<std::uint8_t>> roce = roce_frames(seed);
   const std::array<std::uint8_t, 4> ip{10, 9, 8, 7};
   dpdk::PortIo io(*port, 0, ip);
   std::vector<bool> passed;
