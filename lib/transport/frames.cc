@@ -72,13 +72,12 @@ std::uint8_t service_opcode(const Qp& qp, wire::Opcode rc) {
   }
 }
 
-wire::Bth packet_bth(const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
-  wire::Bth b = qp.bth_base;
+void packet_bth(wire::Bth& b, const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
+  b = qp.bth_base;
   b.opcode = service_opcode(qp, op);
   b.set_flags(solicited, false, 0);
   b.set_ack_req(ack_req);
   b.psn.set(psn);
-  return b;
 }
 
 // A connected QP takes packets from the one address it is connected to

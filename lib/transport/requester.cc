@@ -75,15 +75,19 @@ void run_local_op(Qp& qp, Env& env, SendWqe& w) {
 // Packet `index` of `w`, at `psn`: its headers from the WQE alone (a first
 // send and a selective resend build the same packet), its payload gathered
 // from the WQE's list, emitted into `f`.
-Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint32_t psn, bool ack_req,
-                    wire::TxFrame& f) {
-  Built b;
+void build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint32_t psn, bool ack_req,
+                   wire::TxFrame& f, Built& b) {
+  b = Built{};
   f.npieces = 0;
   wire::TransportHeaders th;
   th.xrceth.srqn.set(w.remote_srqn);  // sent by XRC only (the opcode table says which carry it)
   const bool solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
-  // Selective repeat's SRETH: where the packet belongs in its message.
+  // Selective repeat's SRETH: where the packet belongs in its message. Only
+  // an SR QP's opcodes carry it; filled for the others too, its bytes were
+  // packed in registers and stored wide over the narrow stores before them,
+  // a store-forwarding stall on every RC packet.
   const auto sreth = [&](std::uint32_t offset, std::uint32_t length, bool last) {
+    if (qp.sr == nullptr) return;
     th.sreth.offset.set(offset);
     th.sreth.length.set(length);
     th.sreth.recv_index.set(w.recv_index);
@@ -100,15 +104,15 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
       if (w.odp_sges != 0 && !sgl_gather(w.sge.data(), w.num_sge, w.odp_sges, w.odp_pid, offset, b.payload,
                                          odp_bounce.data())) [[unlikely]] {
         b.unmapped = true;
-        return b;
+        return;
       }
       const bool first = index == 0;
       const bool last = index + 1 == w.npackets;
       if (w.kind == WqeKind::kSend) {
-        th.bth = packet_bth(qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
+        packet_bth(th.bth, qp, send_opcode(w, first, last), psn, ack_req, last && solicited);
         if (last) th.ieth.rkey.set(w.invalidate_rkey);
       } else {
-        th.bth = packet_bth(qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
+        packet_bth(th.bth, qp, write_opcode(w, first, last), psn, ack_req, last && solicited);
         // RC's First carries the RETH; selective repeat's every packet.
         th.reth.va.set(w.remote_addr);
         th.reth.rkey.set(w.rkey);
@@ -132,7 +136,7 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
       const std::uint32_t end = read_segment_end(qp, w.npackets, index);
       const std::uint32_t offset = index * qp.mtu;
       const std::uint32_t stop = end == w.npackets ? w.length : end * qp.mtu;
-      th.bth = packet_bth(qp, Opcode::kRcReadRequest, psn, true, false);
+      packet_bth(th.bth, qp, Opcode::kRcReadRequest, psn, true, false);
       th.reth.va.set(w.remote_addr + offset);
       th.reth.rkey.set(w.rkey);
       th.reth.dma_length.set(stop - std::min(offset, stop));
@@ -143,7 +147,7 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
     case WqeKind::kAtomicWrite: {
       // As Soft-RoCE sends it: BTH, RETH (DMA length 8), the 8 bytes; an
       // AckReq, answered by an RDMA READ response with no payload.
-      th.bth = packet_bth(qp, Opcode::kRcAtomicWrite, psn, true, solicited);
+      packet_bth(th.bth, qp, Opcode::kRcAtomicWrite, psn, true, solicited);
       th.reth.va.set(w.remote_addr);
       th.reth.rkey.set(w.rkey);
       th.reth.dma_length.set(8);
@@ -156,7 +160,7 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
     case WqeKind::kLocalInv: break;  // run by requester_fill; never reach here
     case WqeKind::kAtomic: {
       const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-      th.bth = packet_bth(qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
+      packet_bth(th.bth, qp, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, psn, true, false);
       th.atomic_eth.va.set(w.remote_addr);
       th.atomic_eth.rkey.set(w.rkey);
       th.atomic_eth.swap_add.set(cas ? w.swap : w.compare_add);
@@ -170,7 +174,6 @@ Built build_request(Qp& qp, Env& env, SendWqe& w, std::uint32_t index, std::uint
   } else {
     emit_copied(qp.path, qp, env, f, th, b.payload);
   }
-  return b;
 }
 
 void requester_rewind(Qp& qp, std::uint32_t psn) {
@@ -305,7 +308,8 @@ std::uint16_t requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
       if (ack_req) qp.req.since_ack_req = 0;
     }
     wire::TxFrame& f = out[n];
-    const Built b = build_request(qp, env, w, index, psn, ack_req, f);
+    Built b;
+    build_request(qp, env, w, index, psn, ack_req, f, b);
     if (b.unmapped) [[unlikely]] {
       // A page of an on-demand SGE is not mapped: a local protection error
       // (IBTA 11.6.2, as for an SGE its lkey does not cover), once the WRs

@@ -1005,7 +1005,7 @@ std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t
     if (r.kind == Response::Kind::kRead && !pace_allows(qp, env)) break;
     wire::TransportHeaders th;
     wire::Bth& b = th.bth;
-    b = packet_bth(qp, Opcode::kRcAcknowledge, r.psn, false, false);
+    packet_bth(b, qp, Opcode::kRcAcknowledge, r.psn, false, false);
     wire::TxFrame& f = out[n++];
     f.npieces = 0;
     std::uint32_t payload = 0;

@@ -419,7 +419,8 @@ std::uint16_t sr_resend(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room
       break;
     }
     const auto index = static_cast<std::uint32_t>(psn_diff(psn, w->first_psn));
-    const Built b = build_request(qp, env, *w, index, psn, true, out[n]);
+    Built b;
+    build_request(qp, env, *w, index, psn, true, out[n], b);
     if (b.unmapped) [[unlikely]] {
       if (oldest) {
         qp.counters.add(QpCounter::odp_unmapped);

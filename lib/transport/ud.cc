@@ -27,8 +27,8 @@ std::uint16_t ud_requester_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint1
     f.npieces = 0;
     wire::TransportHeaders th;
     const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
-    th.bth = packet_bth(qp, imm ? wire::Opcode::kUdSendOnlyImm : wire::Opcode::kUdSendOnly, qp.req.psn, false,
-                        (w.send_flags & IBV_SEND_SOLICITED) != 0);
+    packet_bth(th.bth, qp, imm ? wire::Opcode::kUdSendOnlyImm : wire::Opcode::kUdSendOnly, qp.req.psn, false,
+               (w.send_flags & IBV_SEND_SOLICITED) != 0);
     th.bth.dest_qp.set(d.qpn);
     th.deth = wire::Deth{};  // its reserved byte is 0 on the wire
     // A Q_Key with its high bit set means the QP's own (IBTA 10.2.5, C10-15).
