@@ -70,32 +70,42 @@ std::uint64_t page_faults() {
 // The work no RoCE stack can skip, per 4 KiB packet of payload: the ICRC
 // when sending and when receiving, and the copy into the target; plus the
 // simulated wire's copy, which every packet here also pays. GB/s of payload.
-double bare_icrc_and_copy_gbps(double seconds_budget) {
+// `footprint` is the bytes of source and of target the loop walks through,
+// 4 KiB at a time: 4096 keeps both hot in L1 (the report's baseline); a
+// run's own footprint (every message in flight has its slot) shows what the
+// caches alone allow at that size.
+double bare_icrc_and_copy_gbps(double seconds_budget, std::size_t footprint = 4096) {
+  constexpr std::size_t kPacket = 4096;
+  footprint = std::max(kPacket, footprint / kPacket * kPacket);
   wire::FrameSpec spec;
   spec.bth.opcode = 0x07;  // RC WRITE Middle: BTH only, 4096 bytes of payload
-  std::vector<std::uint8_t> payload(4096, 0x5a);
-  std::vector<std::uint8_t> frame(4096 + 128);
+  std::vector<std::uint8_t> payload(footprint, 0x5a);
+  std::vector<std::uint8_t> frame(kPacket + 128);
   std::vector<std::uint8_t> on_wire(frame.size());
-  std::vector<std::uint8_t> target(4096);
-  const std::size_t n = wire::build_frame(spec, payload, frame);
+  std::vector<std::uint8_t> target(footprint, 0x01);
+  const std::size_t n = wire::build_frame(spec, std::span(payload).first(kPacket), frame);
   const std::size_t l3 = 14;
   std::uint64_t packets = 0;
   std::uint32_t sink = 0;
+  std::size_t at = 0;
   const auto start = Clock::now();
   double elapsed = 0;
   do {
     for (int i = 0; i < 256; ++i) {
-      const std::span<const std::uint8_t> pieces[] = {payload};
+      const std::span<const std::uint8_t> pieces[] = {std::span(payload).subspan(at, kPacket)};
       sink ^= wire::icrc_compute(wire::crc32_default, std::span<const std::uint8_t>(frame).subspan(l3, 54 - l3), pieces);
-      std::memcpy(on_wire.data(), frame.data(), n);
+      std::memcpy(on_wire.data(), frame.data(), 54);
+      std::memcpy(on_wire.data() + 54, payload.data() + at, kPacket);
+      std::memcpy(on_wire.data() + 54 + kPacket, frame.data() + 54 + kPacket, n - 54 - kPacket);  // the ICRC
       sink ^= wire::icrc_compute_in_place(wire::crc32_default, std::span(on_wire).subspan(l3, n - l3 - 4));
-      std::memcpy(target.data(), on_wire.data() + 54, 4096);
+      std::memcpy(target.data() + at, on_wire.data() + 54, kPacket);
+      at = at + kPacket == footprint ? 0 : at + kPacket;
     }
     packets += 256;
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < seconds_budget);
   if (sink == 0x12345678) std::puts("");  // keep the work
-  return static_cast<double>(packets) * 4096 / elapsed / 1e9;
+  return static_cast<double>(packets) * kPacket / elapsed / 1e9;
 }
 
 struct Result {
@@ -495,7 +505,9 @@ struct Figures {
   perf::Rates rates;
   double ns_per_packet = 0;
   perf::LatencySummary latency;
-  double bare = 0;  // GB/s through only the ICRC and the copies
+  double bare = 0;  // GB/s through only the ICRC and the copies, on buffers hot in L1
+  std::size_t footprint = 0;  // bytes of each side's buffer the run's messages walk through
+  double bare_at_footprint = 0;  // the same work walking through that many bytes
   double payload_gbytes_per_cpu_s = 0;
 };
 
@@ -505,6 +517,8 @@ Figures figures(const Options& o, const Result& r) {
   f.ns_per_packet = r.cpu * 1e9 / static_cast<double>(std::max<std::uint64_t>(r.data_packets, 1));
   f.latency = perf::summarize_latency(r.latency_us);
   f.bare = bare_icrc_and_copy_gbps(0.2);
+  f.footprint = perf::BufferLayout(o).slot * std::min<std::uint64_t>(o.depth, std::max<std::uint64_t>(r.messages, 1));
+  f.bare_at_footprint = bare_icrc_and_copy_gbps(0.2, f.footprint);
   f.payload_gbytes_per_cpu_s = static_cast<double>(r.bytes) / r.cpu / 1e9;
   return f;
 }
@@ -521,6 +535,8 @@ void print_result(const Options& o, const Result& r, const Figures& f) {
   std::printf("bare ICRC (TX and RX) + copies, 4 KiB packets: %.2f GB/s; this run: %.2f GB/s of payload per CPU second; "
               "ratio %.3f\n",
               f.bare, f.payload_gbytes_per_cpu_s, f.payload_gbytes_per_cpu_s / f.bare);
+  std::printf("the same bare work through this run's footprint (%zu KiB of source and of target): %.2f GB/s; ratio %.3f\n",
+              f.footprint / 1024, f.bare_at_footprint, f.payload_gbytes_per_cpu_s / f.bare_at_footprint);
   std::printf("page faults during the timed run: %llu\n", static_cast<unsigned long long>(r.page_faults));
   if (o.idle_qps > 0) {
     std::printf("idle QPs: %u pairs (%u QPs), %.0f bytes resident each (%u send + %u receive WQEs, "
@@ -541,6 +557,8 @@ bool write_json(const Options& o, const Result& r, const Figures& f) {
   j.number("retransmitted", r.retransmitted).number("timeouts", r.timeouts).number("wall_s", r.seconds);
   j.number("cpu_s", r.cpu).number("virtual_s", r.virtual_seconds).number("bare_icrc_copy_gbytes_s", f.bare);
   j.number("ratio_to_bare", f.payload_gbytes_per_cpu_s / f.bare).latency(f.latency);
+  j.number("footprint_bytes", f.footprint).number("bare_at_footprint_gbytes_s", f.bare_at_footprint);
+  j.number("ratio_to_bare_at_footprint", f.payload_gbytes_per_cpu_s / f.bare_at_footprint);
   j.number("page_faults", r.page_faults).number("odp", o.odp ? 1 : 0).number("qps", o.qps).number("idle_qps", o.idle_qps);
   if (o.idle_qps > 0) {
     j.number("idle_depth", o.idle_depth).number("idle_rd_atomic", o.idle_rd_atomic).number("idle_qp_bytes", r.idle_qp_bytes);
