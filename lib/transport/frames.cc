@@ -73,11 +73,14 @@ std::uint8_t service_opcode(const Qp& qp, wire::Opcode rc) {
 }
 
 void packet_bth(wire::Bth& b, const Qp& qp, wire::Opcode op, std::uint32_t psn, bool ack_req, bool solicited) {
-  b = qp.bth_base;
-  b.opcode = service_opcode(qp, op);
-  b.set_flags(solicited, false, 0);
-  b.set_ack_req(ack_req);
-  b.psn.set(psn);
+  // Built in a local, stored whole: write_packet's copy of it then loads
+  // what single stores wrote (a load over several narrow stores waits).
+  wire::Bth v = qp.bth_base;
+  v.opcode = service_opcode(qp, op);
+  v.set_flags(solicited, false, 0);
+  v.set_ack_req(ack_req);
+  v.psn.set(psn);
+  std::memcpy(&b, &v, sizeof v);
 }
 
 // A connected QP takes packets from the one address it is connected to

@@ -55,8 +55,7 @@ namespace {
 // whose first frame.size() bytes are at hand: all of them, or at least
 // kHeadCopyBytes, which hold every header this reads.
 ParseStatus parse_headers(std::span<const std::uint8_t> frame, std::size_t size, ParsedFrame& out) {
-  out = ParsedFrame{};
-  out.frame = frame;
+  out.reset(frame);
   if (size < kEthBytes) return ParseStatus::kTruncatedL2;
 
   std::size_t l3 = kEthBytes;

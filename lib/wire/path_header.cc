@@ -92,9 +92,12 @@ bool write_packet(const PathHeader& path, TransportHeaders& th, std::uint32_t pa
   }
   store_be16(ip + ip_bytes(path) + 4, static_cast<std::uint32_t>(udp_length));
 
-  th.bth.set_pad_count(pad);
+  // The pad count set in the frame's copy, then in th: set in th first, its
+  // copy's wide load would wait on that one-byte store.
   std::uint8_t* bth = p + path.len;
   std::memcpy(bth, &th.bth, sizeof th.bth);
+  th.bth.set_pad_count(pad);
+  bth[offsetof(Bth, flags)] = th.bth.flags;
   put_extension_headers(info, bth, th);
   f.l3_offset = static_cast<std::uint16_t>(l3);
 
