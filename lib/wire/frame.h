@@ -122,6 +122,8 @@ struct ParsedFrame {
   }
   std::uint32_t icrc() const;  // as carried in a contiguous frame
 };
+// reset() names every field: one added to ParsedFrame goes there too.
+static_assert(sizeof(ParsedFrame) == 120, "a ParsedFrame field changed: keep ParsedFrame::reset() in step");
 
 // Parses `frame`. Returns kOk, one of the not-RoCE statuses (kNotIp, kNotUdp,
 // kNotRoce) for other traffic, or the reason the frame is malformed. On
