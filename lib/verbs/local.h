@@ -239,13 +239,11 @@ class LocalBackend final : public Backend {
     bool progress_here;  // this thread holds `polling` (progress())
     pid_t tid;           // gettid(), once known; 0 before
   };
-  // Read by every progress(). Initial-exec: in a shared library (our
-  // libibverbs.so.1) the default model looks it up with a call to
-  // __tls_get_addr each time (1.5% of a caller-progress ping-pong); this
-  // one is a load from the thread pointer. Its 8 bytes come from the static
-  // TLS that glibc keeps spare for libraries opened later (UCX dlopens its
-  // verbs module, which needs libibverbs.so.1).
-  static inline thread_local ThreadState here __attribute__((tls_model("initial-exec")));
+  // The default TLS model, though in a shared library each progress() then
+  // looks `here` up with a call (__tls_get_addr): initial-exec, a plain load,
+  // cannot be used, because EAL dlopens PMD plugins that pull in our
+  // libibverbs.so.1 after start-up, and no static TLS block is left by then.
+  static inline thread_local ThreadState here;
 };
 
 template <typename F>
