@@ -13,13 +13,30 @@ Exit status 0 only when nothing failed and at least one case ran.
 """
 import json
 import os
+import signal
 import sys
 import xml.etree.ElementTree as ET
+
+
+TAIL_LINES = 15
+
+
+def how_it_ended(returncode):
+    """", killed by SIGSEGV" for a negative return code, ", exit 3" else."""
+    if returncode is None:
+        return ""
+    if returncode < 0:
+        try:
+            return ", killed by %s" % signal.Signals(-returncode).name
+        except ValueError:
+            return ", killed by signal %d" % -returncode
+    return ", exit %d" % returncode
 
 
 def main():
     results_dir, testlog = sys.argv[1], sys.argv[2]
     passed, failed, skipped = 0, [], []
+    tails = []  # (test, its output) of binaries that ended without a report
     reported = {}  # binary -> failed cases in its report
     for name in sorted(os.listdir(results_dir)):
         if not name.endswith(".xml"):
@@ -52,13 +69,22 @@ def main():
                 exe = os.path.basename(t["cmd"][0]) if t.get("cmd") else t["name"]
                 if t.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP"):
                     if exe not in reported:
-                        failed.append("%s (%s, no report: crashed or timed out)" % (t["name"], t.get("result")))
+                        failed.append("%s (%s%s, no report: crashed or timed out)" %
+                                      (t["name"], t.get("result"), how_it_ended(t.get("returncode"))))
+                        tails.append((t["name"], t.get("stdout") or ""))
                     elif reported[exe] == 0:
                         # Every case passed, yet the binary failed (a crash
                         # at exit, a leak checker): count it.
                         failed.append("%s (%s after all its cases passed)" % (t["name"], t.get("result")))
     else:
         failed.append("meson test log missing: %s" % testlog)
+    # The end of what each crashed binary printed, before the summary: CI's
+    # log may keep only its last lines.
+    for name, out in tails:
+        lines = out.rstrip("\n").split("\n")[-TAIL_LINES:]
+        print("--- last %d lines of %s ---" % (len(lines), name))
+        for line in lines:
+            print("  " + line[:300])
     for f in failed:
         print("FAILED:", f)
     for s in skipped:

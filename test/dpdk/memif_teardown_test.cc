@@ -99,14 +99,28 @@ TEST(BurstGate, APeerLeavingWhileThisSidePollsCrashesNothing) {
   const int cpu = shared_cpu();
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> bursts{0};
-  std::thread busy([&] {
+  std::thread busy;
+  std::thread poller;
+  // Stopped and joined on every way out, a failed ASSERT's too (a joinable
+  // thread destroyed would abort the binary before its report is written).
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::thread& a;
+    std::thread& b;
+    ~Joiner() {
+      stop.store(true);
+      if (a.joinable()) a.join();
+      if (b.joinable()) b.join();
+    }
+  } joiner{stop, poller, busy};
+  busy = std::thread([&] {
     pin(cpu);
     while (!stop.load(std::memory_order_relaxed)) {
     }
   });
   // Both ends, one after the other: each sends to the other and takes
   // what came (a memif receiver lends the buffers its peer sends into).
-  std::thread poller([&] {
+  poller = std::thread([&] {
     pin(cpu);
     std::vector<engine::RxFrame> rx(64);
     auto send = [](dpdk::PortIo& from) {
@@ -144,9 +158,9 @@ TEST(BurstGate, APeerLeavingWhileThisSidePollsCrashesNothing) {
     // interrupt thread while the poller is in its bursts.
     // Stopped and started on that thread too, as Port's destructor closes
     // a port: memif serves the client end's own messages there.
-    ASSERT_EQ(on_interrupt_thread(rte_eth_dev_stop, client->id()), 0);
+    ASSERT_EQ(on_interrupt_thread(rte_eth_dev_stop, client->id()), 0) << "cycle " << cycle;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    ASSERT_EQ(on_interrupt_thread(rte_eth_dev_start, client->id()), 0);
+    ASSERT_EQ(on_interrupt_thread(rte_eth_dev_start, client->id()), 0) << "cycle " << cycle;
     if (!wait_link_up(server->id(), std::chrono::seconds(10))) break;
     ++reconnected;
   }

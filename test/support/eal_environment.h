@@ -14,6 +14,7 @@
 #include <rte_eal.h>
 
 #include "dpdk/eal.h"
+#include "support/crash_report.h"
 
 namespace uroce::test {
 
@@ -32,6 +33,7 @@ class EalEnvironment : public ::testing::Environment {
   explicit EalEnvironment(EalArgs args) : args_(std::move(args)) {}
 
   void SetUp() override {
+    report_crashes();
     std::vector<std::string> argv = {args_.name, "--no-huge", "--no-shconf", "--no-pci", "-l", "0",
                                      "-m", args_.memory_mb};
     argv.push_back("--file-prefix=" + args_.name + "-" + std::to_string(getpid()));
