@@ -97,7 +97,7 @@ double bare_icrc_and_copy_gbps(double seconds_budget, std::size_t footprint = 40
       std::memcpy(on_wire.data(), frame.data(), 54);
       std::memcpy(on_wire.data() + 54, payload.data() + at, kPacket);
       std::memcpy(on_wire.data() + 54 + kPacket, frame.data() + 54 + kPacket, n - 54 - kPacket);  // the ICRC
-      sink ^= wire::icrc_compute_in_place(wire::crc32_default, std::span(on_wire).subspan(l3, n - l3 - 4));
+      sink ^= wire::icrc_of(wire::crc32_default, std::span<const std::uint8_t>(on_wire).subspan(l3, n - l3 - 4));
       std::memcpy(target.data() + at, on_wire.data() + 54, kPacket);
       at = at + kPacket == footprint ? 0 : at + kPacket;
     }

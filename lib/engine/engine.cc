@@ -30,8 +30,7 @@ Engine::Engine(PacketIo& io, Clock& clock, mem::MrTable& mrs)
   env_.mrs = &mrs;
   env_.ipv4_checksum_offload = io.ipv4_checksum_offload();
   // Frames are written into tx_ with their ICRC left to transmit_frames().
-  env_.frames = tx_.data();
-  env_.icrc_masks = tx_masks_.data();
+  env_.defer_icrc = true;
   if (io.provides_tx_heads()) {
     env_.copy_limit = io.tx_copy_limit();
   } else {
@@ -262,12 +261,10 @@ wire::Transport service_of(ibv_qp_type type) {
 
 wire::ParseStatus Engine::parse(const RxFrame& frame, std::uint16_t i, bool verify_icrc) {
   wire::ParsedFrame& p = parsed_[i];
-  masked_[i] = false;
+  icrc_pending_[i] = false;
   if (frame.nmore == 0) [[likely]] {
-    const std::span<std::uint8_t> bytes(frame.data, frame.len);
-    if (!verify_icrc) return wire::parse_frame_in_place(bytes, p, wire::ParseOptions{false});
-    const wire::ParseStatus s = wire::parse_and_mask(bytes, p, masks_[i]);
-    masked_[i] = s == wire::ParseStatus::kOk;
+    const wire::ParseStatus s = wire::parse_headers_of(std::span<const std::uint8_t>(frame.data, frame.len), p);
+    icrc_pending_[i] = verify_icrc && s == wire::ParseStatus::kOk;
     return s;
   }
   // In segments: the headers from a copy, the payload placed from where it
@@ -284,8 +281,8 @@ wire::ParseStatus Engine::parse(const RxFrame& frame, std::uint16_t i, bool veri
 
 std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
   // Handed-in frames passed every check on the worker that received them;
-  // their ICRC is not computed twice. The others are all parsed and masked
-  // before any CRC runs (see wire::icrc_mask()).
+  // their ICRC is not computed twice. The others: every frame's headers
+  // first, then the ICRCs.
   Handover* const handover = handed_in ? nullptr : handover_;
   for (std::uint16_t i = 0; i < n; ++i) status_[i] = parse(frames[i], i, !handed_in);
   std::uint16_t keep = 0;
@@ -294,7 +291,7 @@ std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) 
     frames[keep++] = frame;
     const wire::ParsedFrame& p = parsed_[i];
     const wire::ParseStatus s =
-        masked_[i] ? wire::finish_icrc(std::span(frame.data, frame.len), p, masks_[i]) : status_[i];
+        icrc_pending_[i] ? wire::check_icrc(std::span<const std::uint8_t>(frame.data, frame.len), p) : status_[i];
     if (s != wire::ParseStatus::kOk) [[unlikely]] {
       if (wire::is_not_roce(s)) add_counter(EngineCounter::rx_not_roce);
       else add_parse_drop(s);
@@ -413,7 +410,7 @@ void Engine::transmit_frames() {
   // The next burst starts after the last QP that had its turn.
   if (nq > 0) tx_cursor_ = (last + 1) % nq;
   if (count == 0) return;
-  for (std::uint16_t k = first_new; k < count; ++k) wire::finish_icrc_tx(tx_[k], tx_masks_[k], env_.crc32);
+  for (std::uint16_t k = first_new; k < count; ++k) wire::finish_icrc_tx(tx_[k], env_.crc32);
   const std::uint16_t sent = io_.tx_burst(tx_.data(), count);
   add_counter(EngineCounter::tx_frames, sent);
   if (!port_heads) {

@@ -150,9 +150,9 @@ class Engine {
   // Classifies and processes frames; those passed to another worker are
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
-  // Parses frame `i` of a burst into parsed_[i]: a contiguous one whose
-  // ICRC is to be verified is left masked (masked_[i]; process() finishes
-  // it), one in segments is verified at once (its headers copied into
+  // Parses frame `i` of a burst into parsed_[i]: a contiguous one's headers,
+  // its ICRC left to process() when it is to be verified (icrc_pending_[i]);
+  // one in segments is verified at once (its headers copied into
   // head_copies_[i], which parsed_[i] refers to).
   wire::ParseStatus parse(const RxFrame& frame, std::uint16_t i, bool verify_icrc);
   void transmit();
@@ -189,13 +189,11 @@ class Engine {
   // The burst being processed, frame by frame.
   std::array<wire::ParsedFrame, kBurst> parsed_{};
   std::array<wire::ParseStatus, kBurst> status_{};
-  std::array<wire::IcrcMask, kBurst> masks_{};
-  std::array<bool, kBurst> masked_{};
+  std::array<bool, kBurst> icrc_pending_{};
   std::array<std::array<std::uint8_t, wire::kHeadCopyBytes>, kBurst> head_copies_{};
+  // The frames of a burst, their ICRC computed after all of them are
+  // written (wire::finish_icrc_tx).
   std::array<wire::TxFrame, kBurst> tx_;
-  // The masked bytes of each frame of tx_ written this burst, its ICRC
-  // computed after all of them are (wire::finish_icrc_tx).
-  std::array<wire::IcrcMask, kBurst> tx_masks_;
   std::uint16_t tx_pending_ = 0;  // frames the port did not take last time
   // Heads for the frames of the next bursts, taken from the top: the port's
   // (refilled in bulk), or blocks of own_heads_ for ports that have none.

@@ -17,7 +17,7 @@ void write_frame(const wire::PathHeader& path, Env& env, wire::TxFrame& f, wire:
                  std::uint32_t payload_bytes, std::uint32_t copy_limit, bool self_contained) {
   f.head = env.heads[--env.heads_left];
   wire::PacketOptions options{env.crc32, !env.ipv4_checksum_offload, copy_limit};
-  if (env.icrc_masks != nullptr) options.defer_icrc = env.icrc_masks + (&f - env.frames);
+  options.defer_icrc = env.defer_icrc;
   if (!wire::write_packet(path, th, payload_bytes, f, options) || (self_contained && f.npieces != 0)) [[unlikely]] {
     f.head_len = 0;
     f.npieces = 0;

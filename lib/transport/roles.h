@@ -36,11 +36,9 @@ struct Env {
   wire::TxHead* heads = nullptr;
   std::uint16_t heads_left = 0;
   std::uint16_t copy_limit = 0;  // payloads up to this size go into the head (the port's choice)
-  // Set (the engine): the fill functions write the frames of `frames`
-  // with their ICRC left to the caller, the masked bytes of frames[i] in
-  // icrc_masks[i] (wire::PacketOptions::defer_icrc). Unset: complete frames.
-  const wire::TxFrame* frames = nullptr;
-  wire::IcrcMask* icrc_masks = nullptr;
+  // Set (the engine): the fill functions write frames with their ICRC left
+  // to the caller (wire::PacketOptions::defer_icrc). Unset: complete frames.
+  bool defer_icrc = false;
 };
 
 // requester.cc: up to `room` request packets into `out`.

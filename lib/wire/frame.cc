@@ -143,29 +143,15 @@ ParseStatus parse_headers(std::span<const std::uint8_t> frame, std::size_t size,
 ParseStatus parse_frame(std::span<const std::uint8_t> frame, ParsedFrame& out,
                         const ParseOptions& options) {
   const ParseStatus s = parse_headers(frame, frame.size(), out);
-  if (s != ParseStatus::kOk || !options.verify_icrc) return s;
-  return icrc_compute(options.crc32, out.icrc_covered()) == out.icrc() ? ParseStatus::kOk
-                                                                       : ParseStatus::kIcrcMismatch;
+  return s == ParseStatus::kOk && options.verify_icrc ? check_icrc(frame, out, options.crc32) : s;
 }
 
-ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
-                                 const ParseOptions& options) {
-  if (!options.verify_icrc) return parse_headers(frame, frame.size(), out);
-  IcrcMask mask;
-  const ParseStatus s = parse_and_mask(frame, out, mask);
-  return s == ParseStatus::kOk ? finish_icrc(frame, out, mask, options.crc32) : s;
+ParseStatus parse_headers_of(std::span<const std::uint8_t> frame, ParsedFrame& out) {
+  return parse_headers(frame, frame.size(), out);
 }
 
-ParseStatus parse_and_mask(std::span<std::uint8_t> frame, ParsedFrame& out, IcrcMask& mask) {
-  const ParseStatus s = parse_headers(frame, frame.size(), out);
-  if (s == ParseStatus::kOk) mask = icrc_mask(frame.subspan(out.l3_offset, out.icrc_offset - out.l3_offset));
-  return s;
-}
-
-ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, const IcrcMask& mask, Crc32Fn crc32) {
-  const std::span<std::uint8_t> covered = frame.subspan(p.l3_offset, p.icrc_offset - p.l3_offset);
-  const std::uint32_t icrc = icrc_masked(crc32, covered);
-  icrc_unmask(covered, mask);
+ParseStatus check_icrc(std::span<const std::uint8_t> frame, const ParsedFrame& p, Crc32Fn crc32) {
+  const std::uint32_t icrc = icrc_of(crc32, frame.subspan(p.l3_offset, p.icrc_offset - p.l3_offset));
   return icrc == p.icrc() ? ParseStatus::kOk : ParseStatus::kIcrcMismatch;
 }
 
@@ -308,7 +294,7 @@ std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> pay
   std::memset(p + layout.header_bytes + payload.size(), 0, layout.pad);
   const std::size_t icrc_at = layout.frame_bytes - kIcrcBytes;
   icrc_store(p + icrc_at,
-             icrc_compute_in_place(crc32, out.subspan(layout.l3_offset, icrc_at - layout.l3_offset)));
+             icrc_of(crc32, out.subspan(layout.l3_offset, icrc_at - layout.l3_offset)));
   return layout.frame_bytes;
 }
 

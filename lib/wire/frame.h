@@ -214,21 +214,11 @@ HeaderLayout build_headers(const FrameSpec& spec, std::size_t payload_length,
 std::size_t build_frame(const FrameSpec& spec, std::span<const std::uint8_t> payload,
                         std::span<std::uint8_t> out, Crc32Fn crc32 = crc32_default);
 
-// The same for a frame in a buffer the caller owns (a received mbuf): the
-// ICRC runs in place in one CRC pass (icrc_compute_in_place()), cheaper than
-// parse_frame(). The buffer is unchanged on return; `out` refers to it.
-ParseStatus parse_frame_in_place(std::span<std::uint8_t> frame, ParsedFrame& out,
-                                 const ParseOptions& options = {});
-
-// parse_frame_in_place() in two halves, for a burst (see icrc_mask()):
-// parse_and_mask() checks the headers and, on kOk, masks the ICRC's variant
-// fields in place (`mask` keeps them); once every frame of the burst is
-// masked, finish_icrc() runs the CRC, restores the frame and returns kOk or
-// kIcrcMismatch. Call finish_icrc() exactly for the frames parse_and_mask()
-// returned kOk for.
-ParseStatus parse_and_mask(std::span<std::uint8_t> frame, ParsedFrame& out, IcrcMask& mask);
-ParseStatus finish_icrc(std::span<std::uint8_t> frame, const ParsedFrame& p, const IcrcMask& mask,
-                        Crc32Fn crc32 = crc32_default);
+// parse_frame() in two halves, for a burst: the headers of every
+// frame checked first (parse_headers_of()), then the ICRC of those that
+// passed (check_icrc(): kOk or kIcrcMismatch).
+ParseStatus parse_headers_of(std::span<const std::uint8_t> frame, ParsedFrame& out);
+ParseStatus check_icrc(std::span<const std::uint8_t> frame, const ParsedFrame& p, Crc32Fn crc32 = crc32_default);
 
 // Every header of a RoCEv2 frame lies in its first kHeadCopyBytes bytes:
 // Ethernet, VLAN, IPv6, UDP and the longest BTH + extension headers (56: a selective-repeat atomic).

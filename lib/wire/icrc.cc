@@ -20,60 +20,72 @@ constexpr std::uint8_t kMaskedV4[] = {1, 8, 10, 11, 20 + 6, 20 + 7, 28 + 4};
 // UDP checksum; BTH byte 4.
 constexpr std::uint8_t kMaskedV6[] = {1, 2, 3, 7, 40 + 6, 40 + 7, 48 + 4};
 
-}  // namespace
-
-namespace {
-
-std::span<const std::uint8_t> masked_offsets(const std::uint8_t* p) {
-  return (p[0] >> 4) == 6 ? std::span<const std::uint8_t>(kMaskedV6) : std::span<const std::uint8_t>(kMaskedV4);
-}
-
-}  // namespace
-
-IcrcMask icrc_mask(std::span<std::uint8_t> packet) {
-  std::uint8_t* p = packet.data();
-  const std::span<const std::uint8_t> offsets = masked_offsets(p);
-  IcrcMask m;
-  m.saved[7] = p[0];
-  for (std::size_t i = 0; i < offsets.size(); ++i) {
-    m.saved[i] = p[offsets[i]];
-    p[offsets[i]] = 0xff;
+// What the ICRC ORs into the first bytes of a packet, as bytes: 0xff on
+// each masked byte (0x0f on IPv6's byte 0, the traffic class's high
+// nibble), zero elsewhere. As long as the longest packet icrc_of() copies
+// whole, so a 16-byte window from any offset under it can be read.
+constexpr std::size_t kWholeCopyMax = 128;
+using OrBytes = std::array<std::uint8_t, kWholeCopyMax>;
+constexpr OrBytes make_or_bytes(bool v6) {
+  OrBytes b{};
+  for (std::uint8_t off : v6 ? std::span<const std::uint8_t>(kMaskedV6) : std::span<const std::uint8_t>(kMaskedV4)) {
+    b[off] = 0xff;
   }
-  if ((m.saved[7] >> 4) == 6) p[0] |= 0x0f;
-  return m;
+  if (v6) b[0] = 0x0f;
+  return b;
 }
+alignas(16) constexpr OrBytes kOrV4 = make_or_bytes(false);
+alignas(16) constexpr OrBytes kOrV6 = make_or_bytes(true);
 
-std::uint32_t icrc_masked(Crc32Fn crc32, std::span<const std::uint8_t> packet) {
-  return crc32(kLrhSeed, packet.data(), packet.size());
+// 16 bytes in a vector register: unaligned loads and stores by memcpy,
+// which compile to one movdqu each.
+using V16 = std::uint8_t __attribute__((vector_size(16)));
+inline V16 load16(const std::uint8_t* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+inline void store16(std::uint8_t* p, V16 v) { std::memcpy(p, &v, sizeof v); }
 
-void icrc_unmask(std::span<std::uint8_t> packet, const IcrcMask& mask) {
-  std::uint8_t* p = packet.data();
-  p[0] = mask.saved[7];  // first: it says which offsets were masked
-  const std::span<const std::uint8_t> offsets = masked_offsets(p);
-  for (std::size_t i = 0; i < offsets.size(); ++i) p[offsets[i]] = mask.saved[i];
-}
+}  // namespace
 
-std::uint32_t icrc_compute_in_place(Crc32Fn crc32, std::span<std::uint8_t> packet) {
-  const IcrcMask m = icrc_mask(packet);
-  const std::uint32_t crc = icrc_masked(crc32, packet);
-  icrc_unmask(packet, m);
-  return crc;
+// The masked copy goes out in 16-byte stores, one for each of the CRC
+// kernel's 16-byte loads, which then take their bytes from the store
+// (all but the last load of a packet whose length is not a multiple of 16,
+// which overlaps two stores).
+std::uint32_t icrc_of(Crc32Fn crc32, std::span<const std::uint8_t> packet) {
+  const std::uint8_t* p = packet.data();
+  const std::size_t n = packet.size();
+  if (n < 16) [[unlikely]] {
+    // Not a RoCE packet (under IP + UDP + BTH): masked byte by byte all
+    // the same, for a caller that asks.
+    if (n == 0) return crc32(kLrhSeed, p, 0);
+    const std::uint8_t* bytes = (p[0] >> 4) == 6 ? kOrV6.data() : kOrV4.data();
+    std::uint8_t local[16];
+    for (std::size_t i = 0; i < n; ++i) local[i] = p[i] | bytes[i];
+    return crc32(kLrhSeed, local, n);
+  }
+  const std::uint8_t* ors = (p[0] >> 4) == 6 ? kOrV6.data() : kOrV4.data();
+  alignas(16) std::uint8_t local[kWholeCopyMax];
+  if (n <= kWholeCopyMax) {
+    // All of it, in one CRC call: whole 16-byte blocks, then the last 16
+    // bytes (overlapping the block before, with the same bytes).
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) store16(local + i, load16(p + i) | load16(ors + i));
+    if (i < n) store16(local + n - 16, load16(p + n - 16) | load16(ors + n - 16));
+    return crc32(kLrhSeed, local, n);
+  }
+  // The masked bytes all lie in the first 64 (IPv6's BTH byte 4 is the 53rd):
+  // those from the copy, the rest where they are.
+  constexpr std::size_t kHead = 64;
+  static_assert(kIcrcMaskedBytesV6 <= kHead && kHead <= kWholeCopyMax);
+  for (std::size_t i = 0; i < kHead; i += 16) store16(local + i, load16(p + i) | load16(ors + i));
+  return crc32(crc32(kLrhSeed, local, kHead), p + kHead, n - kHead);
 }
 
 std::uint32_t icrc_compute(Crc32Fn crc32, std::span<const std::uint8_t> headers,
                            std::span<const std::span<const std::uint8_t>> payload) {
-  const bool v6 = !headers.empty() && (headers[0] >> 4) == 6;
-  const std::size_t n = std::min(v6 ? kIcrcMaskedBytesV6 : kIcrcMaskedBytesV4, headers.size());
-  std::array<std::uint8_t, kIcrcMaskedBytesV6> masked;
-  std::memcpy(masked.data(), headers.data(), n);
-  for (std::uint8_t off : v6 ? std::span<const std::uint8_t>(kMaskedV6) : std::span<const std::uint8_t>(kMaskedV4)) {
-    if (off < n) masked[off] = 0xff;
-  }
-  if (v6 && n > 0) masked[0] |= 0x0f;  // traffic class, high nibble
-
-  std::uint32_t crc = crc32(kLrhSeed, masked.data(), n);
-  if (headers.size() > n) crc = crc32(crc, headers.data() + n, headers.size() - n);
+  std::uint32_t crc = icrc_of(crc32, headers);
   for (std::span<const std::uint8_t> piece : payload) crc = crc32(crc, piece.data(), piece.size());
   return crc;
 }

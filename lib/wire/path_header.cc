@@ -110,11 +110,7 @@ bool write_packet(const PathHeader& path, TransportHeaders& th, std::uint32_t pa
     }
     for (int i = 0; i < pad; ++i) *out++ = 0;
     const std::size_t covered = static_cast<std::size_t>(out - ip);
-    if (options.defer_icrc != nullptr) {
-      *options.defer_icrc = icrc_mask(std::span<std::uint8_t>(ip, covered));
-    } else {
-      icrc_store(out, icrc_compute_in_place(options.crc32, std::span<std::uint8_t>(ip, covered)));
-    }
+    if (!options.defer_icrc) icrc_store(out, icrc_of(options.crc32, std::span<const std::uint8_t>(ip, covered)));
     f.head_len = static_cast<std::uint16_t>(frame);
     f.copied = static_cast<std::uint16_t>(payload_bytes);
     f.npieces = 0;
@@ -125,33 +121,26 @@ bool write_packet(const PathHeader& path, TransportHeaders& th, std::uint32_t pa
   f.head_len = static_cast<std::uint16_t>(headers);
   f.copied = 0;
   f.trailer_len = static_cast<std::uint8_t>(pad + kIcrcBytes);
-  if (options.defer_icrc != nullptr) {
-    *options.defer_icrc = icrc_mask(std::span<std::uint8_t>(ip, headers - l3));
-    return true;
-  }
-  // Zero copy: the CRC runs over the head in place, then on over the pieces
-  // where they lie and the pad.
-  std::uint32_t crc = icrc_compute_in_place(options.crc32, std::span<std::uint8_t>(ip, headers - l3));
+  if (options.defer_icrc) return true;
+  // Zero copy: the CRC runs over the head, then on over the pieces where
+  // they lie and the pad.
+  std::uint32_t crc = icrc_of(options.crc32, std::span<const std::uint8_t>(ip, headers - l3));
   for (int i = 0; i < f.npieces; ++i) crc = options.crc32(crc, f.pieces[i].data(), f.pieces[i].size());
   if (pad != 0) crc = options.crc32(crc, f.trailer.data(), pad);
   icrc_store(f.trailer.data() + pad, crc);
   return true;
 }
 
-void finish_icrc_tx(TxFrame& f, const IcrcMask& mask, Crc32Fn crc32) {
+void finish_icrc_tx(TxFrame& f, Crc32Fn crc32) {
   if (f.head_len == 0) return;
   std::uint8_t* ip = f.head.data + f.l3_offset;
   if (f.trailer_len == 0) {
     // Copied: headers, payload and pad in the head, the ICRC after them.
-    const std::span<std::uint8_t> covered(ip, f.head_len - f.l3_offset - kIcrcBytes);
-    const std::uint32_t crc = icrc_masked(crc32, covered);
-    icrc_unmask(covered, mask);
-    icrc_store(ip + covered.size(), crc);
+    const std::span<const std::uint8_t> covered(ip, f.head_len - f.l3_offset - kIcrcBytes);
+    icrc_store(ip + covered.size(), icrc_of(crc32, covered));
     return;
   }
-  const std::span<std::uint8_t> headers(ip, f.head_len - f.l3_offset);
-  std::uint32_t crc = icrc_masked(crc32, headers);
-  icrc_unmask(headers, mask);
+  std::uint32_t crc = icrc_of(crc32, std::span<const std::uint8_t>(ip, f.head_len - f.l3_offset));
   for (int i = 0; i < f.npieces; ++i) crc = crc32(crc, f.pieces[i].data(), f.pieces[i].size());
   const std::size_t pad = f.trailer_len - kIcrcBytes;
   if (pad != 0) crc = crc32(crc, f.trailer.data(), pad);

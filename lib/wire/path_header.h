@@ -64,9 +64,8 @@ struct PacketOptions {
   Crc32Fn crc32 = crc32_default;
   bool ipv4_checksum = true;     // false: left 0 for the port to fill (TX offload)
   std::uint32_t copy_limit = 0;  // payloads up to this size are copied into the head
-  // Set: the ICRC is left for finish_icrc_tx(). The variant fields are
-  // masked in place (their bytes saved here) and the ICRC bytes unwritten.
-  IcrcMask* defer_icrc = nullptr;
+  // Set: the ICRC is left for finish_icrc_tx(), its bytes unwritten.
+  bool defer_icrc = false;
 };
 
 // Writes one packet into `f`, whose head the caller has set and whose
@@ -76,13 +75,10 @@ struct PacketOptions {
 bool write_packet(const PathHeader& path, TransportHeaders& th, std::uint32_t payload_bytes, TxFrame& f,
                   const PacketOptions& options);
 
-// The ICRC of a frame write_packet() wrote with PacketOptions::defer_icrc
-// (`mask` what it saved): computed and stored, the masked fields restored.
-// Nothing for a frame with no head (one that goes out empty). For a burst:
-// every frame written first, then every ICRC. A CRC right behind its own
-// frame's stores (headers, mask) stalls on them, its wide loads unable to
-// take what narrow stores still hold: the same split saves half the ICRC's
-// time on receive (icrc_mask()).
-void finish_icrc_tx(TxFrame& f, const IcrcMask& mask, Crc32Fn crc32);
+// The ICRC of a frame write_packet() wrote with PacketOptions::defer_icrc:
+// computed and stored. Nothing for a frame with no head (one that goes out
+// empty). For a burst: every frame written first, then every ICRC; a CRC
+// right behind its own frame's header stores would wait for them.
+void finish_icrc_tx(TxFrame& f, Crc32Fn crc32);
 
 }  // namespace uroce::wire

@@ -132,8 +132,8 @@ std::vector<std::uint8_t> wrap(const std::uint8_t* transport, std::size_t len, c
   const std::size_t bth = l.header_bytes - sizeof(wire::Bth);
   std::memcpy(out.data() + bth, transport, len);
   out.resize(bth + len + 4);
-  const std::uint32_t icrc = wire::icrc_compute_in_place(
-      wire::crc32_default, std::span<std::uint8_t>(out.data() + l.l3_offset, bth + len - l.l3_offset));
+  const std::uint32_t icrc =
+      wire::icrc_of(wire::crc32_default, std::span<const std::uint8_t>(out.data() + l.l3_offset, bth + len - l.l3_offset));
   wire::icrc_store(out.data() + bth + len, icrc);
   return out;
 }
