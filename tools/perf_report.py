@@ -118,8 +118,9 @@ def collect(res):
         for q in (1, 10, 100, 1000, 10000):
             g, runs = median_of(res, f"qps_{s}_{q}", "bw_gbps")
             ring["qps"][s][q] = {"gbps": g, "ratio_to_1": ratio(g, base), "runs": runs}
-    g0, g1 = median(res, "idle_0", "bw_gbps"), median(res, "idle_10000", "bw_gbps")
-    ring["idle"] = {"gbps_0": g0, "gbps_10000": g1, "ratio": ratio(g1, g0)}
+    (g0, runs0), (g1, runs1) = median_of(res, "idle_0", "bw_gbps"), median_of(res, "idle_10000", "bw_gbps")
+    ring["idle"] = {"gbps_0": g0, "gbps_10000": g1, "ratio": ratio(g1, g0), "turns": min(len(runs0), len(runs1)),
+                    "turn_ratios": [b / a for a, b in zip(runs0, runs1) if a]}
     m16, m1 = median(res, "idle_10000", "idle_qp_bytes"), get(load(res, "idle_10000_d1"), "idle_qp_bytes")
     per_wqe_pair = (m16 - m1) / 15 if m16 is not None and m1 is not None else None
     m1r = get(load(res, "idle_10000_d1_rd1"), "idle_qp_bytes")
@@ -284,9 +285,11 @@ def markdown(r):
     q10k = {s: get(ring, "qps", s, 10000, "ratio_to_1") for s in ring["qps"]}
     w(f"| 10,000 QPs with traffic >= 0.8 of 1 QP at 64 KiB, >= 0.6 at 4 KiB | 64 KiB: {fmt(q10k.get(65536), 3)}; 4 KiB: {fmt(q10k.get(4096), 3)} | "
       f"1 QP, same size (medians of {len(get(ring, 'qps', 65536, 1, 'runs') or [])} runs in turns) | {verdict(q10k.get(65536), 0.8)} (64 KiB), {verdict(q10k.get(4096), 0.6)} (4 KiB) |")
+    tr = ring["idle"]["turn_ratios"]
+    spread = f"; one turn's ratio {fmt(min(tr), 3)} to {fmt(max(tr), 3)}" if tr else ""
     w(f"| 10,000 idle QPs cost active ones <= 2% | {fmt(ring['idle']['ratio'], 3)} of the bandwidth "
       f"without them | {fmt(ring['idle']['gbps_0'], 1)} Gb/s without | "
-      f"{verdict(ring['idle']['ratio'], 0.98)} (medians of runs in turns; one run's noise is about 5%) |")
+      f"{verdict(ring['idle']['ratio'], 0.98)} (medians of {ring['idle']['turns']} runs in turns{spread}) |")
     mm = ring["memory"]
     w(f"| memory per idle QP <= 4 KiB beyond its queues | beyond the send and receive queues: "
       f"{fmt(mm['per_qp_beyond_sq_rq_bytes_rd_atomic_1'], 0)} B with max_dest_rd_atomic 1, "
