@@ -3,6 +3,7 @@
 // the engine's once-per-poll exchange of cursors.
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -217,9 +218,16 @@ int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud, bool
 namespace {
 
 // A receive WR as the responder reads it (the QP's own queue or an SRQ).
+// Every field but the SGEs past num_sge, written in place: assigning a
+// zeroed RecvWqe cleared all kMaxSge SGEs (a rep stos of over 500 bytes),
+// about 55 ns of each post.
 void fill_recv_wqe(RecvWqe& w, const ibv_recv_wr& wr) {
-  w = RecvWqe{};
+  static_assert(offsetof(RecvWqe, sge) == 32, "a RecvWqe field was added or removed: set it here");
   w.wr_id = wr.wr_id;
+  w.resolved = false;
+  w.odp_sges = 0;
+  w.odp_pid = 0;
+  w.mr_epoch = 0;
   w.num_sge = static_cast<std::uint8_t>(wr.num_sge);
   std::uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) {
