@@ -6,6 +6,7 @@ of their own (tsan.sh, asan.sh, fuzz.sh); tools/gtest_summary.py counts it.
 usage: case_report.py PATH SUITE NAME [FAILURE_MESSAGE]
   (with a message the case failed, without one it passed)
 """
+import os
 import sys
 from xml.sax.saxutils import quoteattr
 
@@ -19,6 +20,17 @@ def write_case(path, suite, name, failure=None):
                 '    <testcase name=%s classname=%s>%s</testcase>\n'
                 '  </testsuite>\n</testsuites>\n'
                 % (failed, quoteattr(suite), failed, quoteattr(name), quoteattr(suite), body))
+
+
+def report_case(suite, name, failures):
+    """The one-case report of a tool's own test, where GTEST_OUTPUT=xml:DIR/
+    (as tools/test.sh sets it) asks for reports: DIR/<script>.xml, failed
+    when `failures` (a list of strings) is not empty. Nothing otherwise."""
+    out = os.environ.get("GTEST_OUTPUT", "")
+    if out.startswith("xml:") and out.endswith("/"):
+        os.makedirs(out[4:], exist_ok=True)
+        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), suite, name,
+                   "; ".join(failures) if failures else None)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from case_report import write_case  # noqa: E402
+from case_report import report_case  # noqa: E402
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -85,11 +85,7 @@ def main():
     for e in errors:
         print(e)
     print("doc_links: %d pages, %d broken link(s)" % (pages, len(errors)))
-    out = os.environ.get("GTEST_OUTPUT", "")
-    if out.startswith("xml:") and out.endswith("/"):
-        os.makedirs(out[4:], exist_ok=True)
-        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), "Docs", "LinksResolve",
-                   "; ".join(errors) if errors else None)
+    report_case("Docs", "LinksResolve", errors)
     return 1 if errors else 0
 
 

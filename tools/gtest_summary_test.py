@@ -17,7 +17,7 @@ import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from case_report import write_case  # noqa: E402
+from case_report import report_case  # noqa: E402
 
 summary = os.path.join(here, "gtest_summary.py")
 
@@ -88,11 +88,7 @@ def main():
         else:
             print("ok   %s" % name)
     print("%d of %d cases as expected" % (len(cases) - len(failures), len(cases)))
-    out = os.environ.get("GTEST_OUTPUT", "")
-    if out.startswith("xml:") and out.endswith("/"):
-        os.makedirs(out[4:], exist_ok=True)
-        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), "GtestSummary",
-                   "CountsAndReportsCrashes", "; ".join(failures) if failures else None)
+    report_case("GtestSummary", "CountsAndReportsCrashes", failures)
     return 1 if failures else 0
 
 

@@ -15,7 +15,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from case_report import write_case  # noqa: E402
+from case_report import report_case  # noqa: E402
 
 PLOT = os.path.join(HERE, "plot.py")
 DATA = os.path.join(HERE, "testdata", "plot")
@@ -74,11 +74,7 @@ def main():
     for f in failures:
         print(f)
     print("plot_tool: %s" % ("FAILED" if failures else "ok"))
-    out = os.environ.get("GTEST_OUTPUT", "")
-    if out.startswith("xml:") and out.endswith("/"):
-        os.makedirs(out[4:], exist_ok=True)
-        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), "PlotTool", "DrawsChartAndSimRun",
-                   "; ".join(failures) if failures else None)
+    report_case("PlotTool", "DrawsChartAndSimRun", failures)
     return 1 if failures else 0
 
 

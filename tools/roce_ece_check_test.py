@@ -17,7 +17,7 @@ import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from case_report import write_case  # noqa: E402
+from case_report import report_case  # noqa: E402
 
 checker = os.path.join(here, "roce_ece_check.py")
 golden = os.path.join(here, "..", "test", "data", "rxe-pcaps", "rping.pcap")
@@ -123,11 +123,7 @@ def main():
         else:
             print(f"ok   {name}")
     print(f"{len(cases) - len(failures)} of {len(cases)} cases as expected")
-    out = os.environ.get("GTEST_OUTPUT", "")
-    if out.startswith("xml:") and out.endswith("/"):
-        os.makedirs(out[4:], exist_ok=True)
-        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), "RoceEceCheck",
-                   "ReadsEceAndOpcodes", "; ".join(failures) if failures else None)
+    report_case("RoceEceCheck", "ReadsEceAndOpcodes", failures)
     return 1 if failures else 0
 
 

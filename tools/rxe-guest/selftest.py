@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.dirname(HERE)
 sys.path.insert(0, TOOLS)
-from case_report import write_case  # noqa: E402
+from case_report import report_case  # noqa: E402
 
 RGCTL = os.path.join(HERE, "rgctl.py")
 SCRIPTS = [os.path.join(HERE, n) for n in ("guest.sh", "pid1.sh", "attach.sh")] + \
@@ -129,11 +129,7 @@ def main():
     for f in failures:
         print(f)
     print("rxe_guest_tool: %s" % ("FAILED" if failures else "ok"))
-    out = os.environ.get("GTEST_OUTPUT", "")
-    if out.startswith("xml:") and out.endswith("/"):
-        os.makedirs(out[4:], exist_ok=True)
-        write_case(os.path.join(out[4:], os.path.basename(sys.argv[0]) + ".xml"), "RxeGuestTool",
-                   "ChannelAndScripts", "; ".join(failures) if failures else None)
+    report_case("RxeGuestTool", "ChannelAndScripts", failures)
     return 1 if failures else 0
 
 
