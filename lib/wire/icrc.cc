@@ -1,6 +1,5 @@
 #include "wire/icrc.h"
 
-#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -56,17 +55,15 @@ inline void store16(std::uint8_t* p, V16 v) { std::memcpy(p, &v, sizeof v); }
 std::uint32_t icrc_of(Crc32Fn crc32, std::span<const std::uint8_t> packet) {
   const std::uint8_t* p = packet.data();
   const std::size_t n = packet.size();
+  if (n == 0) return crc32(kLrhSeed, p, 0);
+  const std::uint8_t* ors = (p[0] >> 4) == 6 ? kOrV6.data() : kOrV4.data();
+  alignas(16) std::uint8_t local[kWholeCopyMax];
   if (n < 16) [[unlikely]] {
     // Not a RoCE packet (under IP + UDP + BTH): masked byte by byte all
     // the same, for a caller that asks.
-    if (n == 0) return crc32(kLrhSeed, p, 0);
-    const std::uint8_t* bytes = (p[0] >> 4) == 6 ? kOrV6.data() : kOrV4.data();
-    std::uint8_t local[16];
-    for (std::size_t i = 0; i < n; ++i) local[i] = p[i] | bytes[i];
+    for (std::size_t i = 0; i < n; ++i) local[i] = p[i] | ors[i];
     return crc32(kLrhSeed, local, n);
   }
-  const std::uint8_t* ors = (p[0] >> 4) == 6 ? kOrV6.data() : kOrV4.data();
-  alignas(16) std::uint8_t local[kWholeCopyMax];
   if (n <= kWholeCopyMax) {
     // All of it, in one CRC call: whole 16-byte blocks, then the last 16
     // bytes (overlapping the block before, with the same bytes).
