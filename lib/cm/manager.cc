@@ -1,7 +1,10 @@
 #include "cm/manager.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <utility>
@@ -169,7 +172,7 @@ wire::CmMad Manager::Impl::header_for(wire::CmAttr attr, std::uint64_t tid) {
 
 void Manager::Impl::send_tracked(Conn& c, const wire::CmMad& m) {
   wire::encode_cm_mad(m, c.last);
-  c.sent_at = now();
+  c.sent_at = c.first_sent_at = now();
   c.wait_ns = timing.resend_ns;
   c.resends = 0;
   arm(c, c.sent_at + c.wait_ns);
@@ -285,6 +288,26 @@ void Manager::Impl::hold_request(Conn&& c, Event&& e, std::vector<Event>& events
   events.push_back(std::move(e));
 }
 
+std::string Manager::Impl::why_unanswered(const Conn& c, std::uint64_t t) {
+  char peer[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET6, c.peer.data(), peer, sizeof peer);
+  const char* what = c.state == State::kReqSent ? "REQ" : c.state == State::kRepSent ? "REP" : "MAD";
+  char head[160];
+  std::snprintf(head, sizeof head, "the %s to %s went unanswered: sent %d times over %.1f s; ", what, peer,
+                c.resends + 1, static_cast<double>(t - c.first_sent_at) / 1e9);
+  std::string why = head;
+  if (ahs.count(c.peer) != 0) {
+    why += "the peer's Ethernet address was resolved, so they left, and its CM did not answer (nothing there, or a "
+           "link losing every frame)";
+  } else if (internal::lookup_gid(*ctx, to_gid(c.peer)) == Reach::kUnreachable) {
+    why += "the peer's Ethernet address did not resolve (no answer to ARP/ND), so none of them left: is it up, on "
+           "this link?";
+  } else {
+    why += "the peer's Ethernet address was never resolved, so none of them left";
+  }
+  return why;
+}
+
 void Manager::Impl::resend_overdue(std::vector<Event>& events) {
   const std::uint64_t t = now();
   while (!timers.empty() && timers.begin()->first <= t) {
@@ -348,6 +371,7 @@ void Manager::Impl::resend_overdue(std::vector<Event>& events) {
     e.type = c->state == State::kDreqSent ? EventType::kDisconnected : EventType::kUnreachable;
     e.comm_id = c->local_id;
     e.sidr = c->state == State::kSidrReqSent;
+    if (e.type == EventType::kUnreachable && !e.sidr) e.why = why_unanswered(*c, t);
     if (c->state == State::kRepSent) to_err(c->qp);
     erase_conn(id);
     events.push_back(std::move(e));

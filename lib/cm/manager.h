@@ -56,6 +56,11 @@ struct Event {
                                // of a SIDR request: the SIDR_REP's status (0: no answer)
   std::vector<std::uint8_t> private_data;  // REQ (after rdma_cm's header), REP, REJ, DREQ; SIDR
                                            // REQ (after the header), SIDR REP
+  // kUnreachable of a REQ, REP or DREQ that went unanswered: why, in words
+  // (how many were sent, and whether the peer's Ethernet address was ever
+  // resolved), for librdmacm to print under UROCE_RDMACM_DEBUG or
+  // UROCE_COUNTERS: a program only says "unexpected CM event 7".
+  std::string why;
   // SIDR (IBTA 12.11): no connection, only the peer's UD QP. kRequest: the
   // SIDR_REQ's service ID and the first bytes of its private data (rdma_cm's
   // header) in req; kEstablished (active): the SIDR_REP's QPN and Q_Key in

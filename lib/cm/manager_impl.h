@@ -97,7 +97,8 @@ struct Manager::Impl {
     std::uint8_t responder = 0, initiator = 0;  // max_dest_rd_atomic, max_rd_atomic
     std::uint8_t timeout = 14, retry = 7, rnr_retry = 7;
     std::array<std::uint8_t, wire::kMadBytes> last{};  // what to send again
-    std::uint64_t sent_at = 0;
+    std::uint64_t sent_at = 0;       // the last send of `last`
+    std::uint64_t first_sent_at = 0; // its first
     std::uint64_t wait_ns = 0;       // extended by an MRA
     int resends = 0;
     int no_service_retries = 0;      // REJ invalid service ID taken so far (Timing)
@@ -208,6 +209,8 @@ struct Manager::Impl {
 
   // The held MADs whose peer resolved (or failed, or ran out of time).
   void send_held();
+  // Event::why of `c`'s kUnreachable at time `t`.
+  std::string why_unanswered(const Conn& c, std::uint64_t t);
 
   // A reply to a MAD for a connection we do not know (REJ, DREP): anyone
   // may send those from any source, so at most kUnsolicitedReplyNs apart

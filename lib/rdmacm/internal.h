@@ -22,6 +22,9 @@ inline constexpr std::uint8_t kRoceAckTimeout = 19;
 
 // UROCE_RDMACM_DEBUG: one line on stderr per failed call and per REQ sent.
 bool debug();
+// UROCE_COUNTERS set (and not 0): a connection that ends unreachable also
+// says why, in one line on stderr, as under debug().
+bool counters_wanted();
 // A failed call: errno `err` and -1, as librdmacm's (a line if debug()).
 int fail_in(const char* where, int err);
 #define fail(err) ::uroce::rdmacm::fail_in(__func__, err)

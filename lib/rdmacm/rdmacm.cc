@@ -556,6 +556,9 @@ void deliver(State& s, cm::Event& e) {
     case cm::EventType::kUnreachable:
       box = make_event(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       s.by_comm.erase(it);
+      if (!e.why.empty() && (debug() || counters_wanted())) {
+        std::fprintf(stderr, "uroce librdmacm: RDMA_CM_EVENT_UNREACHABLE: %s\n", e.why.c_str());
+      }
       break;
     case cm::EventType::kDisconnected:
       id->connected = false;
@@ -707,6 +710,14 @@ void qp_destroyed(QueuePair* qp) {
 
 bool debug() {
   static const bool on = std::getenv("UROCE_RDMACM_DEBUG") != nullptr;
+  return on;
+}
+
+bool counters_wanted() {
+  static const bool on = [] {
+    const char* v = std::getenv("UROCE_COUNTERS");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
   return on;
 }
 

@@ -428,9 +428,10 @@ void LocalBackend::publish_owners() {
 }
 
 int LocalBackend::wait_resolved(const ibv_gid& gid, std::uint8_t mac[6], const char* what) {
-  // The resolver gives up after a second; the deadline only bounds the
-  // wait should it be busy with others (Resolver::kMaxPending).
-  const auto deadline = std::chrono::steady_clock::now() + Resolver::kTimeout + std::chrono::milliseconds(500);
+  // The resolver gives up after a second (more if this thread was kept
+  // from asking); the deadline only bounds the wait should it be busy with
+  // others (Resolver::kMaxPending).
+  const auto deadline = std::chrono::steady_clock::now() + Resolver::kAbandoned + std::chrono::milliseconds(500);
   for (;;) {
     switch (resolver_.query(gid, mac)) {
       case Reach::kKnown: return 0;

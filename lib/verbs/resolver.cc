@@ -55,9 +55,13 @@ void Resolver::fail(std::size_t p, Clock::time_point now) {
   *oldest = entry;
 }
 
+bool Resolver::unanswered(const Pending& p, Clock::time_point now) {
+  return p.asks >= kMinAsks && now - p.asked >= kRetry && now - p.started >= kTimeout;
+}
+
 void Resolver::expire(Clock::time_point now) {
   for (std::size_t i = 0; i < pending_.size();) {
-    if (now - pending_[i].started >= kTimeout) {
+    if (unanswered(pending_[i], now) || now - pending_[i].started >= kAbandoned) {
       fail(i, now);  // moves the last one to i
     } else {
       ++i;
@@ -102,12 +106,13 @@ Reach Resolver::query(const ibv_gid& gid, std::uint8_t mac[6], Clock::time_point
     case PacketIo::Resolution::kPending: break;
   }
   if (p != pending_.end()) {
-    if (now - p->started >= kTimeout) {
+    if (unanswered(*p, now)) {
       fail(static_cast<std::size_t>(p - pending_.begin()), now);
       return Reach::kUnreachable;
     }
     if (now - p->asked >= kRetry) {
       p->asked = now;
+      ++p->asks;
       ++counters_.resolve_asked_again;
       io_->resolve(gid, out, true);
     }

@@ -2,12 +2,18 @@
 // a peer's Ethernet address without ever waiting, and bounds what one
 // unreachable or spoofed address may cost. The port sends the request from
 // its own engine and takes the answer in (include/uroce/port.h); here a
-// request is repeated every 200 ms, given up after a second, and a GID
-// that got no answer is refused at once for kNegativeTtl (the negative
-// cache), so a caller that asks again and again (a client retrying
-// modify_qp, a flood of MADs from spoofed sources) costs one second of
-// asking per GID per kNegativeTtl, never the engines' time. At most
-// kMaxPending resolutions run at once.
+// request is repeated every 200 ms, given up after a second in which at
+// least kMinAsks requests went out, and a GID that got no answer is
+// refused at once for kNegativeTtl (the negative cache), so a caller that
+// asks again and again (a client retrying modify_qp, a flood of MADs from
+// spoofed sources) costs about one second of asking per GID per
+// kNegativeTtl, never the engines' time. At most kMaxPending resolutions
+// run at once.
+//
+// Requests go out only when a caller queries (the repeats too): a caller
+// kept off its CPU for a second (a loaded host) must not find its
+// resolution failed having asked once, so a failure takes kMinAsks
+// requests, the last one kRetry unanswered, and not only the time.
 //
 // Thread-safe (its own mutex); never blocks beyond it; allocation-free
 // after construction. Never inside a control call is needed, none holds
@@ -44,6 +50,11 @@ class Resolver {
   using Clock = std::chrono::steady_clock;
   static constexpr auto kRetry = std::chrono::milliseconds(200);
   static constexpr auto kTimeout = std::chrono::seconds(1);
+  static constexpr std::uint32_t kMinAsks = 3;
+  // A pending resolution nobody queries any more is given up this long
+  // after it started, however few requests went out, when the table is
+  // full (expire()).
+  static constexpr auto kAbandoned = std::chrono::seconds(3);
   // How long a GID that got no answer is refused without asking.
   static constexpr auto kNegativeTtl = std::chrono::seconds(5);
   static constexpr std::size_t kMaxPending = 64;
@@ -63,7 +74,8 @@ class Resolver {
   struct Pending {
     ibv_gid gid{};
     Clock::time_point started;
-    Clock::time_point asked;
+    Clock::time_point asked;   // the last request
+    std::uint32_t asks = 1;    // requests sent
   };
   struct Negative {
     ibv_gid gid{};
@@ -72,7 +84,11 @@ class Resolver {
   // Gives up `p` (an element of pending_): the port forgets it, the GID
   // goes into the negative cache.
   void fail(std::size_t p, Clock::time_point now);
-  // Gives up every pending resolution older than kTimeout.
+  // Whether pending resolution `p` is given up: kMinAsks requests
+  // unanswered over kTimeout.
+  static bool unanswered(const Pending& p, Clock::time_point now);
+  // Gives up every pending resolution that is unanswered() or older than
+  // kAbandoned.
   void expire(Clock::time_point now);
   bool negative(const ibv_gid& gid, Clock::time_point now);
 

@@ -352,6 +352,12 @@ TEST(Cm, NobodyAnswersMeansUnreachable) {
   ASSERT_EQ(p.ma->connect(p.connect_params(), id), 0);
   ASSERT_TRUE(p.run([&] { return CmPair::find(p.ea, EventType::kUnreachable) != nullptr; }, 60'000'000'000ull));
   EXPECT_EQ(p.ma->counters().mads_resent, 10u);
+  // Why, for librdmacm to print: the address resolved (the simulated link
+  // knows B), the CM did not answer.
+  const std::string why = CmPair::find(p.ea, EventType::kUnreachable)->why;
+  EXPECT_NE(why.find("the REQ to "), std::string::npos) << why;
+  EXPECT_NE(why.find("sent 11 times over 2.2 s"), std::string::npos) << why;
+  EXPECT_NE(why.find("address was resolved"), std::string::npos) << why;
 }
 
 // MADs from a third party that knows no connection, straight into B's QP1.
