@@ -245,8 +245,13 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell) {
   if (wr.num_sge < 0 || static_cast<std::uint32_t>(wr.num_sge) > qp.caps.max_recv_sge) return EINVAL;
   fill_recv_wqe(qp.rq.slot(), wr);
   qp.rq.publish(1);
-  if (doorbell) ring_doorbell(qp);
+  if (doorbell) qp_recv_posted(qp);
   return 0;
+}
+
+void qp_recv_posted(Qp& qp) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (qp.app_state.load(std::memory_order_relaxed) == IBV_QPS_ERR) ring_doorbell(qp);
 }
 
 int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {
@@ -277,7 +282,7 @@ std::uint32_t srq_count(const Srq& srq) {
 
 void sync_from_app(Qp& qp) {
   qp.sq_posted += qp.sq.ready_from(qp.sq_posted);
-  qp.rq_posted += qp.rq.ready_from(qp.rq_posted);
+  rq_sync(qp);
   // In ERR, work posted since is flushed at once.
   if (qp.state == IBV_QPS_ERR && (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted)) qp_enter_error(qp);
 }

@@ -240,9 +240,18 @@ inline constexpr std::uint32_t kGrhBytes = 40;
 // WR of a list rings it, or qp_ring_doorbell() after a WR of the list
 // failed (one atomic per list instead of one per WR).
 int qp_post_send(Qp& qp, const ibv_send_wr& wr, const wire::PathHeader* ud = nullptr, bool doorbell = true);
+// A receive WR rings no doorbell unless the QP is in ERR: the engine takes
+// receive WQEs when a message needs one (rq_sync), and needs telling only
+// to flush them (qp_recv_posted).
 int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell = true);
 // Tells the engine this QP has work (what the posts above do unless told not).
 void qp_ring_doorbell(Qp& qp);
+// After receive WRs were published (the last of a list, or one before a
+// WR that failed): rings the doorbell if the QP is in ERR, so that they
+// are flushed. A seq_cst fence orders the publication before the read of
+// the state, as qp_enter_error orders its store of ERR before its rq_sync:
+// either the engine takes the WRs in as it flushes, or this sees ERR.
+void qp_recv_posted(Qp& qp);
 // The engine's side, once per poll: take in what the application posted
 // (flushing it at once in ERR), and publish what has been retired.
 void sync_from_app(Qp& qp);

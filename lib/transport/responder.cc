@@ -119,6 +119,7 @@ void take_unreliable_exit(Qp& qp, const Request& r) {
   // Counters of answers UC never sends stay untouched.
   if (rule.answer != Answer::kRnrNak && rule.answer != Answer::kSequenceNak) qp.counters.add(rule.counter);
   if (r.exit == ResponderExit::recv_bad_lkey || r.exit == ResponderExit::recv_revoked) {
+    rq_sync(qp);  // recv_in_use sees every WQE posted, as a doorbell would have shown it
     if (recv_in_use(qp)) complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
     qp.resp.in_msg = Msg::kNone;
     qp_enter_error(qp);
@@ -172,6 +173,7 @@ void take_exit(Qp& qp, const Request& r) {
       // ERR first: it drops every answer still owed (none may leave after
       // a fatal NAK), so the NAK always finds room, even when a full queue
       // is why the request was refused (too_many_reads).
+      rq_sync(qp);  // recv_in_use sees every WQE posted, as a doorbell would have shown it
       if (rule.status != kNoCompletion && recv_in_use(qp)) {
         complete_recv(qp, rule.status, IBV_WC_RECV, qp.resp.offset, nullptr);
       }
@@ -383,6 +385,7 @@ std::uint32_t imm_of(const wire::ParsedFrame& p) {
 // is the QP's next receive-consuming message's.
 RecvWqe* sr_recv_wqe(Qp& qp, std::uint32_t index) {
   const std::uint32_t after = (index - qp.sr->recv_base) & kPsnMask;
+  if (after >= qp.rq_posted - qp.rq_next) rq_sync(qp);
   return after < qp.rq_posted - qp.rq_next ? &qp.rq[qp.rq_next + after] : nullptr;
 }
 
@@ -499,6 +502,7 @@ bool sr_deliver(Qp& qp, Env& env, std::uint32_t from, std::uint32_t to) {
     // The requester numbers receive-consuming messages in PSN order: this
     // one's WQE is the next (a peer that numbers them otherwise broke the
     // protocol; the bytes it placed went to this QP's own receives only).
+    if (qp.rq_next == qp.rq_posted) rq_sync(qp);
     if (m.recv_index != sr.recv_base || qp.rq_next == qp.rq_posted) {
       take_exit(qp, Request{none, psn, ResponderExit::sr_bad_header});
       return false;
@@ -579,7 +583,7 @@ bool take_recv(Qp& qp, Env& env, Request& r) {
       return false;
     }
     qp.srq_held = true;
-  } else if (qp.rq_next == qp.rq_posted) {
+  } else if (qp.rq_next == qp.rq_posted && (rq_sync(qp), qp.rq_next == qp.rq_posted)) {
     leave(r, ResponderExit::no_receive);
     return false;
   }

@@ -76,7 +76,7 @@ int local_post_recv(QueuePair& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   bool posted = false;
   for (; wr != nullptr; wr = wr->next) {
     if (const int rc = transport::qp_post_recv(q.qp, *wr, wr->next == nullptr); rc != 0) {
-      if (posted) transport::qp_ring_doorbell(q.qp);
+      if (posted) transport::qp_recv_posted(q.qp);
       if (bad_wr != nullptr) *bad_wr = wr;
       return impl_of(q.pd->context()).note(rc, rc == ENOMEM ? "receive queue full (max_recv_wr)"
                                                                : "bad receive WR: SGE count or QP state (RESET)");

@@ -125,9 +125,10 @@ void copy_raw(const transport::Qp& q, std::size_t engine, RawQp& out) {
   h.qp_type = q.type;
   h.dest_gid = q.type == IBV_QPT_UD ? ibv_gid{} : q.attr.ah_attr.grh.dgid;
   // The engine's cursors as of its last poll (sync_from_app): what it has
-  // taken in and not yet retired.
+  // taken in and not yet retired. Receives: every one published (the
+  // engine takes them in only when a message needs one).
   h.send_outstanding = q.sq_posted - q.comp_next;
-  h.recv_outstanding = q.srq != nullptr ? (q.srq_held ? 1 : 0) : q.rq_posted - q.rq_next;
+  h.recv_outstanding = q.srq != nullptr ? (q.srq_held ? 1 : 0) : q.rq.ready_from(q.rq_next);
   const transport::Qp::Congestion& cg = q.congestion;
   h.congestion = {};
   if (cg.started) {

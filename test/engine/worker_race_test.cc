@@ -247,6 +247,67 @@ TEST(WorkerRace, StateFollowsTheEngineIntoError) {
   EXPECT_EQ(p.qa->counter("nak_rem_access_received"), 1u);
 }
 
+// Receives ring no doorbell outside ERR: the engine takes them in when a
+// message needs one, and as it enters ERR. Every receive posted on B's QP
+// while it moves to ERR is flushed, those posted before the poster saw ERR
+// (no doorbell) included: in odd rounds B's engine moves it (its WRITE with
+// a bad rkey draws a NAK), in even ones this thread (modify to ERR). The poster stops once
+// it sees ERR, so no later doorbell takes them in instead.
+TEST(WorkerRace, ReceivesPostedAsTheQpEntersErrorAreAllFlushed) {
+  int total = 0;
+  for (int round = 0; round < 20; ++round) {
+    Pair p;
+    ASSERT_TRUE(p.ready());
+    std::atomic<bool> go{false};
+    int posted = 0, refused = 0;
+    std::thread poster([&] {
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(p.bufb.data()), 64, p.mrb->lkey};
+      while (!go.load()) {
+      }
+      while (p.qb->state() != IBV_QPS_ERR) {
+        ibv_recv_wr wr{};
+        wr.wr_id = static_cast<std::uint64_t>(posted);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        if (p.qb->post_recv(&wr, &bad) == 0) {
+          ++posted;
+        } else {
+          ++refused;  // full: 128 posted before the WRITE came
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(posted % 8));
+      }
+    });
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(20 * (round % 5)));
+    if (round % 2 == 1) {
+      ASSERT_EQ(post_rdma(p.qb, IBV_WR_RDMA_WRITE, p.bufb.data(), 64, p.mrb->lkey, p.bufa.data(), ~p.mra->rkey, 1),
+                0);
+    } else {
+      ibv_qp_attr err{};
+      err.qp_state = IBV_QPS_ERR;
+      ASSERT_EQ(p.qb->modify(err, IBV_QP_STATE), 0);
+    }
+    poster.join();
+    total += posted;
+    ibv_wc wc[32];
+    int flushed = 0, other = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (flushed + other < posted + round % 2 && std::chrono::steady_clock::now() < deadline) {
+      const int n = p.cqb->poll(32, wc);
+      ASSERT_GE(n, 0);
+      for (int i = 0; i < n; ++i) (wc[i].status == IBV_WC_WR_FLUSH_ERR ? flushed : other) += 1;
+    }
+    // B's failed WRITE completes on the same CQ (REM_ACCESS_ERR); every
+    // receive is flushed.
+    EXPECT_EQ(flushed, posted) << "round " << round << ": receives posted before ERR never completed ("
+                                       << refused << " refused as full)";
+    EXPECT_LE(other, round % 2) << "round " << round;
+  }
+  EXPECT_GT(total, 20) << "the poster hardly ever posted before ERR: the race was not run";
+  std::printf("  %d receives posted as the QP entered ERR, in 20 rounds\n", total);
+}
+
 // Two threads whose calls fail at once each read their own message: a bad
 // WR posted on one thread, a bad registration on another (last_error is
 // per thread).
