@@ -52,14 +52,9 @@ int RemoteCq::poll(int n, ibv_wc* wc, std::uint64_t* stamps) {
 
 int RemoteCq::arm(bool solicited_only) {
   if (on_event == nullptr) return EINVAL;
-  std::atomic<std::uint32_t>& armed = ring.header->armed;
-  armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
-  // The daemon stores head, then loads armed; this stores armed, then loads
-  // head: one of the two sees the other, so a completion is never missed.
-  if (!solicited_only && (ring.ready(std::memory_order_seq_cst) != 0 || overflowed())) {
-    std::uint32_t a = 2;
-    if (armed.compare_exchange_strong(a, 0)) on_event(arg);
-  }
+  // The next completion the daemon adds fires the event, not one already
+  // waiting (ibv_req_notify_cq(3); LocalBackend::arm_cq says why).
+  ring.header->armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
   return 0;
 }
 

@@ -220,8 +220,9 @@ class LocalBackend final : public Backend {
   int check_cpus(const std::vector<int>& cpus);  // one per engine, else EINVAL (last_error says so)
   void run_helper();
   // The helper sleeps up to `ns` or until woken (helper_kick, a futex):
-  // by hand_to_helper() or stop_workers().
-  void helper_sleep(std::uint64_t ns);
+  // by hand_to_helper() or stop_workers(), since its last look at the
+  // count (`kick_seen`) included.
+  void helper_sleep(std::uint64_t ns, std::uint32_t kick_seen);
   // PacketIo::thread_start (true) or thread_stop on every queue of the
   // port, from a thread that runs the engines (a worker, the helper).
   void port_threads(bool start);
