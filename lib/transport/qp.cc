@@ -202,11 +202,11 @@ void qp_build_paths(Qp& qp, const cc::DcqcnParams* dcqcn) {
 
 void qp_enter_error(Qp& qp) {
   qp.state = IBV_QPS_ERR;
-  qp.app_state.store(IBV_QPS_ERR, std::memory_order_release);
   // Receive WRs ring no doorbell outside ERR (qp_recv_posted): those
-  // published before a poster could see ERR are taken in here.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  rq_sync(qp);
+  // published before a poster could see ERR are taken in here (both seq_cst,
+  // as the poster's store of the head and load of the state).
+  qp.app_state.store(IBV_QPS_ERR, std::memory_order_seq_cst);
+  rq_sync(qp, std::memory_order_seq_cst);
   qp.attr.qp_state = IBV_QPS_ERR;
   qp.comp.deadline = 0;
   qp.req.rnr_wait = false;

@@ -313,12 +313,14 @@ inline std::uint32_t read_segment_end(const Qp& qp, std::uint32_t npackets, std:
 
 // --- qp.cc: control path -----------------------------------------------------
 
-// The receive WQE of the message in progress, or of the next one: the QP's
-// own queue's, or the one held from its SRQ.
 // The engine's side: takes in the receive WQEs posted since it last looked
 // (receives ring no doorbell outside ERR, qp_recv_posted: a message that
 // needs one and finds none yet looks again first).
-inline void rq_sync(Qp& qp) { qp.rq_posted += qp.rq.ready_from(qp.rq_posted); }
+inline void rq_sync(Qp& qp, std::memory_order order = std::memory_order_acquire) {
+  qp.rq_posted += qp.rq.ready_from(qp.rq_posted, nullptr, order);
+}
+// The receive WQE of the message in progress, or of the next one: the QP's
+// own queue's, or the one held from its SRQ.
 inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? *qp.srq_wqe : qp.rq[qp.rq_next]; }
 
 // Puts `qp` on `srq` (at creation, before it receives).

@@ -250,8 +250,12 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell) {
 }
 
 void qp_recv_posted(Qp& qp) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (qp.app_state.load(std::memory_order_relaxed) == IBV_QPS_ERR) ring_doorbell(qp);
+  // The head stored again, seq_cst, then the state loaded seq_cst: with
+  // qp_enter_error's seq_cst store of ERR and load of the head, one of the
+  // two loads sees the other side's store (no fence: ThreadSanitizer does
+  // not model std::atomic_thread_fence).
+  qp.rq.publish(0, std::memory_order_seq_cst);
+  if (qp.app_state.load(std::memory_order_seq_cst) == IBV_QPS_ERR) ring_doorbell(qp);
 }
 
 int srq_post_recv(Srq& srq, const ibv_recv_wr& wr) {

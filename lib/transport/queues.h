@@ -248,9 +248,9 @@ int qp_post_recv(Qp& qp, const ibv_recv_wr& wr, bool doorbell = true);
 void qp_ring_doorbell(Qp& qp);
 // After receive WRs were published (the last of a list, or one before a
 // WR that failed): rings the doorbell if the QP is in ERR, so that they
-// are flushed. A seq_cst fence orders the publication before the read of
-// the state, as qp_enter_error orders its store of ERR before its rq_sync:
-// either the engine takes the WRs in as it flushes, or this sees ERR.
+// are flushed. The head is stored (seq_cst) before the state is read, as
+// qp_enter_error stores ERR before it reads the head: either the engine
+// takes the WRs in as it flushes, or this sees ERR.
 void qp_recv_posted(Qp& qp);
 // The engine's side, once per poll: take in what the application posted
 // (flushing it at once in ERR), and publish what has been retired.
