@@ -37,6 +37,15 @@ struct Cursors {
 static_assert(sizeof(Cursors) == 128, "Cursors is part of uroced's protocol");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "cursors are shared between processes");
 
+// Moves `word`, a cursor that runs free (wrapping), forward to `v` unless it
+// is there or beyond already; any thread.
+inline void advance_cursor(std::atomic<std::uint32_t>& word, std::uint32_t v) {
+  std::uint32_t c = word.load(std::memory_order_relaxed);
+  while (static_cast<std::int32_t>(v - c) > 0 &&
+         !word.compare_exchange_weak(c, v, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+}
+
 // A ring's slots alone: a power of two of them for cheap indexing, `limit`
 // of which may be in use. Owned (init) or in mapped memory (attach). Also a
 // queue one thread keeps with cursors of its own (the responder's).

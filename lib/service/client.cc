@@ -52,9 +52,24 @@ int RemoteCq::poll(int n, ibv_wc* wc, std::uint64_t* stamps) {
 
 int RemoteCq::arm(bool solicited_only) {
   if (on_event == nullptr) return EINVAL;
-  // The next completion the daemon adds fires the event, not one already
-  // waiting (ibv_req_notify_cq(3); LocalBackend::arm_cq says why).
-  ring.header->armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
+  // The next completion the daemon adds fires the event; of those waiting,
+  // only ones no event announced (LocalBackend::arm_cq says why). The
+  // daemon stores head, then loads armed; this stores armed, then loads
+  // head: one of the two sees the other, so none is missed.
+  RingHeader& h = *ring.header;
+  std::atomic<std::uint32_t>& armed = h.armed;
+  armed.store(solicited_only ? 1 : 2, std::memory_order_seq_cst);
+  if (solicited_only) return 0;
+  const std::uint32_t tail = ring.tail();
+  const std::uint32_t head = tail + ring.ready(std::memory_order_seq_cst);
+  const bool missed = head != tail && static_cast<std::int32_t>(head - h.covered.load(std::memory_order_acquire)) > 0;
+  if (missed || overflowed()) {
+    std::uint32_t a = 2;
+    if (armed.compare_exchange_strong(a, 0)) {
+      ring::advance_cursor(h.covered, head);
+      on_event(arg);
+    }
+  }
   return 0;
 }
 

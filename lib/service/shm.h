@@ -24,13 +24,17 @@ namespace uroce::service {
 // its own. Work-queue rings also carry `retired` (the daemon: requests the
 // engine has finished with; it, not `tail`, frees the client's slots) and
 // `state` (the QP's state as the daemon last saw it). CQ rings carry `armed`
-// (ibv_req_notify_cq, written by the client: 0 none, 1 solicited, 2 next)
-// and `overflow` (the daemon: the CQ overflowed).
+// (ibv_req_notify_cq, written by the client: 0 none, 1 solicited, 2 next),
+// `overflow` (the daemon: the CQ overflowed) and `covered` (the head as of
+// the last event, advanced by either side: an arm fires at once only for
+// completions past it, transport::CompletionRing::missed; a daemon that
+// leaves it 0 makes every waiting completion count).
 struct RingHeader : ring::Cursors {
   alignas(64) std::atomic<std::uint32_t> retired{0};
   std::atomic<std::uint32_t> state{0};
   alignas(64) std::atomic<std::uint32_t> armed{0};
   std::atomic<std::uint32_t> overflow{0};
+  std::atomic<std::uint32_t> covered{0};
 };
 static_assert(sizeof(RingHeader) == 256, "RingHeader is part of the protocol");
 

@@ -25,7 +25,11 @@ bool CompletionRing::push(const ibv_wc& wc, bool solicited) {
   // Sequentially consistent with the arming thread (CompletionQueue::arm):
   // either it sees this entry pending, or this sees it armed.
   ring_.publish(1, std::memory_order_seq_cst);
-  events_->offer(solicited || wc.status != IBV_WC_SUCCESS);
+  // Covered before the event goes: the woken program may arm again at once.
+  if (events_->take(solicited || wc.status != IBV_WC_SUCCESS)) {
+    cover(ring_.head());
+    events_->fire(events_->arg);
+  }
   return true;
 }
 
@@ -72,6 +76,7 @@ void CompletionRing::rebuild(std::uint32_t capacity, std::uint32_t drop_qpn) {
   fresh.publish(kept);
   ring_ = std::move(fresh);
   stamps_ = std::move(stamps);
+  covered_.store(0, std::memory_order_relaxed);  // those kept count as missed: one event too many at most
 }
 
 namespace {

@@ -34,11 +34,16 @@ struct CqEvents {
   std::atomic<int> armed{kDisarmed};
   void (*fire)(void* arg) = nullptr;  // on the thread that pushed the completion
   void* arg = nullptr;
-  // Fires if armed for a completion of this kind, disarming.
-  void offer(bool solicited) {
+  // Disarms if armed for a completion of this kind; whether it did (the
+  // caller then fires, once it has noted what the event covers).
+  bool take(bool solicited) {
     int a = armed.load(std::memory_order_seq_cst);
-    if (a == kDisarmed || (a == kSolicited && !solicited)) return;
-    if (armed.compare_exchange_strong(a, kDisarmed)) fire(arg);
+    if (a == kDisarmed || (a == kSolicited && !solicited)) return false;
+    return armed.compare_exchange_strong(a, kDisarmed);
+  }
+  // take(), and fires if it did.
+  void offer(bool solicited) {
+    if (take(solicited)) fire(arg);
   }
 };
 
@@ -72,11 +77,26 @@ class CompletionRing {
   bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
   // Whether completions wait to be polled (the application's thread).
   bool pending() const { return ring_.ready(std::memory_order_seq_cst) != 0; }
+  // Events and completions already waiting. An arm fires at once only for
+  // completions no event announced (they came while nothing was armed, so a
+  // program that polled before arming missed them: the window every RNIC
+  // closes at its arm), never again for one an event announced (perftest's
+  // -e latency loops re-arm before they poll the completion that woke
+  // them). `covered_` is the producer's head as of the last event.
+  // missed(): the application's thread, arming; `head` gets the head seen.
+  bool missed(std::uint32_t& head) const {
+    const std::uint32_t tail = ring_.tail();
+    head = tail + ring_.ready(std::memory_order_seq_cst);
+    return head != tail && static_cast<std::int32_t>(head - covered_.load(std::memory_order_acquire)) > 0;
+  }
+  // An event announced the completions before `head` (any thread).
+  void cover(std::uint32_t head) { ring::advance_cursor(covered_, head); }
   std::uint32_t users = 0;  // QPs attached (control path)
 
  private:
   ring::SpscRing<ibv_wc> ring_;
   std::atomic<bool> overflow_{false};
+  std::atomic<std::uint32_t> covered_{0};  // see missed()
   CqEvents* events_;  // nullptr: nobody waits for events
   // The waiting completions but those of `drop_qpn` (0: none dropped)
   // into a new ring of `capacity`. Control path.

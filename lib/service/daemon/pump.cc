@@ -233,13 +233,20 @@ std::size_t Pump::fill(PumpCq& c) {
   }
   // The client stores armed, then loads head; this stores head, then loads
   // armed (both seq_cst): one of the two sees the other.
+  // An event announces what the ring holds so far (RingHeader::covered).
   std::uint32_t armed = h.armed.load(std::memory_order_seq_cst);
   if (armed == 2 && n > 0) {
-    if (h.armed.compare_exchange_strong(armed, 0)) signal(c.event_fd);
+    if (h.armed.compare_exchange_strong(armed, 0)) {
+      ring::advance_cursor(h.covered, c.ring.head());
+      signal(c.event_fd);
+    }
   } else if (armed == 1) {
     if (solicited_fired && c.solicited_armed) {
       c.solicited_armed = false;
-      if (h.armed.compare_exchange_strong(armed, 0)) signal(c.event_fd);
+      if (h.armed.compare_exchange_strong(armed, 0)) {
+        ring::advance_cursor(h.covered, c.ring.head());
+        signal(c.event_fd);
+      }
     } else if (!c.solicited_armed) {
       c.solicited_armed = true;
       c.cq->arm(true);
