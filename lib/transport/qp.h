@@ -117,57 +117,52 @@ struct QpCaps {
 };
 
 struct Qp {
-  // Identity and configuration (control path).
+  // The members are in three groups, each together in memory: what the
+  // engine reads or writes for a packet (so that a packet touches few
+  // cache lines of a QP: with 10,000 QPs every QP is cold), what the
+  // application's posts touch (the queues, their doorbell), and the
+  // control path's own (the frame spec, the CNP headers).
+
+  // --- The data path's --------------------------------------------------
   std::uint32_t qpn = 0;
   // RC, UC (requests without ACKs, IBTA 9.8) or UD (datagrams, 9.8.x):
   // the roles below branch on it where the rules differ.
   ibv_qp_type type = IBV_QPT_RC;
-  std::uint64_t pd = 0;  // ProtectionDomain::id(): the memory-region table's PD check
-  QpCaps caps;
   ibv_qp_state state = IBV_QPS_RESET;
-  ibv_qp_attr attr{};  // the attributes as last set
+  std::uint32_t mtu = 1024;     // path MTU in bytes
+  std::uint64_t pd = 0;  // ProtectionDomain::id(): the memory-region table's PD check
   CompletionRing* send_cq = nullptr;
   CompletionRing* recv_cq = nullptr;
-  // The path, set with the address vector (RTR): the fields the headers
-  // are built from (control path only), the headers themselves (immutable on
-  // the data path), their variant for CNPs (the CNP's own traffic class and
-  // priority), and the BTH's fixed fields (P_Key, destination QP).
-  wire::FrameSpec path_spec;
-  wire::PathHeader path;
-  wire::PathHeader cnp_path;
+  // Or a shared receive queue: a message's WQE is taken from it at its
+  // first packet and held here until the message completes.
+  Srq* srq = nullptr;
+  bool srq_held = false;
+  // TransportOptions (include/uroce/verbs.h): selective repeat, spraying
+  // and the BDP cap, set before RTR (control path).
+  struct Options {
+    bool selective_repeat = false;
+    std::uint8_t spray_paths = 1;
+    std::uint32_t bdp_packets = 0;
+  } options;
+  // Selective repeat's state (sr.h): allocated when the option is set.
+  std::unique_ptr<SrState> sr;
+  // Congestion control's cap on request packets in flight: the path's
+  // bandwidth-delay product (cc::window_packets), set at RTR; 0: none.
+  // Sender-side only, so it holds against any peer.
+  std::uint32_t cc_window = 0;
+  // Delay-based congestion control (cc = delay): allocated at RTR when the
+  // port runs it; its window is a cap as cc_window is.
+  std::unique_ptr<DelayState> delay;
+  // XRC (IBTA annex A14): an initiator QP (XRC_SEND) only sends, a target
+  // QP (XRC_RECV) only receives, each request into the SRQ of `xrcd` its
+  // XRCETH names; both run RC's protocol.
+  XrcDomain* xrcd = nullptr;  // XRC_RECV: its domain
+  // The path, set with the address vector (RTR): the BTH's fixed fields
+  // (P_Key, destination QP) and the headers (immutable on the data path);
+  // path_spec below is what they are built from.
   wire::Bth bth_base{};
-  std::uint32_t mtu = 1024;     // path MTU in bytes
-  QpCounters counters;
-
-  // The application thread and the engine exchange work through the queues
-  // (sq, rq below) as single-producer single-consumer rings: the application
-  // fills slots and publishes the head; the engine takes it in at each poll
-  // (sync_from_app) and publishes what it has retired as the tail. Nothing
-  // else of the QP is touched by both (control operations run between bursts).
-  std::atomic<ibv_qp_state> app_state{IBV_QPS_RESET};  // `state`, for post_send/post_recv
-  // Rung after each post: the bit of this QP in its engine's doorbell
-  // words, so the engine finds the QPs with new work without looking at
-  // every QP. Set by the engine before the application can post.
-  std::atomic<std::uint64_t>* doorbell = nullptr;
-  std::uint64_t doorbell_bit = 0;
-  // The summary word with one bit per doorbell word: set by the post that
-  // finds its doorbell word empty, so a poll reads one summary word per 64
-  // doorbell words (10,000 idle QPs: 3 words, not 157).
-  std::atomic<std::uint64_t>* doorbell_summary = nullptr;
-  std::uint64_t summary_bit = 0;
-
-  // Congestion control (congestion.cc): DCQCN's reaction point (the rate
-  // of what this QP sends) and its notification point (CNPs for marked
-  // packets it receives).
-  struct Congestion {
-    cc::DcqcnRate rate;
-    bool started = false;           // rate reset at the first packet sent or CNP
-    bool cnp_due = false;           // a CNP waits to go out
-    bool cnp_sent = false;          // one has gone (last_cnp_ns is meaningful)
-    std::uint64_t last_cnp_ns = 0;
-    std::uint64_t next_send_ns = 0;  // pacing: the earliest departure of the next data packet
-  } congestion;
-
+  wire::PathHeader path;
+  ibv_qp_attr attr{};  // the attributes as last set
   // The engine's bookkeeping (lib/engine): the QP's doorbell slot, whether
   // it is on the engine's list of QPs to serve this poll, and the deadline
   // its timer-wheel entry was made for (0: none).
@@ -182,16 +177,6 @@ struct Qp {
     bool ack_held = false;
     std::uint64_t timer_at = 0;
   } sched;
-
-  // Send queue: head published by the application, tail retired by the
-  // engine (comp_next). The engine's own cursors run free; a slot is sq[i].
-  ring::SpscRing<SendWqe> sq;
-  std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
-  std::vector<UdDest> ud_dest;           // UD: the destination of each SQ slot
-  std::uint32_t sq_posted = 0;  // next slot the application fills
-  std::uint32_t req_next = 0;   // the WQE the requester is sending
-  std::uint32_t comp_next = 0;  // the oldest WQE not completed
-
   struct Requester {
     std::uint32_t psn = 0;        // next PSN to send
     std::uint32_t high_psn = 0;   // one past the highest PSN ever sent
@@ -202,7 +187,6 @@ struct Qp {
     std::uint64_t rnr_until = 0;
     std::uint32_t rnr_psn = 0;
   } req;
-
   struct Completer {
     std::uint32_t psn = 0;         // oldest PSN not yet acknowledged / answered
     std::uint32_t window = kWindowPackets;  // request packets the requester may have in flight
@@ -219,19 +203,15 @@ struct Qp {
     // tail of the answer cut short rises; a resent answer starts lower).
     std::uint32_t rewound_seen = 0;
   } comp;
-
-  // Receive queue: as the send queue (tail: rq_next).
-  ring::SpscRing<RecvWqe> rq;
+  // The engine's cursors of the queues (below): the next send WQE slot the
+  // application fills as last taken in, the one the requester is sending,
+  // the oldest not completed; the receive queue's as last taken in, and the
+  // one the next SEND consumes.
+  std::uint32_t sq_posted = 0;
+  std::uint32_t req_next = 0;
+  std::uint32_t comp_next = 0;
   std::uint32_t rq_posted = 0;
-  std::uint32_t rq_next = 0;  // the WQE the next SEND consumes
-  // Or a shared one: a message's WQE is taken from it at its first packet
-  // and held here until the message completes.
-  Srq* srq = nullptr;
-  bool srq_held = false;
-  // Allocated by attach_srq() for QPs on an SRQ only: a WQE is 408 bytes,
-  // a fifth of a QP's own size.
-  std::unique_ptr<RecvWqe> srq_wqe;
-
+  std::uint32_t rq_next = 0;
   struct Responder {
     std::uint32_t psn = 0;  // expected PSN
     std::uint32_t msn = 0;  // messages completed (24 bits on the wire)
@@ -250,29 +230,55 @@ struct Qp {
     std::uint32_t out_head = 0;
     std::uint32_t out_tail = 0;
   } resp;
+  // Congestion control (congestion.cc): DCQCN's reaction point (the rate
+  // of what this QP sends) and its notification point (CNPs for marked
+  // packets it receives).
+  struct Congestion {
+    cc::DcqcnRate rate;
+    bool started = false;           // rate reset at the first packet sent or CNP
+    bool cnp_due = false;           // a CNP waits to go out
+    bool cnp_sent = false;          // one has gone (last_cnp_ns is meaningful)
+    std::uint64_t last_cnp_ns = 0;
+    std::uint64_t next_send_ns = 0;  // pacing: the earliest departure of the next data packet
+  } congestion;
+  // Its counters; the ones every packet moves share the first line
+  // (transport/counters.h).
+  QpCounters counters;
 
-  // XRC (IBTA annex A14): an initiator QP (XRC_SEND) only sends, a target
-  // QP (XRC_RECV) only receives, each request into the SRQ of `xrcd` its
-  // XRCETH names; both run RC's protocol.
-  XrcDomain* xrcd = nullptr;  // XRC_RECV: its domain
+  // --- The application's posts' -----------------------------------------
+  // The application thread and the engine exchange work through the queues
+  // (sq, rq below) as single-producer single-consumer rings: the application
+  // fills slots and publishes the head; the engine takes it in at each poll
+  // (sync_from_app) and publishes what it has retired as the tail. Nothing
+  // else of the QP is touched by both (control operations run between bursts).
+  alignas(64) std::atomic<ibv_qp_state> app_state{IBV_QPS_RESET};  // `state`, for post_send/post_recv
+  // Rung after each post: the bit of this QP in its engine's doorbell
+  // words, so the engine finds the QPs with new work without looking at
+  // every QP. Set by the engine before the application can post.
+  std::atomic<std::uint64_t>* doorbell = nullptr;
+  std::uint64_t doorbell_bit = 0;
+  // The summary word with one bit per doorbell word: set by the post that
+  // finds its doorbell word empty, so a poll reads one summary word per 64
+  // doorbell words (10,000 idle QPs: 3 words, not 157).
+  std::atomic<std::uint64_t>* doorbell_summary = nullptr;
+  std::uint64_t summary_bit = 0;
+  QpCaps caps;
+  std::vector<std::uint8_t> inline_buf;  // max_inline_data bytes per SQ slot
+  std::vector<UdDest> ud_dest;           // UD: the destination of each SQ slot
+  // Send queue: head published by the application, tail retired by the
+  // engine (comp_next). The engine's own cursors run free; a slot is sq[i].
+  ring::SpscRing<SendWqe> sq;
+  // Receive queue: as the send queue (tail: rq_next).
+  ring::SpscRing<RecvWqe> rq;
 
-  // TransportOptions (include/uroce/verbs.h): selective repeat, spraying
-  // and the BDP cap, set before RTR (control path).
-  struct Options {
-    bool selective_repeat = false;
-    std::uint8_t spray_paths = 1;
-    std::uint32_t bdp_packets = 0;
-  } options;
-  // Selective repeat's state (sr.h): allocated when the option is set.
-  std::unique_ptr<SrState> sr;
-  // Congestion control's cap on request packets in flight: the path's
-  // bandwidth-delay product (cc::window_packets), set at RTR; 0: none.
-  // Sender-side only, so it holds against any peer.
-  std::uint32_t cc_window = 0;
-  // Delay-based congestion control (cc = delay): allocated at RTR when the
-  // port runs it; its window is a cap as cc_window is.
-  std::unique_ptr<DelayState> delay;
-
+  // --- The control path's -----------------------------------------------
+  // Allocated by attach_srq() for QPs on an SRQ only: a WQE is 408 bytes,
+  // a fifth of a QP's own size.
+  std::unique_ptr<RecvWqe> srq_wqe;
+  // The fields `path` is built from, and its variant for CNPs (the CNP's
+  // own traffic class and priority).
+  wire::FrameSpec path_spec;
+  wire::PathHeader cnp_path;
   bool reliable() const { return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV; }
   bool active() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   // Posted WQEs the requester has not sent (a go-back-N restart moves
