@@ -37,11 +37,14 @@ struct Cursors {
 static_assert(sizeof(Cursors) == 128, "Cursors is part of uroced's protocol");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "cursors are shared between processes");
 
-// Moves `word`, a cursor that runs free (wrapping), forward to `v` unless it
-// is there or beyond already; any thread.
+// Whether cursor `a` is past cursor `b` (cursors run free and wrap).
+inline bool cursor_after(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) > 0; }
+
+// Moves `word`, a cursor, forward to `v` unless it is there or beyond
+// already; any thread.
 inline void advance_cursor(std::atomic<std::uint32_t>& word, std::uint32_t v) {
   std::uint32_t c = word.load(std::memory_order_relaxed);
-  while (static_cast<std::int32_t>(v - c) > 0 &&
+  while (cursor_after(v, c) &&
          !word.compare_exchange_weak(c, v, std::memory_order_acq_rel, std::memory_order_relaxed)) {
   }
 }

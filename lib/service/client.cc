@@ -62,7 +62,7 @@ int RemoteCq::arm(bool solicited_only) {
   if (solicited_only) return 0;
   const std::uint32_t tail = ring.tail();
   const std::uint32_t head = tail + ring.ready(std::memory_order_seq_cst);
-  const bool missed = head != tail && static_cast<std::int32_t>(head - h.covered.load(std::memory_order_acquire)) > 0;
+  const bool missed = head != tail && ring::cursor_after(head, h.covered.load(std::memory_order_acquire));
   if (missed || overflowed()) {
     std::uint32_t a = 2;
     if (armed.compare_exchange_strong(a, 0)) {

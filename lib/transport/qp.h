@@ -325,6 +325,12 @@ inline std::uint32_t read_segment_end(const Qp& qp, std::uint32_t npackets, std:
 inline void rq_sync(Qp& qp, std::memory_order order = std::memory_order_acquire) {
   qp.rq_posted += qp.rq.ready_from(qp.rq_posted, nullptr, order);
 }
+// Whether at least `n` receive WQEs of the QP's own queue are at hand,
+// taking in those posted since (rq_sync) when fewer were.
+inline bool rq_has(Qp& qp, std::uint32_t n = 1) {
+  if (qp.rq_posted - qp.rq_next < n) rq_sync(qp);
+  return qp.rq_posted - qp.rq_next >= n;
+}
 // The receive WQE of the message in progress, or of the next one: the QP's
 // own queue's, or the one held from its SRQ.
 inline RecvWqe& recv_wqe(Qp& qp) { return qp.srq != nullptr ? *qp.srq_wqe : qp.rq[qp.rq_next]; }

@@ -75,8 +75,6 @@ class CompletionRing {
   // Completions waiting to be polled (a snapshot; the control path's is exact).
   std::uint32_t waiting() const { return ring_.ready(); }
   bool overflowed() const { return overflow_.load(std::memory_order_acquire); }
-  // Whether completions wait to be polled (the application's thread).
-  bool pending() const { return ring_.ready(std::memory_order_seq_cst) != 0; }
   // Events and completions already waiting. An arm fires at once only for
   // completions no event announced (they came while nothing was armed, so a
   // program that polled before arming missed them: the window every RNIC
@@ -87,7 +85,7 @@ class CompletionRing {
   bool missed(std::uint32_t& head) const {
     const std::uint32_t tail = ring_.tail();
     head = tail + ring_.ready(std::memory_order_seq_cst);
-    return head != tail && static_cast<std::int32_t>(head - covered_.load(std::memory_order_acquire)) > 0;
+    return head != tail && ring::cursor_after(head, covered_.load(std::memory_order_acquire));
   }
   // An event announced the completions before `head` (any thread).
   void cover(std::uint32_t head) { ring::advance_cursor(covered_, head); }

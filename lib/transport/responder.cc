@@ -385,8 +385,7 @@ std::uint32_t imm_of(const wire::ParsedFrame& p) {
 // is the QP's next receive-consuming message's.
 RecvWqe* sr_recv_wqe(Qp& qp, std::uint32_t index) {
   const std::uint32_t after = (index - qp.sr->recv_base) & kPsnMask;
-  if (after >= qp.rq_posted - qp.rq_next) rq_sync(qp);
-  return after < qp.rq_posted - qp.rq_next ? &qp.rq[qp.rq_next + after] : nullptr;
+  return rq_has(qp, after + 1) ? &qp.rq[qp.rq_next + after] : nullptr;
 }
 
 // A message's last packet was taken: what completing it needs.
@@ -502,8 +501,7 @@ bool sr_deliver(Qp& qp, Env& env, std::uint32_t from, std::uint32_t to) {
     // The requester numbers receive-consuming messages in PSN order: this
     // one's WQE is the next (a peer that numbers them otherwise broke the
     // protocol; the bytes it placed went to this QP's own receives only).
-    if (qp.rq_next == qp.rq_posted) rq_sync(qp);
-    if (m.recv_index != sr.recv_base || qp.rq_next == qp.rq_posted) {
+    if (m.recv_index != sr.recv_base || !rq_has(qp)) {
       take_exit(qp, Request{none, psn, ResponderExit::sr_bad_header});
       return false;
     }
@@ -583,7 +581,7 @@ bool take_recv(Qp& qp, Env& env, Request& r) {
       return false;
     }
     qp.srq_held = true;
-  } else if (qp.rq_next == qp.rq_posted && (rq_sync(qp), qp.rq_next == qp.rq_posted)) {
+  } else if (!rq_has(qp)) {
     leave(r, ResponderExit::no_receive);
     return false;
   }

@@ -76,8 +76,7 @@ void ud_on_datagram(Qp& qp, Env& env, const wire::ParsedFrame& p) {
     qp.counters.add(QpCounter::messages_dropped);
     return;
   }
-  if (qp.srq == nullptr && qp.rq_next == qp.rq_posted) rq_sync(qp);
-  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, *qp.srq_wqe)) : qp.rq_next != qp.rq_posted;
+  const bool have = qp.srq != nullptr ? (qp.srq_held || srq_take(*qp.srq, *qp.srq_wqe)) : rq_has(qp);
   if (!have) {
     qp.counters.add(QpCounter::messages_dropped);  // UD has no RNR: the datagram is gone
     return;
