@@ -133,8 +133,9 @@ struct Qp {
   std::uint64_t pd = 0;  // ProtectionDomain::id(): the memory-region table's PD check
   CompletionRing* send_cq = nullptr;
   CompletionRing* recv_cq = nullptr;
-  // Or a shared receive queue: a message's WQE is taken from it at its
-  // first packet and held here until the message completes.
+  // The shared receive queue, for a QP that receives from one instead of
+  // its own `rq`: a message's WQE is taken from it at its first packet and
+  // held (srq_wqe) until the message completes.
   Srq* srq = nullptr;
   bool srq_held = false;
   // TransportOptions (include/uroce/verbs.h): selective repeat, spraying
