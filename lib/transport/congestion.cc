@@ -113,7 +113,7 @@ void paced_sent(Qp& qp, Env& env, std::uint32_t frame_bytes) {
 std::uint64_t paced_until(const Qp& qp, const Env& env) {
   if ((!paced(env) && delay_gap(qp, env) == 0) || qp.congestion.next_send_ns <= env.now) return 0;
   const bool requests = qp.req_next != qp.sq_posted;
-  const bool responses = qp.resp.out_head != qp.resp.out_tail;
+  const bool responses = qp.answers_owed();
   return requests || responses ? qp.congestion.next_send_ns : 0;
 }
 

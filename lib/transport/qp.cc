@@ -229,6 +229,7 @@ void qp_enter_error(Qp& qp) {
     qp.counters.add(QpCounter::flushed);
   }
   // Only a fatal NAK may still leave; everything else owed is dropped.
+  qp.resp.ack_owed = false;
   std::uint32_t keep = qp.resp.out_head;
   for (std::uint32_t i = qp.resp.out_head; i != qp.resp.out_tail; ++i) {
     if (qp.resp.out[i].fatal) qp.resp.out[keep++] = qp.resp.out[i];

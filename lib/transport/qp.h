@@ -218,6 +218,13 @@ struct Qp {
     std::uint32_t msn = 0;  // messages completed (24 bits on the wire)
     bool nak_sent = false;  // a sequence NAK was sent and the expected PSN has not come
     enum class Msg : std::uint8_t { kNone, kSend, kWrite } in_msg = Msg::kNone;
+    // A plain ACK owed while `out` is empty (go-back-N only), held here on
+    // the line the packet already touched instead of in a slot of `out`:
+    // with thousands of QPs each slot is a cold line per message. Anything
+    // queued after it first moves it into `out`, so it still leaves first.
+    bool ack_owed = false;
+    std::uint32_t ack_psn = 0;
+    std::uint32_t ack_msn = 0;
     std::uint32_t offset = 0;             // bytes of the current message placed
     std::uint8_t* write_dst = nullptr;    // WRITE in progress: host address of its RETH va
     std::uint32_t write_len = 0;          // its DMA length
@@ -285,6 +292,8 @@ struct Qp {
   // Posted WQEs the requester has not sent (a go-back-N restart moves
   // req_next back, so a retransmission counts too).
   bool requests_unsent() const { return req_next != sq_posted; }
+  // The responder owes the requester something: an ACK, NAK or response.
+  bool answers_owed() const { return resp.ack_owed || resp.out_head != resp.out_tail; }
   bool receives() const {
     return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
   }

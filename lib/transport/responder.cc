@@ -22,7 +22,19 @@ constexpr std::uint8_t kAckSyndrome = 0x1f;  // ACK, no end-to-end credit count 
 
 bool out_full(const Qp& qp) { return qp.resp.out_tail - qp.resp.out_head >= qp.resp.out.limit(); }
 
+// The ACK held in the QP (Responder::ack_owed) goes into `out` ahead of
+// what follows it, so answers still leave in PSN order.
 Response* push(Qp& qp) {
+  if (qp.resp.ack_owed) {
+    // `out` is empty while an ACK is held, and holds at least 10.
+    qp.resp.ack_owed = false;
+    Response& a = qp.resp.out[qp.resp.out_tail++];
+    a = Response{};
+    a.kind = Response::Kind::kAck;
+    a.psn = qp.resp.ack_psn;
+    a.syndrome = kAckSyndrome;
+    a.msn = qp.resp.ack_msn;
+  }
   if (out_full(qp)) return nullptr;
   Response& r = qp.resp.out[qp.resp.out_tail++];
   r = Response{};
@@ -32,6 +44,14 @@ Response* push(Qp& qp) {
 // ACKs coalesce (IBTA 9.7.5: one ACK may acknowledge many packets): a queued ACK
 // not yet sent is moved forward rather than followed by another.
 void queue_ack(Qp& qp, std::uint32_t psn) {
+  if (qp.resp.out_tail == qp.resp.out_head && qp.sr == nullptr) {
+    // Nothing else owed: held in the QP (selective repeat's ACKs carry a
+    // SACK built from the queued answer, so they keep to `out`).
+    qp.resp.ack_owed = true;
+    qp.resp.ack_psn = psn;
+    qp.resp.ack_msn = qp.resp.msn;
+    return;
+  }
   if (qp.resp.out_tail != qp.resp.out_head) {
     Response& tail = qp.resp.out[qp.resp.out_tail - 1];
     if (tail.kind == Response::Kind::kAck && tail.syndrome == kAckSyndrome) {
@@ -868,6 +888,7 @@ ResponderStep execute_atomic_write(Qp& qp, Env& env, Request& r) {
 // Sending that rest as well, ahead of the new answer, would pour the same
 // bytes on the requester twice, just after a burst it could not take.
 void drop_answers_from(Qp& qp, std::uint32_t psn) {
+  if (qp.resp.ack_owed && !psn_before(qp.resp.ack_psn, psn)) qp.resp.ack_owed = false;
   std::uint32_t keep = qp.resp.out_head;
   for (std::uint32_t i = qp.resp.out_head; i != qp.resp.out_tail; ++i) {
     const Response& r = qp.resp.out[i];
@@ -989,6 +1010,7 @@ void responder_on_request(Qp& qp, Env& env, const wire::ParsedFrame& p) {
 }
 
 bool only_an_ack_queued(const Qp& qp) {
+  if (qp.resp.ack_owed) return true;  // `out` is empty then, and this is a plain ACK
   if (qp.sr != nullptr || qp.resp.out_tail - qp.resp.out_head != 1) return false;
   const Response& r = qp.resp.out[qp.resp.out_head];
   return r.kind == Response::Kind::kAck && r.syndrome == kAckSyndrome && !r.fatal;
@@ -996,6 +1018,20 @@ bool only_an_ack_queued(const Qp& qp) {
 
 std::uint16_t responder_fill(Qp& qp, Env& env, wire::TxFrame* out, std::uint16_t room) {
   std::uint16_t n = 0;
+  if (qp.resp.ack_owed && room > 0) {
+    qp.resp.ack_owed = false;
+    if (qp.receives()) {
+      wire::TransportHeaders th;
+      packet_bth(th.bth, qp, Opcode::kRcAcknowledge, qp.resp.ack_psn, false, false);
+      th.bth.opcode = service_opcode(qp, Opcode::kRcAcknowledge);
+      th.aeth.syndrome = kAckSyndrome;
+      th.aeth.msn.set(qp.resp.ack_msn);
+      qp.counters.add(QpCounter::acks_sent);
+      wire::TxFrame& f = out[n++];
+      f.npieces = 0;
+      emit(qp, env, f, th, 0);
+    }
+  }
   while (n < room && qp.resp.out_head != qp.resp.out_tail) {
     Response& r = qp.resp.out[qp.resp.out_head];
     if (!qp.receives() && !r.fatal) {

@@ -123,6 +123,45 @@ TEST(ResponderRules, ADuplicateReadWithTheAnswerQueueFullIsCounted) {
   EXPECT_EQ(r.dev.qp->state(), IBV_QPS_RTS);
 }
 
+// --- Answers in PSN order (9.7.5.1: a responder answers in the order it received) ----
+
+// An ACK owed while nothing else is (go-back-N holds it in the QP, not in
+// the answer queue) is moved forward by the next ACK and still leaves ahead
+// of a READ response or a NAK queued after it, in one burst.
+TEST(ResponderRules, AnOwedAckLeavesAheadOfTheAnswersQueuedAfterIt) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> region(4096, 0x5a);
+  MemoryRegion* mr = r.dev.pd->reg_mr(region.data(), region.size(), kAll);
+  const auto write = [&](std::uint32_t psn) {
+    wire::FrameSpec w = r.spec(Opcode::kRcWriteOnly, psn);
+    w.reth.va.set(reinterpret_cast<std::uint64_t>(region.data()) + 2048);
+    w.reth.rkey.set(mr->rkey);
+    w.reth.dma_length.set(16);
+    w.bth.set_ack_req(true);
+    r.inject(w, std::vector<std::uint8_t>(16, 0x77));
+  };
+  write(kRqPsn);
+  write(kRqPsn + 1);
+  r.inject(read_request(r, kRqPsn + 2, region, mr, 8));
+  write(kRqPsn + 3);
+  r.inject(r.spec(Opcode::kRcSendOnly, kRqPsn + 5));  // kRqPsn + 4 lost: a sequence NAK
+  r.dev.ctx->progress();
+  const auto sent = r.sent();
+  ASSERT_EQ(sent.size(), 4u);
+  EXPECT_EQ(sent[0].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+  EXPECT_EQ(sent[0].aeth().syndrome, 0x1f);
+  EXPECT_EQ(sent[0].bth().psn.get(), kRqPsn + 1) << "the two WRITEs' ACKs coalesce";
+  EXPECT_EQ(sent[1].opcode, static_cast<std::uint8_t>(Opcode::kRcReadResponseOnly));
+  EXPECT_EQ(sent[1].bth().psn.get(), kRqPsn + 2);
+  EXPECT_EQ(sent[2].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+  EXPECT_EQ(sent[2].aeth().syndrome, 0x1f);
+  EXPECT_EQ(sent[2].bth().psn.get(), kRqPsn + 3);
+  EXPECT_EQ(sent[3].opcode, static_cast<std::uint8_t>(Opcode::kRcAcknowledge));
+  EXPECT_EQ(sent[3].aeth().syndrome, nak(NakCode::kPsnSequenceError));
+  EXPECT_EQ(sent[3].bth().psn.get(), kRqPsn + 4);
+  EXPECT_EQ(r.dev.qp->counter("acks_sent"), 3u) << "ACKs and NAKs alike";
+}
+
 // --- Answers that find the answer queue full -------------------------------------------
 
 // An ACK the responder owes when its answer queue is full is not sent (the
