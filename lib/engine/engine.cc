@@ -279,12 +279,29 @@ wire::ParseStatus Engine::parse(const RxFrame& frame, std::uint16_t i, bool veri
                                      options);
 }
 
+// With thousands of QPs each frame's QP is cold: its index slot, then the
+// lines of it that a packet reads, are asked for for the whole burst before
+// the first frame is processed, so the misses overlap instead of coming
+// one after another. With few QPs they are all in cache and this would only
+// cost (8-byte WRITEs, one QP: about 5% more a packet).
+void Engine::prefetch_qps(std::uint16_t n) const {
+  if (n < 2 || qp_list_.size() < kPrefetchFromQps) return;
+  for (std::uint16_t i = 0; i < n; ++i) {
+    if (status_[i] == wire::ParseStatus::kOk) __builtin_prefetch(index_.slot_of(parsed_[i].bth().dest_qp.get()));
+  }
+  for (std::uint16_t i = 0; i < n; ++i) {
+    if (status_[i] != wire::ParseStatus::kOk) continue;
+    if (const transport::Qp* qp = find_qp(parsed_[i].bth().dest_qp.get())) transport::prefetch_data_path(*qp);
+  }
+}
+
 std::uint16_t Engine::process(RxFrame* frames, std::uint16_t n, bool handed_in) {
   // Handed-in frames passed every check on the worker that received them;
   // their ICRC is not computed twice. The others: every frame's headers
   // first, then the ICRCs.
   Handover* const handover = handed_in ? nullptr : handover_;
   for (std::uint16_t i = 0; i < n; ++i) status_[i] = parse(frames[i], i, !handed_in);
+  prefetch_qps(n);
   std::uint16_t keep = 0;
   for (std::uint16_t i = 0; i < n; ++i) {
     const RxFrame frame = frames[i];

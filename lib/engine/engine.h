@@ -150,6 +150,10 @@ class Engine {
   // Classifies and processes frames; those passed to another worker are
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
+  // Prefetches the QPs a burst's frames go to, when the engine serves at
+  // least kPrefetchFromQps (their hot lines then outgrow the L2 cache).
+  static constexpr std::size_t kPrefetchFromQps = 256;
+  void prefetch_qps(std::uint16_t n) const;
   // Parses frame `i` of a burst into parsed_[i]: a contiguous one's headers,
   // its ICRC left to process() when it is to be verified (icrc_pending_[i]);
   // one in segments is verified at once (its headers copied into

@@ -412,6 +412,22 @@ TEST(PerfOffset, InProcessModesVerifyEveryByte) {
   }
 }
 
+// Over 1,000 QP pairs (an engine with more QPs than
+// Engine::kPrefetchFromQps, so each burst's QPs are prefetched), each QP
+// with one message in flight at a time (its ACKs never coalesce with
+// another message's): every byte verified, READs and SENDs as well.
+TEST(PerfManyQps, EveryOperationVerifiedOverAThousandQps) {
+  for (const std::string mode : {"--sim", "-- --ring"}) {
+    for (const std::string op : {"write", "read", "send"}) {
+      Proc p;
+      p.start(kPerf + " " + mode + " " + op + " -q 1000 -t 64 -s 5000 -n 20000 --verify");
+      p.finish();
+      EXPECT_EQ(p.status, 0) << mode << " " << op << ": " << p.out;
+      EXPECT_NE(p.out.find("verification: PASSED"), std::string::npos) << mode << " " << op << ": " << p.out;
+    }
+  }
+}
+
 // uroce-perf --bdp and --sr: both devices' QPs run with them, read back
 // from them, and every byte is verified; selective repeat also under 3%
 // loss each way on the simulated link, where it resends far fewer packets
