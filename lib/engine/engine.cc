@@ -171,7 +171,17 @@ void Engine::ring_in() {
 }
 
 void Engine::ring_in_word(std::uint32_t w) {
-  for (std::uint64_t bits = doorbells_[w].exchange(0, std::memory_order_acq_rel); bits != 0; bits &= bits - 1) {
+  const std::uint64_t rung = doorbells_[w].exchange(0, std::memory_order_acq_rel);
+  if (qp_list_.size() >= kPrefetchFromQps) {
+    // As for received frames (prefetch_qps): every rung QP's lines asked
+    // for before the first is read.
+    for (std::uint64_t bits = rung; bits != 0; bits &= bits - 1) {
+      if (const transport::Qp* qp = slots_[w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits))]) {
+        transport::prefetch_posts(*qp);
+      }
+    }
+  }
+  for (std::uint64_t bits = rung; bits != 0; bits &= bits - 1) {
     transport::Qp* qp = slots_[w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(bits))];
     if (qp == nullptr) continue;  // a slot freed since
     transport::sync_from_app(*qp);

@@ -306,6 +306,14 @@ inline void prefetch_data_path(const Qp& qp) {
   for (std::size_t off = 0; off < offsetof(Qp, counters) + 64; off += 64) __builtin_prefetch(base + off);
 }
 
+// Asks for the lines taking in a post reads (the application's group, the
+// send queue's cursors) and those sending it reads (the data-path group).
+inline void prefetch_posts(const Qp& qp) {
+  const auto* base = reinterpret_cast<const char*>(&qp);
+  for (std::size_t off = offsetof(Qp, app_state); off < offsetof(Qp, rq); off += 64) __builtin_prefetch(base + off);
+  prefetch_data_path(qp);
+}
+
 // The most request packets the QP may have in flight: the window, or a
 // BDP cap when one is smaller (TransportOptions::bdp_packets, the QP's own;
 // cc_window, congestion control's). Selective repeat keeps at most
