@@ -215,6 +215,12 @@ void Engine::finish() {
     if (want != 0 && (qp->sched.timer_at == 0 || want < qp->sched.timer_at)) {
       timers_.insert(qp->sched.slot, qp->qpn, want);
       qp->sched.timer_at = want;
+    } else if (want == 0 && qp->sched.timer_at != 0) {
+      // Nothing to wait for any more (all acknowledged): the entry goes
+      // now. Left to fire, it would bring the QP back, cold, for nothing:
+      // with thousands of QPs, each message's QP a second time.
+      timers_.remove(qp->sched.slot);
+      qp->sched.timer_at = 0;
     }
   }
   if (burst_full_) {

@@ -5,7 +5,8 @@
 // - kPosted sends what was posted before it takes frames, then answers
 //   what it took in the same call;
 // - a QP destroyed or moved to ERR first sends the ACK its last poll held;
-// - requests_received() counts the requests handed to QPs.
+// - requests_received() counts the requests handed to QPs;
+// - a QP with everything acknowledged keeps no timer entry.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "support/scripted_rc.h"
 #include "support/work_requests.h"
+#include "verbs/internal.h"
 #include "wire/frame.h"
 
 namespace uroce::test {
@@ -155,6 +157,27 @@ TEST(PollKinds, MovingAQpToErrorSendsTheAckItsLastPollHeld) {
   const auto sent = g.r.sent();
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_TRUE(is_ack(sent[0], kRqPsn));
+}
+
+// Once its last request is acknowledged, a QP's retransmit deadline leaves
+// the timer wheel at once: left to fire, it would bring the QP back for
+// nothing (with thousands of QPs, every message's QP a second time, cold).
+TEST(PollKinds, AQpWithEverythingAcknowledgedKeepsNoTimer) {
+  ScriptedRc r;
+  std::vector<std::uint8_t> buf(64, 0x3c);
+  MemoryRegion* mr = r.dev.pd->reg_mr(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  engine::Engine& e = internal::engine_of(*r.dev.ctx);
+  ASSERT_EQ(post_rdma(r.dev.qp, IBV_WR_RDMA_WRITE, buf.data(), 64, mr->lkey, std::uint64_t{0x5000}, 0x77, 1), 0);
+  r.run(2);
+  ASSERT_EQ(r.sent().size(), 1u);
+  EXPECT_NE(e.next_timer_ns(), 0u) << "a request in flight has its deadline";
+  r.inject(r.ack(kSqPsn));
+  r.run(2);
+  ibv_wc wc{};
+  ASSERT_EQ(r.dev.cq->poll(1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(e.next_timer_ns(), 0u) << "nothing in flight, yet a deadline is kept";
 }
 
 }  // namespace
