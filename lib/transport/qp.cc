@@ -33,6 +33,7 @@ namespace {
 void reset_queues(Qp& qp) {
   qp.sq_posted = qp.req_next = qp.comp_next = 0;
   qp.rq_posted = qp.rq_next = 0;
+  qp.sq_retired = qp.rq_retired = 0;
   qp.srq_held = false;  // a WQE taken from the SRQ for a message cut short is gone, as RESET discards work
   qp.sq.reset();
   qp.rq.reset();

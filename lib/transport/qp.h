@@ -213,6 +213,11 @@ struct Qp {
   std::uint32_t comp_next = 0;
   std::uint32_t rq_posted = 0;
   std::uint32_t rq_next = 0;
+  // comp_next and rq_next as last handed back to the application (the
+  // rings' tails): publish_to_app writes a tail only when its cursor moved,
+  // and reads no ring line to find out (with thousands of QPs, each a miss).
+  std::uint32_t sq_retired = 0;
+  std::uint32_t rq_retired = 0;
   struct Responder {
     std::uint32_t psn = 0;  // expected PSN
     std::uint32_t msn = 0;  // messages completed (24 bits on the wire)
@@ -226,14 +231,17 @@ struct Qp {
     std::uint32_t ack_psn = 0;
     std::uint32_t ack_msn = 0;
     std::uint32_t offset = 0;             // bytes of the current message placed
-    std::uint8_t* write_dst = nullptr;    // WRITE in progress: host address of its RETH va
-    std::uint32_t write_len = 0;          // its DMA length
-    std::uint64_t write_va = 0;           // its RETH, checked again when the MR epoch moves
+    // A WRITE in progress: the host address of its RETH va, its DMA length,
+    // and the RETH itself, checked again when the MR epoch moves (the
+    // 32-bit members side by side: no padding in the data-path group).
+    std::uint8_t* write_dst = nullptr;
+    std::uint32_t write_len = 0;
     std::uint32_t write_rkey = 0;
+    std::uint64_t write_va = 0;
     std::uint64_t write_epoch = 0;
     std::int32_t write_odp_pid = 0;       // write_dst is on demand, in that process
-    std::vector<ResponderResource> resources;
     std::uint32_t next_resource = 0;
+    std::vector<ResponderResource> resources;
     ring::Slots<Response> out;
     std::uint32_t out_head = 0;
     std::uint32_t out_tail = 0;

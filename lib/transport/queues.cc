@@ -298,14 +298,24 @@ void sync_from_app(Qp& qp) {
     __builtin_prefetch(w);
     __builtin_prefetch(w + 64);
   }
-  rq_sync(qp);
-  // In ERR, work posted since is flushed at once.
-  if (qp.state == IBV_QPS_ERR && (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted)) qp_enter_error(qp);
+  // In ERR, work posted since is flushed at once. Outside ERR receives
+  // ring no doorbell (qp_recv_posted): the responder takes them in when a
+  // message needs one (rq_has), so a doorbell reads no receive-queue line.
+  if (qp.state == IBV_QPS_ERR) {
+    rq_sync(qp);
+    if (qp.comp_next != qp.sq_posted || qp.rq_next != qp.rq_posted) qp_enter_error(qp);
+  }
 }
 
 void publish_to_app(Qp& qp) {
-  qp.sq.consume_to(qp.comp_next);
-  qp.rq.consume_to(qp.rq_next);
+  if (qp.comp_next != qp.sq_retired) {
+    qp.sq.consume_to(qp.comp_next);
+    qp.sq_retired = qp.comp_next;
+  }
+  if (qp.rq_next != qp.rq_retired) {
+    qp.rq.consume_to(qp.rq_next);
+    qp.rq_retired = qp.rq_next;
+  }
 }
 
 }  // namespace uroce::transport
