@@ -22,18 +22,22 @@ constexpr std::uint8_t kAckSyndrome = 0x1f;  // ACK, no end-to-end credit count 
 
 bool out_full(const Qp& qp) { return qp.resp.out_tail - qp.resp.out_head >= qp.resp.out.limit(); }
 
+Response plain_ack(std::uint32_t psn, std::uint32_t msn) {
+  Response a;
+  a.kind = Response::Kind::kAck;
+  a.psn = psn;
+  a.syndrome = kAckSyndrome;
+  a.msn = msn;
+  return a;
+}
+
 // The ACK held in the QP (Responder::ack_owed) goes into `out` ahead of
 // what follows it, so answers still leave in PSN order.
 Response* push(Qp& qp) {
   if (qp.resp.ack_owed) {
     // `out` is empty while an ACK is held, and holds at least 10.
     qp.resp.ack_owed = false;
-    Response& a = qp.resp.out[qp.resp.out_tail++];
-    a = Response{};
-    a.kind = Response::Kind::kAck;
-    a.psn = qp.resp.ack_psn;
-    a.syndrome = kAckSyndrome;
-    a.msn = qp.resp.ack_msn;
+    qp.resp.out[qp.resp.out_tail++] = plain_ack(qp.resp.ack_psn, qp.resp.ack_msn);
   }
   if (out_full(qp)) return nullptr;
   Response& r = qp.resp.out[qp.resp.out_tail++];
@@ -61,10 +65,7 @@ void queue_ack(Qp& qp, std::uint32_t psn) {
     }
   }
   if (Response* r = push(qp)) {
-    r->kind = Response::Kind::kAck;
-    r->psn = psn;
-    r->syndrome = kAckSyndrome;
-    r->msn = qp.resp.msn;
+    *r = plain_ack(psn, qp.resp.msn);
   } else {
     // The requester's timer recovers what this ACK would have said.
     qp.counters.add(QpCounter::drop_answer_ring_full);
