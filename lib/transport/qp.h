@@ -307,18 +307,25 @@ struct Qp {
   }
 };
 
+// Asks for the cache lines from `from` up to `to`, two members of one QP
+// (their addresses, not offsetof: Qp is not standard-layout, and clang
+// refuses offsetof on it).
+inline void prefetch_lines(const void* from, const void* to) {
+  const auto* first = static_cast<const char*>(from);
+  const auto bytes = static_cast<std::size_t>(static_cast<const char*>(to) - first);
+  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(first + off);
+}
+
 // Asks for the lines a received packet reads (the data-path group and the
 // first counter line) ahead of processing it.
 inline void prefetch_data_path(const Qp& qp) {
-  const auto* base = reinterpret_cast<const char*>(&qp);
-  for (std::size_t off = 0; off < offsetof(Qp, counters) + 64; off += 64) __builtin_prefetch(base + off);
+  prefetch_lines(&qp, reinterpret_cast<const char*>(&qp.counters) + 64);
 }
 
 // Asks for the lines taking in a post reads (the application's group, the
 // send queue's cursors) and those sending it reads (the data-path group).
 inline void prefetch_posts(const Qp& qp) {
-  const auto* base = reinterpret_cast<const char*>(&qp);
-  for (std::size_t off = offsetof(Qp, app_state); off < offsetof(Qp, rq); off += 64) __builtin_prefetch(base + off);
+  prefetch_lines(&qp.app_state, &qp.rq);
   prefetch_data_path(qp);
 }
 
