@@ -151,7 +151,8 @@ class Engine {
   // taken out of `frames`. Returns how many remain for the caller to release.
   std::uint16_t process(RxFrame* frames, std::uint16_t n, bool handed_in);
   // Prefetches the QPs a burst's frames go to, when the engine serves at
-  // least kPrefetchFromQps (their hot lines then outgrow the L2 cache).
+  // least kPrefetchFromQps (with fewer, their lines stay in cache and the
+  // passes only cost; the figure is a round one, not a measured knee).
   static constexpr std::size_t kPrefetchFromQps = 256;
   void prefetch_qps(std::uint16_t n) const;
   // Parses frame `i` of a burst into parsed_[i]: a contiguous one's headers,
